@@ -1,0 +1,106 @@
+"""Default vector operations for NumPy arrays and array-API/DLPack arrays."""
+
+from __future__ import annotations
+
+import math
+import struct
+
+import numpy as np
+
+__all__ = ["is_array", "array_clone", "array_sum", "array_norm", "array_pack", "array_unpack"]
+
+_HEADER = struct.Struct("<H")
+
+
+def is_array(u) -> bool:
+    """True for NumPy arrays and arrays exposing the array API or DLPack."""
+    return isinstance(u, np.ndarray) or hasattr(u, "__array_namespace__") or hasattr(
+        u, "__dlpack__"
+    )
+
+
+def _check(u, what: str):
+    if not is_array(u):
+        raise TypeError(
+            f"{what}: the default vector operations need an array (NumPy, CuPy, or any array "
+            f"with __array_namespace__/__dlpack__), got {type(u).__name__}; override "
+            f"clone/sum/norm/bufpack/bufunpack in your App for other vector types"
+        )
+
+
+def array_clone(u):
+    if isinstance(u, np.ndarray):
+        return u.copy()
+    _check(u, "clone")
+    return u.copy() if hasattr(u, "copy") else u.__array_namespace__().asarray(u, copy=True)
+
+
+def array_sum(a: float, x, b: float, y) -> None:
+    """y <- a*x + b*y in place; correct when x is y (or overlaps it)."""
+    if not isinstance(y, np.ndarray):
+        _check(y, "sum")
+    if b == 1.0:
+        if a == 1.0:
+            y += x
+        elif a == -1.0:
+            y -= x
+        else:
+            y += a * x
+        return
+    if a == 0.0:
+        y *= b
+        return
+    ax = x if a == 1.0 else a * x
+    if ax is x and _shares_memory(x, y):
+        ax = x.copy()
+    y *= b
+    y += ax
+
+
+def _shares_memory(x, y) -> bool:
+    if x is y:
+        return True
+    if isinstance(x, np.ndarray) and isinstance(y, np.ndarray):
+        return bool(np.may_share_memory(x, y))
+    return False
+
+
+def array_norm(u) -> float:
+    """Euclidean norm sqrt(sum |u_i|^2), the same rounding as XBraid's examples."""
+    if isinstance(u, np.ndarray):
+        if u.size == 1:
+            v = u.reshape(()).item()
+            return math.sqrt((v * v.conjugate()).real if isinstance(v, complex) else v * v)
+        flat = u.reshape(-1)
+        return math.sqrt(float(np.vdot(flat, flat).real))
+    _check(u, "norm")
+    xp = u.__array_namespace__()
+    return math.sqrt(float(xp.sum(xp.abs(u) ** 2)))
+
+
+def _to_host(u) -> np.ndarray:
+    if isinstance(u, np.ndarray):
+        return u
+    if hasattr(u, "get"):  # CuPy and friends
+        return u.get()
+    return np.from_dlpack(u)
+
+
+def array_pack(u) -> bytes:
+    """dtype, shape and data in one contiguous buffer."""
+    host = np.ascontiguousarray(_to_host(u))
+    head = f"{host.dtype.str};{','.join(map(str, host.shape))}".encode("ascii")
+    return _HEADER.pack(len(head)) + head + host.tobytes()
+
+
+def array_unpack(buf, like=None):
+    """Inverse of array_pack; the result lives where `like` lives (host if None)."""
+    mv = memoryview(buf).cast("B")
+    (nhead,) = _HEADER.unpack(mv[: _HEADER.size])
+    head = bytes(mv[_HEADER.size : _HEADER.size + nhead]).decode("ascii")
+    dtype, shape = head.split(";")
+    dims = tuple(int(s) for s in shape.split(",")) if shape else ()
+    data = np.frombuffer(mv[_HEADER.size + nhead :], dtype=np.dtype(dtype)).reshape(dims).copy()
+    if like is None or isinstance(like, np.ndarray):
+        return data
+    return like.__array_namespace__().asarray(data)

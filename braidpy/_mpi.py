@@ -1,0 +1,73 @@
+"""Time communicator adapter: moves packed vectors with mpi4py for the core.
+
+mpi4py is imported only when a communicator with more than one rank is used,
+so serial runs need no MPI at all.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["TimeComm", "comm_rank_size"]
+
+
+def comm_rank_size(comm) -> tuple[int, int]:
+    """(rank, size) of an mpi4py-like communicator, with a clear error otherwise."""
+    try:
+        return int(comm.Get_rank()), int(comm.Get_size())
+    except AttributeError:
+        raise TypeError(
+            f"comm must be an mpi4py communicator (e.g. MPI.COMM_WORLD) or None, "
+            f"got {type(comm).__name__}"
+        ) from None
+
+
+class TimeComm:
+    """What the compiled core calls: post, receive, finish, allreduce.
+
+    Messages between two ranks are matched in order; a poisoned message (a
+    rank whose callback failed) travels with tag + 1 and no payload.
+    """
+
+    def __init__(self, comm):
+        from mpi4py import MPI
+
+        self.MPI = MPI
+        self.comm = comm.Dup()  # our messages never meet the user's
+        self._pending = []
+
+    def post(self, dest: int, tag: int, buf) -> None:
+        MPI = self.MPI
+        if buf is None:
+            data, tag = b"", tag + 1
+        else:
+            data = buf if isinstance(buf, (bytes, bytearray)) else memoryview(buf).cast("B")
+        self._pending.append((self.comm.Isend([data, MPI.BYTE], dest, tag), data))
+
+    def receive(self, src: int, tag: int):
+        MPI = self.MPI
+        status = MPI.Status()
+        self.comm.Probe(src, MPI.ANY_TAG, status)
+        got, nbytes = status.Get_tag(), status.Get_count(MPI.BYTE)
+        buf = bytearray(nbytes)
+        self.comm.Recv([buf, MPI.BYTE], src, got)
+        if got == tag + 1:
+            return None
+        if got != tag:
+            raise RuntimeError(f"braidpy message protocol error: expected tag {tag}, got {got}")
+        return buf
+
+    def finish(self) -> None:
+        if self._pending:
+            self.MPI.Request.Waitall([req for req, _ in self._pending])
+            self._pending.clear()
+
+    def allreduce(self, values, is_max: bool):
+        send = np.asarray(values, dtype=np.float64)
+        recv = np.empty_like(send)
+        self.comm.Allreduce(send, recv, op=self.MPI.MAX if is_max else self.MPI.SUM)
+        return recv.tolist()
+
+    def free(self) -> None:
+        self.finish()
+        self.comm.Free()

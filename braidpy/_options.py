@@ -1,0 +1,172 @@
+"""Solver options: validated once, here, with errors that name the option."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+from typing import Dict, Mapping, Union
+
+__all__ = ["Options"]
+
+PerLevel = Union[int, Mapping[int, int]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """MGRIT options (XBraid's names where XBraid has one).
+
+    Attributes
+    ----------
+    max_levels : int
+        Most levels in the hierarchy (1 = sequential time stepping). Default 30.
+    min_coarse : int
+        A level is created only if it has at least this many intervals. Default 2.
+    cfactor : int or {level: int}
+        Coarsening factor (>= 2); a dict overrides ``default_cfactor`` on the
+        levels it names. Default 2.
+    nrelax : int or {level: int}
+        FC sweeps before restriction on each level: 0 = F, 1 = FCF, 2 = FCFCF.
+        Default 1.
+    max_iter : int
+        Most iterations (XBraid's count). Default 100.
+    abs_tol : float
+        Stop when the fine residual norm r_k < abs_tol. Default 1e-9.
+    rel_tol : float
+        Stop when r_k < rel_tol * (first computed norm); 0 disables. Default 0.
+    tnorm : 1, 2 or inf
+        Norm over time of the C-point residuals. Default 2.
+    skip : bool
+        No down-sweep in the first iteration of a cold start. Default True.
+    fmg : bool
+        F-cycles instead of V-cycles. Default False.
+    fmg_vcycles : int
+        V-cycles per level inside an F-cycle. Default 1.
+    storage : "C" or "all"
+        Store fine C-points only, or every fine point. Default "C".
+    seq_soln : bool
+        Initial guess = sequential solution (implies no skip). Default False.
+    final_fc_relax : bool
+        One more FC sweep before the final F-sweep. Default False.
+    relax_only_cg : bool
+        Relax the coarsest level (nrelax sweeps) instead of solving it. Default False.
+    access_level : int
+        0 never call access, 1 at the end, 2 also after each iteration (fine C-points).
+        Default 1.
+    print_level : int
+        0 quiet, 1 one line per iteration on rank 0, 2 also the hierarchy. Default 0.
+    timings : bool
+        Time user callbacks and communication (Result.timings). Default False.
+    residual_computation : bool
+        False: no global residual, run exactly max_iter iterations. Default True.
+    """
+
+    max_levels: int = 30
+    min_coarse: int = 2
+    cfactor: PerLevel = 2
+    nrelax: PerLevel = 1
+    max_iter: int = 100
+    abs_tol: float = 1e-9
+    rel_tol: float = 0.0
+    tnorm: Union[int, float] = 2
+    skip: bool = True
+    fmg: bool = False
+    fmg_vcycles: int = 1
+    storage: str = "C"
+    seq_soln: bool = False
+    final_fc_relax: bool = False
+    relax_only_cg: bool = False
+    access_level: int = 1
+    print_level: int = 0
+    timings: bool = False
+    residual_computation: bool = True
+
+    def __post_init__(self):
+        _int(self, "max_levels", 1)
+        _int(self, "min_coarse", 1)
+        _per_level(self, "cfactor", 2)
+        _per_level(self, "nrelax", 0)
+        _int(self, "max_iter", 1)
+        _nonneg(self, "abs_tol")
+        _nonneg(self, "rel_tol")
+        if self.tnorm not in (1, 2) and not (
+            isinstance(self.tnorm, float) and math.isinf(self.tnorm) and self.tnorm > 0
+        ):
+            raise ValueError(f"tnorm must be 1, 2 or math.inf, got {self.tnorm!r}")
+        for name in ("skip", "fmg", "seq_soln", "final_fc_relax", "relax_only_cg", "timings",
+                     "residual_computation"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        _int(self, "fmg_vcycles", 1)
+        if self.storage not in ("C", "all"):
+            raise ValueError(f"storage must be 'C' or 'all', got {self.storage!r}")
+        _int(self, "access_level", 0)
+        if self.access_level > 2:
+            raise ValueError(f"access_level must be 0, 1 or 2, got {self.access_level!r}")
+        _int(self, "print_level", 0)
+
+    @classmethod
+    def from_kwargs(cls, **kwargs) -> "Options":
+        """Options from keyword arguments; unknown names raise with a suggestion."""
+        fields = {f.name for f in dataclasses.fields(cls)}
+        for key in kwargs:
+            if key not in fields:
+                close = difflib.get_close_matches(key, sorted(fields), n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise ValueError(f"unknown option {key!r}{hint}")
+        return cls(**kwargs)
+
+    def per_level(self, name: str) -> tuple[int, Dict[int, int]]:
+        """(default, overrides) of a per-level option."""
+        value = getattr(self, name)
+        if isinstance(value, Mapping):
+            default = value.get("default", Options.__dataclass_fields__[name].default)
+            return default, {int(k): int(v) for k, v in value.items() if k != "default"}
+        return int(value), {}
+
+    def to_core(self) -> dict:
+        """The plain dict the compiled core reads."""
+        cf, cf_level = self.per_level("cfactor")
+        nr, nr_level = self.per_level("nrelax")
+        return dict(
+            max_levels=self.max_levels, min_coarse=self.min_coarse,
+            cfactor=cf, cfactor_level=cf_level, nrelax=nr, nrelax_level=nr_level,
+            max_iter=self.max_iter, abs_tol=float(self.abs_tol), rel_tol=float(self.rel_tol),
+            tnorm=0 if self.tnorm not in (1, 2) else int(self.tnorm),
+            skip=self.skip, fmg=self.fmg, nfmg=-1, fmg_vcycles=self.fmg_vcycles,
+            store_all=self.storage == "all", seq_soln=self.seq_soln,
+            final_fc_relax=self.final_fc_relax, relax_only_cg=self.relax_only_cg,
+            access_level=self.access_level, residual_computation=self.residual_computation,
+            timings=self.timings,
+        )
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _int(opts, name, minimum):
+    v = getattr(opts, name)
+    if not _is_int(v):
+        raise TypeError(f"{name} must be an int, got {v!r}")
+    if v < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {v!r}")
+
+
+def _nonneg(opts, name):
+    v = getattr(opts, name)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v >= 0) or math.isinf(v):
+        raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
+
+
+def _per_level(opts, name, minimum):
+    v = getattr(opts, name)
+    items = v.items() if isinstance(v, Mapping) else [(None, v)]
+    for level, value in items:
+        where = name if level is None else f"{name}[{level!r}]"
+        if level is not None and level != "default" and (not _is_int(level) or level < 0):
+            raise ValueError(f"{name} keys must be level numbers >= 0 or 'default', got {level!r}")
+        if not _is_int(value):
+            raise TypeError(f"{where} must be an int, got {value!r}")
+        if value < minimum:
+            raise ValueError(f"{where} must be >= {minimum}, got {value!r}")

@@ -1,0 +1,83 @@
+"""What a solve returns."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+__all__ = ["Result"]
+
+
+class Result:
+    """Outcome of :func:`braidpy.solve` / :meth:`braidpy.Core.solve`.
+
+    Attributes
+    ----------
+    iterations : int
+        XBraid's iteration count.
+    residuals : list of float
+        Fine residual norms r_k in iteration order (r_0 only when computed,
+        i.e. skip=False; with skip=True the list starts at r_1).
+    residual_iterations : list of int
+        The k of each entry of ``residuals``.
+    levels : int
+        Number of levels built.
+    level_info : list of dict
+        Per level: n (intervals), cfactor, nrelax, and this rank's lo..hi.
+    times : numpy.ndarray
+        The fine time grid t_0..t_N.
+    owned : range
+        Fine time indices whose values this rank holds.
+    final : vector
+        The solution at t_N, on every rank.
+    counts, timings : dict
+        Callback counts of this solve; seconds spent in callbacks and
+        communication (when ``timings=True``).
+    """
+
+    def __init__(self, core, solver, final, wall_time: float):
+        self._core = core
+        self._solver = solver
+        hist = solver.residuals()
+        self.iterations: int = solver.iterations
+        self.residuals: List[float] = [r for _, r in hist]
+        self.residual_iterations: List[int] = [k for k, _ in hist]
+        self.level_info: List[Dict[str, int]] = solver.levels()
+        self.levels: int = len(self.level_info)
+        self.times: np.ndarray = solver.times()
+        lo, hi = solver.owned
+        self.owned = range(lo, hi + 1)
+        self.final: Any = final
+        self.counts: Dict[str, int] = solver.counts()
+        self.timings: Dict[str, float] = solver.timings()
+        self.timings["total"] = wall_time
+
+    def index_of(self, t: float) -> int:
+        """Fine index of time t (the nearest grid point, which must be within 1e-9*dt)."""
+        i = int(np.argmin(np.abs(self.times - t)))
+        scale = self.times[-1] - self.times[0]
+        if abs(self.times[i] - t) > 1e-9 * scale / max(len(self.times) - 1, 1):
+            raise ValueError(f"t={t!r} is not a point of the time grid")
+        return i
+
+    def solution(self, t: Optional[float] = None, *, index: Optional[int] = None) -> Any:
+        """A copy of the fine solution at time t (or fine index), on the owning rank.
+
+        F-point values are recomputed from their C-point unless storage="all".
+        """
+        if (t is None) == (index is None):
+            raise TypeError("give exactly one of t or index")
+        i = self.index_of(t) if index is None else int(index)
+        if not 0 <= i < len(self.times):
+            raise IndexError(f"index {i} outside the grid 0..{len(self.times) - 1}")
+        if i not in self.owned:
+            raise ValueError(
+                f"time index {i} is owned by another rank (this rank holds "
+                f"{self.owned.start}..{self.owned.stop - 1})"
+            )
+        return self._core._unwrap(self._solver.solution(i))
+
+    def __repr__(self) -> str:
+        last = f", last residual {self.residuals[-1]:.3e}" if self.residuals else ""
+        return f"<braidpy.Result {self.iterations} iterations, {self.levels} levels{last}>"

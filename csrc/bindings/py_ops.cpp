@@ -1,0 +1,253 @@
+// Callback trampolines: counters, timers and error capture live here only.
+#include "py_ops.hpp"
+
+#include <stdexcept>
+
+#include <pybind11/pybind11.h>
+
+namespace braidpy {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+PyObject* get_method(PyObject* app, const char* name) {
+  PyObject* m = PyObject_GetAttrString(app, name);
+  if (m == nullptr) throw pybind11::error_already_set();
+  return m;
+}
+
+// Our own Python code failed (not a user callback): propagate it as is.
+[[noreturn]] void throw_python_error() { throw pybind11::error_already_set(); }
+
+}  // namespace
+
+const char* callback_name(int which) {
+  static const char* names[kNumCallbacks] = {"init", "step", "clone", "sum",
+                                              "norm", "access", "bufpack", "bufunpack"};
+  return (which >= 0 && which < kNumCallbacks) ? names[which] : "braidpy";
+}
+
+PyOps::PyOps(PyObject* app, PyObject* status, PyObject* progress, bool timings)
+    : timings_(timings) {
+  init_ = get_method(app, "init");
+  step_ = get_method(app, "step");
+  clone_ = get_method(app, "clone");
+  sum_ = get_method(app, "sum");
+  norm_ = get_method(app, "norm");
+  access_ = get_method(app, "access");
+  bufpack_ = get_method(app, "bufpack");
+  bufunpack_ = get_method(app, "bufunpack");
+  Py_INCREF(status);
+  status_ = status;
+  if (progress != Py_None) {
+    Py_INCREF(progress);
+    progress_ = progress;
+  }
+}
+
+PyOps::~PyOps() {
+  for (PyObject* p : {init_, step_, clone_, sum_, norm_, access_, bufpack_, bufunpack_,
+                      status_, progress_, error_})
+    Py_XDECREF(p);
+}
+
+PyObject* PyOps::call(int which, PyObject* fn, PyObject* const* args, size_t nargs) {
+  ++counts_[which];
+  PyObject* r;
+  if (timings_) {
+    const auto start = Clock::now();
+    r = PyObject_Vectorcall(fn, args, nargs, nullptr);
+    seconds_[which] += std::chrono::duration<double>(Clock::now() - start).count();
+  } else {
+    r = PyObject_Vectorcall(fn, args, nargs, nullptr);
+  }
+  if (r == nullptr) capture_current_error(which);
+  return r;
+}
+
+void PyOps::capture_current_error(int which) {
+  failed_ = true;
+  if (error_ != nullptr) {  // keep the first one only
+    PyErr_Clear();
+    return;
+  }
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  PyErr_NormalizeException(&type, &value, &tb);
+  if (tb != nullptr && value != nullptr) PyException_SetTraceback(value, tb);
+  Py_XDECREF(type);
+  Py_XDECREF(tb);
+  error_ = value;
+  error_callback_ = which;
+}
+
+void PyOps::reset_failure() {
+  failed_ = false;
+  Py_XDECREF(error_);
+  error_ = nullptr;
+  error_callback_ = -1;
+}
+
+void PyOps::reset_counters() {
+  counts_.fill(0);
+  seconds_.fill(0.0);
+}
+
+Vec PyOps::init(const CallInfo& info) {
+  if (failed_) return nullptr;
+  PyObject* t = PyFloat_FromDouble(info.t);
+  PyObject* args[1] = {t};
+  PyObject* r = call(kInit, init_, args, 1);
+  Py_DECREF(t);
+  if (r == Py_None) {
+    Py_DECREF(r);
+    PyErr_SetString(PyExc_TypeError, "init(t) returned None; it must return a new vector");
+    capture_current_error(kInit);
+    return nullptr;
+  }
+  return r;
+}
+
+void PyOps::step(Vec& u, const CallInfo& info) {
+  if (failed_) return;
+  PyObject* t0 = PyFloat_FromDouble(info.t0);
+  PyObject* t1 = PyFloat_FromDouble(info.t1);
+  PyObject* args[4] = {static_cast<PyObject*>(u), t0, t1, status_};
+  PyObject* r = call(kStep, step_, args, 4);
+  Py_DECREF(t0);
+  Py_DECREF(t1);
+  if (r == nullptr) return;
+  if (r != Py_None && r != u) {  // a returned new state replaces the old one
+    Py_DECREF(static_cast<PyObject*>(u));
+    u = r;
+  } else {
+    Py_DECREF(r);
+  }
+}
+
+Vec PyOps::clone(Vec u) {
+  if (failed_ || u == nullptr) return nullptr;
+  PyObject* args[1] = {static_cast<PyObject*>(u)};
+  PyObject* r = call(kClone, clone_, args, 1);
+  if (r == Py_None) {
+    Py_DECREF(r);
+    PyErr_SetString(PyExc_TypeError, "clone(u) returned None; it must return a new vector");
+    capture_current_error(kClone);
+    return nullptr;
+  }
+  return r;
+}
+
+void PyOps::sum(double a, Vec x, double b, Vec y) {
+  if (failed_) return;
+  PyObject* pa = PyFloat_FromDouble(a);
+  PyObject* pb = PyFloat_FromDouble(b);
+  PyObject* args[4] = {pa, static_cast<PyObject*>(x), pb, static_cast<PyObject*>(y)};
+  PyObject* r = call(kSum, sum_, args, 4);
+  Py_DECREF(pa);
+  Py_DECREF(pb);
+  Py_XDECREF(r);
+}
+
+double PyOps::norm(Vec u) {
+  if (failed_) return 0.0;
+  PyObject* args[1] = {static_cast<PyObject*>(u)};
+  PyObject* r = call(kNorm, norm_, args, 1);
+  if (r == nullptr) return 0.0;
+  const double value = PyFloat_AsDouble(r);
+  Py_DECREF(r);
+  if (value == -1.0 && PyErr_Occurred()) {
+    capture_current_error(kNorm);
+    return 0.0;
+  }
+  return value;
+}
+
+void PyOps::access(Vec u, const CallInfo& info) {
+  if (failed_) return;
+  PyObject* args[2] = {static_cast<PyObject*>(u), status_};
+  Py_XDECREF(call(kAccess, access_, args, 2));
+}
+
+void PyOps::progress(int iteration, double rnorm, bool has_rnorm) {
+  if (progress_ == nullptr || failed_) return;
+  PyObject* r = PyObject_CallFunction(progress_, "idO", iteration, rnorm,
+                                      has_rnorm ? Py_True : Py_False);
+  if (r == nullptr) throw_python_error();
+  Py_DECREF(r);
+}
+
+PyObject* PyOps::bufpack(Vec u) {
+  if (failed_ || u == nullptr) return nullptr;
+  PyObject* args[1] = {static_cast<PyObject*>(u)};
+  return call(kBufpack, bufpack_, args, 1);
+}
+
+Vec PyOps::bufunpack(PyObject* buf) {
+  if (failed_) return nullptr;
+  PyObject* args[1] = {buf};
+  return call(kBufunpack, bufunpack_, args, 1);
+}
+
+// ---------------------------------------------------------------- PyComm
+
+PyComm::PyComm(PyObject* adapter, int rank, int size, PyOps& ops)
+    : adapter_(adapter), rank_(rank), size_(size), ops_(ops) {
+  Py_INCREF(adapter_);
+}
+
+PyComm::~PyComm() { Py_XDECREF(adapter_); }
+
+void PyComm::send(int dest, int tag, Vec u) {
+  const auto start = Clock::now();
+  PyObject* buf = ops_.bufpack(u);  // null when failed: send a poisoned message
+  PyObject* r = PyObject_CallMethod(adapter_, "post", "iiO", dest, tag, buf ? buf : Py_None);
+  Py_XDECREF(buf);
+  if (r == nullptr) ops_.capture_current_error(-1);
+  Py_XDECREF(r);
+  seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+Vec PyComm::recv(int src, int tag) {
+  const auto start = Clock::now();
+  PyObject* buf = PyObject_CallMethod(adapter_, "receive", "ii", src, tag);
+  seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
+  if (buf == nullptr) {
+    ops_.capture_current_error(-1);
+    return nullptr;
+  }
+  if (buf == Py_None) {
+    Py_DECREF(buf);
+    ops_.mark_remote_failure();
+    return nullptr;
+  }
+  Vec u = ops_.bufunpack(buf);
+  Py_DECREF(buf);
+  return u;
+}
+
+void PyComm::finish_sends() {
+  PyObject* r = PyObject_CallMethod(adapter_, "finish", nullptr);
+  if (r == nullptr) ops_.capture_current_error(-1);
+  Py_XDECREF(r);
+}
+
+void PyComm::allreduce(double* values, int n, braid::ReduceOp op) {
+  const auto start = Clock::now();
+  PyObject* list = PyList_New(n);
+  for (int i = 0; i < n; ++i) PyList_SET_ITEM(list, i, PyFloat_FromDouble(values[i]));
+  PyObject* r = PyObject_CallMethod(adapter_, "allreduce", "OO", list,
+                                    op == braid::ReduceOp::kMax ? Py_True : Py_False);
+  Py_DECREF(list);
+  if (r == nullptr) throw_python_error();  // MPI itself failed: nothing to agree on
+  for (int i = 0; i < n; ++i) {
+    PyObject* item = PySequence_GetItem(r, i);
+    values[i] = item ? PyFloat_AsDouble(item) : 0.0;
+    Py_XDECREF(item);
+  }
+  Py_DECREF(r);
+  seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+}  // namespace braidpy

@@ -1,0 +1,105 @@
+// The one place that calls user Python code (XBraid's base.c): callback
+// trampolines with counters, optional timers and error capture, and the
+// communicator that moves packed vectors through a Python (mpi4py) adapter.
+#pragma once
+
+#include <Python.h>
+
+#include <array>
+#include <chrono>
+#include <string>
+
+#include "../core/interfaces.hpp"
+
+namespace braidpy {
+
+using braid::CallInfo;
+using braid::Vec;
+
+enum Callback : int {
+  kInit, kStep, kClone, kSum, kNorm, kAccess, kBufpack, kBufunpack, kNumCallbacks
+};
+const char* callback_name(int which);
+
+// Counts, optional timers and the first captured exception of user callbacks.
+// After a failure every callback becomes a no-op returning null vectors.
+class PyOps final : public braid::Ops {
+ public:
+  // app: the user's app; status: the Python Status object handed to
+  // callbacks; progress: callable(k, rnorm, has_rnorm) or None.
+  PyOps(PyObject* app, PyObject* status, PyObject* progress, bool timings);
+  ~PyOps() override;
+
+  Vec init(const CallInfo& info) override;
+  void step(Vec& u, const CallInfo& info) override;
+  Vec clone(Vec u) override;
+  void sum(double a, Vec x, double b, Vec y) override;
+  double norm(Vec u) override;
+  void access(Vec u, const CallInfo& info) override;
+  void free(Vec u) override { Py_XDECREF(static_cast<PyObject*>(u)); }
+  void progress(int iteration, double rnorm, bool has_rnorm) override;
+  bool failed() const override { return failed_; }
+
+  // Packing for the communicator (user callbacks too).
+  PyObject* bufpack(Vec u);              // new reference or null on failure
+  Vec bufunpack(PyObject* buf);          // new vector or null on failure
+  // Records an exception raised by our own Python code (MPI adapter).
+  void capture_current_error(int which);
+  // A neighbour sent a poisoned message: stop computing, raise nothing here.
+  void mark_remote_failure() { failed_ = true; }
+  void reset_failure();
+
+  PyObject* first_error() const { return error_; }  // borrowed, may be null
+  int error_callback() const { return error_callback_; }
+  long long count(int which) const { return counts_[which]; }
+  double seconds(int which) const { return seconds_[which]; }
+  void reset_counters();
+
+ private:
+  // Calls fn(args...) with counting/timing; returns a new reference, or null
+  // after capturing the exception.
+  PyObject* call(int which, PyObject* fn, PyObject* const* args, size_t nargs);
+
+  PyObject* init_ = nullptr;
+  PyObject* step_ = nullptr;
+  PyObject* clone_ = nullptr;
+  PyObject* sum_ = nullptr;
+  PyObject* norm_ = nullptr;
+  PyObject* access_ = nullptr;
+  PyObject* bufpack_ = nullptr;
+  PyObject* bufunpack_ = nullptr;
+  PyObject* status_ = nullptr;
+  PyObject* progress_ = nullptr;
+  bool timings_ = false;
+  bool failed_ = false;
+  PyObject* error_ = nullptr;  // the first exception instance (traceback attached)
+  int error_callback_ = -1;
+  std::array<long long, kNumCallbacks> counts_{};
+  std::array<double, kNumCallbacks> seconds_{};
+};
+
+// Communicator backed by a Python adapter object with methods
+//   post(dest, tag, buf_or_None)   non-blocking send (None: poisoned message)
+//   receive(src, tag) -> buf|None  blocking receive
+//   finish()                       complete posted sends
+//   allreduce(list, is_max) -> list
+class PyComm final : public braid::Comm {
+ public:
+  PyComm(PyObject* adapter, int rank, int size, PyOps& ops);
+  ~PyComm() override;
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void send(int dest, int tag, Vec u) override;
+  Vec recv(int src, int tag) override;
+  void finish_sends() override;
+  void allreduce(double* values, int n, braid::ReduceOp op) override;
+  double seconds() const { return seconds_; }
+
+ private:
+  PyObject* adapter_;
+  int rank_, size_;
+  PyOps& ops_;
+  double seconds_ = 0.0;
+};
+
+}  // namespace braidpy

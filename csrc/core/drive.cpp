@@ -1,0 +1,282 @@
+// The driver (XBraid drive.c): initial guess, V/F-cycles, halting, the final
+// F-sweep, and the agreement points where ranks stop together on failure.
+#include <algorithm>
+#include <cmath>
+
+#include "solver.hpp"
+
+namespace braid {
+
+Solver::Solver(Ops& ops, Comm& comm, Options opts, std::vector<double> fine_times)
+    : ops_(ops), comm_(comm), opts_(std::move(opts)) {
+  levels_ = build_hierarchy(fine_times, opts_, comm_.size(), comm_.rank());
+  info_.nlevels = nlevels();
+  info_.tol = opts_.abs_tol;
+}
+
+Solver::~Solver() {
+  for (int l = 0; l < nlevels(); ++l) free_level(l);
+  ops_.free(left_boundary_);
+  ops_.free(final_);
+  ops_.free(new_u0_);
+}
+
+void Solver::set_slot(std::vector<Vec>& slots, Index s, Vec u) {
+  Vec& slot = slots[static_cast<std::size_t>(s)];
+  if (slot != nullptr) ops_.free(slot);
+  slot = u;
+}
+
+void Solver::free_level(int l) {
+  Level& L = levels_[l];
+  for (auto* slots : {&L.u, &L.v, &L.tau})
+    for (Vec& s : *slots) {
+      if (s != nullptr) ops_.free(s);
+      s = nullptr;
+    }
+}
+
+void Solver::reset_guess() { have_guess_ = false; }
+
+void Solver::discard() {
+  for (int l = 0; l < nlevels(); ++l) clean(l);
+  for (Vec* v : {&left_boundary_, &final_, &new_u0_}) {
+    ops_.free(*v);
+    *v = nullptr;
+  }
+  rnorm_measured_ = false;
+  have_guess_ = false;
+  solved_ = false;
+}
+
+void Solver::set_initial_condition(Vec u) {
+  ops_.free(new_u0_);
+  new_u0_ = u;
+}
+
+void Solver::agree() {
+  comm_.finish_sends();
+  double failed = ops_.failed() ? 1.0 : 0.0;
+  comm_.allreduce(&failed, 1, ReduceOp::kMax);
+  if (failed > 0.0) throw CallbackFailure();
+}
+
+// Fine C-points from init() (cold start) or from the previous solve (warm).
+void Solver::init_guess() {
+  Level& L = levels_[0];
+  cold_ = !have_guess_;
+  info_.phase = kPhaseInit;
+  info_.level = 0;
+  if (cold_) {
+    for (Index c = L.c_at_or_after(L.own.lo); c <= L.own.hi; c += L.cf) {
+      info_.t = L.t[c];
+      info_.index = info_.fine_index = c;
+      set_slot(L.u, L.slot(c), ops_.init(info_));
+    }
+    have_guess_ = true;
+  }
+  if (new_u0_ != nullptr) {
+    if (L.owns(0)) set_slot(L.u, 0, new_u0_);
+    else ops_.free(new_u0_);
+    new_u0_ = nullptr;
+  }
+  if (opts_.seq_soln && cold_) {
+    // Sequential stepping through all fine points, keeping the C-values:
+    // one F-sweep over a level whose only C-point is 0.
+    const Index cf = L.cf;
+    L.cf = L.n + 1;
+    f_relax(
+        0,
+        [&](Index i, Vec& w) {
+          if (i % cf == 0) set_slot(L.u, L.slot(i), ops_.clone(w));
+        },
+        nullptr, kPhaseInit);
+    L.cf = cf;
+  }
+}
+
+void Solver::down(int l) {
+  relax(l);
+  restrict_to(l);
+}
+
+void Solver::up(int l) { interp_from(l); }
+
+void Solver::cycle(bool skip_down, bool fcycle) {
+  const int L = nlevels();
+  if (skip_down) {
+    inject_all();
+  } else {
+    for (int l = 0; l < L - 1; ++l) down(l);
+  }
+  if (!fcycle) {
+    for (int l = L - 1; l >= 1; --l) up(l);
+    return;
+  }
+  // F-cycle: after the coarsest solve, V-cycles starting on each level l
+  // from L-2 up to 1 before interpolating to l-1.
+  up(L - 1);
+  for (int l = L - 2; l >= 1; --l) {
+    for (int v = 0; v < opts_.fmg_vcycles; ++v) {
+      for (int m = l; m < L - 1; ++m) down(m);
+      for (int m = L - 1; m > l; --m) up(m);
+    }
+    up(l);
+  }
+}
+
+// End of iteration k: agree on failure, combine the residual norm, test.
+bool Solver::top(int k) {
+  comm_.finish_sends();
+  double vals[2] = {ops_.failed() ? 1.0 : 0.0, rnorm_measured_ ? pending_rnorm_ : 0.0};
+  comm_.allreduce(vals, 2, opts_.tnorm == 0 ? ReduceOp::kMax : ReduceOp::kSum);
+  if (vals[0] > 0.0) throw CallbackFailure();
+  const bool has = rnorm_measured_;
+  const double r = opts_.tnorm == 2 ? std::sqrt(vals[1]) : vals[1];
+  rnorm_measured_ = false;
+  if (has) {
+    rnorms_.emplace_back(k, r);
+    info_.rnorm = r;
+    if (rnorm0_ < 0.0) rnorm0_ = r;
+  }
+  ops_.progress(k, r, has);
+  if (has && !std::isfinite(r)) throw Divergence(k, 0, r);
+  const bool converged =
+      has && (r < opts_.abs_tol || (opts_.rel_tol > 0.0 && r < opts_.rel_tol * rnorm0_));
+  return converged || k == opts_.max_iter - 1;
+}
+
+void Solver::solve() {
+  rnorms_.clear();
+  iterations_ = 0;
+  rnorm0_ = -1.0;
+  rnorm_measured_ = false;
+  solved_ = false;
+  info_ = CallInfo{};
+  info_.nlevels = nlevels();
+  info_.tol = opts_.abs_tol;
+  ops_.free(left_boundary_);
+  ops_.free(final_);
+  left_boundary_ = final_ = nullptr;
+
+  init_guess();
+  agree();
+  const int L = nlevels();
+  if (L == 1 && opts_.max_levels > 1) {
+    // XBraid: a single level that could have been more is solved by stepping
+    // in one iteration whose residual is set to 0.
+    iterations_ = 1;
+    rnorms_.emplace_back(0, 0.0);
+    info_.rnorm = 0.0;
+    ops_.progress(0, 0.0, true);
+  } else if (L > 1) {
+    for (int k = 0;; ++k) {
+      info_.iteration = k;
+      const bool skip_down = k == 0 && opts_.skip && cold_ && !opts_.seq_soln;
+      const bool fcycle = opts_.fmg && opts_.nfmg != k;
+      cycle(skip_down, fcycle);
+      const bool stop = top(k);
+      iterations_ = k + 1;
+      if (opts_.access_level >= 2) {
+        Level& F = levels_[0];
+        info_.phase = kPhaseRelax;
+        info_.level = 0;
+        for (Index c = F.c_at_or_after(F.own.lo); c <= F.own.hi; c += F.cf) {
+          info_.t = F.t[c];
+          info_.index = info_.fine_index = c;
+          ops_.access(F.u[F.slot(c)], info_);
+        }
+      }
+      if (stop) break;
+    }
+  }
+  final_relax();
+  solved_ = true;
+}
+
+// Final F-sweep on level 0, visiting points in time order (access, storage,
+// final value). The interval that reaches the last owned point is computed
+// ahead, once more, so that the right neighbour never waits for our left one.
+void Solver::final_relax() {
+  info_.done = true;
+  info_.iteration = iterations_;
+  if (opts_.final_fc_relax) fc_relax(0);
+  Level& L = levels_[0];
+  info_.phase = kPhaseFinal;
+  if (!L.own.empty()) {
+    const Index lo = L.own.lo, hi = L.own.hi, cf = L.cf, n = L.n;
+    const int tag = msg_tag(0, kMsgRelax) + 1000;
+    const bool send_right = L.right >= 0;
+    const bool recv_left = L.left >= 0;
+    const Index c_first = L.c_at_or_after(lo);
+    const Index c_last = (hi / cf) * cf;
+    bool sent = false;
+    if (send_right && L.is_c(hi)) {
+      comm_.send(L.right, tag, L.u[L.slot(hi)]);
+      sent = true;
+    }
+    if (send_right && !sent && c_last >= lo && (recv_left || c_first < c_last)) {
+      Vec w = ops_.clone(L.u[L.slot(c_last)]);
+      for (Index i = c_last + 1; i <= hi; ++i) step_on(L, 0, w, i, false);
+      comm_.send(L.right, tag, w);
+      ops_.free(w);
+      sent = true;
+    }
+    auto visit = [&](Index i, Vec w) {
+      if (i == n) final_ = ops_.clone(w);
+      if (opts_.access_level >= 1) {
+        info_.t = L.t[i];
+        info_.level = 0;
+        info_.index = info_.fine_index = i;
+        ops_.access(w, info_);
+      }
+    };
+    auto chain = [&](Index s, Vec w) {
+      const Index stop = std::min((s / cf + 1) * cf - 1, hi);
+      for (Index i = s + 1; i <= stop; ++i) {
+        step_on(L, 0, w, i, false);
+        if (opts_.store_all) set_slot(L.u, L.slot(i), ops_.clone(w));
+        visit(i, w);
+      }
+      if (send_right && !sent && stop == hi) {
+        comm_.send(L.right, tag, w);
+        sent = true;
+      }
+      ops_.free(w);
+    };
+    if (recv_left) {
+      Vec w = comm_.recv(L.left, tag);
+      left_boundary_ = ops_.clone(w);
+      if (!L.is_c(lo)) chain(lo - 1, w);
+      else ops_.free(w);
+    }
+    for (Index c = c_first; c <= hi; c += cf) {
+      visit(c, L.u[L.slot(c)]);
+      if (c < hi) chain(c, ops_.clone(L.u[L.slot(c)]));
+    }
+  }
+  agree();
+}
+
+Vec Solver::solution(Index i) {
+  Level& L = levels_[0];
+  if (!L.owns(i)) return nullptr;
+  const Vec stored = L.u[L.slot(i)];
+  if (L.is_c(i) || (opts_.store_all && stored != nullptr)) return ops_.clone(stored);
+  // Recompute the F-point from its C-point (or the left neighbour's value).
+  const Index c = (i / L.cf) * L.cf;
+  Index s = c;
+  Vec w = nullptr;
+  if (c >= L.own.lo) {
+    w = ops_.clone(L.u[L.slot(c)]);
+  } else {
+    s = L.own.lo - 1;
+    w = ops_.clone(left_boundary_);
+  }
+  info_.phase = kPhaseFinal;
+  info_.done = true;
+  for (Index k = s + 1; k <= i; ++k) step_on(L, 0, w, k, false);
+  return w;
+}
+
+}  // namespace braid

@@ -1,0 +1,88 @@
+// Level construction and time-point distribution.
+#include "grid.hpp"
+
+#include <algorithm>
+
+namespace braid {
+
+Range block_range(Index npoints, int nranks, int rank) {
+  const Index quo = npoints / nranks;
+  const Index rem = npoints % nranks;
+  Range r;
+  r.lo = rank * quo + std::min<Index>(rank, rem);
+  r.hi = (rank + 1) * quo + std::min<Index>(rank + 1, rem) - 1;
+  return r;
+}
+
+namespace {
+
+// Coarse range of a fine range: the coarse points whose fine counterparts
+// (multiples of cf) the rank owns.
+Range coarsen(const Range& fine, Index cf) {
+  if (fine.empty()) return Range{};
+  Range r;
+  r.lo = (fine.lo + cf - 1) / cf;
+  r.hi = fine.hi / cf;
+  return r;
+}
+
+void set_neighbours(Level& L, int rank) {
+  L.left = L.right = -1;
+  if (L.own.empty()) return;
+  for (int p = rank - 1; p >= 0; --p)
+    if (!L.ranges[p].empty()) { L.left = p; break; }
+  for (int p = rank + 1; p < static_cast<int>(L.ranges.size()); ++p)
+    if (!L.ranges[p].empty()) { L.right = p; break; }
+}
+
+}  // namespace
+
+std::vector<Level> build_hierarchy(const std::vector<double>& fine_times,
+                                   const Options& opts, int nranks, int rank) {
+  std::vector<Level> levels(1);
+  Level& fine = levels[0];
+  fine.n = static_cast<Index>(fine_times.size()) - 1;
+  fine.t = fine_times;
+  fine.ranges.resize(nranks);
+  for (int p = 0; p < nranks; ++p) fine.ranges[p] = block_range(fine.n + 1, nranks, p);
+
+  // Coarsen while the next level is non-empty, at least min_coarse, and allowed.
+  if (fine.n > opts.min_coarse) {
+    for (int l = 0;; ++l) {
+      const Index cf = opts.cfactor_at(l);
+      const Index nc = levels[l].n / cf;
+      if (!(nc > 0 && nc >= opts.min_coarse && l + 1 < opts.max_levels)) break;
+      levels[l].cf = cf;
+      Level coarse;
+      coarse.n = nc;
+      coarse.fine_stride = levels[l].fine_stride * cf;
+      coarse.t.resize(nc + 1);
+      for (Index j = 0; j <= nc; ++j) coarse.t[j] = levels[l].t[j * cf];
+      coarse.ranges.resize(nranks);
+      for (int p = 0; p < nranks; ++p) coarse.ranges[p] = coarsen(levels[l].ranges[p], cf);
+      levels.push_back(std::move(coarse));
+    }
+  }
+
+  const int nlevels = static_cast<int>(levels.size());
+  Level& coarsest = levels.back();
+  // The coarsest level is solved by stepping from point 0 unless it is only
+  // relaxed (relax_only_cg), in which case it keeps its own cfactor.
+  coarsest.cf = (opts.relax_only_cg && nlevels > 1) ? opts.cfactor_at(nlevels - 1)
+                                                    : coarsest.n + 1;
+  for (int l = 0; l < nlevels; ++l) {
+    Level& L = levels[l];
+    L.nrelax = opts.nrelax_at(l);
+    L.own = L.ranges[rank];
+    set_neighbours(L, rank);
+    const std::size_t nslots = L.own.empty() ? 0 : static_cast<std::size_t>(L.own.hi - L.own.lo + 1);
+    L.u.assign(nslots, nullptr);
+    if (l > 0) {
+      L.v.assign(nslots, nullptr);
+      L.tau.assign(nslots, nullptr);
+    }
+  }
+  return levels;
+}
+
+}  // namespace braid

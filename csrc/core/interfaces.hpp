@@ -1,0 +1,89 @@
+// The two seams between the MGRIT core and the outside world: user vector
+// callbacks (Ops) and inter-rank communication (Comm). The core knows nothing
+// about Python or MPI; the bindings implement both interfaces.
+#pragma once
+
+#include <cstdint>
+
+namespace braid {
+
+using Index = std::int64_t;
+
+// An opaque user vector. The core only stores, passes and frees handles.
+using Vec = void*;
+
+// What a callback is told about the call it serves (XBraid's status objects).
+// The core owns one instance and updates it before each call.
+struct CallInfo {
+  double t = 0.0;        // access: time of the point
+  double t0 = 0.0;       // step: start time
+  double t1 = 0.0;       // step: end time
+  int level = 0;         // grid level of the call
+  Index index = 0;       // time index on that level (of t0 for step, of t for access)
+  Index fine_index = 0;  // the same point's index on the fine grid
+  int iteration = 0;     // current MGRIT iteration
+  int nlevels = 0;       // levels in the hierarchy
+  bool done = false;     // the solve has stopped (final relaxation/access)
+  double tol = 0.0;      // absolute halting tolerance
+  double rnorm = -1.0;   // latest fine residual norm, -1 if none yet
+  int phase = 0;         // see Phase
+};
+
+enum Phase : int {
+  kPhaseInit = 0,
+  kPhaseRelax = 1,     // F/C relaxation and the coarsest solve
+  kPhaseResidual = 2,  // residual and FAS right-hand side evaluation
+  kPhaseFinal = 3,     // final F-relaxation / access after the solve
+};
+
+// User callbacks. After a callback fails, implementations must turn every
+// further call into a cheap no-op (returning null vectors) until the core
+// stops at the next agreement point; the core never inspects vector contents.
+class Ops {
+ public:
+  virtual ~Ops() = default;
+  virtual Vec init(const CallInfo& info) = 0;
+  // Advances u from info.t0 to info.t1; may replace the handle.
+  virtual void step(Vec& u, const CallInfo& info) = 0;
+  virtual Vec clone(Vec u) = 0;
+  // y <- a*x + b*y, in place; x may be y.
+  virtual void sum(double a, Vec x, double b, Vec y) = 0;
+  virtual double norm(Vec u) = 0;
+  virtual void access(Vec u, const CallInfo& info) = 0;
+  virtual void free(Vec u) = 0;
+  // Called at the top of each iteration on every rank (progress output).
+  virtual void progress(int iteration, double rnorm, bool has_rnorm) = 0;
+  // True once a callback on this rank (or a poisoned message) has failed.
+  virtual bool failed() const = 0;
+};
+
+enum class ReduceOp { kSum, kMax };
+
+// Point-to-point transfer of packed vectors and small reductions over the
+// time communicator. Messages between a pair of ranks are matched in order.
+class Comm {
+ public:
+  virtual ~Comm() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Packs u and posts a non-blocking send (u may be freed right after).
+  virtual void send(int dest, int tag, Vec u) = 0;
+  // Blocks until the matching message arrives and returns a new vector.
+  virtual Vec recv(int src, int tag) = 0;
+  // Completes all posted sends.
+  virtual void finish_sends() = 0;
+  virtual void allreduce(double* values, int n, ReduceOp op) = 0;
+};
+
+// Communicator of one rank; never sends.
+class SerialComm final : public Comm {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  void send(int, int, Vec) override {}
+  Vec recv(int, int) override { return nullptr; }
+  void finish_sends() override {}
+  void allreduce(double*, int, ReduceOp) override {}
+};
+
+}  // namespace braid

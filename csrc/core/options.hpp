@@ -1,0 +1,41 @@
+// Solver options as the core sees them: already validated by the Python layer.
+#pragma once
+
+#include <map>
+
+namespace braid {
+
+struct Options {
+  int max_levels = 30;
+  int min_coarse = 2;
+  int cfactor = 2;                    // default coarsening factor
+  std::map<int, int> cfactor_level;   // per-level overrides
+  int nrelax = 1;                     // FC sweeps before restriction (1 = FCF)
+  std::map<int, int> nrelax_level;    // per-level overrides
+  int max_iter = 100;
+  double abs_tol = 1e-9;
+  double rel_tol = 0.0;               // 0 disables the relative test
+  int tnorm = 2;                      // 1, 2, or 0 for the infinity norm
+  bool skip = true;                   // no down-sweep in a cold first iteration
+  bool fmg = false;                   // F-cycles
+  int nfmg = -1;                      // iteration k is an F-cycle iff nfmg != k
+  int fmg_vcycles = 1;                // V-cycles per level inside an F-cycle
+  bool store_all = false;             // keep fine F-points too
+  bool seq_soln = false;              // initial guess = sequential solution
+  bool final_fc_relax = false;        // one more FC sweep before the final F
+  bool relax_only_cg = false;         // coarsest level relaxed, not solved
+  int access_level = 1;               // 0 none, 1 at the end, 2 every iteration
+  bool residual_computation = true;   // false: run max_iter iterations, no norm
+  bool timings = false;               // callback timers (bindings)
+
+  int cfactor_at(int level) const {
+    auto it = cfactor_level.find(level);
+    return it == cfactor_level.end() ? cfactor : it->second;
+  }
+  int nrelax_at(int level) const {
+    auto it = nrelax_level.find(level);
+    return it == nrelax_level.end() ? nrelax : it->second;
+  }
+};
+
+}  // namespace braid

@@ -1,0 +1,79 @@
+// Restriction by injection with FAS right-hand sides (XBraid restrict.c and
+// residual.c); the fine residual norm is measured here on level 0.
+#include "solver.hpp"
+
+namespace braid {
+
+void Solver::restrict_to(int l) {
+  Level& L = levels_[l];
+  Level& C = levels_[l + 1];
+  const bool measure = l == 0 && opts_.residual_computation;
+  std::vector<double> norms(measure ? C.u.size() : 0, 0.0);
+
+  // 1. F-sweep; at each C-point c > 0 the residual
+  //    r_c = tau_c - (u_c - Phi(u_{c-1}))   (tau absent: -(u_c - Phi(u_{c-1})))
+  //    with the bare step Phi, parked in the coarse tau slot of c/cf.
+  f_relax(
+      l, nullptr,
+      [&](Index c, Vec& w) {
+        info_.phase = kPhaseResidual;
+        step_on(L, l, w, c, false);
+        Vec uc = L.u[L.slot(c)];
+        if (L.has_tau) {
+          ops_.sum(1.0, uc, -1.0, w);
+          ops_.sum(1.0, L.tau[L.slot(c)], -1.0, w);
+        } else {
+          ops_.sum(-1.0, uc, 1.0, w);
+        }
+        const Index s = C.slot(c / L.cf);
+        if (measure) norms[s] = ops_.norm(w);
+        set_slot(C.tau, s, w);
+        w = nullptr;
+        info_.phase = kPhaseRelax;
+      },
+      kPhaseRelax);
+  if (l == 0) {
+    rnorm_measured_ = opts_.residual_computation;
+    pending_rnorm_ = measure ? combine_norms(norms) : 0.0;
+  }
+
+  // 2. Inject C-points: v_j = u_{j*cf}; the coarse guess is v at C-points.
+  if (C.own.empty()) { C.has_tau = true; return; }
+  for (Index j = C.own.lo; j <= C.own.hi; ++j) {
+    const Index s = C.slot(j);
+    set_slot(C.v, s, ops_.clone(L.u[L.slot(j * L.cf)]));
+    if (C.is_c(j)) set_slot(C.u, s, ops_.clone(C.v[s]));
+  }
+
+  // 3. tau_j = (v_j - Phi_c(v_{j-1})) + r_{j*cf}, v_{lo-1} from the left.
+  info_.phase = kPhaseResidual;
+  const int tag = msg_tag(l + 1, kMsgInject);
+  if (C.right >= 0) comm_.send(C.right, tag, C.v[C.slot(C.own.hi)]);
+  auto add_coarse_part = [&](Index j, Vec g) {
+    step_on(C, l + 1, g, j, false);
+    const Index s = C.slot(j);
+    ops_.sum(1.0, C.v[s], -1.0, g);
+    ops_.sum(1.0, g, 1.0, C.tau[s]);
+    ops_.free(g);
+  };
+  for (Index j = C.own.hi; j > C.own.lo; --j) add_coarse_part(j, ops_.clone(C.v[C.slot(j - 1)]));
+  if (C.left >= 0) add_coarse_part(C.own.lo, comm_.recv(C.left, tag));
+  C.has_tau = true;
+  info_.phase = kPhaseRelax;
+}
+
+// Skipped first down-sweep: fine C-values injected level by level, no tau.
+void Solver::inject_all() {
+  for (int l = 0; l + 1 < nlevels(); ++l) {
+    Level& L = levels_[l];
+    Level& C = levels_[l + 1];
+    C.has_tau = false;
+    for (Index j = C.own.lo; j <= C.own.hi; ++j) {
+      const Index s = C.slot(j);
+      set_slot(C.v, s, ops_.clone(L.u[L.slot(j * L.cf)]));
+      if (C.is_c(j)) set_slot(C.u, s, ops_.clone(C.v[s]));
+    }
+  }
+}
+
+}  // namespace braid

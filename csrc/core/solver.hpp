@@ -1,0 +1,120 @@
+// The MGRIT solver: FAS V/F-cycles over a time-grid hierarchy, following
+// XBraid's algorithm (docs/conventions.md). One file per phase implements it:
+// relax.cpp, restrict.cpp, interp.cpp, norm.cpp, drive.cpp.
+#pragma once
+
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "grid.hpp"
+#include "interfaces.hpp"
+#include "options.hpp"
+
+namespace braid {
+
+// Thrown on every rank once the ranks have agreed that a callback failed.
+struct CallbackFailure : std::runtime_error {
+  CallbackFailure() : std::runtime_error("a user callback failed") {}
+};
+
+// Thrown on every rank when the residual norm is not finite.
+struct Divergence : std::runtime_error {
+  Divergence(int iteration, int level, double value)
+      : std::runtime_error("non-finite residual norm"),
+        iteration(iteration), level(level), value(value) {}
+  int iteration, level;
+  double value;
+};
+
+class Solver {
+ public:
+  Solver(Ops& ops, Comm& comm, Options opts, std::vector<double> fine_times);
+  ~Solver();
+  Solver(const Solver&) = delete;
+  Solver& operator=(const Solver&) = delete;
+
+  // Runs MGRIT until the halting test fires. A second call warm-starts from
+  // the previous solution unless reset_guess() was called.
+  void solve();
+
+  // Next solve starts from init() again.
+  void reset_guess();
+  // Frees every stored vector (after a failed solve); next solve is cold.
+  void discard();
+  // Replaces the value at t_0 (takes ownership of u; collective-free).
+  void set_initial_condition(Vec u);
+
+  int nlevels() const { return static_cast<int>(levels_.size()); }
+  int iterations() const { return iterations_; }
+  // (iteration k, ||r_k||) for every iteration whose norm was computed.
+  const std::vector<std::pair<int, double>>& residuals() const { return rnorms_; }
+  const Level& level(int l) const { return levels_.at(l); }
+  const Options& options() const { return opts_; }
+  Index ntime() const { return levels_[0].n; }
+  const std::vector<double>& fine_times() const { return levels_[0].t; }
+  Range owned() const { return levels_[0].own; }
+
+  // New vector holding the fine solution at owned point i (recomputed from its
+  // C-point when F-points are not stored). Null if not owned.
+  Vec solution(Index i);
+  // Borrowed handle of the value at the final time (owner rank only).
+  Vec final_value() const { return final_; }
+  bool solved() const { return solved_; }
+
+  CallInfo& info() { return info_; }
+
+ private:
+  using PointHook = std::function<void(Index, Vec&)>;  // after each F-point
+  using EndHook = std::function<void(Index, Vec&)>;   // u at c-1, c = next C-point
+
+  // relax.cpp
+  void step_on(Level& L, int l, Vec& u, Index i, bool with_tau);  // u: t_{i-1} -> t_i
+  void f_relax(int l, const PointHook& on_point, const EndHook& on_end, int phase);
+  void fc_relax(int l);
+  void relax(int l);
+  // restrict.cpp
+  void restrict_to(int l);  // level l -> l+1, computes ||r|| on level 0
+  void inject_all();        // skipped first down-sweep
+  // interp.cpp
+  void interp_from(int l);  // level l -> l-1
+  void clean(int l);
+  // norm.cpp
+  double combine_norms(const std::vector<double>& local_from_right);
+  // drive.cpp
+  void init_guess();
+  void down(int l);
+  void up(int l);
+  void cycle(bool skip_down, bool fcycle);
+  bool top(int k);
+  void final_relax();  // final F-sweep in time order: access, storage, final value
+  void agree();  // collective: stops every rank if any callback failed
+
+  void set_slot(std::vector<Vec>& slots, Index s, Vec u);
+  void free_level(int l);
+
+  Ops& ops_;
+  Comm& comm_;
+  Options opts_;
+  std::vector<Level> levels_;
+  CallInfo info_;
+  std::vector<std::pair<int, double>> rnorms_;
+  double pending_rnorm_ = -1.0;  // this rank's part of ||r_k||, or -1 if none
+  bool rnorm_measured_ = false;
+  bool cold_ = true;              // this solve started from init()
+  double rnorm0_ = -1.0;         // reference for the relative tolerance
+  int iterations_ = 0;
+  bool have_guess_ = false;      // level 0 C-points hold a previous solution
+  bool solved_ = false;
+  Vec left_boundary_ = nullptr;  // fine u at own.lo-1 after the final F-sweep
+  Vec final_ = nullptr;          // fine u at t_n (owner only)
+  Vec new_u0_ = nullptr;         // pending initial condition
+};
+
+// Message tags: one per (level, kind) so that mismatches cannot go unnoticed.
+inline int msg_tag(int level, int kind) { return 2 * (level * 4 + kind) + 2; }
+enum MsgKind : int { kMsgRelax = 0, kMsgInject = 1 };
+
+}  // namespace braid
