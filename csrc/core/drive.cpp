@@ -162,9 +162,9 @@ void Solver::solve() {
   init_guess();
   agree();
   const int L = nlevels();
-  if (L == 1 && opts_.max_levels > 1) {
-    // XBraid: a single level that could have been more is solved by stepping
-    // in one iteration whose residual is set to 0.
+  if (L == 1 && (opts_.max_levels > 1 || opts_.relax_only_cg)) {
+    // XBraid: a single level that could have been more (or is "relaxed only")
+    // is solved by stepping in one iteration whose residual is set to 0.
     iterations_ = 1;
     rnorms_.emplace_back(0, 0.0);
     info_.rnorm = 0.0;
