@@ -182,17 +182,18 @@ class Core:
             return None if mine is None else self.app.clone(mine)
         comm = self._tcomm.comm
         root = comm.allreduce(self.rank if mine is not None else -1, op=self._tcomm.MPI.MAX)
-        payload = None
+        payload = error = None
         if self.rank == root:
             try:
                 payload = ("ok", bytes(memoryview(self.app.bufpack(mine)).cast("B")))
             except Exception as exc:  # noqa: BLE001 - re-raised below on this rank
-                payload = ("failed", exc)
+                error = exc
+                payload = ("failed", f"bufpack raised {type(exc).__name__}: {exc}")
         got = comm.bcast(payload if self.rank == root else None, root=root)
         if got[0] == "failed":
             if self.rank == root:
-                raise got[1]
-            raise BraidError(f"bufpack failed on rank {root} while sharing the final value")
+                raise error
+            raise BraidError(f"rank {root}: {got[1]} (while sharing the final value)")
         if self.rank == root:
             return self.app.clone(mine)
         return self.app.bufunpack(bytearray(got[1]))

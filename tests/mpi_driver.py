@@ -1,0 +1,52 @@
+"""Runs case tables under mpiexec and writes one JSON file (rank 0).
+
+    mpiexec -n P python tests/mpi_driver.py histories OUT.json
+    mpiexec -n P python tests/mpi_driver.py errors OUT.json
+"""
+
+import json
+import sys
+import traceback
+from pathlib import Path
+
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
+
+from mpi4py import MPI  # noqa: E402
+
+COMM = MPI.COMM_WORLD
+
+
+def run_histories():
+    from mpi_cases import HISTORY_CASES
+
+    return {name: case(COMM) for name, case in HISTORY_CASES.items()}
+
+
+def run_errors():
+    from mpi_error_cases import ERROR_CASES
+
+    out = {}
+    for name, case in ERROR_CASES.items():
+        try:
+            case(COMM)
+            outcome = ("ok", "")
+        except BaseException as exc:  # noqa: BLE001 - we report every outcome
+            outcome = (type(exc).__name__, str(exc))
+        out[name] = COMM.gather(outcome)
+    return out
+
+
+def main():
+    suite, path = sys.argv[1], sys.argv[2]
+    try:
+        result = {"histories": run_histories, "errors": run_errors}[suite]()
+    except BaseException:
+        traceback.print_exc()
+        sys.stdout.flush()
+        COMM.Abort(3)
+    if COMM.rank == 0:
+        Path(path).write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

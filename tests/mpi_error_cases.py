@@ -1,0 +1,80 @@
+"""Failures injected on one rank of a parallel solve (see test_mpi.py)."""
+
+import numpy as np
+from apps import Decay
+
+import braidpy
+
+FAIL_RANK = 2  # a middle rank of 4 (rank 1 when only 2 ranks run)
+
+
+class Boom(ValueError):
+    pass
+
+
+def _fail_rank(comm):
+    return min(FAIL_RANK, comm.size - 1) if comm.size > 2 else comm.size - 1
+
+
+class Failing(Decay):
+    """Raises Boom in `where` on the failing rank once `cond(status)` holds."""
+
+    def __init__(self, comm, where, cond=lambda s: True):
+        super().__init__()
+        self.mine = comm.rank == _fail_rank(comm)
+        self.where, self.cond = where, cond
+
+    def _maybe(self, name, status=None):
+        if self.mine and name == self.where and (status is None or self.cond(status)):
+            raise Boom(f"{name} failed on purpose on rank {self.rank_name}")
+
+    @property
+    def rank_name(self):
+        return "the failing rank"
+
+    def init(self, t):
+        self._maybe("init")
+        return super().init(t)
+
+    def step(self, u, t0, t1, status):
+        self._maybe("step", status)
+        if self.mine and self.where == "nan" and self.cond(status):
+            u[:] = np.nan
+            return
+        super().step(u, t0, t1, status)
+
+    def clone(self, u):
+        self._maybe("clone")
+        return super().clone(u)
+
+    def access(self, u, status):
+        self._maybe("access", status)
+
+    def bufpack(self, u):
+        self._maybe("bufpack")
+        return super().bufpack(u)
+
+    def bufunpack(self, buf):
+        self._maybe("bufunpack")
+        return super().bufunpack(buf)
+
+
+def _run(comm, where, cond=lambda s: True, **opts):
+    options = dict(cfactor=2, abs_tol=1e-13, max_iter=30)
+    options.update(opts)
+    braidpy.solve(Failing(comm, where, cond), 0.0, 4.0, 128, comm=comm, **options)
+
+
+ERROR_CASES = {
+    "step_fine_iteration1": lambda c: _run(c, "step", lambda s: s.level == 0 and s.iteration == 1),
+    "step_coarse_level": lambda c: _run(c, "step", lambda s: s.level == 2 and s.iteration == 2),
+    "step_final_sweep": lambda c: _run(c, "step", lambda s: s.done),
+    "init": lambda c: _run(c, "init"),
+    "clone": lambda c: _run(c, "clone"),
+    "access": lambda c: _run(c, "access", lambda s: s.index % 2 == 1),
+    "bufpack": lambda c: _run(c, "bufpack"),
+    "bufunpack": lambda c: _run(c, "bufunpack"),
+    "nan_residual": lambda c: _run(c, "nan", lambda s: s.level == 0 and s.iteration == 2),
+    "healthy_after_failures": lambda c: braidpy.solve(Decay(), 0.0, 4.0, 128, comm=c,
+                                                      cfactor=2, abs_tol=1e-13),
+}

@@ -1,0 +1,74 @@
+"""Parallel runs (mpiexec -n 1, 2, 3, 4) against the serial in-process results."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mpi_cases import HISTORY_CASES
+
+HERE = Path(__file__).resolve().parent
+MPIEXEC = shutil.which("mpiexec")
+pytestmark = pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not found (pip install mpich)")
+TIMEOUT = 300  # a hang fails the test instead of blocking the suite
+
+
+def run_driver(nranks, suite, tmp_path):
+    out = tmp_path / f"{suite}-{nranks}.json"
+    env = dict(os.environ, PYTHONWARNINGS="error", OMP_NUM_THREADS="1")
+    cmd = [MPIEXEC, "-n", str(nranks), sys.executable, str(HERE / "mpi_driver.py"), suite,
+           str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=env)
+    assert proc.returncode == 0, f"{cmd} failed:\n{proc.stdout}\n{proc.stderr}"
+    return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def serial():
+    return {name: case(None) for name, case in HISTORY_CASES.items()}
+
+
+def assert_same(par, ser, where):
+    if isinstance(ser, dict) and "iterations" not in ser:
+        for key in ser:
+            assert_same(par[key], ser[key], f"{where}/{key}")
+        return
+    assert par["levels"] == ser["levels"], where
+    assert par["iterations"] == ser["iterations"], where
+    assert par["residual_iterations"] == ser["residual_iterations"], where
+    np.testing.assert_allclose(par["residuals"], ser["residuals"], rtol=1e-12, atol=0,
+                               err_msg=where)
+    # Values do not depend on the rank count at all: bitwise equal.
+    assert par["values"] == ser["values"], where
+    assert par["final"] == ser["final"], where
+
+
+@pytest.mark.parametrize("nranks", [1, 2, 3, 4])
+def test_histories_and_solutions_independent_of_rank_count(nranks, serial, tmp_path):
+    par = run_driver(nranks, "histories", tmp_path)
+    assert set(par) == set(serial)
+    for name in serial:
+        assert_same(par[name], serial[name], f"{name} with {nranks} ranks")
+
+
+@pytest.mark.parametrize("nranks", [2, 4])
+def test_error_contract_under_mpi(nranks, tmp_path):
+    res = run_driver(nranks, "errors", tmp_path)
+    fail_rank = 2 if nranks == 4 else 1
+    for name, outcomes in res.items():
+        kinds = [kind for kind, _ in outcomes]
+        if name == "healthy_after_failures":
+            assert kinds == ["ok"] * nranks, outcomes
+        elif name == "nan_residual":
+            assert kinds == ["DivergenceError"] * nranks, (name, outcomes)
+            assert len({msg for _, msg in outcomes}) == 1
+        else:
+            assert kinds[fail_rank] == "Boom", (name, outcomes)
+            for rank, (kind, msg) in enumerate(outcomes):
+                if rank != fail_rank:
+                    assert kind == "BraidError", (name, rank, outcomes)
+                    assert f"rank {fail_rank}" in msg and "Boom" in msg, msg
