@@ -88,7 +88,9 @@ def _to_host(u) -> np.ndarray:
 
 def array_pack(u) -> bytes:
     """dtype, shape and data in one contiguous buffer."""
-    host = np.ascontiguousarray(_to_host(u))
+    host = _to_host(u)
+    if not host.flags.c_contiguous:  # (np.ascontiguousarray would turn 0-d into 1-d)
+        host = host.copy(order="C")
     head = f"{host.dtype.str};{','.join(map(str, host.shape))}".encode("ascii")
     return _HEADER.pack(len(head)) + head + host.tobytes()
 

@@ -91,7 +91,7 @@ class Core:
     >>> core = braidpy.Core(Decay(), 0.0, 1.0, 64, cfactor=4, abs_tol=1e-10)
     >>> result = core.solve()
     >>> result.levels, result.iterations
-    (3, 5)
+    (3, 6)
     >>> bool(abs(result.final[0] - (1 + 1/64) ** -64) < 1e-12)
     True
     """

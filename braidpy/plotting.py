@@ -240,7 +240,7 @@ def plot_solution_1d(
     colors = [f"C{n % 10}" for n in range(rows.size)]
     for row, color in zip(rows, colors):
         ax_cut.plot(x, U[row], color=color, label=f"t = {times[row]:.4g}")
-        ax_img.axhline(times[row], color=color, linewidth=0.8, linestyle=":")
+        ax_img.axhline(times[row], color=color, linewidth=1.2, linestyle="--")
     ax_cut.set_xlabel("$x$")
     ax_cut.set_ylabel("$u$")
     ax_cut.set_title("snapshots")

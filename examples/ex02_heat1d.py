@@ -195,8 +195,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--nspace", type=int, default=513, help="grid points in x, boundaries included")
     p.add_argument("--ntime", type=int, default=1024, help="number of fine time steps")
-    p.add_argument("--tstop", type=float, default=2 * math.pi,
-                   help="final time T (tstart is 0); the default is one period of cos(t)")
+    p.add_argument("--tstop", type=float, default=math.pi,
+                   help="final time T (tstart is 0); by T = pi the solution turns from sin(x) "
+                        "to -sin(x)")
     p.add_argument("--max-levels", type=int, default=30, help="most MGRIT levels")
     p.add_argument("--cfactor", type=int, default=4, help="coarsening factor")
     p.add_argument("--nrelax", type=int, default=1, help="0 = F-relaxation, 1 = FCF, ...")
