@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from numbers import Real
-from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
@@ -23,7 +24,7 @@ __all__ = ["plot_residuals", "plot_solution_1d"]
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-def _new_figure(width: float, height: float) -> "Figure":
+def _new_figure(width: float, height: float) -> Figure:
     """A figure on its own Agg canvas (never a pyplot window)."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -42,7 +43,7 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (Real, np.number)) and not isinstance(v, bool)
 
 
-def _one_history(item: Any, position: int) -> Tuple[np.ndarray, np.ndarray]:
+def _one_history(item: Any, position: int) -> tuple[np.ndarray, np.ndarray]:
     """(iterations, norms) of a Result-like object or a plain sequence of norms."""
     if hasattr(item, "residuals"):
         norms = np.asarray(item.residuals, dtype=float)
@@ -59,7 +60,7 @@ def _one_history(item: Any, position: int) -> Tuple[np.ndarray, np.ndarray]:
     return its, norms
 
 
-def _histories(results_or_histories: Any) -> List[Tuple[np.ndarray, np.ndarray]]:
+def _histories(results_or_histories: Any) -> list[tuple[np.ndarray, np.ndarray]]:
     """Normalise the accepted inputs to a list of (iterations, norms)."""
     obj = results_or_histories
     if hasattr(obj, "residuals"):
@@ -76,11 +77,11 @@ def _histories(results_or_histories: Any) -> List[Tuple[np.ndarray, np.ndarray]]
 def plot_residuals(
     results_or_histories: Any,
     path: PathLike,
-    labels: Optional[Sequence[str]] = None,
-    title: Optional[str] = None,
+    labels: Sequence[str] | None = None,
+    title: str | None = None,
     *,
-    tol: Optional[float] = None,
-) -> "Figure":
+    tol: float | None = None,
+) -> Figure:
     """Plot residual norm against iteration (log scale) for one or several solves.
 
     Parameters
@@ -165,10 +166,10 @@ def plot_solution_1d(
     times: Any,
     U: Any,
     path: PathLike,
-    title: Optional[str] = None,
+    title: str | None = None,
     *,
     nsnapshots: int = 5,
-) -> "Figure":
+) -> Figure:
     """Plot a 1D-in-space solution as a space-time image beside a few time snapshots.
 
     Parameters

@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 import braidpy
 
-__all__ = ["ScalarODE", "sequential_solution", "time_communicator", "main"]
+__all__ = ["ScalarODE", "main", "sequential_solution", "time_communicator"]
 
 
 class ScalarODE(braidpy.App):
@@ -91,7 +92,7 @@ def sequential_solution(app: braidpy.App, times: Sequence[float]) -> Any:
     return u
 
 
-def time_communicator() -> Optional[Any]:
+def time_communicator() -> Any | None:
     """``MPI.COMM_WORLD`` when launched under MPI with several ranks, else None (serial).
 
     A serial run works without mpi4py installed.
@@ -104,7 +105,7 @@ def time_communicator() -> Optional[Any]:
     return comm if comm.Get_size() > 1 else None
 
 
-def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The command line of this example."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -123,7 +124,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> braidpy.Result:
+def main(argv: Sequence[str] | None = None) -> braidpy.Result:
     """Run the example; returns the :class:`braidpy.Result` (on every rank)."""
     args = parse_args(argv)
     comm = time_communicator()

@@ -31,7 +31,8 @@ from __future__ import annotations
 import argparse
 import math
 import time
-from typing import Any, Dict, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -39,7 +40,7 @@ import scipy.sparse.linalg as spla
 
 import braidpy
 
-__all__ = ["Heat1D", "exact_solution", "sequential_solution", "time_communicator", "main"]
+__all__ = ["Heat1D", "exact_solution", "main", "sequential_solution", "time_communicator"]
 
 
 def exact_solution(x: np.ndarray, t: float) -> np.ndarray:
@@ -94,7 +95,7 @@ class Heat1D(braidpy.App):
         self.A = sp.diags([off_diag, main_diag, off_diag], [-1, 0, 1], format="csc")
         self._identity = sp.identity(n, format="csc")
         self._sin_x = np.sin(self.x[1:-1])
-        self.factorizations: Dict[float, Any] = {}
+        self.factorizations: dict[float, Any] = {}
 
     # --- the braidpy contract -------------------------------------------------------------
 
@@ -160,7 +161,7 @@ def sequential_solution(app: Heat1D, times: Sequence[float]) -> np.ndarray:
     return U
 
 
-def time_communicator() -> Optional[Any]:
+def time_communicator() -> Any | None:
     """``MPI.COMM_WORLD`` when launched under MPI with several ranks, else None (serial).
 
     A serial run works without mpi4py installed.
@@ -173,7 +174,7 @@ def time_communicator() -> Optional[Any]:
     return comm if comm.Get_size() > 1 else None
 
 
-def gather_solution(app: Heat1D, r: braidpy.Result, comm: Optional[Any]) -> Optional[np.ndarray]:
+def gather_solution(app: Heat1D, r: braidpy.Result, comm: Any | None) -> np.ndarray | None:
     """The whole space-time solution on rank 0 (None elsewhere), one row per fine time.
 
     Each rank holds the fine time points ``r.owned``; they are collected with
@@ -189,7 +190,7 @@ def gather_solution(app: Heat1D, r: braidpy.Result, comm: Optional[Any]) -> Opti
     return U
 
 
-def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The command line of this example."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -214,7 +215,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> braidpy.Result:
+def main(argv: Sequence[str] | None = None) -> braidpy.Result:
     """Run the example; returns the :class:`braidpy.Result` (on every rank)."""
     args = parse_args(argv)
     comm = time_communicator()

@@ -1,0 +1,72 @@
+"""Benchmark problems shared by the braidpy and PyMGRIT apps (NumPy and SciPy only).
+
+This module is imported both by braidpy's environment and by the PyMGRIT
+virtualenv, so it must not import braidpy or pymgrit.
+
+Dahlquist: u' = lambda u with lambda = -1, u(0) = 1, backward Euler
+    u_{i+1} = u_i / (1 + dt), on [DAHLQUIST_TSTART, DAHLQUIST_TSTOP].
+Heat 1D: u_t = a u_xx on (0, 1), u = 0 at both ends, nx interior points,
+    second-order finite differences, implicit Euler (I - dt A) u_{i+1} = u_i,
+    one sparse LU factorization (scipy.sparse.linalg.splu) per distinct dt.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.linalg import splu
+
+__all__ = [
+    "DAHLQUIST_TSTART", "DAHLQUIST_TSTOP", "HEAT_TSTART", "HEAT_TSTOP", "HEAT_DIFFUSIVITY",
+    "HeatOperator", "count_levels",
+]
+
+DAHLQUIST_TSTART, DAHLQUIST_TSTOP = 0.0, 5.0
+HEAT_TSTART, HEAT_TSTOP = 0.0, 2.0
+HEAT_DIFFUSIVITY = 0.1
+
+
+class HeatOperator:
+    """Implicit Euler for the 1D heat equation with a cache of LU factors per dt.
+
+    Parameters
+    ----------
+    nx : int
+        Interior grid points of (0, 1).
+    dt_fine : float
+        Fine time step; cache keys are dt as a multiple of it (1, cf, cf^2, ...),
+        so rounding differences between t1 - t0 of equal steps never miss.
+    diffusivity : float
+        The coefficient a.
+    """
+
+    def __init__(self, nx: int, dt_fine: float, diffusivity: float = HEAT_DIFFUSIVITY):
+        h = 1.0 / (nx + 1)
+        self.nx = nx
+        self.x = np.linspace(h, 1.0 - h, nx)
+        self.dt_fine = dt_fine
+        self.laplacian = (diffusivity / h**2) * sp.diags(
+            [1.0, -2.0, 1.0], [-1, 0, 1], shape=(nx, nx), format="csc")
+        self.identity = sp.identity(nx, format="csc")
+        self._factors: dict = {}
+
+    def initial(self) -> np.ndarray:
+        """u(0): a smooth mode plus an oscillatory one."""
+        return np.sin(np.pi * self.x) + 0.5 * np.sin(24.0 * np.pi * self.x)
+
+    def solve(self, u: np.ndarray, dt: float) -> np.ndarray:
+        """A new array (I - dt A)^{-1} u."""
+        key = round(dt / self.dt_fine)
+        lu = self._factors.get(key)
+        if lu is None:
+            lu = self._factors[key] = splu((self.identity - dt * self.laplacian).tocsc())
+        return lu.solve(u)
+
+
+def count_levels(nsteps: int, cfactor: int, max_levels: int, min_coarse: int = 2) -> int:
+    """Levels braidpy (XBraid's rule) builds: coarsen while n // cf >= min_coarse."""
+    levels, n = 1, nsteps
+    while levels < max_levels and n > min_coarse and n // cfactor >= min_coarse:
+        n //= cfactor
+        levels += 1
+    return levels
