@@ -38,6 +38,7 @@ class TimeComm:
 
     def post(self, dest: int, tag: int, buf) -> None:
         MPI = self.MPI
+        data: object
         if buf is None:
             data, tag = b"", tag + 1
         else:

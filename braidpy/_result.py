@@ -31,9 +31,11 @@ class Result:
         Fine time indices whose values this rank holds.
     final : vector
         The solution at t_N, on every rank.
-    counts, timings : dict
-        Callback counts of this solve; seconds spent in callbacks and
-        communication (when ``timings=True``).
+    counts : dict
+        Callback calls of this solve, by callback name.
+    timings : dict
+        ``total`` wall seconds of the solve; with ``timings=True`` also the
+        seconds spent inside each callback and in communication.
     """
 
     def __init__(self, core, solver, final, wall_time: float):
@@ -43,14 +45,17 @@ class Result:
         self.iterations: int = solver.iterations
         self.residuals: List[float] = [r for _, r in hist]
         self.residual_iterations: List[int] = [k for k, _ in hist]
-        self.level_info: List[Dict[str, int]] = solver.levels()
+        self.level_info: List[Dict[str, Any]] = solver.levels()
         self.levels: int = len(self.level_info)
+        coarsest = self.level_info[-1]
+        if coarsest["cfactor"] > coarsest["n"]:  # solved by stepping: no C/F split
+            coarsest["cfactor"] = None
         self.times: np.ndarray = solver.times()
         lo, hi = solver.owned
         self.owned = range(lo, hi + 1)
         self.final: Any = final
         self.counts: Dict[str, int] = solver.counts()
-        self.timings: Dict[str, float] = solver.timings()
+        self.timings: Dict[str, float] = solver.timings() if core.options.timings else {}
         self.timings["total"] = wall_time
 
     def index_of(self, t: float) -> int:
@@ -68,7 +73,7 @@ class Result:
         """
         if (t is None) == (index is None):
             raise TypeError("give exactly one of t or index")
-        i = self.index_of(t) if index is None else int(index)
+        i = int(index) if index is not None else self.index_of(float(t))  # type: ignore[arg-type]
         if not 0 <= i < len(self.times):
             raise IndexError(f"index {i} outside the grid 0..{len(self.times) - 1}")
         if i not in self.owned:

@@ -15,6 +15,7 @@ from numbers import Real
 from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers only
     from matplotlib.figure import Figure
@@ -139,6 +140,8 @@ def plot_residuals(
         if len(labels) != len(hist):
             raise ValueError(f"got {len(labels)} labels for {len(hist)} residual histories")
     fig = _new_figure(6.4, 4.4)
+    from matplotlib.ticker import MaxNLocator
+
     ax = fig.add_subplot()
     markers = "osD^v<>ph*"
     for n, (its, norms) in enumerate(hist):
@@ -152,7 +155,7 @@ def plot_residuals(
     ax.set_xlabel("iteration $k$")
     ax.set_ylabel(r"residual norm $\|r_k\|$")
     ax.grid(True, which="major", alpha=0.4)
-    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     if title:
         ax.set_title(title)
     if ax.get_legend_handles_labels()[0]:
@@ -162,9 +165,9 @@ def plot_residuals(
 
 
 def plot_solution_1d(
-    x: Any,
-    times: Any,
-    U: Any,
+    x: ArrayLike,
+    times: ArrayLike,
+    U: ArrayLike,
     path: PathLike,
     title: str | None = None,
     *,
@@ -213,40 +216,40 @@ def plot_solution_1d(
     >>> os.path.getsize(path) > 0
     True
     """
-    x = np.asarray(x, dtype=float)
-    times = np.asarray(times, dtype=float)
-    U = np.asarray(U)
-    if x.ndim != 1 or times.ndim != 1:
-        raise ValueError(f"x and times must be 1-D, got shapes {x.shape} and {times.shape}")
-    if U.shape != (times.size, x.size):
-        raise ValueError(f"U must have shape (len(times), len(x)) = {(times.size, x.size)}, "
-                         f"got {U.shape}")
+    xs = np.asarray(x, dtype=float)
+    ts = np.asarray(times, dtype=float)
+    values = np.asarray(U)
+    if xs.ndim != 1 or ts.ndim != 1:
+        raise ValueError(f"x and times must be 1-D, got shapes {xs.shape} and {ts.shape}")
+    if values.shape != (ts.size, xs.size):
+        raise ValueError(f"U must have shape (len(times), len(x)) = {(ts.size, xs.size)}, "
+                         f"got {values.shape}")
     if isinstance(nsnapshots, bool) or not isinstance(nsnapshots, (int, np.integer)) \
             or nsnapshots < 1:
         raise ValueError(f"nsnapshots must be an int >= 1, got {nsnapshots!r}")
-    if np.iscomplexobj(U):
-        U = np.abs(U)
-    U = U.astype(float, copy=False)
+    if np.iscomplexobj(values):
+        values = np.abs(values)
+    values = values.astype(float, copy=False)
 
-    fig = _new_figure(11.0, 4.4)
+    fig = _new_figure(12.0, 4.4)
     ax_img, ax_cut = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.15, 1.0]})
-    image = ax_img.pcolormesh(x, times, U, shading="nearest", cmap="viridis", rasterized=True)
+    image = ax_img.pcolormesh(xs, ts, values, shading="nearest", cmap="viridis", rasterized=True)
     fig.colorbar(image, ax=ax_img, label="$u$")
     ax_img.set_xlabel("$x$")
     ax_img.set_ylabel("$t$")
     ax_img.set_title("space-time solution")
 
-    count = min(nsnapshots, times.size)
-    rows = np.unique(np.round(np.linspace(0, times.size - 1, count)).astype(int))
+    count = min(nsnapshots, ts.size)
+    rows = np.unique(np.round(np.linspace(0, ts.size - 1, count)).astype(int))
     colors = [f"C{n % 10}" for n in range(rows.size)]
     for row, color in zip(rows, colors):
-        ax_cut.plot(x, U[row], color=color, label=f"t = {times[row]:.4g}")
-        ax_img.axhline(times[row], color=color, linewidth=1.2, linestyle="--")
+        ax_cut.plot(xs, values[row], color=color, label=f"t = {ts[row]:.4g}")
+        ax_img.axhline(ts[row], color=color, linewidth=1.2, linestyle="--")
     ax_cut.set_xlabel("$x$")
     ax_cut.set_ylabel("$u$")
     ax_cut.set_title("snapshots")
     ax_cut.grid(True, alpha=0.4)
-    ax_cut.legend(fontsize="small")
+    ax_cut.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     if title:
         fig.suptitle(title)
     fig.savefig(path, dpi=120)

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 import braidpy
 
@@ -76,16 +77,16 @@ class ScalarODE(braidpy.App):
         u /= denominator
 
 
-def sequential_solution(app: braidpy.App, times: Sequence[float]) -> Any:
+def sequential_solution(app: braidpy.App, times: ArrayLike) -> Any:
     """Step the app through ``times`` one step after another; the value at the last time.
 
     This is what MGRIT converges to (it solves the same all-at-once system),
     so it is the reference for the MGRIT error.
     """
-    times = np.asarray(times, dtype=float)
-    app.tstart, app.tstop, app.ntime = float(times[0]), float(times[-1]), times.size - 1
+    grid = np.asarray(times, dtype=float)
+    app.tstart, app.tstop, app.ntime = float(grid[0]), float(grid[-1]), grid.size - 1
     u = app.init(app.tstart)
-    for t0, t1 in zip(times[:-1].tolist(), times[1:].tolist()):
+    for t0, t1 in zip(grid[:-1].tolist(), grid[1:].tolist()):
         out = app.step(u, t0, t1, None)
         if out is not None:
             u = out

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
+from numpy.typing import ArrayLike
 
 import braidpy
 
@@ -144,18 +145,18 @@ class Heat1D(braidpy.App):
         return key, lu
 
 
-def sequential_solution(app: Heat1D, times: Sequence[float]) -> np.ndarray:
+def sequential_solution(app: Heat1D, times: ArrayLike) -> np.ndarray:
     """Step the app through ``times`` one step after another; all states, one row per time.
 
     This is what MGRIT converges to (the same all-at-once system), so it is the
     reference for the MGRIT error. Rows hold all ``nspace`` points.
     """
-    times = np.asarray(times, dtype=float)
-    app.tstart, app.tstop, app.ntime = float(times[0]), float(times[-1]), times.size - 1
-    U = np.empty((times.size, app.nspace))
+    grid = np.asarray(times, dtype=float)
+    app.tstart, app.tstop, app.ntime = float(grid[0]), float(grid[-1]), grid.size - 1
+    U = np.empty((grid.size, app.nspace))
     u = app.init(app.tstart)
     U[0] = app.with_boundary(u)
-    for i, (t0, t1) in enumerate(zip(times[:-1].tolist(), times[1:].tolist()), start=1):
+    for i, (t0, t1) in enumerate(zip(grid[:-1].tolist(), grid[1:].tolist()), start=1):
         app.step(u, t0, t1, None)
         U[i] = app.with_boundary(u)
     return U
@@ -219,7 +220,7 @@ def main(argv: Sequence[str] | None = None) -> braidpy.Result:
     """Run the example; returns the :class:`braidpy.Result` (on every rank)."""
     args = parse_args(argv)
     comm = time_communicator()
-    rank, size = (0, 1) if comm is None else (comm.Get_rank(), comm.Get_size())
+    size = 1 if comm is None else comm.Get_size()
 
     app = Heat1D(nspace=args.nspace)
     tstart, tstop = 0.0, args.tstop
@@ -228,7 +229,7 @@ def main(argv: Sequence[str] | None = None) -> braidpy.Result:
                       fmg=args.fmg, abs_tol=args.tol, max_iter=args.max_iter,
                       print_level=args.print_level)
     U = gather_solution(app, r, comm)
-    if rank != 0:
+    if U is None:  # not rank 0
         return r
 
     clock = time.perf_counter()
