@@ -62,4 +62,4 @@ class App:
         return _arrays.array_pack(u)
 
     def bufunpack(self, buf: Any) -> Any:
-        return _arrays.array_unpack(buf, getattr(self, "_braidpy_like", None))
+        return _arrays.array_unpack(buf)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import math
 import struct
 
@@ -13,13 +14,20 @@ _HEADER = struct.Struct("<H")
 
 
 def is_array(u) -> bool:
-    """True for NumPy arrays and arrays exposing the array API or DLPack."""
+    """True for (mutable) NumPy arrays and arrays exposing the array API or DLPack."""
+    if isinstance(u, np.generic):  # NumPy scalars cannot be updated in place
+        return False
     return isinstance(u, np.ndarray) or hasattr(u, "__array_namespace__") or hasattr(
         u, "__dlpack__"
     )
 
 
 def _check(u, what: str):
+    if isinstance(u, np.generic):
+        raise TypeError(
+            f"{what}: got the NumPy scalar {u!r}, which cannot be updated in place; "
+            f"use a 1-element array (np.array([value])) as the state"
+        )
     if not is_array(u):
         raise TypeError(
             f"{what}: the default vector operations need an array (NumPy, CuPy, or any array "
@@ -32,7 +40,10 @@ def array_clone(u):
     if isinstance(u, np.ndarray):
         return u.copy()
     _check(u, "clone")
-    return u.copy() if hasattr(u, "copy") else u.__array_namespace__().asarray(u, copy=True)
+    for name in ("copy", "clone"):  # CuPy/NumPy-likes; torch-like tensors
+        if hasattr(u, name):
+            return getattr(u, name)()
+    return u.__array_namespace__().asarray(u, copy=True)
 
 
 def array_sum(a: float, x, b: float, y) -> None:
@@ -40,6 +51,8 @@ def array_sum(a: float, x, b: float, y) -> None:
     if not isinstance(y, np.ndarray):
         _check(y, "sum")
     if b == 1.0:
+        if a == 0.0:
+            return
         if a == 1.0:
             y += x
         elif a == -1.0:
@@ -74,8 +87,10 @@ def array_norm(u) -> float:
         flat = u.reshape(-1)
         return math.sqrt(float(np.vdot(flat, flat).real))
     _check(u, "norm")
-    xp = u.__array_namespace__()
-    return math.sqrt(float(xp.sum(xp.abs(u) ** 2)))
+    if hasattr(u, "__array_namespace__"):
+        xp = u.__array_namespace__()
+        return math.sqrt(float(xp.sum(xp.abs(u) ** 2)))
+    return math.sqrt(float(abs(u * u.conj()).sum()))  # DLPack-only, torch-like
 
 
 def _to_host(u) -> np.ndarray:
@@ -86,23 +101,33 @@ def _to_host(u) -> np.ndarray:
     return np.from_dlpack(u)
 
 
+def _library(u) -> str:
+    """Name of the module whose asarray rebuilds u's type (numpy, cupy, torch, ...)."""
+    if isinstance(u, np.ndarray):
+        return "numpy"
+    if hasattr(u, "__array_namespace__"):
+        return u.__array_namespace__().__name__
+    return type(u).__module__.split(".")[0]
+
+
 def array_pack(u) -> bytes:
-    """dtype, shape and data in one contiguous buffer."""
+    """Library, dtype, shape and data in one contiguous buffer."""
     host = _to_host(u)
     if not host.flags.c_contiguous:  # (np.ascontiguousarray would turn 0-d into 1-d)
         host = host.copy(order="C")
-    head = f"{host.dtype.str};{','.join(map(str, host.shape))}".encode("ascii")
+    shape = ",".join(map(str, host.shape))
+    head = f"{_library(u)};{host.dtype.str};{shape}".encode("ascii")
     return _HEADER.pack(len(head)) + head + host.tobytes()
 
 
-def array_unpack(buf, like=None):
-    """Inverse of array_pack; the result lives where `like` lives (host if None)."""
+def array_unpack(buf):
+    """Inverse of array_pack: an array of the packed library (on its default device)."""
     mv = memoryview(buf).cast("B")
     (nhead,) = _HEADER.unpack(mv[: _HEADER.size])
     head = bytes(mv[_HEADER.size : _HEADER.size + nhead]).decode("ascii")
-    dtype, shape = head.split(";")
+    library, dtype, shape = head.split(";")
     dims = tuple(int(s) for s in shape.split(",")) if shape else ()
     data = np.frombuffer(mv[_HEADER.size + nhead :], dtype=np.dtype(dtype)).reshape(dims).copy()
-    if like is None or isinstance(like, np.ndarray):
+    if library == "numpy":
         return data
-    return like.__array_namespace__().asarray(data)
+    return importlib.import_module(library).asarray(data)

@@ -56,3 +56,27 @@ def test_pack_round_trip(u):
 def test_non_arrays_get_a_clear_error():
     with pytest.raises(TypeError, match="override clone"):
         _arrays.array_clone([1.0, 2.0])
+
+
+def test_numpy_scalars_are_rejected_with_advice():
+    with pytest.raises(TypeError, match="1-element array"):
+        _arrays.array_sum(1.0, np.float64(1.0), 2.0, np.float64(2.0))
+
+
+def test_numpy_scalar_state_fails_the_solve_clearly():
+    import braidpy
+
+    class Scalar(braidpy.App):
+        def init(self, t):
+            return np.float64(1.0)
+
+        def step(self, u, t0, t1, status):
+            return u / 2
+
+    with pytest.raises(TypeError, match="NumPy scalar"):
+        braidpy.solve(Scalar(), 0.0, 1.0, 8, cfactor=2)
+
+
+def test_pack_records_the_array_library():
+    buf = _arrays.array_pack(np.arange(3.0))
+    assert b"numpy;" in bytes(buf[:40])

@@ -69,7 +69,7 @@ void Solver::init_guess() {
   info_.level = 0;
   if (cold_) {
     for (Index c = L.c_at_or_after(L.own.lo); c <= L.own.hi; c += L.cf) {
-      info_.t = L.t[c];
+      info_.t = info_.t0 = info_.t1 = L.t[c];
       info_.index = info_.fine_index = c;
       set_slot(L.u, L.slot(c), ops_.init(info_));
     }
@@ -182,7 +182,7 @@ void Solver::solve() {
         info_.phase = kPhaseRelax;
         info_.level = 0;
         for (Index c = F.c_at_or_after(F.own.lo); c <= F.own.hi; c += F.cf) {
-          info_.t = F.t[c];
+          info_.t = info_.t0 = info_.t1 = F.t[c];
           info_.index = info_.fine_index = c;
           ops_.access(F.u[F.slot(c)], info_);
         }
@@ -225,7 +225,7 @@ void Solver::final_relax() {
     auto visit = [&](Index i, Vec w) {
       if (i == n) final_ = ops_.clone(w);
       if (opts_.access_level >= 1) {
-        info_.t = L.t[i];
+        info_.t = info_.t0 = info_.t1 = L.t[i];
         info_.level = 0;
         info_.index = info_.fine_index = i;
         ops_.access(w, info_);

@@ -7,7 +7,7 @@
 namespace braid {
 
 void Solver::step_on(Level& L, int l, Vec& u, Index i, bool with_tau) {
-  info_.t0 = L.t[i - 1];
+  info_.t = info_.t0 = L.t[i - 1];
   info_.t1 = L.t[i];
   info_.level = l;
   info_.index = i - 1;
