@@ -125,6 +125,22 @@ class Core:
         """Number of levels in the hierarchy."""
         return self._solver.nlevels
 
+    @property
+    def level_info(self) -> list:
+        """Per level: n (intervals), cfactor, nrelax and this rank's lo..hi."""
+        return self._solver.levels()
+
+    @property
+    def times(self) -> np.ndarray:
+        """The fine time grid t_0..t_N."""
+        return self._solver.times()
+
+    @property
+    def owned(self) -> range:
+        """Fine time indices held by this rank."""
+        lo, hi = self._solver.owned
+        return range(lo, hi + 1)
+
     def solve(self) -> Result:
         """Run MGRIT to the halting test; returns a :class:`Result` (on every rank).
 

@@ -247,3 +247,22 @@ def test_clone_count_is_what_the_algorithm_needs():
     r = braidpy.solve(Decay(), 0.0, 5.0, 4096, cfactor=4, max_levels=30, abs_tol=1e-9)
     per_step = r.counts["clone"] / r.counts["step"]
     assert per_step < 0.5  # one clone per interval sweep and per injected point
+
+
+def test_print_level_reports_each_iteration(capsys):
+    r = braidpy.solve(Decay(), 0.0, 5.0, 64, cfactor=4, abs_tol=1e-10, print_level=2)
+    out = capsys.readouterr().out
+    assert "|| r_0 || not available" in out
+    assert out.count("|| r_") == r.iterations
+    assert f"|| r_{r.iterations - 1} || = {r.residuals[-1]:.6e}" in out
+    assert "level 0: 64 intervals, cfactor 4" in out
+    braidpy.solve(Decay(), 0.0, 5.0, 64, cfactor=4)
+    assert capsys.readouterr().out == ""
+
+
+def test_core_getters():
+    core = braidpy.Core(Decay(), 0.0, 1.0, 16, cfactor=2)
+    assert core.nlevels == len(core.level_info) == 4
+    assert core.owned == range(0, 17)
+    assert core.times[0] == 0.0 and len(core.times) == 17
+    assert [lv["n"] for lv in core.level_info] == [16, 8, 4, 2]
