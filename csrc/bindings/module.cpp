@@ -54,6 +54,7 @@ braid::Options parse_options(const py::dict& d) {
   get("access_level", o.access_level);
   get("residual_computation", o.residual_computation);
   get("timings", o.timings);
+  get("fine_ranges", o.fine_ranges);
   return o;
 }
 
@@ -103,6 +104,12 @@ class PySolver {
     return py::make_tuple("ok", py::reinterpret_steal<py::object>(static_cast<PyObject*>(u)));
   }
 
+  py::object stored(braid::Index i) const {
+    Vec u = solver_->stored(i);
+    if (u == nullptr) return py::none();
+    return py::reinterpret_borrow<py::object>(static_cast<PyObject*>(u));
+  }
+
   py::object final_value() const {
     Vec u = solver_->final_value();
     if (u == nullptr) return py::none();
@@ -127,6 +134,7 @@ class PySolver {
       d["n"] = L.n;
       d["cfactor"] = L.cf;
       d["nrelax"] = L.nrelax;
+      d["fine_stride"] = L.fine_stride;
       d["lo"] = L.own.lo;
       d["hi"] = L.own.hi;
       out.append(d);
@@ -223,6 +231,7 @@ PYBIND11_MODULE(_core, m) {
       .def("solve", &PySolver::solve)
       .def("solution", &PySolver::solution, py::arg("index"))
       .def("final_value", &PySolver::final_value)
+      .def("stored", &PySolver::stored, py::arg("index"))
       .def("set_initial_condition", &PySolver::set_initial_condition, py::arg("u"))
       .def("reset_guess", [](PySolver& s) { s.core().reset_guess(); })
       .def("residuals", &PySolver::residuals)

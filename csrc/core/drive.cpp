@@ -258,6 +258,13 @@ void Solver::final_relax() {
   agree();
 }
 
+Vec Solver::stored(Index i) const {
+  const Level& L = levels_[0];
+  if (L.owns(i)) return L.u[L.slot(i)];
+  if (!L.own.empty() && i == L.own.lo - 1) return left_boundary_;
+  return nullptr;
+}
+
 Vec Solver::solution(Index i) {
   Level& L = levels_[0];
   if (!L.owns(i)) return nullptr;

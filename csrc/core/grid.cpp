@@ -44,7 +44,14 @@ std::vector<Level> build_hierarchy(const std::vector<double>& fine_times,
   fine.n = static_cast<Index>(fine_times.size()) - 1;
   fine.t = fine_times;
   fine.ranges.resize(nranks);
-  for (int p = 0; p < nranks; ++p) fine.ranges[p] = block_range(fine.n + 1, nranks, p);
+  for (int p = 0; p < nranks; ++p) {
+    if (opts.fine_ranges.empty()) {
+      fine.ranges[p] = block_range(fine.n + 1, nranks, p);
+    } else {
+      fine.ranges[p].lo = opts.fine_ranges.at(p).first;
+      fine.ranges[p].hi = opts.fine_ranges.at(p).second;
+    }
+  }
 
   // Coarsen while the next level is non-empty, at least min_coarse, and allowed.
   if (fine.n > opts.min_coarse) {

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <map>
+#include <utility>
+#include <vector>
 
 namespace braid {
 
@@ -27,6 +29,9 @@ struct Options {
   int access_level = 1;               // 0 none, 1 at the end, 2 every iteration
   bool residual_computation = true;   // false: run max_iter iterations, no norm
   bool timings = false;               // callback timers (bindings)
+  // Fine-level ownership: (lo, hi) per rank, contiguous and ordered by rank;
+  // empty = XBraid's block distribution.
+  std::vector<std::pair<long long, long long>> fine_ranges;
 
   int cfactor_at(int level) const {
     auto it = cfactor_level.find(level);

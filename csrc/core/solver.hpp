@@ -60,6 +60,9 @@ class Solver {
   // New vector holding the fine solution at owned point i (recomputed from its
   // C-point when F-points are not stored). Null if not owned.
   Vec solution(Index i);
+  // Borrowed handle of the stored fine value at i: an owned stored point, or
+  // own.lo-1 (received in the final sweep). Null otherwise.
+  Vec stored(Index i) const;
   // Borrowed handle of the value at the final time (owner rank only).
   Vec final_value() const { return final_; }
   bool solved() const { return solved_; }
