@@ -17,8 +17,13 @@ import scipy.sparse as sp
 from scipy.sparse.linalg import splu
 
 __all__ = [
-    "DAHLQUIST_TSTART", "DAHLQUIST_TSTOP", "HEAT_TSTART", "HEAT_TSTOP", "HEAT_DIFFUSIVITY",
-    "HeatOperator", "count_levels",
+    "DAHLQUIST_TSTART",
+    "DAHLQUIST_TSTOP",
+    "HEAT_DIFFUSIVITY",
+    "HEAT_TSTART",
+    "HEAT_TSTOP",
+    "HeatOperator",
+    "count_levels",
 ]
 
 DAHLQUIST_TSTART, DAHLQUIST_TSTOP = 0.0, 5.0

@@ -266,3 +266,25 @@ def test_core_getters():
     assert core.owned == range(0, 17)
     assert core.times[0] == 0.0 and len(core.times) == 17
     assert [lv["n"] for lv in core.level_info] == [16, 8, 4, 2]
+
+
+@pytest.mark.parametrize("name", sorted(APPS))
+def test_fast_array_paths_match_python_defaults_bitwise(name):
+    """The C++ fast clone/sum/norm (used when the app keeps App's defaults) round
+    exactly like braidpy._arrays; an override forces the Python path."""
+    from braidpy import _arrays
+
+    make, t0, t1, n = APPS[name]
+
+    def python_path():
+        app = make()
+        app.sum = lambda a, x, b, y: _arrays.array_sum(a, x, b, y)
+        app.clone = lambda u: _arrays.array_clone(u)
+        app.norm = lambda u: _arrays.array_norm(u)
+        return app
+
+    opts = dict(cfactor=2, abs_tol=1e-12, max_iter=12)
+    fast = braidpy.solve(make(), t0, t1, n, **opts)
+    slow = braidpy.solve(python_path(), t0, t1, n, **opts)
+    assert fast.residuals == slow.residuals
+    assert all(np.array_equal(a, b) for a, b in zip(all_values(fast), all_values(slow)))

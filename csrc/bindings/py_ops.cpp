@@ -1,6 +1,8 @@
 // Callback trampolines: counters, timers and error capture live here only.
 #include "py_ops.hpp"
 
+#include "array_fast.hpp"
+
 #include <stdexcept>
 
 #include <pybind11/pybind11.h>
@@ -40,6 +42,9 @@ PyOps::PyOps(PyObject* app, PyObject* status, PyObject* progress, bool timings)
   bufunpack_ = get_method(app, "bufunpack");
   Py_INCREF(status);
   status_ = status;
+  fast_clone_ = uses_app_default(app, "clone");
+  fast_sum_ = uses_app_default(app, "sum");
+  fast_norm_ = uses_app_default(app, "norm");
   if (progress != Py_None) {
     Py_INCREF(progress);
     progress_ = progress;
@@ -128,6 +133,12 @@ void PyOps::step(Vec& u, const CallInfo& info) {
 
 Vec PyOps::clone(Vec u) {
   if (failed_ || u == nullptr) return nullptr;
+  PyObject* fast = nullptr;
+  if (fast_clone_ && fast_clone(static_cast<PyObject*>(u), &fast)) {
+    ++counts_[kClone];
+    if (fast == nullptr) capture_current_error(kClone);
+    return fast;
+  }
   PyObject* args[1] = {static_cast<PyObject*>(u)};
   PyObject* r = call(kClone, clone_, args, 1);
   if (r == Py_None) {
@@ -141,6 +152,10 @@ Vec PyOps::clone(Vec u) {
 
 void PyOps::sum(double a, Vec x, double b, Vec y) {
   if (failed_) return;
+  if (fast_sum_ && fast_sum(a, static_cast<PyObject*>(x), b, static_cast<PyObject*>(y))) {
+    ++counts_[kSum];
+    return;
+  }
   PyObject* pa = PyFloat_FromDouble(a);
   PyObject* pb = PyFloat_FromDouble(b);
   PyObject* args[4] = {pa, static_cast<PyObject*>(x), pb, static_cast<PyObject*>(y)};
@@ -152,10 +167,15 @@ void PyOps::sum(double a, Vec x, double b, Vec y) {
 
 double PyOps::norm(Vec u) {
   if (failed_) return 0.0;
+  double value = 0.0;
+  if (fast_norm_ && fast_norm(static_cast<PyObject*>(u), &value)) {
+    ++counts_[kNorm];
+    return value;
+  }
   PyObject* args[1] = {static_cast<PyObject*>(u)};
   PyObject* r = call(kNorm, norm_, args, 1);
   if (r == nullptr) return 0.0;
-  const double value = PyFloat_AsDouble(r);
+  value = PyFloat_AsDouble(r);
   Py_DECREF(r);
   if (value == -1.0 && PyErr_Occurred()) {
     capture_current_error(kNorm);

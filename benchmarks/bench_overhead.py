@@ -1,0 +1,203 @@
+"""braidpy's core overhead per step call on a scalar ODE (goal: <= 1 us).
+
+Problem: u' = -u on [0, 5], backward Euler on 1-element NumPy arrays with
+braidpy's default (Python) clone/sum/norm; ntime = 2**14, max_levels 30,
+cfactor 4, abs_tol 1e-10, one process, other options at their defaults.
+
+Two estimates of the time braidpy spends outside user callbacks, per step call:
+
+1. In-core timers (timings=True): (Result.timings['total'] - seconds inside all
+   callbacks) / step calls. The callback seconds are taken around the Python
+   call in C++, so they include CPython's call cost and the callback body;
+   the rest is the C++ cycling, argument boxing, and the setup inside solve().
+2. Replay, independent of those timers: the same app methods called from a
+   plain Python loop as many times as the solve called them (step, clone,
+   sum with the same (a, b) pattern, norm, init, access; same argument types),
+   and (solve wall time - replay time) / step calls. The wall time is taken
+   around braidpy.solve(), so it also covers Options/Core construction.
+   The replay's own loop costs ~20-30 ns a call, which makes this estimate a
+   little low; its freshly cloned arrays die at once (cache-hot), unlike the
+   solve's, which makes it a little high.
+
+Each repeat runs a timings=True solve, a timings=False solve and a replay;
+the tables show min and median over repeats (the replay estimate subtracts
+min from min and median from median, so that a slow moment in one repeat
+does not pair with a fast one; on a shared machine trust the mins). Callback counts are totals per
+solve, per MGRIT iteration and per fine time step.
+
+Run: python benchmarks/bench_overhead.py [--ntime N] [--repeats R] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import time
+from collections import Counter
+from itertools import repeat
+
+from _apps_braidpy import Dahlquist
+from _problems import DAHLQUIST_TSTART, DAHLQUIST_TSTOP
+from _report import microseconds, min_median, print_table, seconds
+
+import braidpy
+
+GOAL_US = 1.0
+CALLBACKS = ("init", "step", "clone", "sum", "norm", "access", "bufpack", "bufunpack")
+
+
+class RecordingDahlquist(Dahlquist):
+    """Dahlquist that records the (a, b, x is y) pattern of its sum calls."""
+
+    def __init__(self):
+        self.sum_pattern = Counter()
+
+    def sum(self, a, x, b, y):
+        self.sum_pattern[(a, b, x is y)] += 1
+        super().sum(a, x, b, y)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--ntime", type=int, default=2**14, help="fine time steps (default 2**14)")
+    p.add_argument("--cfactor", type=int, default=4)
+    p.add_argument("--max-levels", type=int, default=30)
+    p.add_argument("--tol", type=float, default=1e-10, help="abs_tol")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--quick", action="store_true", help="smoke run: ntime 2**10, 1 repeat")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.ntime, args.repeats = 2**10, 1
+    return args
+
+
+def solve(args, app, timings: bool):
+    """(wall seconds around braidpy.solve, Result)."""
+    gc.collect()
+    start = time.perf_counter()
+    result = braidpy.solve(app, DAHLQUIST_TSTART, DAHLQUIST_TSTOP, args.ntime,
+                           max_levels=args.max_levels, cfactor=args.cfactor,
+                           abs_tol=args.tol, timings=timings)
+    return time.perf_counter() - start, result
+
+
+def in_core_overhead(result) -> float:
+    """Seconds per step call outside callbacks, from the in-core timers."""
+    inside = sum(result.timings[name] for name in CALLBACKS)
+    return (result.timings["total"] - inside) / result.counts["step"]
+
+
+def replay(args, counts, sum_pattern) -> float:
+    """Seconds for a Python loop making the solve's callback calls on a fresh app."""
+    app = Dahlquist()
+    app.tstart, app.tstop, app.ntime = DAHLQUIST_TSTART, DAHLQUIST_TSTOP, args.ntime
+    t0, t1 = app.tstart, app.tstart + (app.tstop - app.tstart) / args.ntime
+    init, step, clone, vsum, norm, access = (
+        app.init, app.step, app.clone, app.sum, app.norm, app.access)
+    u, x, y, status = init(t0), init(t1), init(t1), None
+    gc.collect()
+    start = time.perf_counter()
+    init(t0)
+    for _ in repeat(None, counts["init"] - 1):
+        init(t1)
+    for _ in repeat(None, counts["step"]):
+        step(u, t0, t1, status)
+    for _ in repeat(None, counts["clone"]):
+        clone(u)
+    for (a, b, same), n in sum_pattern.items():
+        target = x if same else y
+        for _ in repeat(None, n):
+            vsum(a, x, b, target)
+    for _ in repeat(None, counts["norm"]):
+        norm(u)
+    for _ in repeat(None, counts["access"]):
+        access(u, status)
+    return time.perf_counter() - start
+
+
+def record(args):
+    """Result and sum (a, b) pattern of one solve with the recording app."""
+    app = RecordingDahlquist()
+    _, result = solve(args, app, timings=False)
+    return result, app.sum_pattern
+
+
+def measure(args, counts, sum_pattern) -> dict:
+    """One repeat: a timings=True solve, a timings=False solve and the replay."""
+    wall_t, timed = solve(args, Dahlquist(), timings=True)
+    wall_u, untimed = solve(args, Dahlquist(), timings=False)
+    return {
+        "wall_timed": wall_t, "total_timed": timed.timings["total"],
+        "callbacks_timed": sum(timed.timings[name] for name in CALLBACKS),
+        "in_core": in_core_overhead(timed), "wall_untimed": wall_u,
+        "replay": replay(args, counts, sum_pattern), "timings": timed.timings,
+        "counts_equal": timed.counts == counts == untimed.counts,
+    }
+
+
+def print_counts(result, timings) -> None:
+    rows = []
+    for name in CALLBACKS:
+        n = result.counts[name]
+        if n == 0:
+            continue
+        rows.append([name, n, f"{n / result.iterations:.1f}", f"{n / len(result.times[1:]):.3f}",
+                     seconds(timings[name]), microseconds(timings[name] / n)])
+    print_table(["callback", "calls", "per iteration", "per fine step", "time inside",
+                 "per call"], rows,
+                title=f"Callback calls ({result.iterations} iterations; time inside from the "
+                      f"median timings=True run)")
+
+
+def print_overhead(runs, steps: int) -> None:
+    """Measured quantities, then the overhead estimates, each as min and median."""
+    stats = {key: min_median(r[key] for r in runs)
+             for key in ("wall_timed", "total_timed", "callbacks_timed", "wall_untimed",
+                         "replay", "in_core")}
+
+    def row(label, key, fmt):
+        return [label] + [fmt(v) for v in stats[key]]
+
+    def replay_row(label, wall_key):
+        return [label] + [microseconds((w - r) / steps)
+                          for w, r in zip(stats[wall_key], stats["replay"])]
+
+    rows = [
+        row("solve wall, timings=True (around braidpy.solve)", "wall_timed", seconds),
+        row("Result.timings['total'], timings=True", "total_timed", seconds),
+        row("time inside callbacks, timings=True", "callbacks_timed", seconds),
+        row("solve wall, timings=False", "wall_untimed", seconds),
+        row("replay: same calls from a Python loop", "replay", seconds),
+        row("core overhead per step, in-core timers", "in_core", microseconds),
+        replay_row("(solve wall - replay) / steps, timings=False", "wall_untimed"),
+        replay_row("(solve wall - replay) / steps, timings=True", "wall_timed"),
+    ]
+    print_table(["quantity", "min", "median"], rows,
+                title=f"Core overhead ({len(runs)} repeats; replay rows: min - min and "
+                      f"median - median; goal <= {GOAL_US:g} us per step)")
+    lo, med = stats["in_core"]
+    verdict = "met" if med * 1e6 <= GOAL_US else "MISSED"
+    print(f"goal (median in-core overhead <= {GOAL_US:g} us per step): {verdict} "
+          f"(min {lo * 1e6:.3f} us, median {med * 1e6:.3f} us)")
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    reference, sum_pattern = record(args)
+    print(f"braidpy scalar ODE: ntime {args.ntime}, cfactor {args.cfactor}, max_levels "
+          f"{args.max_levels} -> {reference.levels} levels, {reference.iterations} iterations, "
+          f"{reference.counts['step']} step calls ({reference.counts['step'] / args.ntime:.2f} "
+          f"per fine step)\n")
+    runs = [measure(args, reference.counts, sum_pattern) for _ in range(args.repeats)]
+    if not all(r["counts_equal"] for r in runs):
+        print("warning: callback counts differ between solves\n")
+    median_run = sorted(runs, key=lambda r: r["total_timed"])[len(runs) // 2]
+    print_counts(reference, median_run["timings"])
+    print("sum calls by (a, b): " + ", ".join(
+        f"({a:g}, {b:g}{', x is y' if same else ''}): {n}"
+        for (a, b, same), n in sorted(sum_pattern.items())) + "\n")
+    print_overhead(runs, reference.counts["step"])
+
+
+if __name__ == "__main__":
+    main()

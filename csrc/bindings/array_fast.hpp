@@ -1,0 +1,21 @@
+// C++ versions of braidpy.App's default clone/sum/norm for plain float64 NumPy
+// arrays, bitwise equal to the Python defaults (braidpy/_arrays.py). They skip
+// two Python frames and several NumPy calls per operation, which dominate
+// MGRIT on small states. Each returns false when it does not apply.
+#pragma once
+
+#include <Python.h>
+
+namespace braidpy {
+
+// *out = u.copy() for an exact ndarray.
+bool fast_clone(PyObject* u, PyObject** out);
+// y <- a*x + b*y for C-contiguous aligned float64 arrays of equal size, y
+// writable, x and y identical or disjoint.
+bool fast_sum(double a, PyObject* x, double b, PyObject* y);
+// *out = sqrt(u*u) for a one-element float64 array.
+bool fast_norm(PyObject* u, double* out);
+// True when the app's class inherits method `name` from braidpy.App.
+bool uses_app_default(PyObject* app, const char* name);
+
+}  // namespace braidpy
