@@ -1,8 +1,14 @@
 """braidpy's core overhead per step call on a scalar ODE (goal: <= 1 us).
 
 Problem: u' = -u on [0, 5], backward Euler on 1-element NumPy arrays with
-braidpy's default (Python) clone/sum/norm; ntime = 2**14, max_levels 30,
+braidpy's default clone/sum/norm; ntime = 2**14, max_levels 30,
 cfactor 4, abs_tol 1e-10, one process, other options at their defaults.
+
+braidpy runs App's default clone/sum/norm in C++ for float64 arrays
+(csrc/bindings/array_fast.cpp), so they are not user callbacks here: their
+cost counts as core overhead (their "time inside" shows 0), and the replay
+below, which calls the Python defaults, is slower than the solve itself
+(a negative replay estimate); only the in-core estimate is meaningful then.
 
 Two estimates of the time braidpy spends outside user callbacks, per step call:
 
