@@ -6,6 +6,8 @@ from ._errors import BraidError, DivergenceError
 from ._options import Options
 from ._result import Result
 from ._solver import Core, solve
+from . import adjoint
+from .adjoint import Gradient, GradientSolver, gradient
 
 __version__ = "0.1.0"
 
@@ -14,9 +16,13 @@ __all__ = [
     "BraidError",
     "Core",
     "DivergenceError",
+    "Gradient",
+    "GradientSolver",
     "Options",
     "Result",
     "Status",
+    "adjoint",
+    "gradient",
     "solve",
     "__version__",
 ]

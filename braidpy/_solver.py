@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import sys
 import time
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -97,13 +97,18 @@ class Core:
     """
 
     def __init__(self, app: Any, tstart: float, tstop: float, ntime: int, *,
-                 comm: Any = None, times: Optional[Sequence[float]] = None, **options: Any):
+                 comm: Any = None, times: Optional[Sequence[float]] = None,
+                 _fine_ranges: Optional[Sequence[Tuple[int, int]]] = None,
+                 _labels: Optional[dict] = None, **options: Any):
         self.options = Options.from_kwargs(**options)
         _check_app(app)
         grid = _time_grid(tstart, tstop, ntime, times)
         self.app = app
         self.rank, self.size = (0, 1) if comm is None else comm_rank_size(comm)
         self.comm = comm
+        # How errors name ranks and callbacks (braidpy.adjoint runs on a reversed
+        # communicator through a wrapper app).
+        self._labels = _labels or {}
         self._tcomm = TimeComm(comm) if self.size > 1 else None
         for name, value in (("tstart", float(tstart)), ("tstop", float(tstop)),
                             ("ntime", int(ntime))):
@@ -113,8 +118,11 @@ class Core:
                 pass
         progress = self._print_progress if self.options.print_level >= 1 and self.rank == 0 \
             else None
-        self._solver = _core.Solver(app, self._tcomm, self.rank, self.size,
-                                    self.options.to_core(), grid.tolist(), progress)
+        core_options = self.options.to_core()
+        if _fine_ranges is not None:  # braidpy.adjoint's mirrored layout
+            core_options["fine_ranges"] = [(int(lo), int(hi)) for lo, hi in _fine_ranges]
+        self._solver = _core.Solver(app, self._tcomm, self.rank, self.size, core_options,
+                                    grid.tolist(), progress)
         if self.options.print_level >= 2 and self.rank == 0:
             for l, info in enumerate(self._solver.levels()):
                 print(f"  Braid: level {l}: {info['n']} intervals, cfactor {info['cfactor']}, "
@@ -180,15 +188,17 @@ class Core:
             _, iteration, level, value = outcome
             raise DivergenceError(iteration, level, value)
         _, error, callback = outcome
+        callback = self._labels.get("callbacks", {}).get(callback, callback)
+        ranks = self._labels.get("ranks", list(range(self.size)))
         summary = None if error is None else f"{callback or 'communication'} raised " \
             f"{type(error).__name__}: {error}"
         summaries = [summary] if self._tcomm is None else self._tcomm.comm.allgather(summary)
         if error is not None:
             if self.size > 1 and hasattr(error, "add_note"):
                 error.add_note(f"braidpy: raised in {callback or 'communication'} on rank "
-                               f"{self.rank} of {self.size}; all ranks stopped")
+                               f"{ranks[self.rank]} of {self.size}; all ranks stopped")
             raise error
-        where = [f"rank {r}: {s}" for r, s in enumerate(summaries) if s is not None]
+        where = [f"rank {ranks[r]}: {s}" for r, s in enumerate(summaries) if s is not None]
         raise BraidError("solve stopped because a user callback failed on another rank ("
                          + "; ".join(where) + ")")
 

@@ -100,9 +100,157 @@ def serial_trajectory(app, tstart, tstop, ntime):
     t = tstart + (np.arange(ntime + 1) / ntime) * (tstop - tstart)
     u = app.init(t[0])
     out = [app.clone(u)]
+    from braidpy.adjoint import AdjointStatus
+
     for i in range(1, ntime + 1):
-        r = app.step(u, t[i - 1], t[i], None)
+        status = AdjointStatus(t0=t[i - 1], t1=t[i], t=t[i - 1], level=0, index=i - 1,
+                               fine_index=i - 1, iteration=0, done=True, phase="final")
+        r = app.step(u, t[i - 1], t[i], status)
         if r is not None:
             u = r
         out.append(app.clone(u))
     return out
+
+
+# ---------------------------------------------------------------- adjoint apps
+
+
+class DecayRate(braidpy.App):
+    """u' = -k u (backward Euler), parameter k; J = u_N^2/2 + sum_i dt_i*u_i^2/2 (optional)."""
+
+    def __init__(self, k=1.3, running=False):
+        self.k = k
+        if running:
+            self.running_objective = self._running_objective
+            self.running_gradient = self._running_gradient
+
+    def init(self, t):
+        return np.array([2.0]) if t == self.tstart else np.array([0.5])
+
+    def step(self, u, t0, t1, status):
+        u /= 1.0 + self.k * (t1 - t0)
+
+    def step_adjoint(self, w, u, t0, t1, status):
+        w /= 1.0 + self.k * (t1 - t0)
+
+    def step_gradient(self, w, u, t0, t1, status):
+        dt = t1 - t0
+        return -dt * u / (1.0 + self.k * dt) ** 2 * w
+
+    def terminal_objective(self, u):
+        return 0.5 * float(u[0] ** 2)
+
+    def terminal_gradient(self, u):
+        return u.copy()
+
+    def _running_objective(self, u, t, status):
+        return 0.05 * float(u[0] ** 2)
+
+    def _running_gradient(self, u, t, status):
+        return 0.1 * u
+
+
+class HeatControl(Heat):
+    """Heat equation with a time-dependent control c_n: u_{n+1} = S(u_n + dt*c_n*b),
+    S = (I - dt*Lap)^-1; J = |u_N - target|^2/2 + sum_i |u_i|^2 * 1e-3."""
+
+    def __init__(self, nx, controls):
+        super().__init__(nx)
+        self.controls = np.asarray(controls, dtype=float)
+        self.b = np.exp(-20 * (self.x - 1.0) ** 2)
+        self.target = 0.3 * np.sin(2 * self.x)
+
+    def _control(self, status):
+        return self.controls[status.fine_index]
+
+    def step(self, u, t0, t1, status):
+        dt = t1 - t0
+        u[1:-1] = self._solver(dt)(u[1:-1] + dt * self._control(status) * self.b[1:-1])
+
+    def step_adjoint(self, w, u, t0, t1, status):
+        w[1:-1] = self._solver(t1 - t0)(w[1:-1])  # S is symmetric
+        w[0] = w[-1] = 0.0
+
+    def step_gradient(self, w, u, t0, t1, status):
+        dt = t1 - t0
+        return dt * float(self.b[1:-1] @ self._solver(dt)(w[1:-1]))
+
+    def terminal_objective(self, u):
+        return 0.5 * float(np.sum((u - self.target) ** 2))
+
+    def terminal_gradient(self, u):
+        return u - self.target
+
+    def running_objective(self, u, t, status):
+        return 1e-3 * float(u @ u)
+
+    def running_gradient(self, u, t, status):
+        return 2e-3 * u
+
+
+class LogisticParam(Logistic):
+    """Logistic system with parameter p (the coupling), forward Euler; J = |u_N|^2/2."""
+
+    def __init__(self, p=0.1):
+        self.p = p
+
+    def step(self, u, t0, t1, status):
+        dt = t1 - t0
+        a, b = u
+        u[0] = a + dt * (a * (1 - a) - self.p * b)
+        u[1] = b + dt * (0.5 * a - b)
+
+    def step_adjoint(self, w, u, t0, t1, status):
+        dt = t1 - t0
+        a = u[0]
+        wa, wb = w
+        w[0] = (1 + dt * (1 - 2 * a)) * wa + 0.5 * dt * wb
+        w[1] = -dt * self.p * wa + (1 - dt) * wb
+
+    def step_gradient(self, w, u, t0, t1, status):
+        return -(t1 - t0) * u[1] * w[0]
+
+    def terminal_objective(self, u):
+        return 0.5 * float(u @ u)
+
+    def terminal_gradient(self, u):
+        return u.copy()
+
+
+def serial_gradient(app, tstart, tstop, ntime):
+    """Plain forward sweep and backward sweep, same operations as braidpy's adjoint.
+
+    Returns (objective, {n: gradient of step n}, w_0)."""
+    from braidpy.adjoint import AdjointStatus
+
+    traj = serial_trajectory(app, tstart, tstop, ntime)
+    t = tstart + (np.arange(ntime + 1) / ntime) * (tstop - tstart)
+    running = callable(getattr(app, "running_objective", None))
+
+    def st(n):
+        return AdjointStatus(t0=t[n], t1=t[min(n + 1, ntime)], t=t[n], level=0, index=n,
+                             fine_index=n, iteration=0, done=True, phase="final")
+
+    J = 0.0
+    if running:
+        J = sum(float(app.running_objective(traj[i], t[i], st(i))) for i in range(ntime + 1))
+    J += float(app.terminal_objective(traj[ntime]))
+
+    def add_running(w, n):
+        if running:
+            g = app.running_gradient(traj[n], t[n], st(n))
+            if g is not None:
+                app.sum(1.0, g, 1.0, w)
+        return w
+
+    w = add_running(app.clone(app.terminal_gradient(traj[ntime])), ntime)
+    grads = {}
+    for n in range(ntime - 1, -1, -1):
+        g = app.step_gradient(w, traj[n], t[n], t[n + 1], st(n))
+        if g is not None:
+            grads[n] = g
+        r = app.step_adjoint(w, traj[n], t[n], t[n + 1], st(n))
+        if r is not None and r is not w:
+            w = r
+        w = add_running(w, n)
+    return J, grads, w

@@ -3,7 +3,7 @@
 import math
 
 import numpy as np
-from apps import Box, Decay, Heat, Logistic, OpaqueDecay
+from apps import Box, Decay, DecayRate, Heat, HeatControl, Logistic, LogisticParam, OpaqueDecay
 
 import braidpy
 
@@ -44,6 +44,23 @@ def _grid(comm):
     return _solve(lambda: Decay(), 0.0, 2.0, 49, comm, times=times, cfactor=2, abs_tol=1e-12)
 
 
+def _gradient(make, t0, t1, n, comm, oneshot=None, evaluations=1, **opts):
+    from braidpy.adjoint import GradientSolver
+
+    solver = GradientSolver(make(), t0, t1, n, comm=comm, primal=opts, oneshot=oneshot)
+    out = []
+    for _ in range(evaluations):
+        g = solver.evaluate()
+        local = sorted([k, np.asarray(v, dtype=float).tolist()] for k, v in g.gradients.items())
+        parts = [local] if comm is None else comm.allgather(local)
+        w0 = None if g.initial_adjoint is None else np.asarray(g.initial_adjoint).tolist()
+        w0s = [w0] if comm is None else comm.allgather(w0)
+        out.append(dict(objective=g.objective, gradients=sorted(x for p in parts for x in p),
+                        initial_adjoint=[w for w in w0s if w is not None],
+                        primal=_summary(g.primal, comm), adjoint=_summary(g.adjoint, comm)))
+    return out
+
+
 HISTORY_CASES = {
     "decay_cf2": lambda c: _solve(Decay, 0.0, 5.0, 128, c, cfactor=2, abs_tol=1e-12),
     "decay_cf3_uneven": lambda c: _solve(Decay, 0.0, 5.0, 101, c, cfactor=3, abs_tol=1e-12),
@@ -73,5 +90,11 @@ HISTORY_CASES = {
                                      abs_tol=1e-12),
     "opaque": lambda c: _solve(OpaqueDecay, 0.0, 2.0, 64, c, cfactor=4, abs_tol=1e-12),
     "warm_restart": _warm,
+    "gradient_decay": lambda c: _gradient(lambda: DecayRate(running=True), 0.0, 2.0, 64, c,
+                                          cfactor=2, abs_tol=1e-12),
+    "gradient_heat": lambda c: _gradient(lambda: HeatControl(17, np.sin(np.arange(50.0))), 0.0,
+                                         0.5, 50, c, cfactor=4, abs_tol=1e-11),
+    "gradient_logistic_oneshot": lambda c: _gradient(LogisticParam, 0.0, 4.0, 97, c,
+                                                     oneshot=(2, 2), evaluations=3, cfactor=2),
     "user_grid": _grid,
 }

@@ -1,7 +1,7 @@
 """Failures injected on one rank of a parallel solve (see test_mpi.py)."""
 
 import numpy as np
-from apps import Decay
+from apps import Decay, DecayRate
 
 import braidpy
 
@@ -65,7 +65,42 @@ def _run(comm, where, cond=lambda s: True, **opts):
     braidpy.solve(Failing(comm, where, cond), 0.0, 4.0, 128, comm=comm, **options)
 
 
+class FailingAdjoint(DecayRate):
+    """Raises Boom in adjoint callback `where` on the failing rank."""
+
+    def __init__(self, comm, where):
+        super().__init__(running=True)
+        self.mine = comm.rank == _fail_rank(comm)
+        self.where = where
+
+    def _maybe(self, name):
+        if self.mine and name == self.where:
+            raise Boom(f"{name} failed on purpose")
+
+    def step_adjoint(self, w, u, t0, t1, status):
+        self._maybe("step_adjoint")
+        return super().step_adjoint(w, u, t0, t1, status)
+
+    def step_gradient(self, w, u, t0, t1, status):
+        self._maybe("step_gradient")
+        return super().step_gradient(w, u, t0, t1, status)
+
+    def _running_objective(self, u, t, status):
+        self._maybe("running_objective")
+        return super()._running_objective(u, t, status)
+
+
+def _run_adjoint(comm, where):
+    from braidpy.adjoint import gradient
+
+    gradient(FailingAdjoint(comm, where), 0.0, 2.0, 64, comm=comm,
+             primal=dict(cfactor=2, abs_tol=1e-12))
+
+
 ERROR_CASES = {
+    "step_adjoint": lambda c: _run_adjoint(c, "step_adjoint"),
+    "step_gradient": lambda c: _run_adjoint(c, "step_gradient"),
+    "running_objective": lambda c: _run_adjoint(c, "running_objective"),
     "step_fine_iteration1": lambda c: _run(c, "step", lambda s: s.level == 0 and s.iteration == 1),
     "step_coarse_level": lambda c: _run(c, "step", lambda s: s.level == 2 and s.iteration == 2),
     "step_final_sweep": lambda c: _run(c, "step", lambda s: s.done),

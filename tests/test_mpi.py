@@ -41,6 +41,15 @@ def serial():
 
 
 def assert_same(par, ser, where):
+    if isinstance(ser, list) and ser and isinstance(ser[0], dict):  # gradient evaluations
+        assert len(par) == len(ser), where
+        for k, (p, s) in enumerate(zip(par, ser)):
+            np.testing.assert_allclose(p["objective"], s["objective"], rtol=1e-12, err_msg=where)
+            assert p["gradients"] == s["gradients"], where
+            assert p["initial_adjoint"] == s["initial_adjoint"], where
+            assert_same(p["primal"], s["primal"], f"{where}/{k}/primal")
+            assert_same(p["adjoint"], s["adjoint"], f"{where}/{k}/adjoint")
+        return
     if isinstance(ser, dict) and "iterations" not in ser:
         for key in ser:
             assert_same(par[key], ser[key], f"{where}/{key}")
