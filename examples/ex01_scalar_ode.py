@@ -31,6 +31,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 import braidpy
+from braidpy.parallel import world
 
 __all__ = ["ScalarODE", "main", "sequential_solution", "time_communicator"]
 
@@ -93,19 +94,6 @@ def sequential_solution(app: braidpy.App, times: ArrayLike) -> Any:
     return u
 
 
-def time_communicator() -> Any | None:
-    """``MPI.COMM_WORLD`` when launched under MPI with several ranks, else None (serial).
-
-    A serial run works without mpi4py installed.
-    """
-    try:
-        from mpi4py import MPI
-    except ImportError:
-        return None
-    comm = MPI.COMM_WORLD
-    return comm if comm.Get_size() > 1 else None
-
-
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The command line of this example."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
@@ -128,7 +116,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> braidpy.Result:
     """Run the example; returns the :class:`braidpy.Result` (on every rank)."""
     args = parse_args(argv)
-    comm = time_communicator()
+    comm = world()
     rank, size = (0, 1) if comm is None else (comm.Get_rank(), comm.Get_size())
 
     app = ScalarODE(lam=args.lam)

@@ -40,6 +40,7 @@ import scipy.sparse.linalg as spla
 from numpy.typing import ArrayLike
 
 import braidpy
+from braidpy.parallel import world
 
 __all__ = ["Heat1D", "exact_solution", "main", "sequential_solution", "time_communicator"]
 
@@ -162,19 +163,6 @@ def sequential_solution(app: Heat1D, times: ArrayLike) -> np.ndarray:
     return U
 
 
-def time_communicator() -> Any | None:
-    """``MPI.COMM_WORLD`` when launched under MPI with several ranks, else None (serial).
-
-    A serial run works without mpi4py installed.
-    """
-    try:
-        from mpi4py import MPI
-    except ImportError:
-        return None
-    comm = MPI.COMM_WORLD
-    return comm if comm.Get_size() > 1 else None
-
-
 def gather_solution(app: Heat1D, r: braidpy.Result, comm: Any | None) -> np.ndarray | None:
     """The whole space-time solution on rank 0 (None elsewhere), one row per fine time.
 
@@ -219,7 +207,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> braidpy.Result:
     """Run the example; returns the :class:`braidpy.Result` (on every rank)."""
     args = parse_args(argv)
-    comm = time_communicator()
+    comm = world()
     size = 1 if comm is None else comm.Get_size()
 
     app = Heat1D(nspace=args.nspace)
