@@ -124,8 +124,8 @@ class Core:
         self._solver = _core.Solver(app, self._tcomm, self.rank, self.size, core_options,
                                     grid.tolist(), progress)
         if self.options.print_level >= 2 and self.rank == 0:
-            for l, info in enumerate(self._solver.levels()):
-                print(f"  Braid: level {l}: {info['n']} intervals, cfactor {info['cfactor']}, "
+            for level, info in enumerate(self._solver.levels()):
+                print(f"  Braid: level {level}: {info['n']} intervals, cfactor {info['cfactor']}, "
                       f"nrelax {info['nrelax']}")
 
     @property

@@ -315,7 +315,8 @@ class GradientSolver:
                                  _fine_ranges=mirrored if size > 1 else None,
                                  _labels=dict(ranks=list(range(size - 1, -1, -1)),
                                               callbacks=_ADJOINT_CALLBACKS), **adjoint_opts)
-        self._reversed.prepare(rev_times, [lv["fine_stride"] for lv in self.adjoint_core.level_info])
+        strides = [lv["fine_stride"] for lv in self.adjoint_core.level_info]
+        self._reversed.prepare(rev_times, strides)
         self._gradients: Dict[int, Any] = {}
         self._initial_adjoint = None
 

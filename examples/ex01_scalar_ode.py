@@ -33,7 +33,7 @@ from numpy.typing import ArrayLike
 import braidpy
 from braidpy.parallel import world
 
-__all__ = ["ScalarODE", "main", "sequential_solution", "time_communicator"]
+__all__ = ["ScalarODE", "main", "sequential_solution"]
 
 
 class ScalarODE(braidpy.App):

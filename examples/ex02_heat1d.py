@@ -42,7 +42,7 @@ from numpy.typing import ArrayLike
 import braidpy
 from braidpy.parallel import world
 
-__all__ = ["Heat1D", "exact_solution", "main", "sequential_solution", "time_communicator"]
+__all__ = ["Heat1D", "exact_solution", "main", "sequential_solution"]
 
 
 def exact_solution(x: np.ndarray, t: float) -> np.ndarray:

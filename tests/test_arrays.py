@@ -40,7 +40,8 @@ def test_clone_is_independent():
     assert not np.array_equal(u, v)
 
 
-@pytest.mark.parametrize("u", [np.array([3.0]), np.array([3.0, 4.0]), np.array([[1.0, 2.0], [2.0, 4.0]]),
+@pytest.mark.parametrize("u", [np.array([3.0]), np.array([3.0, 4.0]),
+                               np.array([[1.0, 2.0], [2.0, 4.0]]),
                                np.array([3 + 4j])])
 def test_norm_is_euclidean(u):
     assert _arrays.array_norm(u) == pytest.approx(np.linalg.norm(u.ravel()), rel=1e-15)

@@ -31,7 +31,8 @@ def test_one_level_is_serial_stepping_bitwise(name):
 
 
 @pytest.mark.parametrize("name", sorted(APPS))
-@pytest.mark.parametrize("opts", [dict(cfactor=2), dict(cfactor=4, nrelax=0), dict(cfactor=3, fmg=True),
+@pytest.mark.parametrize("opts", [dict(cfactor=2), dict(cfactor=4, nrelax=0),
+                                  dict(cfactor=3, fmg=True),
                                   dict(cfactor=2, max_levels=2, skip=False)])
 def test_converges_to_serial_solution(name, opts):
     make, t0, t1, n = APPS[name]
