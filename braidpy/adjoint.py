@@ -281,6 +281,8 @@ class GradientSolver:
         self.running = callable(getattr(app, "running_objective", None))
         primal_opts = dict(primal or {})
         adjoint_opts = dict(adjoint if adjoint is not None else primal_opts)
+        if adjoint is None:
+            adjoint_opts.pop("storage", None)  # the adjoint's F-points are never needed
         for name, opts in (("primal", primal_opts), ("adjoint", adjoint_opts)):
             if opts.get("storage", "all") != "all" and name == "primal":
                 raise ValueError("primal storage must be 'all': the adjoint needs every state")
