@@ -43,7 +43,8 @@ from ._options import Options
 from ._result import Result
 from ._solver import Core
 
-__all__ = ["AdjointStatus", "Gradient", "GradientSolver", "gradient", "allreduce_sum"]
+__all__ = ["AdjointStatus", "Gradient", "GradientSolver", "allreduce_sum", "gradient",
+           "ordered_sum"]
 
 # What the wrapper's callbacks call, for error messages.
 _ADJOINT_CALLBACKS = {"step": "step_adjoint/running_gradient",
@@ -98,12 +99,25 @@ class Gradient:
 
     def total(self):
         """Sum of all step gradients over all steps and ranks (time-independent
-        parameters); arrays or numbers, the same on every rank."""
-        local = None
-        for n in sorted(self.gradients):
-            g = np.asarray(self.gradients[n], dtype=np.float64)
-            local = g.copy() if local is None else local + g
-        return allreduce_sum(local, self._comm)
+        parameters), added in step order whatever the number of ranks, so the
+        result is bitwise the same for any rank count; on every rank."""
+        return ordered_sum([self.gradients[n] for n in sorted(self.gradients)], self._comm)
+
+
+def ordered_sum(items, comm):
+    """Sum of array-likes held in rank order (rank r's items come after rank r-1's),
+    added strictly left to right: rank r continues the partial sum of rank r-1, and
+    the last rank broadcasts it. None if there are no items anywhere."""
+    partial = None
+    rank, size = (0, 1) if comm is None else (comm.Get_rank(), comm.Get_size())
+    if rank > 0:
+        partial = comm.recv(source=rank - 1, tag=77)
+    for item in items:
+        g = np.asarray(item, dtype=np.float64)
+        partial = g.copy() if partial is None else partial + g
+    if rank < size - 1:
+        comm.send(partial, dest=rank + 1, tag=77)
+    return partial if size == 1 else comm.bcast(partial, root=size - 1)
 
 
 def allreduce_sum(value, comm):
@@ -149,19 +163,22 @@ class _ReversedApp:
         self.norm = self.app.norm
         self.bufpack = self.app.bufpack
         self.bufunpack = self.app.bufunpack
-        self._index = {}
-        self._strides = []
+        self._index: Dict[float, int] = {}
+        self._strides: list = []
+        self._st = AdjointStatus()  # reused: valid only during a callback
 
     def prepare(self, rev_times, strides):
         self._index = {float(s): m for m, s in enumerate(rev_times)}
         self._strides = strides
 
     def _status(self, status, n0, n1, phase=None):
-        t = self.owner.times
-        return AdjointStatus(t0=t[n0], t1=t[n1], t=t[n0], level=status.level,
-                             index=n0, fine_index=n0, iteration=status.iteration,
-                             done=status.done, tol=status.tol, rnorm=status.rnorm,
-                             phase=phase or status.phase)
+        t, st = self.owner.times, self._st
+        st.t0, st.t1, st.t = t[n0], t[n1], t[n0]
+        st.level, st.index, st.fine_index = status.level, n0, n0
+        st.iteration, st.done, st.tol, st.rnorm = (status.iteration, status.done, status.tol,
+                                                   status.rnorm)
+        st.phase = phase or status.phase
+        return st
 
     def _zero_like(self, u):
         z = self.app.clone(u)
@@ -181,15 +198,18 @@ class _ReversedApp:
         """w_N = dg/du(u_N) (+ df_N/du(u_N)), on the rank owning t_N."""
         N = self.owner.ntime
         u = self.owner.primal_core._solver.stored(N)
-        return self._add_running(self.app.clone(self.app.terminal_gradient(u)), N)
+        w = self.app.clone(self.app.terminal_gradient(u))
+        t = self.owner.times[N]
+        return self._add_running(w, N, AdjointStatus(t=t, t0=t, t1=t, level=0, index=N,
+                                                     fine_index=N, phase="objective"))
 
-    def _add_running(self, w, n):
+    def _add_running(self, w, n, st):
+        """w += df_n/du(u_n); st (the status of the current call) is passed on."""
         if not self.owner.running:
             return w
         u = self.owner.primal_core._solver.stored(n)
-        st = AdjointStatus(t=self.owner.times[n], t0=self.owner.times[n], t1=self.owner.times[n],
-                           level=0, index=n, fine_index=n, phase="objective")
-        g = self.app.running_gradient(u, self.owner.times[n], st)
+        st.t = self.owner.times[n]
+        g = self.app.running_gradient(u, st.t, st)
         if g is not None:
             self.app.sum(1.0, g, 1.0, w)
         return w
@@ -200,11 +220,11 @@ class _ReversedApp:
         m1 = m0 + self._strides[status.level]
         n0, n1 = N - m1, N - m0
         u = self.owner.primal_core._solver.stored(n0)
-        ret = self.app.step_adjoint(w, u, self.owner.times[n0], self.owner.times[n1],
-                                    self._status(status, n0, n1))
+        st = self._status(status, n0, n1)
+        ret = self.app.step_adjoint(w, u, self.owner.times[n0], self.owner.times[n1], st)
         if ret is not None and ret is not w:
             w = ret
-        return self._add_running(w, n0)
+        return self._add_running(w, n0, st)
 
     def access(self, w, status):
         if not status.done:
@@ -345,31 +365,33 @@ class GradientSolver:
         """(J on every rank, w_N on the rank owning t_N), agreed across ranks: a
         callback failing on one rank raises there and BraidError elsewhere."""
         solver = self.primal_core._solver
-        local, error, w_final = 0.0, None, None
+        terms, error, w_final = [], None, None  # (index, term); the terminal term is N+1
         try:
             if self.running:
                 for i in primal.owned:
-                    st = AdjointStatus(t=self.times[i], t0=self.times[i], t1=self.times[i],
-                                       level=0, index=i, fine_index=i, phase="objective")
-                    local += float(self.app.running_objective(solver.stored(i), self.times[i], st))
+                    t = self.times[i]
+                    st = AdjointStatus(t=t, t0=t, t1=t, level=0, index=i, fine_index=i,
+                                       phase="objective")
+                    terms.append((i, float(self.app.running_objective(solver.stored(i), t, st))))
             if self.ntime in primal.owned:
-                local += float(self.app.terminal_objective(solver.stored(self.ntime)))
+                u_final = solver.stored(self.ntime)
+                terms.append((self.ntime + 1, float(self.app.terminal_objective(u_final))))
                 w_final = self._reversed.terminal_adjoint()
         except Exception as exc:  # noqa: BLE001 - re-raised below, after the ranks agree
             error = exc
-        if self.comm is None:
-            if error is not None:
-                raise error
-            return local, w_final
-        parts = self.comm.allgather((local, None if error is None else
-                                     f"{type(error).__name__}: {error}"))
+        summary = None if error is None else f"{type(error).__name__}: {error}"
+        parts = [(terms, summary)] if self.comm is None else self.comm.allgather((terms, summary))
         if error is not None:
             raise error
         failed = [(r, msg) for r, (_, msg) in enumerate(parts) if msg is not None]
         if failed:
             raise BraidError("objective evaluation failed on " +
                              "; ".join(f"rank {r}: {msg}" for r, msg in failed))
-        return float(sum(v for v, _ in parts)), w_final
+        # Added in index order on every rank: the same bits for any rank count.
+        total = 0.0
+        for _, value in sorted(term for part, _ in parts for term in part):
+            total += value
+        return total, w_final
 
 
 def gradient(app: Any, tstart: float, tstop: float, ntime: int, *, comm: Any = None,

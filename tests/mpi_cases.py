@@ -51,11 +51,14 @@ def _gradient(make, t0, t1, n, comm, oneshot=None, evaluations=1, **opts):
     out = []
     for _ in range(evaluations):
         g = solver.evaluate()
-        local = sorted([k, np.asarray(v, dtype=float).tolist()] for k, v in g.gradients.items())
+        local = sorted([k, np.asarray(v, dtype=float).tolist()]
+                       for k, v in g.gradients.items())
         parts = [local] if comm is None else comm.allgather(local)
         w0 = None if g.initial_adjoint is None else np.asarray(g.initial_adjoint).tolist()
         w0s = [w0] if comm is None else comm.allgather(w0)
-        out.append(dict(objective=g.objective, gradients=sorted(x for p in parts for x in p),
+        total = g.total()
+        out.append(dict(objective=g.objective, total=np.asarray(total).tolist(),
+                        gradients=sorted(x for p in parts for x in p),
                         initial_adjoint=[w for w in w0s if w is not None],
                         primal=_summary(g.primal, comm), adjoint=_summary(g.adjoint, comm)))
     return out
