@@ -38,6 +38,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence
 
 import numpy as np
 
+from ._app import App
 from ._errors import BraidError
 from ._options import Options
 from ._result import Result
@@ -147,7 +148,7 @@ def _check_adjoint_app(app) -> None:
                         f"running_gradient, or neither")
 
 
-class _ReversedApp:
+class _ReversedApp(App):
     """The adjoint problem as a braidpy app on the reversed grid s_m = -t_{N-m}.
 
     Rank q of the reversed communicator owns the mirror image of the forward points of
@@ -157,12 +158,12 @@ class _ReversedApp:
     def __init__(self, owner: "GradientSolver"):
         self.owner = owner
         self.app = owner.app
-        # Vector operations are the user's.
-        self.clone = self.app.clone
-        self.sum = self.app.sum
-        self.norm = self.app.norm
-        self.bufpack = self.app.bufpack
-        self.bufunpack = self.app.bufunpack
+        # Vector operations are the user's; App's own defaults stay inherited so
+        # that the compiled core can run them directly (the fast array paths).
+        for name in ("clone", "sum", "norm", "bufpack", "bufunpack"):
+            mine = getattr(type(self.app), name, None)
+            if mine is not getattr(App, name) or name in getattr(self.app, "__dict__", {}):
+                setattr(self, name, getattr(self.app, name))
         self._index: Dict[float, int] = {}
         self._strides: list = []
         self._st = AdjointStatus()  # reused: valid only during a callback
@@ -170,9 +171,13 @@ class _ReversedApp:
     def prepare(self, rev_times, strides):
         self._index = {float(s): m for m, s in enumerate(rev_times)}
         self._strides = strides
+        self._times = [float(t) for t in self.owner.times]  # Python floats: cheap indexing
+
+    def _stored(self, n):
+        return self.owner.primal_core._solver.stored(n)
 
     def _status(self, status, n0, n1, phase=None):
-        t, st = self.owner.times, self._st
+        t, st = self._times, self._st
         st.t0, st.t1, st.t = t[n0], t[n1], t[n0]
         st.level, st.index, st.fine_index = status.level, n0, n0
         st.iteration, st.done, st.tol, st.rnorm = (status.iteration, status.done, status.tol,
@@ -197,9 +202,9 @@ class _ReversedApp:
     def terminal_adjoint(self):
         """w_N = dg/du(u_N) (+ df_N/du(u_N)), on the rank owning t_N."""
         N = self.owner.ntime
-        u = self.owner.primal_core._solver.stored(N)
+        u = self._stored(N)
         w = self.app.clone(self.app.terminal_gradient(u))
-        t = self.owner.times[N]
+        t = self._times[N]
         return self._add_running(w, N, AdjointStatus(t=t, t0=t, t1=t, level=0, index=N,
                                                      fine_index=N, phase="objective"))
 
@@ -207,8 +212,8 @@ class _ReversedApp:
         """w += df_n/du(u_n); st (the status of the current call) is passed on."""
         if not self.owner.running:
             return w
-        u = self.owner.primal_core._solver.stored(n)
-        st.t = self.owner.times[n]
+        u = self._stored(n)
+        st.t = self._times[n]
         g = self.app.running_gradient(u, st.t, st)
         if g is not None:
             self.app.sum(1.0, g, 1.0, w)
@@ -219,9 +224,9 @@ class _ReversedApp:
         m0 = status.fine_index
         m1 = m0 + self._strides[status.level]
         n0, n1 = N - m1, N - m0
-        u = self.owner.primal_core._solver.stored(n0)
+        u = self._stored(n0)
         st = self._status(status, n0, n1)
-        ret = self.app.step_adjoint(w, u, self.owner.times[n0], self.owner.times[n1], st)
+        ret = self.app.step_adjoint(w, u, self._times[n0], self._times[n1], st)
         if ret is not None and ret is not w:
             w = ret
         return self._add_running(w, n0, st)
@@ -238,7 +243,7 @@ class _ReversedApp:
         u = primal.stored(n - 1)
         st = self._status(status, n - 1, n, phase="final")
         st.level, st.index, st.fine_index = 0, n - 1, n - 1
-        g = self.app.step_gradient(w, u, self.owner.times[n - 1], self.owner.times[n], st)
+        g = self.app.step_gradient(w, u, self._times[n - 1], self._times[n], st)
         if g is not None:
             self.owner._gradients[n - 1] = g
 
