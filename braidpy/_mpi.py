@@ -70,5 +70,11 @@ class TimeComm:
         return recv.tolist()
 
     def free(self) -> None:
-        self.finish()
-        self.comm.Free()
+        """Completes pending sends and frees the duplicate (no-op after MPI_Finalize)."""
+        try:
+            if self.MPI.Is_finalized() or self.comm == self.MPI.COMM_NULL:
+                return
+            self.finish()
+            self.comm.Free()
+        except Exception:  # noqa: BLE001 - called from __del__, maybe at shutdown
+            pass

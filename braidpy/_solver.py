@@ -225,12 +225,10 @@ class Core:
         return self.app.bufunpack(bytearray(got[1]))
 
     def __del__(self):
+        # Release our duplicate of the communicator (MPI has a few thousand).
         tcomm = getattr(self, "_tcomm", None)
         if tcomm is not None:
-            try:
-                tcomm.finish()
-            except Exception:  # noqa: BLE001 - interpreter shutdown
-                pass
+            tcomm.free()
 
 
 def solve(app: Any, tstart: float, tstop: float, ntime: int, *, comm: Any = None,

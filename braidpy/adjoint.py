@@ -34,6 +34,7 @@ the same space as the states.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Dict, Mapping, Optional, Sequence
 
 import numpy as np
@@ -156,7 +157,8 @@ class _ReversedApp(App):
     """
 
     def __init__(self, owner: "GradientSolver"):
-        self.owner = owner
+        # Weak: the compiled solver holds this app, and GC cannot see through it.
+        self.owner = weakref.proxy(owner)
         self.app = owner.app
         # Vector operations are the user's; App's own defaults stay inherited so
         # that the compiled core can run them directly (the fast array paths).
@@ -346,6 +348,17 @@ class GradientSolver:
         self._reversed.prepare(rev_times, strides)
         self._gradients: Dict[int, Any] = {}
         self._initial_adjoint = None
+
+    def __del__(self):
+        rev = getattr(self, "_rev_comm", None)
+        if rev is not None:
+            try:
+                from mpi4py import MPI
+
+                if not MPI.Is_finalized():
+                    rev.Free()
+            except Exception:  # noqa: BLE001 - called from __del__, maybe at shutdown
+                pass
 
     def evaluate(self) -> Gradient:
         """Primal solve, objective, adjoint solve and per-step gradients."""

@@ -36,10 +36,24 @@ def run_errors():
     return out
 
 
+def run_resources():
+    """More Cores and GradientSolvers than MPICH has communicator contexts (2048)."""
+    import braidpy
+    from apps import Decay, DecayRate
+    from braidpy.adjoint import GradientSolver
+
+    for _ in range(2100):
+        braidpy.Core(Decay(), 0.0, 1.0, 4, comm=COMM, cfactor=2)
+    for _ in range(1100):
+        GradientSolver(DecayRate(), 0.0, 1.0, 4, comm=COMM, primal=dict(cfactor=2))
+    return {"created": True}
+
+
 def main():
     suite, path = sys.argv[1], sys.argv[2]
     try:
-        result = {"histories": run_histories, "errors": run_errors}[suite]()
+        suites = {"histories": run_histories, "errors": run_errors, "resources": run_resources}
+        result = suites[suite]()
     except BaseException:
         traceback.print_exc()
         sys.stdout.flush()

@@ -74,6 +74,10 @@ def test_histories_and_solutions_independent_of_rank_count(nranks, serial, tmp_p
         assert_same(par[name], serial[name], f"{name} with {nranks} ranks")
 
 
+def test_solvers_release_their_communicators(tmp_path):
+    assert run_driver(2, "resources", tmp_path) == {"created": True}
+
+
 @pytest.mark.parametrize("nranks", [2, 4])
 def test_error_contract_under_mpi(nranks, tmp_path):
     res = run_driver(nranks, "errors", tmp_path)
