@@ -45,8 +45,7 @@ from ._options import Options
 from ._result import Result
 from ._solver import Core
 
-__all__ = ["AdjointStatus", "Gradient", "GradientSolver", "allreduce_sum", "gradient",
-           "ordered_sum"]
+__all__ = ["AdjointStatus", "Gradient", "GradientSolver", "gradient", "ordered_sum"]
 
 # What the wrapper's callbacks call, for error messages.
 _ADJOINT_CALLBACKS = {"step": "step_adjoint/running_gradient",
@@ -120,20 +119,6 @@ def ordered_sum(items, comm):
     if rank < size - 1:
         comm.send(partial, dest=rank + 1, tag=77)
     return partial if size == 1 else comm.bcast(partial, root=size - 1)
-
-
-def allreduce_sum(value, comm):
-    """Sum of array-like `value` over the ranks of comm (None counts as zero)."""
-    if comm is None or comm.Get_size() == 1:
-        return None if value is None else np.array(value, dtype=np.float64)
-    parts = comm.allgather(None if value is None else np.asarray(value, dtype=np.float64))
-    present = [p for p in parts if p is not None]
-    if not present:
-        return None
-    total = present[0].copy()
-    for p in present[1:]:
-        total = total + p
-    return total
 
 
 def _check_adjoint_app(app) -> None:

@@ -43,39 +43,39 @@ def _mT(x: Any, xp: Any) -> Any:
     return xp.swapaxes(x, -1, -2)
 
 
+def _expect(fn: str, name: str, x: Any, want: tuple, dims: str, ref: str, ref_shape: tuple):
+    """Raise if x's shape is not `want` (dims names the axes in the message)."""
+    got = _shape(x)
+    if got != want:
+        raise ValueError(f"{fn}: {name} has shape {got} but {ref} has shape {ref_shape}; "
+                         f"{name} must be ({dims}) = {want}")
+
+
+def _same(fn: str, name: str, x: Any, ref: str, ref_shape: tuple) -> None:
+    if x is not None and _shape(x) != ref_shape:
+        raise ValueError(f"{fn}: {name} has shape {_shape(x)} but {ref} has shape {ref_shape}; "
+                         f"they must be equal")
+
+
 def _check_single(fn: str, u: Any, K: Any, b: Any, w: Any = None) -> None:
-    su, sK, sb = _shape(u), _shape(K), _shape(b)
+    su = _shape(u)
     if len(su) != 2:
         raise ValueError(f"{fn}: u must be 2-D (batch, width), got shape {su}")
     width = su[1]
-    if sK != (width, width):
-        raise ValueError(f"{fn}: K has shape {sK} but u has shape {su}; "
-                         f"K must be (width, width) = {(width, width)}")
-    if sb != (width,):
-        raise ValueError(f"{fn}: b has shape {sb} but u has shape {su}; "
-                         f"b must be (width,) = {(width,)}")
-    if w is not None and _shape(w) != su:
-        raise ValueError(f"{fn}: w has shape {_shape(w)} but u has shape {su}; "
-                         f"they must be equal")
+    _expect(fn, "K", K, (width, width), "width, width", "u", su)
+    _expect(fn, "b", b, (width,), "width,", "u", su)
+    _same(fn, "w", w, "u", su)
 
 
 def _check_batched(fn: str, U: Any, Ks: Any, bs: Any, hs: Any, W: Any = None) -> None:
-    sU, sK, sb, sh = _shape(U), _shape(Ks), _shape(bs), _shape(hs)
+    sU = _shape(U)
     if len(sU) != 3:
         raise ValueError(f"{fn}: U must be 3-D (m, batch, width), got shape {sU}")
     m, width = sU[0], sU[2]
-    if sK != (m, width, width):
-        raise ValueError(f"{fn}: Ks has shape {sK} but U has shape {sU}; "
-                         f"Ks must be (m, width, width) = {(m, width, width)}")
-    if sb != (m, width):
-        raise ValueError(f"{fn}: bs has shape {sb} but U has shape {sU}; "
-                         f"bs must be (m, width) = {(m, width)}")
-    if sh != (m,):
-        raise ValueError(f"{fn}: hs has shape {sh} but U has shape {sU}; "
-                         f"hs must be (m,) = {(m,)}")
-    if W is not None and _shape(W) != sU:
-        raise ValueError(f"{fn}: W has shape {_shape(W)} but U has shape {sU}; "
-                         f"they must be equal")
+    _expect(fn, "Ks", Ks, (m, width, width), "m, width, width", "U", sU)
+    _expect(fn, "bs", bs, (m, width), "m, width", "U", sU)
+    _expect(fn, "hs", hs, (m,), "m,", "U", sU)
+    _same(fn, "W", W, "U", sU)
 
 
 def _pre(u: Any, K: Any, b: Any, xp: Any) -> Any:
