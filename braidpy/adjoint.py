@@ -27,6 +27,9 @@ The app provides, beyond ``init`` and ``step``:
     g(u_N) and dg/du(u_N).
 ``running_objective(u, t, status)`` -> float and ``running_gradient(u, t, status)``
     Optional running terms f_i and df_i/du (vector or None for zero).
+``adjoint_guess(n)`` -> vector or None
+    Optional: the guess of w_n used when the adjoint solve starts cold (default
+    zero); lets an interrupted one-shot optimization resume from saved adjoints.
 
 Adjoint vectors use the app's clone/sum/norm/bufpack/bufunpack, so they must live in
 the same space as the states.
@@ -184,6 +187,11 @@ class _ReversedApp(App):
         u = primal.stored(N - m)
         if m == 0:
             return self.terminal_adjoint()
+        guess = getattr(self.app, "adjoint_guess", None)
+        if callable(guess):
+            g = guess(N - m)
+            if g is not None:
+                return self.app.clone(g)
         return self._zero_like(u)
 
     def terminal_adjoint(self):
@@ -358,6 +366,11 @@ class GradientSolver:
         adjoint = self.adjoint_core.solve()
         return Gradient(objective, self._gradients, self._initial_adjoint, primal, adjoint,
                         self.comm)
+
+    def objective(self) -> float:
+        """Primal solve and objective only (no adjoint), e.g. for a line search. The
+        primal state stays as the warm start of the next evaluation."""
+        return self._objective(self.primal_core.solve())[0]
 
     def reset(self) -> None:
         """Next evaluation starts both solves cold (from init and a zero adjoint)."""

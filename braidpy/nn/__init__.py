@@ -14,6 +14,17 @@ from .activations import (
     tanh,
     tanh_derivative,
 )
+from .conv import (
+    conv2d,
+    conv2d_input_vjp,
+    conv2d_weight_vjp,
+    conv_adjoint,
+    conv_adjoint_batched,
+    conv_forward,
+    conv_forward_batched,
+    conv_gradient,
+    conv_gradient_batched,
+)
 from .dense import (
     dense_adjoint,
     dense_adjoint_batched,
@@ -22,8 +33,29 @@ from .dense import (
     dense_gradient,
     dense_gradient_batched,
 )
+from .layers import (
+    accuracy,
+    classifier_gradient,
+    classifier_logits,
+    classifier_loss,
+    classifier_predict,
+    conv_opening,
+    conv_opening_gradient,
+    dense_opening,
+    dense_opening_gradient,
+    replicate_opening,
+    zero_pad_opening,
+)
+from .network import OPENINGS, ResNet
+from .resnet import ResNetApp
 
 __all__ = ["Activation", "SMOOTH_RELU_EPS", "activation_names", "get_activation", "relu",
            "relu_derivative", "smooth_relu", "smooth_relu_derivative", "tanh",
            "tanh_derivative", "dense_forward", "dense_adjoint", "dense_gradient",
-           "dense_forward_batched", "dense_adjoint_batched", "dense_gradient_batched"]
+           "dense_forward_batched", "dense_adjoint_batched", "dense_gradient_batched",
+           "conv2d", "conv2d_input_vjp", "conv2d_weight_vjp", "conv_forward", "conv_adjoint",
+           "conv_gradient", "conv_forward_batched", "conv_adjoint_batched",
+           "conv_gradient_batched", "dense_opening", "dense_opening_gradient", "conv_opening",
+           "conv_opening_gradient", "replicate_opening", "zero_pad_opening",
+           "classifier_logits", "classifier_loss", "classifier_gradient", "classifier_predict",
+           "accuracy", "OPENINGS", "ResNet", "ResNetApp"]

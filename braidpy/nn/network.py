@@ -1,0 +1,306 @@
+"""A residual network in layer time: architecture, parameter layout and serial reference.
+
+:class:`ResNet` describes the network of Günther et al., "Layer-parallel training of deep
+residual neural networks" (SIAM J. Math. Data Sci. 2, 2020), eqs. (2.10)-(2.13):
+
+    u_0 = opening(y),    u_{n+1} = u_n + h_n * act(K_n u_n + b_n)  (n = 0..N-1),
+    loss = mean cross entropy of softmax(W u_N + mu) against the labels c.
+
+The layer-time grid is braidpy's (XBraid's) uniform grid on [0, T] with N steps, so
+the serial reference here and the MGRIT app (:class:`braidpy.nn.ResNetApp`) use the
+very same step sizes. All trainable numbers live in one flat float vector (``params``);
+:meth:`ResNet.views` cuts it into named arrays without copying, so an optimizer works
+on the flat vector and every layer sees the update.
+
+Layer kinds: ``"dense"`` (state batch x width, K width x width) and ``"conv"`` (state
+batch x channels x H x W, K channels x channels x k x k, zero padding).
+Opening kinds: ``"dense"`` (L width x nf, for feature vectors), ``"conv"`` (for images),
+``"replicate"`` and ``"zero-pad"`` (no parameters).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .activations import get_activation
+from .conv import (conv_adjoint, conv_adjoint_batched, conv_forward, conv_forward_batched,
+                   conv_gradient, conv_gradient_batched)
+from .dense import (dense_adjoint, dense_adjoint_batched, dense_forward, dense_forward_batched,
+                    dense_gradient, dense_gradient_batched)
+from .layers import (accuracy, classifier_gradient, classifier_loss, classifier_predict,
+                     conv_opening, conv_opening_gradient, dense_opening, dense_opening_gradient,
+                     replicate_opening, zero_pad_opening)
+
+__all__ = ["ResNet", "OPENINGS"]
+
+OPENINGS = ("dense", "conv", "replicate", "zero-pad")
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+class ResNet:
+    """Architecture of a layer-time ResNet and the layout of its parameter vector.
+
+    Parameters
+    ----------
+    input_shape : tuple of int
+        Shape of one input sample: ``(nf,)`` for feature vectors (dense network) or
+        ``(Cin, H, W)`` for images (convolutional network).
+    nclasses : int
+        Number of classes of the softmax classifier.
+    width : int
+        Network width q (dense) or number of channels (conv).
+    nlayers : int
+        Number of residual layers N (time steps).
+    T : float, default 1.0
+        Final layer time; the step size is h = T / N.
+    activation : str, default "tanh"
+        Activation of the residual layers (see :func:`braidpy.nn.activation_names`).
+    opening : str, default "dense" for feature vectors, "conv" for images
+        One of ``"dense"``, ``"conv"``, ``"replicate"``, ``"zero-pad"``.
+    opening_activation : bool, default True
+        Apply the activation after a learned (dense/conv) opening layer, as the paper
+        does for Peaks.
+    kernel : int, default 3
+        Odd convolution kernel size (conv networks only).
+
+    Examples
+    --------
+    >>> net = ResNet((2,), 5, width=8, nlayers=4, T=1.0, activation="smooth_relu")
+    >>> net.nparams                               # 8*2+8 + 4*(64+8) + 5*8+5
+    357
+    >>> p = net.init_params(seed=0)
+    >>> sorted(net.views(p))
+    ['K', 'W', 'b', 'mu', 'open_K', 'open_b']
+    >>> X = np.zeros((3, 2)); C = np.eye(5)[:3]
+    >>> loss, grad = net.loss_and_gradient(p, X, C)
+    >>> grad.shape == p.shape
+    True
+    """
+
+    def __init__(self, input_shape: Sequence[int], nclasses: int, *, width: int, nlayers: int,
+                 T: float = 1.0, activation: str = "tanh", opening: Optional[str] = None,
+                 opening_activation: bool = True, kernel: int = 3):
+        shape = tuple(int(s) for s in input_shape)
+        if len(shape) not in (1, 3) or any(s < 1 for s in shape):
+            raise ValueError(f"input_shape must be (features,) or (channels, H, W) with "
+                             f"positive sizes, got {tuple(input_shape)!r}")
+        self.input_shape = shape
+        self.kind = "dense" if len(shape) == 1 else "conv"
+        self.nclasses = _positive_int("nclasses", nclasses)
+        self.width = _positive_int("width", width)
+        self.nlayers = _positive_int("nlayers", nlayers)
+        if isinstance(T, bool) or not isinstance(T, (int, float, np.floating)) or \
+                not np.isfinite(T) or T <= 0:
+            raise ValueError(f"T must be a positive number, got {T!r}")
+        self.T = float(T)
+        self.activation = get_activation(activation)
+        self.activation_name = activation if isinstance(activation, str) else self.activation.name
+        self.kernel = _positive_int("kernel", kernel)
+        if self.kernel % 2 == 0:
+            raise ValueError(f"kernel must be odd (zero padding keeps the image size), "
+                             f"got {kernel}")
+        if opening is None:
+            opening = "dense" if self.kind == "dense" else "conv"
+        if opening not in OPENINGS:
+            raise ValueError(f"unknown opening {opening!r}; choose one of {', '.join(OPENINGS)}")
+        if (opening, self.kind) in (("dense", "conv"), ("conv", "dense")):
+            raise ValueError(f"opening {opening!r} does not fit a {self.kind} network with "
+                             f"input shape {shape}")
+        nin = shape[0]
+        if opening in ("replicate", "zero-pad") and nin > self.width:
+            what = "features" if self.kind == "dense" else "input channels"
+            raise ValueError(f"opening {opening!r} needs {what} ({nin}) <= width ({self.width})")
+        self.opening = opening
+        self.opening_activation = bool(opening_activation)
+        # Grid of braidpy.Core / XBraid: t_i = (i / N) * T.
+        i = np.arange(self.nlayers + 1, dtype=np.float64)
+        self.times = (i / self.nlayers) * self.T
+        self.steps = np.diff(self.times)
+        self._layout = self._make_layout()
+        self.nparams = sum(int(np.prod(s)) for _, s in self._layout)
+
+    # ------------------------------------------------------------------ layout
+    @property
+    def state_shape(self) -> Tuple[int, ...]:
+        """Shape of one sample's state (without the batch axis)."""
+        if self.kind == "dense":
+            return (self.width,)
+        return (self.width,) + self.input_shape[1:]
+
+    @property
+    def features(self) -> int:
+        """Number of state entries per sample seen by the classifier."""
+        return int(np.prod(self.state_shape))
+
+    def _make_layout(self) -> List[Tuple[str, Tuple[int, ...]]]:
+        q, N, k = self.width, self.nlayers, self.kernel
+        layout: List[Tuple[str, Tuple[int, ...]]] = []
+        if self.opening == "dense":
+            layout += [("open_K", (q, self.input_shape[0])), ("open_b", (q,))]
+        elif self.opening == "conv":
+            layout += [("open_K", (q, self.input_shape[0], k, k)), ("open_b", (q,))]
+        if self.kind == "dense":
+            layout += [("K", (N, q, q)), ("b", (N, q))]
+        else:
+            layout += [("K", (N, q, q, k, k)), ("b", (N, q))]
+        layout += [("W", (self.nclasses, self.features)), ("mu", (self.nclasses,))]
+        return layout
+
+    def views(self, params: Any) -> Dict[str, Any]:
+        """Named views into the flat parameter vector (no copies)."""
+        if getattr(params, "shape", None) != (self.nparams,):
+            raise ValueError(f"params must be a flat vector of {self.nparams} entries, got "
+                             f"shape {getattr(params, 'shape', None)}")
+        out, start = {}, 0
+        for name, shape in self._layout:
+            size = int(np.prod(shape))
+            out[name] = params[start:start + size].reshape(shape)
+            start += size
+        return out
+
+    def slices(self) -> Dict[str, slice]:
+        """Where each named block lives in the flat vector."""
+        out, start = {}, 0
+        for name, shape in self._layout:
+            size = int(np.prod(shape))
+            out[name] = slice(start, start + size)
+            start += size
+        return out
+
+    def init_params(self, seed: Optional[int] = None, scale: float = 1.0) -> np.ndarray:
+        """Random parameters: layer weights ~ N(0, 1/fan_in) * scale, biases zero.
+
+        The classifier and a learned opening get the same fan-in scaling; with
+        ``scale`` the residual layers can be made weaker or stronger.
+        """
+        rng = np.random.default_rng(seed)
+        p = np.zeros(self.nparams)
+        v = self.views(p)
+        k2 = self.kernel ** 2
+        if "open_K" in v:
+            fan = int(np.prod(v["open_K"].shape[1:]))
+            v["open_K"][...] = rng.standard_normal(v["open_K"].shape) / np.sqrt(fan)
+        fan = self.width * (k2 if self.kind == "conv" else 1)
+        v["K"][...] = scale * rng.standard_normal(v["K"].shape) / np.sqrt(fan)
+        v["W"][...] = rng.standard_normal(v["W"].shape) / np.sqrt(self.features)
+        return p
+
+    # ------------------------------------------------------------------ pieces
+    def check_data(self, X: Any, C: Any = None) -> None:
+        """Raise ValueError if X (and labels C) do not fit this network."""
+        shape = tuple(getattr(X, "shape", ()))
+        if shape[1:] != self.input_shape:
+            raise ValueError(f"data samples have shape {shape[1:]} but the network expects "
+                             f"input_shape {self.input_shape}")
+        if C is not None:
+            cs = tuple(getattr(C, "shape", ()))
+            if cs != (shape[0], self.nclasses):
+                raise ValueError(f"labels have shape {cs} but must be one-hot "
+                                 f"({shape[0]}, nclasses={self.nclasses})")
+
+    def open(self, params: Any, X: Any) -> Any:
+        """u_0 = opening(X)."""
+        v = self.views(params)
+        act = self.activation if self.opening_activation else None
+        if self.opening == "dense":
+            return dense_opening(X, v["open_K"], v["open_b"], act)
+        if self.opening == "conv":
+            return conv_opening(X, v["open_K"], v["open_b"], act)
+        if self.opening == "replicate":
+            return replicate_opening(X, self.width)
+        return zero_pad_opening(X, self.width)
+
+    def opening_gradient(self, params: Any, X: Any, w0: Any) -> Dict[str, Any]:
+        """{name: gradient} of the opening parameters for the adjoint w0 = dJ/du_0."""
+        v = self.views(params)
+        act = self.activation if self.opening_activation else None
+        if self.opening == "dense":
+            dK, db = dense_opening_gradient(w0, X, v["open_K"], v["open_b"], act)
+        elif self.opening == "conv":
+            dK, db = conv_opening_gradient(w0, X, v["open_K"], v["open_b"], act)
+        else:
+            return {}
+        return {"open_K": dK, "open_b": db}
+
+    def layer_forward(self, u: Any, K: Any, b: Any, h: float) -> Any:
+        f = dense_forward if self.kind == "dense" else conv_forward
+        return f(u, K, b, h, self.activation)
+
+    def layer_adjoint(self, w: Any, u: Any, K: Any, b: Any, h: float) -> Any:
+        f = dense_adjoint if self.kind == "dense" else conv_adjoint
+        return f(w, u, K, b, h, self.activation)
+
+    def layer_gradient(self, w: Any, u: Any, K: Any, b: Any, h: float) -> Tuple[Any, Any]:
+        f = dense_gradient if self.kind == "dense" else conv_gradient
+        return f(w, u, K, b, h, self.activation)
+
+    def layers_forward_batched(self, U: Any, Ks: Any, bs: Any, hs: Any) -> Any:
+        f = dense_forward_batched if self.kind == "dense" else conv_forward_batched
+        return f(U, Ks, bs, hs, self.activation)
+
+    def layers_adjoint_batched(self, W: Any, U: Any, Ks: Any, bs: Any, hs: Any) -> Any:
+        f = dense_adjoint_batched if self.kind == "dense" else conv_adjoint_batched
+        return f(W, U, Ks, bs, hs, self.activation)
+
+    def layers_gradient_batched(self, W: Any, U: Any, Ks: Any, bs: Any, hs: Any):
+        f = dense_gradient_batched if self.kind == "dense" else conv_gradient_batched
+        return f(W, U, Ks, bs, hs, self.activation)
+
+    # ------------------------------------------------------- serial reference
+    def forward(self, params: Any, X: Any, keep: bool = False):
+        """Serial forward sweep: u_N, or the list [u_0, ..., u_N] with keep=True."""
+        v = self.views(params)
+        u = self.open(params, X)
+        states = [u] if keep else None
+        for n in range(self.nlayers):
+            u = self.layer_forward(u, v["K"][n], v["b"][n], self.steps[n])
+            if keep:
+                states.append(u)
+        return states if keep else u
+
+    def loss(self, params: Any, X: Any, C: Any) -> float:
+        """Mean cross-entropy loss of the serial forward sweep."""
+        v = self.views(params)
+        return float(classifier_loss(self.forward(params, X), C, v["W"], v["mu"]))
+
+    def loss_and_gradient(self, params: Any, X: Any, C: Any) -> Tuple[float, np.ndarray]:
+        """Loss and its gradient by serial forward and backward propagation (the
+        reference that layer-parallel training must reproduce)."""
+        v = self.views(params)
+        states = self.forward(params, X, keep=True)
+        loss, w, dW, dmu = classifier_gradient(states[-1], C, v["W"], v["mu"])
+        grad = np.zeros(self.nparams)
+        g = self.views(grad)
+        g["W"][...], g["mu"][...] = dW, dmu
+        for n in range(self.nlayers - 1, -1, -1):
+            K, b, h = v["K"][n], v["b"][n], self.steps[n]
+            g["K"][n], g["b"][n] = self.layer_gradient(w, states[n], K, b, h)
+            w = self.layer_adjoint(w, states[n], K, b, h)
+        for name, value in self.opening_gradient(params, X, w).items():
+            g[name][...] = value
+        return float(loss), grad
+
+    def predict(self, params: Any, X: Any) -> Any:
+        """Predicted class indices by the serial forward sweep."""
+        v = self.views(params)
+        return classifier_predict(self.forward(params, X), v["W"], v["mu"])
+
+    def accuracy(self, params: Any, X: Any, C: Any) -> float:
+        """Fraction of samples classified correctly (serial forward sweep)."""
+        v = self.views(params)
+        return float(accuracy(self.forward(params, X), C, v["W"], v["mu"]))
+
+    def describe(self) -> str:
+        """One line: the architecture in words."""
+        layer = f"dense {self.width}" if self.kind == "dense" else \
+            f"conv {self.width}ch {self.kernel}x{self.kernel}"
+        return (f"ResNet: {self.opening} opening -> {self.nlayers} x {layer} "
+                f"({self.activation_name}, T={self.T:g}) -> softmax {self.nclasses}; "
+                f"{self.nparams} parameters")

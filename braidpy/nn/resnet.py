@@ -1,0 +1,99 @@
+"""A ResNet's layer-time propagation as a braidpy app, with the adjoint callbacks.
+
+:class:`ResNetApp` wraps a :class:`braidpy.nn.ResNet`, a flat parameter vector and one
+batch of data. The MGRIT state at layer time t_n is the whole batch's state u_n
+(batch x width, or batch x channels x H x W). Step n uses layer n's weights; on coarse
+levels the step from coarse point t_n to t_{n+s} reuses the fine layer n with the
+coarse step size t_{n+s} - t_n (Günther et al. 2020, sec. 3). The opening layer runs in
+``init`` at t = 0, so only the rank owning the first layer evaluates it; the
+classifier runs in the terminal callbacks, so only the rank owning the last layer does.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+from .._app import App
+from .layers import classifier_gradient, classifier_loss
+from .network import ResNet
+
+__all__ = ["ResNetApp"]
+
+
+class ResNetApp(App):
+    """MGRIT app of a ResNet for one batch (X, C) and parameters ``params``.
+
+    ``params`` is held by reference: updating it in place (as the optimizers of
+    :mod:`braidpy.train` do) changes the network seen by the next solve. Call
+    :meth:`set_batch` to switch data.
+
+    After a gradient evaluation the rank owning the last layer holds the classifier's
+    gradient in :attr:`classifier_grad` ({"W": ..., "mu": ...}).
+
+    Warm-start guesses for a cold solve (used to resume training exactly) can be put in
+    :attr:`guess` and :attr:`adjoint_guesses` ({fine index: array}).
+    """
+
+    def __init__(self, net: ResNet, params: Any, X: Any, C: Any = None):
+        self.net = net
+        self.params = params
+        self._views = net.views(params)
+        self.set_batch(X, C)
+        self._index = {float(t): n for n, t in enumerate(net.times)}
+        self.classifier_grad: Dict[str, Any] = {}
+        self.guesses: Dict[int, Any] = {}
+        self.adjoint_guesses: Dict[int, Any] = {}
+
+    def set_batch(self, X: Any, C: Any = None) -> None:
+        """Use data X (and one-hot labels C) from the next solve on."""
+        self.net.check_data(X, C)
+        self.X, self.C = X, C
+        self._u0 = None
+
+    def initial_state(self) -> Any:
+        """u_0 = opening(X) for the current parameters (a new array)."""
+        return self.net.open(self.params, self.X)
+
+    # ------------------------------------------------------------- primal
+    def init(self, t: float) -> Any:
+        n = self._index.get(float(t))
+        if n == 0:
+            self._u0 = self.initial_state()
+            return self._u0.copy()
+        if n in self.guesses:
+            return self.guesses[n].copy()
+        # Before any solve the opening output is the best cheap guess of every state.
+        if self._u0 is None:
+            self._u0 = self.initial_state()
+        return self._u0.copy()
+
+    def step(self, u: Any, t0: float, t1: float, status: Any) -> Any:
+        n = status.fine_index
+        v = self._views
+        return self.net.layer_forward(u, v["K"][n], v["b"][n], t1 - t0)
+
+    # ------------------------------------------------------------ adjoint
+    def step_adjoint(self, w: Any, u: Any, t0: float, t1: float, status: Any) -> Any:
+        n = status.fine_index
+        v = self._views
+        return self.net.layer_adjoint(w, u, v["K"][n], v["b"][n], t1 - t0)
+
+    def step_gradient(self, w: Any, u: Any, t0: float, t1: float, status: Any) -> Any:
+        n = status.fine_index
+        v = self._views
+        return self.net.layer_gradient(w, u, v["K"][n], v["b"][n], t1 - t0)
+
+    def terminal_objective(self, u: Any) -> float:
+        v = self._views
+        return float(classifier_loss(u, self.C, v["W"], v["mu"]))
+
+    def terminal_gradient(self, u: Any) -> Any:
+        v = self._views
+        _, du, dW, dmu = classifier_gradient(u, self.C, v["W"], v["mu"])
+        self.classifier_grad = {"W": dW, "mu": dmu}
+        return du
+
+    def adjoint_guess(self, n: int) -> Optional[Any]:
+        """Guess of the adjoint w_n on a cold adjoint solve (None: zero)."""
+        g = self.adjoint_guesses.get(n)
+        return None if g is None else g.copy()

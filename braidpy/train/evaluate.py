@@ -1,0 +1,231 @@
+"""Loss, gradient and accuracy of a ResNet: serially, or layer-parallel with MGRIT.
+
+Both evaluators answer the same questions on every rank with the same numbers:
+
+``gradient(params, X, C)`` -> (loss, flat gradient, stats)
+``loss(params, X, C)`` -> loss (forward only, for line searches)
+``accuracy(params, X, C)`` -> fraction classified correctly
+
+The parameters are replicated on every rank (a few hundred thousand numbers even for
+thousands of layers), so the optimizer runs identically everywhere and regularization
+terms coupling neighbouring layers need no messages. In layer-parallel mode each
+rank computes the gradient blocks it owns (its layers; the opening on the first rank;
+the classifier on the last) and one allreduce assembles them: every entry comes from
+exactly one rank, so the sum is exact and the gradient is bitwise the same for any
+number of ranks.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+import numpy as np
+
+from .._solver import Core
+from ..adjoint import GradientSolver
+from ..nn.layers import accuracy as classifier_accuracy
+from ..nn.network import ResNet
+from ..nn.resnet import ResNetApp
+
+__all__ = ["SerialEvaluator", "LayerParallelEvaluator"]
+
+
+class SerialEvaluator:
+    """Plain forward and backward propagation (no MGRIT): the reference.
+
+    Under MPI every rank computes the same thing redundantly.
+    """
+
+    mode = "serial"
+
+    def __init__(self, net: ResNet, comm: Any = None):
+        self.net = net
+        self.comm = comm
+
+    def gradient(self, params, X, C) -> Tuple[float, np.ndarray, Dict[str, Any]]:
+        loss, grad = self.net.loss_and_gradient(params, X, C)
+        return loss, grad, {"steps": 2 * self.net.nlayers}
+
+    def loss(self, params, X, C) -> float:
+        return self.net.loss(params, X, C)
+
+    def accuracy(self, params, X, C) -> float:
+        return self.net.accuracy(params, X, C)
+
+    def warm_state(self) -> Dict[str, Any]:
+        return {}
+
+    def load_warm_state(self, state: Mapping[str, Any]) -> None:
+        return None
+
+
+class LayerParallelEvaluator:
+    """Gradients by a primal and an adjoint MGRIT solve over the layers.
+
+    Parameters
+    ----------
+    net : ResNet
+    params : ndarray
+        The flat parameter vector the optimizer updates in place (held by reference).
+    X, C : arrays
+        A first batch (sets the app up; :meth:`gradient` switches batches).
+    comm : mpi4py communicator, optional
+        Time (layer) communicator.
+    mgrit : dict, optional
+        MGRIT options (:class:`braidpy.Options`) of both solves; defaults: cfactor 4,
+        max_levels 2, abs_tol 1e-9 (relative tolerances via rel_tol). ``skip`` is
+        always False so that a resumed run continues exactly (a cold start from
+        saved guesses then equals a warm start).
+    oneshot : (m1, m2), optional
+        Run exactly m1 primal and m2 adjoint iterations per gradient, warm-started
+        (simultaneous training). None: solve both to tolerance ("exact" mode).
+    """
+
+    def __init__(self, net: ResNet, params: np.ndarray, X: Any, C: Any, *, comm: Any = None,
+                 mgrit: Optional[Mapping[str, Any]] = None,
+                 oneshot: Optional[Tuple[int, int]] = None):
+        self.net = net
+        self.params = params
+        self.comm = comm
+        self.mode = "exact" if oneshot is None else "oneshot"
+        self.oneshot = oneshot
+        opts = {"cfactor": 4, "max_levels": 2, "abs_tol": 1e-9}
+        opts.update(dict(mgrit or {}))
+        if self.mode == "exact" and opts.get("rel_tol", 0.0):
+            raise ValueError(
+                "rel_tol is measured against each solve's first residual, which is tiny when "
+                "training warm-starts from the previous step; give abs_tol instead")
+        for name in ("skip", "seq_soln"):
+            if name in opts:
+                raise ValueError(f"the MGRIT option {name!r} is chosen by the trainer; "
+                                 f"leave it out")
+        self.options = opts
+        self.app = ResNetApp(net, params, X, C)
+        self.solver: Optional[GradientSolver] = None
+        self._batch_shape = tuple(X.shape)
+        self._validation: Dict[Tuple[int, ...], Tuple[ResNetApp, Core]] = {}
+        self._evaluated = False
+        self._resumed = False
+
+    def _ensure_solver(self) -> GradientSolver:
+        """Build the solvers at the first evaluation. A fresh one-shot run starts from
+        the sequential solutions (XBraid's seq_soln: m1 = m2 = 2 iterations from a
+        poor guess give useless gradients); a resumed run starts from its saved
+        states instead, with skip off in both cases so that a cold start from
+        saved states equals the warm start it replaces."""
+        if self.solver is None:
+            opts = dict(self.options, skip=False)
+            opts["seq_soln"] = self.mode == "oneshot" and not self._resumed
+            self.solver = GradientSolver(self.app, 0.0, self.net.T, self.net.nlayers,
+                                         comm=self.comm, primal=opts, oneshot=self.oneshot)
+            self._owner_of_first = 0 in self.solver.primal_core.owned
+        return self.solver
+
+    # ---------------------------------------------------------------- helpers
+    def _use(self, params, X, C) -> None:
+        if params is not self.params:
+            self.params[...] = params
+        if tuple(X.shape) != self._batch_shape:
+            raise ValueError(f"batch shape {tuple(X.shape)} differs from the first batch's "
+                             f"{self._batch_shape}: warm-started MGRIT states must keep their "
+                             f"shape (use batches of one size)")
+        self._ensure_solver()
+        self.app.set_batch(X, C)
+        if self._evaluated and self._owner_of_first:
+            self.solver.primal_core.set_initial_condition(self.app.initial_state())
+
+    def _allreduce(self, local: np.ndarray) -> np.ndarray:
+        if self.comm is None or self.comm.Get_size() == 1:
+            return local
+        from mpi4py import MPI
+
+        out = np.empty_like(local)
+        self.comm.Allreduce(local, out, op=MPI.SUM)
+        return out
+
+    # -------------------------------------------------------------- interface
+    def gradient(self, params, X, C) -> Tuple[float, np.ndarray, Dict[str, Any]]:
+        self._use(params, X, C)
+        result = self.solver.evaluate()
+        self._evaluated = True
+        net = self.net
+        local = np.zeros(net.nparams)
+        g = net.views(local)
+        for n, (dK, db) in result.gradients.items():
+            g["K"][n], g["b"][n] = dK, db
+        if result.initial_adjoint is not None:
+            for name, value in net.opening_gradient(self.params, X, result.initial_adjoint).items():
+                g[name][...] = value
+        if net.nlayers in self.solver.primal_core.owned:
+            g["W"][...] = self.app.classifier_grad["W"]
+            g["mu"][...] = self.app.classifier_grad["mu"]
+        grad = self._allreduce(local)
+        stats = {
+            "primal_iterations": result.primal.iterations,
+            "adjoint_iterations": result.adjoint.iterations,
+            "primal_residuals": list(result.primal.residuals),
+            "adjoint_residuals": list(result.adjoint.residuals),
+            "steps": result.primal.counts.get("step", 0) + result.adjoint.counts.get("step", 0),
+        }
+        if self.comm is not None and self.comm.Get_size() > 1:
+            stats["steps"] = self.comm.allreduce(stats["steps"])
+        return result.objective, grad, stats
+
+    def loss(self, params, X, C) -> float:
+        self._use(params, X, C)
+        value = self.solver.objective()
+        self._evaluated = True
+        return value
+
+    def accuracy(self, params, X, C) -> float:
+        """Accuracy by an MGRIT forward solve to tolerance, started cold (so the
+        answer depends on the parameters only)."""
+        if params is not self.params:
+            self.params[...] = params
+        key = tuple(X.shape)
+        if key not in self._validation:
+            app = ResNetApp(self.net, self.params, X, C)
+            opts = dict(self.options)
+            opts.pop("max_iter", None)  # to tolerance, also in one-shot mode
+            core = Core(app, 0.0, self.net.T, self.net.nlayers, comm=self.comm, **opts)
+            self._validation[key] = (app, core)
+        app, core = self._validation[key]
+        app.set_batch(X, C)
+        core.reset_guess()
+        final = core.solve().final
+        v = self.net.views(self.params)
+        return float(classifier_accuracy(final, C, v["W"], v["mu"]))
+
+    # ------------------------------------------------------------ warm states
+    def warm_state(self) -> Dict[str, Any]:
+        """The fine C-point states of both solves, gathered from all ranks
+        ({'primal': {n: array}, 'adjoint': {n: array}}, complete on rank 0; collective)."""
+        if not self._evaluated or self.solver is None:
+            return {}
+        out: Dict[str, Dict[int, np.ndarray]] = {"primal": {}, "adjoint": {}}
+        N = self.net.nlayers
+        for key, core, mirror in (("primal", self.solver.primal_core, False),
+                                  ("adjoint", self.solver.adjoint_core, True)):
+            cf = core.level_info[0]["cfactor"]
+            mine = {}
+            for m in core.owned:
+                if m % cf == 0 and m > 0:
+                    u = core._solver.stored(m)
+                    mine[N - m if mirror else m] = np.array(u, copy=True)
+            parts = [mine] if self.comm is None else self.comm.gather(mine, root=0)
+            for part in parts or []:
+                out[key].update(part)
+        out["batch_shape"] = self._batch_shape
+        return out
+
+    def load_warm_state(self, state: Mapping[str, Any]) -> None:
+        """Start the next gradient cold from saved states (see :meth:`warm_state`)."""
+        if not state:
+            return
+        if self.solver is not None:
+            self.solver.reset()
+        self._resumed = True
+        self._evaluated = False
+        self.app.guesses = {int(n): u for n, u in state.get("primal", {}).items()}
+        self.app.adjoint_guesses = {int(n): w for n, w in state.get("adjoint", {}).items()}
+        self._batch_shape = tuple(state.get("batch_shape", self._batch_shape))

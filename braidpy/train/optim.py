@@ -1,0 +1,204 @@
+"""Optimizers on a flat parameter vector: SGD with momentum, Adam, L-BFGS with Armijo.
+
+Each optimizer updates ``params`` in place in :meth:`step` and can save and restore
+its whole state (:meth:`state_dict` / :meth:`load_state_dict`), so an interrupted
+training run resumes exactly. They are deterministic: every rank running the same
+optimizer on the same (replicated) numbers makes the same update.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Optional
+
+import numpy as np
+
+__all__ = ["SGD", "Adam", "LBFGS", "make_optimizer", "OPTIMIZERS"]
+
+Objective = Callable[[np.ndarray], float]
+
+
+def _positive(name: str, value: Any, allow_zero: bool = False) -> float:
+    ok = isinstance(value, (int, float, np.floating)) and not isinstance(value, bool) and \
+        np.isfinite(value) and (value >= 0 if allow_zero else value > 0)
+    if not ok:
+        raise ValueError(f"{name} must be a {'non-negative' if allow_zero else 'positive'} "
+                         f"number, got {value!r}")
+    return float(value)
+
+
+class SGD:
+    """Gradient descent with (heavy-ball) momentum: v <- beta v + g, p <- p - lr v."""
+
+    name = "sgd"
+    needs_objective = False
+
+    def __init__(self, lr: float = 0.1, momentum: float = 0.9):
+        self.lr = _positive("lr", lr)
+        self.momentum = _positive("momentum", momentum, allow_zero=True)
+        if self.momentum >= 1:
+            raise ValueError(f"momentum must be < 1, got {momentum!r}")
+        self.velocity: Optional[np.ndarray] = None
+
+    def step(self, params: np.ndarray, loss: float, grad: np.ndarray,
+             objective: Optional[Objective] = None) -> Dict[str, Any]:
+        if self.velocity is None:
+            self.velocity = np.zeros_like(params)
+        self.velocity *= self.momentum
+        self.velocity += grad
+        params -= self.lr * self.velocity
+        return {"step_size": self.lr, "trials": 0}
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"velocity": None if self.velocity is None else self.velocity.copy()}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        v = state.get("velocity")
+        self.velocity = None if v is None else np.array(v, dtype=np.float64)
+
+
+class Adam:
+    """Adam (Kingma and Ba, 2015) with bias correction."""
+
+    name = "adam"
+    needs_objective = False
+
+    def __init__(self, lr: float = 1e-2, beta1: float = 0.9, beta2: float = 0.999,
+                 eps: float = 1e-8):
+        self.lr = _positive("lr", lr)
+        self.beta1 = _positive("beta1", beta1, allow_zero=True)
+        self.beta2 = _positive("beta2", beta2, allow_zero=True)
+        for name, b in (("beta1", self.beta1), ("beta2", self.beta2)):
+            if b >= 1:
+                raise ValueError(f"{name} must be < 1, got {b!r}")
+        self.eps = _positive("eps", eps)
+        self.m: Optional[np.ndarray] = None
+        self.v: Optional[np.ndarray] = None
+        self.t = 0
+
+    def step(self, params: np.ndarray, loss: float, grad: np.ndarray,
+             objective: Optional[Objective] = None) -> Dict[str, Any]:
+        if self.m is None:
+            self.m, self.v = np.zeros_like(params), np.zeros_like(params)
+        self.t += 1
+        self.m = self.beta1 * self.m + (1 - self.beta1) * grad
+        self.v = self.beta2 * self.v + (1 - self.beta2) * grad * grad
+        mhat = self.m / (1 - self.beta1 ** self.t)
+        vhat = self.v / (1 - self.beta2 ** self.t)
+        params -= self.lr * mhat / (np.sqrt(vhat) + self.eps)
+        return {"step_size": self.lr, "trials": 0}
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"m": None if self.m is None else self.m.copy(),
+                "v": None if self.v is None else self.v.copy(), "t": self.t}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.m = None if state.get("m") is None else np.array(state["m"], dtype=np.float64)
+        self.v = None if state.get("v") is None else np.array(state["v"], dtype=np.float64)
+        self.t = int(state.get("t", 0))
+
+
+class LBFGS:
+    """Limited-memory BFGS with a backtracking Armijo line search.
+
+    The direction is d = -H g from the two-loop recursion over the last ``memory``
+    pairs (s, y) = (p_k - p_{k-1}, g_k - g_{k-1}), with H_0 = (s'y / y'y) I; pairs with
+    s'y <= 1e-12 |s||y| are skipped (curvature condition). The step p + a d starts at
+    a = ``lr`` and is halved until f(p + a d) <= f(p) + c1 a g'd (at most
+    ``max_backtracks`` times; then the smallest step is taken anyway, as the
+    one-shot method of Günther et al. does with inexact objectives).
+    """
+
+    name = "lbfgs"
+    needs_objective = True
+
+    def __init__(self, lr: float = 1.0, memory: int = 10, c1: float = 1e-4,
+                 max_backtracks: int = 20, shrink: float = 0.5):
+        self.lr = _positive("lr", lr)
+        if isinstance(memory, bool) or not isinstance(memory, int) or memory < 1:
+            raise ValueError(f"memory must be an int >= 1, got {memory!r}")
+        self.memory = memory
+        self.c1 = _positive("c1", c1)
+        if isinstance(max_backtracks, bool) or not isinstance(max_backtracks, int) or \
+                max_backtracks < 0:
+            raise ValueError(f"max_backtracks must be an int >= 0, got {max_backtracks!r}")
+        self.max_backtracks = max_backtracks
+        self.shrink = _positive("shrink", shrink)
+        if self.shrink >= 1:
+            raise ValueError(f"shrink must be < 1, got {shrink!r}")
+        self.s: List[np.ndarray] = []
+        self.y: List[np.ndarray] = []
+        self.prev_params: Optional[np.ndarray] = None
+        self.prev_grad: Optional[np.ndarray] = None
+
+    def _direction(self, grad: np.ndarray) -> np.ndarray:
+        q = grad.copy()
+        alphas = []
+        for s, y in zip(reversed(self.s), reversed(self.y)):
+            rho = 1.0 / float(y @ s)
+            a = rho * float(s @ q)
+            q -= a * y
+            alphas.append((rho, a))
+        if self.s:
+            s, y = self.s[-1], self.y[-1]
+            q *= float(s @ y) / float(y @ y)
+        for (s, y), (rho, a) in zip(zip(self.s, self.y), reversed(alphas)):
+            b = rho * float(y @ q)
+            q += (a - b) * s
+        return -q
+
+    def step(self, params: np.ndarray, loss: float, grad: np.ndarray,
+             objective: Optional[Objective] = None) -> Dict[str, Any]:
+        if objective is None:
+            raise ValueError("LBFGS.step needs the objective for its line search")
+        if self.prev_params is not None:
+            s = params - self.prev_params
+            y = grad - self.prev_grad
+            if float(s @ y) > 1e-12 * float(np.linalg.norm(s) * np.linalg.norm(y)):
+                self.s.append(s)
+                self.y.append(y)
+                if len(self.s) > self.memory:
+                    self.s.pop(0)
+                    self.y.pop(0)
+        d = self._direction(grad)
+        slope = float(grad @ d)
+        if not slope < 0:  # not a descent direction: forget the memory
+            self.s, self.y = [], []
+            d = -grad
+            slope = -float(grad @ grad)
+        self.prev_params = params.copy()
+        self.prev_grad = grad.copy()
+        base = params.copy()
+        a = self.lr
+        trials = 0
+        while True:
+            params[...] = base + a * d
+            trials += 1
+            value = objective(params)
+            if (np.isfinite(value) and value <= loss + self.c1 * a * slope) or \
+                    trials > self.max_backtracks:
+                break
+            a *= self.shrink
+        return {"step_size": a, "trials": trials, "trial_loss": value}
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"s": [s.copy() for s in self.s], "y": [y.copy() for y in self.y],
+                "prev_params": None if self.prev_params is None else self.prev_params.copy(),
+                "prev_grad": None if self.prev_grad is None else self.prev_grad.copy()}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.s = [np.array(s, dtype=np.float64) for s in state.get("s", [])]
+        self.y = [np.array(y, dtype=np.float64) for y in state.get("y", [])]
+        pp, pg = state.get("prev_params"), state.get("prev_grad")
+        self.prev_params = None if pp is None else np.array(pp, dtype=np.float64)
+        self.prev_grad = None if pg is None else np.array(pg, dtype=np.float64)
+
+
+OPTIMIZERS = {"sgd": SGD, "adam": Adam, "lbfgs": LBFGS}
+
+
+def make_optimizer(name: str, **kwargs: Any):
+    """An optimizer by name ('sgd', 'adam', 'lbfgs'); kwargs with value None are dropped."""
+    cls = OPTIMIZERS.get(str(name).lower())
+    if cls is None:
+        raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
+    return cls(**{k: v for k, v in kwargs.items() if v is not None})

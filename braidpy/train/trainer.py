@@ -1,0 +1,312 @@
+"""The training loop: batches, optimizer steps, validation, early stopping, checkpoints."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+import numpy as np
+
+from ..nn.network import ResNet
+from . import checkpoint as _checkpoint
+from .evaluate import LayerParallelEvaluator, SerialEvaluator
+from .optim import make_optimizer
+from .regularize import Regularizer
+
+__all__ = ["TrainConfig", "Trainer", "MODES"]
+
+MODES = ("serial", "exact", "oneshot")
+
+
+@dataclass
+class TrainConfig:
+    """How to train; every field has a default.
+
+    mode : 'serial' (plain forward/backward), 'exact' (layer-parallel MGRIT to
+        tolerance) or 'oneshot' (m1 state and m2 adjoint MGRIT iterations per step).
+    m1, m2 : iterations of one-shot mode.
+    mgrit : MGRIT options of the state, adjoint and validation solves
+        (cfactor, max_levels, abs_tol, rel_tol, ...; see braidpy.Options).
+    optimizer : 'lbfgs', 'adam' or 'sgd'; lr, momentum, memory as they apply
+        (None: the optimizer's default).
+    batch_size : samples per step (None: the whole training set, as in the paper). A
+        short last batch of an epoch is dropped (warm-started states keep one shape).
+    shuffle : draw batches in a new random order each epoch (seeded).
+    iterations : optimizer steps to take in all.
+    tikhonov, ddt, classifier_reg : regularization weights (see braidpy.train.Regularizer).
+    seed : parameter initialization and shuffling.
+    init_scale : scale of the initial residual-layer weights.
+    validate_every : steps between validations (0: never).
+    patience : stop after this many validations without a better accuracy (0: never).
+    target_accuracy : stop once the validation accuracy reaches this (None: never).
+    checkpoint : file to save the whole training state to; checkpoint_every steps.
+    """
+
+    mode: str = "exact"
+    m1: int = 2
+    m2: int = 2
+    mgrit: Dict[str, Any] = field(default_factory=dict)
+    optimizer: str = "lbfgs"
+    lr: Optional[float] = None
+    momentum: Optional[float] = None
+    memory: Optional[int] = None
+    batch_size: Optional[int] = None
+    shuffle: bool = False
+    iterations: int = 100
+    tikhonov: float = 0.0
+    ddt: float = 0.0
+    classifier_reg: float = 0.0
+    seed: int = 0
+    init_scale: float = 0.1
+    validate_every: int = 1
+    patience: int = 0
+    target_accuracy: Optional[float] = None
+    checkpoint: Optional[str] = None
+    checkpoint_every: int = 10
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise ValueError(f"unknown mode {self.mode!r}; choose one of {', '.join(MODES)}")
+        for name in ("m1", "m2", "iterations", "checkpoint_every"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        for name in ("validate_every", "patience", "seed"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+        if self.batch_size is not None and (isinstance(self.batch_size, bool) or
+                                            not isinstance(self.batch_size, int) or
+                                            self.batch_size < 1):
+            raise ValueError(f"batch_size must be a positive int or None, got {self.batch_size!r}")
+        if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
+            raise ValueError(f"target_accuracy must be in (0, 1], got {self.target_accuracy!r}")
+        self.mgrit = dict(self.mgrit)
+
+
+def _check_pair(what: str, data: Any) -> Tuple[np.ndarray, np.ndarray]:
+    if not isinstance(data, (tuple, list)) or len(data) != 2:
+        raise ValueError(f"{what} must be a pair (X, C) of samples and one-hot labels")
+    X, C = np.asarray(data[0], dtype=np.float64), np.asarray(data[1], dtype=np.float64)
+    if X.shape[0] != C.shape[0]:
+        raise ValueError(f"{what}: X has {X.shape[0]} samples but C has {C.shape[0]} labels")
+    if X.shape[0] == 0:
+        raise ValueError(f"{what} is empty")
+    return X, C
+
+
+class Trainer:
+    """Trains a :class:`braidpy.nn.ResNet` serially or layer-parallel.
+
+    Parameters
+    ----------
+    net : ResNet
+    train : (X, C)
+        Training samples and one-hot labels.
+    validation : (X, C), optional
+    config : TrainConfig, optional
+    comm : mpi4py communicator, optional
+        Layer (time) communicator; every rank must call with the same arguments.
+    params : ndarray, optional
+        Initial parameters (default: ``net.init_params(config.seed, config.init_scale)``).
+
+    After :meth:`run`, ``params`` holds the trained parameters, ``history`` one record per
+    step and ``best`` the best validation accuracy with its parameters.
+    """
+
+    def __init__(self, net: ResNet, train: Tuple[Any, Any],
+                 validation: Optional[Tuple[Any, Any]] = None,
+                 config: Optional[TrainConfig] = None, *, comm: Any = None,
+                 params: Optional[np.ndarray] = None):
+        self.net = net
+        self.config = config or TrainConfig()
+        self.comm = comm
+        self.X, self.C = _check_pair("train", train)
+        net.check_data(self.X, self.C)
+        self.validation = None
+        if validation is not None:
+            self.validation = _check_pair("validation", validation)
+            net.check_data(*self.validation)
+        cfg = self.config
+        if params is None:
+            params = net.init_params(cfg.seed, cfg.init_scale)
+        elif getattr(params, "shape", None) != (net.nparams,):
+            raise ValueError(f"params must have shape ({net.nparams},), got "
+                             f"{getattr(params, 'shape', None)}")
+        self.params = np.array(params, dtype=np.float64, copy=True)
+        self.optimizer = make_optimizer(cfg.optimizer, **self._optimizer_args())
+        self.regularizer = Regularizer(net, cfg.tikhonov, cfg.ddt, cfg.classifier_reg)
+        self.rng = np.random.default_rng(cfg.seed)
+        self.iteration = 0
+        self.epoch = 0
+        self._order: Optional[np.ndarray] = None
+        self._position = 0
+        self.history: List[Dict[str, Any]] = []
+        self.best: Dict[str, Any] = {"accuracy": None, "iteration": None, "params": None}
+        self._stale = 0
+        X0, C0 = self._peek_batch()
+        if cfg.mode == "serial":
+            self.evaluator = SerialEvaluator(net, comm)
+        else:
+            oneshot = (cfg.m1, cfg.m2) if cfg.mode == "oneshot" else None
+            self.evaluator = LayerParallelEvaluator(net, self.params, X0, C0, comm=comm,
+                                                    mgrit=cfg.mgrit, oneshot=oneshot)
+
+    def _optimizer_args(self) -> Dict[str, Any]:
+        cfg = self.config
+        args: Dict[str, Any] = {"lr": cfg.lr}
+        if cfg.optimizer == "sgd":
+            args["momentum"] = cfg.momentum
+        if cfg.optimizer == "lbfgs":
+            args["memory"] = cfg.memory
+        return args
+
+    @property
+    def rank(self) -> int:
+        return 0 if self.comm is None else self.comm.Get_rank()
+
+    # ---------------------------------------------------------------- batches
+    def _new_epoch_order(self) -> np.ndarray:
+        n = self.X.shape[0]
+        return self.rng.permutation(n) if self.config.shuffle else np.arange(n)
+
+    def _next_batch_indices(self) -> np.ndarray:
+        n = self.X.shape[0]
+        size = min(self.config.batch_size or n, n)
+        if self._order is None or self._position >= n:
+            if self._order is not None:
+                self.epoch += 1
+            self._order, self._position = self._new_epoch_order(), 0
+        idx = self._order[self._position:self._position + size]
+        self._position += size
+        if self._position > n:  # drop a short last batch: MGRIT warm states keep their shape
+            return self._next_batch_indices()
+        return idx
+
+    def _peek_batch(self):
+        """A batch of the first batch's shape (sets the solvers up; draws nothing)."""
+        size = min(self.config.batch_size or self.X.shape[0], self.X.shape[0])
+        return self.X[:size], self.C[:size]
+
+    # ------------------------------------------------------------- objective
+    def _objective(self, X, C) -> Callable[[np.ndarray], float]:
+        def value(params: np.ndarray) -> float:
+            return self.evaluator.loss(params, X, C) + self.regularizer(params)[0]
+        return value
+
+    def step(self) -> Dict[str, Any]:
+        """One optimizer step on the next batch; returns its history record."""
+        start = time.perf_counter()
+        idx = self._next_batch_indices()
+        X, C = self.X[idx], self.C[idx]
+        loss, grad, stats = self.evaluator.gradient(self.params, X, C)
+        reg, reg_grad = self.regularizer(self.params)
+        total = loss + reg
+        grad = grad + reg_grad
+        objective = self._objective(X, C) if self.optimizer.needs_objective else None
+        info = self.optimizer.step(self.params, total, grad, objective)
+        self.iteration += 1
+        record: Dict[str, Any] = {
+            "iteration": self.iteration, "epoch": self.epoch, "loss": loss,
+            "objective": total, "gradient_norm": float(np.linalg.norm(grad)),
+            "step_size": info["step_size"], "line_search_trials": info["trials"],
+        }
+        record.update(stats)
+        cfg = self.config
+        if self.validation is not None and cfg.validate_every and \
+                self.iteration % cfg.validate_every == 0:
+            acc = self.evaluator.accuracy(self.params, *self.validation)
+            record["val_accuracy"] = acc
+            if self.best["accuracy"] is None or acc > self.best["accuracy"]:
+                self.best = {"accuracy": acc, "iteration": self.iteration,
+                             "params": self.params.copy()}
+                self._stale = 0
+            else:
+                self._stale += 1
+        record["seconds"] = time.perf_counter() - start
+        self.history.append(record)
+        return record
+
+    def should_stop(self) -> Optional[str]:
+        """Why training stops now, or None."""
+        cfg = self.config
+        if self.iteration >= cfg.iterations:
+            return "iterations"
+        last = self.history[-1] if self.history else {}
+        if cfg.target_accuracy is not None and last.get("val_accuracy", -1) >= cfg.target_accuracy:
+            return "target accuracy"
+        if cfg.patience and self._stale >= cfg.patience:
+            return "no improvement"
+        if last and not np.isfinite(last["objective"]):
+            return "diverged"
+        return None
+
+    def run(self, on_step: Optional[Callable[[Dict[str, Any]], None]] = None) -> List[Dict]:
+        """Step until a stopping rule fires; ``on_step(record)`` after each step.
+
+        Saves a checkpoint every ``checkpoint_every`` steps and at the end when
+        ``config.checkpoint`` is set. Returns the history.
+        """
+        cfg = self.config
+        self.stop_reason = self.should_stop() if self.history else None
+        while self.stop_reason is None:
+            record = self.step()
+            if on_step is not None:
+                on_step(record)
+            if cfg.checkpoint and self.iteration % cfg.checkpoint_every == 0:
+                self.save(cfg.checkpoint)
+            self.stop_reason = self.should_stop()
+        if cfg.checkpoint and self.iteration % cfg.checkpoint_every != 0:
+            self.save(cfg.checkpoint)
+        return self.history
+
+    # ------------------------------------------------------------ checkpoints
+    def state(self) -> Dict[str, Any]:
+        """Everything needed to continue exactly (collective: call on every rank)."""
+        return {
+            "config": asdict(self.config), "nparams": self.net.nparams,
+            "architecture": self.net.describe(),
+            "iteration": self.iteration, "epoch": self.epoch, "position": self._position,
+            "order": None if self._order is None else self._order.copy(),
+            "rng": self.rng.bit_generator.state, "params": self.params.copy(),
+            "optimizer": self.optimizer.state_dict(), "history": list(self.history),
+            "best": dict(self.best), "stale": self._stale,
+            "warm": self.evaluator.warm_state(),
+        }
+
+    def save(self, path: str) -> None:
+        """Write a checkpoint (collective; rank 0 writes)."""
+        state = self.state()
+        if self.rank == 0:
+            _checkpoint.save(path, state)
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Continue from a :meth:`state` (e.g. read by :func:`braidpy.train.load_checkpoint`)."""
+        if state.get("nparams") != self.net.nparams or \
+                state.get("architecture") != self.net.describe():
+            raise ValueError(f"checkpoint is for {state.get('architecture')!r}, not "
+                             f"{self.net.describe()!r}")
+        mine, theirs = asdict(self.config), dict(state["config"])
+        for key in ("iterations", "checkpoint", "checkpoint_every", "patience",
+                    "target_accuracy", "validate_every"):
+            mine.pop(key, None)
+            theirs.pop(key, None)
+        if mine != theirs:
+            diff = sorted(k for k in mine if mine[k] != theirs.get(k))
+            raise ValueError(f"checkpoint was written with other settings: {', '.join(diff)}")
+        self.params[...] = state["params"]
+        self.iteration, self.epoch = int(state["iteration"]), int(state["epoch"])
+        self._position = int(state["position"])
+        self._order = None if state["order"] is None else np.array(state["order"])
+        self.rng = np.random.default_rng()
+        self.rng.bit_generator.state = state["rng"]
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.history = list(state["history"])
+        self.best = dict(state["best"])
+        self._stale = int(state["stale"])
+        self.evaluator.load_warm_state(state.get("warm") or {})
+
+    def resume(self, path: str) -> None:
+        """Continue from the checkpoint file ``path``."""
+        self.load_state(_checkpoint.load(path))

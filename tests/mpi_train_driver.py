@@ -1,0 +1,32 @@
+"""Runs tests/train_cases.py under mpiexec and writes one JSON file (rank 0).
+
+    mpiexec -n P python tests/mpi_train_driver.py OUT.json
+"""
+
+import json
+import sys
+import traceback
+from pathlib import Path
+
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
+
+from mpi4py import MPI  # noqa: E402
+
+COMM = MPI.COMM_WORLD
+
+
+def main():
+    try:
+        from train_cases import CASES
+
+        result = {name: case(COMM) for name, case in CASES.items()}
+    except BaseException:
+        traceback.print_exc()
+        sys.stdout.flush()
+        COMM.Abort(3)
+    if COMM.Get_rank() == 0:
+        Path(sys.argv[1]).write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,220 @@
+"""braidpy.train: MGRIT gradients vs serial backprop, regularization, optimizers, the
+training loop (monotone exact training, checkpoint and exact resume) and bad configs."""
+
+import numpy as np
+import pytest
+from train_cases import MGRIT, conv_problem, dense_problem
+
+from braidpy.train import (SGD, Adam, LayerParallelEvaluator, LBFGS, Regularizer,
+                           SerialEvaluator, TrainConfig, Trainer, load_checkpoint,
+                           make_optimizer)
+
+
+@pytest.mark.parametrize("problem", [dense_problem, conv_problem])
+def test_exact_mgrit_gradient_equals_serial_backprop(problem):
+    net, X, C = problem()
+    p = net.init_params(seed=5, scale=1.0)
+    ref_loss, ref_grad = SerialEvaluator(net).gradient(p, X, C)[:2]
+    ev = LayerParallelEvaluator(net, p.copy(), X, C, mgrit=MGRIT)
+    loss, grad, stats = ev.gradient(p, X, C)
+    assert stats["primal_iterations"] > 1 and stats["adjoint_iterations"] > 1  # real MGRIT
+    assert loss == pytest.approx(ref_loss, rel=1e-11)
+    np.testing.assert_allclose(grad, ref_grad, rtol=0, atol=1e-10 * np.abs(ref_grad).max())
+
+
+@pytest.mark.parametrize("problem", [dense_problem, conv_problem])
+def test_one_level_gradient_is_serial_backprop_bitwise(problem):
+    net, X, C = problem()
+    p = net.init_params(seed=5, scale=1.0)
+    ref_loss, ref_grad = net.loss_and_gradient(p, X, C)
+    ev = LayerParallelEvaluator(net, p.copy(), X, C, mgrit=dict(max_levels=1))
+    loss, grad, _ = ev.gradient(p, X, C)
+    assert loss == ref_loss
+    np.testing.assert_array_equal(grad, ref_grad)
+
+
+def test_oneshot_gradient_tends_to_exact_with_more_iterations():
+    net, X, C = dense_problem(nlayers=32)
+    p = net.init_params(seed=5, scale=1.0)
+    ref = net.loss_and_gradient(p, X, C)[1]
+    q = p + 0.3 * np.random.default_rng(0).standard_normal(p.size)  # move off the start
+    errors = []
+    for m in (1, 2, 4):
+        ev = LayerParallelEvaluator(net, p.copy(), X, C, mgrit=dict(cfactor=2, max_levels=3),
+                                    oneshot=(m, m))
+        ev.gradient(q, X, C)          # warm states for q (seq_soln start)
+        ev.gradient(p, X, C)          # one-shot gradient at p from q's states
+        grad = ev.gradient(p, X, C)[1]  # and once more: closer
+        errors.append(np.linalg.norm(grad - ref))
+    assert errors[0] > errors[1] > errors[2]
+
+
+def test_accuracy_and_loss_agree_with_serial():
+    net, X, C = dense_problem()
+    p = net.init_params(seed=1, scale=1.0)
+    ev = LayerParallelEvaluator(net, p.copy(), X, C, mgrit=MGRIT)
+    assert ev.accuracy(p, X, C) == net.accuracy(p, X, C)
+    assert ev.loss(p, X, C) == pytest.approx(net.loss(p, X, C), rel=1e-11)
+
+
+def test_regularizer_gradient_matches_finite_differences():
+    net, _, _ = dense_problem(nlayers=7)
+    reg = Regularizer(net, tikhonov=0.3, ddt=0.7, classifier=0.2)
+    p = net.init_params(seed=3) + 0.1
+    value, grad = reg(p)
+    d = np.random.default_rng(4).standard_normal(p.size)
+    eps = 1e-6
+    fd = (reg(p + eps * d)[0] - reg(p - eps * d)[0]) / (2 * eps)
+    assert fd == pytest.approx(grad @ d, rel=1e-7)
+    # the ddt term couples neighbours only: constant-in-time layers cost nothing
+    q = np.zeros_like(p)
+    net.views(q)["K"][...] = 1.0
+    only_ddt = Regularizer(net, ddt=1.0)
+    assert only_ddt(q)[0] == 0.0
+    net.views(q)["K"][3] = 2.0
+    h = net.steps[0]
+    assert only_ddt(q)[0] == pytest.approx(2 * 0.5 * 16 / h)  # two jumps of 16 entries
+
+
+def test_regularizer_rejects_bad_weights():
+    net, _, _ = dense_problem()
+    with pytest.raises(ValueError, match="ddt must be a number >= 0, got -1"):
+        Regularizer(net, ddt=-1)
+
+
+@pytest.mark.parametrize("opt", [SGD(lr=0.1, momentum=0.5), Adam(lr=0.1), LBFGS()])
+def test_optimizers_minimize_a_quadratic(opt):
+    A = np.diag([1.0, 4.0, 9.0])
+    f = lambda x: 0.5 * x @ A @ x  # noqa: E731
+    x = np.array([1.0, -2.0, 0.5])
+    for _ in range(300 if opt.name != "lbfgs" else 20):
+        opt.step(x, f(x), A @ x, f)
+    assert np.linalg.norm(x) < 1e-3
+
+
+def test_lbfgs_armijo_backtracks_and_state_roundtrips():
+    f = lambda x: float(np.sum(x ** 4))  # noqa: E731
+    g = lambda x: 4 * x ** 3  # noqa: E731
+    x = np.array([3.0, -2.0])
+    opt = LBFGS(lr=1.0)
+    info = opt.step(x, f(np.array([3.0, -2.0])), g(np.array([3.0, -2.0])), f)
+    assert info["trials"] > 1 and info["step_size"] < 1  # a full gradient step overshoots
+    assert f(x) < f(np.array([3.0, -2.0]))
+    clone = LBFGS(lr=1.0)
+    clone.load_state_dict(opt.state_dict())
+    x2 = x.copy()
+    opt.step(x, f(x), g(x), f)
+    clone.step(x2, f(x2), g(x2), f)
+    np.testing.assert_array_equal(x, x2)
+
+
+def test_optimizer_errors():
+    with pytest.raises(ValueError, match="unknown optimizer 'rmsprop'"):
+        make_optimizer("rmsprop")
+    with pytest.raises(ValueError, match="momentum must be < 1"):
+        SGD(momentum=1.0)
+    with pytest.raises(ValueError, match="lr must be a positive number, got -0.1"):
+        Adam(lr=-0.1)
+    with pytest.raises(ValueError, match="needs the objective"):
+        LBFGS().step(np.zeros(2), 0.0, np.ones(2))
+
+
+def small_trainer(tmp_path=None, **overrides):
+    net, X, C = dense_problem(nlayers=16, batch=40)
+    args = dict(mode="exact", optimizer="lbfgs", iterations=8, mgrit=MGRIT, seed=1,
+                tikhonov=1e-4, ddt=1e-3, classifier_reg=1e-4)
+    if tmp_path is not None:
+        args.update(checkpoint=str(tmp_path / "ckpt.pkl"), checkpoint_every=3)
+    args.update(overrides)
+    return Trainer(net, (X, C), (X[:15], C[:15]), TrainConfig(**args))
+
+
+def test_exact_training_decreases_the_objective_monotonically():
+    history = small_trainer(iterations=12).run()
+    objective = [r["objective"] for r in history]
+    assert all(b < a for a, b in zip(objective, objective[1:])), objective
+    assert objective[-1] < 0.8 * objective[0]
+    assert all(r["primal_iterations"] >= 1 and "val_accuracy" in r for r in history)
+
+
+def test_serial_and_exact_training_agree():
+    serial = small_trainer(mode="serial").run()
+    exact = small_trainer().run()
+    for s, e in zip(serial, exact):
+        assert e["objective"] == pytest.approx(s["objective"], rel=1e-8)
+
+
+@pytest.mark.parametrize("mode,optimizer,batch", [("exact", "lbfgs", None),
+                                                  ("oneshot", "lbfgs", None),
+                                                  ("oneshot", "adam", 16),
+                                                  ("serial", "sgd", 16)])
+def test_killed_run_resumes_with_the_same_history(tmp_path, mode, optimizer, batch):
+    extra = dict(mode=mode, optimizer=optimizer, batch_size=batch, shuffle=batch is not None)
+    uninterrupted = small_trainer(**extra)
+    full = uninterrupted.run()
+
+    class Killed(Exception):
+        pass
+
+    def kill_after_4(record):
+        if record["iteration"] == 4:
+            raise Killed
+
+    first = small_trainer(tmp_path, **extra)
+    with pytest.raises(Killed):
+        first.run(kill_after_4)
+    assert load_checkpoint(tmp_path / "ckpt.pkl")["iteration"] == 3
+    resumed = small_trainer(tmp_path, **extra)
+    resumed.resume(tmp_path / "ckpt.pkl")
+    history = resumed.run()
+    strip = lambda h: [{k: v for k, v in r.items() if k != "seconds"} for r in h]  # noqa: E731
+    assert strip(history) == strip(full)
+    np.testing.assert_array_equal(resumed.params, uninterrupted.params)
+
+
+def test_resume_refuses_other_settings(tmp_path):
+    t = small_trainer(tmp_path, iterations=3)
+    t.run()
+    other = small_trainer(tmp_path, iterations=3, ddt=0.5)
+    with pytest.raises(ValueError, match="other settings: ddt"):
+        other.resume(tmp_path / "ckpt.pkl")
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        other.resume(tmp_path / "missing.pkl")
+    (tmp_path / "junk.pkl").write_bytes(b"not a pickle")
+    with pytest.raises(ValueError, match="not a braidpy checkpoint"):
+        other.resume(tmp_path / "junk.pkl")
+
+
+def test_stopping_rules():
+    t = small_trainer(iterations=50, target_accuracy=0.2)
+    t.run()
+    assert t.stop_reason == "target accuracy" and t.iteration < 50
+    t = small_trainer(iterations=50, optimizer="sgd", lr=1e-9, momentum=0.0, patience=2)
+    t.run()
+    assert t.stop_reason == "no improvement" and t.iteration == 3
+    assert t.best["iteration"] == 1 and t.best["params"] is not None
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(mode="parallel"), "unknown mode 'parallel'"),
+    (dict(m1=0), "m1 must be an int >= 1, got 0"),
+    (dict(batch_size=0), "batch_size must be a positive int or None, got 0"),
+    (dict(target_accuracy=1.5), "target_accuracy must be in"),
+])
+def test_bad_configs_are_named(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        TrainConfig(**kwargs)
+
+
+def test_bad_training_inputs_are_named():
+    net, X, C = dense_problem()
+    with pytest.raises(ValueError, match="X has 24 samples but C has 23"):
+        Trainer(net, (X, C[:-1]))
+    with pytest.raises(ValueError, match=r"data samples have shape \(3,\)"):
+        Trainer(net, (np.zeros((4, 3)), C[:4]))
+    with pytest.raises(ValueError, match="give abs_tol instead"):
+        Trainer(net, (X, C), config=TrainConfig(mgrit=dict(rel_tol=1e-6)))
+    with pytest.raises(ValueError, match="'seq_soln' is chosen by the trainer"):
+        Trainer(net, (X, C), config=TrainConfig(mgrit=dict(seq_soln=True)))
+    with pytest.raises(ValueError, match=r"params must have shape"):
+        Trainer(net, (X, C), params=np.zeros(3))

@@ -1,0 +1,58 @@
+"""Training cases run serially in-process and under mpiexec (tests/mpi_train_driver.py);
+every case returns plain JSON data that must be identical for any rank count."""
+
+import numpy as np
+
+from braidpy.nn import ResNet
+from braidpy.train import LayerParallelEvaluator, TrainConfig, Trainer
+
+
+def dense_problem(nlayers=16, batch=24, seed=3):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-3, 3, size=(batch, 2))
+    C = np.eye(3)[rng.integers(0, 3, size=batch)]
+    net = ResNet((2,), 3, width=4, nlayers=nlayers, T=2.0, activation="tanh")
+    return net, X, C
+
+
+def conv_problem(nlayers=8, batch=5, seed=4):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((batch, 1, 5, 6))
+    C = np.eye(4)[rng.integers(0, 4, size=batch)]
+    net = ResNet((1, 5, 6), 4, width=3, nlayers=nlayers, T=1.0, activation="smooth_relu",
+                 opening="conv", kernel=3)
+    return net, X, C
+
+
+MGRIT = dict(cfactor=2, max_levels=3, abs_tol=1e-12)
+
+
+def _gradient_case(problem, comm, oneshot=None):
+    net, X, C = problem()
+    p = net.init_params(seed=5, scale=1.0)
+    ev = LayerParallelEvaluator(net, p.copy(), X, C, comm=comm, mgrit=MGRIT, oneshot=oneshot)
+    loss, grad, stats = ev.gradient(p, X, C)
+    return {"loss": loss, "grad": grad.tolist(), "primal": stats["primal_iterations"],
+            "adjoint": stats["adjoint_iterations"]}
+
+
+def _training_case(mode, optimizer, comm, **extra):
+    net, X, C = dense_problem(nlayers=16, batch=30)
+    cfg = TrainConfig(mode=mode, optimizer=optimizer, iterations=4, mgrit=MGRIT, seed=2,
+                      tikhonov=1e-3, ddt=1e-2, classifier_reg=1e-3, **extra)
+    trainer = Trainer(net, (X, C), (X[:10], C[:10]), cfg, comm=comm)
+    history = trainer.run()
+    keys = ("loss", "objective", "gradient_norm", "step_size", "val_accuracy")
+    return {"history": [[r.get(k) for k in keys] for r in history],
+            "params": trainer.params.tolist()}
+
+
+CASES = {
+    "dense_gradient": lambda comm: _gradient_case(dense_problem, comm),
+    "conv_gradient": lambda comm: _gradient_case(conv_problem, comm),
+    "dense_oneshot_gradient": lambda comm: _gradient_case(dense_problem, comm, oneshot=(1, 1)),
+    "train_exact_lbfgs": lambda comm: _training_case("exact", "lbfgs", comm),
+    "train_oneshot_lbfgs": lambda comm: _training_case("oneshot", "lbfgs", comm),
+    "train_oneshot_adam_batches": lambda comm: _training_case(
+        "oneshot", "adam", comm, batch_size=10, shuffle=True),
+}
