@@ -348,3 +348,13 @@ class DenseResNet(braidpy.App):
 
     def terminal_gradient(self, u):
         return u - self.target
+
+
+class RunningResNet(DenseResNet):
+    """DenseResNet with a running term J += 0.01 sum_i |u_i|^2."""
+
+    def running_objective(self, u, t, status):
+        return 0.01 * float(np.sum(u * u))
+
+    def running_gradient(self, u, t, status):
+        return 0.02 * u

@@ -3,7 +3,8 @@
 import math
 
 import numpy as np
-from apps import (BatchedDecay, BatchedHeat, BatchedLogistic, BatchedOpaqueDecay, DenseResNet)
+from apps import (BatchedDecay, BatchedHeat, BatchedLogistic, BatchedOpaqueDecay, DenseResNet,
+                  RunningResNet)
 from mpi_cases import _summary
 
 import braidpy
@@ -61,6 +62,9 @@ BATCHED_CASES = {
                                       abs_tol=1e-12),
     "decay_levels2_cf16": lambda c: _solve(BatchedDecay, 0.0, 5.0, 203, c, cfactor=16,
                                            max_levels=2, abs_tol=1e-12),
+    "decay_cf16_short_ranks": lambda c: _solve(BatchedDecay, 0.0, 5.0, 40, c, cfactor=16,
+                                               max_levels=2, nrelax=2, storage="all",
+                                               abs_tol=1e-12),
     "decay_levels3_mixed": lambda c: _solve(BatchedDecay, 0.0, 5.0, 200, c,
                                             cfactor={0: 8, 1: 2}, max_levels=3,
                                             nrelax={0: 0, 1: 2}, abs_tol=1e-12),
@@ -90,6 +94,8 @@ BATCHED_CASES = {
     "warm_restart": _warm,
     "gradient_resnet": lambda c: _gradient(lambda: DenseResNet(64), 64, c, cfactor=4,
                                            abs_tol=1e-12),
+    "gradient_resnet_running": lambda c: _gradient(lambda: RunningResNet(50), 50, c, cfactor=5,
+                                                   nrelax=0, abs_tol=1e-12),
     "gradient_resnet_oneshot": lambda c: _gradient(lambda: DenseResNet(45), 45, c,
                                                    oneshot=(2, 2), evaluations=2, cfactor=3),
 }
