@@ -73,12 +73,14 @@ class AdjointStatus:
     fine_index (both the forward fine index of t0), iteration, done,
     tol, rnorm, phase ('init', 'relax', 'residual', 'final' or 'objective');
     in batched calls also fine_indices and indices (int64 arrays, forward fine
-    index of each t0; t0/t1/index/fine_index then describe the first item) and
+    index of each t0; t0/t1/index/fine_index then describe the first item),
+    fine_slice (the same indices as an evenly spaced slice, step possibly
+    negative, or None) and
     batch_size (0 outside batched calls).
     """
 
     __slots__ = ("t0", "t1", "t", "level", "index", "fine_index", "iteration", "done",
-                 "tol", "rnorm", "phase", "fine_indices", "indices", "batch_size")
+                 "tol", "rnorm", "phase", "fine_indices", "indices", "batch_size", "fine_slice")
 
     def __init__(self, **fields):
         for name in self.__slots__:
@@ -136,6 +138,18 @@ def ordered_sum(items, comm):
     if rank < size - 1:
         comm.send(partial, dest=rank + 1, tag=77)
     return partial if size == 1 else comm.bcast(partial, root=size - 1)
+
+
+def _as_slice(ns):
+    """ns (int array) as an evenly spaced slice (the step may be negative), else None."""
+    m = len(ns)
+    if m == 0:
+        return None
+    d = int(ns[1] - ns[0]) if m > 1 else 1
+    if d == 0 or (m > 2 and not bool(np.all(np.diff(ns) == d))):
+        return None
+    stop = int(ns[-1]) + (1 if d > 0 else -1)
+    return slice(int(ns[0]), stop if stop >= 0 else None, d)
 
 
 def _check_adjoint_app(app) -> None:
@@ -203,6 +217,7 @@ class _ReversedApp(App):
         st = self._status(status, int(n0[0]), int(n1[0]), phase)
         st.fine_indices = st.indices = n0
         st.batch_size = len(n0)
+        st.fine_slice = _as_slice(n0)
         return st
 
     def _step_batch(self, W, s0s, s1s, status):
@@ -222,7 +237,7 @@ class _ReversedApp(App):
         if stacked is not W:
             for k, w in enumerate(W):
                 w[...] = stacked[k]
-        st.fine_indices = st.indices = None
+        st.fine_indices = st.indices = st.fine_slice = None
         st.batch_size = 0
         if self.owner.running:
             for k in range(len(n0)):
@@ -457,6 +472,7 @@ class GradientSolver:
                 t0s, t1s = T[ns], T[ns + 1]
                 st = AdjointStatus(t0=float(t0s[0]), t1=float(t1s[0]), t=float(t0s[0]), level=0,
                                    index=int(ns[0]), fine_index=int(ns[0]), fine_indices=ns,
+                                   fine_slice=_as_slice(ns),
                                    indices=ns, batch_size=len(ns), iteration=adjoint.iterations,
                                    done=True, phase="final")
                 gs = self.app.step_gradient_batch(W, U, t0s, t1s, st)

@@ -123,3 +123,26 @@ def test_resnet_batched_forward_matches_plain_loop():
     for i in range(n):
         u = u + (t[i + 1] - t[i]) * np.tanh(u @ app.K[i].T + app.b[i])
     np.testing.assert_allclose(r.final, u, rtol=0, atol=1e-12)
+
+
+def test_fine_slice_matches_fine_indices():
+    seen = []
+
+    class Spy(BatchedDecay):
+        def step_stacked(self, U, t0s, t1s, status):
+            idx = np.arange(10**6)
+            seen.append(np.array_equal(idx[status.fine_slice], status.fine_indices))
+            return super().step_stacked(U, t0s, t1s, status)
+
+    braidpy.solve(Spy(), 0.0, 1.0, 101, cfactor=3, max_levels=3, max_iter=3, fmg=True)
+    assert seen and all(seen)
+
+
+def test_adjoint_batch_status_slices():
+    from braidpy.adjoint import _as_slice
+
+    idx = np.arange(100)
+    for ns in ([5, 9, 13], [13, 9, 5], [3, 2, 1, 0], [7], [4, 0]):
+        ns = np.array(ns)
+        assert np.array_equal(idx[_as_slice(ns)], ns)
+    assert _as_slice(np.array([1, 2, 4])) is None

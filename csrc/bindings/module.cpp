@@ -240,6 +240,23 @@ PYBIND11_MODULE(_core, m) {
             return braidpy::batch_indices(*s.info, false);
           },
           "step_batch: index of each state's t0 on the level (int64 array); None outside.")
+      .def_property_readonly(
+          "fine_slice",
+          [](const Status& s) -> py::object {
+            const auto* b = s.info->batch;
+            const braid::Index n = s.info->batch_size;
+            if (b == nullptr || n < 1) return py::none();
+            const braid::Index d = n > 1 ? b[1].fine_index - b[0].fine_index : 1;
+            if (d <= 0) return py::none();
+            for (braid::Index k = 1; k < n; ++k)
+              if (b[k].fine_index - b[k - 1].fine_index != d) return py::none();
+            return py::reinterpret_steal<py::object>(
+                PySlice_New(py::int_(b[0].fine_index).ptr(),
+                            py::int_(b[n - 1].fine_index + 1).ptr(), py::int_(d).ptr()));
+          },
+          "step_batch: fine_indices as slice(start, stop, step) when they are evenly spaced "
+          "and increasing (always, for the core's batches), else None; lets weights be "
+          "taken as a strided view instead of a gather.")
       .def("__repr__", [](const Status& s) {
         const auto* i = s.info;
         return "<braidpy.Status level=" + std::to_string(i->level) +
