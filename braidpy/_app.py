@@ -32,6 +32,24 @@ class App:
     bufunpack(buf) -> vector         inverse of bufpack
     access(u, status)                observe the solution (default: nothing)
 
+    Optional, batched stepping (docs/batching.md; used unless ``batch=False``)
+    ---------------------------------------------------------------------------
+    step_stacked(U, t0s, t1s, status)
+        Array apps: advance the m states stacked in ``U`` (shape (m, *state shape)),
+        row k from ``t0s[k]`` to ``t1s[k]`` (float64 NumPy arrays of length m), in
+        place or by returning a new array of U's shape. ``status.fine_indices`` and
+        ``status.indices`` (int64 arrays) give each row's t0 index on the fine grid
+        and on ``status.level``; all rows are on one level. Row k must come out as
+        ``step`` would compute it, bit for bit if you want batched and unbatched
+        runs to agree exactly.
+    step_batch(us, t0s, t1s, status)
+        The general hook the core calls. ``us`` is either a stacked array (when
+        the core keeps the states in one array, which it does for float64 NumPy
+        states with the default ``clone``) or a list of states. The default
+        calls ``step_stacked`` (stacking a list and writing the rows back);
+        override it for other vector types: advance each state in place, or
+        return a list of new states (for a stacked ``us``: a new stacked array).
+
     braidpy sets ``tstart``, ``tstop`` and ``ntime`` on the app before the first
     ``init`` call. ``status`` objects are read-only and only valid during the call.
     """
@@ -45,6 +63,25 @@ class App:
 
     def step(self, u: Any, t0: float, t1: float, status: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__} must implement step(u, t0, t1, status)")
+
+    def step_batch(self, us: Any, t0s: Any, t1s: Any, status: Any) -> Any:
+        kernel = getattr(self, "step_stacked", None)
+        if kernel is None:
+            raise NotImplementedError(
+                f"{type(self).__name__} has no batched step: define step_stacked(U, t0s, t1s, "
+                f"status) or step_batch(us, t0s, t1s, status)")
+        if isinstance(us, (list, tuple)):  # independent states: stack, step, write back
+            U = _arrays.stack(us)
+            r = kernel(U, t0s, t1s, status)
+            if r is not None:
+                U = r
+            for k, u in enumerate(us):
+                u[...] = U[k]
+            return None
+        r = kernel(us, t0s, t1s, status)
+        if r is not None and r is not us:
+            us[...] = r
+        return None
 
     def clone(self, u: Any) -> Any:
         return _arrays.array_clone(u)

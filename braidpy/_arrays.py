@@ -8,7 +8,7 @@ import struct
 
 import numpy as np
 
-__all__ = ["is_array", "array_clone", "array_sum", "array_norm", "array_pack", "array_unpack"]
+__all__ = ["is_array", "stack", "array_clone", "array_sum", "array_norm", "array_pack", "array_unpack"]
 
 _HEADER = struct.Struct("<H")
 
@@ -34,6 +34,17 @@ def _check(u, what: str):
             f"with __array_namespace__/__dlpack__), got {type(u).__name__}; override "
             f"clone/sum/norm/bufpack/bufunpack in your App for other vector types"
         )
+
+
+def stack(us):
+    """The arrays us stacked along a new leading axis, in their own namespace."""
+    u = us[0]
+    if isinstance(u, np.ndarray):
+        return np.stack(us)
+    _check(u, "step_batch")
+    if hasattr(u, "__array_namespace__"):
+        return u.__array_namespace__().stack(list(us))
+    return importlib.import_module(_library(u)).stack(list(us))
 
 
 def array_clone(u):

@@ -59,6 +59,10 @@ class Options:
         Time user callbacks and communication (Result.timings). Default False.
     residual_computation : bool
         False: no global residual, run exactly max_iter iterations. Default True.
+    batch : bool
+        Use the app's batched step (``step_batch``/``step_stacked``) wherever steps
+        are independent (docs/batching.md); False forces one ``step`` call per
+        state. Apps without a batched step are unaffected. Default True.
     """
 
     max_levels: int = 30
@@ -80,6 +84,7 @@ class Options:
     print_level: int = 0
     timings: bool = False
     residual_computation: bool = True
+    batch: bool = True
 
     def __post_init__(self):
         _int(self, "max_levels", 1)
@@ -94,7 +99,7 @@ class Options:
         ):
             raise ValueError(f"tnorm must be 1, 2 or math.inf, got {self.tnorm!r}")
         for name in ("skip", "fmg", "seq_soln", "final_fc_relax", "relax_only_cg", "timings",
-                     "residual_computation"):
+                     "residual_computation", "batch"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
         _int(self, "fmg_vcycles", 1)
@@ -137,7 +142,7 @@ class Options:
             store_all=self.storage == "all", seq_soln=self.seq_soln,
             final_fc_relax=self.final_fc_relax, relax_only_cg=self.relax_only_cg,
             access_level=self.access_level, residual_computation=self.residual_computation,
-            timings=self.timings,
+            timings=self.timings, batch=self.batch,
         )
 
 

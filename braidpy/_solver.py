@@ -44,6 +44,17 @@ def _time_grid(tstart, tstop, ntime, times) -> np.ndarray:
     return grid
 
 
+def has_step_batch(app) -> bool:
+    """True when app provides a batched step: its own step_batch, or (for
+    braidpy.App subclasses) a step_stacked kernel used by App's default."""
+    if "step_batch" in getattr(app, "__dict__", {}):
+        return callable(app.__dict__["step_batch"])
+    if isinstance(app, App):
+        return type(app).step_batch is not App.step_batch or callable(
+            getattr(app, "step_stacked", None))
+    return callable(getattr(app, "step_batch", None))
+
+
 def _check_app(app) -> None:
     for name in ("init", "step"):
         fn = getattr(app, name, None)
@@ -119,6 +130,8 @@ class Core:
         progress = self._print_progress if self.options.print_level >= 1 and self.rank == 0 \
             else None
         core_options = self.options.to_core()
+        core_options["batch"] = self.options.batch and has_step_batch(app)
+        self.batched = core_options["batch"]
         if _fine_ranges is not None:  # braidpy.adjoint's mirrored layout
             core_options["fine_ranges"] = [(int(lo), int(hi)) for lo, hi in _fine_ranges]
         self._solver = _core.Solver(app, self._tcomm, self.rank, self.size, core_options,

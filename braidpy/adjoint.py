@@ -31,6 +31,18 @@ The app provides, beyond ``init`` and ``step``:
     Optional: the guess of w_n used when the adjoint solve starts cold (default
     zero); lets an interrupted one-shot optimization resume from saved adjoints.
 
+Optional batched versions (array states; used unless the adjoint's ``batch=False``;
+docs/batching.md):
+
+``step_adjoint_batch(W, U, t0s, t1s, status)``
+    m adjoint steps at once: W and U stacked (m, *state shape), row k from t0s[k] to
+    t1s[k] (float64 arrays), ``status.fine_indices`` the forward fine index of each
+    t0. Update W in place or return a new stacked array.
+``step_gradient_batch(W, U, t0s, t1s, status)``
+    The gradients of m steps at once (all the steps this rank owns, once per
+    evaluation, after the adjoint solve): return a sequence of m per-step gradients
+    (entries may be None), or None if you accumulate yourself.
+
 Adjoint vectors use the app's clone/sum/norm/bufpack/bufunpack, so they must live in
 the same space as the states.
 """
@@ -62,15 +74,22 @@ class AdjointStatus:
 
     Attributes: t0, t1 (forward step), t (access/running terms), level, index and
     fine_index (both the forward fine index of t0), iteration, done,
-    tol, rnorm, phase ('init', 'relax', 'residual', 'final' or 'objective').
+    tol, rnorm, phase ('init', 'relax', 'residual', 'final' or 'objective');
+    in batched calls also fine_indices and indices (int64 arrays, forward fine
+    index of each t0; t0/t1/index/fine_index then describe the first item),
+    fine_slice (the same indices as an evenly spaced slice, step possibly
+    negative, or None) and
+    batch_size (0 outside batched calls).
     """
 
     __slots__ = ("t0", "t1", "t", "level", "index", "fine_index", "iteration", "done",
-                 "tol", "rnorm", "phase")
+                 "tol", "rnorm", "phase", "fine_indices", "indices", "batch_size", "fine_slice")
 
     def __init__(self, **fields):
         for name in self.__slots__:
             setattr(self, name, fields.get(name))
+        if self.batch_size is None:
+            self.batch_size = 0
 
     def __repr__(self):
         return (f"<braidpy.AdjointStatus level={self.level} fine_index={self.fine_index} "
@@ -124,6 +143,18 @@ def ordered_sum(items, comm):
     return partial if size == 1 else comm.bcast(partial, root=size - 1)
 
 
+def _as_slice(ns):
+    """ns (int array) as an evenly spaced slice (the step may be negative), else None."""
+    m = len(ns)
+    if m == 0:
+        return None
+    d = int(ns[1] - ns[0]) if m > 1 else 1
+    if d == 0 or (m > 2 and not bool(np.all(np.diff(ns) == d))):
+        return None
+    stop = int(ns[-1]) + (1 if d > 0 else -1)
+    return slice(int(ns[0]), stop if stop >= 0 else None, d)
+
+
 def _check_adjoint_app(app) -> None:
     missing = [name for name in _REQUIRED if not callable(getattr(app, name, None))]
     if missing:
@@ -157,6 +188,13 @@ class _ReversedApp(App):
         self._index: Dict[float, int] = {}
         self._strides: list = []
         self._st = AdjointStatus()  # reused: valid only during a callback
+        # Batched hooks only where the user has them (braidpy checks the attribute).
+        if callable(getattr(self.app, "step_adjoint_batch", None)):
+            self.step_batch = self._step_batch
+        self.batch_gradient = callable(getattr(self.app, "step_gradient_batch", None))
+        self._traj = None      # stacked primal states lo-1..hi (batched calls only)
+        self._traj_lo = 0
+        self._pending: list = []  # (n, w_{n+1}) for step_gradient_batch
 
     def prepare(self, rev_times, strides):
         self._index = {float(s): m for m, s in enumerate(rev_times)}
@@ -165,6 +203,50 @@ class _ReversedApp(App):
 
     def _stored(self, n):
         return self.owner.primal_core._solver.stored(n)
+
+    def load_trajectory(self):
+        """Stack the primal states this rank can see (own.lo-1 .. own.hi) once per
+        evaluation, so that batched callbacks index them with one gather."""
+        from . import _arrays
+
+        owned = self.owner.primal_core.owned
+        lo = max(owned.start - 1, 0)
+        states = [self._stored(n) for n in range(lo, owned.stop)]
+        self._traj_lo = lo
+        self._traj = _arrays.stack(states) if states else None
+        self._times_arr = np.asarray(self._times)
+
+    def _batch_status(self, status, n0, n1, phase=None):
+        st = self._status(status, int(n0[0]), int(n1[0]), phase)
+        st.fine_indices = st.indices = n0
+        st.batch_size = len(n0)
+        st.fine_slice = _as_slice(n0)
+        return st
+
+    def _step_batch(self, W, s0s, s1s, status):
+        from . import _arrays
+
+        N = self.owner.ntime
+        m0 = status.fine_indices
+        n1 = N - m0
+        n0 = n1 - self._strides[status.level]
+        stacked = _arrays.stack(W) if isinstance(W, (list, tuple)) else W
+        U = self._traj[n0 - self._traj_lo]
+        st = self._batch_status(status, n0, n1)
+        T = self._times_arr
+        r = self.app.step_adjoint_batch(stacked, U, T[n0], T[n1], st)
+        if r is not None and r is not stacked:
+            stacked[...] = r
+        if stacked is not W:
+            for k, w in enumerate(W):
+                w[...] = stacked[k]
+        st.fine_indices = st.indices = st.fine_slice = None
+        st.batch_size = 0
+        if self.owner.running:
+            for k in range(len(n0)):
+                w = W[k]
+                self._add_running(w, int(n0[k]), self._status(status, int(n0[k]), int(n1[k])))
+        return None
 
     def _status(self, status, n0, n1, phase=None):
         t, st = self._times, self._st
@@ -233,6 +315,9 @@ class _ReversedApp(App):
         n = N - status.index  # w is w_n
         if n == 0:
             self.owner._initial_adjoint = self.app.clone(w)
+            return
+        if self.batch_gradient:  # computed all at once after the solve
+            self._pending.append((n - 1, self.app.clone(w)))
             return
         primal = self.owner.primal_core._solver
         u = primal.stored(n - 1)
@@ -339,6 +424,7 @@ class GradientSolver:
                                               callbacks=_ADJOINT_CALLBACKS), **adjoint_opts)
         strides = [lv["fine_stride"] for lv in self.adjoint_core.level_info]
         self._reversed.prepare(rev_times, strides)
+        self._batched = self.adjoint_core.batched or self._reversed.batch_gradient
         self._gradients: Dict[int, Any] = {}
         self._initial_adjoint = None
 
@@ -359,11 +445,17 @@ class GradientSolver:
         objective, w_final = self._objective(primal)
         self._gradients = {}
         self._initial_adjoint = None
+        self._reversed._pending = []
+        if self._batched:
+            self._reversed.load_trajectory()
         if w_final is not None:
             # The adjoint's initial condition follows the new primal state (a warm
             # restart would otherwise keep the old one).
             self.adjoint_core._solver.set_initial_condition(w_final)
         adjoint = self.adjoint_core.solve()
+        if self._reversed.batch_gradient:
+            self._batched_gradients(adjoint)
+        self._reversed._traj = None
         return Gradient(objective, self._gradients, self._initial_adjoint, primal, adjoint,
                         self.comm)
 
@@ -376,6 +468,44 @@ class GradientSolver:
         """Next evaluation starts both solves cold (from init and a zero adjoint)."""
         self.primal_core.reset_guess()
         self.adjoint_core.reset_guess()
+
+    def _batched_gradients(self, adjoint: Result) -> None:
+        """step_gradient_batch over every step this rank owns, agreed across ranks."""
+        rev = self._reversed
+        pending, rev._pending = sorted(rev._pending, key=lambda p: p[0]), []
+        error = None
+        try:
+            if pending:
+                from . import _arrays
+
+                ns = np.array([n for n, _ in pending], dtype=np.int64)
+                W = _arrays.stack([w for _, w in pending])
+                U = rev._traj[ns - rev._traj_lo]
+                T = rev._times_arr
+                t0s, t1s = T[ns], T[ns + 1]
+                st = AdjointStatus(t0=float(t0s[0]), t1=float(t1s[0]), t=float(t0s[0]), level=0,
+                                   index=int(ns[0]), fine_index=int(ns[0]), fine_indices=ns,
+                                   fine_slice=_as_slice(ns),
+                                   indices=ns, batch_size=len(ns), iteration=adjoint.iterations,
+                                   done=True, phase="final")
+                gs = self.app.step_gradient_batch(W, U, t0s, t1s, st)
+                if gs is not None:
+                    if len(gs) != len(ns):
+                        raise ValueError(f"step_gradient_batch returned {len(gs)} gradients "
+                                         f"for {len(ns)} steps")
+                    for n, g in zip(ns.tolist(), gs):
+                        if g is not None:
+                            self._gradients[n] = g
+        except Exception as exc:  # noqa: BLE001 - re-raised below, after the ranks agree
+            error = exc
+        summary = None if error is None else f"{type(error).__name__}: {error}"
+        summaries = [summary] if self.comm is None else self.comm.allgather(summary)
+        if error is not None:
+            raise error
+        failed = [(r, msg) for r, msg in enumerate(summaries) if msg is not None]
+        if failed:
+            raise BraidError("step_gradient_batch failed on " +
+                             "; ".join(f"rank {r}: {msg}" for r, msg in failed))
 
     def _objective(self, primal: Result):
         """(J on every rank, w_N on the rank owning t_N), agreed across ranks: a

@@ -7,6 +7,8 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 import braidpy
+from braidpy.nn import (dense_adjoint, dense_adjoint_batched, dense_forward,
+                        dense_forward_batched, dense_gradient, dense_gradient_batched)
 
 
 class Decay(braidpy.App):
@@ -254,3 +256,105 @@ def serial_gradient(app, tstart, tstop, ntime):
             w = r
         w = add_running(w, n)
     return J, grads, w
+
+
+# ---------------------------------------------------------------- batched apps
+
+
+class BatchedDecay(Decay):
+    """Decay with a stacked kernel (bitwise equal to step row by row)."""
+
+    def step_stacked(self, U, t0s, t1s, status):
+        U /= (1.0 - self.lam * (t1s - t0s))[:, None]
+
+
+class BatchedHeat(Heat):
+    """Heat with a stacked kernel that solves row by row (one factor per dt)."""
+
+    def step_stacked(self, U, t0s, t1s, status):
+        for k in range(U.shape[0]):
+            U[k, 1:-1] = self._solver(t1s[k] - t0s[k])(U[k, 1:-1])
+
+
+class BatchedLogistic(Logistic):
+    """Logistic with a vectorized kernel that returns a new stacked array."""
+
+    def step_stacked(self, U, t0s, t1s, status):
+        dt = t1s - t0s
+        a, b = U[:, 0], U[:, 1]
+        out = np.empty_like(U)
+        out[:, 0] = a + dt * (a * (1 - a) - 0.1 * b)
+        out[:, 1] = b + dt * (0.5 * a - b)
+        return out
+
+
+class BatchedOpaqueDecay(OpaqueDecay):
+    """Opaque vectors with their own step_batch returning new states (list path)."""
+
+    def step_batch(self, us, t0s, t1s, status):
+        assert isinstance(us, list) and len(us) == len(t0s) == status.batch_size
+        return [Box([v / (1.0 + (t1 - t0)) for v in u.values])
+                for u, t0, t1 in zip(us, t0s.tolist(), t1s.tolist())]
+
+
+class DenseResNet(braidpy.App):
+    """u <- u + h tanh(u K_n^T + b_n), state (batch, width), own weights per layer
+    (a coarse step from t_n uses layer n's); J = |u_N - y|^2 / 2. Batched forward,
+    adjoint and gradient through braidpy.nn's dense kernels."""
+
+    def __init__(self, ntime, width=4, batch=2, seed=20240917, batched=True):
+        rng = np.random.default_rng(seed)
+        a = rng.standard_normal((width, width)) / np.sqrt(width)
+        self.K = (1.5 * (a - a.T) - 0.1 * np.eye(width)
+                  + 0.5 * rng.standard_normal((ntime, width, width)) / np.sqrt(width))
+        self.b = 0.1 * rng.standard_normal((ntime, width))
+        self.u0 = rng.standard_normal((batch, width))
+        self.target = rng.standard_normal((batch, width))
+        if not batched:  # same app without the batched hooks
+            self.step_stacked = None
+            self.step_adjoint_batch = None
+            self.step_gradient_batch = None
+
+    def init(self, t):
+        return self.u0.copy() if t == self.tstart else np.zeros_like(self.u0)
+
+    def step(self, u, t0, t1, status):
+        n = status.fine_index
+        return dense_forward(u, self.K[n], self.b[n], t1 - t0, "tanh")
+
+    def step_stacked(self, U, t0s, t1s, status):
+        n = status.fine_indices
+        return dense_forward_batched(U, self.K[n], self.b[n], t1s - t0s, "tanh")
+
+    def step_adjoint(self, w, u, t0, t1, status):
+        n = status.fine_index
+        return dense_adjoint(w, u, self.K[n], self.b[n], t1 - t0, "tanh")
+
+    def step_adjoint_batch(self, W, U, t0s, t1s, status):
+        n = status.fine_indices
+        return dense_adjoint_batched(W, U, self.K[n], self.b[n], t1s - t0s, "tanh")
+
+    def step_gradient(self, w, u, t0, t1, status):
+        n = status.fine_index
+        return dense_gradient(w, u, self.K[n], self.b[n], t1 - t0, "tanh")
+
+    def step_gradient_batch(self, W, U, t0s, t1s, status):
+        n = status.fine_indices
+        dK, db = dense_gradient_batched(W, U, self.K[n], self.b[n], t1s - t0s, "tanh")
+        return list(zip(dK, db))
+
+    def terminal_objective(self, u):
+        return 0.5 * float(np.sum((u - self.target) ** 2))
+
+    def terminal_gradient(self, u):
+        return u - self.target
+
+
+class RunningResNet(DenseResNet):
+    """DenseResNet with a running term J += 0.01 sum_i |u_i|^2."""
+
+    def running_objective(self, u, t, status):
+        return 0.01 * float(np.sum(u * u))
+
+    def running_gradient(self, u, t, status):
+        return 0.02 * u

@@ -2,6 +2,7 @@
 
     mpiexec -n P python tests/mpi_driver.py histories OUT.json
     mpiexec -n P python tests/mpi_driver.py errors OUT.json
+    mpiexec -n P python tests/mpi_driver.py batched OUT.json
 """
 
 import json
@@ -20,6 +21,12 @@ def run_histories():
     from mpi_cases import HISTORY_CASES
 
     return {name: case(COMM) for name, case in HISTORY_CASES.items()}
+
+
+def run_batched():
+    from batched_cases import BATCHED_CASES
+
+    return {name: case(COMM) for name, case in BATCHED_CASES.items()}
 
 
 def run_errors():
@@ -52,7 +59,8 @@ def run_resources():
 def main():
     suite, path = sys.argv[1], sys.argv[2]
     try:
-        suites = {"histories": run_histories, "errors": run_errors, "resources": run_resources}
+        suites = {"histories": run_histories, "errors": run_errors, "resources": run_resources,
+                  "batched": run_batched}
         result = suites[suite]()
     except BaseException:
         traceback.print_exc()

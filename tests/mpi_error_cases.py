@@ -59,6 +59,40 @@ class Failing(Decay):
         return super().bufunpack(buf)
 
 
+class FailingBatched(Failing):
+    """Failing with a stacked kernel; raises Boom in it on the failing rank."""
+
+    def step_stacked(self, U, t0s, t1s, status):
+        if self.mine and self.where == "step_stacked" and self.cond(status):
+            raise Boom(f"step_stacked failed on purpose on rank {self.rank_name}")
+        U /= (1.0 - self.lam * (t1s - t0s))[:, None]
+
+
+def _run_batched(comm, cond):
+    braidpy.solve(FailingBatched(comm, "step_stacked", cond), 0.0, 4.0, 128, comm=comm,
+                  cfactor=4, abs_tol=1e-13, max_iter=30)
+
+
+def _run_adjoint_batched(comm, where):
+    from apps import DenseResNet
+    from braidpy.adjoint import gradient
+
+    class App(DenseResNet):
+        mine = comm.rank == _fail_rank(comm)
+
+        def step_adjoint_batch(self, W, U, t0s, t1s, status):
+            if self.mine and where == "step_adjoint_batch" and status.level == 1:
+                raise Boom("step_adjoint_batch failed on purpose")
+            return super().step_adjoint_batch(W, U, t0s, t1s, status)
+
+        def step_gradient_batch(self, W, U, t0s, t1s, status):
+            if self.mine and where == "step_gradient_batch":
+                raise Boom("step_gradient_batch failed on purpose")
+            return super().step_gradient_batch(W, U, t0s, t1s, status)
+
+    gradient(App(64), 0.0, 1.0, 64, comm=comm, primal=dict(cfactor=4, abs_tol=1e-12))
+
+
 def _run(comm, where, cond=lambda s: True, **opts):
     options = dict(cfactor=2, abs_tol=1e-13, max_iter=30)
     options.update(opts)
@@ -104,6 +138,12 @@ ERROR_CASES = {
     "step_fine_iteration1": lambda c: _run(c, "step", lambda s: s.level == 0 and s.iteration == 1),
     "step_coarse_level": lambda c: _run(c, "step", lambda s: s.level == 2 and s.iteration == 2),
     "step_final_sweep": lambda c: _run(c, "step", lambda s: s.done),
+    "step_stacked_fine": lambda c: _run_batched(c, lambda s: s.level == 0 and s.iteration == 1),
+    "step_stacked_coarse_tau": lambda c: _run_batched(c, lambda s: s.level == 1 and
+                                                      s.phase == "residual"),
+    "step_stacked_final": lambda c: _run_batched(c, lambda s: s.done),
+    "step_adjoint_batch": lambda c: _run_adjoint_batched(c, "step_adjoint_batch"),
+    "step_gradient_batch": lambda c: _run_adjoint_batched(c, "step_gradient_batch"),
     "init": lambda c: _run(c, "init"),
     "clone": lambda c: _run(c, "clone"),
     "access": lambda c: _run(c, "access", lambda s: s.index % 2 == 1),

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from batched_cases import BATCHED_CASES
 from mpi_cases import HISTORY_CASES
 
 HERE = Path(__file__).resolve().parent
@@ -72,6 +73,32 @@ def test_histories_and_solutions_independent_of_rank_count(nranks, serial, tmp_p
     assert set(par) == set(serial)
     for name in serial:
         assert_same(par[name], serial[name], f"{name} with {nranks} ranks")
+
+
+@pytest.fixture(scope="module")
+def serial_batched():
+    return {name: case(None) for name, case in BATCHED_CASES.items()}
+
+
+def _strip(summary):
+    return {k: v for k, v in summary.items() if k != "batched_calls"}
+
+
+@pytest.mark.parametrize("nranks", [1, 2, 4])
+def test_batched_equals_unbatched_under_mpi(nranks, serial_batched, tmp_path):
+    par = run_driver(nranks, "batched", tmp_path)
+    assert set(par) == set(serial_batched)
+    for name, case in par.items():
+        where = f"{name} with {nranks} ranks"
+        # Same rank count: batched and unbatched agree bitwise, residuals included.
+        assert _strip(case["True"]) == _strip(case["False"]), where
+        # And the batched values are those of the serial run.
+        ser, got = _strip(serial_batched[name]["True"]), _strip(case["True"])
+        if "values" in ser:
+            assert got["values"] == ser["values"] and got["final"] == ser["final"], where
+            assert got["iterations"] == ser["iterations"], where
+            np.testing.assert_allclose(got["residuals"], ser["residuals"], rtol=1e-12, atol=0,
+                                       err_msg=where)
 
 
 def test_solvers_release_their_communicators(tmp_path):

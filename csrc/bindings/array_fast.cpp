@@ -5,6 +5,8 @@
 #include <pybind11/pybind11.h>
 
 #include <cmath>
+#include <cstring>
+#include <vector>
 
 namespace braidpy {
 
@@ -68,6 +70,59 @@ bool fast_norm(PyObject* u, double* out) {
   F64View U;
   if (!as_f64(u, U) || U.size != 1) return false;
   *out = std::sqrt(U.data[0] * U.data[0]);
+  return true;
+}
+
+bool fast_clone_block(PyObject* const* srcs, Py_ssize_t n, PyObject** block, PyObject** rows) {
+  auto& api = pyd::npy_api::get();
+  PyObject* first = nullptr;
+  for (Py_ssize_t k = 0; k < n && first == nullptr; ++k) first = srcs[k];
+  if (first == nullptr) return false;
+  F64View ref;
+  if (!as_f64(first, ref)) return false;
+  auto* fa = pyd::array_proxy(first);
+  if (fa->nd < 1) return false;
+  for (Py_ssize_t k = 0; k < n; ++k) {
+    if (srcs[k] == nullptr) continue;
+    F64View v;
+    if (!as_f64(srcs[k], v)) return false;
+    auto* a = pyd::array_proxy(srcs[k]);
+    if (a->nd != fa->nd) return false;
+    for (int d = 0; d < a->nd; ++d)
+      if (a->dimensions[d] != fa->dimensions[d]) return false;
+  }
+  std::vector<pybind11::ssize_t> shape{static_cast<pybind11::ssize_t>(n)};
+  for (int d = 0; d < fa->nd; ++d) shape.push_back(fa->dimensions[d]);
+  pybind11::array_t<double> U(shape);
+  double* data = U.mutable_data();
+  const std::size_t bytes = static_cast<std::size_t>(ref.size) * sizeof(double);
+  for (Py_ssize_t k = 0; k < n; ++k) {
+    double* row = data + k * ref.size;
+    if (srcs[k] != nullptr) {
+      std::memcpy(row, pyd::array_proxy(srcs[k])->data, bytes);
+    } else {
+      std::memset(row, 0, bytes);
+    }
+  }
+  PyObject* u = U.release().ptr();
+  for (Py_ssize_t k = 0; k < n; ++k) {
+    rows[k] = PySequence_GetItem(u, k);
+    if (rows[k] == nullptr) {  // cannot happen for an ndarray; be safe
+      for (Py_ssize_t j = 0; j < k; ++j) Py_DECREF(rows[j]);
+      Py_DECREF(u);
+      PyErr_Clear();
+      return false;
+    }
+  }
+  (void)api;
+  *block = u;
+  return true;
+}
+
+bool fast_copy(PyObject* src, PyObject* dst) {
+  F64View S, D;
+  if (!as_f64(src, S) || !as_f64(dst, D) || !D.writable || S.size != D.size) return false;
+  if (S.data != D.data) std::memmove(D.data, S.data, static_cast<std::size_t>(S.size) * sizeof(double));
   return true;
 }
 

@@ -15,6 +15,12 @@ bool fast_clone(PyObject* u, PyObject** out);
 bool fast_sum(double a, PyObject* x, double b, PyObject* y);
 // *out = sqrt(u*u) for a one-element float64 array.
 bool fast_norm(PyObject* u, double* out);
+// Stacked copies of n float64 arrays of one shape (C-contiguous, >= 1-D; null
+// entries give zeroed placeholder rows): *block = U of shape (n, *shape),
+// rows[k] = U[k] (views). False (nothing allocated) when it does not apply.
+bool fast_clone_block(PyObject* const* srcs, Py_ssize_t n, PyObject** block, PyObject** rows);
+// dst[...] = src for equal-size float64 C-contiguous arrays (memcpy).
+bool fast_copy(PyObject* src, PyObject* dst);
 // True when the app's class inherits method `name` from braidpy.App.
 bool uses_app_default(PyObject* app, const char* name);
 

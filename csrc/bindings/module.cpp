@@ -60,13 +60,23 @@ braid::Options parse_options(const py::dict& d) {
 
 }  // namespace
 
+py::object batch_indices(const braid::CallInfo& info, bool fine) {
+  if (info.batch == nullptr) return py::none();
+  py::array_t<std::int64_t> out(static_cast<py::ssize_t>(info.batch_size));
+  auto* p = out.mutable_data();
+  for (braid::Index k = 0; k < info.batch_size; ++k)
+    p[k] = fine ? info.batch[k].fine_index : info.batch[k].index;
+  return std::move(out);
+}
+
 class PySolver {
  public:
   PySolver(py::object app, py::object comm_adapter, int rank, int size, const py::dict& options,
            std::vector<double> times, py::object progress) {
     const braid::Options opts = parse_options(options);
     status_ = py::cast(Status{});
-    ops_ = std::make_unique<PyOps>(app.ptr(), status_.ptr(), progress.ptr(), opts.timings);
+    const bool batch = options.contains("batch") && options["batch"].cast<bool>();
+    ops_ = std::make_unique<PyOps>(app.ptr(), status_.ptr(), progress.ptr(), opts.timings, batch);
     if (comm_adapter.is_none()) {
       comm_ = std::make_unique<braid::SerialComm>();
     } else {
@@ -145,6 +155,7 @@ class PySolver {
   py::dict counts() const {
     py::dict d;
     for (int k = 0; k < kNumCallbacks; ++k) d[callback_name(k)] = ops_->count(k);
+    d["step_batch_items"] = ops_->batch_items();
     return d;
   }
 
@@ -215,6 +226,37 @@ PYBIND11_MODULE(_core, m) {
           "Latest fine residual norm, or None before the first one.")
       .def_property_readonly("phase", [](const Status& s) { return braidpy::phase_name(s.info->phase); },
                              "'init', 'relax', 'residual' or 'final'.")
+      .def_property_readonly("batch_size", [](const Status& s) { return s.info->batch_size; },
+                             "Number of states in the current step_batch call (0 outside one).")
+      .def_property_readonly(
+          "fine_indices",
+          [](const Status& s) -> py::object {
+            return braidpy::batch_indices(*s.info, true);
+          },
+          "step_batch: fine-grid index of each state's t0 (int64 array); None outside.")
+      .def_property_readonly(
+          "indices",
+          [](const Status& s) -> py::object {
+            return braidpy::batch_indices(*s.info, false);
+          },
+          "step_batch: index of each state's t0 on the level (int64 array); None outside.")
+      .def_property_readonly(
+          "fine_slice",
+          [](const Status& s) -> py::object {
+            const auto* b = s.info->batch;
+            const braid::Index n = s.info->batch_size;
+            if (b == nullptr || n < 1) return py::none();
+            const braid::Index d = n > 1 ? b[1].fine_index - b[0].fine_index : 1;
+            if (d <= 0) return py::none();
+            for (braid::Index k = 1; k < n; ++k)
+              if (b[k].fine_index - b[k - 1].fine_index != d) return py::none();
+            return py::reinterpret_steal<py::object>(
+                PySlice_New(py::int_(b[0].fine_index).ptr(),
+                            py::int_(b[n - 1].fine_index + 1).ptr(), py::int_(d).ptr()));
+          },
+          "step_batch: fine_indices as slice(start, stop, step) when they are evenly spaced "
+          "and increasing (always, for the core's batches), else None; lets weights be "
+          "taken as a strided view instead of a gather.")
       .def("__repr__", [](const Status& s) {
         const auto* i = s.info;
         return "<braidpy.Status level=" + std::to_string(i->level) +

@@ -5,6 +5,7 @@
 
 #include <stdexcept>
 
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
 namespace braidpy {
@@ -25,13 +26,14 @@ PyObject* get_method(PyObject* app, const char* name) {
 }  // namespace
 
 const char* callback_name(int which) {
-  static const char* names[kNumCallbacks] = {"init", "step", "clone", "sum",
-                                              "norm", "access", "bufpack", "bufunpack"};
+  static const char* names[kNumCallbacks] = {"init",   "step",   "clone",   "sum",       "norm",
+                                              "access", "bufpack", "bufunpack", "step_batch"};
   return (which >= 0 && which < kNumCallbacks) ? names[which] : "braidpy";
 }
 
-PyOps::PyOps(PyObject* app, PyObject* status, PyObject* progress, bool timings)
+PyOps::PyOps(PyObject* app, PyObject* status, PyObject* progress, bool timings, bool batch)
     : timings_(timings) {
+  if (batch) step_batch_ = get_method(app, "step_batch");
   init_ = get_method(app, "init");
   step_ = get_method(app, "step");
   clone_ = get_method(app, "clone");
@@ -53,7 +55,7 @@ PyOps::PyOps(PyObject* app, PyObject* status, PyObject* progress, bool timings)
 
 PyOps::~PyOps() {
   for (PyObject* p : {init_, step_, clone_, sum_, norm_, access_, bufpack_, bufunpack_,
-                      status_, progress_, error_})
+                      step_batch_, status_, progress_, error_})
     Py_XDECREF(p);
 }
 
@@ -95,6 +97,7 @@ void PyOps::reset_failure() {
 }
 
 void PyOps::reset_counters() {
+  batch_items_ = 0;
   counts_.fill(0);
   seconds_.fill(0.0);
 }
@@ -196,6 +199,102 @@ void PyOps::progress(int iteration, double rnorm, bool has_rnorm) {
                                       has_rnorm ? Py_True : Py_False);
   if (r == nullptr) throw_python_error();
   Py_DECREF(r);
+}
+
+Vec PyOps::clone_block(const Vec* srcs, braid::Index n, Vec* out) {
+  if (failed_) {
+    for (braid::Index k = 0; k < n; ++k) out[k] = nullptr;
+    return nullptr;
+  }
+  PyObject* block = nullptr;
+  if (fast_clone_ && fast_clone_block(reinterpret_cast<PyObject* const*>(srcs), n, &block,
+                                      reinterpret_cast<PyObject**>(out))) {
+    counts_[kClone] += n;
+    return block;
+  }
+  return braid::Ops::clone_block(srcs, n, out);  // independent clones
+}
+
+void PyOps::copy_into(Vec src, Vec dst) {
+  if (failed_ || src == nullptr || dst == nullptr) return;
+  auto* s = static_cast<PyObject*>(src);
+  auto* d = static_cast<PyObject*>(dst);
+  if (fast_copy(s, d)) return;
+  if (PyObject_SetItem(d, Py_Ellipsis, s) < 0) capture_current_error(kClone);
+}
+
+void PyOps::step_batch(Vec block, braid::Index first, Vec* us, braid::Index n,
+                       const braid::BatchItem* items, CallInfo& info) {
+  (void)info;
+  if (failed_) return;
+  const auto nn = static_cast<pybind11::ssize_t>(n);
+  pybind11::array_t<double> t0s(nn), t1s(nn);
+  double* p0 = t0s.mutable_data();
+  double* p1 = t1s.mutable_data();
+  for (braid::Index k = 0; k < n; ++k) {
+    p0[k] = items[k].t0;
+    p1[k] = items[k].t1;
+  }
+  PyObject* arg = nullptr;
+  auto* B = static_cast<PyObject*>(block);
+  if (B != nullptr) {
+    if (first == 0 && PyObject_Length(B) == n) {
+      Py_INCREF(B);
+      arg = B;
+    } else {
+      PyObject* lo = PyLong_FromLongLong(first);
+      PyObject* hi = PyLong_FromLongLong(first + n);
+      PyObject* slice = PySlice_New(lo, hi, nullptr);
+      arg = PyObject_GetItem(B, slice);
+      Py_DECREF(lo);
+      Py_DECREF(hi);
+      Py_DECREF(slice);
+      if (arg == nullptr) {
+        capture_current_error(kStepBatch);
+        return;
+      }
+    }
+  } else {
+    arg = PyList_New(static_cast<Py_ssize_t>(n));
+    for (braid::Index k = 0; k < n; ++k) {
+      auto* u = static_cast<PyObject*>(us[k]);
+      Py_INCREF(u);
+      PyList_SET_ITEM(arg, k, u);
+    }
+  }
+  PyObject* args[4] = {arg, t0s.ptr(), t1s.ptr(), status_};
+  PyObject* r = call(kStepBatch, step_batch_, args, 4);
+  batch_items_ += n;
+  if (r != nullptr) {
+    if (B != nullptr) {
+      // A returned stacked array is copied into the block (rows stay views).
+      if (r != Py_None && r != arg && PyObject_SetItem(arg, Py_Ellipsis, r) < 0)
+        capture_current_error(kStepBatch);
+    } else {
+      // A list: returned (or updated in place) states replace the handles.
+      PyObject* seq = PySequence_Fast(r == Py_None ? arg : r,
+                                      "step_batch must return None or a sequence of states");
+      if (seq == nullptr) {
+        capture_current_error(kStepBatch);
+      } else if (PySequence_Fast_GET_SIZE(seq) != static_cast<Py_ssize_t>(n)) {
+        PyErr_Format(PyExc_ValueError, "step_batch returned %zd states for a batch of %lld",
+                     PySequence_Fast_GET_SIZE(seq), static_cast<long long>(n));
+        capture_current_error(kStepBatch);
+      } else {
+        for (braid::Index k = 0; k < n; ++k) {
+          PyObject* item = PySequence_Fast_GET_ITEM(seq, k);
+          if (item != us[k] && item != Py_None) {
+            Py_INCREF(item);
+            Py_DECREF(static_cast<PyObject*>(us[k]));
+            us[k] = item;
+          }
+        }
+      }
+      Py_XDECREF(seq);
+    }
+    Py_DECREF(r);
+  }
+  Py_DECREF(arg);
 }
 
 PyObject* PyOps::bufpack(Vec u) {

@@ -17,7 +17,7 @@ using braid::CallInfo;
 using braid::Vec;
 
 enum Callback : int {
-  kInit, kStep, kClone, kSum, kNorm, kAccess, kBufpack, kBufunpack, kNumCallbacks
+  kInit, kStep, kClone, kSum, kNorm, kAccess, kBufpack, kBufunpack, kStepBatch, kNumCallbacks
 };
 const char* callback_name(int which);
 
@@ -27,7 +27,8 @@ class PyOps final : public braid::Ops {
  public:
   // app: the user's app; status: the Python Status object handed to
   // callbacks; progress: callable(k, rnorm, has_rnorm) or None.
-  PyOps(PyObject* app, PyObject* status, PyObject* progress, bool timings);
+  // batch: the core uses app.step_batch where steps are independent.
+  PyOps(PyObject* app, PyObject* status, PyObject* progress, bool timings, bool batch);
   ~PyOps() override;
 
   Vec init(const CallInfo& info) override;
@@ -39,6 +40,13 @@ class PyOps final : public braid::Ops {
   void free(Vec u) override { Py_XDECREF(static_cast<PyObject*>(u)); }
   void progress(int iteration, double rnorm, bool has_rnorm) override;
   bool failed() const override { return failed_; }
+
+  bool batched() const override { return step_batch_ != nullptr; }
+  Vec clone_block(const Vec* srcs, braid::Index n, Vec* out) override;
+  void copy_into(Vec src, Vec dst) override;
+  void step_batch(Vec block, braid::Index first, Vec* us, braid::Index n,
+                  const braid::BatchItem* items, CallInfo& info) override;
+  long long batch_items() const { return batch_items_; }
 
   // Packing for the communicator (user callbacks too).
   PyObject* bufpack(Vec u);              // new reference or null on failure
@@ -68,6 +76,7 @@ class PyOps final : public braid::Ops {
   PyObject* access_ = nullptr;
   PyObject* bufpack_ = nullptr;
   PyObject* bufunpack_ = nullptr;
+  PyObject* step_batch_ = nullptr;  // null: no batching
   PyObject* status_ = nullptr;
   PyObject* progress_ = nullptr;
   bool timings_ = false;
@@ -78,6 +87,7 @@ class PyOps final : public braid::Ops {
   int error_callback_ = -1;
   std::array<long long, kNumCallbacks> counts_{};
   std::array<double, kNumCallbacks> seconds_{};
+  long long batch_items_ = 0;  // states advanced by step_batch calls
 };
 
 // Communicator backed by a Python adapter object with methods

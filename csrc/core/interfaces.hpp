@@ -12,6 +12,12 @@ using Index = std::int64_t;
 // An opaque user vector. The core only stores, passes and frees handles.
 using Vec = void*;
 
+// One state of a batched step: advance from t0 to t1; index/fine_index of t0.
+struct BatchItem {
+  double t0 = 0.0, t1 = 0.0;
+  Index index = 0, fine_index = 0;
+};
+
 // What a callback is told about the call it serves (XBraid's status objects).
 // The core owns one instance and updates it before each call.
 struct CallInfo {
@@ -27,6 +33,9 @@ struct CallInfo {
   double tol = 0.0;      // absolute halting tolerance
   double rnorm = -1.0;   // latest fine residual norm, -1 if none yet
   int phase = 0;         // see Phase
+  // During Ops::step_batch only: the items of the batch (else null / 0).
+  const BatchItem* batch = nullptr;
+  Index batch_size = 0;
 };
 
 enum Phase : int {
@@ -55,6 +64,41 @@ class Ops {
   virtual void progress(int iteration, double rnorm, bool has_rnorm) = 0;
   // True once a callback on this rank (or a poisoned message) has failed.
   virtual bool failed() const = 0;
+
+  // --- Batched relaxation (optional; docs/batching.md) ---
+  // True: the core advances independent states with step_batch, n at a time.
+  virtual bool batched() const { return false; }
+  // Working copies out[k] of srcs[k], k < n (srcs[k] null: a placeholder row
+  // to be filled by copy_into). Returns a new "block" handle whose rows are
+  // out[0..n) in order (e.g. views of one stacked array), or null when the
+  // copies are independent vectors. The caller frees rows and block.
+  virtual Vec clone_block(const Vec* srcs, Index n, Vec* out) {
+    for (Index k = 0; k < n; ++k) out[k] = srcs[k] != nullptr ? clone(srcs[k]) : nullptr;
+    return nullptr;
+  }
+  // dst <- src, for a row dst of a block (never called without blocks).
+  virtual void copy_into(Vec src, Vec dst) { sum(1.0, src, 0.0, dst); }
+  // Advances us[k] from items[k].t0 to items[k].t1, k < n, all on level
+  // info.level; us are rows first..first+n-1 of block (null: no block, and
+  // handles may be replaced). info.batch/batch_size describe the items.
+  virtual void step_batch(Vec block, Index first, Vec* us, Index n, const BatchItem* items,
+                          CallInfo& info) {
+    (void)block;
+    (void)first;
+    const BatchItem* saved = info.batch;
+    const Index saved_n = info.batch_size;
+    info.batch = nullptr;
+    info.batch_size = 0;
+    for (Index k = 0; k < n; ++k) {
+      info.t = info.t0 = items[k].t0;
+      info.t1 = items[k].t1;
+      info.index = items[k].index;
+      info.fine_index = items[k].fine_index;
+      step(us[k], info);
+    }
+    info.batch = saved;
+    info.batch_size = saved_n;
+  }
 };
 
 enum class ReduceOp { kSum, kMax };

@@ -70,12 +70,147 @@ void Solver::f_relax(int l, const PointHook& on_point, const EndHook& on_end, in
   }
 }
 
+void Solver::step_batch_on(Level& L, int l, Vec block, Index first, Vec* ws, const Index* pts,
+                           Index n, bool with_tau) {
+  items_.resize(static_cast<std::size_t>(n));
+  for (Index k = 0; k < n; ++k) {
+    const Index i = pts[k];
+    BatchItem& it = items_[static_cast<std::size_t>(k)];
+    it.t0 = L.t[i - 1];
+    it.t1 = L.t[i];
+    it.index = i - 1;
+    it.fine_index = (i - 1) * L.fine_stride;
+  }
+  // Scalar fields describe the first item.
+  info_.t = info_.t0 = items_[0].t0;
+  info_.t1 = items_[0].t1;
+  info_.level = l;
+  info_.index = items_[0].index;
+  info_.fine_index = items_[0].fine_index;
+  info_.batch = items_.data();
+  info_.batch_size = n;
+  ops_.step_batch(block, first, ws, n, items_.data(), info_);
+  info_.batch = nullptr;
+  info_.batch_size = 0;
+  if (with_tau && L.has_tau)
+    for (Index k = 0; k < n; ++k) ops_.sum(1.0, L.tau[L.slot(pts[k])], 1.0, ws[k]);
+}
+
+bool Solver::batch_sweep(const Level& L, bool recv_left) const {
+  if (!ops_.batched() || L.own.empty()) return false;
+  const Index c_first = L.c_at_or_after(L.own.lo);
+  const Index chains = (c_first < L.own.hi ? (L.own.hi - 1 - c_first) / L.cf + 1 : 0) +
+                       (recv_left ? 1 : 0);
+  return chains >= 2;
+}
+
+// Same values as f_relax, computed in lock-step: the chains are the rows of
+// one block (row 0: the chain from the left neighbour's value, if any; then
+// one per owned C-point c < hi). At position k = 1..cf-1 every chain that has
+// an F-point c+k takes that step in one step_batch call; the active rows are
+// always a contiguous range (only row 0 joins late, only the last row stops
+// early). The left neighbour's value is received when row 0 first needs it.
+void Solver::f_relax_batched(int l, const PointHook& on_point, const EndsHook& on_ends,
+                             int phase) {
+  Level& L = levels_[l];
+  info_.phase = phase;
+  const Index lo = L.own.lo, hi = L.own.hi, cf = L.cf;
+  const bool want_end = static_cast<bool>(on_ends);
+  const int tag = msg_tag(l, kMsgRelax);
+  const bool send_right =
+      L.right >= 0 && (!L.is_c(L.ranges[L.right].lo) || want_end);
+  const bool recv_left = L.left >= 0 && (!L.is_c(lo) || want_end);
+  const bool store_f = l == 0 && opts_.store_all;
+
+  if (send_right && L.is_c(hi)) comm_.send(L.right, tag, L.u[L.slot(hi)]);
+
+  // Chain r steps through base[r]+k for first[r] <= k <= last[r]; ends at base[r]+cf.
+  std::vector<Index> base, kfirst, klast;
+  std::vector<Vec> srcs;
+  std::vector<char> ends;
+  auto add = [&](Index s, Vec src) {
+    const Index b = (s / cf) * cf;
+    const Index stop = std::min(b + cf - 1, hi);
+    base.push_back(b);
+    kfirst.push_back(s - b + 1);
+    klast.push_back(stop - b);
+    ends.push_back(want_end && b + cf <= hi);
+    srcs.push_back(src);
+  };
+  if (recv_left) add(lo - 1, nullptr);
+  for (Index c = L.c_at_or_after(lo); c < hi; c += cf) add(c, L.u[L.slot(c)]);
+  const Index m = static_cast<Index>(srcs.size());
+  std::vector<Vec> rows(static_cast<std::size_t>(m), nullptr);
+  Vec block = ops_.clone_block(srcs.data(), m, rows.data());
+  bool received = !recv_left;
+  auto receive = [&]() {
+    Vec w = comm_.recv(L.left, tag);
+    if (block != nullptr) {
+      if (w != nullptr && rows[0] != nullptr) ops_.copy_into(w, rows[0]);
+      ops_.free(w);
+    } else {
+      ops_.free(rows[0]);
+      rows[0] = w;
+    }
+    received = true;
+  };
+
+  std::vector<Index> pts(static_cast<std::size_t>(m));
+  const Index kmax = m > 0 ? *std::max_element(klast.begin(), klast.end()) : 0;
+  for (Index k = 1; k <= kmax; ++k) {
+    Index a = m, b = 0;
+    for (Index r = 0; r < m; ++r)
+      if (kfirst[r] <= k && k <= klast[r]) {
+        if (a == m) a = r;
+        b = r + 1;
+      }
+    if (a == m) continue;
+    if (!received && a == 0) receive();
+    for (Index r = a; r < b; ++r) pts[r] = base[r] + k;
+    step_batch_on(L, l, block, a, &rows[a], &pts[a], b - a, true);
+    for (Index r = a; r < b; ++r) {
+      const Index i = pts[r];
+      if (store_f) set_slot(L.u, L.slot(i), ops_.clone(rows[r]));
+      if (on_point) on_point(i, rows[r]);
+      if (send_right && i == hi && !L.is_c(hi)) comm_.send(L.right, tag, rows[r]);
+    }
+  }
+  if (!received) receive();
+
+  Index e0 = m, e1 = 0;
+  for (Index r = 0; r < m; ++r)
+    if (ends[r]) {
+      if (e0 == m) e0 = r;
+      e1 = r + 1;
+    }
+  if (e0 < e1) {
+    std::vector<Index> cs(static_cast<std::size_t>(m));
+    for (Index r = e0; r < e1; ++r) cs[r] = base[r] + cf;
+    on_ends(block, e0, &rows[e0], &cs[e0], e1 - e0);
+  }
+  for (Vec w : rows) ops_.free(w);
+  ops_.free(block);
+}
+
 // One F-sweep followed by a Jacobi C-sweep: every C-point c > 0 becomes the
 // step of the F-point before it, all computed from the pre-sweep C-values.
 void Solver::fc_relax(int l) {
   Level& L = levels_[l];
   std::vector<Vec> updated(L.u.size(), nullptr);
-  f_relax(
+  const bool recv_left = L.left >= 0;  // want_end: always receive
+  if (batch_sweep(L, recv_left)) {
+    f_relax_batched(
+        l, nullptr,
+        [&](Vec block, Index first, Vec* ws, const Index* cs, Index n) {
+          step_batch_on(L, l, block, first, ws, cs, n, true);
+          for (Index k = 0; k < n; ++k) {
+            updated[L.slot(cs[k])] = ws[k];
+            ws[k] = nullptr;
+          }
+        },
+        kPhaseRelax);
+  } else {
+    f_relax(
       l, nullptr,
       [&](Index c, Vec& w) {
         step_on(L, l, w, c, true);
@@ -83,6 +218,7 @@ void Solver::fc_relax(int l) {
         w = nullptr;
       },
       kPhaseRelax);
+  }
   for (std::size_t s = 0; s < updated.size(); ++s)
     if (updated[s] != nullptr) set_slot(L.u, static_cast<Index>(s), updated[s]);
 }

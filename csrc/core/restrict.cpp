@@ -13,25 +13,43 @@ void Solver::restrict_to(int l) {
   // 1. F-sweep; at each C-point c > 0 the residual
   //    r_c = tau_c - (u_c - Phi(u_{c-1}))   (tau absent: -(u_c - Phi(u_{c-1})))
   //    with the bare step Phi, parked in the coarse tau slot of c/cf.
-  f_relax(
-      l, nullptr,
-      [&](Index c, Vec& w) {
-        info_.phase = kPhaseResidual;
-        step_on(L, l, w, c, false);
-        Vec uc = L.u[L.slot(c)];
-        if (L.has_tau) {
-          ops_.sum(1.0, uc, -1.0, w);
-          ops_.sum(1.0, L.tau[L.slot(c)], -1.0, w);
-        } else {
-          ops_.sum(-1.0, uc, 1.0, w);
-        }
-        const Index s = C.slot(c / L.cf);
-        if (measure) norms[s] = ops_.norm(w);
-        set_slot(C.tau, s, w);
-        w = nullptr;
-        info_.phase = kPhaseRelax;
-      },
-      kPhaseRelax);
+  auto residual = [&](Index c, Vec w) {
+    Vec uc = L.u[L.slot(c)];
+    if (L.has_tau) {
+      ops_.sum(1.0, uc, -1.0, w);
+      ops_.sum(1.0, L.tau[L.slot(c)], -1.0, w);
+    } else {
+      ops_.sum(-1.0, uc, 1.0, w);
+    }
+    const Index s = C.slot(c / L.cf);
+    if (measure) norms[s] = ops_.norm(w);
+    set_slot(C.tau, s, w);
+  };
+  if (batch_sweep(L, L.left >= 0)) {
+    f_relax_batched(
+        l, nullptr,
+        [&](Vec block, Index first, Vec* ws, const Index* cs, Index n) {
+          info_.phase = kPhaseResidual;
+          step_batch_on(L, l, block, first, ws, cs, n, false);
+          for (Index k = 0; k < n; ++k) {
+            residual(cs[k], ws[k]);
+            ws[k] = nullptr;
+          }
+          info_.phase = kPhaseRelax;
+        },
+        kPhaseRelax);
+  } else {
+    f_relax(
+        l, nullptr,
+        [&](Index c, Vec& w) {
+          info_.phase = kPhaseResidual;
+          step_on(L, l, w, c, false);
+          residual(c, w);
+          w = nullptr;
+          info_.phase = kPhaseRelax;
+        },
+        kPhaseRelax);
+  }
   if (l == 0) {
     rnorm_measured_ = opts_.residual_computation;
     pending_rnorm_ = measure ? combine_norms(norms) : 0.0;
@@ -56,8 +74,32 @@ void Solver::restrict_to(int l) {
     ops_.sum(1.0, g, 1.0, C.tau[s]);
     ops_.free(g);
   };
-  for (Index j = C.own.hi; j > C.own.lo; --j) add_coarse_part(j, ops_.clone(C.v[C.slot(j - 1)]));
-  if (C.left >= 0) add_coarse_part(C.own.lo, comm_.recv(C.left, tag));
+  const Index nparts = C.own.hi - C.own.lo + (C.left >= 0 ? 1 : 0);
+  if (ops_.batched() && nparts >= 2) {
+    // All coarse steps in one call: rows j = lo (from the left) or lo+1 .. hi.
+    Vec left = C.left >= 0 ? comm_.recv(C.left, tag) : nullptr;
+    const Index j0 = C.left >= 0 ? C.own.lo : C.own.lo + 1;
+    std::vector<Vec> srcs, gs(static_cast<std::size_t>(nparts), nullptr);
+    std::vector<Index> js;
+    for (Index j = j0; j <= C.own.hi; ++j) {
+      srcs.push_back(j == C.own.lo ? left : C.v[C.slot(j - 1)]);
+      js.push_back(j);
+    }
+    Vec block = ops_.clone_block(srcs.data(), nparts, gs.data());
+    ops_.free(left);
+    step_batch_on(C, l + 1, block, 0, gs.data(), js.data(), nparts, false);
+    for (Index k = 0; k < nparts; ++k) {
+      const Index s = C.slot(js[k]);
+      ops_.sum(1.0, C.v[s], -1.0, gs[k]);
+      ops_.sum(1.0, gs[k], 1.0, C.tau[s]);
+      ops_.free(gs[k]);
+    }
+    ops_.free(block);
+  } else {
+    for (Index j = C.own.hi; j > C.own.lo; --j)
+      add_coarse_part(j, ops_.clone(C.v[C.slot(j - 1)]));
+    if (C.left >= 0) add_coarse_part(C.own.lo, comm_.recv(C.left, tag));
+  }
   C.has_tau = true;
   info_.phase = kPhaseRelax;
 }

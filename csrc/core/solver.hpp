@@ -72,10 +72,21 @@ class Solver {
  private:
   using PointHook = std::function<void(Index, Vec&)>;  // after each F-point
   using EndHook = std::function<void(Index, Vec&)>;   // u at c-1, c = next C-point
+  // Batched end hook: ws[k] is u at cs[k]-1 (rows first.. of block); may take ws[k].
+  using EndsHook = std::function<void(Vec block, Index first, Vec* ws, const Index* cs, Index n)>;
 
   // relax.cpp
   void step_on(Level& L, int l, Vec& u, Index i, bool with_tau);  // u: t_{i-1} -> t_i
   void f_relax(int l, const PointHook& on_point, const EndHook& on_end, int phase);
+  // Batched relaxation (relax.cpp): ws[k]: t_{pts[k]-1} -> t_{pts[k]} in one call.
+  void step_batch_on(Level& L, int l, Vec block, Index first, Vec* ws, const Index* pts,
+                     Index n, bool with_tau);
+  // Whether level l's F-sweep has at least two independent chains to batch.
+  bool batch_sweep(const Level& L, bool recv_left) const;
+  // F-relax with every chain advanced in lock-step, one step_batch per F-step
+  // position; on_ends sees all chain ends at once.
+  void f_relax_batched(int l, const PointHook& on_point, const EndsHook& on_ends, int phase);
+  void final_relax_batched();
   void fc_relax(int l);
   void relax(int l);
   // restrict.cpp
@@ -114,6 +125,7 @@ class Solver {
   Vec left_boundary_ = nullptr;  // fine u at own.lo-1 after the final F-sweep
   Vec final_ = nullptr;          // fine u at t_n (owner only)
   Vec new_u0_ = nullptr;         // pending initial condition
+  std::vector<BatchItem> items_;  // scratch of step_batch_on
 };
 
 // Message tags: one per (level, kind) so that mismatches cannot go unnoticed.

@@ -1,0 +1,192 @@
+"""Batched relaxation: MGRIT vs serial forward propagation of a deep narrow ResNet, one process.
+
+Network (_apps_resnet.py): N layers u <- u + h tanh(u K_n^T + b_n), width 8,
+batch 1 or 32, its own random weights per layer at a trained-like scale, T = 2.
+
+Serial: a plain NumPy loop over the layers (u = u + h*tanh(u @ K_n^T + b_n)),
+returning u_N; for the gradient, that forward sweep keeping the states plus a
+backpropagation loop (dK_n, db_n for every layer).
+braidpy: braidpy.solve on the same network, cfactor 64 on level 0, 2 levels,
+F-relaxation (nrelax 0), access_level 0 (the output is Result.final),
+  (a) max_iter 2, abs_tol 0: the setting of one-shot training;
+  (b) rel_tol 1e-8 (residual drop of 1e-8 relative to the first one);
+"batched" uses the app's step_stacked kernel (one batched matmul per step
+position of all intervals), "unbatched" the same app with batch=False (one
+step call per layer step). Gradient: braidpy.adjoint.GradientSolver with the
+same options for the primal and the adjoint solve, (a) oneshot=(2, 2) cold
+(2 primal and 2 adjoint iterations, the gradient of one-shot training) and
+(b) exact, rel_tol 1e-8 for both solves; batched adjoint steps and one
+step_gradient_batch call per evaluation.
+Every timing covers building the app/solver and solving, min over repeats
+(median in brackets); ratios are serial / braidpy (> 1: braidpy is faster).
+
+The sweep over N repeats (a) for N = 256 ... 16384 at batch 1.
+The overhead table runs a kernel that does nothing (batched and unbatched) to
+measure what braidpy itself costs per step call / per batched call.
+
+Run: python benchmarks/bench_batched.py [--repeats R] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import time
+
+import numpy as np
+from _apps_resnet import TSTOP, ResNet, ResNetWeights, serial_forward, serial_gradient
+from _report import min_median, print_table
+
+import braidpy
+from braidpy.adjoint import GradientSolver
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--ntime", type=int, default=4096)
+    p.add_argument("--width", type=int, default=8)
+    p.add_argument("--batches", type=int, nargs="+", default=[1, 32])
+    p.add_argument("--cfactor", type=int, default=64)
+    p.add_argument("--max-levels", type=int, default=2)
+    p.add_argument("--nrelax", type=int, default=0)
+    p.add_argument("--sweep", type=int, nargs="+",
+                   default=[256, 512, 1024, 2048, 4096, 8192, 16384])
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--quick", action="store_true", help="smoke run: N 512, 1 repeat")
+    a = p.parse_args(argv)
+    if a.quick:
+        a.ntime, a.repeats, a.sweep, a.cfactor = 512, 1, [256, 512], 16
+    return a
+
+
+def timed(fn, repeats):
+    """(min, median, last result) of fn() over repeats."""
+    times, out = [], None
+    for _ in range(repeats):
+        gc.collect()
+        start = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - start)
+    lo, med = min_median(times)
+    return lo, med, out
+
+
+def ms(lo, med):
+    return f"{lo * 1e3:.2f} ({med * 1e3:.2f})"
+
+
+def mgrit_opts(args, mode):
+    base = dict(cfactor=args.cfactor, max_levels=args.max_levels, nrelax=args.nrelax)
+    if mode == "a":
+        return dict(base, max_iter=2, abs_tol=0.0)
+    return dict(base, rel_tol=1e-8, abs_tol=0.0, max_iter=100)
+
+
+def forward(args, w, mode, batched):
+    return braidpy.solve(ResNet(w), 0.0, TSTOP, w.ntime, access_level=0, batch=batched,
+                         **mgrit_opts(args, mode))
+
+
+def gradient(args, w, mode, batched):
+    opts = dict(mgrit_opts(args, "b"), batch=batched)
+    oneshot = (2, 2) if mode == "a" else None
+    gs = GradientSolver(ResNet(w), 0.0, TSTOP, w.ntime, primal=opts, oneshot=oneshot)
+    return gs.evaluate()
+
+
+def forward_table(args):
+    rows = []
+    for batch in args.batches:
+        w = ResNetWeights(args.ntime, width=args.width, batch=batch)
+        s_lo, s_med, ref = timed(lambda: serial_forward(w), args.repeats)
+        for mode, label in (("a", "2 iterations"), ("b", "rel. drop 1e-8")):
+            u_lo, u_med, ru = timed(lambda: forward(args, w, mode, False), args.repeats)
+            b_lo, b_med, rb = timed(lambda: forward(args, w, mode, True), args.repeats)
+            same = np.array_equal(ru.final, rb.final)
+            err = float(np.abs(rb.final - ref).max())
+            rows.append([batch, label, ms(s_lo, s_med), ms(u_lo, u_med), ms(b_lo, b_med),
+                         f"{s_lo / b_lo:.2f}x ({s_med / b_med:.2f}x)", f"{u_lo / b_lo:.1f}x",
+                         rb.iterations, f"{err:.1e}", "yes" if same else "NO"])
+    print_table(["batch", "MGRIT", "serial ms", "unbatched ms", "batched ms",
+                 "serial/batched", "unbatched/batched", "iterations", "max|u_N - serial|",
+                 "batched == unbatched"], rows,
+                title=f"Forward propagation, N {args.ntime}, width {args.width}, cfactor "
+                      f"{args.cfactor}, {args.max_levels} levels, nrelax {args.nrelax}; ms: min "
+                      f"(median) of {args.repeats}")
+
+
+def gradient_table(args):
+    rows = []
+    for batch in args.batches:
+        w = ResNetWeights(args.ntime, width=args.width, batch=batch)
+        s_lo, s_med, (J, dK, db) = timed(lambda: serial_gradient(w), args.repeats)
+        scale = max(np.abs(dK).max(), np.abs(db).max())
+        for mode, label in (("a", "one-shot (2, 2)"), ("b", "exact, rel. 1e-8")):
+            u_lo, u_med, gu = timed(lambda: gradient(args, w, mode, False), args.repeats)
+            b_lo, b_med, gb = timed(lambda: gradient(args, w, mode, True), args.repeats)
+            err = max(max(np.abs(gb.gradients[n][0] - dK[n]).max(),
+                          np.abs(gb.gradients[n][1] - db[n]).max()) for n in gb.gradients)
+            same = all(np.array_equal(gb.gradients[n][0], gu.gradients[n][0])
+                       and np.array_equal(gb.gradients[n][1], gu.gradients[n][1])
+                       for n in gu.gradients)
+            rows.append([batch, label, ms(s_lo, s_med), ms(u_lo, u_med), ms(b_lo, b_med),
+                         f"{s_lo / b_lo:.2f}x ({s_med / b_med:.2f}x)", f"{u_lo / b_lo:.1f}x",
+                         f"{gb.primal.iterations}/{gb.adjoint.iterations}",
+                         f"{err / scale:.1e}", "yes" if same else "NO"])
+    print_table(["batch", "gradient", "serial fwd+bwd ms", "unbatched ms", "batched ms",
+                 "serial/batched", "unbatched/batched", "iterations p/a", "rel. grad err",
+                 "batched == unbatched"], rows,
+                title=f"One gradient (forward + adjoint), N {args.ntime}, width {args.width}")
+
+
+def sweep_table(args):
+    rows = []
+    for n in args.sweep:
+        w = ResNetWeights(n, width=args.width, batch=1)
+        s_lo, _, _ = timed(lambda: serial_forward(w), args.repeats)
+        b_lo, _, r = timed(lambda: forward(args, w, "a", True), args.repeats)
+        rows.append([n, f"{s_lo * 1e3:.2f}", f"{b_lo * 1e3:.2f}", f"{s_lo / b_lo:.2f}x",
+                     r.counts["step_batch"], r.counts["step"]])
+    print_table(["N", "serial ms", "batched MGRIT ms", "serial/batched", "batched calls",
+                 "single step calls"], rows,
+                title=f"Sweep over N, forward, 2 iterations, batch 1 (min of {args.repeats})")
+
+
+class _Noop(braidpy.App):
+    def init(self, t):
+        return np.zeros((1, 8))
+
+    def step(self, u, t0, t1, status):
+        pass
+
+    def step_stacked(self, U, t0s, t1s, status):
+        pass
+
+
+def overhead_table(args):
+    n = args.ntime
+    rows = []
+    for batched in (False, True):
+        lo, med, r = timed(lambda: braidpy.solve(_Noop(), 0.0, 1.0, n, access_level=0,
+                                                 batch=batched, **mgrit_opts(args, "a")),
+                           args.repeats)
+        states = r.counts["step"] + r.counts["step_batch_items"]
+        calls = r.counts["step"] + r.counts["step_batch"]
+        rows.append(["batched" if batched else "unbatched", ms(lo, med), calls, states,
+                     f"{lo / calls * 1e6:.2f}", f"{lo / states * 1e6:.3f}"])
+    print_table(["path", "solve ms", "step + step_batch calls", "states stepped",
+                 "us per call", "us per state step"], rows,
+                title=f"braidpy's own cost with a do-nothing kernel, N {n}, 2 iterations "
+                      f"(everything outside the user's kernel, incl. Python call costs)")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    overhead_table(args)
+    forward_table(args)
+    gradient_table(args)
+    sweep_table(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""Batched relaxation (App.step_batch / step_stacked): same results as unbatched."""
+
+import numpy as np
+import pytest
+from apps import BatchedDecay, Decay, DenseResNet
+from batched_cases import BATCHED_CASES
+
+import braidpy
+
+
+def assert_batched_equals_unbatched(case, where):
+    on, off = case["True"], case["False"]
+    on, off = dict(on), dict(off)
+    on.pop("batched_calls"), off.pop("batched_calls")
+    assert on == off, where  # bitwise: values, residual histories, iterations
+
+
+@pytest.mark.parametrize("name", sorted(BATCHED_CASES))
+def test_batched_equals_unbatched(name):
+    case = BATCHED_CASES[name](None)
+    assert_batched_equals_unbatched(case, name)
+    if name not in ("decay_one_level", "warm_restart"):
+        assert case["True"]["batched_calls"] > 0, "the batched path was not taken"
+    assert case["False"]["batched_calls"] == 0
+
+
+class Boom(ValueError):
+    pass
+
+
+class FailingBatchedDecay(BatchedDecay):
+    def __init__(self, when):
+        super().__init__()
+        self.when = when
+
+    def step_stacked(self, U, t0s, t1s, status):
+        if self.when(status):
+            raise Boom("step_stacked failed on purpose")
+        return super().step_stacked(U, t0s, t1s, status)
+
+
+@pytest.mark.parametrize("when", [
+    lambda s: True,
+    lambda s: s.level == 1 and s.phase == "residual",
+    lambda s: s.done,
+])
+def test_step_batch_exception_is_reraised_and_core_stays_usable(when):
+    app = FailingBatchedDecay(when)
+    core = braidpy.Core(app, 0.0, 1.0, 64, cfactor=4, abs_tol=1e-12)
+    with pytest.raises(Boom, match="step_stacked failed on purpose"):
+        core.solve()
+    app.when = lambda s: False
+    assert core.solve().iterations > 1
+
+
+def test_step_batch_returning_wrong_count_raises():
+    class Bad(Decay):
+        def step_batch(self, us, t0s, t1s, status):
+            return us[:-1]
+
+    class Opaque(Bad):
+        def clone(self, u):  # not App's default clone: the core passes lists
+            return u.copy()
+
+    with pytest.raises(ValueError, match="returned 3 states for a batch of 4"):
+        braidpy.solve(Opaque(), 0.0, 1.0, 16, cfactor=4, max_levels=2)
+
+
+def test_apps_without_step_batch_are_unchanged():
+    a = braidpy.solve(Decay(), 0.0, 5.0, 97, cfactor=4, abs_tol=1e-12)
+    b = braidpy.solve(Decay(), 0.0, 5.0, 97, cfactor=4, abs_tol=1e-12, batch=False)
+    assert a.counts == b.counts and a.counts["step_batch"] == 0
+    assert a.residuals == b.residuals
+    assert not braidpy.Core(Decay(), 0.0, 1.0, 8).batched
+    assert braidpy.Core(BatchedDecay(), 0.0, 1.0, 8).batched
+    assert not braidpy.Core(BatchedDecay(), 0.0, 1.0, 8, batch=False).batched
+
+
+def test_status_in_a_batch():
+    seen = []
+
+    class Spy(BatchedDecay):
+        def step_stacked(self, U, t0s, t1s, status):
+            seen.append((status.level, status.batch_size, status.fine_indices.tolist(),
+                         status.indices.tolist(), t0s.tolist(), U.shape))
+            return super().step_stacked(U, t0s, t1s, status)
+
+        def step(self, u, t0, t1, status):
+            assert status.batch_size == 0 and status.fine_indices is None
+            return super().step(u, t0, t1, status)
+
+    r = braidpy.solve(Spy(), 0.0, 1.0, 16, cfactor=4, max_levels=2, max_iter=2)
+    times = r.times
+    for level, n, fine, idx, t0s, shape in seen:
+        assert n == len(fine) == len(idx) == len(t0s) == shape[0] and shape[1:] == (1,)
+        stride = 4 ** level
+        assert fine == [i * stride for i in idx]
+        assert t0s == [times[f] for f in fine]
+    # The first F-sweep of level 0 advances the 4 intervals together.
+    assert (0, 4, [1, 5, 9, 13], [1, 5, 9, 13]) in [s[:4] for s in seen]
+
+
+def test_list_default_stacks_and_writes_back():
+    """App's default step_batch on a list (states the core could not stack)."""
+
+    class Listed(BatchedDecay):
+        def clone(self, u):  # a user clone: the core keeps independent vectors
+            return u.copy()
+
+    a = braidpy.solve(Listed(), 0.0, 5.0, 64, cfactor=4, abs_tol=1e-12)
+    b = braidpy.solve(Decay(), 0.0, 5.0, 64, cfactor=4, abs_tol=1e-12)
+    assert a.counts["step_batch"] > 0
+    assert a.residuals == b.residuals
+    assert np.array_equal(a.final, b.final)
+
+
+def test_resnet_batched_forward_matches_plain_loop():
+    n = 64
+    app = DenseResNet(n)
+    r = braidpy.solve(app, 0.0, 2.0, n, cfactor=8, max_levels=2, abs_tol=1e-13)
+    u = app.u0.copy()
+    t = r.times
+    for i in range(n):
+        u = u + (t[i + 1] - t[i]) * np.tanh(u @ app.K[i].T + app.b[i])
+    np.testing.assert_allclose(r.final, u, rtol=0, atol=1e-12)
+
+
+def test_fine_slice_matches_fine_indices():
+    seen = []
+
+    class Spy(BatchedDecay):
+        def step_stacked(self, U, t0s, t1s, status):
+            idx = np.arange(10**6)
+            seen.append(np.array_equal(idx[status.fine_slice], status.fine_indices))
+            return super().step_stacked(U, t0s, t1s, status)
+
+    braidpy.solve(Spy(), 0.0, 1.0, 101, cfactor=3, max_levels=3, max_iter=3, fmg=True)
+    assert seen and all(seen)
+
+
+def test_adjoint_batch_status_slices():
+    from braidpy.adjoint import _as_slice
+
+    idx = np.arange(100)
+    for ns in ([5, 9, 13], [13, 9, 5], [3, 2, 1, 0], [7], [4, 0]):
+        ns = np.array(ns)
+        assert np.array_equal(idx[_as_slice(ns)], ns)
+    assert _as_slice(np.array([1, 2, 4])) is None
