@@ -41,12 +41,15 @@ class SerialEvaluator:
     def __init__(self, net: ResNet, comm: Any = None):
         self.net = net
         self.comm = comm
+        self.step_calls = 0  # layer steps and adjoint steps (not validation)
 
     def gradient(self, params, X, C) -> Tuple[float, np.ndarray, Dict[str, Any]]:
         loss, grad = self.net.loss_and_gradient(params, X, C)
+        self.step_calls += 2 * self.net.nlayers
         return loss, grad, {"steps": 2 * self.net.nlayers}
 
     def loss(self, params, X, C) -> float:
+        self.step_calls += self.net.nlayers
         return self.net.loss(params, X, C)
 
     def accuracy(self, params, X, C) -> float:
@@ -106,6 +109,7 @@ class LayerParallelEvaluator:
         self._validation: Dict[Tuple[int, ...], Tuple[ResNetApp, Core]] = {}
         self._evaluated = False
         self._resumed = False
+        self.step_calls = 0  # primal and adjoint step calls over all ranks (not validation)
 
     def _ensure_solver(self) -> GradientSolver:
         """Build the solvers at the first evaluation. A fresh one-shot run starts from
@@ -167,14 +171,21 @@ class LayerParallelEvaluator:
             "adjoint_residuals": list(result.adjoint.residuals),
             "steps": result.primal.counts.get("step", 0) + result.adjoint.counts.get("step", 0),
         }
-        if self.comm is not None and self.comm.Get_size() > 1:
-            stats["steps"] = self.comm.allreduce(stats["steps"])
+        stats["steps"] = self._total(stats["steps"])
+        self.step_calls += stats["steps"]
         return result.objective, grad, stats
+
+    def _total(self, count: int) -> int:
+        if self.comm is not None and self.comm.Get_size() > 1:
+            return self.comm.allreduce(count)
+        return count
 
     def loss(self, params, X, C) -> float:
         self._use(params, X, C)
         value = self.solver.objective()
         self._evaluated = True
+        counts = self.solver.primal_core._solver.counts()
+        self.step_calls += self._total(counts.get("step", 0))
         return value
 
     def accuracy(self, params, X, C) -> float:

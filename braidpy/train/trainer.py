@@ -198,6 +198,7 @@ class Trainer:
     def step(self) -> Dict[str, Any]:
         """One optimizer step on the next batch; returns its history record."""
         start = time.perf_counter()
+        calls_before = self.evaluator.step_calls
         idx = self._next_batch_indices()
         X, C = self.X[idx], self.C[idx]
         loss, grad, stats = self.evaluator.gradient(self.params, X, C)
@@ -213,6 +214,8 @@ class Trainer:
             "step_size": info["step_size"], "line_search_trials": info["trials"],
         }
         record.update(stats)
+        # All layer steps of this optimizer step, line search included.
+        record["steps"] = self.evaluator.step_calls - calls_before
         cfg = self.config
         if self.validation is not None and cfg.validate_every and \
                 self.iteration % cfg.validate_every == 0:

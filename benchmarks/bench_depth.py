@@ -1,0 +1,81 @@
+"""Depth independence of layer-parallel MGRIT on the Peaks ResNet (Günther et al. 2020, Fig. 4).
+
+One network in continuous layer time: width 8, T = 5, smoothed ReLU, weights theta(t)
+piecewise constant on 16 blocks of [0, T] (random, trained-like scale), the same
+opening and classifier. Discretized with N = 256 ... 2048 layers it is the same problem
+at finer and finer resolution; the state and adjoint MGRIT solves (cold start, to a
+relative residual drop of 1e-5) should need about as many iterations for every N.
+
+    python benchmarks/bench_depth.py [--batch 5000] [--layers 256 512 1024 2048]
+
+Goal (issue 4): iterations differ by at most 1 between N = 256 and N = 2048.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _report import print_table  # noqa: E402
+
+from braidpy import data  # noqa: E402
+from braidpy.adjoint import GradientSolver  # noqa: E402
+from braidpy.nn import ResNet, ResNetApp  # noqa: E402
+
+BLOCKS = 16
+
+
+def continuous_params(N: int, seed: int, scale: float) -> tuple[ResNet, np.ndarray]:
+    """N-layer discretization of one fixed theta(t)."""
+    coarse = ResNet((2,), 5, width=8, nlayers=BLOCKS, T=5.0, activation="smooth_relu")
+    pc = coarse.init_params(seed=seed, scale=scale)
+    net = ResNet((2,), 5, width=8, nlayers=N, T=5.0, activation="smooth_relu")
+    p = np.zeros(net.nparams)
+    v, vc = net.views(p), coarse.views(pc)
+    block = (np.arange(N) * BLOCKS) // N
+    v["K"][...] = vc["K"][block]
+    v["b"][...] = vc["b"][block]
+    for name in ("open_K", "open_b", "W", "mu"):
+        v[name][...] = vc[name]
+    return net, p
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batch", type=int, default=5000)
+    ap.add_argument("--layers", type=int, nargs="+", default=[256, 512, 1024, 2048])
+    ap.add_argument("--scale", type=float, default=1.0, help="weight scale (1: ~unit norm)")
+    ap.add_argument("--cfactor", type=int, default=4)
+    ap.add_argument("--seed", type=int, default=3)
+    args = ap.parse_args()
+    X, C = data.peaks(args.batch, seed=11)
+    rows = []
+    for N in args.layers:
+        net, p = continuous_params(N, args.seed, args.scale)
+        for levels, label in ((2, "2-level"), (30, "multilevel")):
+            app = ResNetApp(net, p, X, C)
+            opts = dict(cfactor=args.cfactor, max_levels=levels, abs_tol=0.0, rel_tol=1e-5,
+                        max_iter=100)
+            start = time.perf_counter()
+            g = GradientSolver(app, 0.0, net.T, N, primal=opts).evaluate()
+            rows.append([N, label, g.primal.levels, g.primal.iterations, g.adjoint.iterations,
+                         f"{time.perf_counter() - start:.2f} s"])
+            print(*rows[-1], flush=True)
+    print()
+    print_table(["N", "hierarchy", "levels", "state iters", "adjoint iters", "time"], rows,
+                title=f"MGRIT iterations to a 1e-5 relative drop (batch {args.batch}, "
+                      f"cf {args.cfactor})")
+    for label in ("2-level", "multilevel"):
+        its = [(r[3], r[4]) for r in rows if r[1] == label]
+        spread = max(max(a for a, _ in its) - min(a for a, _ in its),
+                     max(b for _, b in its) - min(b for _, b in its))
+        print(f"{label}: largest difference over N = {spread} iteration(s) (goal <= 1)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,182 @@
+"""Training progress for people (a progress bar or plain lines) and machines (JSON lines).
+
+:class:`Progress` shows one line per optimizer step: on a terminal a bar redrawn in
+place, elsewhere (a file, a pipe, a batch job's log) a plain line per step, so that logs
+stay readable. :class:`JsonLog` writes a header record, one record per step and an end
+record, each a line of strict JSON (non-finite numbers become the strings "nan", "inf",
+"-inf"). Both write only what they are given: the caller decides which rank writes.
+
+Examples
+--------
+>>> import io
+>>> out = io.StringIO()
+>>> bar = Progress(total=3, stream=out)
+>>> bar.update({"iteration": 1, "loss": 0.5, "val_accuracy": 0.75, "seconds": 0.1})
+>>> out.getvalue()
+'step 1/3  loss 5.0000e-01  val 75.00%  0.10 s\\n'
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import sys
+from typing import Any, Dict, Iterable, List, Mapping, Optional, TextIO
+
+import numpy as np
+
+__all__ = ["JsonLog", "Progress", "format_step", "summary", "to_json"]
+
+STOP_REASONS = {
+    "iterations": "reached the step limit",
+    "target accuracy": "reached the target validation accuracy",
+    "no improvement": "validation accuracy stopped improving (patience)",
+    "diverged": "the objective is not finite (diverged)",
+}
+
+
+def _number(x: float) -> str:
+    return f"{x:.4e}" if math.isfinite(x) else str(x)
+
+
+def format_step(record: Mapping[str, Any], total: int) -> str:
+    """One step in a line: step/total, loss, validation accuracy, MGRIT iterations with
+    the last residual of the state and adjoint solves (layer-parallel modes), seconds."""
+    parts = [f"step {record['iteration']}/{total}", f"loss {_number(record['loss'])}"]
+    if "val_accuracy" in record:
+        parts.append(f"val {100 * record['val_accuracy']:.2f}%")
+    for key, name in (("primal", "state"), ("adjoint", "adjoint")):
+        if f"{key}_iterations" in record:
+            res = record.get(f"{key}_residuals") or [math.nan]
+            parts.append(f"{name} {record[f'{key}_iterations']} it r {res[-1]:.1e}")
+    parts.append(f"{record['seconds']:.2f} s")
+    return "  ".join(parts)
+
+
+class Progress:
+    """Step lines on ``stream``: a bar updated in place on a TTY, plain lines otherwise.
+
+    Parameters
+    ----------
+    total : int
+        The step limit (the bar's 100 %).
+    stream : file, default sys.stderr
+    tty : bool, optional
+        Force bar (True) or plain lines (False); default: ``stream.isatty()``.
+    """
+
+    def __init__(self, total: int, stream: Optional[TextIO] = None, tty: Optional[bool] = None):
+        self.total = total
+        self.stream = sys.stderr if stream is None else stream
+        isatty = getattr(self.stream, "isatty", None)
+        self.tty = bool(isatty and isatty()) if tty is None else tty
+        self._open = False  # a bar line is drawn and needs a newline before other text
+
+    def message(self, text: str) -> None:
+        """A line of its own (a started bar keeps its last state above it)."""
+        self._end_bar()
+        print(text, file=self.stream, flush=True)
+
+    def update(self, record: Mapping[str, Any]) -> None:
+        line = format_step(record, self.total)
+        if not self.tty:
+            print(line, file=self.stream, flush=True)
+            return
+        columns = shutil.get_terminal_size((100, 24)).columns
+        done = min(1.0, record["iteration"] / max(self.total, 1))
+        filled = int(round(20 * done))
+        text = f"[{'#' * filled}{'.' * (20 - filled)}] {line}"[:max(columns - 1, 10)]
+        # \r returns to the line start, ESC[K clears what a longer last line left behind.
+        self.stream.write(f"\r{text}\x1b[K")
+        self.stream.flush()
+        self._open = True
+
+    def close(self) -> None:
+        self._end_bar()
+
+    def _end_bar(self) -> None:
+        if self._open:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._open = False
+
+
+def summary(history: List[Mapping[str, Any]], best: Mapping[str, Any],
+            stop_reason: Optional[str]) -> Dict[str, Any]:
+    """The end-of-run numbers: steps, stop reason, best validation accuracy, training
+    seconds and MGRIT/serial step calls, summed over the whole history (a resumed run
+    includes the steps before the checkpoint)."""
+    return {
+        "steps": len(history),
+        "stop_reason": stop_reason,
+        "best_accuracy": best.get("accuracy"),
+        "best_iteration": best.get("iteration"),
+        "final_loss": history[-1]["loss"] if history else None,
+        "seconds": float(sum(r.get("seconds", 0.0) for r in history)),
+        "step_calls": int(sum(r.get("steps", 0) for r in history)),
+    }
+
+
+def summary_lines(s: Mapping[str, Any]) -> List[str]:
+    """:func:`summary` in words."""
+    why = STOP_REASONS.get(s["stop_reason"], str(s["stop_reason"]))
+    lines = [f"stopped after {s['steps']} steps: {why}"]
+    if s["best_accuracy"] is None:
+        lines.append("best validation accuracy: - (no validation)")
+    else:
+        lines.append(f"best validation accuracy: {100 * s['best_accuracy']:.2f}% "
+                     f"(step {s['best_iteration']})")
+    if s["final_loss"] is not None:
+        lines.append(f"final training loss: {_number(s['final_loss'])}")
+    per = s["seconds"] / max(s["steps"], 1)
+    lines.append(f"time: {s['seconds']:.2f} s in steps ({per:.3f} s per step); "
+                 f"layer step calls in gradients: {s['step_calls']}")
+    return lines
+
+
+def to_json(value: Any) -> Any:
+    """Plain JSON values: NumPy scalars and arrays become numbers and lists, non-finite
+    floats the strings 'nan', 'inf' and '-inf' (strict JSON has no such numbers)."""
+    if isinstance(value, Mapping):
+        return {str(k): to_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [to_json(v) for v in (value.tolist() if isinstance(value, np.ndarray) else value)]
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        x = float(value)
+        return x if math.isfinite(x) else str(x)
+    return value
+
+
+class JsonLog:
+    """JSON-lines training log: ``{"event": "header", ...}``, then ``{"event": "step",
+    ...}`` per step (the trainer's history record), then ``{"event": "end", ...}``.
+
+    Every line is flushed, so the file can be followed while training runs. ``steps``
+    are written right after the header: a resumed run rewrites the log from its
+    checkpoint's history, so the file always matches the state that continues.
+    """
+
+    def __init__(self, path: Any, header: Mapping[str, Any],
+                 steps: Iterable[Mapping[str, Any]] = ()):
+        self._file = open(path, "w", encoding="utf-8")
+        self._write({"event": "header", **header})
+        for record in steps:
+            self.step(record)
+
+    def _write(self, record: Mapping[str, Any]) -> None:
+        self._file.write(json.dumps(to_json(record), allow_nan=False) + "\n")
+        self._file.flush()
+
+    def step(self, record: Mapping[str, Any]) -> None:
+        self._write({"event": "step", **record})
+
+    def end(self, record: Mapping[str, Any]) -> None:
+        self._write({"event": "end", **record})
+
+    def close(self) -> None:
+        self._file.close()
