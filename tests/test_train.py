@@ -218,3 +218,19 @@ def test_bad_training_inputs_are_named():
         Trainer(net, (X, C), config=TrainConfig(mgrit=dict(seq_soln=True)))
     with pytest.raises(ValueError, match=r"params must have shape"):
         Trainer(net, (X, C), params=np.zeros(3))
+
+
+@pytest.mark.parametrize("problem", [dense_problem, conv_problem])
+def test_batched_relaxation_gives_the_same_gradient_bitwise(problem):
+    net, X, C = problem(nlayers=32)
+    p = net.init_params(seed=5, scale=1.0)
+    out = []
+    for batch in (True, False):
+        ev = LayerParallelEvaluator(net, p.copy(), X, C,
+                                    mgrit=dict(cfactor=4, max_levels=2, abs_tol=1e-12,
+                                               batch=batch))
+        loss, grad, stats = ev.gradient(p, X, C)
+        assert ev.solver.primal_core.batched is batch
+        out.append((loss, grad, stats["steps"]))
+    assert out[0][0] == out[1][0] and out[0][2] == out[1][2]
+    np.testing.assert_array_equal(out[0][1], out[1][1])

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
+import numpy as np
+
 from .._app import App
 from .layers import classifier_gradient, classifier_loss
 from .network import ResNet
@@ -72,7 +74,30 @@ class ResNetApp(App):
         v = self._views
         return self.net.layer_forward(u, v["K"][n], v["b"][n], t1 - t0)
 
+    def step_stacked(self, U: Any, t0s: Any, t1s: Any, status: Any) -> Any:
+        """Batched relaxation (docs/batching.md): row k is step status.fine_indices[k]."""
+        v, sl = self._views, status.fine_slice
+        return self.net.layers_forward_batched(U, v["K"][sl], v["b"][sl], self._steps(t0s, t1s, U))
+
+    @staticmethod
+    def _steps(t0s: Any, t1s: Any, U: Any) -> Any:
+        hs = t1s - t0s  # the same float64 subtraction as t1 - t0 in step()
+        if not isinstance(U, np.ndarray):  # e.g. CuPy: step sizes on the state's device
+            hs = U.__array_namespace__().asarray(hs, dtype=U.dtype)
+        return hs
+
     # ------------------------------------------------------------ adjoint
+    def step_adjoint_batch(self, W: Any, U: Any, t0s: Any, t1s: Any, status: Any) -> Any:
+        v, sl = self._views, status.fine_slice
+        return self.net.layers_adjoint_batched(W, U, v["K"][sl], v["b"][sl],
+                                               self._steps(t0s, t1s, U))
+
+    def step_gradient_batch(self, W: Any, U: Any, t0s: Any, t1s: Any, status: Any) -> Any:
+        v, sl = self._views, status.fine_slice
+        dKs, dbs = self.net.layers_gradient_batched(W, U, v["K"][sl], v["b"][sl],
+                                                    self._steps(t0s, t1s, U))
+        return [(dKs[k], dbs[k]) for k in range(dKs.shape[0])]
+
     def step_adjoint(self, w: Any, u: Any, t0: float, t1: float, status: Any) -> Any:
         n = status.fine_index
         v = self._views

@@ -30,6 +30,11 @@ from ..nn.resnet import ResNetApp
 __all__ = ["SerialEvaluator", "LayerParallelEvaluator"]
 
 
+def _steps(counts: Mapping[str, int]) -> int:
+    """Layer steps of a solve: single calls plus the states of batched calls."""
+    return counts.get("step", 0) + counts.get("step_batch_items", 0)
+
+
 class SerialEvaluator:
     """Plain forward and backward propagation (no MGRIT): the reference.
 
@@ -169,7 +174,7 @@ class LayerParallelEvaluator:
             "adjoint_iterations": result.adjoint.iterations,
             "primal_residuals": list(result.primal.residuals),
             "adjoint_residuals": list(result.adjoint.residuals),
-            "steps": result.primal.counts.get("step", 0) + result.adjoint.counts.get("step", 0),
+            "steps": _steps(result.primal.counts) + _steps(result.adjoint.counts),
         }
         stats["steps"] = self._total(stats["steps"])
         self.step_calls += stats["steps"]
@@ -184,8 +189,7 @@ class LayerParallelEvaluator:
         self._use(params, X, C)
         value = self.solver.objective()
         self._evaluated = True
-        counts = self.solver.primal_core._solver.counts()
-        self.step_calls += self._total(counts.get("step", 0))
+        self.step_calls += self._total(_steps(self.solver.primal_core._solver.counts()))
         return value
 
     def accuracy(self, params, X, C) -> float:

@@ -130,8 +130,9 @@ def summary_lines(s: Mapping[str, Any]) -> List[str]:
     if s["final_loss"] is not None:
         lines.append(f"final training loss: {_number(s['final_loss'])}")
     per = s["seconds"] / max(s["steps"], 1)
-    lines.append(f"time: {s['seconds']:.2f} s in steps ({per:.3f} s per step); "
-                 f"layer step calls in gradients: {s['step_calls']}")
+    lines.append(f"time: {s['seconds']:.2f} s in steps ({per:.3f} s per step)"
+                 + (f", {s['wall_seconds']:.2f} s wall" if "wall_seconds" in s else ""))
+    lines.append(f"layer step calls in gradient evaluations: {s['step_calls']}")
     return lines
 
 
