@@ -98,10 +98,12 @@ def forward_table(args):
     rows = []
     for batch in args.batches:
         w = ResNetWeights(args.ntime, width=args.width, batch=batch)
-        s_lo, s_med, ref = timed(lambda: serial_forward(w), args.repeats)
+        s_lo, s_med, ref = timed(lambda w=w: serial_forward(w), args.repeats)
         for mode, label in (("a", "2 iterations"), ("b", "rel. drop 1e-8")):
-            u_lo, u_med, ru = timed(lambda: forward(args, w, mode, False), args.repeats)
-            b_lo, b_med, rb = timed(lambda: forward(args, w, mode, True), args.repeats)
+            u_lo, u_med, ru = timed(lambda w=w, mode=mode: forward(args, w, mode, False),
+                                    args.repeats)
+            b_lo, b_med, rb = timed(lambda w=w, mode=mode: forward(args, w, mode, True),
+                                    args.repeats)
             same = np.array_equal(ru.final, rb.final)
             err = float(np.abs(rb.final - ref).max())
             rows.append([batch, label, ms(s_lo, s_med), ms(u_lo, u_med), ms(b_lo, b_med),
@@ -119,11 +121,13 @@ def gradient_table(args):
     rows = []
     for batch in args.batches:
         w = ResNetWeights(args.ntime, width=args.width, batch=batch)
-        s_lo, s_med, (J, dK, db) = timed(lambda: serial_gradient(w), args.repeats)
+        s_lo, s_med, (J, dK, db) = timed(lambda w=w: serial_gradient(w), args.repeats)
         scale = max(np.abs(dK).max(), np.abs(db).max())
         for mode, label in (("a", "one-shot (2, 2)"), ("b", "exact, rel. 1e-8")):
-            u_lo, u_med, gu = timed(lambda: gradient(args, w, mode, False), args.repeats)
-            b_lo, b_med, gb = timed(lambda: gradient(args, w, mode, True), args.repeats)
+            u_lo, u_med, gu = timed(lambda w=w, mode=mode: gradient(args, w, mode, False),
+                                    args.repeats)
+            b_lo, b_med, gb = timed(lambda w=w, mode=mode: gradient(args, w, mode, True),
+                                    args.repeats)
             err = max(max(np.abs(gb.gradients[n][0] - dK[n]).max(),
                           np.abs(gb.gradients[n][1] - db[n]).max()) for n in gb.gradients)
             same = all(np.array_equal(gb.gradients[n][0], gu.gradients[n][0])
@@ -143,8 +147,8 @@ def sweep_table(args):
     rows = []
     for n in args.sweep:
         w = ResNetWeights(n, width=args.width, batch=1)
-        s_lo, _, _ = timed(lambda: serial_forward(w), args.repeats)
-        b_lo, _, r = timed(lambda: forward(args, w, "a", True), args.repeats)
+        s_lo, _, _ = timed(lambda w=w: serial_forward(w), args.repeats)
+        b_lo, _, r = timed(lambda w=w: forward(args, w, "a", True), args.repeats)
         rows.append([n, f"{s_lo * 1e3:.2f}", f"{b_lo * 1e3:.2f}", f"{s_lo / b_lo:.2f}x",
                      r.counts["step_batch"], r.counts["step"]])
     print_table(["N", "serial ms", "batched MGRIT ms", "serial/batched", "batched calls",
@@ -167,9 +171,11 @@ def overhead_table(args):
     n = args.ntime
     rows = []
     for batched in (False, True):
-        lo, med, r = timed(lambda: braidpy.solve(_Noop(), 0.0, 1.0, n, access_level=0,
-                                                 batch=batched, **mgrit_opts(args, "a")),
-                           args.repeats)
+        def run(batched=batched):
+            return braidpy.solve(_Noop(), 0.0, 1.0, n, access_level=0, batch=batched,
+                                 **mgrit_opts(args, "a"))
+
+        lo, med, r = timed(run, args.repeats)
         states = r.counts["step"] + r.counts["step_batch_items"]
         calls = r.counts["step"] + r.counts["step_batch"]
         rows.append(["batched" if batched else "unbatched", ms(lo, med), calls, states,

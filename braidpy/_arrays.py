@@ -8,7 +8,8 @@ import struct
 
 import numpy as np
 
-__all__ = ["is_array", "stack", "array_clone", "array_sum", "array_norm", "array_pack", "array_unpack"]
+__all__ = ["is_array", "stack", "array_clone", "array_sum", "array_norm", "array_pack",
+           "array_unpack"]
 
 _HEADER = struct.Struct("<H")
 
