@@ -219,8 +219,10 @@ class Trainer:
         cfg = self.config
         if self.validation is not None and cfg.validate_every and \
                 self.iteration % cfg.validate_every == 0:
+            before = time.perf_counter()
             acc = self.evaluator.accuracy(self.params, *self.validation)
             record["val_accuracy"] = acc
+            record["validation_seconds"] = time.perf_counter() - before
             if self.best["accuracy"] is None or acc > self.best["accuracy"]:
                 self.best = {"accuracy": acc, "iteration": self.iteration,
                              "params": self.params.copy()}

@@ -1,0 +1,115 @@
+"""Peaks level-set classification, the setup of Günther et al. (2020), sec. 5.1/5.3:
+serial, exact layer-parallel and one-shot layer-parallel training side by side.
+
+ResNet width 8, T = 5, smoothed ReLU, dense opening with activation, L-BFGS with
+backtracking Armijo, full batch of the 5000 reference training points, 200 validation
+points; MGRIT cfactor 4 with 2 levels and with 3 levels; one-shot m1 = m2 = 2.
+
+    python benchmarks/bench_peaks.py [--layers 32] [--iterations 300] [--target 0.95]
+
+Prints, per run: best validation accuracy, and the iterations, layer-step calls
+(forward, adjoint and line search; validation not counted) and training seconds
+(validation not counted) needed to first reach the target accuracy. Goals (issue 4):
+accuracy >= 95%; one-shot within 2 points of exact; one-shot needing less than half
+the step calls and time of exact layer-parallel training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _report import print_table  # noqa: E402
+
+from braidpy import data  # noqa: E402
+from braidpy.nn import ResNet  # noqa: E402
+from braidpy.train import TrainConfig, Trainer  # noqa: E402
+
+REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "data" / "peaks"
+
+
+def load(directory):
+    if directory and Path(directory).is_dir():
+        ref = data.load_peaks_reference(directory)
+        return ref["train"], ref["validation"], f"reference data ({directory})"
+    return data.peaks(5000, seed=1), data.peaks(200, seed=2), "generated (braidpy.data.peaks)"
+
+
+def run(label, mode, levels, args, train, validation):
+    net = ResNet((2,), 5, width=8, nlayers=args.layers, T=5.0, activation="smooth_relu")
+    cfg = TrainConfig(mode=mode, m1=2, m2=2, optimizer="lbfgs", iterations=args.iterations,
+                      mgrit=dict(cfactor=4, max_levels=levels, abs_tol=args.tol),
+                      tikhonov=args.reg, ddt=args.reg, classifier_reg=args.reg, seed=args.seed,
+                      validate_every=args.validate_every)
+    trainer = Trainer(net, train, validation, cfg)
+    steps = seconds = 0.0
+    reached = None
+    start = time.perf_counter()
+
+    def on_step(record):
+        nonlocal steps, seconds, reached
+        steps += record["steps"]
+        seconds += record["seconds"] - record.get("validation_seconds", 0.0)
+        acc = record.get("val_accuracy")
+        if reached is None and acc is not None and acc >= args.target:
+            reached = (record["iteration"], int(steps), seconds)
+        if record["iteration"] % args.print_every == 0:
+            print(f"  {label}: it {record['iteration']:4d} loss {record['loss']:.4f} "
+                  f"val {acc if acc is not None else float('nan'):.3f} "
+                  f"{time.perf_counter() - start:7.1f} s", flush=True)
+
+    trainer.run(on_step)
+    best = trainer.best["accuracy"]
+    return {"label": label, "best": best, "final_loss": trainer.history[-1]["loss"],
+            "reached": reached, "steps": int(steps), "seconds": seconds,
+            "iterations": trainer.iteration}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--layers", type=int, default=32)
+    ap.add_argument("--iterations", type=int, default=300)
+    ap.add_argument("--target", type=float, default=0.95)
+    ap.add_argument("--tol", type=float, default=1e-9, help="abs_tol of exact mode")
+    ap.add_argument("--reg", type=float, default=1e-5, help="tikhonov = ddt = classifier reg")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--validate-every", type=int, default=5)
+    ap.add_argument("--print-every", type=int, default=25)
+    ap.add_argument("--data", default=str(REFERENCE))
+    ap.add_argument("--runs", nargs="+", default=["serial", "exact-2", "oneshot-2",
+                                                  "exact-3", "oneshot-3"],
+                    help="serial, exact-L, oneshot-L (L = MGRIT levels)")
+    args = ap.parse_args()
+    train, validation, source = load(args.data)
+    print(f"Peaks: {source}; {args.layers} layers, up to {args.iterations} L-BFGS iterations, "
+          f"target {args.target:.0%}")
+    results = []
+    for name in args.runs:
+        mode, _, levels = name.partition("-")
+        results.append(run(name, mode, int(levels or 1), args, train, validation))
+    rows = []
+    for r in results:
+        it, st, sec = r["reached"] or ("-", "-", "-")
+        rows.append([r["label"], f"{r['best']:.1%}", f"{r['final_loss']:.4f}", it, st,
+                     sec if sec == "-" else f"{sec:.1f}", r["iterations"], r["steps"],
+                     f"{r['seconds']:.1f}"])
+    print()
+    print_table(["run", "best val", "final loss", f"its to {args.target:.0%}", "steps to",
+                 "s to", "its", "steps", "s"], rows, title="Peaks training")
+    by = {r["label"]: r for r in results}
+    for levels in ("2", "3"):
+        e, o = by.get(f"exact-{levels}"), by.get(f"oneshot-{levels}")
+        if e and o:
+            print(f"{levels} levels: best accuracy one-shot {o['best']:.1%} vs exact "
+                  f"{e['best']:.1%} (difference {100 * (o['best'] - e['best']):+.1f} points)")
+            if e["reached"] and o["reached"]:
+                print(f"  to {args.target:.0%}: one-shot / exact step calls "
+                      f"{o['reached'][1] / e['reached'][1]:.2f}, time "
+                      f"{o['reached'][2] / e['reached'][2]:.2f} (goal < 0.5)")
+
+
+if __name__ == "__main__":
+    main()
