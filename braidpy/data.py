@@ -545,6 +545,7 @@ def load_arrays(
     labels: PathLike,
     nclasses: Optional[int] = None,
     delimiter: str = ",",
+    unlabelled: Optional[int] = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Load a user data set from .npy or delimited text files.
 
@@ -564,6 +565,10 @@ def load_arrays(
         ``max(id) + 1``.
     delimiter : str, default ","
         Column separator of text files (``None`` means any whitespace).
+    unlabelled : int, optional
+        A class id that marks unlabelled samples (Indian Pines uses 0): those samples
+        are dropped and the ids above it move down by one, so classes stay
+        ``0, ..., C - 1``. Only for class-id labels.
 
     Returns
     -------
@@ -589,6 +594,9 @@ def load_arrays(
     >>> X, Y = load_arrays(folder / "x.npy", folder / "y.csv")
     >>> X.shape, Y.argmax(axis=1).tolist()
     ((3, 4), [0, 2, 1])
+    >>> X, Y = load_arrays(folder / "x.npy", folder / "y.csv", unlabelled=0)
+    >>> X.shape, Y.argmax(axis=1).tolist()
+    ((2, 4), [1, 0])
     """
     fpath, lpath = Path(features), Path(labels)
     X = _read_array(fpath, delimiter)
@@ -599,6 +607,15 @@ def load_arrays(
     L = _read_array(lpath, delimiter)
     if L.ndim == 2 and L.shape[1] == 1:
         L = L[:, 0]
+    if unlabelled is not None:
+        if L.ndim != 1:
+            raise ValueError(f"{lpath}: unlabelled={unlabelled!r} needs class-id labels, "
+                             f"got shape {L.shape}")
+        if X.shape[0] != L.shape[0]:
+            raise ValueError(f"shape mismatch: {fpath} has {X.shape[0]} samples but {lpath} "
+                             f"has {L.shape[0]}")
+        keep = L != unlabelled
+        X, L = X[keep], np.where(L[keep] > unlabelled, L[keep] - 1, L[keep])
     if L.ndim == 1:
         try:
             Y = one_hot(L, nclasses)

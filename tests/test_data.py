@@ -361,3 +361,15 @@ def test_batches_errors() -> None:
         next(data.batches(X, Y, 2))
     with pytest.raises(ValueError, match="positive integer"):
         next(data.batches(X, X, 0))
+
+
+def test_load_arrays_drops_an_unlabelled_class(tmp_path):
+    X = np.arange(12.0).reshape(6, 2)
+    np.save(tmp_path / "x.npy", X)
+    np.save(tmp_path / "y.npy", np.array([0, 3, 1, 0, 2, 3]))
+    Xk, Y = data.load_arrays(tmp_path / "x.npy", tmp_path / "y.npy", unlabelled=0)
+    np.testing.assert_array_equal(Xk, X[[1, 2, 4, 5]])
+    assert Y.argmax(axis=1).tolist() == [2, 0, 1, 2] and Y.shape == (4, 3)
+    np.save(tmp_path / "oh.npy", np.eye(3)[[0, 1, 2, 0, 1, 2]])
+    with pytest.raises(ValueError, match="needs class-id labels"):
+        data.load_arrays(tmp_path / "x.npy", tmp_path / "oh.npy", unlabelled=0)

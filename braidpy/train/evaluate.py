@@ -30,6 +30,12 @@ from ..nn.resnet import ResNetApp
 __all__ = ["SerialEvaluator", "LayerParallelEvaluator"]
 
 
+def _to_host(u: Any) -> np.ndarray:
+    """A NumPy copy of a state (CuPy arrays come back from the device)."""
+    get = getattr(u, "get", None)
+    return np.array(get() if callable(get) and not isinstance(u, np.ndarray) else u, copy=True)
+
+
 def _steps(counts: Mapping[str, int]) -> int:
     """Layer steps of a solve: single calls plus the states of batched calls."""
     return counts.get("step", 0) + counts.get("step_batch_items", 0)
@@ -226,7 +232,7 @@ class LayerParallelEvaluator:
             for m in core.owned:
                 if m % cf == 0 and m > 0:
                     u = core._solver.stored(m)
-                    mine[N - m if mirror else m] = np.array(u, copy=True)
+                    mine[N - m if mirror else m] = _to_host(u)
             parts = [mine] if self.comm is None else self.comm.gather(mine, root=0)
             for part in parts or []:
                 out[key].update(part)
