@@ -43,7 +43,7 @@ examples:
   braidpy train peaks                                  one-shot, 32 layers, L-BFGS
   braidpy train peaks --layers 128 --plot out/ --log out/log.jsonl
   mpiexec -n 4 braidpy train peaks --layers 256 --mode exact --tol 1e-8
-  braidpy train digits --layers 8 --batch 200 --optimizer adam --lr 0.01
+  braidpy train digits --layers 8 --batch 100 --shuffle --optimizer adam --validate-every 10
   braidpy train X.npy --labels y.csv --validation-fraction 0.1 --opening replicate
   braidpy train peaks --checkpoint run.ckpt --iterations 200 --resume
 """
@@ -64,12 +64,12 @@ class _Failed(Exception):
 
 def _describe(exc: BaseException) -> str:
     text = str(exc)
-    if isinstance(exc, (OSError, ValueError, ImportError)) and text:
+    if isinstance(exc, (OSError, ValueError, ImportError, _Failed)) and text:
         return text
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _on_root(comm: Any, action: Callable[[], Any]) -> None:
+def _on_root(comm: Any, action: Callable[[], Any], what: str = "") -> None:
     """Run ``action`` on rank 0 only (files, terminal) and tell every rank how it went, so
     that a failure there stops all ranks at once instead of leaving them waiting."""
     message, error = None, None
@@ -77,7 +77,7 @@ def _on_root(comm: Any, action: Callable[[], Any]) -> None:
         try:
             action()
         except Exception as exc:  # noqa: BLE001 - reported to every rank
-            message, error = _describe(exc), exc
+            message, error = what + _describe(exc), exc
     if comm is not None:
         message = comm.bcast(message, root=0)
     if message is not None:
@@ -97,7 +97,7 @@ class _Trainer(Trainer):
 
     def save(self, path: str) -> None:
         state = self.state()  # collective: gathers the MGRIT states on rank 0
-        _on_root(self.comm, lambda: _checkpoint.save(path, state))
+        _on_root(self.comm, lambda: _checkpoint.save(path, state), f"checkpoint {path}: ")
 
 
 # ------------------------------------------------------------------ argument parsing
@@ -122,8 +122,9 @@ def _float_in(low: float, high: float = float("inf"), open_low: bool = False):
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
         if not (value > low if open_low else value >= low) or not value <= high:
-            where = f"{'(' if open_low else '['}{low:g}, {high:g}]"
-            raise argparse.ArgumentTypeError(f"must be in {where}, got {text}")
+            where = f"in {'(' if open_low else '['}{low:g}, {high:g}]" if high < float("inf") \
+                else f"{'>' if open_low else '>='} {low:g}"
+            raise argparse.ArgumentTypeError(f"must be {where}, got {text}")
         return value
     return convert
 
@@ -140,8 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     p = commands.add_parser(
         "train", help="train a ResNet, serially or layer-parallel with MGRIT",
-        description="Train a ResNet classifier with layer-parallel MGRIT (one-shot or exact "
-                    "gradients) or serial backpropagation. Runs serially or under "
+        description="Train a ResNet classifier with layer-parallel MGRIT (one-shot or exact\n"
+                    "gradients) or serial backpropagation. Runs serially or under\n"
                     "`mpiexec -n P braidpy train ...` (layers split over the ranks).",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.set_defaults(usage_error=p.error)  # errors found after parsing show this usage line
@@ -157,14 +158,15 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--validation-samples", type=_int_at_least(0), metavar="N",
                    help="peaks: generated validation points (default 200)")
     g.add_argument("--labels", metavar="FILE", help="FILE source: class ids or one-hot rows")
-    g.add_argument("--delimiter", default=",", help="FILE source: column separator of text "
-                   "files; 'space' for any whitespace (default ',')")
+    g.add_argument("--delimiter", default=",", metavar="SEP",
+                   help="FILE source: column separator of text files; 'space' for any "
+                        "whitespace (default ',')")
     g.add_argument("--validation-fraction", type=_float_in(0.0, 1.0), default=0.2,
                    metavar="F", help="digits and FILE: share held out for validation, split "
                    "with --seed (default 0.2)")
 
     g = p.add_argument_group("network")
-    g.add_argument("--width", type=_int_at_least(1), default=8,
+    g.add_argument("--width", type=_int_at_least(1), default=8, metavar="Q",
                    help="width (dense) or channels (conv) (default 8)")
     g.add_argument("--layers", type=_int_at_least(1), default=32, metavar="N",
                    help="residual layers = MGRIT time steps (default 32)")
@@ -173,48 +175,52 @@ def build_parser() -> argparse.ArgumentParser:
                    help="default smooth_relu")
     g.add_argument("--opening", choices=OPENINGS,
                    help="input layer (default dense for vectors, conv for images)")
-    g.add_argument("--kernel", type=_int_at_least(1), default=3,
+    g.add_argument("--kernel", type=_int_at_least(1), default=3, metavar="K",
                    help="odd convolution kernel size (default 3)")
-    g.add_argument("--init-scale", type=NONNEGATIVE, default=0.1,
+    g.add_argument("--init-scale", type=NONNEGATIVE, default=0.1, metavar="S",
                    help="scale of the initial layer weights (default 0.1)")
 
     g = p.add_argument_group("layer parallelism")
     g.add_argument("--mode", choices=MODES, default="oneshot",
                    help="serial backpropagation, exact MGRIT gradients, or one-shot "
                         "(m1 state and m2 adjoint iterations per step; default)")
-    g.add_argument("--m1", type=_int_at_least(1), default=2, help="one-shot state iterations")
-    g.add_argument("--m2", type=_int_at_least(1), default=2,
-                   help="one-shot adjoint iterations")
-    g.add_argument("--levels", type=_int_at_least(1), default=2,
+    g.add_argument("--m1", type=_int_at_least(1), default=2, metavar="M",
+                   help="one-shot state iterations (default 2)")
+    g.add_argument("--m2", type=_int_at_least(1), default=2, metavar="M",
+                   help="one-shot adjoint iterations (default 2)")
+    g.add_argument("--levels", type=_int_at_least(1), default=2, metavar="L",
                    help="most MGRIT levels (default 2)")
-    g.add_argument("--cf", type=_int_at_least(2), default=4, help="coarsening factor (default 4)")
-    g.add_argument("--tol", type=POSITIVE, default=1e-9,
+    g.add_argument("--cf", type=_int_at_least(2), default=4, metavar="C",
+                   help="coarsening factor (default 4)")
+    g.add_argument("--tol", type=POSITIVE, default=1e-9, metavar="TOL",
                    help="absolute MGRIT tolerance (exact mode, validation) (default 1e-9)")
 
     g = p.add_argument_group("optimization")
-    g.add_argument("--optimizer", choices=tuple(OPTIMIZERS), default="lbfgs")
+    g.add_argument("--optimizer", choices=tuple(OPTIMIZERS), default="lbfgs",
+                   help="L-BFGS with Armijo backtracking (default), Adam or SGD")
     g.add_argument("--lr", type=POSITIVE, help="(initial) step size (default: lbfgs 1, "
                    "adam 0.01, sgd 0.1)")
-    g.add_argument("--momentum", type=_float_in(0.0, 1.0), help="sgd momentum (default 0.9)")
+    g.add_argument("--momentum", type=_float_in(0.0, 1.0), metavar="B",
+                   help="sgd momentum (default 0.9)")
     g.add_argument("--batch", type=_int_at_least(1), metavar="N",
                    help="samples per step (default: all)")
     g.add_argument("--shuffle", action="store_true",
                    help="new random batch order every epoch (with --batch)")
-    g.add_argument("--iterations", type=_int_at_least(1), default=100,
+    g.add_argument("--iterations", type=_int_at_least(1), default=100, metavar="N",
                    help="most optimizer steps (default 100)")
-    g.add_argument("--seed", type=_int_at_least(0), default=1,
+    g.add_argument("--seed", type=_int_at_least(0), default=1, metavar="S",
                    help="data, initialization and shuffling (default 1)")
-    g.add_argument("--tikhonov", type=NONNEGATIVE, default=0.0, help="weight of the layers' "
-                   "Tikhonov term (default 0)")
-    g.add_argument("--ddt", type=NONNEGATIVE, default=0.0,
+    g.add_argument("--tikhonov", type=NONNEGATIVE, default=0.0, metavar="G",
+                   help="weight of the layers' Tikhonov term (default 0)")
+    g.add_argument("--ddt", type=NONNEGATIVE, default=0.0, metavar="G",
                    help="weight of the smoothness-in-layer-time term (default 0)")
-    g.add_argument("--classifier-reg", type=NONNEGATIVE, default=0.0,
+    g.add_argument("--classifier-reg", type=NONNEGATIVE, default=0.0, metavar="G",
                    help="weight of the classifier/opening Tikhonov term (default 0)")
 
     g = p.add_argument_group("stopping")
     g.add_argument("--validate-every", type=_int_at_least(0), default=1, metavar="K",
                    help="steps between validations, 0: never (default 1)")
-    g.add_argument("--patience", type=_int_at_least(0), default=0,
+    g.add_argument("--patience", type=_int_at_least(0), default=0, metavar="K",
                    help="stop after this many validations without improvement (default 0: "
                         "never)")
     g.add_argument("--target-accuracy", type=_float_in(0.0, 1.0, open_low=True), metavar="A",
@@ -257,6 +263,8 @@ def _check_source_options(args: argparse.Namespace, error: Callable[[str], None]
         error(f"features file {source!r} needs --labels FILE")
     if args.resume and not args.checkpoint:
         error("--resume needs --checkpoint FILE (the file to continue from)")
+    if args.checkpoint and Path(args.checkpoint).is_dir():
+        error(f"--checkpoint {args.checkpoint!r} is a directory; give a file name")
     if args.resume and not Path(args.checkpoint).is_file():
         error(f"--resume: no checkpoint file {args.checkpoint!r}")
     if args.momentum is not None and args.optimizer != "sgd":
@@ -296,8 +304,10 @@ def load_source(args: argparse.Namespace) -> Tuple[Pair, Optional[Pair], str]:
         d = data.digits(args.validation_fraction, args.seed)
         val = d["validation"] if d["validation"][0].shape[0] else None
         return d["train"], val, "scikit-learn digits"
+    # None = any whitespace (documented by load_arrays, though its hint says str).
     delimiter = None if args.delimiter == "space" else args.delimiter
-    X, C = data.load_arrays(args.source, args.labels, delimiter=delimiter)
+    X, C = data.load_arrays(args.source, args.labels,
+                            delimiter=delimiter)  # type: ignore[arg-type]
     if X.ndim not in (2, 4):
         raise ValueError(f"{args.source}: samples must be vectors (n, features) or images "
                          f"(n, C, H, W), got an array of shape {X.shape}")
@@ -351,65 +361,93 @@ def _setup(args: argparse.Namespace, comm: Any, error: Callable[[str], None]):
     return trainer, what
 
 
+class _Outputs:
+    """Rank 0's outputs of a run: progress, log, plots, summary (see :func:`_on_root`)."""
+
+    def __init__(self, args: argparse.Namespace, trainer: Trainer, header: Dict[str, Any]):
+        self.args, self.trainer, self.header = args, trainer, header
+        self.log: Optional[JsonLog] = None
+        self.progress: Optional[Progress] = None
+
+    def start(self) -> None:
+        args, h = self.args, self.header
+        if args.log:
+            try:
+                Path(args.log).parent.mkdir(parents=True, exist_ok=True)
+                self.log = JsonLog(args.log, h, self.trainer.history)
+            except OSError as exc:
+                raise OSError(f"--log {args.log}: {exc.strerror or exc}") from exc
+        if not args.quiet:
+            self.progress = Progress(self.trainer.config.iterations)
+            self.progress.message(
+                f"braidpy train: {h['source']}, {h['train_samples']} training / "
+                f"{h['validation_samples']} validation samples; {h['architecture']}; "
+                f"mode {h['mode']}, {h['ranks']} rank(s)")
+            if args.resume:
+                self.progress.message(f"resumed from {args.checkpoint} at step "
+                                      f"{self.trainer.iteration}")
+
+    def step(self, record: Dict[str, Any]) -> None:
+        if self.log:
+            self.log.step(record)
+        if self.progress:
+            self.progress.update(record)
+
+    def finish(self, result: Dict[str, Any]) -> None:
+        if self.progress:
+            self.progress.close()
+        if self.args.plot:
+            from .train.plots import plot_history
+
+            plot_history(self.trainer.history, self.args.plot, title=self.header["architecture"])
+        if self.log:
+            self.log.end(result)
+        if not self.args.quiet:
+            print("\n".join(summary_lines(result)), flush=True)
+
+    def close(self) -> None:
+        if self.progress:
+            self.progress.close()
+        if self.log:
+            self.log.close()
+
+
 def _train(args: argparse.Namespace, argv: List[str]) -> int:
     started = time.perf_counter()
     comm = world()
-    ranks = 1 if comm is None else comm.Get_size()
     trainer, what = _setup(args, comm, args.usage_error)
     net, cfg = trainer.net, trainer.config
-    nval = 0 if trainer.validation is None else trainer.validation[0].shape[0]
-    mode = cfg.mode + (f" (m1={cfg.m1}, m2={cfg.m2})" if cfg.mode == "oneshot" else "")
-    header = {"braidpy": __version__, "argv": argv, "source": what, "ranks": ranks,
-              "train_samples": int(trainer.X.shape[0]), "validation_samples": nval,
+    header = {"braidpy": __version__, "argv": argv, "source": what,
+              "ranks": 1 if comm is None else comm.Get_size(),
+              "train_samples": int(trainer.X.shape[0]),
+              "validation_samples": 0 if trainer.validation is None else
+              int(trainer.validation[0].shape[0]),
               "architecture": net.describe(), "network": _network_info(net),
+              "mode": cfg.mode + (f" (m1={cfg.m1}, m2={cfg.m2})" if cfg.mode == "oneshot"
+                                  else ""),
               "config": asdict(cfg),
               "resumed_from": args.checkpoint if args.resume else None,
               "resumed_at": trainer.iteration if args.resume else None}
-    out: Dict[str, Any] = {}
-
-    def start() -> None:
-        if args.log:
-            out["log"] = JsonLog(args.log, header, trainer.history)
-        if not args.quiet:
-            out["progress"] = bar = Progress(cfg.iterations)
-            bar.message(f"braidpy train: {what}, {trainer.X.shape[0]} training / {nval} "
-                        f"validation samples; {net.describe()}; mode {mode}, {ranks} rank(s)")
-            if args.resume:
-                bar.message(f"resumed from {args.checkpoint} at step {trainer.iteration}")
-
-    def show(record: Dict[str, Any]) -> None:
-        if "log" in out:
-            out["log"].step(record)
-        if "progress" in out:
-            out["progress"].update(record)
-
+    outputs = _Outputs(args, trainer, header)
     try:
-        _on_root(comm, start)
+        _on_root(comm, outputs.start)
     except _Failed as exc:
         args.usage_error(str(exc))
     try:
-        trainer.run(on_step=lambda record: _on_root(comm, lambda: show(record)))
+        # Non-finite numbers are caught by the trainer ("diverged") and by MGRIT
+        # (DivergenceError) and reported once; numpy's warnings would repeat per rank.
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            trainer.run(on_step=lambda record: _on_root(comm, lambda: outputs.step(record)))
         result = summary(trainer.history, trainer.best, trainer.stop_reason)
         result["wall_seconds"] = time.perf_counter() - started
-
-        def finish() -> None:
-            if "progress" in out:
-                out["progress"].close()
-            if args.plot:
-                from .train.plots import plot_history
-
-                plot_history(trainer.history, args.plot, title=net.describe())
-            if "log" in out:
-                out["log"].end(result)
-            if not args.quiet:
-                print("\n".join(summary_lines(result)), flush=True)
-
-        _on_root(comm, finish)
+        _on_root(comm, lambda: outputs.finish(result))
+        # Checked here too: the trainer names the step limit when the last step diverged.
+        last = trainer.history[-1] if trainer.history else {}
+        if last and not np.isfinite(last["objective"]):
+            raise _Failed(f"training diverged: the objective is {last['objective']} at "
+                          f"step {trainer.iteration}")
     finally:
-        if "progress" in out:
-            out["progress"].close()
-        if "log" in out:
-            out["log"].close()
+        outputs.close()
     return 0
 
 

@@ -516,7 +516,7 @@ def _read_text(path: Path, delimiter: Optional[str] = None) -> np.ndarray:
         raise ValueError(f"{path}: could not read numbers ({err})") from err
 
 
-def _read_array(path: Path, delimiter: str) -> np.ndarray:
+def _read_array(path: Path, delimiter: Optional[str]) -> np.ndarray:
     """Read a .npy file or a delimited text file."""
     if not path.is_file():
         raise FileNotFoundError(f"{path}: file not found")
@@ -544,7 +544,7 @@ def load_arrays(
     features: PathLike,
     labels: PathLike,
     nclasses: Optional[int] = None,
-    delimiter: str = ",",
+    delimiter: Optional[str] = ",",
     unlabelled: Optional[int] = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Load a user data set from .npy or delimited text files.

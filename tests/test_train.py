@@ -167,7 +167,8 @@ def test_killed_run_resumes_with_the_same_history(tmp_path, mode, optimizer, bat
     resumed = small_trainer(tmp_path, **extra)
     resumed.resume(tmp_path / "ckpt.pkl")
     history = resumed.run()
-    strip = lambda h: [{k: v for k, v in r.items() if k != "seconds"} for r in h]  # noqa: E731
+    timing = ("seconds", "validation_seconds")
+    strip = lambda h: [{k: v for k, v in r.items() if k not in timing} for r in h]  # noqa: E731
     assert strip(history) == strip(full)
     np.testing.assert_array_equal(resumed.params, uninterrupted.params)
 
@@ -234,3 +235,32 @@ def test_batched_relaxation_gives_the_same_gradient_bitwise(problem):
         out.append((loss, grad, stats["steps"]))
     assert out[0][0] == out[1][0] and out[0][2] == out[1][2]
     np.testing.assert_array_equal(out[0][1], out[1][1])
+
+
+def test_divergence_is_the_stop_reason_even_on_the_last_step():
+    t = small_trainer(mode="serial", optimizer="sgd", lr=1e200, momentum=0.0, iterations=2)
+    with np.errstate(all="ignore"):
+        t.run()
+    assert t.stop_reason == "diverged"
+
+
+def test_bad_mgrit_options_fail_at_construction():
+    net, X, C = dense_problem()
+    with pytest.raises(ValueError, match="cfactr"):
+        Trainer(net, (X, C), config=TrainConfig(mgrit=dict(cfactr=4)))
+
+
+def test_resume_accepts_defaults_written_out(tmp_path):
+    t = small_trainer(tmp_path, iterations=3, mgrit={})
+    t.run()
+    same = small_trainer(tmp_path, iterations=5, mgrit=dict(cfactor=4, max_levels=2,
+                                                            abs_tol=1e-9))
+    same.resume(tmp_path / "ckpt.pkl")
+    assert same.iteration == 3
+
+
+def test_failed_checkpoint_write_raises(tmp_path):
+    (tmp_path / "ckpt.pkl.tmp").mkdir()  # the temporary file cannot be created
+    t = small_trainer(tmp_path, iterations=3)
+    with pytest.raises(OSError):
+        t.run()

@@ -21,6 +21,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 import numpy as np
 
+from .._options import Options
 from .._solver import Core
 from ..adjoint import GradientSolver
 from ..nn.layers import accuracy as classifier_accuracy
@@ -113,6 +114,7 @@ class LayerParallelEvaluator:
             if name in opts:
                 raise ValueError(f"the MGRIT option {name!r} is chosen by the trainer; "
                                  f"leave it out")
+        Options.from_kwargs(**opts)  # bad options fail here, not inside the first step
         self.options = opts
         self.app = ResNetApp(net, params, X, C)
         self.solver: Optional[GradientSolver] = None

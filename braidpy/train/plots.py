@@ -39,6 +39,13 @@ def _column(history: Sequence[Mapping[str, Any]], key: str):
     return its, values
 
 
+def _steps_axis(ax) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    ax.set_xlabel("optimizer step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
 def _training(history, path: Path, title: Optional[str]) -> None:
     fig = _new_figure(10.0, 4.0)
     ax_loss, ax_acc = fig.subplots(1, 2)
@@ -47,36 +54,39 @@ def _training(history, path: Path, title: Optional[str]) -> None:
         if key == "objective" and np.array_equal(values, _column(history, "loss")[1]):
             continue  # no regularization: the same curve twice
         ax_loss.semilogy(its, values, label=label)
-    ax_loss.set_xlabel("optimizer step")
+    _steps_axis(ax_loss)
     ax_loss.set_ylabel("training loss")
     ax_loss.grid(True, which="major", alpha=0.4)
     ax_loss.legend()
     its, acc = _column(history, "val_accuracy")
     ax_acc.plot(its, 100 * acc, marker="o" if its.size < 30 else None, markersize=3)
-    ax_acc.set_xlabel("optimizer step")
+    _steps_axis(ax_acc)
     ax_acc.set_ylabel("validation accuracy [%]")
     ax_acc.grid(True, alpha=0.4)
     if not its.size:
         ax_acc.set_title("no validation")
     if title:
-        fig.suptitle(title)
+        fig.suptitle(title, fontsize="small")
     fig.savefig(path, dpi=120)
 
 
 def _mgrit_iterations(history, path: Path, title: Optional[str]) -> None:
+    from matplotlib.ticker import MaxNLocator
+
     fig = _new_figure(6.4, 4.0)
     ax = fig.add_subplot()
     for key, label, marker in (("primal_iterations", "state", "o"),
                                ("adjoint_iterations", "adjoint", "s")):
         its, counts = _column(history, key)
         ax.plot(its, counts, marker=marker, markersize=3, linestyle="-", label=label)
-    ax.set_xlabel("optimizer step")
+    _steps_axis(ax)
     ax.set_ylabel("MGRIT iterations per gradient")
     ax.set_ylim(bottom=0)
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(True, alpha=0.4)
     ax.legend()
     if title:
-        ax.set_title(title)
+        fig.suptitle(title, fontsize="small")
     fig.savefig(path, dpi=120)
 
 

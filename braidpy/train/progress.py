@@ -36,22 +36,26 @@ STOP_REASONS = {
 }
 
 
-def _number(x: float) -> str:
-    return f"{x:.4e}" if math.isfinite(x) else str(x)
+def _number(x: float, digits: int = 4) -> str:
+    return f"{x:.{digits}e}" if math.isfinite(x) else str(x)
 
 
-def format_step(record: Mapping[str, Any], total: int) -> str:
+def format_step(record: Mapping[str, Any], total: int, compact: bool = False) -> str:
     """One step in a line: step/total, loss, validation accuracy, MGRIT iterations with
-    the last residual of the state and adjoint solves (layer-parallel modes), seconds."""
-    parts = [f"step {record['iteration']}/{total}", f"loss {_number(record['loss'])}"]
+    the last residual of the state and adjoint solves (layer-parallel modes), seconds.
+    ``compact`` fits 80 columns (for the terminal bar)."""
+    parts = [f"{record['iteration']}/{total}" if compact else
+             f"step {record['iteration']}/{total}",
+             f"loss {_number(record['loss'], 3 if compact else 4)}"]
     if "val_accuracy" in record:
-        parts.append(f"val {100 * record['val_accuracy']:.2f}%")
+        parts.append(f"val {100 * record['val_accuracy']:.{1 if compact else 2}f}%")
     for key, name in (("primal", "state"), ("adjoint", "adjoint")):
         if f"{key}_iterations" in record:
             res = record.get(f"{key}_residuals") or [math.nan]
-            parts.append(f"{name} {record[f'{key}_iterations']} it r {res[-1]:.1e}")
+            parts.append(f"{name} {record[f'{key}_iterations']} it "
+                         f"{'' if compact else 'r '}{res[-1]:.1e}")
     parts.append(f"{record['seconds']:.2f} s")
-    return "  ".join(parts)
+    return (" " if compact else "  ").join(parts)
 
 
 class Progress:
@@ -79,14 +83,14 @@ class Progress:
         print(text, file=self.stream, flush=True)
 
     def update(self, record: Mapping[str, Any]) -> None:
-        line = format_step(record, self.total)
         if not self.tty:
-            print(line, file=self.stream, flush=True)
+            print(format_step(record, self.total), file=self.stream, flush=True)
             return
-        columns = shutil.get_terminal_size((100, 24)).columns
-        done = min(1.0, record["iteration"] / max(self.total, 1))
-        filled = int(round(20 * done))
-        text = f"[{'#' * filled}{'.' * (20 - filled)}] {line}"[:max(columns - 1, 10)]
+        line = format_step(record, self.total, compact=True)
+        room = shutil.get_terminal_size((100, 24)).columns - 1  # the last column wraps
+        filled = int(round(10 * min(1.0, record["iteration"] / max(self.total, 1))))
+        bar = f"[{'#' * filled}{'.' * (10 - filled)}] "
+        text = bar + line if len(bar) + len(line) <= room else line[:max(room, 10)]
         # \r returns to the line start, ESC[K clears what a longer last line left behind.
         self.stream.write(f"\r{text}\x1b[K")
         self.stream.flush()
@@ -105,8 +109,8 @@ class Progress:
 def summary(history: List[Mapping[str, Any]], best: Mapping[str, Any],
             stop_reason: Optional[str]) -> Dict[str, Any]:
     """The end-of-run numbers: steps, stop reason, best validation accuracy, training
-    seconds and MGRIT/serial step calls, summed over the whole history (a resumed run
-    includes the steps before the checkpoint)."""
+    seconds and layer step calls (the records' ``steps``), summed over the whole history
+    (a resumed run includes the steps before the checkpoint)."""
     return {
         "steps": len(history),
         "stop_reason": stop_reason,
@@ -121,7 +125,7 @@ def summary(history: List[Mapping[str, Any]], best: Mapping[str, Any],
 def summary_lines(s: Mapping[str, Any]) -> List[str]:
     """:func:`summary` in words."""
     why = STOP_REASONS.get(s["stop_reason"], str(s["stop_reason"]))
-    lines = [f"stopped after {s['steps']} steps: {why}"]
+    lines = [f"stopped after {s['steps']} step{'' if s['steps'] == 1 else 's'}: {why}"]
     if s["best_accuracy"] is None:
         lines.append("best validation accuracy: - (no validation)")
     else:
@@ -132,7 +136,7 @@ def summary_lines(s: Mapping[str, Any]) -> List[str]:
     per = s["seconds"] / max(s["steps"], 1)
     lines.append(f"time: {s['seconds']:.2f} s in steps ({per:.3f} s per step)"
                  + (f", {s['wall_seconds']:.2f} s wall" if "wall_seconds" in s else ""))
-    lines.append(f"layer step calls in gradient evaluations: {s['step_calls']}")
+    lines.append(f"layer step calls (all ranks, line searches included): {s['step_calls']}")
     return lines
 
 

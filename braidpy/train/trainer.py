@@ -236,15 +236,15 @@ class Trainer:
     def should_stop(self) -> Optional[str]:
         """Why training stops now, or None."""
         cfg = self.config
+        last = self.history[-1] if self.history else {}
+        if last and not np.isfinite(last["objective"]):
+            return "diverged"
         if self.iteration >= cfg.iterations:
             return "iterations"
-        last = self.history[-1] if self.history else {}
         if cfg.target_accuracy is not None and last.get("val_accuracy", -1) >= cfg.target_accuracy:
             return "target accuracy"
         if cfg.patience and self._stale >= cfg.patience:
             return "no improvement"
-        if last and not np.isfinite(last["objective"]):
-            return "diverged"
         return None
 
     def run(self, on_step: Optional[Callable[[Dict[str, Any]], None]] = None) -> List[Dict]:
@@ -270,7 +270,7 @@ class Trainer:
     def state(self) -> Dict[str, Any]:
         """Everything needed to continue exactly (collective: call on every rank)."""
         return {
-            "config": asdict(self.config), "nparams": self.net.nparams,
+            "config": self._comparable_config(), "nparams": self.net.nparams,
             "architecture": self.net.describe(),
             "iteration": self.iteration, "epoch": self.epoch, "position": self._position,
             "order": None if self._order is None else self._order.copy(),
@@ -280,11 +280,31 @@ class Trainer:
             "warm": self.evaluator.warm_state(),
         }
 
+    def _comparable_config(self) -> Dict[str, Any]:
+        """The config with the MGRIT options as the evaluator uses them (defaults
+        filled in), so that equal settings compare equal however they were given."""
+        out = asdict(self.config)
+        out["mgrit"] = dict(getattr(self.evaluator, "options", out["mgrit"]))
+        return out
+
     def save(self, path: str) -> None:
         """Write a checkpoint (collective; rank 0 writes)."""
         state = self.state()
+        error = None
         if self.rank == 0:
-            _checkpoint.save(path, state)
+            try:
+                _checkpoint.save(path, state)
+            except Exception as exc:  # noqa: BLE001 - re-raised below, on every rank
+                error = exc
+        # Every rank learns whether rank 0 wrote it: a failed save must not leave the
+        # others waiting in the next solve.
+        summary = None if error is None else f"{type(error).__name__}: {error}"
+        if self.comm is not None and self.comm.Get_size() > 1:
+            summary = self.comm.bcast(summary, root=0)
+        if error is not None:
+            raise error
+        if summary is not None:
+            raise OSError(f"rank 0 could not write the checkpoint {path}: {summary}")
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         """Continue from a :meth:`state` (e.g. read by :func:`braidpy.train.load_checkpoint`)."""
@@ -292,7 +312,7 @@ class Trainer:
                 state.get("architecture") != self.net.describe():
             raise ValueError(f"checkpoint is for {state.get('architecture')!r}, not "
                              f"{self.net.describe()!r}")
-        mine, theirs = asdict(self.config), dict(state["config"])
+        mine, theirs = self._comparable_config(), dict(state["config"])
         for key in ("iterations", "checkpoint", "checkpoint_every", "patience",
                     "target_accuracy", "validate_every"):
             mine.pop(key, None)
