@@ -110,7 +110,8 @@ class Core:
     def __init__(self, app: Any, tstart: float, tstop: float, ntime: int, *,
                  comm: Any = None, times: Optional[Sequence[float]] = None,
                  _fine_ranges: Optional[Sequence[Tuple[int, int]]] = None,
-                 _labels: Optional[dict] = None, **options: Any):
+                 _labels: Optional[dict] = None, _store_final: bool = False,
+                 **options: Any):
         self.options = Options.from_kwargs(**options)
         _check_app(app)
         grid = _time_grid(tstart, tstop, ntime, times)
@@ -132,6 +133,8 @@ class Core:
         core_options = self.options.to_core()
         core_options["batch"] = self.options.batch and has_step_batch(app)
         self.batched = core_options["batch"]
+        if _store_final:  # braidpy.adjoint: keep the final sweep's F-points (stored())
+            core_options["store_final"] = True
         if _fine_ranges is not None:  # braidpy.adjoint's mirrored layout
             core_options["fine_ranges"] = [(int(lo), int(hi)) for lo, hi in _fine_ranges]
         self._solver = _core.Solver(app, self._tcomm, self.rank, self.size, core_options,

@@ -54,6 +54,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence
 
 import numpy as np
 
+from . import _arrays
 from ._app import App
 from ._errors import BraidError
 from ._options import Options
@@ -194,12 +195,12 @@ class _ReversedApp(App):
         self.batch_gradient = callable(getattr(self.app, "step_gradient_batch", None))
         self._traj = None      # stacked primal states lo-1..hi (batched calls only)
         self._traj_lo = 0
-        self._pending: list = []  # (n, w_{n+1}) for step_gradient_batch
 
     def prepare(self, rev_times, strides):
-        self._index = {float(s): m for m, s in enumerate(rev_times)}
+        rev = np.asarray(rev_times, dtype=np.float64).tolist()  # Python floats, as float(s)
+        self._index = dict(zip(rev, range(len(rev))))
         self._strides = strides
-        self._times = [float(t) for t in self.owner.times]  # Python floats: cheap indexing
+        self._times = np.asarray(self.owner.times, dtype=np.float64).tolist()  # cheap indexing
 
     def _stored(self, n):
         return self.owner.primal_core._solver.stored(n)
@@ -207,13 +208,15 @@ class _ReversedApp(App):
     def load_trajectory(self):
         """Stack the primal states this rank can see (own.lo-1 .. own.hi) once per
         evaluation, so that batched callbacks index them with one gather."""
-        from . import _arrays
-
         owned = self.owner.primal_core.owned
         lo = max(owned.start - 1, 0)
-        states = [self._stored(n) for n in range(lo, owned.stop)]
         self._traj_lo = lo
-        self._traj = _arrays.stack(states) if states else None
+        self._traj = None
+        if lo < owned.stop:
+            # One copy in C++ for float64 NumPy states; a gather of the states otherwise.
+            self._traj = self.owner.primal_core._solver.stored_block(lo, owned.stop)
+            if self._traj is None:
+                self._traj = _arrays.stack([self._stored(n) for n in range(lo, owned.stop)])
         self._times_arr = np.asarray(self._times)
 
     def _batch_status(self, status, n0, n1, phase=None):
@@ -224,8 +227,6 @@ class _ReversedApp(App):
         return st
 
     def _step_batch(self, W, s0s, s1s, status):
-        from . import _arrays
-
         N = self.owner.ntime
         m0 = status.fine_indices
         n1 = N - m0
@@ -315,9 +316,6 @@ class _ReversedApp(App):
         n = N - status.index  # w is w_n
         if n == 0:
             self.owner._initial_adjoint = self.app.clone(w)
-            return
-        if self.batch_gradient:  # computed all at once after the solve
-            self._pending.append((n - 1, self.app.clone(w)))
             return
         primal = self.owner.primal_core._solver
         u = primal.stored(n - 1)
@@ -416,9 +414,14 @@ class GradientSolver:
         rev_times = -self.times[::-1]
         self._reversed = _ReversedApp(self)
         self._reversed.prepare(rev_times, [])
-        adjoint_opts["access_level"] = 1
+        # With step_gradient_batch the gradients need every final adjoint value at once:
+        # the core keeps the final sweep's values (read with one stored_block call)
+        # instead of handing each one to access.
+        batch_gradient = self._reversed.batch_gradient
+        adjoint_opts["access_level"] = 0 if batch_gradient else 1
         self.adjoint_core = Core(self._reversed, float(rev_times[0]), float(rev_times[-1]),
                                  self.ntime, comm=rev_comm, times=rev_times,
+                                 _store_final=batch_gradient,
                                  _fine_ranges=mirrored if size > 1 else None,
                                  _labels=dict(ranks=list(range(size - 1, -1, -1)),
                                               callbacks=_ADJOINT_CALLBACKS), **adjoint_opts)
@@ -445,7 +448,6 @@ class GradientSolver:
         objective, w_final = self._objective(primal)
         self._gradients = {}
         self._initial_adjoint = None
-        self._reversed._pending = []
         if self._batched:
             self._reversed.load_trajectory()
         if w_final is not None:
@@ -472,14 +474,20 @@ class GradientSolver:
     def _batched_gradients(self, adjoint: Result) -> None:
         """step_gradient_batch over every step this rank owns, agreed across ranks."""
         rev = self._reversed
-        pending, rev._pending = sorted(rev._pending, key=lambda p: p[0]), []
+        solver, owned, N = self.adjoint_core._solver, self.adjoint_core.owned, self.ntime
         error = None
         try:
-            if pending:
-                from . import _arrays
-
-                ns = np.array([n for n, _ in pending], dtype=np.int64)
-                W = _arrays.stack([w for _, w in pending])
+            # The final adjoint values (kept by the core): w_n at adjoint index N - n.
+            if N in owned:
+                self._initial_adjoint = self.app.clone(solver.stored(N))
+            top, lo = min(owned.stop - 1, N - 1), owned.start
+            if top >= lo:
+                # Steps n = N-1-m, ascending; row k is w_{n_k + 1} = adjoint value at m.
+                ns = np.arange(N - 1 - top, N - lo, dtype=np.int64)
+                W = solver.stored_block(top, lo - 1, -1)
+                if W is None:
+                    W = _arrays.stack([self.app.clone(solver.stored(m))
+                                       for m in range(top, lo - 1, -1)])
                 U = rev._traj[ns - rev._traj_lo]
                 T = rev._times_arr
                 t0s, t1s = T[ns], T[ns + 1]

@@ -119,6 +119,30 @@ bool fast_clone_block(PyObject* const* srcs, Py_ssize_t n, PyObject** block, PyO
   return true;
 }
 
+bool fast_stack(PyObject* const* srcs, Py_ssize_t n, PyObject** out) {
+  if (n < 1) return false;
+  F64View ref;
+  if (!as_f64(srcs[0], ref)) return false;
+  auto* fa = pyd::array_proxy(srcs[0]);
+  for (Py_ssize_t k = 1; k < n; ++k) {
+    F64View v;
+    if (!as_f64(srcs[k], v)) return false;
+    auto* a = pyd::array_proxy(srcs[k]);
+    if (a->nd != fa->nd) return false;
+    for (int d = 0; d < a->nd; ++d)
+      if (a->dimensions[d] != fa->dimensions[d]) return false;
+  }
+  std::vector<pybind11::ssize_t> shape{static_cast<pybind11::ssize_t>(n)};
+  for (int d = 0; d < fa->nd; ++d) shape.push_back(fa->dimensions[d]);
+  pybind11::array_t<double> U(shape);
+  double* data = U.mutable_data();
+  const std::size_t bytes = static_cast<std::size_t>(ref.size) * sizeof(double);
+  for (Py_ssize_t k = 0; k < n; ++k)
+    std::memcpy(data + k * ref.size, pyd::array_proxy(srcs[k])->data, bytes);
+  *out = U.release().ptr();
+  return true;
+}
+
 bool fast_copy(PyObject* src, PyObject* dst) {
   F64View S, D;
   if (!as_f64(src, S) || !as_f64(dst, D) || !D.writable || S.size != D.size) return false;

@@ -81,7 +81,7 @@ class PyOps final : public braid::Ops {
   PyObject* progress_ = nullptr;
   bool timings_ = false;
   // App's default clone/sum/norm in C++ for float64 arrays (array_fast.hpp).
-  bool fast_clone_ = false, fast_sum_ = false, fast_norm_ = false;
+  bool fast_clone_ = false, fast_sum_ = false, fast_norm_ = false, noop_access_ = false;
   bool failed_ = false;
   PyObject* error_ = nullptr;  // the first exception instance (traceback attached)
   int error_callback_ = -1;
