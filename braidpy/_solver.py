@@ -213,7 +213,15 @@ class Core:
             if self.size > 1 and hasattr(error, "add_note"):
                 error.add_note(f"braidpy: raised in {callback or 'communication'} on rank "
                                f"{ranks[self.rank]} of {self.size}; all ranks stopped")
-            raise error
+            try:
+                raise error
+            finally:
+                # No cycle exception -> traceback -> this frame -> exception: the Core
+                # then goes by reference counting when the caller drops the exception,
+                # at the same point on every rank, not in a garbage collection at
+                # different points (its __del__ frees a communicator, which MPICH may
+                # synchronise).
+                del error, outcome
         where = [f"rank {ranks[r]}: {s}" for r, s in enumerate(summaries) if s is not None]
         raise BraidError("solve stopped because a user callback failed on another rank ("
                          + "; ".join(where) + ")")
