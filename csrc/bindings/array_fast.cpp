@@ -119,6 +119,37 @@ bool fast_clone_block(PyObject* const* srcs, Py_ssize_t n, PyObject** block, PyO
   return true;
 }
 
+bool fast_norm_vdot(PyObject* u, double* out) {
+  F64View U;
+  if (!as_f64(u, U) || U.size < 2) return false;
+  static PyObject* vdot = nullptr;  // numpy.vdot, looked up once (never released)
+  if (vdot == nullptr) {
+    PyObject* np = PyImport_ImportModule("numpy");
+    vdot = np ? PyObject_GetAttrString(np, "vdot") : nullptr;
+    Py_XDECREF(np);
+    if (vdot == nullptr) {
+      PyErr_Clear();
+      return false;
+    }
+  }
+  // array_norm: math.sqrt(float(np.vdot(flat, flat).real)); vdot flattens u itself
+  // (a view for a C-contiguous array), so the BLAS call and its result are the same.
+  PyObject* args[2] = {u, u};
+  PyObject* r = PyObject_Vectorcall(vdot, args, 2, nullptr);
+  if (r == nullptr) {
+    PyErr_Clear();
+    return false;
+  }
+  const double d = PyFloat_AsDouble(r);
+  Py_DECREF(r);
+  if (d == -1.0 && PyErr_Occurred()) {
+    PyErr_Clear();
+    return false;
+  }
+  *out = std::sqrt(d);
+  return true;
+}
+
 bool fast_stack(PyObject* const* srcs, Py_ssize_t n, PyObject** out) {
   if (n < 1) return false;
   F64View ref;

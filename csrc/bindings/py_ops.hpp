@@ -77,6 +77,7 @@ class PyOps final : public braid::Ops {
   PyObject* bufpack_ = nullptr;
   PyObject* bufunpack_ = nullptr;
   PyObject* step_batch_ = nullptr;  // null: no batching
+  PyObject* step_stacked_ = nullptr;  // App.step_batch's kernel, called directly on a block
   PyObject* status_ = nullptr;
   PyObject* progress_ = nullptr;
   bool timings_ = false;
