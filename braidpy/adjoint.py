@@ -156,6 +156,17 @@ def _as_slice(ns):
     return slice(int(ns[0]), stop if stop >= 0 else None, d)
 
 
+def _mirror(sl, top, m):
+    """_as_slice(top - ms) for the m indices ms of the evenly spaced slice sl (the
+    core's), without looking at the indices; False when sl is None or m < 2."""
+    if sl is None or m < 2:
+        return False
+    first = top - sl.start
+    step = -sl.step
+    stop = first + (m - 1) * step - 1
+    return slice(first, stop if stop >= 0 else None, step)
+
+
 def _check_adjoint_app(app) -> None:
     missing = [name for name in _REQUIRED if not callable(getattr(app, name, None))]
     if missing:
@@ -219,21 +230,23 @@ class _ReversedApp(App):
                 self._traj = _arrays.stack([self._stored(n) for n in range(lo, owned.stop)])
         self._times_arr = np.asarray(self._times)
 
-    def _batch_status(self, status, n0, n1, phase=None):
+    def _batch_status(self, status, n0, n1, phase=None, fine_slice=False):
         st = self._status(status, int(n0[0]), int(n1[0]), phase)
         st.fine_indices = st.indices = n0
         st.batch_size = len(n0)
-        st.fine_slice = _as_slice(n0)
+        st.fine_slice = _as_slice(n0) if fine_slice is False else fine_slice
         return st
 
     def _step_batch(self, W, s0s, s1s, status):
         N = self.owner.ntime
         m0 = status.fine_indices
+        stride = self._strides[status.level]
         n1 = N - m0
-        n0 = n1 - self._strides[status.level]
+        n0 = n1 - stride
         stacked = _arrays.stack(W) if isinstance(W, (list, tuple)) else W
         U = self._traj[n0 - self._traj_lo]
-        st = self._batch_status(status, n0, n1)
+        st = self._batch_status(status, n0, n1, fine_slice=_mirror(status.fine_slice,
+                                                                    N - stride, len(n0)))
         T = self._times_arr
         r = self.app.step_adjoint_batch(stacked, U, T[n0], T[n1], st)
         if r is not None and r is not stacked:
@@ -337,8 +350,9 @@ class GradientSolver:
         As for :class:`braidpy.Core`.
     primal, adjoint : dict, optional
         MGRIT options of each solve (see :class:`braidpy.Options`); the adjoint's
-        default to the primal's. The primal always stores every fine point
-        (``storage="all"``); the adjoint's ``access_level`` is braidpy's own.
+        default to the primal's. The primal always keeps every fine point of its
+        final sweep (as ``storage="all"`` would); the adjoint's ``access_level`` is
+        braidpy's own.
     oneshot : (int, int), optional
         (m1, m2): run exactly m1 primal and m2 adjoint iterations per evaluation, each
         warm-started from the previous evaluation (simultaneous / one-shot
@@ -398,11 +412,14 @@ class GradientSolver:
                     raise ValueError(f"oneshot {label} must be an int >= 1, got {m!r}")
             primal_opts.update(max_iter=m1, abs_tol=0.0, rel_tol=0.0)
             adjoint_opts.update(max_iter=m2, abs_tol=0.0, rel_tol=0.0)
-        primal_opts["storage"] = "all"
+        # The adjoint needs every primal state of the final sweep: the core keeps them
+        # (like storage="all", without copying every F-point in every relaxation).
+        primal_opts["storage"] = "C"
         Options.from_kwargs(**adjoint_opts)  # validate before any work
 
         self.comm = comm
-        self.primal_core = Core(app, tstart, tstop, ntime, comm=comm, times=times, **primal_opts)
+        self.primal_core = Core(app, tstart, tstop, ntime, comm=comm, times=times,
+                                _store_final=True, **primal_opts)
         self.times = self.primal_core.times
         size = 1 if comm is None else comm.Get_size()
         rank = 0 if comm is None else comm.Get_rank()
