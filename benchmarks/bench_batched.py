@@ -114,10 +114,10 @@ def forward_table(args):
         nn = nn_resnet(w)
         net, params, X, _ = nn
         s_lo, s_med, ref = timed(lambda w=w: serial_forward(w), args.repeats)
-        n_lo, n_med, _ = timed(lambda: net.forward(params, X), args.repeats)
+        n_lo, n_med, _ = timed(lambda net=net, p=params, X=X: net.forward(p, X), args.repeats)
         for app in args.apps:
             for mode, label in (("a", "2 iterations"), ("b", "rel. drop 1e-8")):
-                def run(batched, w=w, mode=mode, app=app):
+                def run(batched, w=w, mode=mode, app=app, nn=nn):
                     return forward(args, w, mode, batched, app, nn)
 
                 u_lo, u_med, ru = timed(lambda: run(False), args.repeats)
@@ -153,7 +153,8 @@ def gradient_table(args):
         nn = nn_resnet(w)
         net, params, X, C = nn
         s_lo, s_med, _ = timed(lambda w=w: serial_gradient(w), args.repeats)
-        n_lo, n_med, _ = timed(lambda: net.loss_and_gradient(params, X, C), args.repeats)
+        n_lo, n_med, _ = timed(lambda net=net, p=params, X=X, C=C: net.loss_and_gradient(p, X, C),
+                               args.repeats)
         for app in args.apps:
             if app == "lean":
                 _, dK, db = serial_gradient(w)
@@ -161,7 +162,7 @@ def gradient_table(args):
                 dK, db = _nn_grads(nn, None)
             scale = max(np.abs(dK).max(), np.abs(db).max())
             for mode, label in (("a", "one-shot (2, 2)"), ("b", "exact, rel. 1e-8")):
-                def run(batched, w=w, mode=mode, app=app):
+                def run(batched, w=w, mode=mode, app=app, nn=nn):
                     return gradient(args, w, mode, batched, app, nn)
 
                 u_lo, u_med, gu = timed(lambda: run(False), args.repeats)
