@@ -29,6 +29,7 @@ from .activations import _BUILTIN, Activation, _namespace, get_activation
 
 _HAS_MT = hasattr(np.ndarray, "mT")  # NumPy >= 2
 _BUILTIN_IDS = frozenset(id(a) for a in _BUILTIN)  # activations returning new arrays
+_TANH = get_activation("tanh")  # computed in place on the kernel's own temporaries
 
 __all__ = ["dense_forward", "dense_adjoint", "dense_gradient", "dense_forward_batched",
            "dense_adjoint_batched", "dense_gradient_batched"]
@@ -142,7 +143,12 @@ def _np_scaled_slope(w: Any, u: Any, K: Any, b: Any, h: Any, a: Activation) -> A
     (h: a scalar, or step sizes shaped (m, 1, 1) for a 3-D u)."""
     z = np.matmul(u, K.mT if _HAS_MT else np.swapaxes(K, -1, -2))
     z += b[:, None, :] if u.ndim == 3 else b
-    d = a.derivative(z)
+    if a is _TANH:  # tanh_derivative's operations, in place: 1 - t * t
+        d = np.tanh(z, out=z)
+        np.multiply(d, d, out=d)
+        np.subtract(1, d, out=d)
+    else:
+        d = a.derivative(z)
     if id(a) not in _BUILTIN_IDS:
         return h * (w * d)
     d *= w
@@ -210,7 +216,7 @@ def dense_forward(u: Any, K: Any, b: Any, h: float, act: ActivationLike) -> Any:
         if u.dtype is _F64 and _one_float(_F64, K, b) and isinstance(h, (float, int)):
             z = np.matmul(u, K.mT if _HAS_MT else K.T)
             z += b
-            v = a.value(z)
+            v = np.tanh(z, out=z) if a is _TANH else a.value(z)
             if id(a) in _BUILTIN_IDS:
                 v *= h
                 v += u
@@ -310,7 +316,7 @@ def dense_forward_batched(U: Any, Ks: Any, bs: Any, hs: Any, act: ActivationLike
         if _one_float(U.dtype, Ks, bs):
             z = np.matmul(U, Ks.mT if _HAS_MT else np.swapaxes(Ks, 1, 2))
             z += bs[:, None, :]
-            v = a.value(z)
+            v = np.tanh(z, out=z) if a is _TANH else a.value(z)
             if id(a) in _BUILTIN_IDS:
                 v *= hs[:, None, None]
                 v += U
