@@ -242,7 +242,10 @@ class Core:
         got = comm.bcast(payload if self.rank == root else None, root=root)
         if got[0] == "failed":
             if self.rank == root:
-                raise error
+                try:
+                    raise error
+                finally:
+                    del error  # no exception <-> frame cycle (see _unwrap)
             raise BraidError(f"rank {root}: {got[1]} (while sharing the final value)")
         if self.rank == root:
             return self.app.clone(mine)

@@ -526,7 +526,13 @@ class GradientSolver:
         summary = None if error is None else f"{type(error).__name__}: {error}"
         summaries = [summary] if self.comm is None else self.comm.allgather(summary)
         if error is not None:
-            raise error
+            try:
+                raise error
+            finally:
+                # No exception <-> frame cycle: this solver is then freed by reference
+                # counting at the same point on every rank (its __del__ frees
+                # communicators; see braidpy._solver.Core._unwrap).
+                del error
         failed = [(r, msg) for r, msg in enumerate(summaries) if msg is not None]
         if failed:
             raise BraidError("step_gradient_batch failed on " +
@@ -553,7 +559,13 @@ class GradientSolver:
         summary = None if error is None else f"{type(error).__name__}: {error}"
         parts = [(terms, summary)] if self.comm is None else self.comm.allgather((terms, summary))
         if error is not None:
-            raise error
+            try:
+                raise error
+            finally:
+                # No exception <-> frame cycle: this solver is then freed by reference
+                # counting at the same point on every rank (its __del__ frees
+                # communicators; see braidpy._solver.Core._unwrap).
+                del error
         failed = [(r, msg) for r, (_, msg) in enumerate(parts) if msg is not None]
         if failed:
             raise BraidError("objective evaluation failed on " +
