@@ -64,7 +64,7 @@ class ResNet(braidpy.App):
         n = status.fine_index
         if self.nn:
             return dense_forward(u, self.K[n], self.b[n], t1 - t0, "tanh")
-        xp = u.__array_namespace__()
+        xp = np if type(u) is np.ndarray else u.__array_namespace__()
         z = xp.matmul(u, self.KT[n])
         z += self.b[n]
         z = xp.tanh(z, out=z) if xp is np else xp.tanh(z)
@@ -76,7 +76,7 @@ class ResNet(braidpy.App):
         if self.nn:
             n = status.fine_indices
             return dense_forward_batched(U, self.K[n], self.b[n], t1s - t0s, "tanh")
-        xp = U.__array_namespace__()
+        xp = np if type(U) is np.ndarray else U.__array_namespace__()
         z = xp.matmul(U, _rows(self.KT, status))
         z += _rows(self.b, status)[:, None, :]
         z = xp.tanh(z, out=z) if xp is np else xp.tanh(z)
@@ -125,6 +125,25 @@ class ResNet(braidpy.App):
 
     def terminal_gradient(self, u):
         return u - self.w.target
+
+
+def nn_resnet(w: ResNetWeights):
+    """The same network as braidpy.nn objects: (ResNet, params, X, C).
+
+    Replicate opening (u_0 = X, width features), layers K_n, b_n and T as above,
+    a cross-entropy classifier over `width` classes on u_N (random W, mu = 0).
+    """
+    from braidpy.nn import ResNet as NNResNet
+
+    batch, width = w.u0.shape
+    net = NNResNet((width,), width, width=width, nlayers=w.ntime, T=TSTOP, activation="tanh",
+                   opening="replicate")
+    params = np.zeros(net.nparams)
+    v = net.views(params)
+    v["K"][...], v["b"][...] = w.K, w.b
+    v["W"][...] = np.random.default_rng(7).standard_normal((width, width)) / np.sqrt(width)
+    C = np.eye(width)[np.arange(batch) % width]
+    return net, params, w.u0.copy(), C
 
 
 def serial_forward(w: ResNetWeights) -> np.ndarray:

@@ -34,11 +34,12 @@ import gc
 import time
 
 import numpy as np
-from _apps_resnet import TSTOP, ResNet, ResNetWeights, serial_forward, serial_gradient
+from _apps_resnet import TSTOP, ResNet, ResNetWeights, nn_resnet, serial_forward, serial_gradient
 from _report import min_median, print_table
 
 import braidpy
 from braidpy.adjoint import GradientSolver
+from braidpy.nn import ResNetApp
 
 
 def parse_args(argv=None):
@@ -52,6 +53,10 @@ def parse_args(argv=None):
     p.add_argument("--sweep", type=int, nargs="+",
                    default=[256, 512, 1024, 2048, 4096, 8192, 16384])
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--apps", nargs="+", default=["lean", "ResNetApp"],
+                   choices=["lean", "ResNetApp"])
+    p.add_argument("--tables", nargs="+", default=["overhead", "forward", "gradient", "sweep"],
+                   choices=["overhead", "forward", "gradient", "sweep"])
     p.add_argument("--quick", action="store_true", help="smoke run: N 512, 1 repeat")
     a = p.parse_args(argv)
     if a.quick:
@@ -82,15 +87,23 @@ def mgrit_opts(args, mode):
     return dict(base, rel_tol=1e-8, abs_tol=0.0, max_iter=100)
 
 
-def forward(args, w, mode, batched):
-    return braidpy.solve(ResNet(w), 0.0, TSTOP, w.ntime, access_level=0, batch=batched,
-                         **mgrit_opts(args, mode))
+def make_app(w, app, nn=None):
+    """The lean benchmark app, or braidpy.nn.ResNetApp on the same network."""
+    if app == "lean":
+        return ResNet(w)
+    net, params, X, C = nn
+    return ResNetApp(net, params, X, C)
 
 
-def gradient(args, w, mode, batched):
+def forward(args, w, mode, batched, app="lean", nn=None):
+    return braidpy.solve(make_app(w, app, nn), 0.0, TSTOP, w.ntime, access_level=0,
+                         batch=batched, **mgrit_opts(args, mode))
+
+
+def gradient(args, w, mode, batched, app="lean", nn=None):
     opts = dict(mgrit_opts(args, "b"), batch=batched)
     oneshot = (2, 2) if mode == "a" else None
-    gs = GradientSolver(ResNet(w), 0.0, TSTOP, w.ntime, primal=opts, oneshot=oneshot)
+    gs = GradientSolver(make_app(w, app, nn), 0.0, TSTOP, w.ntime, primal=opts, oneshot=oneshot)
     return gs.evaluate()
 
 
@@ -98,49 +111,79 @@ def forward_table(args):
     rows = []
     for batch in args.batches:
         w = ResNetWeights(args.ntime, width=args.width, batch=batch)
+        nn = nn_resnet(w)
+        net, params, X, _ = nn
         s_lo, s_med, ref = timed(lambda w=w: serial_forward(w), args.repeats)
-        for mode, label in (("a", "2 iterations"), ("b", "rel. drop 1e-8")):
-            u_lo, u_med, ru = timed(lambda w=w, mode=mode: forward(args, w, mode, False),
-                                    args.repeats)
-            b_lo, b_med, rb = timed(lambda w=w, mode=mode: forward(args, w, mode, True),
-                                    args.repeats)
-            same = np.array_equal(ru.final, rb.final)
-            err = float(np.abs(rb.final - ref).max())
-            rows.append([batch, label, ms(s_lo, s_med), ms(u_lo, u_med), ms(b_lo, b_med),
-                         f"{s_lo / b_lo:.2f}x ({s_med / b_med:.2f}x)", f"{u_lo / b_lo:.1f}x",
-                         rb.iterations, f"{err:.1e}", "yes" if same else "NO"])
-    print_table(["batch", "MGRIT", "serial ms", "unbatched ms", "batched ms",
-                 "serial/batched", "unbatched/batched", "iterations", "max|u_N - serial|",
-                 "batched == unbatched"], rows,
+        n_lo, n_med, _ = timed(lambda net=net, p=params, X=X: net.forward(p, X), args.repeats)
+        for app in args.apps:
+            for mode, label in (("a", "2 iterations"), ("b", "rel. drop 1e-8")):
+                def run(batched, w=w, mode=mode, app=app, nn=nn):
+                    return forward(args, w, mode, batched, app, nn)
+
+                u_lo, u_med, ru = timed(lambda: run(False), args.repeats)
+                b_lo, b_med, rb = timed(lambda: run(True), args.repeats)
+                same = np.array_equal(ru.final, rb.final)
+                err = float(np.abs(rb.final - ref).max())
+                rows.append([batch, app, label, ms(s_lo, s_med),
+                             ms(n_lo, n_med) if app != "lean" else "-", ms(u_lo, u_med),
+                             ms(b_lo, b_med), f"{s_lo / b_lo:.2f}x ({s_med / b_med:.2f}x)",
+                             f"{u_lo / b_lo:.1f}x", rb.iterations, f"{err:.1e}",
+                             "yes" if same else "NO"])
+    print_table(["batch", "app", "MGRIT", "serial ms", "nn serial ms", "unbatched ms",
+                 "batched ms", "serial/batched", "unbatched/batched", "iterations",
+                 "max|u_N - serial|", "batched == unbatched"], rows,
                 title=f"Forward propagation, N {args.ntime}, width {args.width}, cfactor "
                       f"{args.cfactor}, {args.max_levels} levels, nrelax {args.nrelax}; ms: min "
-                      f"(median) of {args.repeats}")
+                      f"(median) of {args.repeats}; serial: plain NumPy loop; nn serial: "
+                      f"braidpy.nn.ResNet.forward")
+
+
+def _nn_grads(nn, result):
+    """braidpy.nn's serial gradient and the per-layer (dK, db) of a GradientSolver result."""
+    net, params, X, C = nn
+    _, g = net.loss_and_gradient(params, X, C)
+    v = net.views(g)
+    return v["K"], v["b"]
 
 
 def gradient_table(args):
     rows = []
     for batch in args.batches:
         w = ResNetWeights(args.ntime, width=args.width, batch=batch)
-        s_lo, s_med, (J, dK, db) = timed(lambda w=w: serial_gradient(w), args.repeats)
-        scale = max(np.abs(dK).max(), np.abs(db).max())
-        for mode, label in (("a", "one-shot (2, 2)"), ("b", "exact, rel. 1e-8")):
-            u_lo, u_med, gu = timed(lambda w=w, mode=mode: gradient(args, w, mode, False),
-                                    args.repeats)
-            b_lo, b_med, gb = timed(lambda w=w, mode=mode: gradient(args, w, mode, True),
-                                    args.repeats)
-            err = max(max(np.abs(gb.gradients[n][0] - dK[n]).max(),
-                          np.abs(gb.gradients[n][1] - db[n]).max()) for n in gb.gradients)
-            same = all(np.array_equal(gb.gradients[n][0], gu.gradients[n][0])
-                       and np.array_equal(gb.gradients[n][1], gu.gradients[n][1])
-                       for n in gu.gradients)
-            rows.append([batch, label, ms(s_lo, s_med), ms(u_lo, u_med), ms(b_lo, b_med),
-                         f"{s_lo / b_lo:.2f}x ({s_med / b_med:.2f}x)", f"{u_lo / b_lo:.1f}x",
-                         f"{gb.primal.iterations}/{gb.adjoint.iterations}",
-                         f"{err / scale:.1e}", "yes" if same else "NO"])
-    print_table(["batch", "gradient", "serial fwd+bwd ms", "unbatched ms", "batched ms",
-                 "serial/batched", "unbatched/batched", "iterations p/a", "rel. grad err",
-                 "batched == unbatched"], rows,
-                title=f"One gradient (forward + adjoint), N {args.ntime}, width {args.width}")
+        nn = nn_resnet(w)
+        net, params, X, C = nn
+        s_lo, s_med, _ = timed(lambda w=w: serial_gradient(w), args.repeats)
+        n_lo, n_med, _ = timed(lambda net=net, p=params, X=X, C=C: net.loss_and_gradient(p, X, C),
+                               args.repeats)
+        for app in args.apps:
+            if app == "lean":
+                _, dK, db = serial_gradient(w)
+            else:
+                dK, db = _nn_grads(nn, None)
+            scale = max(np.abs(dK).max(), np.abs(db).max())
+            for mode, label in (("a", "one-shot (2, 2)"), ("b", "exact, rel. 1e-8")):
+                def run(batched, w=w, mode=mode, app=app, nn=nn):
+                    return gradient(args, w, mode, batched, app, nn)
+
+                u_lo, u_med, gu = timed(lambda: run(False), args.repeats)
+                b_lo, b_med, gb = timed(lambda: run(True), args.repeats)
+                err = max(max(np.abs(gb.gradients[n][0] - dK[n]).max(),
+                              np.abs(gb.gradients[n][1] - db[n]).max()) for n in gb.gradients)
+                same = all(np.array_equal(gb.gradients[n][0], gu.gradients[n][0])
+                           and np.array_equal(gb.gradients[n][1], gu.gradients[n][1])
+                           for n in gu.gradients)
+                rows.append([batch, app, label, ms(s_lo, s_med),
+                             ms(n_lo, n_med) if app != "lean" else "-", ms(u_lo, u_med),
+                             ms(b_lo, b_med), f"{s_lo / b_lo:.2f}x ({s_med / b_med:.2f}x)",
+                             f"{u_lo / b_lo:.1f}x",
+                             f"{gb.primal.iterations}/{gb.adjoint.iterations}",
+                             f"{err / scale:.1e}", "yes" if same else "NO"])
+    print_table(["batch", "app", "gradient", "serial fwd+bwd ms", "nn serial ms",
+                 "unbatched ms", "batched ms", "serial/batched", "unbatched/batched",
+                 "iterations p/a", "rel. grad err", "batched == unbatched"], rows,
+                title=f"One gradient (forward + adjoint), N {args.ntime}, width {args.width}; "
+                      f"serial: plain NumPy forward + backpropagation loop; nn serial: "
+                      f"braidpy.nn.ResNet.loss_and_gradient")
 
 
 def sweep_table(args):
@@ -188,10 +231,10 @@ def overhead_table(args):
 
 def main(argv=None):
     args = parse_args(argv)
-    overhead_table(args)
-    forward_table(args)
-    gradient_table(args)
-    sweep_table(args)
+    tables = dict(overhead=overhead_table, forward=forward_table, gradient=gradient_table,
+                  sweep=sweep_table)
+    for name in args.tables:
+        tables[name](args)
 
 
 if __name__ == "__main__":

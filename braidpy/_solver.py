@@ -110,7 +110,8 @@ class Core:
     def __init__(self, app: Any, tstart: float, tstop: float, ntime: int, *,
                  comm: Any = None, times: Optional[Sequence[float]] = None,
                  _fine_ranges: Optional[Sequence[Tuple[int, int]]] = None,
-                 _labels: Optional[dict] = None, **options: Any):
+                 _labels: Optional[dict] = None, _store_final: bool = False,
+                 **options: Any):
         self.options = Options.from_kwargs(**options)
         _check_app(app)
         grid = _time_grid(tstart, tstop, ntime, times)
@@ -132,6 +133,8 @@ class Core:
         core_options = self.options.to_core()
         core_options["batch"] = self.options.batch and has_step_batch(app)
         self.batched = core_options["batch"]
+        if _store_final:  # braidpy.adjoint: keep the final sweep's F-points (stored())
+            core_options["store_final"] = True
         if _fine_ranges is not None:  # braidpy.adjoint's mirrored layout
             core_options["fine_ranges"] = [(int(lo), int(hi)) for lo, hi in _fine_ranges]
         self._solver = _core.Solver(app, self._tcomm, self.rank, self.size, core_options,
@@ -210,7 +213,15 @@ class Core:
             if self.size > 1 and hasattr(error, "add_note"):
                 error.add_note(f"braidpy: raised in {callback or 'communication'} on rank "
                                f"{ranks[self.rank]} of {self.size}; all ranks stopped")
-            raise error
+            try:
+                raise error
+            finally:
+                # No cycle exception -> traceback -> this frame -> exception: the Core
+                # then goes by reference counting when the caller drops the exception,
+                # at the same point on every rank, not in a garbage collection at
+                # different points (its __del__ frees a communicator, which MPICH may
+                # synchronise).
+                del error, outcome
         where = [f"rank {ranks[r]}: {s}" for r, s in enumerate(summaries) if s is not None]
         raise BraidError("solve stopped because a user callback failed on another rank ("
                          + "; ".join(where) + ")")
@@ -231,7 +242,10 @@ class Core:
         got = comm.bcast(payload if self.rank == root else None, root=root)
         if got[0] == "failed":
             if self.rank == root:
-                raise error
+                try:
+                    raise error
+                finally:
+                    del error  # no exception <-> frame cycle (see _unwrap)
             raise BraidError(f"rank {root}: {got[1]} (while sharing the final value)")
         if self.rank == root:
             return self.app.clone(mine)

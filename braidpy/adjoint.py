@@ -54,6 +54,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence
 
 import numpy as np
 
+from . import _arrays
 from ._app import App
 from ._errors import BraidError
 from ._options import Options
@@ -155,6 +156,17 @@ def _as_slice(ns):
     return slice(int(ns[0]), stop if stop >= 0 else None, d)
 
 
+def _mirror(sl, top, m):
+    """_as_slice(top - ms) for the m indices ms of the evenly spaced slice sl (the
+    core's), without looking at the indices; False when sl is None or m < 2."""
+    if sl is None or m < 2:
+        return False
+    first = top - sl.start
+    step = -sl.step
+    stop = first + (m - 1) * step - 1
+    return slice(first, stop if stop >= 0 else None, step)
+
+
 def _check_adjoint_app(app) -> None:
     missing = [name for name in _REQUIRED if not callable(getattr(app, name, None))]
     if missing:
@@ -194,12 +206,12 @@ class _ReversedApp(App):
         self.batch_gradient = callable(getattr(self.app, "step_gradient_batch", None))
         self._traj = None      # stacked primal states lo-1..hi (batched calls only)
         self._traj_lo = 0
-        self._pending: list = []  # (n, w_{n+1}) for step_gradient_batch
 
     def prepare(self, rev_times, strides):
-        self._index = {float(s): m for m, s in enumerate(rev_times)}
+        rev = np.asarray(rev_times, dtype=np.float64).tolist()  # Python floats, as float(s)
+        self._index = dict(zip(rev, range(len(rev))))
         self._strides = strides
-        self._times = [float(t) for t in self.owner.times]  # Python floats: cheap indexing
+        self._times = np.asarray(self.owner.times, dtype=np.float64).tolist()  # cheap indexing
 
     def _stored(self, n):
         return self.owner.primal_core._solver.stored(n)
@@ -207,32 +219,34 @@ class _ReversedApp(App):
     def load_trajectory(self):
         """Stack the primal states this rank can see (own.lo-1 .. own.hi) once per
         evaluation, so that batched callbacks index them with one gather."""
-        from . import _arrays
-
         owned = self.owner.primal_core.owned
         lo = max(owned.start - 1, 0)
-        states = [self._stored(n) for n in range(lo, owned.stop)]
         self._traj_lo = lo
-        self._traj = _arrays.stack(states) if states else None
+        self._traj = None
+        if lo < owned.stop:
+            # One copy in C++ for float64 NumPy states; a gather of the states otherwise.
+            self._traj = self.owner.primal_core._solver.stored_block(lo, owned.stop)
+            if self._traj is None:
+                self._traj = _arrays.stack([self._stored(n) for n in range(lo, owned.stop)])
         self._times_arr = np.asarray(self._times)
 
-    def _batch_status(self, status, n0, n1, phase=None):
+    def _batch_status(self, status, n0, n1, phase=None, fine_slice=False):
         st = self._status(status, int(n0[0]), int(n1[0]), phase)
         st.fine_indices = st.indices = n0
         st.batch_size = len(n0)
-        st.fine_slice = _as_slice(n0)
+        st.fine_slice = _as_slice(n0) if fine_slice is False else fine_slice
         return st
 
     def _step_batch(self, W, s0s, s1s, status):
-        from . import _arrays
-
         N = self.owner.ntime
         m0 = status.fine_indices
+        stride = self._strides[status.level]
         n1 = N - m0
-        n0 = n1 - self._strides[status.level]
+        n0 = n1 - stride
         stacked = _arrays.stack(W) if isinstance(W, (list, tuple)) else W
         U = self._traj[n0 - self._traj_lo]
-        st = self._batch_status(status, n0, n1)
+        st = self._batch_status(status, n0, n1, fine_slice=_mirror(status.fine_slice,
+                                                                    N - stride, len(n0)))
         T = self._times_arr
         r = self.app.step_adjoint_batch(stacked, U, T[n0], T[n1], st)
         if r is not None and r is not stacked:
@@ -316,9 +330,6 @@ class _ReversedApp(App):
         if n == 0:
             self.owner._initial_adjoint = self.app.clone(w)
             return
-        if self.batch_gradient:  # computed all at once after the solve
-            self._pending.append((n - 1, self.app.clone(w)))
-            return
         primal = self.owner.primal_core._solver
         u = primal.stored(n - 1)
         st = self._status(status, n - 1, n, phase="final")
@@ -339,8 +350,9 @@ class GradientSolver:
         As for :class:`braidpy.Core`.
     primal, adjoint : dict, optional
         MGRIT options of each solve (see :class:`braidpy.Options`); the adjoint's
-        default to the primal's. The primal always stores every fine point
-        (``storage="all"``); the adjoint's ``access_level`` is braidpy's own.
+        default to the primal's. The primal always keeps every fine point of its
+        final sweep (as ``storage="all"`` would); the adjoint's ``access_level`` is
+        braidpy's own.
     oneshot : (int, int), optional
         (m1, m2): run exactly m1 primal and m2 adjoint iterations per evaluation, each
         warm-started from the previous evaluation (simultaneous / one-shot
@@ -400,11 +412,14 @@ class GradientSolver:
                     raise ValueError(f"oneshot {label} must be an int >= 1, got {m!r}")
             primal_opts.update(max_iter=m1, abs_tol=0.0, rel_tol=0.0)
             adjoint_opts.update(max_iter=m2, abs_tol=0.0, rel_tol=0.0)
-        primal_opts["storage"] = "all"
+        # The adjoint needs every primal state of the final sweep: the core keeps them
+        # (like storage="all", without copying every F-point in every relaxation).
+        primal_opts["storage"] = "C"
         Options.from_kwargs(**adjoint_opts)  # validate before any work
 
         self.comm = comm
-        self.primal_core = Core(app, tstart, tstop, ntime, comm=comm, times=times, **primal_opts)
+        self.primal_core = Core(app, tstart, tstop, ntime, comm=comm, times=times,
+                                _store_final=True, **primal_opts)
         self.times = self.primal_core.times
         size = 1 if comm is None else comm.Get_size()
         rank = 0 if comm is None else comm.Get_rank()
@@ -416,9 +431,14 @@ class GradientSolver:
         rev_times = -self.times[::-1]
         self._reversed = _ReversedApp(self)
         self._reversed.prepare(rev_times, [])
-        adjoint_opts["access_level"] = 1
+        # With step_gradient_batch the gradients need every final adjoint value at once:
+        # the core keeps the final sweep's values (read with one stored_block call)
+        # instead of handing each one to access.
+        batch_gradient = self._reversed.batch_gradient
+        adjoint_opts["access_level"] = 0 if batch_gradient else 1
         self.adjoint_core = Core(self._reversed, float(rev_times[0]), float(rev_times[-1]),
                                  self.ntime, comm=rev_comm, times=rev_times,
+                                 _store_final=batch_gradient,
                                  _fine_ranges=mirrored if size > 1 else None,
                                  _labels=dict(ranks=list(range(size - 1, -1, -1)),
                                               callbacks=_ADJOINT_CALLBACKS), **adjoint_opts)
@@ -445,7 +465,6 @@ class GradientSolver:
         objective, w_final = self._objective(primal)
         self._gradients = {}
         self._initial_adjoint = None
-        self._reversed._pending = []
         if self._batched:
             self._reversed.load_trajectory()
         if w_final is not None:
@@ -472,14 +491,20 @@ class GradientSolver:
     def _batched_gradients(self, adjoint: Result) -> None:
         """step_gradient_batch over every step this rank owns, agreed across ranks."""
         rev = self._reversed
-        pending, rev._pending = sorted(rev._pending, key=lambda p: p[0]), []
+        solver, owned, N = self.adjoint_core._solver, self.adjoint_core.owned, self.ntime
         error = None
         try:
-            if pending:
-                from . import _arrays
-
-                ns = np.array([n for n, _ in pending], dtype=np.int64)
-                W = _arrays.stack([w for _, w in pending])
+            # The final adjoint values (kept by the core): w_n at adjoint index N - n.
+            if N in owned:
+                self._initial_adjoint = self.app.clone(solver.stored(N))
+            top, lo = min(owned.stop - 1, N - 1), owned.start
+            if top >= lo:
+                # Steps n = N-1-m, ascending; row k is w_{n_k + 1} = adjoint value at m.
+                ns = np.arange(N - 1 - top, N - lo, dtype=np.int64)
+                W = solver.stored_block(top, lo - 1, -1)
+                if W is None:
+                    W = _arrays.stack([self.app.clone(solver.stored(m))
+                                       for m in range(top, lo - 1, -1)])
                 U = rev._traj[ns - rev._traj_lo]
                 T = rev._times_arr
                 t0s, t1s = T[ns], T[ns + 1]
@@ -501,7 +526,13 @@ class GradientSolver:
         summary = None if error is None else f"{type(error).__name__}: {error}"
         summaries = [summary] if self.comm is None else self.comm.allgather(summary)
         if error is not None:
-            raise error
+            try:
+                raise error
+            finally:
+                # No exception <-> frame cycle: this solver is then freed by reference
+                # counting at the same point on every rank (its __del__ frees
+                # communicators; see braidpy._solver.Core._unwrap).
+                del error
         failed = [(r, msg) for r, msg in enumerate(summaries) if msg is not None]
         if failed:
             raise BraidError("step_gradient_batch failed on " +
@@ -528,7 +559,13 @@ class GradientSolver:
         summary = None if error is None else f"{type(error).__name__}: {error}"
         parts = [(terms, summary)] if self.comm is None else self.comm.allgather((terms, summary))
         if error is not None:
-            raise error
+            try:
+                raise error
+            finally:
+                # No exception <-> frame cycle: this solver is then freed by reference
+                # counting at the same point on every rank (its __del__ frees
+                # communicators; see braidpy._solver.Core._unwrap).
+                del error
         failed = [(r, msg) for r, (_, msg) in enumerate(parts) if msg is not None]
         if failed:
             raise BraidError("objective evaluation failed on " +

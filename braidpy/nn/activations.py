@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Tuple, Union
+from typing import Any, Callable, Dict, FrozenSet, Tuple, Union
+
+import numpy as np
 
 __all__ = ["Activation", "SMOOTH_RELU_EPS", "get_activation", "activation_names", "relu",
            "relu_derivative", "smooth_relu", "smooth_relu_derivative", "tanh",
@@ -15,12 +17,12 @@ SMOOTH_RELU_EPS = 0.1
 
 def _namespace(x: Any) -> Any:
     """The array namespace of ``x``: ``x.__array_namespace__()``, NumPy otherwise."""
+    if x.__class__ is np.ndarray:  # the common case, without a lookup and a call
+        return np
     get = getattr(x, "__array_namespace__", None)
     if get is not None:
         return get()
-    import numpy
-
-    return numpy
+    return np
 
 
 def tanh(x: Any) -> Any:
@@ -44,6 +46,10 @@ def tanh_derivative(x: Any) -> Any:
     >>> float(tanh_derivative(np.array([0.0]))[0])
     1.0
     """
+    if x.__class__ is np.ndarray:  # the same operations, on one new array
+        t = np.tanh(x)
+        np.multiply(t, t, out=t)
+        return np.subtract(1, t, out=t)
     t = _namespace(x).tanh(x)
     return 1 - t * t
 
@@ -131,6 +137,10 @@ _REGISTRY: Dict[str, Activation] = {
 }
 
 
+#: The activations above; each returns a new array (kernels may overwrite it).
+_BUILTIN: FrozenSet[Activation] = frozenset(_REGISTRY.values())
+
+
 def activation_names() -> Tuple[str, ...]:
     """Names accepted by :func:`get_activation`, sorted.
 
@@ -161,7 +171,8 @@ def get_activation(name: Union[str, Activation]) -> Activation:
     """
     if isinstance(name, Activation):
         return name
-    if isinstance(name, str) and name in _REGISTRY:
-        return _REGISTRY[name]
+    a = _REGISTRY.get(name) if isinstance(name, str) else None
+    if a is not None:
+        return a
     valid = ", ".join(repr(n) for n in activation_names())
     raise ValueError(f"unknown activation {name!r}; valid names: {valid}")

@@ -21,9 +21,15 @@ All functions are pure and written against the array namespace of their inputs
 
 from __future__ import annotations
 
-from typing import Any, Tuple, Union
+from typing import Any, Dict, Tuple, Union
 
-from .activations import Activation, _namespace, get_activation
+import numpy as np
+
+from .activations import _BUILTIN, Activation, _namespace, get_activation
+
+_HAS_MT = hasattr(np.ndarray, "mT")  # NumPy >= 2
+_BUILTIN_IDS = frozenset(id(a) for a in _BUILTIN)  # activations returning new arrays
+_TANH = get_activation("tanh")  # computed in place on the kernel's own temporaries
 
 __all__ = ["dense_forward", "dense_adjoint", "dense_gradient", "dense_forward_batched",
            "dense_adjoint_batched", "dense_gradient_batched"]
@@ -76,6 +82,78 @@ def _check_batched(fn: str, U: Any, Ks: Any, bs: Any, hs: Any, W: Any = None) ->
     _expect(fn, "bs", bs, (m, width), "m, width", "U", sU)
     _expect(fn, "hs", hs, (m,), "m,", "U", sU)
     _same(fn, "W", W, "U", sU)
+
+
+# ------------------------------------------------------------------ fast path
+# The kernels are called once per layer step (or per step position of a batched
+# relaxation), often on tiny arrays, so their argument checks must cost little next
+# to the maths. For NumPy arrays the checks depend only on the shapes, so each shape
+# signature that passed them is remembered and later calls with it skip them. Bad
+# input never enters the cache: it always takes the full checks and raises the same
+# ValueErrors. When all arrays have one float dtype the arithmetic reuses the
+# kernel's own temporaries: the same elementwise operations on the same operands
+# (a * b == b * a and a + b == b + a bit for bit), without a new array for each.
+_ND = np.ndarray
+_F64, _F32 = np.dtype(np.float64), np.dtype(np.float32)
+_SIG_MAX = 1024
+_seen_single: Dict[tuple, bool] = {}
+_seen_batched: Dict[tuple, bool] = {}
+
+
+def _one_float(dt: Any, *others: Any) -> bool:
+    """All of others have dtype dt, which is float64 or float32 (identity: the
+    builtin descriptors; anything else just takes the general arithmetic)."""
+    if dt is not _F64 and dt is not _F32:
+        return False
+    for x in others:
+        if x is not None and x.dtype is not dt:
+            return False
+    return True
+
+
+def _check_single_np(fn: str, u: Any, K: Any, b: Any, w: Any = None) -> None:
+    """_check_single for NumPy arrays, remembering the shapes that passed."""
+    key = (u.shape, K.shape, b.shape, None if w is None else w.shape)
+    if key not in _seen_single:
+        _check_single(fn, u, K, b, w)
+        if len(_seen_single) >= _SIG_MAX:
+            _seen_single.clear()
+        _seen_single[key] = True
+
+
+def _check_batched_np(fn: str, U: Any, Ks: Any, bs: Any, hs: Any, W: Any = None) -> None:
+    """_check_batched for NumPy arrays, remembering the shapes that passed."""
+    key = (U.shape, Ks.shape, bs.shape, hs.shape, None if W is None else W.shape)
+    if key not in _seen_batched:
+        _check_batched(fn, U, Ks, bs, hs, W)
+        if len(_seen_batched) >= _SIG_MAX:
+            _seen_batched.clear()
+        _seen_batched[key] = True
+
+
+def _np_steps(hs: Any, U: Any) -> Any:
+    """_as_steps for a NumPy U."""
+    if hs.__class__ is not _ND or hs.dtype != U.dtype:
+        hs = np.asarray(hs, dtype=U.dtype)
+    return hs
+
+
+def _np_scaled_slope(w: Any, u: Any, K: Any, b: Any, h: Any, a: Activation) -> Any:
+    """_scaled_slope for NumPy arrays of one float dtype, reusing its temporaries
+    (h: a scalar, or step sizes shaped (m, 1, 1) for a 3-D u)."""
+    z = np.matmul(u, K.mT if _HAS_MT else np.swapaxes(K, -1, -2))
+    z += b[:, None, :] if u.ndim == 3 else b
+    if a is _TANH:  # tanh_derivative's operations, in place: 1 - t * t
+        d = np.tanh(z, out=z)
+        np.multiply(d, d, out=d)
+        np.subtract(1, d, out=d)
+    else:
+        d = a.derivative(z)
+    if id(a) not in _BUILTIN_IDS:
+        return h * (w * d)
+    d *= w
+    d *= h
+    return d
 
 
 def _pre(u: Any, K: Any, b: Any, xp: Any) -> Any:
@@ -132,8 +210,20 @@ def dense_forward(u: Any, K: Any, b: Any, h: float, act: ActivationLike) -> Any:
     >>> dense_forward(u, np.eye(2), np.zeros(2), 0.5, "relu").tolist()
     [[1.5, -1.0]]
     """
+    a = act if act.__class__ is Activation else get_activation(act)
+    if u.__class__ is _ND and K.__class__ is _ND and b.__class__ is _ND:
+        _check_single_np("dense_forward", u, K, b)
+        if u.dtype is _F64 and _one_float(_F64, K, b) and isinstance(h, (float, int)):
+            z = np.matmul(u, K.mT if _HAS_MT else K.T)
+            z += b
+            v = np.tanh(z, out=z) if a is _TANH else a.value(z)
+            if id(a) in _BUILTIN_IDS:
+                v *= h
+                v += u
+                return v
+            return u + h * v
+        return u + h * a.value(_pre(u, K, b, np))
     _check_single("dense_forward", u, K, b)
-    a = get_activation(act)
     xp = _namespace(u)
     return u + h * a.value(_pre(u, K, b, xp))
 
@@ -151,8 +241,16 @@ def dense_adjoint(w: Any, u: Any, K: Any, b: Any, h: float, act: ActivationLike)
     >>> dense_adjoint(np.ones((1, 2)), u, np.eye(2), np.zeros(2), 0.5, "relu").tolist()
     [[1.5, 1.0]]
     """
+    a = act if act.__class__ is Activation else get_activation(act)
+    if u.__class__ is _ND and K.__class__ is _ND and b.__class__ is _ND and w.__class__ is _ND:
+        _check_single_np("dense_adjoint", u, K, b, w)
+        if u.dtype is _F64 and _one_float(_F64, K, b, w) and isinstance(h, (float, int)):
+            g = _np_scaled_slope(w, u, K, b, h, a)
+            r = np.matmul(g, K)
+            r += w
+            return r
+        return w + np.matmul(_scaled_slope(w, u, K, b, h, a, np), K)
     _check_single("dense_adjoint", u, K, b, w)
-    a = get_activation(act)
     xp = _namespace(u)
     return w + xp.matmul(_scaled_slope(w, u, K, b, h, a, xp), K)
 
@@ -172,8 +270,15 @@ def dense_gradient(w: Any, u: Any, K: Any, b: Any, h: float,
     >>> dK.tolist(), db.tolist()
     ([[0.5, -0.5], [0.0, 0.0]], [0.5, 0.0])
     """
+    a = act if act.__class__ is Activation else get_activation(act)
+    if u.__class__ is _ND and K.__class__ is _ND and b.__class__ is _ND and w.__class__ is _ND:
+        _check_single_np("dense_gradient", u, K, b, w)
+        if u.dtype is _F64 and _one_float(_F64, K, b, w) and isinstance(h, (float, int)):
+            g = _np_scaled_slope(w, u, K, b, h, a)
+        else:
+            g = _scaled_slope(w, u, K, b, h, a, np)
+        return np.matmul(_mT(g, np), u), np.sum(g, axis=0)
     _check_single("dense_gradient", u, K, b, w)
-    a = get_activation(act)
     xp = _namespace(u)
     g = _scaled_slope(w, u, K, b, h, a, xp)
     return xp.matmul(_mT(g, xp), u), xp.sum(g, axis=0)
@@ -204,9 +309,22 @@ def dense_forward_batched(U: Any, Ks: Any, bs: Any, hs: Any, act: ActivationLike
     >>> dense_forward_batched(U, Ks, bs, np.array([0.5, 0.5]), "relu").tolist()
     [[[1.5, 1.5]], [[1.0, 1.0]]]
     """
+    a = act if act.__class__ is Activation else get_activation(act)
+    if U.__class__ is _ND and Ks.__class__ is _ND and bs.__class__ is _ND:
+        hs = _np_steps(hs, U)
+        _check_batched_np("dense_forward_batched", U, Ks, bs, hs)
+        if _one_float(U.dtype, Ks, bs):
+            z = np.matmul(U, Ks.mT if _HAS_MT else np.swapaxes(Ks, 1, 2))
+            z += bs[:, None, :]
+            v = np.tanh(z, out=z) if a is _TANH else a.value(z)
+            if id(a) in _BUILTIN_IDS:
+                v *= hs[:, None, None]
+                v += U
+                return v
+            return U + hs[:, None, None] * v
+        return U + _steps(hs, np) * a.value(_pre(U, Ks, bs, np))
     hs = _as_steps(hs, U)
     _check_batched("dense_forward_batched", U, Ks, bs, hs)
-    a = get_activation(act)
     xp = _namespace(U)
     return U + _steps(hs, xp) * a.value(_pre(U, Ks, bs, xp))
 
@@ -225,9 +343,17 @@ def dense_adjoint_batched(W: Any, U: Any, Ks: Any, bs: Any, hs: Any,
     >>> dense_adjoint_batched(U, U, Ks, bs, np.array([0.5, 0.5]), "relu").tolist()
     [[[1.5, 1.5]], [[1.0, 1.0]]]
     """
+    a = act if act.__class__ is Activation else get_activation(act)
+    if U.__class__ is _ND and Ks.__class__ is _ND and bs.__class__ is _ND and W.__class__ is _ND:
+        hs = _np_steps(hs, U)
+        _check_batched_np("dense_adjoint_batched", U, Ks, bs, hs, W)
+        if _one_float(U.dtype, Ks, bs, W):
+            r = np.matmul(_np_scaled_slope(W, U, Ks, bs, hs[:, None, None], a), Ks)
+            r += W
+            return r
+        return W + np.matmul(_scaled_slope(W, U, Ks, bs, _steps(hs, np), a, np), Ks)
     hs = _as_steps(hs, U)
     _check_batched("dense_adjoint_batched", U, Ks, bs, hs, W)
-    a = get_activation(act)
     xp = _namespace(U)
     return W + xp.matmul(_scaled_slope(W, U, Ks, bs, _steps(hs, xp), a, xp), Ks)
 
@@ -248,9 +374,17 @@ def dense_gradient_batched(W: Any, U: Any, Ks: Any, bs: Any, hs: Any,
     >>> dKs.shape, dbs.tolist()
     ((2, 2, 2), [[0.5, 0.5], [0.0, 0.0]])
     """
+    a = act if act.__class__ is Activation else get_activation(act)
+    if U.__class__ is _ND and Ks.__class__ is _ND and bs.__class__ is _ND and W.__class__ is _ND:
+        hs = _np_steps(hs, U)
+        _check_batched_np("dense_gradient_batched", U, Ks, bs, hs, W)
+        if _one_float(U.dtype, Ks, bs, W):
+            g = _np_scaled_slope(W, U, Ks, bs, hs[:, None, None], a)
+        else:
+            g = _scaled_slope(W, U, Ks, bs, _steps(hs, np), a, np)
+        return np.matmul(_mT(g, np), U), np.sum(g, axis=1)
     hs = _as_steps(hs, U)
     _check_batched("dense_gradient_batched", U, Ks, bs, hs, W)
-    a = get_activation(act)
     xp = _namespace(U)
     g = _scaled_slope(W, U, Ks, bs, _steps(hs, xp), a, xp)
     return xp.matmul(_mT(g, xp), U), xp.sum(g, axis=1)

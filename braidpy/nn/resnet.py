@@ -41,7 +41,7 @@ class ResNetApp(App):
         self.params = params
         self._views = net.views(params)
         self.set_batch(X, C)
-        self._index = {float(t): n for n, t in enumerate(net.times)}
+        self._index = dict(zip(net.times.tolist(), range(len(net.times))))  # float keys
         self.classifier_grad: Dict[str, Any] = {}
         self.guesses: Dict[int, Any] = {}
         self.adjoint_guesses: Dict[int, Any] = {}

@@ -119,6 +119,61 @@ bool fast_clone_block(PyObject* const* srcs, Py_ssize_t n, PyObject** block, PyO
   return true;
 }
 
+bool fast_norm_vdot(PyObject* u, double* out) {
+  F64View U;
+  if (!as_f64(u, U) || U.size < 2) return false;
+  static PyObject* vdot = nullptr;  // numpy.vdot, looked up once (never released)
+  if (vdot == nullptr) {
+    PyObject* np = PyImport_ImportModule("numpy");
+    vdot = np ? PyObject_GetAttrString(np, "vdot") : nullptr;
+    Py_XDECREF(np);
+    if (vdot == nullptr) {
+      PyErr_Clear();
+      return false;
+    }
+  }
+  // array_norm: math.sqrt(float(np.vdot(flat, flat).real)); vdot flattens u itself
+  // (a view for a C-contiguous array), so the BLAS call and its result are the same.
+  PyObject* args[2] = {u, u};
+  PyObject* r = PyObject_Vectorcall(vdot, args, 2, nullptr);
+  if (r == nullptr) {
+    PyErr_Clear();
+    return false;
+  }
+  const double d = PyFloat_AsDouble(r);
+  Py_DECREF(r);
+  if (d == -1.0 && PyErr_Occurred()) {
+    PyErr_Clear();
+    return false;
+  }
+  *out = std::sqrt(d);
+  return true;
+}
+
+bool fast_stack(PyObject* const* srcs, Py_ssize_t n, PyObject** out) {
+  if (n < 1) return false;
+  F64View ref;
+  if (!as_f64(srcs[0], ref)) return false;
+  auto* fa = pyd::array_proxy(srcs[0]);
+  for (Py_ssize_t k = 1; k < n; ++k) {
+    F64View v;
+    if (!as_f64(srcs[k], v)) return false;
+    auto* a = pyd::array_proxy(srcs[k]);
+    if (a->nd != fa->nd) return false;
+    for (int d = 0; d < a->nd; ++d)
+      if (a->dimensions[d] != fa->dimensions[d]) return false;
+  }
+  std::vector<pybind11::ssize_t> shape{static_cast<pybind11::ssize_t>(n)};
+  for (int d = 0; d < fa->nd; ++d) shape.push_back(fa->dimensions[d]);
+  pybind11::array_t<double> U(shape);
+  double* data = U.mutable_data();
+  const std::size_t bytes = static_cast<std::size_t>(ref.size) * sizeof(double);
+  for (Py_ssize_t k = 0; k < n; ++k)
+    std::memcpy(data + k * ref.size, pyd::array_proxy(srcs[k])->data, bytes);
+  *out = U.release().ptr();
+  return true;
+}
+
 bool fast_copy(PyObject* src, PyObject* dst) {
   F64View S, D;
   if (!as_f64(src, S) || !as_f64(dst, D) || !D.writable || S.size != D.size) return false;

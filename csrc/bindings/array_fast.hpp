@@ -21,6 +21,13 @@ bool fast_norm(PyObject* u, double* out);
 bool fast_clone_block(PyObject* const* srcs, Py_ssize_t n, PyObject** block, PyObject** rows);
 // dst[...] = src for equal-size float64 C-contiguous arrays (memcpy).
 bool fast_copy(PyObject* src, PyObject* dst);
+
+// App.norm of a float64 C-contiguous array with more than one element, by the same
+// numpy.vdot call as braidpy._arrays.array_norm (same bits); false otherwise or on error.
+bool fast_norm_vdot(PyObject* u, double* out);
+
+// srcs (float64, C-contiguous, one shape) stacked into a new array; false otherwise.
+bool fast_stack(PyObject* const* srcs, Py_ssize_t n, PyObject** out);
 // True when the app's class inherits method `name` from braidpy.App.
 bool uses_app_default(PyObject* app, const char* name);
 

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "../core/solver.hpp"
+#include "array_fast.hpp"
 #include "py_ops.hpp"
 
 namespace py = pybind11;
@@ -48,6 +49,7 @@ braid::Options parse_options(const py::dict& d) {
   get("nfmg", o.nfmg);
   get("fmg_vcycles", o.fmg_vcycles);
   get("store_all", o.store_all);
+  get("store_final", o.store_final);
   get("seq_soln", o.seq_soln);
   get("final_fc_relax", o.final_fc_relax);
   get("relax_only_cg", o.relax_only_cg);
@@ -118,6 +120,22 @@ class PySolver {
     Vec u = solver_->stored(i);
     if (u == nullptr) return py::none();
     return py::reinterpret_borrow<py::object>(static_cast<PyObject*>(u));
+  }
+
+  // The stored vectors at start, start + step, ... (before stop), stacked into one
+  // new float64 array; None when one is missing or they are not all float64 NumPy
+  // arrays of one shape (the caller then gathers them itself).
+  py::object stored_block(braid::Index start, braid::Index stop, braid::Index step) const {
+    if (step == 0) throw py::value_error("step must not be zero");
+    std::vector<PyObject*> srcs;
+    for (braid::Index i = start; step > 0 ? i < stop : i > stop; i += step) {
+      Vec u = solver_->stored(i);
+      if (u == nullptr) return py::none();
+      srcs.push_back(static_cast<PyObject*>(u));
+    }
+    PyObject* out = nullptr;
+    if (!fast_stack(srcs.data(), static_cast<Py_ssize_t>(srcs.size()), &out)) return py::none();
+    return py::reinterpret_steal<py::object>(out);
   }
 
   py::object final_value() const {
@@ -274,6 +292,8 @@ PYBIND11_MODULE(_core, m) {
       .def("solution", &PySolver::solution, py::arg("index"))
       .def("final_value", &PySolver::final_value)
       .def("stored", &PySolver::stored, py::arg("index"))
+      .def("stored_block", &PySolver::stored_block, py::arg("start"), py::arg("stop"),
+           py::arg("step") = 1)
       .def("set_initial_condition", &PySolver::set_initial_condition, py::arg("u"))
       .def("reset_guess", [](PySolver& s) { s.core().reset_guess(); })
       .def("residuals", &PySolver::residuals)

@@ -33,7 +33,17 @@ const char* callback_name(int which) {
 
 PyOps::PyOps(PyObject* app, PyObject* status, PyObject* progress, bool timings, bool batch)
     : timings_(timings) {
-  if (batch) step_batch_ = get_method(app, "step_batch");
+  if (batch) {
+    step_batch_ = get_method(app, "step_batch");
+    // App's default step_batch only forwards a stacked block to step_stacked (and
+    // copies a returned array back, which step_batch below does too): skip it.
+    if (uses_app_default(app, "step_batch")) {
+      PyObject* k = PyObject_GetAttrString(app, "step_stacked");
+      if (k != nullptr && PyCallable_Check(k)) step_stacked_ = k;
+      else Py_XDECREF(k);
+      PyErr_Clear();
+    }
+  }
   init_ = get_method(app, "init");
   step_ = get_method(app, "step");
   clone_ = get_method(app, "clone");
@@ -47,6 +57,7 @@ PyOps::PyOps(PyObject* app, PyObject* status, PyObject* progress, bool timings, 
   fast_clone_ = uses_app_default(app, "clone");
   fast_sum_ = uses_app_default(app, "sum");
   fast_norm_ = uses_app_default(app, "norm");
+  noop_access_ = uses_app_default(app, "access");
   if (progress != Py_None) {
     Py_INCREF(progress);
     progress_ = progress;
@@ -55,7 +66,7 @@ PyOps::PyOps(PyObject* app, PyObject* status, PyObject* progress, bool timings, 
 
 PyOps::~PyOps() {
   for (PyObject* p : {init_, step_, clone_, sum_, norm_, access_, bufpack_, bufunpack_,
-                      step_batch_, status_, progress_, error_})
+                      step_batch_, step_stacked_, status_, progress_, error_})
     Py_XDECREF(p);
 }
 
@@ -171,7 +182,8 @@ void PyOps::sum(double a, Vec x, double b, Vec y) {
 double PyOps::norm(Vec u) {
   if (failed_) return 0.0;
   double value = 0.0;
-  if (fast_norm_ && fast_norm(static_cast<PyObject*>(u), &value)) {
+  if (fast_norm_ && (fast_norm(static_cast<PyObject*>(u), &value) ||
+                     fast_norm_vdot(static_cast<PyObject*>(u), &value))) {
     ++counts_[kNorm];
     return value;
   }
@@ -189,6 +201,10 @@ double PyOps::norm(Vec u) {
 
 void PyOps::access(Vec u, const CallInfo& info) {
   if (failed_) return;
+  if (noop_access_) {  // App.access does nothing: count the call, skip it
+    ++counts_[kAccess];
+    return;
+  }
   PyObject* args[2] = {static_cast<PyObject*>(u), status_};
   Py_XDECREF(call(kAccess, access_, args, 2));
 }
@@ -263,7 +279,8 @@ void PyOps::step_batch(Vec block, braid::Index first, Vec* us, braid::Index n,
     }
   }
   PyObject* args[4] = {arg, t0s.ptr(), t1s.ptr(), status_};
-  PyObject* r = call(kStepBatch, step_batch_, args, 4);
+  PyObject* fn = (B != nullptr && step_stacked_ != nullptr) ? step_stacked_ : step_batch_;
+  PyObject* r = call(kStepBatch, fn, args, 4);
   batch_items_ += n;
   if (r != nullptr) {
     if (B != nullptr) {

@@ -77,11 +77,12 @@ class PyOps final : public braid::Ops {
   PyObject* bufpack_ = nullptr;
   PyObject* bufunpack_ = nullptr;
   PyObject* step_batch_ = nullptr;  // null: no batching
+  PyObject* step_stacked_ = nullptr;  // App.step_batch's kernel, called directly on a block
   PyObject* status_ = nullptr;
   PyObject* progress_ = nullptr;
   bool timings_ = false;
   // App's default clone/sum/norm in C++ for float64 arrays (array_fast.hpp).
-  bool fast_clone_ = false, fast_sum_ = false, fast_norm_ = false;
+  bool fast_clone_ = false, fast_sum_ = false, fast_norm_ = false, noop_access_ = false;
   bool failed_ = false;
   PyObject* error_ = nullptr;  // the first exception instance (traceback attached)
   int error_callback_ = -1;

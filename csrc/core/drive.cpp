@@ -237,7 +237,7 @@ void Solver::final_relax() {
       const Index stop = std::min((s / cf + 1) * cf - 1, hi);
       for (Index i = s + 1; i <= stop; ++i) {
         step_on(L, 0, w, i, false);
-        if (opts_.store_all) set_slot(L.u, L.slot(i), ops_.clone(w));
+        if (opts_.store_all || opts_.store_final) set_slot(L.u, L.slot(i), ops_.clone(w));
         visit(i, w);
       }
       if (send_right && !sent && stop == hi) {
@@ -315,7 +315,8 @@ void Solver::final_relax_batched() {
     step_batch_on(L, 0, block, a, &rows[a], &pts[a], b - a, false);
     for (Index r = a; r < b; ++r) {
       const Index i = pts[r];
-      if (opts_.store_all) set_slot(L.u, L.slot(i), ops_.clone(rows[r]));
+      if (opts_.store_all || opts_.store_final)
+        set_slot(L.u, L.slot(i), ops_.clone(rows[r]));
       if (keep || i == n) kept[i - lo] = ops_.clone(rows[r]);
       if (send_right && i == hi && !L.is_c(hi)) comm_.send(L.right, tag, rows[r]);
     }

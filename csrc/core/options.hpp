@@ -23,6 +23,7 @@ struct Options {
   int nfmg = -1;                      // iteration k is an F-cycle iff nfmg != k
   int fmg_vcycles = 1;                // V-cycles per level inside an F-cycle
   bool store_all = false;             // keep fine F-points too
+  bool store_final = false;           // keep the final sweep's F-points (internal)
   bool seq_soln = false;              // initial guess = sequential solution
   bool final_fc_relax = false;        // one more FC sweep before the final F
   bool relax_only_cg = false;         // coarsest level relaxed, not solved
