@@ -342,3 +342,91 @@ def test_array_api_strict_namespace_gives_numpy_results(name):
     for got, want in zip(run(xp.asarray), run(np.asarray)):
         assert type(got) is type(xp.asarray(u))
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-14, atol=1e-14)
+
+
+# ---------------------------------------------------------------- fast path and bitwise batching
+
+PATHS = ["numpy", "generic", "numpy-small-chunks"]
+
+
+@pytest.fixture(params=PATHS)
+def conv_path(request, monkeypatch):
+    """Run the kernels on the chunked NumPy path, the generic path, or with tiny chunks and
+    column blocks (many chunks and blocks per call, a remainder chunk, blocks across images)."""
+    from braidpy.nn import conv as conv_module
+
+    if request.param == "generic":
+        monkeypatch.setattr(conv_module, "_NUMPY_FAST_PATH", False)
+    elif request.param == "numpy-small-chunks":
+        monkeypatch.setattr(conv_module, "_CHUNK_BYTES", 3000)
+        monkeypatch.setattr(conv_module, "_BLOCK_MNK", 700)
+    return request.param
+
+
+def _random_layers(m: int, k: int, seed: int, shape=(7, 3, 5, 4)):
+    rng = _rng(100 + seed)
+    U = rng.standard_normal((m,) + shape)
+    c = shape[1]
+    Kall = rng.standard_normal((m + 2, c, c, k, k)) / (k * np.sqrt(c))
+    bs = 0.3 * rng.standard_normal((m + 2, c))[1:m + 1]
+    hs = rng.uniform(0.05, 0.5, m)
+    Wt = rng.standard_normal((m,) + shape)
+    return U, Kall[1:m + 1], bs, hs, Wt  # Ks a slice of a stacked array, like ResNetApp's
+
+
+@pytest.mark.parametrize("name", ACTIVATIONS)
+@pytest.mark.parametrize("k", [1, 3, 5])
+@pytest.mark.parametrize("m", [1, 3, 5])
+def test_conv_batched_rows_bitwise_equal_single(conv_path, name, k, m):
+    # braidpy's results must not depend on how the steps are batched (or on the number of
+    # ranks): row i of a batched call is bit for bit the single-interval call on row i.
+    U, Ks, bs, hs, Wt = _random_layers(m, k, 10 * m + k)
+    F = conv_forward_batched(U, Ks, bs, hs, name)
+    A = conv_adjoint_batched(Wt, U, Ks, bs, hs, name)
+    dKs, dbs = conv_gradient_batched(Wt, U, Ks, bs, hs, name)
+    for i in range(m):
+        h = float(hs[i])
+        assert np.array_equal(F[i], conv_forward(U[i], Ks[i], bs[i], h, name))
+        assert np.array_equal(A[i], conv_adjoint(Wt[i], U[i], Ks[i], bs[i], h, name))
+        dK, db = conv_gradient(Wt[i], U[i], Ks[i], bs[i], h, name)
+        assert np.array_equal(dKs[i], dK) and np.array_equal(dbs[i], db)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_conv_batched_bitwise_larger_batch(conv_path, dtype):
+    # A batch that spans several chunks on the NumPy path (and a remainder chunk).
+    U, Ks, bs, hs, Wt = (x.astype(dtype) for x in _random_layers(3, 3, 7, (45, 4, 6, 6)))
+    F = conv_forward_batched(U, Ks, bs, hs, "tanh")
+    A = conv_adjoint_batched(Wt, U, Ks, bs, hs, "tanh")
+    dKs, dbs = conv_gradient_batched(Wt, U, Ks, bs, hs, "tanh")
+    for i in range(3):
+        h = hs[i]
+        assert np.array_equal(F[i], conv_forward(U[i], Ks[i], bs[i], h, "tanh"))
+        assert np.array_equal(A[i], conv_adjoint(Wt[i], U[i], Ks[i], bs[i], h, "tanh"))
+        dK, db = conv_gradient(Wt[i], U[i], Ks[i], bs[i], h, "tanh")
+        assert np.array_equal(dKs[i], dK) and np.array_equal(dbs[i], db)
+
+
+@pytest.mark.parametrize("k", [1, 3, 5])
+def test_conv_paths_match_naive(conv_path, k):
+    # Every path (generic, chunked, tiny chunks) against the loop definitions.
+    rng = _rng(200 + k)
+    x = rng.standard_normal((9, 2, 5, 7))
+    K = rng.standard_normal((3, 2, k, k))
+    g = rng.standard_normal((9, 3, 5, 7))
+    np.testing.assert_allclose(conv2d(x, K), _naive_conv2d(x, K), rtol=1e-13, atol=1e-13)
+    lhs = float(np.sum(conv2d(x, K) * g))
+    for rhs in (float(np.sum(x * conv2d_input_vjp(g, K))),
+                float(np.sum(K * conv2d_weight_vjp(g, x, k)))):
+        assert abs(lhs - rhs) <= 1e-12 * max(1.0, abs(lhs))
+    u, Kc, b, h, w = _layer(8, k)
+    act = get_activation("tanh")
+    z = _naive_conv2d(u, Kc) + b[None, :, None, None]
+    np.testing.assert_allclose(conv_forward(u, Kc, b, h, "tanh"), u + h * act.value(z),
+                               rtol=1e-13, atol=1e-13)
+    gz = h * w * act.derivative(z)
+    np.testing.assert_allclose(conv_adjoint(w, u, Kc, b, h, "tanh"),
+                               w + conv2d_input_vjp(gz, Kc), rtol=1e-13, atol=1e-13)
+    dK, db = conv_gradient(w, u, Kc, b, h, "tanh")
+    np.testing.assert_allclose(dK, conv2d_weight_vjp(gz, u, k), rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(db, gz.sum(axis=(0, 2, 3)), rtol=1e-12, atol=1e-13)

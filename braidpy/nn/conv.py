@@ -18,13 +18,15 @@ which is what braidpy's adjoint contract (``step_adjoint``/``step_gradient``) as
 Günther et al., "Layer-parallel training of deep residual neural networks", SIAM J. Math.
 Data Sci. 2 (2020), Sec. 2 and the convolutional MNIST network of Sec. 5.
 
-The convolution is a sum over the k * k kernel offsets (p, q) of one matmul each: the
-padded input is flattened row after row, so the window shifted by (p, q) is a contiguous
-slice of it (no copy), with k - 1 junk columns per image row that are dropped at the end.
-The only Python loop is over the k * k offsets; the batch and the pixels are inside the
-matmuls. The input VJP is the same correlation with the flipped, channel-swapped kernel;
-the weight VJP contracts each window with g. The ``*_batched`` variants do m independent
-steps along a leading interval axis, folded into the same batched matmuls.
+The convolution is im2col plus ONE matmul: the padded batch is laid out channels first with
+the images and their padded pixels folded into one axis, so the window of each kernel offset
+(p, q) is a contiguous slice of it; the k * k windows stacked are the im2col matrix, and the
+kernel as a (Cout, k * k * Cin) matrix multiplies it (see "layout" below). The input VJP is
+the same correlation with the flipped, channel-swapped kernel; the weight VJP multiplies g
+with the transposed im2col matrix of u (the one the step has just built for z). The
+``*_batched`` variants do m independent steps along a leading interval axis, row by row bit
+for bit equal to the single-interval functions. On NumPy the batch is processed in
+cache-sized chunks, with matmuls small enough for OpenBLAS to run them on one thread.
 
 All functions are pure and written against the array namespace of their inputs
 (``u.__array_namespace__()``, NumPy otherwise), so NumPy and CuPy arrays both work.
@@ -69,94 +71,235 @@ def _zeros_along(x: Any, axis: int, n: int, xp: Any) -> Any:
     return xp.broadcast_to(xp.zeros_like(one), s[:axis] + (n,) + s[len(s) + axis + 1:])
 
 
-def _flat_padded(x: Any, r: int, xp: Any) -> Any:
-    """x (..., C, H, W) zero-padded by r around H and W, rows laid end to end.
+def _zeros(shape: tuple, like: Any, xp: Any) -> Any:
+    """Zeros of the given shape with like's dtype, on like's device."""
+    try:
+        return xp.zeros(shape, dtype=like.dtype, device=like.device)
+    except TypeError:  # e.g. CuPy: no device keyword, the current device is like's
+        return xp.zeros(shape, dtype=like.dtype)
 
-    Shape (..., C, (H + 2r + 1) * (W + 2r)) for r > 0 (one extra zero row so that every
-    window of :func:`_windows` fits), (..., C, H * W) for r = 0.
+
+# ---------------------------------------------------------------- layout
+#
+# An image batch x (..., N, C, H, W) is laid out channels first with the batch and the
+# zero-padded pixels folded into one axis: xf[..., c, n * B + a * Wp + e] = xpad[..., n, c, a, e]
+# with Hp = H + 2r, Wp = W + 2r, B = Hp * Wp, plus one zero image at the end (_padded). The
+# output pixel (n, i, j) sits at column n * B + i * Wp + j of a (..., Cout, N * B) result,
+# and its input xpad[n, c, i + p, j + q] at column n * B + i * Wp + j + (p * Wp + q) of xf:
+# the window of kernel offset (p, q) is the contiguous slice xf[..., s:s + N * B] with
+# s = p * Wp + q (the columns of the other positions of each block are junk, dropped by
+# _crop). Stacking the k * k windows gives the im2col matrix (..., k * k * C, N * B), and
+# the convolution is ONE matmul with the kernel as a (..., Cout, k * k * Cin) matrix.
+#
+# NumPy runs the batch in chunks of images whose columns fit in cache (_chunk); every other
+# namespace (GPUs) takes the batch in one go. Leading axes (the m intervals of the batched
+# steps) are matmul batch axes: the product of interval i is the same (Cout, k*k*Cin) x
+# (k*k*Cin, nb*B) matrix product as for that interval alone, so batched results equal the
+# single-interval ones bit for bit. The NumPy batched steps go further and run the very
+# same single-interval code interval by interval (their cost is per interval anyway).
+
+#: NumPy path: im2col columns of about this many bytes per chunk of the batch.
+_CHUNK_BYTES = 1 << 20
+#: NumPy path: column blocks of at most this many multiply-adds per matmul, below the size
+#: where OpenBLAS goes multithreaded (its threads stall badly on a loaded machine, and the
+#: chunks are small); the blocks of a chunk are one stacked matmul.
+_BLOCK_MNK = 200_000
+#: Use the chunked NumPy path for NumPy arrays (False: the generic path, for tests).
+_NUMPY_FAST_PATH = True
+
+
+def _is_numpy(xp: Any) -> bool:
+    return getattr(xp, "__name__", "") == "numpy"
+
+
+class _Plan:
+    """How to cut a batch x (..., N, C, H, W) for a k x k kernel with Cout output channels.
+
+    nb images per chunk; each chunk's nb * B grid columns as nsub blocks of L columns.
+    """
+
+    def __init__(self, x: Any, k: int, cout: int, xp: Any) -> None:
+        N, C, H, W = _shape(x)[-4:]
+        self.N, self.H, self.W, self.k = N, H, W, k
+        self.Wp = W + k - 1
+        self.B = (H + k - 1) * self.Wp
+        self.fast = _NUMPY_FAST_PATH and _is_numpy(xp)
+        if self.fast:
+            self.nb = max(1, min(N, _CHUNK_BYTES // (k * k * C * self.B * x.dtype.itemsize)))
+            self.L = max(1, _BLOCK_MNK // (k * k * max(C, cout) * max(C, cout)))
+        else:
+            self.nb, self.L = max(N, 1), None
+
+    def ranges(self) -> list:
+        return [(n0, min(self.N, n0 + self.nb)) for n0 in range(0, self.N, self.nb)] or [(0, 0)]
+
+    def blocks(self, n: int) -> Tuple[int, int]:
+        """(nsub, L) for a chunk of n images: nsub * L >= n * B grid columns."""
+        cols = n * self.B
+        if self.L is None or cols <= self.L:
+            return 1, cols
+        nsub = -(-cols // self.L)
+        return nsub, -(-cols // nsub)
+
+
+def _images(x: Any, n0: int, n1: int) -> Any:
+    """Images n0:n1 of x (..., N, C, H, W)."""
+    return x[..., n0:n1, :, :, :]
+
+
+def _join(parts: list, xp: Any) -> Any:
+    """The chunks' images (..., nb, C, H, W) back in one batch."""
+    return parts[0] if len(parts) == 1 else _concat(parts, -4, xp)
+
+
+def _padded(x: Any, r: int, xp: Any, ncols: int = 0) -> Any:
+    """x (..., N, C, H, W) -> xf (..., C, M * Hp * Wp), M > N images; see the layout above.
+
+    At least one zero image follows the N images, and M * Hp * Wp >= ncols.
     """
     s = _shape(x)
-    if r == 0:
-        return xp.reshape(x, s[:-2] + (s[-2] * s[-1],))
-    zc = _zeros_along(x, -1, r, xp)
-    x = _concat([zc, x, zc], -1, xp)
-    x = _concat([_zeros_along(x, -2, r, xp), x, _zeros_along(x, -2, r + 1, xp)], -2, xp)
-    return xp.reshape(x, s[:-2] + ((s[-2] + 2 * r + 1) * (s[-1] + 2 * r),))
+    n = len(s)
+    N, C, H, W = s[-4:]
+    Hp, Wp = H + 2 * r, W + 2 * r
+    M = max(N + 1, -(-ncols // (Hp * Wp)))
+    buf = _zeros(s[:-4] + (C, M, Hp, Wp), x, xp)
+    buf[..., :N, r:r + H, r:r + W] = _permute(x, tuple(range(n - 4)) + (n - 3, n - 4, n - 2,
+                                                                          n - 1), xp)
+    return xp.reshape(buf, s[:-4] + (C, M * Hp * Wp))
 
 
-def _windows(xf: Any, H: int, W: int, k: int):
-    """Yield (p, q, window) for the k * k kernel offsets; xf from :func:`_flat_padded`.
-
-    window[..., c, i * Wp + j] = xpad[..., c, i + p, j + q] for i < H, j < Wp = W + k - 1:
-    a contiguous slice of the flattened padded image (no copy). Columns j >= W of each row
-    run into the next row and are junk; callers drop them (:func:`_crop`) or multiply them
-    by zeros (:func:`_widen`).
-    """
-    Wp = W + k - 1
-    L = H * Wp
-    for p in range(k):
-        for q in range(k):
-            s = p * Wp + q
-            yield p, q, xf[..., s:s + L]
+def _split(x: Any, s: int, nsub: int, L: int, xp: Any) -> Any:
+    """Columns s:s + nsub * L of x (..., C, cols) as nsub blocks: (..., nsub, C, L)."""
+    v = x[..., s:s + nsub * L]
+    if nsub == 1:
+        return xp.expand_dims(v, axis=-3)
+    sv = _shape(v)
+    n = len(sv) + 1
+    v = xp.reshape(v, sv[:-1] + (nsub, L))
+    return _permute(v, tuple(range(n - 3)) + (n - 2, n - 3, n - 1), xp)
 
 
-def _crop(y: Any, H: int, W: int, k: int, xp: Any) -> Any:
-    """(..., H * Wp) with junk columns -> (..., H, W)."""
+def _merge(y: Any, ncols: int, xp: Any) -> Any:
+    """Blocks (..., nsub, Cout, L) -> the first ncols columns of (..., Cout, nsub * L)."""
     s = _shape(y)
-    return xp.reshape(y, s[:-1] + (H, W + k - 1))[..., :W]
+    if s[-3] == 1:
+        return y[..., 0, :, :ncols]
+    n = len(s)
+    y = _permute(y, tuple(range(n - 3)) + (n - 2, n - 3, n - 1), xp)
+    return xp.reshape(y, s[:-3] + (s[-2], s[-3] * s[-1]))[..., :ncols]
 
 
-def _widen(g: Any, k: int, xp: Any) -> Any:
-    """(..., H, W) -> (..., H * Wp) with zeros in the k - 1 junk columns of each row."""
-    s = _shape(g)
-    if k > 1:
-        g = _concat([g, _zeros_along(g, -1, k - 1, xp)], -1, xp)
-    return xp.reshape(g, s[:-2] + (s[-2] * (s[-1] + k - 1),))
+def _columns(xf: Any, plan: _Plan, nsub: int, L: int, xp: Any) -> Any:
+    """im2col of xf = _padded(x) in blocks: (..., nsub, k * k * C, L), rows (p, q, c)."""
+    k, Wp = plan.k, plan.Wp
+    n = nsub * L
+    if k > 1:  # long contiguous copies; the blocks are then strided views of the result
+        xf = _concat([xf[..., p * Wp + q:p * Wp + q + n] for p in range(k) for q in range(k)],
+                     -2, xp)
+    return _split(xf, 0, nsub, L, xp)
 
 
-def _correlate_flat(xf: Any, K: Any, H: int, W: int, xp: Any) -> Any:
-    """conv2d from xf = _flat_padded(x): (..., batch, Cout, H, W).
+def _kernel_matrix(K: Any, xp: Any, transpose: bool = False) -> Any:
+    """K (..., Cout, Cin, k, k) as the (..., 1, Cout, k * k * Cin) matrix, columns (p, q, c).
 
-    One matmul of the kernel slice K[..., :, :, p, q] (batched over the leading axes and
-    broadcast over the batch) with each window, accumulated in a fresh local array.
+    transpose: the kernel of the input VJP instead, flipped in (p, q) and with the channel
+    axes swapped: (..., 1, Cin, k * k * Cout). The 1 broadcasts over the column blocks.
     """
-    k = _shape(K)[-1]
-    out = None
-    for p, q, window in _windows(xf, H, W, k):
-        term = xp.matmul(xp.expand_dims(K[..., p, q], axis=-3), window)
-        if out is None:
-            out = term
-        else:
-            out += term
-    return _crop(out, H, W, k, xp)
+    n = len(_shape(K))
+    lead = tuple(range(n - 4))
+    if transpose:
+        K = xp.flip(K, axis=(-2, -1))
+        axes = lead + (n - 3, n - 2, n - 1, n - 4)
+    else:
+        axes = lead + (n - 4, n - 2, n - 1, n - 3)
+    Kp = _permute(K, axes, xp)
+    s = _shape(Kp)
+    return xp.reshape(Kp, s[:-4] + (1, s[-4], s[-3] * s[-2] * s[-1]))
+
+
+def _kernel_from_matrix(dK: Any, k: int, xp: Any) -> Any:
+    """(..., Cout, k * k * Cin), columns (p, q, c) -> (..., Cout, Cin, k, k)."""
+    s = _shape(dK)
+    n = len(s) + 2
+    d = xp.reshape(dK, s[:-1] + (k, k, s[-1] // (k * k)))
+    return _permute(d, tuple(range(n - 4)) + (n - 4, n - 1, n - 3, n - 2), xp)
+
+
+def _crop(y: Any, plan: _Plan, n: int, xp: Any) -> Any:
+    """(..., Cout, n * B) on the padded grid -> the images (..., n, Cout, H, W)."""
+    s = _shape(y)
+    lead = s[:-2]
+    H, W, k = plan.H, plan.W, plan.k
+    y = xp.reshape(y, lead + (s[-2], n, H + k - 1, W + k - 1))[..., :H, :W]
+    m = len(lead)
+    return _permute(y, tuple(range(m)) + (m + 1, m, m + 2, m + 3), xp)
+
+
+def _chunk_columns(x: Any, plan: _Plan, xp: Any) -> Tuple[Any, int, int]:
+    """(im2col blocks of the images x (..., n, C, H, W), nsub, L)."""
+    n = _shape(x)[-4]
+    nsub, L = plan.blocks(n)
+    k = plan.k
+    xf = _padded(x, (k - 1) // 2, xp, nsub * L + (k - 1) * (plan.Wp + 1))
+    return _columns(xf, plan, nsub, L, xp), nsub, L
+
+
+def _product(Km: Any, cols: Any, plan: _Plan, n: int, xp: Any) -> Any:
+    """Km @ cols, cropped to the images (..., n, Cout, H, W)."""
+    return _crop(_merge(xp.matmul(Km, cols), n * plan.B, xp), plan, n, xp)
+
+
+def _apply(Km: Any, x: Any, plan: _Plan, xp: Any) -> Any:
+    """conv2d of the images x (..., n, Cin, H, W) with the kernel matrix Km."""
+    cols, _, _ = _chunk_columns(x, plan, xp)
+    return _product(Km, cols, plan, _shape(x)[-4], xp)
 
 
 def _correlate(x: Any, K: Any, xp: Any) -> Any:
     """conv2d over optional leading axes: x (..., batch, Cin, H, W), K (..., Cout, Cin, k, k)."""
-    k = _shape(K)[-1]
-    H, W = _shape(x)[-2:]
-    return _correlate_flat(_flat_padded(x, (k - 1) // 2, xp), K, H, W, xp)
+    sK = _shape(K)
+    plan = _Plan(x, sK[-1], sK[-4], xp)
+    Km = _kernel_matrix(K, xp)
+    return _join([_apply(Km, _images(x, n0, n1), plan, xp) for n0, n1 in plan.ranges()], xp)
 
 
 def _input_vjp(g: Any, K: Any, xp: Any) -> Any:
     """Transpose of x -> conv2d(x, K): correlation with the flipped, channel-swapped kernel."""
-    n = len(_shape(K))
-    axes = tuple(range(n - 4)) + (n - 3, n - 4, n - 2, n - 1)
-    return _correlate(g, xp.flip(_permute(K, axes, xp), axis=(-2, -1)), xp)
+    sK = _shape(K)
+    plan = _Plan(g, sK[-1], sK[-3], xp)
+    Kt = _kernel_matrix(K, xp, transpose=True)
+    return _join([_apply(Kt, _images(g, n0, n1), plan, xp) for n0, n1 in plan.ranges()], xp)
 
 
-def _weight_vjp(g: Any, xf: Any, k: int, xp: Any) -> Any:
-    """Transpose of K -> conv2d(x, K) from xf = _flat_padded(x): (..., Cout, Cin, k, k).
+def _flat_padded(x: Any, r: int, xp: Any) -> Any:
+    """x prepared for :func:`_weight_vjp` (which pads it chunk by chunk itself: x as is)."""
+    return x
 
-    dK[..., :, :, p, q] = sum over the batch of g @ window^T, with g's junk columns zero.
+
+def _weight_terms(g: Any, cols: Any, nsub: int, L: int, plan: _Plan,
+                  xp: Any) -> Tuple[Any, Any]:
+    """(dK matrix (..., Cout, k * k * Cin), g summed over images and pixels (..., Cout)).
+
+    g (..., n, Cout, H, W) and cols, the im2col blocks of the n images of x. g padded the
+    same way puts g[n, o, i, j] at column n * B + i * Wp + j + r * Wp + r, so the columns
+    from r * Wp + r are g on the output grid, with zeros in the junk columns.
     """
-    H, W = _shape(g)[-2:]
-    gw = _widen(g, k, xp)                                     # (..., batch, Cout, H * Wp)
-    parts = [xp.sum(xp.matmul(gw, _mT(window, xp)), axis=-3)  # (..., Cout, Cin)
-             for _, _, window in _windows(xf, H, W, k)]
-    dK = xp.stack(parts, axis=-1)                             # (..., Cout, Cin, k * k)
-    s = _shape(dK)
-    return xp.reshape(dK, s[:-1] + (k, k))
+    r = (plan.k - 1) // 2
+    o = r * plan.Wp + r
+    G = _split(_padded(g, r, xp, o + nsub * L), o, nsub, L, xp)   # (..., nsub, Cout, L)
+    dK = xp.sum(xp.matmul(G, _mT(cols, xp)), axis=-3)
+    return dK, xp.sum(xp.sum(G, axis=-1), axis=-2)
+
+
+def _weight_vjp(g: Any, x: Any, k: int, xp: Any) -> Any:
+    """Transpose of K -> conv2d(x, K), x from :func:`_flat_padded`: (..., Cout, Cin, k, k)."""
+    plan = _Plan(x, k, _shape(g)[-3], xp)
+    dK = None
+    for n0, n1 in plan.ranges():
+        cols, nsub, L = _chunk_columns(_images(x, n0, n1), plan, xp)
+        d, _ = _weight_terms(_images(g, n0, n1), cols, nsub, L, plan, xp)
+        dK = d if dK is None else dK + d
+    return _kernel_from_matrix(dK, k, xp)
 
 
 # ---------------------------------------------------------------- shape checks
@@ -317,19 +460,51 @@ def _bias(b: Any, xp: Any) -> Any:
     return xp.reshape(b, s[:-1] + (1, s[-1], 1, 1) if len(s) == 2 else (s[0], 1, 1))
 
 
-def _scaled_slope(w: Any, u: Any, K: Any, b: Any, h: Any, act: Activation, xp: Any,
-                  uf: Any = None) -> Any:
-    """g = h * w * act'(z), z = conv2d(u, K) + b (uf: _flat_padded(u), if at hand)."""
-    if uf is None:
-        uf = _flat_padded(u, (_shape(K)[-1] - 1) // 2, xp)
-    H, W = _shape(u)[-2:]
-    z = _correlate_flat(uf, K, H, W, xp) + _bias(b, xp)
-    return h * (w * act.derivative(z))
-
-
 def _steps(hs: Any, xp: Any) -> Any:
     """hs (m,) shaped (m, 1, 1, 1, 1) for broadcasting over (m, batch, C, H, W)."""
     return xp.reshape(hs, (_shape(hs)[0], 1, 1, 1, 1))
+
+
+def _forward(u: Any, K: Any, b: Any, h: Any, act: Activation, xp: Any) -> Any:
+    """u + h * act(conv2d(u, K) + b) over optional leading axes, chunk by chunk."""
+    plan = _Plan(u, _shape(K)[-1], _shape(K)[-4], xp)
+    Km, bias = _kernel_matrix(K, xp), _bias(b, xp)
+    parts = []
+    for n0, n1 in plan.ranges():
+        uc = _images(u, n0, n1)
+        parts.append(uc + h * act.value(_apply(Km, uc, plan, xp) + bias))
+    return _join(parts, xp)
+
+
+def _backward(w: Any, u: Any, K: Any, b: Any, h: Any, act: Activation, xp: Any,
+              gradient: bool) -> Any:
+    """State adjoint (gradient False) or (dK, db) (gradient True), chunk by chunk.
+
+    Per chunk g = h * w * act'(z), z = conv2d(u, K) + b; the adjoint is w +
+    conv2d_input_vjp(g, K), the gradient sums the chunks' g x (u's im2col columns)^T and g.
+    """
+    k = _shape(K)[-1]
+    plan = _Plan(u, k, _shape(K)[-4], xp)
+    Km, bias = _kernel_matrix(K, xp), _bias(b, xp)
+    Kt = None if gradient else _kernel_matrix(K, xp, transpose=True)
+    parts, dK, db = [], None, None
+    for n0, n1 in plan.ranges():
+        uc, wc = _images(u, n0, n1), _images(w, n0, n1)
+        cols, nsub, L = _chunk_columns(uc, plan, xp)
+        g = h * (wc * act.derivative(_product(Km, cols, plan, n1 - n0, xp) + bias))
+        if not gradient:
+            parts.append(wc + _apply(Kt, g, plan, xp))
+            continue
+        d, e = _weight_terms(g, cols, nsub, L, plan, xp)
+        dK, db = (d, e) if dK is None else (dK + d, db + e)
+    if not gradient:
+        return _join(parts, xp)
+    return _kernel_from_matrix(dK, k, xp), db
+
+
+def _intervals(U: Any, xp: Any) -> bool:
+    """Run the batched steps interval by interval (the NumPy path, m > 0)."""
+    return _NUMPY_FAST_PATH and _is_numpy(xp) and _shape(U)[0] > 0
 
 
 def conv_forward(u: Any, K: Any, b: Any, h: float, act: ActivationLike) -> Any:
@@ -363,7 +538,7 @@ def conv_forward(u: Any, K: Any, b: Any, h: float, act: ActivationLike) -> Any:
     _check_single("conv_forward", u, K, b)
     a = get_activation(act)
     xp = _namespace(u)
-    return u + h * a.value(_correlate(u, K, xp) + _bias(b, xp))
+    return _forward(u, K, b, h, a, xp)
 
 
 def conv_adjoint(w: Any, u: Any, K: Any, b: Any, h: float, act: ActivationLike) -> Any:
@@ -383,7 +558,7 @@ def conv_adjoint(w: Any, u: Any, K: Any, b: Any, h: float, act: ActivationLike) 
     _check_single("conv_adjoint", u, K, b, w)
     a = get_activation(act)
     xp = _namespace(u)
-    return w + _input_vjp(_scaled_slope(w, u, K, b, h, a, xp), K, xp)
+    return _backward(w, u, K, b, h, a, xp, False)
 
 
 def conv_gradient(w: Any, u: Any, K: Any, b: Any, h: float,
@@ -405,10 +580,7 @@ def conv_gradient(w: Any, u: Any, K: Any, b: Any, h: float,
     _check_single("conv_gradient", u, K, b, w)
     a = get_activation(act)
     xp = _namespace(u)
-    k = _shape(K)[-1]
-    uf = _flat_padded(u, (k - 1) // 2, xp)
-    g = _scaled_slope(w, u, K, b, h, a, xp, uf)
-    return _weight_vjp(g, uf, k, xp), xp.sum(g, axis=(0, 2, 3))
+    return _backward(w, u, K, b, h, a, xp, True)
 
 
 # ---------------------------------------------------------------- m steps at once
@@ -443,7 +615,10 @@ def conv_forward_batched(U: Any, Ks: Any, bs: Any, hs: Any, act: ActivationLike)
     _check_batched("conv_forward_batched", U, Ks, bs, hs)
     a = get_activation(act)
     xp = _namespace(U)
-    return U + _steps(hs, xp) * a.value(_correlate(U, Ks, xp) + _bias(bs, xp))
+    if _intervals(U, xp):
+        return xp.stack([_forward(U[i], Ks[i], bs[i], hs[i], a, xp)
+                         for i in range(_shape(U)[0])])
+    return _forward(U, Ks, bs, _steps(hs, xp), a, xp)
 
 
 def conv_adjoint_batched(W: Any, U: Any, Ks: Any, bs: Any, hs: Any,
@@ -464,7 +639,10 @@ def conv_adjoint_batched(W: Any, U: Any, Ks: Any, bs: Any, hs: Any,
     _check_batched("conv_adjoint_batched", U, Ks, bs, hs, W)
     a = get_activation(act)
     xp = _namespace(U)
-    return W + _input_vjp(_scaled_slope(W, U, Ks, bs, _steps(hs, xp), a, xp), Ks, xp)
+    if _intervals(U, xp):
+        return xp.stack([_backward(W[i], U[i], Ks[i], bs[i], hs[i], a, xp, False)
+                         for i in range(_shape(U)[0])])
+    return _backward(W, U, Ks, bs, _steps(hs, xp), a, xp, False)
 
 
 def conv_gradient_batched(W: Any, U: Any, Ks: Any, bs: Any, hs: Any,
@@ -487,7 +665,8 @@ def conv_gradient_batched(W: Any, U: Any, Ks: Any, bs: Any, hs: Any,
     _check_batched("conv_gradient_batched", U, Ks, bs, hs, W)
     a = get_activation(act)
     xp = _namespace(U)
-    k = _shape(Ks)[-1]
-    uf = _flat_padded(U, (k - 1) // 2, xp)
-    g = _scaled_slope(W, U, Ks, bs, _steps(hs, xp), a, xp, uf)
-    return _weight_vjp(g, uf, k, xp), xp.sum(g, axis=(1, 3, 4))
+    if _intervals(U, xp):
+        grads = [_backward(W[i], U[i], Ks[i], bs[i], hs[i], a, xp, True)
+                 for i in range(_shape(U)[0])]
+        return xp.stack([d for d, _ in grads]), xp.stack([e for _, e in grads])
+    return _backward(W, U, Ks, bs, _steps(hs, xp), a, xp, True)
