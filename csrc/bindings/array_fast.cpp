@@ -37,6 +37,24 @@ bool as_f64(PyObject* o, F64View& v) {
   return true;
 }
 
+// Whether o is a float64 array (as_f64) shaped like fa.
+bool f64_like(PyObject* o, const pyd::PyArray_Proxy* fa) {
+  F64View v;
+  if (!as_f64(o, v)) return false;
+  auto* a = pyd::array_proxy(o);
+  if (a->nd != fa->nd) return false;
+  for (int d = 0; d < a->nd; ++d)
+    if (a->dimensions[d] != fa->dimensions[d]) return false;
+  return true;
+}
+
+// Uninitialised float64 array of shape (n, *fa's shape).
+pybind11::array_t<double> new_rows(Py_ssize_t n, const pyd::PyArray_Proxy* fa) {
+  std::vector<pybind11::ssize_t> shape{static_cast<pybind11::ssize_t>(n)};
+  for (int d = 0; d < fa->nd; ++d) shape.push_back(fa->dimensions[d]);
+  return pybind11::array_t<double>(shape);
+}
+
 }  // namespace
 
 bool fast_clone(PyObject* u, PyObject** out) {
@@ -82,18 +100,9 @@ bool fast_clone_block(PyObject* const* srcs, Py_ssize_t n, PyObject** block, PyO
   if (!as_f64(first, ref)) return false;
   auto* fa = pyd::array_proxy(first);
   if (fa->nd < 1) return false;
-  for (Py_ssize_t k = 0; k < n; ++k) {
-    if (srcs[k] == nullptr) continue;
-    F64View v;
-    if (!as_f64(srcs[k], v)) return false;
-    auto* a = pyd::array_proxy(srcs[k]);
-    if (a->nd != fa->nd) return false;
-    for (int d = 0; d < a->nd; ++d)
-      if (a->dimensions[d] != fa->dimensions[d]) return false;
-  }
-  std::vector<pybind11::ssize_t> shape{static_cast<pybind11::ssize_t>(n)};
-  for (int d = 0; d < fa->nd; ++d) shape.push_back(fa->dimensions[d]);
-  pybind11::array_t<double> U(shape);
+  for (Py_ssize_t k = 0; k < n; ++k)
+    if (srcs[k] != nullptr && !f64_like(srcs[k], fa)) return false;
+  pybind11::array_t<double> U = new_rows(n, fa);
   double* data = U.mutable_data();
   const std::size_t bytes = static_cast<std::size_t>(ref.size) * sizeof(double);
   for (Py_ssize_t k = 0; k < n; ++k) {
@@ -155,17 +164,9 @@ bool fast_stack(PyObject* const* srcs, Py_ssize_t n, PyObject** out) {
   F64View ref;
   if (!as_f64(srcs[0], ref)) return false;
   auto* fa = pyd::array_proxy(srcs[0]);
-  for (Py_ssize_t k = 1; k < n; ++k) {
-    F64View v;
-    if (!as_f64(srcs[k], v)) return false;
-    auto* a = pyd::array_proxy(srcs[k]);
-    if (a->nd != fa->nd) return false;
-    for (int d = 0; d < a->nd; ++d)
-      if (a->dimensions[d] != fa->dimensions[d]) return false;
-  }
-  std::vector<pybind11::ssize_t> shape{static_cast<pybind11::ssize_t>(n)};
-  for (int d = 0; d < fa->nd; ++d) shape.push_back(fa->dimensions[d]);
-  pybind11::array_t<double> U(shape);
+  for (Py_ssize_t k = 1; k < n; ++k)
+    if (!f64_like(srcs[k], fa)) return false;
+  pybind11::array_t<double> U = new_rows(n, fa);
   double* data = U.mutable_data();
   const std::size_t bytes = static_cast<std::size_t>(ref.size) * sizeof(double);
   for (Py_ssize_t k = 0; k < n; ++k)

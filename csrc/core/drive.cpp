@@ -260,70 +260,21 @@ void Solver::final_relax() {
   agree();
 }
 
-// final_relax with all chains in lock-step (relax.cpp's f_relax_batched
-// pattern); the F-values that access or the final value need are kept until
+// final_relax with all chains in lock-step (relax.cpp's lockstep_chains);
+// the F-values that access or the final value need are kept until
 // the sweep ends and then visited in time order.
 void Solver::final_relax_batched() {
   Level& L = levels_[0];
-  const Index lo = L.own.lo, hi = L.own.hi, cf = L.cf, n = L.n;
-  const int tag = msg_tag(0, kMsgRelax) + 1000;
-  const bool send_right = L.right >= 0;
-  const bool recv_left = L.left >= 0;
+  const Index lo = L.own.lo, hi = L.own.hi, n = L.n;
   const bool keep = opts_.access_level >= 1;
-  if (send_right && L.is_c(hi)) comm_.send(L.right, tag, L.u[L.slot(hi)]);
-
-  std::vector<Index> base, kfirst, klast;
-  std::vector<Vec> srcs;
-  auto add = [&](Index s, Vec src) {
-    const Index b = (s / cf) * cf;
-    base.push_back(b);
-    kfirst.push_back(s - b + 1);
-    klast.push_back(std::min(b + cf - 1, hi) - b);
-    srcs.push_back(src);
-  };
-  if (recv_left) add(lo - 1, nullptr);
-  for (Index c = L.c_at_or_after(lo); c < hi; c += cf) add(c, L.u[L.slot(c)]);
-  const Index m = static_cast<Index>(srcs.size());
-  std::vector<Vec> rows(static_cast<std::size_t>(m), nullptr);
   std::vector<Vec> kept(static_cast<std::size_t>(hi - lo + 1), nullptr);
-  Vec block = ops_.clone_block(srcs.data(), m, rows.data());
-  bool received = !recv_left;
-  auto receive = [&]() {
-    Vec w = comm_.recv(L.left, tag);
-    left_boundary_ = ops_.clone(w);
-    if (block != nullptr) {
-      if (w != nullptr && rows[0] != nullptr) ops_.copy_into(w, rows[0]);
-      ops_.free(w);
-    } else {
-      ops_.free(rows[0]);
-      rows[0] = w;
-    }
-    received = true;
-  };
-  std::vector<Index> pts(static_cast<std::size_t>(m));
-  const Index kmax = m > 0 ? *std::max_element(klast.begin(), klast.end()) : 0;
-  for (Index k = 1; k <= kmax; ++k) {
-    Index a = m, b = 0;
-    for (Index r = 0; r < m; ++r)
-      if (kfirst[r] <= k && k <= klast[r]) {
-        if (a == m) a = r;
-        b = r + 1;
-      }
-    if (a == m) continue;
-    if (!received && a == 0) receive();
-    for (Index r = a; r < b; ++r) pts[r] = base[r] + k;
-    step_batch_on(L, 0, block, a, &rows[a], &pts[a], b - a, false);
-    for (Index r = a; r < b; ++r) {
-      const Index i = pts[r];
-      if (opts_.store_all || opts_.store_final)
-        set_slot(L.u, L.slot(i), ops_.clone(rows[r]));
-      if (keep || i == n) kept[i - lo] = ops_.clone(rows[r]);
-      if (send_right && i == hi && !L.is_c(hi)) comm_.send(L.right, tag, rows[r]);
-    }
-  }
-  if (!received) receive();
-  for (Vec w : rows) ops_.free(w);
-  ops_.free(block);
+  lockstep_chains(
+      0, msg_tag(0, kMsgRelax) + 1000, L.right >= 0, L.left >= 0, false, true,
+      [&](Index i, Vec& w) {
+        if (opts_.store_all || opts_.store_final) set_slot(L.u, L.slot(i), ops_.clone(w));
+        if (keep || i == n) kept[i - lo] = ops_.clone(w);
+      },
+      nullptr);
 
   info_.phase = kPhaseFinal;
   for (Index i = lo; i <= hi; ++i) {

@@ -104,37 +104,30 @@ bool Solver::batch_sweep(const Level& L, bool recv_left) const {
   return chains >= 2;
 }
 
-// Same values as f_relax, computed in lock-step: the chains are the rows of
-// one block (row 0: the chain from the left neighbour's value, if any; then
-// one per owned C-point c < hi). At position k = 1..cf-1 every chain that has
-// an F-point c+k takes that step in one step_batch call; the active rows are
-// always a contiguous range (only row 0 joins late, only the last row stops
-// early). The left neighbour's value is received when row 0 first needs it.
-void Solver::f_relax_batched(int l, const PointHook& on_point, const EndsHook& on_ends,
-                             int phase) {
+// The lock-step loop of f_relax_batched and final_relax_batched: the chains
+// are the rows of one block (row 0: the chain from the left neighbour's value,
+// if recv_left; then one per owned C-point c < hi). At position k = 1..cf-1
+// every chain that has an F-point c+k takes that step in one step_batch call;
+// the active rows are always a contiguous range (only row 0 joins late, only
+// the last row stops early). The left neighbour's value is received when row 0
+// first needs it (keep_left: a copy goes to left_boundary_). on_step sees each
+// new value before it is sent right; on_done sees the block before it is freed.
+void Solver::lockstep_chains(int l, int tag, bool send_right, bool recv_left, bool with_tau,
+                             bool keep_left, const PointHook& on_step,
+                             const ChainsHook& on_done) {
   Level& L = levels_[l];
-  info_.phase = phase;
   const Index lo = L.own.lo, hi = L.own.hi, cf = L.cf;
-  const bool want_end = static_cast<bool>(on_ends);
-  const int tag = msg_tag(l, kMsgRelax);
-  const bool send_right =
-      L.right >= 0 && (!L.is_c(L.ranges[L.right].lo) || want_end);
-  const bool recv_left = L.left >= 0 && (!L.is_c(lo) || want_end);
-  const bool store_f = l == 0 && opts_.store_all;
 
   if (send_right && L.is_c(hi)) comm_.send(L.right, tag, L.u[L.slot(hi)]);
 
   // Chain r steps through base[r]+k for first[r] <= k <= last[r]; ends at base[r]+cf.
   std::vector<Index> base, kfirst, klast;
   std::vector<Vec> srcs;
-  std::vector<char> ends;
   auto add = [&](Index s, Vec src) {
     const Index b = (s / cf) * cf;
-    const Index stop = std::min(b + cf - 1, hi);
     base.push_back(b);
     kfirst.push_back(s - b + 1);
-    klast.push_back(stop - b);
-    ends.push_back(want_end && b + cf <= hi);
+    klast.push_back(std::min(b + cf - 1, hi) - b);
     srcs.push_back(src);
   };
   if (recv_left) add(lo - 1, nullptr);
@@ -145,6 +138,7 @@ void Solver::f_relax_batched(int l, const PointHook& on_point, const EndsHook& o
   bool received = !recv_left;
   auto receive = [&]() {
     Vec w = comm_.recv(L.left, tag);
+    if (keep_left) left_boundary_ = ops_.clone(w);
     if (block != nullptr) {
       if (w != nullptr && rows[0] != nullptr) ops_.copy_into(w, rows[0]);
       ops_.free(w);
@@ -167,29 +161,52 @@ void Solver::f_relax_batched(int l, const PointHook& on_point, const EndsHook& o
     if (a == m) continue;
     if (!received && a == 0) receive();
     for (Index r = a; r < b; ++r) pts[r] = base[r] + k;
-    step_batch_on(L, l, block, a, &rows[a], &pts[a], b - a, true);
+    step_batch_on(L, l, block, a, &rows[a], &pts[a], b - a, with_tau);
     for (Index r = a; r < b; ++r) {
       const Index i = pts[r];
-      if (store_f) set_slot(L.u, L.slot(i), ops_.clone(rows[r]));
-      if (on_point) on_point(i, rows[r]);
+      on_step(i, rows[r]);
       if (send_right && i == hi && !L.is_c(hi)) comm_.send(L.right, tag, rows[r]);
     }
   }
   if (!received) receive();
 
-  Index e0 = m, e1 = 0;
-  for (Index r = 0; r < m; ++r)
-    if (ends[r]) {
-      if (e0 == m) e0 = r;
-      e1 = r + 1;
-    }
-  if (e0 < e1) {
-    std::vector<Index> cs(static_cast<std::size_t>(m));
-    for (Index r = e0; r < e1; ++r) cs[r] = base[r] + cf;
-    on_ends(block, e0, &rows[e0], &cs[e0], e1 - e0);
-  }
+  if (on_done) on_done(block, rows.data(), base.data(), m);
   for (Vec w : rows) ops_.free(w);
   ops_.free(block);
+}
+
+// Same values as f_relax, computed in lock-step (lockstep_chains).
+void Solver::f_relax_batched(int l, const PointHook& on_point, const EndsHook& on_ends,
+                             int phase) {
+  Level& L = levels_[l];
+  info_.phase = phase;
+  const Index hi = L.own.hi, cf = L.cf;
+  const bool want_end = static_cast<bool>(on_ends);
+  const bool send_right =
+      L.right >= 0 && (!L.is_c(L.ranges[L.right].lo) || want_end);
+  const bool recv_left = L.left >= 0 && (!L.is_c(L.own.lo) || want_end);
+  const bool store_f = l == 0 && opts_.store_all;
+
+  auto after_step = [&](Index i, Vec& w) {
+    if (store_f) set_slot(L.u, L.slot(i), ops_.clone(w));
+    if (on_point) on_point(i, w);
+  };
+  // The chains that reach an owned C-point (a contiguous range of rows) end together.
+  auto ends = [&](Vec block, Vec* rows, const Index* base, Index m) {
+    Index e0 = m, e1 = 0;
+    for (Index r = 0; r < m; ++r)
+      if (base[r] + cf <= hi) {
+        if (e0 == m) e0 = r;
+        e1 = r + 1;
+      }
+    if (e0 < e1) {
+      std::vector<Index> cs(static_cast<std::size_t>(m));
+      for (Index r = e0; r < e1; ++r) cs[r] = base[r] + cf;
+      on_ends(block, e0, &rows[e0], &cs[e0], e1 - e0);
+    }
+  };
+  lockstep_chains(l, msg_tag(l, kMsgRelax), send_right, recv_left, true, false, after_step,
+                  want_end ? ChainsHook(ends) : ChainsHook());
 }
 
 // One F-sweep followed by a Jacobi C-sweep: every C-point c > 0 becomes the

@@ -74,6 +74,8 @@ class Solver {
   using EndHook = std::function<void(Index, Vec&)>;   // u at c-1, c = next C-point
   // Batched end hook: ws[k] is u at cs[k]-1 (rows first.. of block); may take ws[k].
   using EndsHook = std::function<void(Vec block, Index first, Vec* ws, const Index* cs, Index n)>;
+  // Lock-step chains at the end: rows[r] (row r of block) is chain r, from C-point base[r].
+  using ChainsHook = std::function<void(Vec block, Vec* rows, const Index* base, Index m)>;
 
   // relax.cpp
   void step_on(Level& L, int l, Vec& u, Index i, bool with_tau);  // u: t_{i-1} -> t_i
@@ -86,6 +88,9 @@ class Solver {
   // F-relax with every chain advanced in lock-step, one step_batch per F-step
   // position; on_ends sees all chain ends at once.
   void f_relax_batched(int l, const PointHook& on_point, const EndsHook& on_ends, int phase);
+  // The chain loop both batched sweeps share (relax.cpp).
+  void lockstep_chains(int l, int tag, bool send_right, bool recv_left, bool with_tau,
+                       bool keep_left, const PointHook& on_step, const ChainsHook& on_done);
   void final_relax_batched();
   void fc_relax(int l);
   void relax(int l);
