@@ -20,12 +20,14 @@ from braidpy.nn import (
     smooth_relu_derivative,
 )
 
+from nn_checks import FD_STEP, KINKS, RTOL
+from nn_checks import fd_gradient as _fd_gradient
+from nn_checks import min_kink_distance as _min_kink_distance
+from nn_checks import rel as _rel
+
 SEED = 20261121
 ACTIVATIONS = ["tanh", "relu", "smooth_relu"]
 # Points of non-smoothness (where the second derivative jumps) for each activation.
-KINKS = {"tanh": [], "relu": [0.0], "smooth_relu": [-SMOOTH_RELU_EPS, SMOOTH_RELU_EPS]}
-FD_STEP = 1e-6
-RTOL = 1e-7
 BATCH, WIDTH, M = 5, 4, 3
 
 
@@ -61,23 +63,10 @@ def _layers(offset: int = 0):
     return U, Ks, bs, hs, C
 
 
-def _fd_gradient(f, x: np.ndarray) -> np.ndarray:
-    """Central finite differences of the scalar function f at x, entry by entry."""
-    g = np.empty_like(x)
-    for i in np.ndindex(x.shape):
-        xp, xm = x.copy(), x.copy()
-        xp[i] += FD_STEP
-        xm[i] -= FD_STEP
-        g[i] = (f(xp) - f(xm)) / (2 * FD_STEP)
-    return g
 
 
-def _rel(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
-def _min_kink_distance(z: np.ndarray, name: str) -> float:
-    return min((float(np.min(np.abs(z - k))) for k in KINKS[name]), default=np.inf)
 
 
 # ---------------------------------------------------------------- activations

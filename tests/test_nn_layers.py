@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from braidpy.nn import (
-    SMOOTH_RELU_EPS,
     accuracy,
     classifier_gradient,
     classifier_logits,
@@ -25,41 +24,23 @@ from braidpy.nn import (
     zero_pad_opening,
 )
 
+from nn_checks import RTOL
+from nn_checks import bias_away_from_kinks as _away_from_kinks
+from nn_checks import fd_gradient as _fd_gradient
+from nn_checks import rel as _rel
+
 SEED = 20261123
 OPENING_ACTS = [None, "tanh", "relu", "smooth_relu"]
-KINKS = {None: [], "tanh": [], "relu": [0.0],
-         "smooth_relu": [-SMOOTH_RELU_EPS, SMOOTH_RELU_EPS]}
-FD_STEP = 1e-6
-RTOL = 1e-7
 
 
 def _rng(offset: int = 0) -> np.random.Generator:
     return np.random.default_rng(SEED + offset)
 
 
-def _fd_gradient(f, x: np.ndarray) -> np.ndarray:
-    """Central finite differences of the scalar function f at x, entry by entry."""
-    g = np.empty_like(x)
-    for i in np.ndindex(x.shape):
-        xp, xm = x.copy(), x.copy()
-        xp[i] += FD_STEP
-        xm[i] -= FD_STEP
-        g[i] = (f(xp) - f(xm)) / (2 * FD_STEP)
-    return g
 
 
-def _rel(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
-def _away_from_kinks(z_of_b, b: np.ndarray, name, margin: float = 1e-3) -> np.ndarray:
-    """Shift the bias until no pre-activation lies within margin of a kink (for FD checks)."""
-    for _ in range(50):
-        z = z_of_b(b)
-        if all(np.min(np.abs(z - k)) > margin for k in KINKS[name]):
-            return b
-        b = b + 0.0137
-    raise AssertionError("could not keep the test data away from the kinks")
 
 
 def _act(name, z):
