@@ -2,7 +2,7 @@
 
 from ._app import App
 from ._core import Status
-from ._errors import BraidError, DivergenceError
+from ._errors import BraidError, DivergenceError, ErrorLabels
 from ._options import Options
 from ._result import Result
 from ._solver import Core, solve
@@ -16,6 +16,7 @@ __all__ = [
     "BraidError",
     "Core",
     "DivergenceError",
+    "ErrorLabels",
     "Gradient",
     "GradientSolver",
     "Options",

@@ -1,6 +1,9 @@
-"""Exceptions raised by braidpy."""
+"""Exceptions raised by braidpy, and how their messages name ranks and callbacks."""
 
-__all__ = ["BraidError", "DivergenceError"]
+from dataclasses import dataclass, field
+from typing import Mapping, Optional, Tuple
+
+__all__ = ["BraidError", "DivergenceError", "ErrorLabels"]
 
 
 class BraidError(RuntimeError):
@@ -27,3 +30,19 @@ class DivergenceError(BraidError):
         self.iteration = iteration
         self.level = level
         self.value = value
+
+
+@dataclass(frozen=True)
+class ErrorLabels:
+    """How a :class:`braidpy.Core`'s errors name ranks and callbacks.
+
+    For apps that wrap other apps (``braidpy.adjoint`` runs the user's adjoint
+    callbacks inside its own ``step``/``init``/``access``, on a reversed communicator):
+
+    ranks : the number each rank of the Core's communicator is known by (default: its
+        rank in that communicator).
+    callbacks : the name to report for a failing core callback ({"step": "step_adjoint"}).
+    """
+
+    ranks: Optional[Tuple[int, ...]] = None
+    callbacks: Mapping[str, str] = field(default_factory=dict)

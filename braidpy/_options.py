@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
-from typing import Dict, Mapping, Union
+from typing import Any, Dict, Mapping, Union
 
 __all__ = ["Options"]
 
@@ -42,8 +42,11 @@ class Options:
         F-cycles instead of V-cycles. Default False.
     fmg_vcycles : int
         V-cycles per level inside an F-cycle. Default 1.
-    storage : "C" or "all"
-        Store fine C-points only, or every fine point. Default "C".
+    storage : "C", "final" or "all"
+        Store fine C-points only; also every fine point of the final sweep
+        ("final": what :meth:`Core.stored` and the adjoint read, without copying
+        F-points in every relaxation); or every fine point throughout ("all").
+        Default "C".
     seq_soln : bool
         Initial guess = sequential solution (implies no skip). Default False.
     final_fc_relax : bool
@@ -103,23 +106,56 @@ class Options:
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
         _int(self, "fmg_vcycles", 1)
-        if self.storage not in ("C", "all"):
-            raise ValueError(f"storage must be 'C' or 'all', got {self.storage!r}")
+        if self.storage not in ("C", "final", "all"):
+            raise ValueError(f"storage must be 'C', 'final' or 'all', got {self.storage!r}")
         _int(self, "access_level", 0)
         if self.access_level > 2:
             raise ValueError(f"access_level must be 0, 1 or 2, got {self.access_level!r}")
         _int(self, "print_level", 0)
 
     @classmethod
-    def from_kwargs(cls, **kwargs) -> "Options":
-        """Options from keyword arguments; unknown names raise with a suggestion."""
-        fields = {f.name for f in dataclasses.fields(cls)}
-        for key in kwargs:
-            if key not in fields:
-                close = difflib.get_close_matches(key, sorted(fields), n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
-                raise ValueError(f"unknown option {key!r}{hint}")
+    def from_kwargs(cls, **kwargs: Any) -> "Options":
+        """Options from keyword arguments; unknown names raise with a suggestion.
+
+        >>> Options.from_kwargs(cfactr=4)
+        Traceback (most recent call last):
+        ...
+        ValueError: unknown option 'cfactr'; did you mean 'cfactor'?
+        """
+        _check_names(kwargs)
         return cls(**kwargs)
+
+    @classmethod
+    def coerce(cls, options: Union["Options", Mapping[str, Any], None] = None,
+               **overrides: Any) -> "Options":
+        """``options`` (an Options, a mapping of option names, or None for the
+        defaults) with ``overrides`` applied: the one way options enter braidpy.
+
+        >>> Options.coerce({"cfactor": 4}, max_levels=2).max_levels
+        2
+        """
+        if options is None:
+            return cls.from_kwargs(**overrides)
+        if isinstance(options, Options):
+            return options.replace(**overrides) if overrides else options
+        if not isinstance(options, Mapping):
+            raise TypeError(f"options must be braidpy.Options, a dict or None, got "
+                            f"{type(options).__name__}")
+        return cls.from_kwargs(**{**dict(options), **overrides})
+
+    def replace(self, **changes: Any) -> "Options":
+        """A copy with ``changes`` applied (validated; unknown names raise)."""
+        _check_names(changes)
+        return dataclasses.replace(self, **changes)
+
+    def changed(self) -> Dict[str, Any]:
+        """The options that differ from their defaults, by name.
+
+        >>> Options(cfactor=4).changed()
+        {'cfactor': 4}
+        """
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if getattr(self, f.name) != f.default}
 
     def per_level(self, name: str) -> tuple[int, Dict[int, int]]:
         """(default, overrides) of a per-level option."""
@@ -139,11 +175,21 @@ class Options:
             max_iter=self.max_iter, abs_tol=float(self.abs_tol), rel_tol=float(self.rel_tol),
             tnorm=0 if self.tnorm not in (1, 2) else int(self.tnorm),
             skip=self.skip, fmg=self.fmg, nfmg=-1, fmg_vcycles=self.fmg_vcycles,
-            store_all=self.storage == "all", seq_soln=self.seq_soln,
+            store_all=self.storage == "all", store_final=self.storage == "final",
+            seq_soln=self.seq_soln,
             final_fc_relax=self.final_fc_relax, relax_only_cg=self.relax_only_cg,
             access_level=self.access_level, residual_computation=self.residual_computation,
             timings=self.timings, batch=self.batch,
         )
+
+
+def _check_names(kwargs: Mapping[str, Any]) -> None:
+    fields = sorted(f.name for f in dataclasses.fields(Options))
+    for key in kwargs:
+        if key not in fields:
+            close = difflib.get_close_matches(str(key), fields, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ValueError(f"unknown option {key!r}{hint}")
 
 
 def _is_int(v) -> bool:

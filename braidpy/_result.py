@@ -1,14 +1,16 @@
-"""What a solve returns."""
+"""What a solve returns: plain values, typed."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+import dataclasses
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
 __all__ = ["Result"]
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
 class Result:
     """Outcome of :func:`braidpy.solve` / :meth:`braidpy.Core.solve`.
 
@@ -24,7 +26,7 @@ class Result:
     levels : int
         Number of levels built.
     level_info : list of dict
-        Per level: n (intervals), cfactor, nrelax, and this rank's lo..hi.
+        Per level: n (intervals), cfactor, nrelax, fine_stride, and this rank's lo..hi.
     times : numpy.ndarray
         The fine time grid t_0..t_N.
     owned : range
@@ -38,25 +40,19 @@ class Result:
         seconds spent inside each callback and in communication.
     """
 
-    def __init__(self, core, solver, final, wall_time: float):
-        self._core = core
-        self._solver = solver
-        hist = solver.residuals()
-        self.iterations: int = solver.iterations
-        self.residuals: List[float] = [r for _, r in hist]
-        self.residual_iterations: List[int] = [k for k, _ in hist]
-        self.level_info: List[Dict[str, Any]] = solver.levels()
-        self.levels: int = len(self.level_info)
-        coarsest = self.level_info[-1]
-        if coarsest["cfactor"] > coarsest["n"]:  # solved by stepping: no C/F split
-            coarsest["cfactor"] = None
-        self.times: np.ndarray = solver.times()
-        lo, hi = solver.owned
-        self.owned = range(lo, hi + 1)
-        self.final: Any = final
-        self.counts: Dict[str, int] = solver.counts()
-        self.timings: Dict[str, float] = solver.timings() if core.options.timings else {}
-        self.timings["total"] = wall_time
+    iterations: int
+    residuals: List[float]
+    residual_iterations: List[int]
+    levels: int
+    level_info: List[Dict[str, Any]]
+    times: np.ndarray
+    owned: range
+    final: Any
+    counts: Dict[str, int]
+    timings: Dict[str, float]
+    # Core.solution of the solve that made this result; it refuses once that Core
+    # has solved again (the stored values are then another solve's).
+    solution_source: Optional[Callable[..., Any]] = dataclasses.field(default=None, repr=False)
 
     def index_of(self, t: float) -> int:
         """Fine index of time t (the nearest grid point, which must be within 1e-9*dt)."""
@@ -70,6 +66,7 @@ class Result:
         """A copy of the fine solution at time t (or fine index), on the owning rank.
 
         F-point values are recomputed from their C-point unless storage="all".
+        Valid until the Core that produced this result solves again.
         """
         if (t is None) == (index is None):
             raise TypeError("give exactly one of t or index")
@@ -81,7 +78,9 @@ class Result:
                 f"time index {i} is owned by another rank (this rank holds "
                 f"{self.owned.start}..{self.owned.stop - 1})"
             )
-        return self._core._unwrap(self._solver.solution(i))
+        if self.solution_source is None:
+            raise ValueError("this Result has no solver to recompute solutions from")
+        return self.solution_source(i)
 
     def __repr__(self) -> str:
         last = f", last residual {self.residuals[-1]:.3e}" if self.residuals else ""

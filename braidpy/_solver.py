@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 import time
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from . import _core
 from ._app import App
-from ._errors import BraidError, DivergenceError
-from ._mpi import TimeComm, comm_rank_size
+from ._errors import BraidError, DivergenceError, ErrorLabels
 from ._options import Options
 from ._result import Result
+from .parallel.agree import agreed
+from .parallel.collectives import allreduce_int, bcast_bytes
+from .parallel.comm import rank_size
+from .parallel.layers import check_ranges
+from .parallel.timecomm import TimeComm
 
 __all__ = ["Core", "solve"]
 
@@ -84,8 +89,15 @@ class Core:
         Time communicator; None (default) runs serially without MPI.
     times : array_like, optional
         A non-uniform fine grid of ntime+1 increasing times from tstart to tstop.
-    **options
-        See :class:`braidpy.Options`.
+    options : Options or dict, optional
+        MGRIT options (:class:`braidpy.Options`); keyword options override its fields.
+    ownership : sequence of (lo, hi), optional
+        The fine indices each rank owns, contiguous in rank order (default: XBraid's
+        block distribution). ``braidpy.adjoint`` uses it for the mirrored layout.
+    labels : ErrorLabels, optional
+        How errors name ranks and callbacks (for apps that wrap other apps).
+    **kwargs
+        Options by name (see :class:`braidpy.Options`).
 
     A second :meth:`solve` starts from the previous solution (warm restart);
     :meth:`reset_guess` and :meth:`set_initial_condition` change that.
@@ -108,20 +120,23 @@ class Core:
     """
 
     def __init__(self, app: Any, tstart: float, tstop: float, ntime: int, *,
-                 comm: Any = None, times: Optional[Sequence[float]] = None,
-                 _fine_ranges: Optional[Sequence[Tuple[int, int]]] = None,
-                 _labels: Optional[dict] = None, _store_final: bool = False,
-                 **options: Any):
-        self.options = Options.from_kwargs(**options)
+                 comm: Any = None, times: Union[Sequence[float], np.ndarray, None] = None,
+                 options: Union[Options, Mapping[str, Any], None] = None,
+                 ownership: Optional[Sequence[Tuple[int, int]]] = None,
+                 labels: Optional[ErrorLabels] = None, **kwargs: Any):
+        self.options = Options.coerce(options, **kwargs)
         _check_app(app)
         grid = _time_grid(tstart, tstop, ntime, times)
         self.app = app
-        self.rank, self.size = (0, 1) if comm is None else comm_rank_size(comm)
+        self.rank, self.size = rank_size(comm)
         self.comm = comm
-        # How errors name ranks and callbacks (braidpy.adjoint runs on a reversed
-        # communicator through a wrapper app).
-        self._labels = _labels or {}
+        self.labels = labels or ErrorLabels()
+        ranks = self.labels.ranks
+        if ranks is not None and len(ranks) != self.size:
+            raise ValueError(f"labels.ranks has {len(ranks)} entries for {self.size} ranks")
+        # Our own duplicate of comm: the core's messages never meet the user's.
         self._tcomm = TimeComm(comm) if self.size > 1 else None
+        self._wire = None if self._tcomm is None else self._tcomm.comm
         for name, value in (("tstart", float(tstart)), ("tstop", float(tstop)),
                             ("ntime", int(ntime))):
             try:
@@ -132,26 +147,26 @@ class Core:
             else None
         core_options = self.options.to_core()
         core_options["batch"] = self.options.batch and has_step_batch(app)
-        self.batched = core_options["batch"]
-        if _store_final:  # braidpy.adjoint: keep the final sweep's F-points (stored())
-            core_options["store_final"] = True
-        if _fine_ranges is not None:  # braidpy.adjoint's mirrored layout
-            core_options["fine_ranges"] = [(int(lo), int(hi)) for lo, hi in _fine_ranges]
+        if ownership is not None:
+            core_options["fine_ranges"] = check_ranges(ownership, int(ntime), self.size)
+        self.batched: bool = core_options["batch"]
         self._solver = _core.Solver(app, self._tcomm, self.rank, self.size, core_options,
                                     grid.tolist(), progress)
+        self._generation = 0  # solves started: a Result answers for its own only
         if self.options.print_level >= 2 and self.rank == 0:
             for level, info in enumerate(self._solver.levels()):
                 print(f"  Braid: level {level}: {info['n']} intervals, cfactor {info['cfactor']}, "
                       f"nrelax {info['nrelax']}")
 
+    # ------------------------------------------------------------ the grid
     @property
     def nlevels(self) -> int:
         """Number of levels in the hierarchy."""
         return self._solver.nlevels
 
     @property
-    def level_info(self) -> list:
-        """Per level: n (intervals), cfactor, nrelax and this rank's lo..hi."""
+    def level_info(self) -> List[Dict[str, Any]]:
+        """Per level: n (intervals), cfactor, nrelax, fine_stride and this rank's lo..hi."""
         return self._solver.levels()
 
     @property
@@ -165,6 +180,7 @@ class Core:
         lo, hi = self._solver.owned
         return range(lo, hi + 1)
 
+    # --------------------------------------------------------------- solving
     def solve(self) -> Result:
         """Run MGRIT to the halting test; returns a :class:`Result` (on every rank).
 
@@ -173,21 +189,72 @@ class Core:
         if the residual norm is not finite; ``KeyboardInterrupt`` passes through.
         """
         start = time.perf_counter()
-        self._unwrap(self._solver.solve())
+        self._generation += 1
+        self._check(self._solver.solve())
         final = self._broadcast_final()
-        result = Result(self, self._solver, final, time.perf_counter() - start)
+        result = self._result(final, time.perf_counter() - start)
         if self.options.print_level >= 1 and self.rank == 0:
             print(f"  Braid: {result.iterations} iterations, {result.levels} levels")
         return result
+
+    def _result(self, final: Any, wall_time: float) -> Result:
+        info: List[Dict[str, Any]] = self._solver.levels()
+        coarsest = info[-1]
+        if coarsest["cfactor"] > coarsest["n"]:  # solved by stepping: no C/F split
+            coarsest["cfactor"] = None
+        timings = self._solver.timings() if self.options.timings else {}
+        timings["total"] = wall_time
+        history = self._solver.residuals()
+        return Result(
+            iterations=self._solver.iterations, residuals=[r for _, r in history],
+            residual_iterations=[k for k, _ in history], levels=len(info), level_info=info,
+            times=self.times, owned=self.owned, final=final, counts=self.counts(),
+            timings=timings,
+            solution_source=functools.partial(self._solution_of, self._generation))
 
     def reset_guess(self) -> None:
         """The next solve starts again from app.init (a cold start)."""
         self._solver.reset_guess()
 
-    def set_initial_condition(self, u0: Any) -> None:
-        """Use u0 (copied) as the value at tstart in the next solve."""
-        self._solver.set_initial_condition(self.app.clone(u0))
+    def set_initial_condition(self, u0: Any, *, copy: bool = True) -> None:
+        """Use u0 as the value at tstart in the next solve (a copy unless copy=False,
+        when the Core takes u0 itself; the caller must not use it afterwards)."""
+        self._solver.set_initial_condition(self.app.clone(u0) if copy else u0)
 
+    # ---------------------------------------------------------- stored values
+    def stored(self, index: int) -> Any:
+        """The stored fine value at ``index`` after a solve, or None.
+
+        Available: owned C-points; with ``storage="all"`` or ``"final"`` every owned
+        point, and the point just left of the owned range (received in the final
+        sweep). The vector is the Core's own (not a copy): read it, do not change it;
+        it stays valid until the next solve.
+        """
+        return self._solver.stored(int(index))
+
+    def stored_block(self, start: int, stop: int, step: int = 1) -> Optional[np.ndarray]:
+        """The stored values at ``range(start, stop, step)`` stacked into one new array
+        (one copy in C++), or None when one is missing or they are not all float64
+        NumPy arrays of one shape (then gather them with :meth:`stored`)."""
+        return self._solver.stored_block(int(start), int(stop), int(step))
+
+    def solution(self, t: Optional[float] = None, *, index: Optional[int] = None) -> Any:
+        """A copy of the fine solution at time t (or fine index) of the last solve, on
+        the owning rank (see :meth:`Result.solution`)."""
+        return self._result(None, 0.0).solution(t, index=index)
+
+    def _solution_of(self, generation: int, index: int) -> Any:
+        if generation != self._generation:
+            raise ValueError("this Result is from an earlier solve of its Core; the Core "
+                             "has solved again since (take solutions before re-solving)")
+        return self._check(self._solver.solution(index))
+
+    def counts(self) -> Dict[str, int]:
+        """Callback calls of the last solve (or objective), by callback name;
+        ``step_batch_items`` counts the states advanced by batched calls."""
+        return self._solver.counts()
+
+    # ----------------------------------------------------------------- errors
     def _print_progress(self, k: int, rnorm: float, has: bool) -> None:
         if has:
             print(f"  Braid: || r_{k} || = {rnorm:.6e}")
@@ -195,67 +262,66 @@ class Core:
             print(f"  Braid: || r_{k} || not available")
         sys.stdout.flush()
 
-    def _unwrap(self, outcome):
-        """Turn the compiled core's outcome tuple into a value or an exception."""
-        kind = outcome[0]
-        if kind == "ok":
-            return outcome[1]
-        if kind == "diverged":
-            _, iteration, level, value = outcome
-            raise DivergenceError(iteration, level, value)
-        _, error, callback = outcome
-        callback = self._labels.get("callbacks", {}).get(callback, callback)
-        ranks = self._labels.get("ranks", list(range(self.size)))
-        summary = None if error is None else f"{callback or 'communication'} raised " \
-            f"{type(error).__name__}: {error}"
-        summaries = [summary] if self._tcomm is None else self._tcomm.comm.allgather(summary)
-        if error is not None:
-            if self.size > 1 and hasattr(error, "add_note"):
-                error.add_note(f"braidpy: raised in {callback or 'communication'} on rank "
-                               f"{ranks[self.rank]} of {self.size}; all ranks stopped")
-            try:
-                raise error
-            finally:
-                # No cycle exception -> traceback -> this frame -> exception: the Core
-                # then goes by reference counting when the caller drops the exception,
-                # at the same point on every rank, not in a garbage collection at
-                # different points (its __del__ frees a communicator, which MPICH may
-                # synchronise).
-                del error, outcome
-        where = [f"rank {ranks[r]}: {s}" for r, s in enumerate(summaries) if s is not None]
-        raise BraidError("solve stopped because a user callback failed on another rank ("
-                         + "; ".join(where) + ")")
+    def _agreement(self, what: str):
+        return agreed(self._wire, what, self.labels.ranks)
 
-    def _broadcast_final(self):
+    def _check(self, outcome: Any) -> Any:
+        """The value of the compiled core's outcome, or its failure raised on every
+        rank (the ranks already stopped together; here they agree on the message)."""
+        outcome = _as_outcome(outcome)
+        if outcome.kind == "ok":
+            return outcome.vector
+        if outcome.kind == "diverged":
+            raise DivergenceError(outcome.iteration, outcome.level, outcome.value)
+        name = outcome.callback
+        where = self.labels.callbacks.get(name, name) or "communication"
+        error = outcome.error
+        del outcome
+        try:
+            self._agreement("solve").settle(error, where)
+        finally:
+            del error  # no exception <-> frame cycle (braidpy.parallel.agree)
+        raise BraidError("solve stopped: a message from another rank reported a failure")
+
+    def _broadcast_final(self) -> Any:
         mine = self._solver.final_value()
-        if self._tcomm is None:
+        if self._wire is None:
             return None if mine is None else self.app.clone(mine)
-        comm = self._tcomm.comm
-        root = comm.allreduce(self.rank if mine is not None else -1, op=self._tcomm.MPI.MAX)
-        payload = error = None
-        if self.rank == root:
-            try:
-                payload = ("ok", bytes(memoryview(self.app.bufpack(mine)).cast("B")))
-            except Exception as exc:  # noqa: BLE001 - re-raised below on this rank
-                error = exc
-                payload = ("failed", f"bufpack raised {type(exc).__name__}: {exc}")
-        got = comm.bcast(payload if self.rank == root else None, root=root)
-        if got[0] == "failed":
+        root = allreduce_int(self._wire, self.rank if mine is not None else -1, "max")
+        packed = None
+        with self._agreement("packing the final value"):
             if self.rank == root:
-                try:
-                    raise error
-                finally:
-                    del error  # no exception <-> frame cycle (see _unwrap)
-            raise BraidError(f"rank {root}: {got[1]} (while sharing the final value)")
-        if self.rank == root:
-            return self.app.clone(mine)
-        return self.app.bufunpack(bytearray(got[1]))
+                packed = bytes(memoryview(self.app.bufpack(mine)).cast("B"))
+        data = bcast_bytes(self._wire, packed, root)
+        with self._agreement("unpacking the final value"):
+            value = self.app.clone(mine) if self.rank == root else \
+                self.app.bufunpack(bytearray(data))
+        return value
+
+    def close(self) -> None:
+        """Release the Core's duplicate of the communicator now (also done when the
+        Core is garbage collected). The Core cannot solve afterwards."""
+        tcomm, self._tcomm = getattr(self, "_tcomm", None), None
+        if tcomm is not None:
+            tcomm.free()
 
     def __del__(self):
         # Release our duplicate of the communicator (MPI has a few thousand).
-        tcomm = getattr(self, "_tcomm", None)
-        if tcomm is not None:
-            tcomm.free()
+        self.close()
+
+
+def _as_outcome(raw: Any) -> Any:
+    """The compiled core's outcome with attribute access (kind, vector, error, ...)."""
+    if not isinstance(raw, tuple):
+        return raw
+    from types import SimpleNamespace
+
+    kind = raw[0]
+    if kind == "ok":
+        return SimpleNamespace(kind=kind, vector=raw[1])
+    if kind == "diverged":
+        return SimpleNamespace(kind=kind, iteration=raw[1], level=raw[2], value=raw[3])
+    return SimpleNamespace(kind=kind, error=raw[1], callback=raw[2])
 
 
 def solve(app: Any, tstart: float, tstop: float, ntime: int, *, comm: Any = None,

@@ -30,7 +30,8 @@ import numpy as np
 from . import __version__
 from .nn import OPENINGS, ResNet, activation_names
 from .parallel import world
-from .train import MODES, OPTIMIZERS, TrainConfig, Trainer
+from .parallel.collectives import bcast_bytes
+from .train import MODES, OPTIMIZERS, TrainConfig, Trainer, training_options
 from .train import checkpoint as _checkpoint
 from .train.progress import JsonLog, Progress, summary, summary_lines
 
@@ -78,8 +79,9 @@ def _on_root(comm: Any, action: Callable[[], Any], what: str = "") -> None:
             action()
         except Exception as exc:  # noqa: BLE001 - reported to every rank
             message, error = what + _describe(exc), exc
-    if comm is not None:
-        message = comm.bcast(message, root=0)
+    if comm is not None:  # every rank learns rank 0's message (empty: it went well)
+        message = bcast_bytes(comm, None if message is None else message.encode(), 0).decode(
+            "utf-8", "replace") or None
     if message is not None:
         raise _Failed(message) from error
 
@@ -325,7 +327,7 @@ def make_config(args: argparse.Namespace) -> TrainConfig:
     """The :class:`TrainConfig` of the options (MGRIT options for both solves)."""
     return TrainConfig(
         mode=args.mode, m1=args.m1, m2=args.m2,
-        mgrit={"max_levels": args.levels, "cfactor": args.cf, "abs_tol": args.tol},
+        mgrit=training_options(dict(max_levels=args.levels, cfactor=args.cf, abs_tol=args.tol)),
         optimizer=args.optimizer, lr=args.lr, momentum=args.momentum, batch_size=args.batch,
         shuffle=args.shuffle, iterations=args.iterations, tikhonov=args.tikhonov,
         ddt=args.ddt, classifier_reg=args.classifier_reg, seed=args.seed,

@@ -3,6 +3,7 @@
     mpiexec -n P python tests/mpi_driver.py histories OUT.json
     mpiexec -n P python tests/mpi_driver.py errors OUT.json
     mpiexec -n P python tests/mpi_driver.py batched OUT.json
+    mpiexec -n P python tests/mpi_driver.py parallel OUT.json
 """
 
 import json
@@ -21,6 +22,12 @@ def run_histories():
     from mpi_cases import HISTORY_CASES
 
     return {name: case(COMM) for name, case in HISTORY_CASES.items()}
+
+
+def run_parallel():
+    from parallel_cases import PARALLEL_CASES
+
+    return {name: case(COMM) for name, case in PARALLEL_CASES.items()}
 
 
 def run_batched():
@@ -60,7 +67,7 @@ def main():
     suite, path = sys.argv[1], sys.argv[2]
     try:
         suites = {"histories": run_histories, "errors": run_errors, "resources": run_resources,
-                  "batched": run_batched}
+                  "batched": run_batched, "parallel": run_parallel}
         result = suites[suite]()
     except BaseException:
         traceback.print_exc()

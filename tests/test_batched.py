@@ -139,7 +139,7 @@ def test_fine_slice_matches_fine_indices():
 
 
 def test_adjoint_batch_status_slices():
-    from braidpy.adjoint import _as_slice
+    from braidpy.adjoint.status import as_slice as _as_slice
 
     idx = np.arange(100)
     for ns in ([5, 9, 13], [13, 9, 5], [3, 2, 1, 0], [7], [4, 0]):

@@ -14,11 +14,11 @@ See :class:`TrainConfig` for the settings and ``docs/training.md`` for the metho
 from __future__ import annotations
 
 from .checkpoint import load as load_checkpoint
-from .evaluate import LayerParallelEvaluator, SerialEvaluator
+from .evaluate import TRAINING_DEFAULTS, LayerParallelEvaluator, SerialEvaluator, training_options
 from .optim import LBFGS, OPTIMIZERS, SGD, Adam, make_optimizer
 from .regularize import Regularizer
 from .trainer import MODES, TrainConfig, Trainer
 
 __all__ = ["Adam", "LBFGS", "LayerParallelEvaluator", "MODES", "OPTIMIZERS", "Regularizer",
-           "SGD", "SerialEvaluator", "TrainConfig", "Trainer", "load_checkpoint",
-           "make_optimizer"]
+           "SGD", "SerialEvaluator", "TRAINING_DEFAULTS", "TrainConfig", "Trainer",
+           "load_checkpoint", "make_optimizer", "training_options"]

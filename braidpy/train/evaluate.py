@@ -17,18 +17,48 @@ number of ranks.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
 from .._options import Options
 from .._solver import Core
 from ..adjoint import GradientSolver
+from ..parallel.collectives import allreduce_int, allreduce_sum, gather_arrays
 from ..nn.layers import accuracy as classifier_accuracy
 from ..nn.network import ResNet
 from ..nn.resnet import ResNetApp
 
-__all__ = ["SerialEvaluator", "LayerParallelEvaluator"]
+__all__ = ["SerialEvaluator", "LayerParallelEvaluator", "training_options", "TRAINING_DEFAULTS"]
+
+#: MGRIT options of training that differ from braidpy.Options' defaults.
+TRAINING_DEFAULTS: Dict[str, Any] = {"cfactor": 4, "max_levels": 2, "abs_tol": 1e-9}
+
+
+def training_options(mgrit: Union[Options, Mapping[str, Any], None] = None) -> Options:
+    """The MGRIT options of a training run, validated once.
+
+    A mapping is laid over :data:`TRAINING_DEFAULTS`; an :class:`~braidpy.Options` is
+    taken as it is. ``skip`` and ``seq_soln`` are the trainer's choice (a resumed run
+    must continue exactly), so giving them is an error.
+
+    >>> training_options({"cfactor": 8}).changed()
+    {'max_levels': 2, 'cfactor': 8}
+    >>> training_options({"skip": False})
+    Traceback (most recent call last):
+    ...
+    ValueError: the MGRIT option 'skip' is chosen by the trainer; leave it out
+    """
+    if isinstance(mgrit, Options):
+        options, given = mgrit, mgrit.changed()
+    else:
+        given = dict(mgrit or {})
+        options = Options.coerce({**TRAINING_DEFAULTS, **given})
+    for name in ("skip", "seq_soln"):
+        if name in given:
+            raise ValueError(f"the MGRIT option {name!r} is chosen by the trainer; "
+                             f"leave it out")
+    return options
 
 
 def _to_host(u: Any) -> np.ndarray:
@@ -86,36 +116,29 @@ class LayerParallelEvaluator:
         A first batch (sets the app up; :meth:`gradient` switches batches).
     comm : mpi4py communicator, optional
         Time (layer) communicator.
-    mgrit : dict, optional
-        MGRIT options (:class:`braidpy.Options`) of both solves; defaults: cfactor 4,
-        max_levels 2, abs_tol 1e-9 (relative tolerances via rel_tol). ``skip`` is
-        always False so that a resumed run continues exactly (a cold start from
-        saved guesses then equals a warm start).
+    mgrit : Options or dict, optional
+        MGRIT options of both solves (see :func:`training_options`; a dict is laid
+        over cfactor 4, max_levels 2, abs_tol 1e-9). ``skip`` is always False so that
+        a resumed run continues exactly (a cold start from saved guesses then equals
+        a warm start).
     oneshot : (m1, m2), optional
         Run exactly m1 primal and m2 adjoint iterations per gradient, warm-started
         (simultaneous training). None: solve both to tolerance ("exact" mode).
     """
 
     def __init__(self, net: ResNet, params: np.ndarray, X: Any, C: Any, *, comm: Any = None,
-                 mgrit: Optional[Mapping[str, Any]] = None,
+                 mgrit: Union[Options, Mapping[str, Any], None] = None,
                  oneshot: Optional[Tuple[int, int]] = None):
         self.net = net
         self.params = params
         self.comm = comm
         self.mode = "exact" if oneshot is None else "oneshot"
         self.oneshot = oneshot
-        opts = {"cfactor": 4, "max_levels": 2, "abs_tol": 1e-9}
-        opts.update(dict(mgrit or {}))
-        if self.mode == "exact" and opts.get("rel_tol", 0.0):
+        self.options = training_options(mgrit)
+        if self.mode == "exact" and self.options.rel_tol:
             raise ValueError(
                 "rel_tol is measured against each solve's first residual, which is tiny when "
                 "training warm-starts from the previous step; give abs_tol instead")
-        for name in ("skip", "seq_soln"):
-            if name in opts:
-                raise ValueError(f"the MGRIT option {name!r} is chosen by the trainer; "
-                                 f"leave it out")
-        Options.from_kwargs(**opts)  # bad options fail here, not inside the first step
-        self.options = opts
         self.app = ResNetApp(net, params, X, C)
         self.solver: Optional[GradientSolver] = None
         self._batch_shape = tuple(X.shape)
@@ -131,39 +154,31 @@ class LayerParallelEvaluator:
         states instead, with skip off in both cases so that a cold start from
         saved states equals the warm start it replaces."""
         if self.solver is None:
-            opts = dict(self.options, skip=False)
-            opts["seq_soln"] = self.mode == "oneshot" and not self._resumed
+            opts = self.options.replace(
+                skip=False, seq_soln=self.mode == "oneshot" and not self._resumed)
             self.solver = GradientSolver(self.app, 0.0, self.net.T, self.net.nlayers,
                                          comm=self.comm, primal=opts, oneshot=self.oneshot)
             self._owner_of_first = 0 in self.solver.primal_core.owned
         return self.solver
 
     # ---------------------------------------------------------------- helpers
-    def _use(self, params, X, C) -> None:
+    def _use(self, params, X, C) -> GradientSolver:
         if params is not self.params:
             self.params[...] = params
         if tuple(X.shape) != self._batch_shape:
             raise ValueError(f"batch shape {tuple(X.shape)} differs from the first batch's "
                              f"{self._batch_shape}: warm-started MGRIT states must keep their "
                              f"shape (use batches of one size)")
-        self._ensure_solver()
+        solver = self._ensure_solver()
         self.app.set_batch(X, C)
         if self._evaluated and self._owner_of_first:
-            self.solver.primal_core.set_initial_condition(self.app.initial_state())
-
-    def _allreduce(self, local: np.ndarray) -> np.ndarray:
-        if self.comm is None or self.comm.Get_size() == 1:
-            return local
-        from mpi4py import MPI
-
-        out = np.empty_like(local)
-        self.comm.Allreduce(local, out, op=MPI.SUM)
-        return out
+            solver.primal_core.set_initial_condition(self.app.initial_state())
+        return solver
 
     # -------------------------------------------------------------- interface
     def gradient(self, params, X, C) -> Tuple[float, np.ndarray, Dict[str, Any]]:
-        self._use(params, X, C)
-        result = self.solver.evaluate()
+        solver = self._use(params, X, C)
+        result = solver.evaluate()
         self._evaluated = True
         net = self.net
         local = np.zeros(net.nparams)
@@ -173,31 +188,26 @@ class LayerParallelEvaluator:
         if result.initial_adjoint is not None:
             for name, value in net.opening_gradient(self.params, X, result.initial_adjoint).items():
                 g[name][...] = value
-        if net.nlayers in self.solver.primal_core.owned:
+        if net.nlayers in solver.primal_core.owned:
             g["W"][...] = self.app.classifier_grad["W"]
             g["mu"][...] = self.app.classifier_grad["mu"]
-        grad = self._allreduce(local)
-        stats = {
+        grad = allreduce_sum(self.comm, local)
+        stats: Dict[str, Any] = {
             "primal_iterations": result.primal.iterations,
             "adjoint_iterations": result.adjoint.iterations,
             "primal_residuals": list(result.primal.residuals),
             "adjoint_residuals": list(result.adjoint.residuals),
             "steps": _steps(result.primal.counts) + _steps(result.adjoint.counts),
         }
-        stats["steps"] = self._total(stats["steps"])
+        stats["steps"] = allreduce_int(self.comm, stats["steps"])
         self.step_calls += stats["steps"]
         return result.objective, grad, stats
 
-    def _total(self, count: int) -> int:
-        if self.comm is not None and self.comm.Get_size() > 1:
-            return self.comm.allreduce(count)
-        return count
-
     def loss(self, params, X, C) -> float:
-        self._use(params, X, C)
-        value = self.solver.objective()
+        solver = self._use(params, X, C)
+        value = solver.objective()
         self._evaluated = True
-        self.step_calls += self._total(_steps(self.solver.primal_core._solver.counts()))
+        self.step_calls += allreduce_int(self.comm, _steps(solver.primal_core.counts()))
         return value
 
     def accuracy(self, params, X, C) -> float:
@@ -208,9 +218,9 @@ class LayerParallelEvaluator:
         key = tuple(X.shape)
         if key not in self._validation:
             app = ResNetApp(self.net, self.params, X, C)
-            opts = dict(self.options)
-            opts.pop("max_iter", None)  # to tolerance, also in one-shot mode
-            core = Core(app, 0.0, self.net.T, self.net.nlayers, comm=self.comm, **opts)
+            # To tolerance, also in one-shot mode.
+            opts = self.options.replace(max_iter=Options().max_iter)
+            core = Core(app, 0.0, self.net.T, self.net.nlayers, comm=self.comm, options=opts)
             self._validation[key] = (app, core)
         app, core = self._validation[key]
         app.set_batch(X, C)
@@ -223,21 +233,17 @@ class LayerParallelEvaluator:
     def warm_state(self) -> Dict[str, Any]:
         """The fine C-point states of both solves, gathered from all ranks
         ({'primal': {n: array}, 'adjoint': {n: array}}, complete on rank 0; collective)."""
-        if not self._evaluated or self.solver is None:
+        solver = self.solver
+        if not self._evaluated or solver is None:
             return {}
-        out: Dict[str, Dict[int, np.ndarray]] = {"primal": {}, "adjoint": {}}
+        out: Dict[str, Any] = {"primal": {}, "adjoint": {}}
         N = self.net.nlayers
-        for key, core, mirror in (("primal", self.solver.primal_core, False),
-                                  ("adjoint", self.solver.adjoint_core, True)):
+        for key, core, mirror in (("primal", solver.primal_core, False),
+                                  ("adjoint", solver.adjoint_core, True)):
             cf = core.level_info[0]["cfactor"]
-            mine = {}
-            for m in core.owned:
-                if m % cf == 0 and m > 0:
-                    u = core._solver.stored(m)
-                    mine[N - m if mirror else m] = _to_host(u)
-            parts = [mine] if self.comm is None else self.comm.gather(mine, root=0)
-            for part in parts or []:
-                out[key].update(part)
+            mine = {N - m if mirror else m: _to_host(core.stored(m))
+                    for m in core.owned if m % cf == 0 and m > 0}
+            out[key] = gather_arrays(self.comm, mine, root=0) or {}
         out["batch_shape"] = self._batch_shape
         return out
 

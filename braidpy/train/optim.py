@@ -77,13 +77,13 @@ class Adam:
 
     def step(self, params: np.ndarray, loss: float, grad: np.ndarray,
              objective: Optional[Objective] = None) -> Dict[str, Any]:
-        if self.m is None:
-            self.m, self.v = np.zeros_like(params), np.zeros_like(params)
+        m = np.zeros_like(params) if self.m is None else self.m
+        v = np.zeros_like(params) if self.v is None else self.v
         self.t += 1
-        self.m = self.beta1 * self.m + (1 - self.beta1) * grad
-        self.v = self.beta2 * self.v + (1 - self.beta2) * grad * grad
-        mhat = self.m / (1 - self.beta1 ** self.t)
-        vhat = self.v / (1 - self.beta2 ** self.t)
+        self.m = m = self.beta1 * m + (1 - self.beta1) * grad
+        self.v = v = self.beta2 * v + (1 - self.beta2) * grad * grad
+        mhat = m / (1 - self.beta1 ** self.t)
+        vhat = v / (1 - self.beta2 ** self.t)
         params -= self.lr * mhat / (np.sqrt(vhat) + self.eps)
         return {"step_size": self.lr, "trials": 0}
 

@@ -8,9 +8,12 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
+from .._options import Options
 from ..nn.network import ResNet
+from ..parallel.agree import agreed
+from ..parallel.comm import rank_size
 from . import checkpoint as _checkpoint
-from .evaluate import LayerParallelEvaluator, SerialEvaluator
+from .evaluate import LayerParallelEvaluator, SerialEvaluator, training_options
 from .optim import make_optimizer
 from .regularize import Regularizer
 
@@ -26,8 +29,10 @@ class TrainConfig:
     mode : 'serial' (plain forward/backward), 'exact' (layer-parallel MGRIT to
         tolerance) or 'oneshot' (m1 state and m2 adjoint MGRIT iterations per step).
     m1, m2 : iterations of one-shot mode.
-    mgrit : MGRIT options of the state, adjoint and validation solves
-        (cfactor, max_levels, abs_tol, rel_tol, ...; see braidpy.Options).
+    mgrit : MGRIT options of the state, adjoint and validation solves: a
+        braidpy.Options, or a dict laid over the training defaults cfactor 4,
+        max_levels 2, abs_tol 1e-9 (see braidpy.train.training_options); becomes
+        an Options, validated here once.
     optimizer : 'lbfgs', 'adam' or 'sgd'; lr, momentum, memory as they apply
         (None: the optimizer's default).
     batch_size : samples per step (None: the whole training set, as in the paper). A
@@ -46,7 +51,7 @@ class TrainConfig:
     mode: str = "exact"
     m1: int = 2
     m2: int = 2
-    mgrit: Dict[str, Any] = field(default_factory=dict)
+    mgrit: Any = field(default_factory=dict)  # an Options after __post_init__
     optimizer: str = "lbfgs"
     lr: Optional[float] = None
     momentum: Optional[float] = None
@@ -82,7 +87,11 @@ class TrainConfig:
             raise ValueError(f"batch_size must be a positive int or None, got {self.batch_size!r}")
         if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
             raise ValueError(f"target_accuracy must be in (0, 1], got {self.target_accuracy!r}")
-        self.mgrit = dict(self.mgrit)
+        self.mgrit: Options = training_options(self.mgrit)
+        if self.mode == "exact" and self.mgrit.rel_tol:
+            raise ValueError(
+                "rel_tol is measured against each solve's first residual, which is tiny when "
+                "training warm-starts from the previous step; give abs_tol instead")
 
 
 def _check_pair(what: str, data: Any) -> Tuple[np.ndarray, np.ndarray]:
@@ -146,6 +155,7 @@ class Trainer:
         self.best: Dict[str, Any] = {"accuracy": None, "iteration": None, "params": None}
         self._stale = 0
         X0, C0 = self._peek_batch()
+        self.evaluator: Any
         if cfg.mode == "serial":
             self.evaluator = SerialEvaluator(net, comm)
         else:
@@ -164,7 +174,7 @@ class Trainer:
 
     @property
     def rank(self) -> int:
-        return 0 if self.comm is None else self.comm.Get_rank()
+        return rank_size(self.comm)[0]
 
     # ---------------------------------------------------------------- batches
     def _new_epoch_order(self) -> np.ndarray:
@@ -281,30 +291,18 @@ class Trainer:
         }
 
     def _comparable_config(self) -> Dict[str, Any]:
-        """The config with the MGRIT options as the evaluator uses them (defaults
-        filled in), so that equal settings compare equal however they were given."""
-        out = asdict(self.config)
-        out["mgrit"] = dict(getattr(self.evaluator, "options", out["mgrit"]))
-        return out
+        """The config as plain values, the MGRIT options with every field written out,
+        so that equal settings compare equal however they were given."""
+        return asdict(self.config)
 
     def save(self, path: str) -> None:
         """Write a checkpoint (collective; rank 0 writes)."""
         state = self.state()
-        error = None
-        if self.rank == 0:
-            try:
-                _checkpoint.save(path, state)
-            except Exception as exc:  # noqa: BLE001 - re-raised below, on every rank
-                error = exc
         # Every rank learns whether rank 0 wrote it: a failed save must not leave the
         # others waiting in the next solve.
-        summary = None if error is None else f"{type(error).__name__}: {error}"
-        if self.comm is not None and self.comm.Get_size() > 1:
-            summary = self.comm.bcast(summary, root=0)
-        if error is not None:
-            raise error
-        if summary is not None:
-            raise OSError(f"rank 0 could not write the checkpoint {path}: {summary}")
+        with agreed(self.comm, f"writing the checkpoint {path}"):
+            if self.rank == 0:
+                _checkpoint.save(path, state)
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         """Continue from a :meth:`state` (e.g. read by :func:`braidpy.train.load_checkpoint`)."""

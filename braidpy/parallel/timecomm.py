@@ -8,18 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["TimeComm", "comm_rank_size"]
-
-
-def comm_rank_size(comm) -> tuple[int, int]:
-    """(rank, size) of an mpi4py-like communicator, with a clear error otherwise."""
-    try:
-        return int(comm.Get_rank()), int(comm.Get_size())
-    except AttributeError:
-        raise TypeError(
-            f"comm must be an mpi4py communicator (e.g. MPI.COMM_WORLD) or None, "
-            f"got {type(comm).__name__}"
-        ) from None
+__all__ = ["TimeComm"]
 
 
 class TimeComm:

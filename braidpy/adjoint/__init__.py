@@ -1,0 +1,56 @@
+"""Adjoint MGRIT: objective and gradients of a time-stepping problem.
+
+The primal problem is u_{n+1} = Phi_n(u_n; theta_n), n = 0..N-1, and the objective is
+
+    J = sum_{i=0..N} f_i(u_i)  +  g(u_N)
+
+(running terms f optional, terminal term g required). The adjoint variables solve,
+backwards in time,
+
+    w_N = dg/du(u_N) + df_N/du(u_N),     w_n = (dPhi_n/du)(u_n)^T w_{n+1} + df_n/du(u_n),
+
+and the gradient with respect to the parameters of step n is
+(dPhi_n/dtheta)(u_n)^T w_{n+1}. The adjoint system is linear in w; braidpy solves it
+with the same MGRIT machinery on the reversed time grid, with the primal trajectory
+(stored at every fine point on the rank that owns it) held fixed. Coarse levels use
+the primal state at the coarse point and the coarse step size.
+
+The app provides, beyond ``init`` and ``step``:
+
+``step_adjoint(w, u, t0, t1, status)``
+    w <- (dPhi/du)(u)^T w, the vector-Jacobian product of the step from t0 to t1,
+    where u (read-only) is the primal state at t0. In place, or return a new w.
+``step_gradient(w, u, t0, t1, status)``
+    Return (dPhi/dtheta)(u)^T w for the parameters used by this step (any object, or
+    None if you accumulate yourself). w and u are read-only.
+``terminal_objective(u)`` -> float and ``terminal_gradient(u)`` -> vector
+    g(u_N) and dg/du(u_N).
+``running_objective(u, t, status)`` -> float and ``running_gradient(u, t, status)``
+    Optional running terms f_i and df_i/du (vector or None for zero).
+``adjoint_guess(n)`` -> vector or None
+    Optional: the guess of w_n used when the adjoint solve starts cold (default
+    zero); lets an interrupted one-shot optimization resume from saved adjoints.
+
+Optional batched versions (array states; used unless the adjoint's ``batch=False``;
+docs/batching.md):
+
+``step_adjoint_batch(W, U, t0s, t1s, status)``
+    m adjoint steps at once: W and U stacked (m, *state shape), row k from t0s[k] to
+    t1s[k] (float64 arrays), ``status.fine_indices`` the forward fine index of each
+    t0. Update W in place or return a new stacked array.
+``step_gradient_batch(W, U, t0s, t1s, status)``
+    The gradients of m steps at once (all the steps this rank owns, once per
+    evaluation, after the adjoint solve): return a sequence of m per-step gradients
+    (entries may be None), or None if you accumulate yourself.
+
+Adjoint vectors use the app's clone/sum/norm/bufpack/bufunpack, so they must live in
+the same space as the states.
+"""
+
+from ..parallel.collectives import ordered_sum
+from .reversed import ReversedApp
+from .solver import Gradient, GradientSolver, gradient
+from .status import AdjointStatus
+
+__all__ = ["AdjointStatus", "Gradient", "GradientSolver", "ReversedApp", "gradient",
+           "ordered_sum"]

@@ -1,0 +1,307 @@
+"""GradientSolver: the primal solve, the objective, the adjoint solve and the gradients."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from .. import _arrays
+from .._errors import ErrorLabels
+from .._options import Options
+from .._result import Result
+from .._solver import Core
+from ..parallel.agree import agreed
+from ..parallel.collectives import allgatherv, ordered_sum
+from ..parallel.comm import rank_size
+from ..parallel.layers import all_ranges, mirrored_ranges, reversed_comm
+from .reversed import ReversedApp
+from .status import AdjointStatus, as_slice
+
+__all__ = ["Gradient", "GradientSolver", "gradient"]
+
+# What the reversed app's callbacks call, for error messages.
+_ADJOINT_CALLBACKS = {"step": "step_adjoint/running_gradient",
+                      "init": "terminal_gradient/running_gradient",
+                      "access": "step_gradient"}
+_REQUIRED = ("step_adjoint", "step_gradient", "terminal_objective", "terminal_gradient")
+
+OptionsLike = Union[Options, Mapping[str, Any], None]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Gradient:
+    """Outcome of one objective-and-gradient evaluation.
+
+    Attributes
+    ----------
+    objective : float
+        J, on every rank.
+    gradients : dict
+        {n: step_gradient(...) of step n (from t_n to t_{n+1})} for the steps this rank
+        owns (the rank owning t_{n+1}); steps whose step_gradient returned None are absent.
+    initial_adjoint : vector or None
+        w_0 = dJ/du_0 on the rank owning t_0 (None elsewhere).
+    primal, adjoint : Result
+        The two MGRIT solves (adjoint residuals are in reversed time).
+    comm : the communicator of the solve (for :meth:`total`).
+    """
+
+    objective: float
+    gradients: Dict[int, Any]
+    initial_adjoint: Any
+    primal: Result
+    adjoint: Result
+    comm: Any = dataclasses.field(default=None, repr=False)
+
+    def total(self) -> Optional[np.ndarray]:
+        """Sum of all step gradients over all steps and ranks (time-independent
+        parameters), added in step order whatever the number of ranks, so the
+        result is bitwise the same for any rank count; on every rank (collective)."""
+        return ordered_sum([self.gradients[n] for n in sorted(self.gradients)], self.comm)
+
+
+def _check_adjoint_app(app: Any) -> None:
+    missing = [name for name in _REQUIRED if not callable(getattr(app, name, None))]
+    if missing:
+        raise TypeError(
+            f"{type(app).__name__} cannot be differentiated: it lacks {', '.join(missing)} "
+            f"(see braidpy.adjoint for the adjoint callbacks)"
+        )
+    running = [callable(getattr(app, n, None)) for n in ("running_objective", "running_gradient")]
+    if any(running) and not all(running):
+        raise TypeError(f"{type(app).__name__} must define both running_objective and "
+                        f"running_gradient, or neither")
+
+
+def _given(options: OptionsLike, name: str) -> bool:
+    """Whether the user chose option ``name`` (a key of a mapping, or a non-default field)."""
+    if options is None:
+        return False
+    if isinstance(options, Options):
+        return name in options.changed()
+    return name in options
+
+
+def solve_options(primal: OptionsLike, adjoint: OptionsLike,
+                  oneshot: Optional[Sequence[int]]) -> Tuple[Options, Options]:
+    """The (primal, adjoint) Options of a GradientSolver, validated once.
+
+    The primal keeps every fine point of its final sweep (``storage="final"``: what
+    the adjoint reads); the adjoint's options default to the primal's, and its
+    ``access_level`` is braidpy's own. One-shot runs exactly m1 / m2 iterations.
+    """
+    if _given(primal, "storage") and Options.coerce(primal).storage == "C":
+        raise ValueError("primal storage must be 'final' or 'all': the adjoint needs every "
+                         "state")
+    if _given(adjoint, "access_level"):
+        raise ValueError("the adjoint's access_level is braidpy's own; leave it out")
+    p = Options.coerce(primal)
+    a = p.replace(storage="C") if adjoint is None else Options.coerce(adjoint)
+    if oneshot is not None:
+        if len(oneshot) != 2:
+            raise ValueError(f"oneshot must be a pair (m1, m2), got {oneshot!r}")
+        m1, m2 = oneshot
+        for label, m in (("m1", m1), ("m2", m2)):
+            if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+                raise ValueError(f"oneshot {label} must be an int >= 1, got {m!r}")
+        p = p.replace(max_iter=m1, abs_tol=0.0, rel_tol=0.0)
+        a = a.replace(max_iter=m2, abs_tol=0.0, rel_tol=0.0)
+    # "final" keeps the final sweep's F-points without copying them in every relaxation.
+    return p.replace(storage="final"), a
+
+
+class GradientSolver:
+    """Objective and gradient by a primal and an adjoint MGRIT solve, reusable.
+
+    Parameters
+    ----------
+    app : App
+        With the adjoint callbacks of :mod:`braidpy.adjoint`.
+    tstart, tstop, ntime, comm, times
+        As for :class:`braidpy.Core`.
+    primal, adjoint : Options or dict, optional
+        MGRIT options of each solve (see :class:`braidpy.Options`); the adjoint's
+        default to the primal's. The primal always keeps every fine point of its
+        final sweep (``storage="final"``); the adjoint's ``access_level`` is
+        braidpy's own.
+    oneshot : (int, int), optional
+        (m1, m2): run exactly m1 primal and m2 adjoint iterations per evaluation, each
+        warm-started from the previous evaluation (simultaneous / one-shot
+        optimization); the gradient is then inexact and tends to the exact one as
+        m1, m2 grow. Without it both solves run to their tolerances.
+
+    Each :meth:`evaluate` warm-starts both solves from the previous one (the state and
+    adjoint of a slightly changed parameter are good guesses).
+
+    Examples
+    --------
+    >>> import numpy as np, braidpy
+    >>> from braidpy.adjoint import GradientSolver
+    >>> class Decay(braidpy.App):          # u' = -k u, backward Euler, J = u_N^2 / 2
+    ...     k = 1.0
+    ...     def init(self, t):
+    ...         return np.ones(1) if t == self.tstart else np.zeros(1)
+    ...     def step(self, u, t0, t1, status):
+    ...         u /= 1.0 + self.k * (t1 - t0)
+    ...     def step_adjoint(self, w, u, t0, t1, status):
+    ...         w /= 1.0 + self.k * (t1 - t0)
+    ...     def step_gradient(self, w, u, t0, t1, status):
+    ...         dt = t1 - t0
+    ...         return -dt * u / (1.0 + self.k * dt) ** 2 * w     # d/dk of the step
+    ...     def terminal_objective(self, u):
+    ...         return 0.5 * float(u[0] ** 2)
+    ...     def terminal_gradient(self, u):
+    ...         return u.copy()
+    >>> g = GradientSolver(Decay(), 0.0, 1.0, 64, primal=dict(cfactor=4, abs_tol=1e-12))
+    >>> result = g.evaluate()
+    >>> dJdk = result.total()[0]
+    >>> exact = -(1 + 1/64) ** -129                # d/dk of 0.5*(1+k/64)^-128 at k=1
+    >>> bool(abs(dJdk - exact) < 1e-10)
+    True
+    """
+
+    def __init__(self, app: Any, tstart: float, tstop: float, ntime: int, *, comm: Any = None,
+                 times: Optional[Sequence[float]] = None, primal: OptionsLike = None,
+                 adjoint: OptionsLike = None, oneshot: Optional[Sequence[int]] = None):
+        _check_adjoint_app(app)
+        primal_opts, adjoint_opts = solve_options(primal, adjoint, oneshot)
+        self.app = app
+        self.comm = comm
+        self.ntime = int(ntime)
+        self.running = callable(getattr(app, "running_objective", None))
+        self.primal_core = Core(app, tstart, tstop, ntime, comm=comm, times=times,
+                                options=primal_opts)
+        self.times = self.primal_core.times
+        rank, size = rank_size(comm)
+        ranges = all_ranges(comm, self.primal_core.owned)
+        self._rev_comm = reversed_comm(comm)
+        self.reversed_app = ReversedApp(app, self.primal_core, self.running)
+        rev_times = self.reversed_app.reversed_times
+        # With step_gradient_batch the gradients need every final adjoint value at once:
+        # the core keeps the final sweep's values (read with one stored_block call)
+        # instead of handing each one to access.
+        batch_gradient = self.reversed_app.batch_gradient
+        adjoint_opts = adjoint_opts.replace(access_level=0 if batch_gradient else 1,
+                                            storage="final" if batch_gradient else "C")
+        self.adjoint_core = Core(
+            self.reversed_app, float(rev_times[0]), float(rev_times[-1]), self.ntime,
+            comm=self._rev_comm, times=rev_times, options=adjoint_opts,
+            ownership=mirrored_ranges(ranges, self.ntime) if size > 1 else None,
+            labels=ErrorLabels(ranks=tuple(range(size - 1, -1, -1)),
+                               callbacks=_ADJOINT_CALLBACKS))
+        self.reversed_app.set_strides([lv["fine_stride"] for lv in self.adjoint_core.level_info])
+        self._batched = self.adjoint_core.batched or batch_gradient
+
+    def close(self) -> None:
+        """Release both solves' communicators now (also done by garbage collection)."""
+        for core in (getattr(self, "adjoint_core", None), getattr(self, "primal_core", None)):
+            if core is not None:
+                core.close()
+        rev, self._rev_comm = getattr(self, "_rev_comm", None), None
+        if rev is not None:
+            try:
+                from mpi4py import MPI
+
+                if not MPI.Is_finalized():
+                    rev.Free()
+            except Exception:  # noqa: BLE001 - called from __del__, maybe at shutdown
+                pass
+
+    def __del__(self):
+        self.close()
+
+    def evaluate(self) -> Gradient:
+        """Primal solve, objective, adjoint solve and per-step gradients."""
+        primal = self.primal_core.solve()
+        objective, w_final = self._objective(primal)
+        rev = self.reversed_app
+        rev.start_evaluation(self._batched)
+        if w_final is not None:
+            # The adjoint's initial condition follows the new primal state (a warm
+            # restart would otherwise keep the old one).
+            self.adjoint_core.set_initial_condition(w_final, copy=False)
+        adjoint = self.adjoint_core.solve()
+        if rev.batch_gradient:
+            self._batched_gradients(adjoint)
+        rev.end_evaluation()
+        return Gradient(objective, rev.gradients, rev.initial_adjoint, primal, adjoint,
+                        self.comm)
+
+    def objective(self) -> float:
+        """Primal solve and objective only (no adjoint), e.g. for a line search. The
+        primal state stays as the warm start of the next evaluation."""
+        return self._objective(self.primal_core.solve())[0]
+
+    def reset(self) -> None:
+        """Next evaluation starts both solves cold (from init and a zero adjoint)."""
+        self.primal_core.reset_guess()
+        self.adjoint_core.reset_guess()
+
+    def _batched_gradients(self, adjoint: Result) -> None:
+        """step_gradient_batch over every step this rank owns, agreed across ranks."""
+        rev, core, N = self.reversed_app, self.adjoint_core, self.ntime
+        owned = core.owned
+        with agreed(self.comm, "step_gradient_batch"):
+            # The final adjoint values (kept by the core): w_n at adjoint index N - n.
+            if N in owned:
+                rev.initial_adjoint = self.app.clone(core.stored(N))
+            top, lo = min(owned.stop - 1, N - 1), owned.start
+            if top >= lo:
+                # Steps n = N-1-m, ascending; row k is w_{n_k + 1} = adjoint value at m.
+                ns = np.arange(N - 1 - top, N - lo, dtype=np.int64)
+                W = core.stored_block(top, lo - 1, -1)
+                if W is None:
+                    W = _arrays.stack([self.app.clone(core.stored(m))
+                                       for m in range(top, lo - 1, -1)])
+                t0s, t1s = rev.step_times(ns)
+                st = AdjointStatus(t0=float(t0s[0]), t1=float(t1s[0]), t=float(t0s[0]), level=0,
+                                   index=int(ns[0]), fine_index=int(ns[0]), fine_indices=ns,
+                                   fine_slice=as_slice(ns), indices=ns, batch_size=len(ns),
+                                   iteration=adjoint.iterations, done=True, phase="final")
+                gs = self.app.step_gradient_batch(W, rev.primal_rows(ns), t0s, t1s, st)
+                if gs is not None:
+                    if len(gs) != len(ns):
+                        raise ValueError(f"step_gradient_batch returned {len(gs)} gradients "
+                                         f"for {len(ns)} steps")
+                    for n, g in zip(ns.tolist(), gs):
+                        if g is not None:
+                            rev.gradients[n] = g
+
+    def _objective(self, primal: Result) -> Tuple[float, Any]:
+        """(J on every rank, w_N on the rank owning t_N), agreed across ranks: a
+        callback failing on one rank raises there and BraidError elsewhere."""
+        core = self.primal_core
+        terms: List[Tuple[int, float]] = []  # (index, term); the terminal term is N+1
+        w_final = None
+        with agreed(self.comm, "objective evaluation"):
+            if self.running:
+                for i in primal.owned:
+                    t = self.times[i]
+                    st = AdjointStatus(t=t, t0=t, t1=t, level=0, index=i, fine_index=i,
+                                       phase="objective")
+                    terms.append((i, float(self.app.running_objective(core.stored(i), t, st))))
+            if self.ntime in primal.owned:
+                terms.append((self.ntime + 1,
+                               float(self.app.terminal_objective(core.stored(self.ntime)))))
+                w_final = self.reversed_app.terminal_adjoint()
+        # Added in index order on every rank: the same bits for any rank count.
+        total = 0.0
+        for _, value in sorted(_all_terms(self.comm, terms)):
+            total += value
+        return total, w_final
+
+
+def _all_terms(comm: Any, terms: List[Tuple[int, float]]) -> List[Tuple[int, float]]:
+    """Every rank's (index, value) terms (collective)."""
+    index = allgatherv(comm, [i for i, _ in terms], np.int64)
+    value = allgatherv(comm, [v for _, v in terms], np.float64)
+    return list(zip(index.tolist(), value.tolist()))
+
+
+def gradient(app: Any, tstart: float, tstop: float, ntime: int, *, comm: Any = None,
+             primal: OptionsLike = None, adjoint: OptionsLike = None) -> Gradient:
+    """Objective and exact (to tolerance) gradient in one call; see :class:`GradientSolver`."""
+    return GradientSolver(app, tstart, tstop, ntime, comm=comm, primal=primal,
+                          adjoint=adjoint).evaluate()

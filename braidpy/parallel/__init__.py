@@ -1,0 +1,20 @@
+"""Communicators and collectives of braidpy runs.
+
+Everything that crosses between ranks lives here, and every message is a typed buffer
+(mpi4py's uppercase calls on NumPy arrays): no pickle and no module name ever travels,
+so nothing a peer sends can choose what code runs.
+
+- :mod:`.comm`: the world communicator and ``(rank, size)`` of any communicator;
+  MPI (mpi4py) is imported only when a communicator with more than one rank is used.
+- :mod:`.agree`: :func:`agreed`, the one "agree across ranks, then re-raise" step.
+- :mod:`.collectives`: typed broadcasts, gathers and the rank-ordered sum.
+- :mod:`.layers`: the layer (time) decomposition: ownership ranges and their mirror.
+- :mod:`.timecomm`: the adapter the compiled core sends packed vectors through.
+
+The data and space dimensions of hybrid-parallel training join here later.
+"""
+
+from .agree import agreed
+from .comm import rank_size, world
+
+__all__ = ["agreed", "rank_size", "world"]

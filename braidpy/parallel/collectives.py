@@ -1,0 +1,238 @@
+"""Typed collectives: every message is a NumPy buffer (mpi4py's uppercase calls).
+
+mpi4py's lowercase calls (``bcast``, ``allgather``, ``send``...) pickle their objects,
+and unpickling what a peer sent can run any code; braidpy never uses them. Texts travel
+as UTF-8 bytes, numbers as int64/float64 arrays, vectors as the bytes their app packed.
+Every function here is collective over ``comm`` (or local when ``comm`` is None or has
+one rank) and must be called by every rank in the same order.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+
+import numpy as np
+
+from .comm import rank_size
+
+__all__ = ["allgather_texts", "allgather_ints", "allgatherv", "allreduce_sum", "allreduce_int",
+           "bcast_bytes", "send_array", "recv_array", "gather_arrays", "ordered_sum"]
+
+# Most dimensions of an array sent by send_array (a fixed-size header).
+MAX_NDIM = 32
+_ARRAY_DTYPES = (np.dtype(np.float64), np.dtype(np.int64))
+
+
+def _mpi():
+    from mpi4py import MPI
+
+    return MPI
+
+
+def allgather_ints(comm: Any, values: Sequence[int]) -> np.ndarray:
+    """Every rank's ``values`` (the same length everywhere), as rows of an int64 array.
+
+    >>> allgather_ints(None, [3, 4])
+    array([[3, 4]])
+    """
+    mine = np.asarray(values, dtype=np.int64).reshape(1, -1)
+    _, size = rank_size(comm)
+    if size == 1:
+        return mine
+    out = np.empty((size, mine.shape[1]), dtype=np.int64)
+    comm.Allgather(mine, out)
+    return out
+
+
+def allgatherv(comm: Any, values: Any, dtype: Any = np.float64) -> np.ndarray:
+    """Every rank's 1-D array of ``dtype`` (float64 or int64; lengths may differ),
+    concatenated in rank order.
+
+    >>> allgatherv(None, [1.5, 2.5])
+    array([1.5, 2.5])
+    """
+    dtype = np.dtype(dtype)
+    if dtype not in _ARRAY_DTYPES:
+        raise TypeError(f"allgatherv gathers float64 or int64, got {dtype}")
+    mine = np.ascontiguousarray(values, dtype=dtype).reshape(-1)
+    _, size = rank_size(comm)
+    if size == 1:
+        return mine
+    counts = [int(n) for n in allgather_ints(comm, [mine.size])[:, 0]]
+    displs = [sum(counts[:r]) for r in range(size)]
+    out = np.empty(sum(counts), dtype=dtype)
+    comm.Allgatherv(mine, [out, (counts, displs)])
+    return out
+
+
+def allreduce_sum(comm: Any, local: np.ndarray) -> np.ndarray:
+    """Elementwise sum of a float64 array over the ranks (``local`` itself when serial)."""
+    if rank_size(comm)[1] == 1:
+        return local
+    MPI = _mpi()
+    send = np.ascontiguousarray(local, dtype=np.float64)
+    out = np.empty_like(send)
+    comm.Allreduce(send, out, op=MPI.SUM)
+    return out
+
+
+def allreduce_int(comm: Any, value: int, op: str = "sum") -> int:
+    """Sum (op='sum') or maximum (op='max') of an int over the ranks."""
+    if op not in ("sum", "max"):
+        raise ValueError(f"op must be 'sum' or 'max', got {op!r}")
+    if rank_size(comm)[1] == 1:
+        return int(value)
+    MPI = _mpi()
+    send = np.array([value], dtype=np.int64)
+    recv = np.empty_like(send)
+    comm.Allreduce(send, recv, op=MPI.SUM if op == "sum" else MPI.MAX)
+    return int(recv[0])
+
+
+def allgather_texts(comm: Any, text: Optional[str]) -> List[Optional[str]]:
+    """Every rank's text (None: nothing to say), in rank order.
+
+    >>> allgather_texts(None, "ok")
+    ['ok']
+    """
+    _, size = rank_size(comm)
+    if size == 1:
+        return [text]
+    MPI = _mpi()
+    data = b"" if text is None else text.encode("utf-8", "replace")
+    lengths = allgather_ints(comm, [-1 if text is None else len(data)])[:, 0]
+    counts = [max(int(n), 0) for n in lengths]
+    displs = [sum(counts[:r]) for r in range(size)]
+    buf = np.empty(sum(counts), dtype=np.uint8)
+    comm.Allgatherv([np.frombuffer(data, dtype=np.uint8), MPI.BYTE],
+                    [buf, counts, displs, MPI.BYTE])
+    raw = buf.tobytes()
+    return [None if lengths[r] < 0 else raw[displs[r]:displs[r] + counts[r]].decode(
+        "utf-8", "replace") for r in range(size)]
+
+
+def bcast_bytes(comm: Any, data: Optional[bytes], root: int) -> bytes:
+    """``data`` of rank ``root`` on every rank (the others pass None)."""
+    rank, size = rank_size(comm)
+    if size == 1:
+        return b"" if data is None else bytes(data)
+    MPI = _mpi()
+    n = np.array([len(data) if rank == root and data is not None else 0], dtype=np.int64)
+    comm.Bcast(n, root=root)
+    buf = np.empty(int(n[0]), dtype=np.uint8)
+    if rank == root and data is not None:
+        buf[:] = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
+    comm.Bcast([buf, MPI.BYTE], root=root)
+    return buf.tobytes()
+
+
+def _contiguous(a: Any) -> np.ndarray:
+    """``a`` as a C-contiguous array, keeping 0-d arrays 0-d (np.ascontiguousarray
+    would make them 1-d)."""
+    a = np.asarray(a)
+    return a if a.flags.c_contiguous else a.copy(order="C")
+
+
+def _header(a: Optional[np.ndarray]) -> np.ndarray:
+    head = np.zeros(3 + MAX_NDIM, dtype=np.int64)  # present, dtype code, ndim, dims...
+    if a is not None:
+        if a.dtype not in _ARRAY_DTYPES:
+            raise TypeError(f"send_array sends float64 or int64 arrays, got {a.dtype}")
+        if a.ndim > MAX_NDIM:
+            raise ValueError(f"send_array: {a.ndim} dimensions (most {MAX_NDIM})")
+        head[:3] = 1, _ARRAY_DTYPES.index(a.dtype), a.ndim
+        head[3:3 + a.ndim] = a.shape
+    return head
+
+
+def _from_header(head: np.ndarray) -> Optional[np.ndarray]:
+    if head[0] == 0:
+        return None
+    code, ndim = int(head[1]), int(head[2])
+    if not (0 <= code < len(_ARRAY_DTYPES) and 0 <= ndim <= MAX_NDIM) or \
+            np.any(head[3:3 + ndim] < 0):
+        raise ValueError(f"braidpy message: bad array header {head[:3 + max(ndim, 0)]}")
+    return np.empty(tuple(int(d) for d in head[3:3 + ndim]), dtype=_ARRAY_DTYPES[code])
+
+
+def send_array(comm: Any, a: Optional[np.ndarray], dest: int, tag: int) -> None:
+    """Send a float64/int64 array (or None) to ``dest``; pairs with :func:`recv_array`."""
+    a = None if a is None else _contiguous(a)
+    comm.Send(_header(a), dest=dest, tag=tag)
+    if a is not None:
+        comm.Send(a, dest=dest, tag=tag)
+
+
+def recv_array(comm: Any, source: int, tag: int) -> Optional[np.ndarray]:
+    """The array (or None) that ``source`` sent with :func:`send_array`."""
+    head = np.empty(3 + MAX_NDIM, dtype=np.int64)
+    comm.Recv(head, source=source, tag=tag)
+    out = _from_header(head)
+    if out is not None:
+        comm.Recv(out, source=source, tag=tag)
+    return out
+
+
+def _bcast_array(comm: Any, a: Optional[np.ndarray], root: int) -> Optional[np.ndarray]:
+    rank, _ = rank_size(comm)
+    head = _header(_contiguous(a) if rank == root and a is not None else None)
+    comm.Bcast(head, root=root)
+    out = _from_header(head)
+    if out is not None:
+        if rank == root:
+            out[...] = a
+        comm.Bcast(out, root=root)
+    return out
+
+
+def ordered_sum(items: Iterable[Any], comm: Any) -> Optional[np.ndarray]:
+    """Sum of array-likes held in rank order (rank r's items come after rank r-1's),
+    added strictly left to right as float64: rank r continues the partial sum of rank
+    r-1 and the last rank broadcasts it, so the bits do not depend on the number of
+    ranks. None if there are no items anywhere.
+
+    >>> ordered_sum([[1.0, 2.0], [0.5, 0.5]], None)
+    array([1.5, 2.5])
+    """
+    rank, size = rank_size(comm)
+    partial: Optional[np.ndarray] = None
+    tag = 77
+    if rank > 0:
+        partial = recv_array(comm, rank - 1, tag)
+    for item in items:
+        g = np.asarray(item, dtype=np.float64)
+        partial = g.copy() if partial is None else partial + g
+    if rank < size - 1:
+        send_array(comm, partial, rank + 1, tag)
+    return partial if size == 1 else _bcast_array(comm, partial, root=size - 1)
+
+
+def gather_arrays(comm: Any, arrays: Mapping[int, np.ndarray],
+                  root: int = 0) -> Optional[Dict[int, np.ndarray]]:
+    """Every rank's ``{key: float64/int64 array}`` merged on ``root`` (None elsewhere).
+
+    >>> gather_arrays(None, {2: [1.0]})
+    {2: array([1.])}
+    """
+    rank, size = rank_size(comm)
+    mine = {int(k): np.asarray(v) for k, v in arrays.items()}
+    if size == 1:
+        return mine
+    tag = 78
+    if rank != root:
+        keys = np.array(sorted(mine), dtype=np.int64)
+        send_array(comm, keys, root, tag)
+        for k in keys.tolist():
+            send_array(comm, mine[k], root, tag)
+        return None
+    out: Dict[int, np.ndarray] = {}
+    for r in range(size):
+        if r == root:
+            out.update(mine)
+            continue
+        keys_r = recv_array(comm, r, tag)
+        for k in ([] if keys_r is None else keys_r.tolist()):
+            got = recv_array(comm, r, tag)
+            if got is not None:
+                out[int(k)] = got
+    return out
