@@ -112,7 +112,7 @@ def encode(host: np.ndarray, device_kind: int = CPU) -> bytes:
             + _SHAPE[host.ndim].pack(*host.shape))
     wire = _WIRE_DTYPE[code]
     if host.dtype == wire and host.flags.c_contiguous:  # the common case: one copy
-        return b"".join((head, memoryview(host.reshape(-1).view(np.uint8))))
+        return b"".join((head, host.reshape(-1).view(np.uint8).data))
     # Strided or byte-swapped: C order and little-endian first (0-d stays 0-d).
     return b"".join((head, host.astype(wire, copy=False).tobytes(order="C")))
 
