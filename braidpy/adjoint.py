@@ -54,7 +54,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence
 
 import numpy as np
 
-from . import _arrays
+from . import backends
 from ._app import App
 from ._errors import BraidError
 from ._options import Options
@@ -227,7 +227,7 @@ class _ReversedApp(App):
             # One copy in C++ for float64 NumPy states; a gather of the states otherwise.
             self._traj = self.owner.primal_core._solver.stored_block(lo, owned.stop)
             if self._traj is None:
-                self._traj = _arrays.stack([self._stored(n) for n in range(lo, owned.stop)])
+                self._traj = backends.stack([self._stored(n) for n in range(lo, owned.stop)])
         self._times_arr = np.asarray(self._times)
 
     def _batch_status(self, status, n0, n1, phase=None, fine_slice=False):
@@ -243,7 +243,7 @@ class _ReversedApp(App):
         stride = self._strides[status.level]
         n1 = N - m0
         n0 = n1 - stride
-        stacked = _arrays.stack(W) if isinstance(W, (list, tuple)) else W
+        stacked = backends.stack(W) if isinstance(W, (list, tuple)) else W
         U = self._traj[n0 - self._traj_lo]
         st = self._batch_status(status, n0, n1, fine_slice=_mirror(status.fine_slice,
                                                                     N - stride, len(n0)))
@@ -503,8 +503,8 @@ class GradientSolver:
                 ns = np.arange(N - 1 - top, N - lo, dtype=np.int64)
                 W = solver.stored_block(top, lo - 1, -1)
                 if W is None:
-                    W = _arrays.stack([self.app.clone(solver.stored(m))
-                                       for m in range(top, lo - 1, -1)])
+                    W = backends.stack([self.app.clone(solver.stored(m))
+                                        for m in range(top, lo - 1, -1)])
                 U = rev._traj[ns - rev._traj_lo]
                 T = rev._times_arr
                 t0s, t1s = T[ns], T[ns + 1]
