@@ -13,6 +13,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import wire
+from ._axpby import axpby
 
 __all__ = ["NumpyBackend", "BACKEND", "clone", "sum", "norm", "stack", "pack", "unpack"]
 
@@ -22,26 +23,13 @@ def clone(u: np.ndarray) -> np.ndarray:
     return u.copy()
 
 
+def _overlaps(x: Any, y: np.ndarray) -> bool:
+    return x is y or (isinstance(x, np.ndarray) and np.may_share_memory(x, y))
+
+
 def sum(a: float, x: Any, b: float, y: np.ndarray) -> None:  # noqa: A001 - XBraid's name
     """y <- a*x + b*y in place; correct when x is y (or overlaps it)."""
-    if b == 1.0:
-        if a == 0.0:
-            return
-        if a == 1.0:
-            y += x
-        elif a == -1.0:
-            y -= x
-        else:
-            y += a * x
-        return
-    if a == 0.0:
-        y *= b
-        return
-    ax = x if a == 1.0 else a * x
-    if ax is x and (x is y or (isinstance(x, np.ndarray) and np.may_share_memory(x, y))):
-        ax = x.copy()
-    y *= b
-    y += ax
+    axpby(a, x, b, y, _overlaps, clone)
 
 
 def norm(u: np.ndarray) -> float:
