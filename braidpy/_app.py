@@ -106,7 +106,7 @@ class App:
             if r is not None:
                 U = r
             for k, u in enumerate(us):
-                u[...] = U[k]
+                u[...] = U[k, ...]  # (the array API wants the trailing ...)
             return None
         r = kernel(us, t0s, t1s, status)
         if r is not None and r is not us:

@@ -239,6 +239,18 @@ def test_strict_norm_and_stack(device):
     assert s.device == device and s.shape == (2, 3, 2)
 
 
+def test_strict_step_batch_stacks_and_writes_back_on_the_device():
+    class Stacked(Fresh):
+        def step_stacked(self, U, t0s, t1s, status):
+            assert U.device == DEVICE1 and U.shape == (2, 3)
+            U *= 2.0
+
+    us = [xp.ones(3, device=DEVICE1), xp.asarray([1.0, 2.0, 3.0], device=DEVICE1)]
+    Stacked().step_batch(us, np.zeros(2), np.ones(2), None)
+    assert [u.device for u in us] == [DEVICE1, DEVICE1]
+    assert host(us[0]).tolist() == [2.0] * 3 and host(us[1]).tolist() == [2.0, 4.0, 6.0]
+
+
 def test_mixing_devices_fails_loudly():
     x, y = xp.ones(3, device=CPU), xp.ones(3, device=DEVICE1)
     with pytest.raises(ValueError, match="different devices"):
