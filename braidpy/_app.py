@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import _arrays
+from . import backends
+from .backends import Backend
 
 __all__ = ["App"]
 
@@ -22,8 +23,8 @@ class App:
         returning a *different* object makes it the new state (for immutable
         vector types).
 
-    Optional, with defaults for NumPy arrays and any array exposing
-    ``__array_namespace__``/``__dlpack__`` (override all of them for other types)
+    Optional, with defaults for NumPy arrays and any array array-api-compat supports
+    (``__array_namespace__``, CuPy, PyTorch, ...; override all of them for other types)
     ---------------------------------------------------------------------------
     clone(u) -> vector               an independent copy
     sum(a, x, b, y)                  y <- a*x + b*y in place; x may be y
@@ -31,6 +32,33 @@ class App:
     bufpack(u) -> bytes-like         serialise for MPI
     bufunpack(buf) -> vector         inverse of bufpack
     access(u, status)                observe the solution (default: nothing)
+
+    Array states: backends and messages
+    -----------------------------------
+    The defaults delegate to ``braidpy.backends``: ``numpy`` for NumPy arrays,
+    ``array_api`` (through array-api-compat) for the others, each working in the
+    array's own namespace and on its own device. ``bufpack`` writes a fixed binary
+    header (magic, version, dtype code, device kind, shape: ``braidpy.backends.wire``)
+    and the data, copied to host memory; dtypes bool, int8-int64, uint8-uint64,
+    float16/32/64 and complex64/128 with at most 32 axes. ``bufunpack`` validates
+    every header field and the length (ValueError naming the bad field) and builds the
+    array on the receiving rank's own terms; no module or type name crosses the wire,
+    so a message never chooses what code runs. What a rank builds is set on the App:
+
+    array_namespace = None
+        The array namespace (module) of received states: ``array_api_strict``,
+        ``cupy``, ``torch``, ... None means NumPy. Set it when your states are not
+        NumPy arrays and you run on more than one rank.
+    array_device = None
+        The device received states are placed on, one of ``array_namespace``'s
+        devices (None: its default device). Set it on the instance in ``__init__``
+        for one device per rank.
+
+    The default ``bufpack`` raises TypeError for a state that ``bufunpack`` would not
+    rebuild in the same namespace on the same device (so a missing
+    ``array_namespace`` shows on the sending rank, not as mixed arrays later), and
+    ``bufunpack`` raises ValueError for data from another kind of device (a CUDA
+    array received where NumPy arrays are built, say).
 
     Optional, batched stepping (docs/batching.md; used unless ``batch=False``)
     ---------------------------------------------------------------------------
@@ -57,6 +85,8 @@ class App:
     tstart: float = 0.0
     tstop: float = 1.0
     ntime: int = 0
+    array_namespace: Any = None
+    array_device: Any = None
 
     def init(self, t: float) -> Any:
         raise NotImplementedError(f"{type(self).__name__} must implement init(t)")
@@ -71,12 +101,12 @@ class App:
                 f"{type(self).__name__} has no batched step: define step_stacked(U, t0s, t1s, "
                 f"status) or step_batch(us, t0s, t1s, status)")
         if isinstance(us, (list, tuple)):  # independent states: stack, step, write back
-            U = _arrays.stack(us)
+            U = backends.stack(us)
             r = kernel(U, t0s, t1s, status)
             if r is not None:
                 U = r
             for k, u in enumerate(us):
-                u[...] = U[k]
+                u[...] = U[k, ...]  # (the array API wants the trailing ...)
             return None
         r = kernel(us, t0s, t1s, status)
         if r is not None and r is not us:
@@ -84,19 +114,56 @@ class App:
         return None
 
     def clone(self, u: Any) -> Any:
-        return _arrays.array_clone(u)
+        return backends.backend_for(u, "clone").clone(u)
 
     def sum(self, a: float, x: Any, b: float, y: Any) -> None:
-        _arrays.array_sum(a, x, b, y)
+        backends.backend_for(y, "sum").sum(a, x, b, y)
 
     def norm(self, u: Any) -> float:
-        return _arrays.array_norm(u)
+        return backends.backend_for(u, "norm").norm(u)
 
     def access(self, u: Any, status: Any) -> None:
         return None
 
     def bufpack(self, u: Any) -> Any:
-        return _arrays.array_pack(u)
+        backend = backends.backend_for(u, "bufpack")
+        if backend is backends.NUMPY and self.array_namespace is None and self.array_device is None:
+            return backend.pack(u)  # the common case: NumPy on both sides
+        if _uses_default(self, "bufunpack"):
+            _check_same_kind(self, backend, _receiving_backend(self))
+        return backend.pack(u)
 
     def bufunpack(self, buf: Any) -> Any:
-        return _arrays.array_unpack(buf)
+        return _receiving_backend(self).unpack(buf)
+
+
+def _uses_default(app: App, name: str) -> bool:
+    """Whether app keeps App's own method ``name`` (as the compiled core checks it)."""
+    return (getattr(type(app), name, None) is getattr(App, name)
+            and name not in getattr(app, "__dict__", {}))
+
+
+def _receiving_backend(app: App) -> Backend:
+    """The backend bufunpack builds with: app.array_namespace on app.array_device."""
+    xp, device = app.array_namespace, app.array_device
+    if xp is None and device is None:
+        return backends.NUMPY
+    slots = getattr(app, "__dict__", None)
+    cached = slots.get("_braidpy_receiver") if slots is not None else None
+    if cached is not None and cached[0] is xp and cached[1] is device:
+        return cached[2]
+    backend = backends.backend_for_namespace(xp, device)
+    if slots is not None:
+        slots["_braidpy_receiver"] = (xp, device, backend)
+    return backend
+
+
+def _check_same_kind(app: App, sent: Backend, receiver: Backend) -> None:
+    if sent.name != receiver.name or sent.device != receiver.device:
+        xp = app.array_namespace
+        raise TypeError(
+            f"bufpack: the state is an array of {sent.name} on {sent.device!r}, but the "
+            f"default bufunpack builds arrays of {receiver.name} on {receiver.device!r} "
+            f"(array_namespace = {getattr(xp, '__name__', xp)!r}, array_device = "
+            f"{app.array_device!r}); set array_namespace and array_device on your App "
+            f"class to your states' namespace and device")

@@ -6,9 +6,11 @@ itself, not braidpy receiving a message).
 """
 
 import numpy as np
+from mpi4py import MPI
 
 from braidpy.parallel.agree import agreed
-from braidpy.parallel.collectives import (MAX_NDIM, allgather_texts, allgatherv, bcast_bytes,
+from braidpy.backends import wire
+from braidpy.parallel.collectives import (allgather_texts, allgatherv, bcast_bytes,
                                           gather_arrays, ordered_sum, recv_array)
 
 
@@ -85,23 +87,24 @@ def agreement_when_fine(comm):
 
 
 def forged_headers(comm):
-    """Rank 0 sends headers a hostile peer could send; the last rank must reject each
-    with ValueError (never allocate absurd memory, never crash)."""
+    """Rank 0 sends messages a hostile peer could send; the last rank must reject each
+    with ValueError (never import, never allocate absurd memory, never crash)."""
     if comm.size == 1:
         return []
+    good = wire.encode(np.arange(6.0).reshape(2, 3))
     bad = [
-        [1, 9, 1, 4],                # unknown dtype code
-        [1, 0, MAX_NDIM + 5, 1],     # too many dimensions
-        [1, 0, 2, -3, 4],            # a negative dimension
-        [1, -1, 1, 4],               # negative dtype code
+        good[:5] + bytes([99]) + good[6:],                  # unknown dtype code
+        good[:7] + bytes([200]) + good[8:],                 # too many dimensions
+        good[:8] + (-3).to_bytes(8, "little", signed=True) + good[16:],  # negative dim
+        good[:-8],                                          # payload too short
+        b"numpy;<f8;3" + bytes(24),                         # the old, library-naming format
+        good[:6],                                           # truncated header
     ]
     last = comm.size - 1
     outcomes = []
-    for k, fields in enumerate(bad):
+    for k, data in enumerate(bad):
         if comm.rank == 0:
-            head = np.zeros(3 + MAX_NDIM, dtype=np.int64)
-            head[:len(fields)] = fields
-            comm.Send(head, dest=last, tag=500 + k)
+            comm.Send([np.frombuffer(data, dtype=np.uint8), MPI.BYTE], dest=last, tag=500 + k)
         elif comm.rank == last:
             outcomes.append(_outcome(lambda k=k: recv_array(comm, 0, 500 + k)))
     return comm.bcast(outcomes, root=last)

@@ -272,16 +272,16 @@ def test_core_getters():
 @pytest.mark.parametrize("name", sorted(APPS))
 def test_fast_array_paths_match_python_defaults_bitwise(name):
     """The C++ fast clone/sum/norm (used when the app keeps App's defaults) round
-    exactly like braidpy._arrays; an override forces the Python path."""
-    from braidpy import _arrays
+    exactly like braidpy.backends.numpy; an override forces the Python path."""
+    from braidpy.backends import numpy as np_backend
 
     make, t0, t1, n = APPS[name]
 
     def python_path():
         app = make()
-        app.sum = lambda a, x, b, y: _arrays.array_sum(a, x, b, y)
-        app.clone = lambda u: _arrays.array_clone(u)
-        app.norm = lambda u: _arrays.array_norm(u)
+        app.sum = lambda a, x, b, y: np_backend.sum(a, x, b, y)
+        app.clone = lambda u: np_backend.clone(u)
+        app.norm = lambda u: np_backend.norm(u)
         return app
 
     opts = dict(cfactor=2, abs_tol=1e-12, max_iter=12)

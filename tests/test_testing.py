@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import braidpy
-from braidpy import _arrays
+from braidpy.backends import numpy as np_backend
 from braidpy.testing import RULES, AppCheckError, CheckReport, check_app
 
 SEED = 20261121
@@ -135,7 +135,7 @@ class RaisingNorm(Decay):
 
 class DropsLastEntry(Decay):
     def bufunpack(self, buf):
-        u = _arrays.array_unpack(buf)
+        u = np_backend.unpack(buf)
         u[-1] = 0.0
         return u
 
@@ -343,9 +343,9 @@ def test_missing_callbacks_are_reported_per_rule():
         def step(self, u, t0, t1, status):
             u *= 0.5
 
-        clone = staticmethod(_arrays.array_clone)
-        sum = staticmethod(_arrays.array_sum)
-        norm = staticmethod(_arrays.array_norm)
+        clone = staticmethod(np_backend.clone)
+        sum = staticmethod(np_backend.sum)
+        norm = staticmethod(np_backend.norm)
 
     report = check_app(Duck(), raise_on_failure=False)
     assert [r for r, _ in report.failed] == ["buffer round trip", "access"]

@@ -6,7 +6,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from .. import _arrays
+from .. import backends
 from .._app import App
 from .._solver import Core
 from .status import AdjointStatus, as_slice, mirror_slice
@@ -38,6 +38,9 @@ class ReversedApp(App):
             mine = getattr(type(app), name, None)
             if mine is not getattr(App, name) or name in getattr(app, "__dict__", {}):
                 setattr(self, name, getattr(app, name))
+        # Adjoint vectors live where the states do: received ones are built the same way.
+        self.array_namespace = getattr(app, "array_namespace", None)
+        self.array_device = getattr(app, "array_device", None)
         times = np.asarray(primal.times, dtype=np.float64)
         self._times: List[float] = times.tolist()  # Python floats: cheap indexing
         self._times_arr = times
@@ -78,7 +81,7 @@ class ReversedApp(App):
             # One copy in C++ for float64 NumPy states; a gather of the states otherwise.
             self.trajectory = self.primal.stored_block(lo, owned.stop)
             if self.trajectory is None:
-                self.trajectory = _arrays.stack([self.primal.stored(n)
+                self.trajectory = backends.stack([self.primal.stored(n)
                                                  for n in range(lo, owned.stop)])
 
     def end_evaluation(self) -> None:
@@ -163,7 +166,7 @@ class ReversedApp(App):
         stride = self._strides[status.level]
         n1 = N - status.fine_indices
         n0 = n1 - stride
-        stacked = _arrays.stack(W) if isinstance(W, (list, tuple)) else W
+        stacked = backends.stack(W) if isinstance(W, (list, tuple)) else W
         st = self._batch_status(status, n0, n1,
                                 mirror_slice(status.fine_slice, N - stride, len(n0)))
         t0s, t1s = self._times_arr[n0], self._times_arr[n1]

@@ -7,7 +7,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from .. import _arrays
+from .. import backends
 from .._errors import ErrorLabels
 from .._options import Options
 from .._result import Result
@@ -253,7 +253,7 @@ class GradientSolver:
                 ns = np.arange(N - 1 - top, N - lo, dtype=np.int64)
                 W = core.stored_block(top, lo - 1, -1)
                 if W is None:
-                    W = _arrays.stack([self.app.clone(core.stored(m))
+                    W = backends.stack([self.app.clone(core.stored(m))
                                        for m in range(top, lo - 1, -1)])
                 t0s, t1s = rev.step_times(ns)
                 st = AdjointStatus(t0=float(t0s[0]), t1=float(t1s[0]), t=float(t0s[0]), level=0,

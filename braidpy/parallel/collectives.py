@@ -3,8 +3,10 @@
 mpi4py's lowercase calls (``bcast``, ``allgather``, ``send``...) pickle their objects,
 and unpickling what a peer sent can run any code; braidpy never uses them. Texts travel
 as UTF-8 bytes, numbers as int64/float64 arrays, vectors as the bytes their app packed.
-Every function here is collective over ``comm`` (or local when ``comm`` is None or has
-one rank) and must be called by every rank in the same order.
+Arrays travel in the one wire format of :mod:`braidpy.backends.wire`, which the
+receiver validates field by field. Every function here is collective over ``comm`` (or
+local when ``comm`` is None or has one rank) and must be called by every rank in the
+same order.
 """
 
 from __future__ import annotations
@@ -13,13 +15,12 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 import numpy as np
 
+from ..backends import wire
 from .comm import rank_size
 
 __all__ = ["allgather_texts", "allgather_ints", "allgatherv", "allreduce_sum", "allreduce_int",
            "bcast_bytes", "send_array", "recv_array", "gather_arrays", "ordered_sum"]
 
-# Most dimensions of an array sent by send_array (a fixed-size header).
-MAX_NDIM = 32
 _ARRAY_DTYPES = (np.dtype(np.float64), np.dtype(np.int64))
 
 
@@ -126,63 +127,29 @@ def bcast_bytes(comm: Any, data: Optional[bytes], root: int) -> bytes:
     return buf.tobytes()
 
 
-def _contiguous(a: Any) -> np.ndarray:
-    """``a`` as a C-contiguous array, keeping 0-d arrays 0-d (np.ascontiguousarray
-    would make them 1-d)."""
-    a = np.asarray(a)
-    return a if a.flags.c_contiguous else a.copy(order="C")
-
-
-def _header(a: Optional[np.ndarray]) -> np.ndarray:
-    head = np.zeros(3 + MAX_NDIM, dtype=np.int64)  # present, dtype code, ndim, dims...
-    if a is not None:
-        if a.dtype not in _ARRAY_DTYPES:
-            raise TypeError(f"send_array sends float64 or int64 arrays, got {a.dtype}")
-        if a.ndim > MAX_NDIM:
-            raise ValueError(f"send_array: {a.ndim} dimensions (most {MAX_NDIM})")
-        head[:3] = 1, _ARRAY_DTYPES.index(a.dtype), a.ndim
-        head[3:3 + a.ndim] = a.shape
-    return head
-
-
-def _from_header(head: np.ndarray) -> Optional[np.ndarray]:
-    if head[0] == 0:
-        return None
-    code, ndim = int(head[1]), int(head[2])
-    if not (0 <= code < len(_ARRAY_DTYPES) and 0 <= ndim <= MAX_NDIM) or \
-            np.any(head[3:3 + ndim] < 0):
-        raise ValueError(f"braidpy message: bad array header {head[:3 + max(ndim, 0)]}")
-    return np.empty(tuple(int(d) for d in head[3:3 + ndim]), dtype=_ARRAY_DTYPES[code])
-
-
 def send_array(comm: Any, a: Optional[np.ndarray], dest: int, tag: int) -> None:
-    """Send a float64/int64 array (or None) to ``dest``; pairs with :func:`recv_array`."""
-    a = None if a is None else _contiguous(a)
-    comm.Send(_header(a), dest=dest, tag=tag)
-    if a is not None:
-        comm.Send(a, dest=dest, tag=tag)
+    """Send a host array (or None) to ``dest`` in braidpy's wire format
+    (:mod:`braidpy.backends.wire`); pairs with :func:`recv_array`."""
+    data = b"" if a is None else wire.encode(np.asarray(a))
+    comm.Send([np.frombuffer(data, dtype=np.uint8), _mpi().BYTE], dest=dest, tag=tag)
 
 
 def recv_array(comm: Any, source: int, tag: int) -> Optional[np.ndarray]:
-    """The array (or None) that ``source`` sent with :func:`send_array`."""
-    head = np.empty(3 + MAX_NDIM, dtype=np.int64)
-    comm.Recv(head, source=source, tag=tag)
-    out = _from_header(head)
-    if out is not None:
-        comm.Recv(out, source=source, tag=tag)
-    return out
+    """The array (or None) that ``source`` sent with :func:`send_array`; a message that
+    is not a valid wire message raises ValueError naming what is wrong."""
+    MPI = _mpi()
+    status = MPI.Status()
+    comm.Probe(source=source, tag=tag, status=status)
+    buf = np.empty(status.Get_count(MPI.BYTE), dtype=np.uint8)
+    comm.Recv([buf, MPI.BYTE], source=source, tag=tag)
+    return None if buf.size == 0 else wire.to_numpy(wire.decode(buf))
 
 
 def _bcast_array(comm: Any, a: Optional[np.ndarray], root: int) -> Optional[np.ndarray]:
     rank, _ = rank_size(comm)
-    head = _header(_contiguous(a) if rank == root and a is not None else None)
-    comm.Bcast(head, root=root)
-    out = _from_header(head)
-    if out is not None:
-        if rank == root:
-            out[...] = a
-        comm.Bcast(out, root=root)
-    return out
+    data = wire.encode(np.asarray(a)) if rank == root and a is not None else None
+    got = bcast_bytes(comm, data, root)
+    return None if not got else wire.to_numpy(wire.decode(got))
 
 
 def ordered_sum(items: Iterable[Any], comm: Any) -> Optional[np.ndarray]:
@@ -209,7 +176,7 @@ def ordered_sum(items: Iterable[Any], comm: Any) -> Optional[np.ndarray]:
 
 def gather_arrays(comm: Any, arrays: Mapping[int, np.ndarray],
                   root: int = 0) -> Optional[Dict[int, np.ndarray]]:
-    """Every rank's ``{key: float64/int64 array}`` merged on ``root`` (None elsewhere).
+    """Every rank's ``{key: host array}`` merged on ``root`` (None elsewhere).
 
     >>> gather_arrays(None, {2: [1.0]})
     {2: array([1.])}

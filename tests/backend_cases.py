@@ -1,0 +1,51 @@
+"""An app with array-api-strict states on a non-default device, run serially (test_backends.py)
+and at 2 ranks (mpi_backends_driver.py): received states must land on that device."""
+
+import numpy as np
+
+import braidpy
+
+
+def strict_decay_app():
+    import array_api_strict as xp
+
+    device = xp.Device("device1")
+
+    class StrictDecay(braidpy.App):
+        """u' = -rates * u on array-api-strict's "device1"; any state on another device
+        (a receive that ignored array_device, a silent host copy) fails the next step."""
+
+        array_namespace = xp
+        array_device = device
+
+        def __init__(self):
+            self.rates = xp.asarray([[0.5, 1.0, 1.5], [2.0, 2.5, 3.0]], device=device)
+
+        def init(self, t):
+            return xp.ones((2, 3), dtype=xp.float64, device=device)
+
+        def step(self, u, t0, t1, status):
+            u /= 1.0 + (t1 - t0) * self.rates
+
+    return StrictDecay()
+
+
+def _host(u):
+    """Explicit host copy of a state for comparisons (never np.asarray on device1)."""
+    return np.from_dlpack(u).tolist()
+
+
+def run_strict(comm):
+    """Iterations, residuals, every owned value and the final value, plus the devices
+    the states were on; gathered in time order on every rank."""
+    result = braidpy.solve(strict_decay_app(), 0.0, 2.0, 32, comm=comm, cfactor=2,
+                           abs_tol=1e-12, max_iter=20)
+    local = [(i, _host(result.solution(index=i)), str(result.solution(index=i).device))
+             for i in result.owned]
+    parts = [local] if comm is None else comm.allgather(local)
+    rows = sorted(x for p in parts for x in p)
+    finals = [str(result.final.device)] if comm is None else comm.allgather(
+        str(result.final.device))
+    return dict(iterations=result.iterations, residuals=result.residuals,
+                values=[v for _, v, _ in rows], devices=sorted({d for _, _, d in rows}),
+                final=_host(result.final), final_devices=sorted(set(finals)))

@@ -1,0 +1,32 @@
+"""Runs backend_cases.run_strict under mpiexec and writes its JSON (rank 0).
+
+    mpiexec -n P python tests/mpi_backends_driver.py OUT.json
+"""
+
+import json
+import sys
+import traceback
+from pathlib import Path
+
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
+
+from mpi4py import MPI  # noqa: E402
+
+COMM = MPI.COMM_WORLD
+
+
+def main():
+    try:
+        from backend_cases import run_strict
+
+        result = run_strict(COMM)
+    except BaseException:
+        traceback.print_exc()
+        sys.stdout.flush()
+        COMM.Abort(3)
+    if COMM.rank == 0:
+        Path(sys.argv[1]).write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
