@@ -1,4 +1,4 @@
-"""Runs backend_cases.run_strict under mpiexec and writes its JSON (rank 0).
+"""Runs backend_cases.run_strict and run_strict_adjoint under mpiexec and writes its JSON (rank 0).
 
     mpiexec -n P python tests/mpi_backends_driver.py OUT.json
 """
@@ -17,9 +17,10 @@ COMM = MPI.COMM_WORLD
 
 def main():
     try:
-        from backend_cases import run_strict
+        from backend_cases import run_strict, run_strict_adjoint
 
-        result = run_strict(COMM)
+        result = {"solve": run_strict(COMM), "adjoint": run_strict_adjoint(COMM),
+                  "size": COMM.size}
     except BaseException:
         traceback.print_exc()
         sys.stdout.flush()

@@ -317,7 +317,7 @@ def test_serial_solve_keeps_strict_states_on_their_device():
 
 @pytest.mark.skipif(sys.platform == "win32", reason="mpiexec")
 def test_two_ranks_with_strict_states_match_serial(tmp_path):
-    from backend_cases import run_strict
+    from backend_cases import run_strict, run_strict_adjoint
     from test_mpi import MPIEXEC, TIMEOUT
 
     out = tmp_path / "strict.json"
@@ -325,7 +325,13 @@ def test_two_ranks_with_strict_states_match_serial(tmp_path):
     cmd = [MPIEXEC, "-n", "2", sys.executable, str(HERE / "mpi_backends_driver.py"), str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=env)
     assert proc.returncode == 0, f"{cmd} failed:\n{proc.stdout}\n{proc.stderr}"
-    par, ser = json.loads(out.read_text()), run_strict(None)
+    got = json.loads(out.read_text())
+    assert got["size"] == 2  # the ranks really ran together
+    par, ser = got["solve"], run_strict(None)
+    # The adjoint's vectors cross ranks on device1 as well (the reversed app builds
+    # received vectors like the user's app); bitwise the serial objective and gradient.
+    assert got["adjoint"] == run_strict_adjoint(None)
+    assert got["adjoint"]["adjoint_iterations"] > 1
     assert par["devices"] == par["final_devices"] == [str(DEVICE1)]
     assert par["iterations"] == ser["iterations"]
     np.testing.assert_allclose(par["residuals"], ser["residuals"], rtol=1e-12, atol=0)
