@@ -7,7 +7,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
-__all__ = ["Result"]
+__all__ = ["Result", "fine_index"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -56,11 +56,7 @@ class Result:
 
     def index_of(self, t: float) -> int:
         """Fine index of time t (the nearest grid point, which must be within 1e-9*dt)."""
-        i = int(np.argmin(np.abs(self.times - t)))
-        scale = self.times[-1] - self.times[0]
-        if abs(self.times[i] - t) > 1e-9 * scale / max(len(self.times) - 1, 1):
-            raise ValueError(f"t={t!r} is not a point of the time grid")
-        return i
+        return _index_of(self.times, t)
 
     def solution(self, t: Optional[float] = None, *, index: Optional[int] = None) -> Any:
         """A copy of the fine solution at time t (or fine index), on the owning rank.
@@ -68,16 +64,7 @@ class Result:
         F-point values are recomputed from their C-point unless storage="all".
         Valid until the Core that produced this result solves again.
         """
-        if (t is None) == (index is None):
-            raise TypeError("give exactly one of t or index")
-        i = int(index) if index is not None else self.index_of(float(t))  # type: ignore[arg-type]
-        if not 0 <= i < len(self.times):
-            raise IndexError(f"index {i} outside the grid 0..{len(self.times) - 1}")
-        if i not in self.owned:
-            raise ValueError(
-                f"time index {i} is owned by another rank (this rank holds "
-                f"{self.owned.start}..{self.owned.stop - 1})"
-            )
+        i = fine_index(self.times, self.owned, t, index)
         if self.solution_source is None:
             raise ValueError("this Result has no solver to recompute solutions from")
         return self.solution_source(i)
@@ -85,3 +72,28 @@ class Result:
     def __repr__(self) -> str:
         last = f", last residual {self.residuals[-1]:.3e}" if self.residuals else ""
         return f"<braidpy.Result {self.iterations} iterations, {self.levels} levels{last}>"
+
+
+def _index_of(times: np.ndarray, t: float) -> int:
+    i = int(np.argmin(np.abs(times - t)))
+    scale = times[-1] - times[0]
+    if abs(times[i] - t) > 1e-9 * scale / max(len(times) - 1, 1):
+        raise ValueError(f"t={t!r} is not a point of the time grid")
+    return i
+
+
+def fine_index(times: np.ndarray, owned: range, t: Optional[float],
+               index: Optional[int]) -> int:
+    """The fine index named by exactly one of t or index, checked against the grid and
+    this rank's ``owned`` range (errors name the bad value)."""
+    if (t is None) == (index is None):
+        raise TypeError("give exactly one of t or index")
+    i = int(index) if index is not None else _index_of(times, float(t))  # type: ignore[arg-type]
+    if not 0 <= i < len(times):
+        raise IndexError(f"index {i} outside the grid 0..{len(times) - 1}")
+    if i not in owned:
+        raise ValueError(
+            f"time index {i} is owned by another rank (this rank holds "
+            f"{owned.start}..{owned.stop - 1})"
+        )
+    return i

@@ -14,7 +14,7 @@ from . import _core
 from ._app import App
 from ._errors import BraidError, DivergenceError, ErrorLabels
 from ._options import Options
-from ._result import Result
+from ._result import Result, fine_index
 from .parallel.agree import agreed
 from .parallel.collectives import allreduce_int, bcast_bytes
 from .parallel.comm import rank_size
@@ -241,7 +241,8 @@ class Core:
     def solution(self, t: Optional[float] = None, *, index: Optional[int] = None) -> Any:
         """A copy of the fine solution at time t (or fine index) of the last solve, on
         the owning rank (see :meth:`Result.solution`)."""
-        return self._result(None, 0.0).solution(t, index=index)
+        i = fine_index(self.times, self.owned, t, index)
+        return self._solution_of(self._generation, i)
 
     def _solution_of(self, generation: int, index: int) -> Any:
         if generation != self._generation:
