@@ -405,4 +405,3 @@ def dense_gradient_batched(W: Any, U: Any, Ks: Any, bs: Any, hs: Any,
             g = _scaled_slope(W, U, Ks, bs, _steps(hs, np), a, np)
         return np.matmul(_mT(g, np), U), np.sum(g, axis=1)
     return _api_gradient_batched(W, U, Ks, bs, hs, a)
-
