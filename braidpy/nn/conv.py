@@ -29,7 +29,11 @@ for bit equal to the single-interval functions. On NumPy the batch is processed 
 cache-sized chunks, with matmuls small enough for OpenBLAS to run them on one thread.
 
 All functions are pure and written against the array namespace of their inputs
-(``u.__array_namespace__()``, NumPy otherwise), so NumPy and CuPy arrays both work.
+(``u.__array_namespace__()``, NumPy otherwise), so NumPy and CuPy arrays both work. The
+public step functions are the "numpy" kernels of :mod:`braidpy.nn.kernels` (NumPy arrays
+chunked, any other array in one go); the ``_api_*`` functions, the "array-api" kernels,
+run the same code without chunks for every namespace. :class:`braidpy.nn.ConvLayer` holds
+one of the two sets.
 """
 
 from __future__ import annotations
@@ -227,13 +231,10 @@ def _apply(Km: Any, x: Any, plan: _Plan, xp: Any) -> Any:
     return _product(Km, cols, plan, _shape(x)[-4], xp)
 
 
-def _correlate(x: Any, K: Any, xp: Any, chunked: Optional[bool] = None) -> Any:
-    """conv2d over optional leading axes: x (..., batch, Cin, H, W), K (..., Cout, Cin, k, k).
-
-    chunked None: as the "numpy" kernels choose for xp.
-    """
+def _correlate(x: Any, K: Any, xp: Any) -> Any:
+    """conv2d over optional leading axes: x (..., batch, Cin, H, W), K (..., Cout, Cin, k, k)."""
     sK = _shape(K)
-    plan = _Plan(x, sK[-1], sK[-4], xp, _chunked(xp) if chunked is None else chunked)
+    plan = _Plan(x, sK[-1], sK[-4], xp, _chunked(xp))
     Km = _kernel_matrix(K, xp)
     return _join([_apply(Km, _images(x, n0, n1), plan, xp) for n0, n1 in plan.ranges()], xp)
 
