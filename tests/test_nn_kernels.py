@@ -12,12 +12,13 @@ from braidpy.nn import (ConvLayer, DenseLayer, LayerKernels, ResNet, backend_nam
                         conv_adjoint, conv_forward, conv_gradient, dense_adjoint, dense_forward,
                         dense_gradient, select_kernels)
 from braidpy.nn import conv as conv_module
-from braidpy.nn.kernels import _REGISTRY
+from braidpy.nn.kernels import KINDS
 from braidpy.train import LayerParallelEvaluator
 
 SEED = 20261207
 ACTIVATIONS = ["tanh", "relu", "smooth_relu"]
-BACKENDS = sorted(_REGISTRY)  # every registered (kind, name): a new backend is checked too
+# every registered (kind, backend): a backend added later is checked too
+BACKENDS = [(kind, name) for kind in KINDS for name in backend_names(kind)]
 
 
 def _layer(kind: str, name: str, act: str = "tanh") -> DenseLayer | ConvLayer:
