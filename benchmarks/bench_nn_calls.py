@@ -1,5 +1,8 @@
 """Per-call cost of braidpy.nn's dense kernels vs the same NumPy operations inline.
 
+The kernels are timed as functions and through a DenseLayer object (the way ResNet and
+ResNetApp call them).
+
 m states of shape (1, width 8) stacked, tanh; min over rounds of the mean of 200 calls,
 the candidates interleaved round by round (the machine may be shared).
 
@@ -13,7 +16,7 @@ import timeit
 
 import numpy as np
 
-from braidpy.nn import dense_adjoint_batched, dense_forward, dense_forward_batched
+from braidpy.nn import DenseLayer, dense_adjoint_batched, dense_forward, dense_forward_batched
 
 
 def main(argv=None):
@@ -33,6 +36,7 @@ def measure(m, rounds):
     hs = np.full(m, 1 / 2048)
     u, K, b = U[0], Ks[0], bs[0]
     h3 = hs[:, None, None]
+    layer = DenseLayer(8, "tanh")
 
     def inline_forward():
         z = np.matmul(U, np.swapaxes(Ks, 1, 2))
@@ -56,9 +60,11 @@ def measure(m, rounds):
 
     cands = {
         "dense_forward (one state)": lambda: dense_forward(u, K, b, 0.01, "tanh"),
+        "DenseLayer.forward (one state)": lambda: layer.forward(u, K, b, 0.01),
         "dense_forward_batched": lambda: dense_forward_batched(U, Ks, bs, hs, "tanh"),
         "inline forward, batched": inline_forward,
         "dense_adjoint_batched": lambda: dense_adjoint_batched(W, U, Ks, bs, hs, "tanh"),
+        "DenseLayer.adjoint_batched": lambda: layer.adjoint_batched(W, U, Ks, bs, hs),
         "inline adjoint, batched": inline_adjoint,
     }
     best = dict.fromkeys(cands, float("inf"))
@@ -67,7 +73,7 @@ def measure(m, rounds):
             best[name] = min(best[name], timeit.timeit(f, number=200) / 200)
     print(f"m = {m}")
     for name, t in best.items():
-        print(f"  {name:28s} {t * 1e6:7.2f} us")
+        print(f"  {name:30s} {t * 1e6:7.2f} us")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,13 @@
-"""Neural-network layers as time steps for layer-parallel ResNet training."""
+"""Neural-network layers as time steps for layer-parallel ResNet training.
+
+Modules: :mod:`~braidpy.nn.activations`; the residual layers' kernels as functions,
+:mod:`~braidpy.nn.dense` and :mod:`~braidpy.nn.conv` (im2col); :mod:`~braidpy.nn.kernels`,
+the kernel backends and how a layer picks one; :mod:`~braidpy.nn.residual`, the layer
+objects :class:`DenseLayer` and :class:`ConvLayer` that own their kernels;
+:mod:`~braidpy.nn.layers`, the opening layers and the softmax classifier;
+:mod:`~braidpy.nn.network`, :class:`ResNet` (architecture, parameter layout, serial
+reference); :mod:`~braidpy.nn.resnet`, :class:`ResNetApp` (the MGRIT app).
+"""
 
 from __future__ import annotations
 
@@ -33,6 +42,7 @@ from .dense import (
     dense_gradient,
     dense_gradient_batched,
 )
+from .kernels import LayerKernels, backend_names, select_kernels
 from .layers import (
     accuracy,
     classifier_gradient,
@@ -47,6 +57,7 @@ from .layers import (
     zero_pad_opening,
 )
 from .network import OPENINGS, ResNet
+from .residual import ConvLayer, DenseLayer
 from .resnet import ResNetApp
 
 __all__ = ["Activation", "SMOOTH_RELU_EPS", "activation_names", "get_activation", "relu",
@@ -58,4 +69,5 @@ __all__ = ["Activation", "SMOOTH_RELU_EPS", "activation_names", "get_activation"
            "conv_gradient_batched", "dense_opening", "dense_opening_gradient", "conv_opening",
            "conv_opening_gradient", "replicate_opening", "zero_pad_opening",
            "classifier_logits", "classifier_loss", "classifier_gradient", "classifier_predict",
-           "accuracy", "OPENINGS", "ResNet", "ResNetApp"]
+           "accuracy", "DenseLayer", "ConvLayer", "LayerKernels", "backend_names",
+           "select_kernels", "OPENINGS", "ResNet", "ResNetApp"]

@@ -7,22 +7,14 @@ from typing import Any, Callable, Dict, FrozenSet, Tuple, Union
 
 import numpy as np
 
+from ._common import _namespace
+
 __all__ = ["Activation", "SMOOTH_RELU_EPS", "get_activation", "activation_names", "relu",
            "relu_derivative", "smooth_relu", "smooth_relu_derivative", "tanh",
            "tanh_derivative"]
 
 #: Half-width of the quadratic blend of the smoothed ReLU (Günther et al., eq. (5.34)).
 SMOOTH_RELU_EPS = 0.1
-
-
-def _namespace(x: Any) -> Any:
-    """The array namespace of ``x``: ``x.__array_namespace__()``, NumPy otherwise."""
-    if x.__class__ is np.ndarray:  # the common case, without a lookup and a call
-        return np
-    get = getattr(x, "__array_namespace__", None)
-    if get is not None:
-        return get()
-    return np
 
 
 def tanh(x: Any) -> Any:
@@ -139,6 +131,10 @@ _REGISTRY: Dict[str, Activation] = {
 
 #: The activations above; each returns a new array (kernels may overwrite it).
 _BUILTIN: FrozenSet[Activation] = frozenset(_REGISTRY.values())
+
+
+#: An activation given by name or as an :class:`Activation` object.
+ActivationLike = Union[str, Activation]
 
 
 def activation_names() -> Tuple[str, ...]:

@@ -29,54 +29,25 @@ for bit equal to the single-interval functions. On NumPy the batch is processed 
 cache-sized chunks, with matmuls small enough for OpenBLAS to run them on one thread.
 
 All functions are pure and written against the array namespace of their inputs
-(``u.__array_namespace__()``, NumPy otherwise), so NumPy and CuPy arrays both work.
+(``u.__array_namespace__()``, NumPy otherwise), so NumPy and CuPy arrays both work. The
+public step functions are the "numpy" kernels of :mod:`braidpy.nn.kernels` (NumPy arrays
+chunked, any other array in one go); the ``_api_*`` functions, the "array-api" kernels,
+run the same code without chunks for every namespace. :class:`braidpy.nn.ConvLayer` holds
+one of the two sets.
 """
 
 from __future__ import annotations
 
 import operator
-from typing import Any, Tuple
+from typing import Any, Optional, Tuple
 
-from .activations import Activation, _namespace, get_activation
-from .dense import ActivationLike, _as_steps, _mT, _same, _shape
+from ._common import (_as_steps, _concat, _is_numpy, _mT, _namespace, _permute, _same, _shape,
+                      _zeros)
+from .activations import Activation, ActivationLike, get_activation
 
 __all__ = ["conv2d", "conv2d_input_vjp", "conv2d_weight_vjp", "conv_forward", "conv_adjoint",
            "conv_gradient", "conv_forward_batched", "conv_adjoint_batched",
            "conv_gradient_batched"]
-
-
-# ---------------------------------------------------------------- namespace helpers
-
-
-def _concat(arrays: list, axis: int, xp: Any) -> Any:
-    """xp.concat (array API), or xp.concatenate where the namespace predates it."""
-    fn = getattr(xp, "concat", None)
-    if fn is None:
-        fn = xp.concatenate
-    return fn(arrays, axis=axis)
-
-
-def _permute(x: Any, axes: tuple, xp: Any) -> Any:
-    """xp.permute_dims (array API), or xp.transpose where the namespace predates it."""
-    fn = getattr(xp, "permute_dims", None)
-    if fn is None:
-        fn = xp.transpose
-    return fn(x, axes)
-
-
-def _zeros_along(x: Any, axis: int, n: int, xp: Any) -> Any:
-    """Zeros shaped like x but with n entries along axis (negative), on x's device."""
-    s = _shape(x)
-    one = x[(Ellipsis, slice(0, 1)) + (slice(None),) * (-1 - axis)]
-    return xp.broadcast_to(xp.zeros_like(one), s[:axis] + (n,) + s[len(s) + axis + 1:])
-
-
-def _zeros(shape: tuple, like: Any, xp: Any) -> Any:
-    """Zeros of the given shape with like's dtype, on like's device."""
-    try:
-        return xp.zeros(shape, dtype=like.dtype, device=like.device)
-    except TypeError:  # e.g. CuPy: no device keyword, the current device is like's
-        return xp.zeros(shape, dtype=like.dtype)
 
 
 # ---------------------------------------------------------------- layout
@@ -104,27 +75,32 @@ _CHUNK_BYTES = 1 << 20
 #: where OpenBLAS goes multithreaded (its threads stall badly on a loaded machine, and the
 #: chunks are small); the blocks of a chunk are one stacked matmul.
 _BLOCK_MNK = 200_000
-#: Use the chunked NumPy path for NumPy arrays (False: the generic path, for tests).
+#: Use the chunked NumPy path for NumPy arrays (False: the generic path, for tests). Read
+#: by the "numpy" kernels (the public functions) at every call; the "array-api" kernels
+#: never chunk.
 _NUMPY_FAST_PATH = True
 
 
-def _is_numpy(xp: Any) -> bool:
-    return getattr(xp, "__name__", "") == "numpy"
+def _chunked(xp: Any) -> bool:
+    """Whether the "numpy" kernels take the chunked path for arrays of namespace xp."""
+    return _NUMPY_FAST_PATH and _is_numpy(xp)
 
 
 class _Plan:
     """How to cut a batch x (..., N, C, H, W) for a k x k kernel with Cout output channels.
 
     nb images per chunk; each chunk's nb * B grid columns as nsub blocks of L columns.
+    chunked False: the whole batch in one chunk of one block (any namespace).
     """
 
-    def __init__(self, x: Any, k: int, cout: int, xp: Any) -> None:
+    def __init__(self, x: Any, k: int, cout: int, xp: Any, chunked: bool) -> None:
         N, C, H, W = _shape(x)[-4:]
         self.N, self.H, self.W, self.k = N, H, W, k
         self.Wp = W + k - 1
         self.B = (H + k - 1) * self.Wp
-        self.fast = _NUMPY_FAST_PATH and _is_numpy(xp)
-        if self.fast:
+        self.nb: int
+        self.L: Optional[int]
+        if chunked:
             self.nb = max(1, min(N, _CHUNK_BYTES // (k * k * C * self.B * x.dtype.itemsize)))
             self.L = max(1, _BLOCK_MNK // (k * k * max(C, cout) * max(C, cout)))
         else:
@@ -258,7 +234,7 @@ def _apply(Km: Any, x: Any, plan: _Plan, xp: Any) -> Any:
 def _correlate(x: Any, K: Any, xp: Any) -> Any:
     """conv2d over optional leading axes: x (..., batch, Cin, H, W), K (..., Cout, Cin, k, k)."""
     sK = _shape(K)
-    plan = _Plan(x, sK[-1], sK[-4], xp)
+    plan = _Plan(x, sK[-1], sK[-4], xp, _chunked(xp))
     Km = _kernel_matrix(K, xp)
     return _join([_apply(Km, _images(x, n0, n1), plan, xp) for n0, n1 in plan.ranges()], xp)
 
@@ -266,7 +242,7 @@ def _correlate(x: Any, K: Any, xp: Any) -> Any:
 def _input_vjp(g: Any, K: Any, xp: Any) -> Any:
     """Transpose of x -> conv2d(x, K): correlation with the flipped, channel-swapped kernel."""
     sK = _shape(K)
-    plan = _Plan(g, sK[-1], sK[-3], xp)
+    plan = _Plan(g, sK[-1], sK[-3], xp, _chunked(xp))
     Kt = _kernel_matrix(K, xp, transpose=True)
     return _join([_apply(Kt, _images(g, n0, n1), plan, xp) for n0, n1 in plan.ranges()], xp)
 
@@ -293,7 +269,7 @@ def _weight_terms(g: Any, cols: Any, nsub: int, L: int, plan: _Plan,
 
 def _weight_vjp(g: Any, x: Any, k: int, xp: Any) -> Any:
     """Transpose of K -> conv2d(x, K), x from :func:`_flat_padded`: (..., Cout, Cin, k, k)."""
-    plan = _Plan(x, k, _shape(g)[-3], xp)
+    plan = _Plan(x, k, _shape(g)[-3], xp, _chunked(xp))
     dK = None
     for n0, n1 in plan.ranges():
         cols, nsub, L = _chunk_columns(_images(x, n0, n1), plan, xp)
@@ -465,9 +441,9 @@ def _steps(hs: Any, xp: Any) -> Any:
     return xp.reshape(hs, (_shape(hs)[0], 1, 1, 1, 1))
 
 
-def _forward(u: Any, K: Any, b: Any, h: Any, act: Activation, xp: Any) -> Any:
+def _forward(u: Any, K: Any, b: Any, h: Any, act: Activation, xp: Any, chunked: bool) -> Any:
     """u + h * act(conv2d(u, K) + b) over optional leading axes, chunk by chunk."""
-    plan = _Plan(u, _shape(K)[-1], _shape(K)[-4], xp)
+    plan = _Plan(u, _shape(K)[-1], _shape(K)[-4], xp, chunked)
     Km, bias = _kernel_matrix(K, xp), _bias(b, xp)
     parts = []
     for n0, n1 in plan.ranges():
@@ -477,14 +453,14 @@ def _forward(u: Any, K: Any, b: Any, h: Any, act: Activation, xp: Any) -> Any:
 
 
 def _backward(w: Any, u: Any, K: Any, b: Any, h: Any, act: Activation, xp: Any,
-              gradient: bool) -> Any:
+              chunked: bool, gradient: bool) -> Any:
     """State adjoint (gradient False) or (dK, db) (gradient True), chunk by chunk.
 
     Per chunk g = h * w * act'(z), z = conv2d(u, K) + b; the adjoint is w +
     conv2d_input_vjp(g, K), the gradient sums the chunks' g x (u's im2col columns)^T and g.
     """
     k = _shape(K)[-1]
-    plan = _Plan(u, k, _shape(K)[-4], xp)
+    plan = _Plan(u, k, _shape(K)[-4], xp, chunked)
     Km, bias = _kernel_matrix(K, xp), _bias(b, xp)
     Kt = None if gradient else _kernel_matrix(K, xp, transpose=True)
     parts, dK, db = [], None, None
@@ -502,9 +478,100 @@ def _backward(w: Any, u: Any, K: Any, b: Any, h: Any, act: Activation, xp: Any,
     return _kernel_from_matrix(dK, k, xp), db
 
 
-def _intervals(U: Any, xp: Any) -> bool:
-    """Run the batched steps interval by interval (the NumPy path, m > 0)."""
-    return _NUMPY_FAST_PATH and _is_numpy(xp) and _shape(U)[0] > 0
+# The six step kernels, for both backends of braidpy.nn.kernels: numpy True is the "numpy"
+# backend (NumPy arrays chunked, the batched steps interval by interval; any other array as
+# below), numpy False the "array-api" backend (the whole batch and all intervals in one
+# matmul per kernel offset block, any namespace, NumPy included).
+
+
+def _step_forward(u: Any, K: Any, b: Any, h: Any, act: ActivationLike, numpy: bool) -> Any:
+    _check_single("conv_forward", u, K, b)
+    a = get_activation(act)
+    xp = _namespace(u)
+    return _forward(u, K, b, h, a, xp, numpy and _chunked(xp))
+
+
+def _step_adjoint(w: Any, u: Any, K: Any, b: Any, h: Any, act: ActivationLike,
+                  numpy: bool) -> Any:
+    _check_single("conv_adjoint", u, K, b, w)
+    a = get_activation(act)
+    xp = _namespace(u)
+    return _backward(w, u, K, b, h, a, xp, numpy and _chunked(xp), False)
+
+
+def _step_gradient(w: Any, u: Any, K: Any, b: Any, h: Any, act: ActivationLike,
+                   numpy: bool) -> Tuple[Any, Any]:
+    _check_single("conv_gradient", u, K, b, w)
+    a = get_activation(act)
+    xp = _namespace(u)
+    return _backward(w, u, K, b, h, a, xp, numpy and _chunked(xp), True)
+
+
+def _steps_forward(U: Any, Ks: Any, bs: Any, hs: Any, act: ActivationLike, numpy: bool) -> Any:
+    hs = _as_steps(hs, U)
+    _check_batched("conv_forward_batched", U, Ks, bs, hs)
+    a = get_activation(act)
+    xp = _namespace(U)
+    if numpy and _chunked(xp) and _shape(U)[0] > 0:  # interval by interval
+        return xp.stack([_forward(U[i], Ks[i], bs[i], hs[i], a, xp, True)
+                         for i in range(_shape(U)[0])])
+    return _forward(U, Ks, bs, _steps(hs, xp), a, xp, False)
+
+
+def _steps_adjoint(W: Any, U: Any, Ks: Any, bs: Any, hs: Any, act: ActivationLike,
+                   numpy: bool) -> Any:
+    hs = _as_steps(hs, U)
+    _check_batched("conv_adjoint_batched", U, Ks, bs, hs, W)
+    a = get_activation(act)
+    xp = _namespace(U)
+    if numpy and _chunked(xp) and _shape(U)[0] > 0:
+        return xp.stack([_backward(W[i], U[i], Ks[i], bs[i], hs[i], a, xp, True, False)
+                         for i in range(_shape(U)[0])])
+    return _backward(W, U, Ks, bs, _steps(hs, xp), a, xp, False, False)
+
+
+def _steps_gradient(W: Any, U: Any, Ks: Any, bs: Any, hs: Any, act: ActivationLike,
+                    numpy: bool) -> Tuple[Any, Any]:
+    hs = _as_steps(hs, U)
+    _check_batched("conv_gradient_batched", U, Ks, bs, hs, W)
+    a = get_activation(act)
+    xp = _namespace(U)
+    if numpy and _chunked(xp) and _shape(U)[0] > 0:
+        grads = [_backward(W[i], U[i], Ks[i], bs[i], hs[i], a, xp, True, True)
+                 for i in range(_shape(U)[0])]
+        return xp.stack([d for d, _ in grads]), xp.stack([e for _, e in grads])
+    return _backward(W, U, Ks, bs, _steps(hs, xp), a, xp, False, True)
+
+
+def _api_forward(u: Any, K: Any, b: Any, h: Any, act: ActivationLike) -> Any:
+    """:func:`conv_forward` of the "array-api" kernels."""
+    return _step_forward(u, K, b, h, act, False)
+
+
+def _api_adjoint(w: Any, u: Any, K: Any, b: Any, h: Any, act: ActivationLike) -> Any:
+    """:func:`conv_adjoint` of the "array-api" kernels."""
+    return _step_adjoint(w, u, K, b, h, act, False)
+
+
+def _api_gradient(w: Any, u: Any, K: Any, b: Any, h: Any, act: ActivationLike) -> Tuple[Any, Any]:
+    """:func:`conv_gradient` of the "array-api" kernels."""
+    return _step_gradient(w, u, K, b, h, act, False)
+
+
+def _api_forward_batched(U: Any, Ks: Any, bs: Any, hs: Any, act: ActivationLike) -> Any:
+    """:func:`conv_forward_batched` of the "array-api" kernels."""
+    return _steps_forward(U, Ks, bs, hs, act, False)
+
+
+def _api_adjoint_batched(W: Any, U: Any, Ks: Any, bs: Any, hs: Any, act: ActivationLike) -> Any:
+    """:func:`conv_adjoint_batched` of the "array-api" kernels."""
+    return _steps_adjoint(W, U, Ks, bs, hs, act, False)
+
+
+def _api_gradient_batched(W: Any, U: Any, Ks: Any, bs: Any, hs: Any,
+                          act: ActivationLike) -> Tuple[Any, Any]:
+    """:func:`conv_gradient_batched` of the "array-api" kernels."""
+    return _steps_gradient(W, U, Ks, bs, hs, act, False)
 
 
 def conv_forward(u: Any, K: Any, b: Any, h: float, act: ActivationLike) -> Any:
@@ -535,10 +602,7 @@ def conv_forward(u: Any, K: Any, b: Any, h: float, act: ActivationLike) -> Any:
     >>> conv_forward(u, K, np.zeros(1), 0.5, "relu").tolist()
     [[[[1.5, -1.0]]]]
     """
-    _check_single("conv_forward", u, K, b)
-    a = get_activation(act)
-    xp = _namespace(u)
-    return _forward(u, K, b, h, a, xp)
+    return _step_forward(u, K, b, h, act, True)
 
 
 def conv_adjoint(w: Any, u: Any, K: Any, b: Any, h: float, act: ActivationLike) -> Any:
@@ -555,10 +619,7 @@ def conv_adjoint(w: Any, u: Any, K: Any, b: Any, h: float, act: ActivationLike) 
     >>> conv_adjoint(np.ones_like(u), u, K, np.zeros(1), 0.5, "relu").tolist()
     [[[[1.5, 1.0]]]]
     """
-    _check_single("conv_adjoint", u, K, b, w)
-    a = get_activation(act)
-    xp = _namespace(u)
-    return _backward(w, u, K, b, h, a, xp, False)
+    return _step_adjoint(w, u, K, b, h, act, True)
 
 
 def conv_gradient(w: Any, u: Any, K: Any, b: Any, h: float,
@@ -577,10 +638,7 @@ def conv_gradient(w: Any, u: Any, K: Any, b: Any, h: float,
     >>> dK[0, 0].tolist(), db.tolist()
     ([[0.0, 0.0, 0.0], [0.0, 0.5, -0.5], [0.0, 0.0, 0.0]], [0.5])
     """
-    _check_single("conv_gradient", u, K, b, w)
-    a = get_activation(act)
-    xp = _namespace(u)
-    return _backward(w, u, K, b, h, a, xp, True)
+    return _step_gradient(w, u, K, b, h, act, True)
 
 
 # ---------------------------------------------------------------- m steps at once
@@ -611,14 +669,7 @@ def conv_forward_batched(U: Any, Ks: Any, bs: Any, hs: Any, act: ActivationLike)
     >>> conv_forward_batched(U, Ks, np.zeros((2, 1)), [0.5, 0.5], "relu").tolist()
     [[[[[1.5, 1.5]]]], [[[[1.0, 1.0]]]]]
     """
-    hs = _as_steps(hs, U)
-    _check_batched("conv_forward_batched", U, Ks, bs, hs)
-    a = get_activation(act)
-    xp = _namespace(U)
-    if _intervals(U, xp):
-        return xp.stack([_forward(U[i], Ks[i], bs[i], hs[i], a, xp)
-                         for i in range(_shape(U)[0])])
-    return _forward(U, Ks, bs, _steps(hs, xp), a, xp)
+    return _steps_forward(U, Ks, bs, hs, act, True)
 
 
 def conv_adjoint_batched(W: Any, U: Any, Ks: Any, bs: Any, hs: Any,
@@ -635,14 +686,7 @@ def conv_adjoint_batched(W: Any, U: Any, Ks: Any, bs: Any, hs: Any,
     >>> conv_adjoint_batched(U, U, Ks, np.zeros((2, 1)), [0.5, 0.5], "relu").tolist()
     [[[[[1.5, 1.5]]]], [[[[1.0, 1.0]]]]]
     """
-    hs = _as_steps(hs, U)
-    _check_batched("conv_adjoint_batched", U, Ks, bs, hs, W)
-    a = get_activation(act)
-    xp = _namespace(U)
-    if _intervals(U, xp):
-        return xp.stack([_backward(W[i], U[i], Ks[i], bs[i], hs[i], a, xp, False)
-                         for i in range(_shape(U)[0])])
-    return _backward(W, U, Ks, bs, _steps(hs, xp), a, xp, False)
+    return _steps_adjoint(W, U, Ks, bs, hs, act, True)
 
 
 def conv_gradient_batched(W: Any, U: Any, Ks: Any, bs: Any, hs: Any,
@@ -661,12 +705,4 @@ def conv_gradient_batched(W: Any, U: Any, Ks: Any, bs: Any, hs: Any,
     >>> dKs.shape, dbs.tolist()
     ((2, 1, 1, 1, 1), [[1.0], [0.0]])
     """
-    hs = _as_steps(hs, U)
-    _check_batched("conv_gradient_batched", U, Ks, bs, hs, W)
-    a = get_activation(act)
-    xp = _namespace(U)
-    if _intervals(U, xp):
-        grads = [_backward(W[i], U[i], Ks[i], bs[i], hs[i], a, xp, True)
-                 for i in range(_shape(U)[0])]
-        return xp.stack([d for d, _ in grads]), xp.stack([e for _, e in grads])
-    return _backward(W, U, Ks, bs, _steps(hs, xp), a, xp, True)
+    return _steps_gradient(W, U, Ks, bs, hs, act, True)

@@ -16,16 +16,21 @@ Math. Data Sci. 2 (2020), eqs. (2.11)-(2.18). The ``*_batched`` variants apply m
 independent steps at once along a leading "interval" axis with one batched matmul.
 
 All functions are pure and written against the array namespace of their inputs
-(``u.__array_namespace__()``, NumPy otherwise), so NumPy and CuPy arrays both work.
+(``u.__array_namespace__()``, NumPy otherwise), so NumPy and CuPy arrays both work. The
+public functions are the "numpy" kernels of :mod:`braidpy.nn.kernels`: NumPy arrays take a
+fast path (shape checks remembered per shape signature, arithmetic on the kernel's own
+temporaries), any other array the "array-api" kernels (``_api_*``), which are plain array-API
+arithmetic. :class:`braidpy.nn.DenseLayer` holds one of the two sets.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, Tuple, Union
+from typing import Any, Dict, Tuple
 
 import numpy as np
 
-from .activations import _BUILTIN, Activation, _namespace, get_activation
+from ._common import _as_steps, _expect, _mT, _namespace, _same, _shape
+from .activations import _BUILTIN, Activation, ActivationLike, get_activation
 
 _HAS_MT = hasattr(np.ndarray, "mT")  # NumPy >= 2
 _BUILTIN_IDS = frozenset(id(a) for a in _BUILTIN)  # activations returning new arrays
@@ -33,34 +38,6 @@ _TANH = get_activation("tanh")  # computed in place on the kernel's own temporar
 
 __all__ = ["dense_forward", "dense_adjoint", "dense_gradient", "dense_forward_batched",
            "dense_adjoint_batched", "dense_gradient_batched"]
-
-ActivationLike = Union[str, Activation]
-
-
-def _shape(x: Any) -> Tuple[int, ...]:
-    return tuple(getattr(x, "shape", ()))
-
-
-def _mT(x: Any, xp: Any) -> Any:
-    """Transpose of the last two axes."""
-    mt = getattr(x, "mT", None)
-    if mt is not None:
-        return mt
-    return xp.swapaxes(x, -1, -2)
-
-
-def _expect(fn: str, name: str, x: Any, want: tuple, dims: str, ref: str, ref_shape: tuple):
-    """Raise if x's shape is not `want` (dims names the axes in the message)."""
-    got = _shape(x)
-    if got != want:
-        raise ValueError(f"{fn}: {name} has shape {got} but {ref} has shape {ref_shape}; "
-                         f"{name} must be ({dims}) = {want}")
-
-
-def _same(fn: str, name: str, x: Any, ref: str, ref_shape: tuple) -> None:
-    if x is not None and _shape(x) != ref_shape:
-        raise ValueError(f"{fn}: {name} has shape {_shape(x)} but {ref} has shape {ref_shape}; "
-                         f"they must be equal")
 
 
 def _check_single(fn: str, u: Any, K: Any, b: Any, w: Any = None) -> None:
@@ -169,19 +146,76 @@ def _scaled_slope(w: Any, u: Any, K: Any, b: Any, h: Any, act: Activation, xp: A
     return h * (w * act.derivative(_pre(u, K, b, xp)))
 
 
-def _as_steps(hs: Any, U: Any) -> Any:
-    """hs as an array of U's namespace and dtype (lists and host arrays are converted)."""
-    xp = _namespace(U)
-    # (no "getattr(hs, 'dtype', None) != U.dtype": NumPy dtypes compare equal to None)
-    if _namespace(hs) is not xp or not hasattr(hs, "dtype") or hs.dtype != U.dtype:
-        hs = xp.asarray(hs, dtype=U.dtype)
-    return hs
-
-
 def _steps(hs: Any, xp: Any) -> Any:
     """hs shaped (m, 1, 1) for broadcasting over (m, batch, width)."""
     return xp.reshape(hs, (hs.shape[0], 1, 1))
 
+
+# ------------------------------------------------------------------ array-API kernels
+# The kernels of the "array-api" backend (braidpy.nn.kernels): plain array-API arithmetic
+# in the namespace of the arguments, NumPy included. The public functions below (the
+# "numpy" backend) hand every non-NumPy array to them.
+
+
+def _api_forward(u: Any, K: Any, b: Any, h: Any, act: ActivationLike) -> Any:
+    """:func:`dense_forward` in array-API arithmetic."""
+    a = act if act.__class__ is Activation else get_activation(act)
+    _check_single("dense_forward", u, K, b)
+    xp = _namespace(u)
+    return u + h * a.value(_pre(u, K, b, xp))
+
+
+def _api_adjoint(w: Any, u: Any, K: Any, b: Any, h: Any, act: ActivationLike) -> Any:
+    """:func:`dense_adjoint` in array-API arithmetic."""
+    a = act if act.__class__ is Activation else get_activation(act)
+    _check_single("dense_adjoint", u, K, b, w)
+    xp = _namespace(u)
+    return w + xp.matmul(_scaled_slope(w, u, K, b, h, a, xp), K)
+
+
+def _api_gradient(w: Any, u: Any, K: Any, b: Any, h: Any,
+                  act: ActivationLike) -> Tuple[Any, Any]:
+    """:func:`dense_gradient` in array-API arithmetic."""
+    a = act if act.__class__ is Activation else get_activation(act)
+    _check_single("dense_gradient", u, K, b, w)
+    xp = _namespace(u)
+    g = _scaled_slope(w, u, K, b, h, a, xp)
+    return xp.matmul(_mT(g, xp), u), xp.sum(g, axis=0)
+
+
+def _api_forward_batched(U: Any, Ks: Any, bs: Any, hs: Any, act: ActivationLike) -> Any:
+    """:func:`dense_forward_batched` in array-API arithmetic."""
+    a = act if act.__class__ is Activation else get_activation(act)
+    hs = _as_steps(hs, U)
+    _check_batched("dense_forward_batched", U, Ks, bs, hs)
+    xp = _namespace(U)
+    return U + _steps(hs, xp) * a.value(_pre(U, Ks, bs, xp))
+
+
+def _api_adjoint_batched(W: Any, U: Any, Ks: Any, bs: Any, hs: Any,
+                         act: ActivationLike) -> Any:
+    """:func:`dense_adjoint_batched` in array-API arithmetic."""
+    a = act if act.__class__ is Activation else get_activation(act)
+    hs = _as_steps(hs, U)
+    _check_batched("dense_adjoint_batched", U, Ks, bs, hs, W)
+    xp = _namespace(U)
+    return W + xp.matmul(_scaled_slope(W, U, Ks, bs, _steps(hs, xp), a, xp), Ks)
+
+
+def _api_gradient_batched(W: Any, U: Any, Ks: Any, bs: Any, hs: Any,
+                          act: ActivationLike) -> Tuple[Any, Any]:
+    """:func:`dense_gradient_batched` in array-API arithmetic."""
+    a = act if act.__class__ is Activation else get_activation(act)
+    hs = _as_steps(hs, U)
+    _check_batched("dense_gradient_batched", U, Ks, bs, hs, W)
+    xp = _namespace(U)
+    g = _scaled_slope(W, U, Ks, bs, _steps(hs, xp), a, xp)
+    return xp.matmul(_mT(g, xp), U), xp.sum(g, axis=1)
+
+
+# ------------------------------------------------------------------ the numpy kernels
+# The public functions: NumPy arrays take the fast path above, any other array the
+# array-API kernels. They are the "numpy" backend of braidpy.nn.kernels.
 
 def dense_forward(u: Any, K: Any, b: Any, h: float, act: ActivationLike) -> Any:
     """One dense ResNet step: u + h * act(u @ K.T + b), as a new array.
@@ -223,9 +257,7 @@ def dense_forward(u: Any, K: Any, b: Any, h: float, act: ActivationLike) -> Any:
                 return v
             return u + h * v
         return u + h * a.value(_pre(u, K, b, np))
-    _check_single("dense_forward", u, K, b)
-    xp = _namespace(u)
-    return u + h * a.value(_pre(u, K, b, xp))
+    return _api_forward(u, K, b, h, a)
 
 
 def dense_adjoint(w: Any, u: Any, K: Any, b: Any, h: float, act: ActivationLike) -> Any:
@@ -250,9 +282,7 @@ def dense_adjoint(w: Any, u: Any, K: Any, b: Any, h: float, act: ActivationLike)
             r += w
             return r
         return w + np.matmul(_scaled_slope(w, u, K, b, h, a, np), K)
-    _check_single("dense_adjoint", u, K, b, w)
-    xp = _namespace(u)
-    return w + xp.matmul(_scaled_slope(w, u, K, b, h, a, xp), K)
+    return _api_adjoint(w, u, K, b, h, a)
 
 
 def dense_gradient(w: Any, u: Any, K: Any, b: Any, h: float,
@@ -278,10 +308,7 @@ def dense_gradient(w: Any, u: Any, K: Any, b: Any, h: float,
         else:
             g = _scaled_slope(w, u, K, b, h, a, np)
         return np.matmul(_mT(g, np), u), np.sum(g, axis=0)
-    _check_single("dense_gradient", u, K, b, w)
-    xp = _namespace(u)
-    g = _scaled_slope(w, u, K, b, h, a, xp)
-    return xp.matmul(_mT(g, xp), u), xp.sum(g, axis=0)
+    return _api_gradient(w, u, K, b, h, a)
 
 
 def dense_forward_batched(U: Any, Ks: Any, bs: Any, hs: Any, act: ActivationLike) -> Any:
@@ -323,10 +350,7 @@ def dense_forward_batched(U: Any, Ks: Any, bs: Any, hs: Any, act: ActivationLike
                 return v
             return U + hs[:, None, None] * v
         return U + _steps(hs, np) * a.value(_pre(U, Ks, bs, np))
-    hs = _as_steps(hs, U)
-    _check_batched("dense_forward_batched", U, Ks, bs, hs)
-    xp = _namespace(U)
-    return U + _steps(hs, xp) * a.value(_pre(U, Ks, bs, xp))
+    return _api_forward_batched(U, Ks, bs, hs, a)
 
 
 def dense_adjoint_batched(W: Any, U: Any, Ks: Any, bs: Any, hs: Any,
@@ -352,10 +376,7 @@ def dense_adjoint_batched(W: Any, U: Any, Ks: Any, bs: Any, hs: Any,
             r += W
             return r
         return W + np.matmul(_scaled_slope(W, U, Ks, bs, _steps(hs, np), a, np), Ks)
-    hs = _as_steps(hs, U)
-    _check_batched("dense_adjoint_batched", U, Ks, bs, hs, W)
-    xp = _namespace(U)
-    return W + xp.matmul(_scaled_slope(W, U, Ks, bs, _steps(hs, xp), a, xp), Ks)
+    return _api_adjoint_batched(W, U, Ks, bs, hs, a)
 
 
 def dense_gradient_batched(W: Any, U: Any, Ks: Any, bs: Any, hs: Any,
@@ -383,8 +404,4 @@ def dense_gradient_batched(W: Any, U: Any, Ks: Any, bs: Any, hs: Any,
         else:
             g = _scaled_slope(W, U, Ks, bs, _steps(hs, np), a, np)
         return np.matmul(_mT(g, np), U), np.sum(g, axis=1)
-    hs = _as_steps(hs, U)
-    _check_batched("dense_gradient_batched", U, Ks, bs, hs, W)
-    xp = _namespace(U)
-    g = _scaled_slope(W, U, Ks, bs, _steps(hs, xp), a, xp)
-    return xp.matmul(_mT(g, xp), U), xp.sum(g, axis=1)
+    return _api_gradient_batched(W, U, Ks, bs, hs, a)

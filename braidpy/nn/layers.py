@@ -25,10 +25,9 @@ from __future__ import annotations
 
 from typing import Any, Optional, Tuple
 
-from .activations import _namespace, get_activation
-from .conv import (_check_image, _check_kernel, _check_vector, _concat, _correlate,
-                   _flat_padded, _weight_vjp, _zeros_along)
-from .dense import ActivationLike, _mT, _same, _shape
+from ._common import _concat, _mT, _namespace, _same, _shape, _zeros_along
+from .activations import ActivationLike, get_activation
+from .conv import _check_image, _check_kernel, _check_vector, _correlate, _flat_padded, _weight_vjp
 
 __all__ = ["dense_opening", "dense_opening_gradient", "conv_opening", "conv_opening_gradient",
            "replicate_opening", "zero_pad_opening", "classifier_logits", "classifier_loss",

@@ -13,35 +13,28 @@ very same step sizes. All trainable numbers live in one flat float vector (``par
 on the flat vector and every layer sees the update.
 
 Layer kinds: ``"dense"`` (state batch x width, K width x width) and ``"conv"`` (state
-batch x channels x H x W, K channels x channels x k x k, zero padding).
+batch x channels x H x W, K channels x channels x k x k, zero padding). The residual
+layers are one :class:`braidpy.nn.DenseLayer` or :class:`braidpy.nn.ConvLayer` object
+(:attr:`ResNet.layer`), which owns the kernels; the network only calls it.
 Opening kinds: ``"dense"`` (L width x nf, for feature vectors), ``"conv"`` (for images),
 ``"replicate"`` and ``"zero-pad"`` (no parameters).
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from .activations import get_activation
-from .conv import (conv_adjoint, conv_adjoint_batched, conv_forward, conv_forward_batched,
-                   conv_gradient, conv_gradient_batched)
-from .dense import (dense_adjoint, dense_adjoint_batched, dense_forward, dense_forward_batched,
-                    dense_gradient, dense_gradient_batched)
 from .layers import (accuracy, classifier_gradient, classifier_loss, classifier_predict,
                      conv_opening, conv_opening_gradient, dense_opening, dense_opening_gradient,
                      replicate_opening, zero_pad_opening)
+from .residual import BackendLike, ConvLayer, DenseLayer, _positive_int
 
 __all__ = ["ResNet", "OPENINGS"]
 
 OPENINGS = ("dense", "conv", "replicate", "zero-pad")
-
-
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
 
 
 class ResNet:
@@ -69,6 +62,12 @@ class ResNet:
         does for Peaks.
     kernel : int, default 3
         Odd convolution kernel size (conv networks only).
+    backend : str or LayerKernels, optional
+        Kernel backend of the residual layers (see :func:`braidpy.nn.backend_names`);
+        None (default): chosen from ``xp``. Reported by :attr:`backend`.
+    xp : array namespace, optional
+        The namespace the layers will compute in, for the default backend; None means
+        NumPy.
 
     Examples
     --------
@@ -82,11 +81,14 @@ class ResNet:
     >>> loss, grad = net.loss_and_gradient(p, X, C)
     >>> grad.shape == p.shape
     True
+    >>> net.layer, net.backend
+    (<DenseLayer dense 8, smooth_relu, backend 'numpy'>, 'numpy')
     """
 
     def __init__(self, input_shape: Sequence[int], nclasses: int, *, width: int, nlayers: int,
                  T: float = 1.0, activation: str = "tanh", opening: Optional[str] = None,
-                 opening_activation: bool = True, kernel: int = 3):
+                 opening_activation: bool = True, kernel: int = 3,
+                 backend: BackendLike = None, xp: Any = None):
         shape = tuple(int(s) for s in input_shape)
         if len(shape) not in (1, 3) or any(s < 1 for s in shape):
             raise ValueError(f"input_shape must be (features,) or (channels, H, W) with "
@@ -119,6 +121,12 @@ class ResNet:
             raise ValueError(f"opening {opening!r} needs {what} ({nin}) <= width ({self.width})")
         self.opening = opening
         self.opening_activation = bool(opening_activation)
+        self.layer: Union[DenseLayer, ConvLayer]
+        if self.kind == "dense":
+            self.layer = DenseLayer(self.width, self.activation, backend=backend, xp=xp)
+        else:
+            self.layer = ConvLayer(self.width, self.kernel, self.activation, backend=backend,
+                                   xp=xp)
         # Grid of braidpy.Core / XBraid: t_i = (i / N) * T.
         i = np.arange(self.nlayers + 1, dtype=np.float64)
         self.times = (i / self.nlayers) * self.T
@@ -128,11 +136,14 @@ class ResNet:
 
     # ------------------------------------------------------------------ layout
     @property
+    def backend(self) -> str:
+        """Name of the residual layers' kernel backend (e.g. ``"numpy"``), for run headers."""
+        return self.layer.backend
+
+    @property
     def state_shape(self) -> Tuple[int, ...]:
         """Shape of one sample's state (without the batch axis)."""
-        if self.kind == "dense":
-            return (self.width,)
-        return (self.width,) + self.input_shape[1:]
+        return self.layer.state_shape(self.input_shape)
 
     @property
     def features(self) -> int:
@@ -146,10 +157,7 @@ class ResNet:
             layout += [("open_K", (q, self.input_shape[0])), ("open_b", (q,))]
         elif self.opening == "conv":
             layout += [("open_K", (q, self.input_shape[0], k, k)), ("open_b", (q,))]
-        if self.kind == "dense":
-            layout += [("K", (N, q, q)), ("b", (N, q))]
-        else:
-            layout += [("K", (N, q, q, k, k)), ("b", (N, q))]
+        layout += [("K", (N,) + self.layer.weight_shape), ("b", (N,) + self.layer.bias_shape)]
         layout += [("W", (self.nclasses, self.features)), ("mu", (self.nclasses,))]
         return layout
 
@@ -183,11 +191,10 @@ class ResNet:
         rng = np.random.default_rng(seed)
         p = np.zeros(self.nparams)
         v = self.views(p)
-        k2 = self.kernel ** 2
         if "open_K" in v:
             fan = int(np.prod(v["open_K"].shape[1:]))
             v["open_K"][...] = rng.standard_normal(v["open_K"].shape) / np.sqrt(fan)
-        fan = self.width * (k2 if self.kind == "conv" else 1)
+        fan = self.layer.fan_in
         v["K"][...] = scale * rng.standard_normal(v["K"].shape) / np.sqrt(fan)
         v["W"][...] = rng.standard_normal(v["W"].shape) / np.sqrt(self.features)
         return p
@@ -229,38 +236,41 @@ class ResNet:
             return {}
         return {"open_K": dK, "open_b": db}
 
+    # The residual layer's kernels under their older names (``self.layer`` owns them).
     def layer_forward(self, u: Any, K: Any, b: Any, h: float) -> Any:
-        f = dense_forward if self.kind == "dense" else conv_forward
-        return f(u, K, b, h, self.activation)
+        """``self.layer.forward``: one step of a residual layer."""
+        return self.layer.forward(u, K, b, h)
 
     def layer_adjoint(self, w: Any, u: Any, K: Any, b: Any, h: float) -> Any:
-        f = dense_adjoint if self.kind == "dense" else conv_adjoint
-        return f(w, u, K, b, h, self.activation)
+        """``self.layer.adjoint``: the state adjoint of one step."""
+        return self.layer.adjoint(w, u, K, b, h)
 
     def layer_gradient(self, w: Any, u: Any, K: Any, b: Any, h: float) -> Tuple[Any, Any]:
-        f = dense_gradient if self.kind == "dense" else conv_gradient
-        return f(w, u, K, b, h, self.activation)
+        """``self.layer.gradient``: the parameter gradient of one step."""
+        return self.layer.gradient(w, u, K, b, h)
 
     def layers_forward_batched(self, U: Any, Ks: Any, bs: Any, hs: Any) -> Any:
-        f = dense_forward_batched if self.kind == "dense" else conv_forward_batched
-        return f(U, Ks, bs, hs, self.activation)
+        """``self.layer.forward_batched``: m steps at once."""
+        return self.layer.forward_batched(U, Ks, bs, hs)
 
     def layers_adjoint_batched(self, W: Any, U: Any, Ks: Any, bs: Any, hs: Any) -> Any:
-        f = dense_adjoint_batched if self.kind == "dense" else conv_adjoint_batched
-        return f(W, U, Ks, bs, hs, self.activation)
+        """``self.layer.adjoint_batched``: m state adjoints at once."""
+        return self.layer.adjoint_batched(W, U, Ks, bs, hs)
 
-    def layers_gradient_batched(self, W: Any, U: Any, Ks: Any, bs: Any, hs: Any):
-        f = dense_gradient_batched if self.kind == "dense" else conv_gradient_batched
-        return f(W, U, Ks, bs, hs, self.activation)
+    def layers_gradient_batched(self, W: Any, U: Any, Ks: Any, bs: Any,
+                                hs: Any) -> Tuple[Any, Any]:
+        """``self.layer.gradient_batched``: m parameter gradients at once."""
+        return self.layer.gradient_batched(W, U, Ks, bs, hs)
 
     # ------------------------------------------------------- serial reference
     def forward(self, params: Any, X: Any, keep: bool = False):
         """Serial forward sweep: u_N, or the list [u_0, ..., u_N] with keep=True."""
         v = self.views(params)
         u = self.open(params, X)
-        states = [u] if keep else None
+        states = [u]
+        step = self.layer.forward
         for n in range(self.nlayers):
-            u = self.layer_forward(u, v["K"][n], v["b"][n], self.steps[n])
+            u = step(u, v["K"][n], v["b"][n], self.steps[n])
             if keep:
                 states.append(u)
         return states if keep else u
@@ -279,10 +289,11 @@ class ResNet:
         grad = np.zeros(self.nparams)
         g = self.views(grad)
         g["W"][...], g["mu"][...] = dW, dmu
+        layer = self.layer
         for n in range(self.nlayers - 1, -1, -1):
             K, b, h = v["K"][n], v["b"][n], self.steps[n]
-            g["K"][n], g["b"][n] = self.layer_gradient(w, states[n], K, b, h)
-            w = self.layer_adjoint(w, states[n], K, b, h)
+            g["K"][n], g["b"][n] = layer.gradient(w, states[n], K, b, h)
+            w = layer.adjoint(w, states[n], K, b, h)
         for name, value in self.opening_gradient(params, X, w).items():
             g[name][...] = value
         return float(loss), grad
@@ -299,8 +310,6 @@ class ResNet:
 
     def describe(self) -> str:
         """One line: the architecture in words."""
-        layer = f"dense {self.width}" if self.kind == "dense" else \
-            f"conv {self.width}ch {self.kernel}x{self.kernel}"
-        return (f"ResNet: {self.opening} opening -> {self.nlayers} x {layer} "
+        return (f"ResNet: {self.opening} opening -> {self.nlayers} x {self.layer.describe()} "
                 f"({self.activation_name}, T={self.T:g}) -> softmax {self.nclasses}; "
                 f"{self.nparams} parameters")

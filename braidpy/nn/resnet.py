@@ -7,6 +7,9 @@ levels the step from coarse point t_n to t_{n+s} reuses the fine layer n with th
 coarse step size t_{n+s} - t_n (Günther et al. 2020, sec. 3). The opening layer runs in
 ``init`` at t = 0, so only the rank owning the first layer evaluates it; the
 classifier runs in the terminal callbacks, so only the rank owning the last layer does.
+Every step callback hands the layer's weights to the network's layer object
+(:attr:`braidpy.nn.ResNet.layer`), which owns the kernels; the app does not know whether
+the layers are dense or convolutional.
 """
 
 from __future__ import annotations
@@ -38,8 +41,10 @@ class ResNetApp(App):
 
     def __init__(self, net: ResNet, params: Any, X: Any, C: Any = None):
         self.net = net
+        self.layer = net.layer
         self.params = params
         self._views = net.views(params)
+        self._u0: Any = None  # the opening's output, once computed
         self.set_batch(X, C)
         self._index = dict(zip(net.times.tolist(), range(len(net.times))))  # float keys
         self.classifier_grad: Dict[str, Any] = {}
@@ -72,12 +77,12 @@ class ResNetApp(App):
     def step(self, u: Any, t0: float, t1: float, status: Any) -> Any:
         n = status.fine_index
         v = self._views
-        return self.net.layer_forward(u, v["K"][n], v["b"][n], t1 - t0)
+        return self.layer.forward(u, v["K"][n], v["b"][n], t1 - t0)
 
     def step_stacked(self, U: Any, t0s: Any, t1s: Any, status: Any) -> Any:
         """Batched relaxation (docs/batching.md): row k is step status.fine_indices[k]."""
         v, sl = self._views, status.fine_slice
-        return self.net.layers_forward_batched(U, v["K"][sl], v["b"][sl], self._steps(t0s, t1s, U))
+        return self.layer.forward_batched(U, v["K"][sl], v["b"][sl], self._steps(t0s, t1s, U))
 
     @staticmethod
     def _steps(t0s: Any, t1s: Any, U: Any) -> Any:
@@ -89,24 +94,23 @@ class ResNetApp(App):
     # ------------------------------------------------------------ adjoint
     def step_adjoint_batch(self, W: Any, U: Any, t0s: Any, t1s: Any, status: Any) -> Any:
         v, sl = self._views, status.fine_slice
-        return self.net.layers_adjoint_batched(W, U, v["K"][sl], v["b"][sl],
-                                               self._steps(t0s, t1s, U))
+        return self.layer.adjoint_batched(W, U, v["K"][sl], v["b"][sl], self._steps(t0s, t1s, U))
 
     def step_gradient_batch(self, W: Any, U: Any, t0s: Any, t1s: Any, status: Any) -> Any:
         v, sl = self._views, status.fine_slice
-        dKs, dbs = self.net.layers_gradient_batched(W, U, v["K"][sl], v["b"][sl],
-                                                    self._steps(t0s, t1s, U))
+        dKs, dbs = self.layer.gradient_batched(W, U, v["K"][sl], v["b"][sl],
+                                               self._steps(t0s, t1s, U))
         return [(dKs[k], dbs[k]) for k in range(dKs.shape[0])]
 
     def step_adjoint(self, w: Any, u: Any, t0: float, t1: float, status: Any) -> Any:
         n = status.fine_index
         v = self._views
-        return self.net.layer_adjoint(w, u, v["K"][n], v["b"][n], t1 - t0)
+        return self.layer.adjoint(w, u, v["K"][n], v["b"][n], t1 - t0)
 
     def step_gradient(self, w: Any, u: Any, t0: float, t1: float, status: Any) -> Any:
         n = status.fine_index
         v = self._views
-        return self.net.layer_gradient(w, u, v["K"][n], v["b"][n], t1 - t0)
+        return self.layer.gradient(w, u, v["K"][n], v["b"][n], t1 - t0)
 
     def terminal_objective(self, u: Any) -> float:
         v = self._views

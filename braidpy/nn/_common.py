@@ -1,0 +1,93 @@
+"""Array-namespace helpers and shape checks shared by the braidpy.nn kernels.
+
+Everything here is written against the array API (``x.__array_namespace__()``), with the
+few NumPy spellings that predate it (``concatenate``, ``transpose``) as fallbacks, so the
+kernels run on NumPy, CuPy and array-api-strict arrays alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Tuple
+
+import numpy as np
+
+
+def _namespace(x: Any) -> Any:
+    """The array namespace of ``x``: ``x.__array_namespace__()``, NumPy otherwise."""
+    if x.__class__ is np.ndarray:  # the common case, without a lookup and a call
+        return np
+    get = getattr(x, "__array_namespace__", None)
+    if get is not None:
+        return get()
+    return np
+
+
+def _is_numpy(xp: Any) -> bool:
+    return getattr(xp, "__name__", "") == "numpy"
+
+
+def _shape(x: Any) -> Tuple[int, ...]:
+    return tuple(getattr(x, "shape", ()))
+
+
+def _mT(x: Any, xp: Any) -> Any:
+    """Transpose of the last two axes."""
+    mt = getattr(x, "mT", None)
+    if mt is not None:
+        return mt
+    return xp.swapaxes(x, -1, -2)
+
+
+def _expect(fn: str, name: str, x: Any, want: tuple, dims: str, ref: str,
+            ref_shape: tuple) -> None:
+    """Raise if x's shape is not `want` (dims names the axes in the message)."""
+    got = _shape(x)
+    if got != want:
+        raise ValueError(f"{fn}: {name} has shape {got} but {ref} has shape {ref_shape}; "
+                         f"{name} must be ({dims}) = {want}")
+
+
+def _same(fn: str, name: str, x: Any, ref: str, ref_shape: tuple) -> None:
+    if x is not None and _shape(x) != ref_shape:
+        raise ValueError(f"{fn}: {name} has shape {_shape(x)} but {ref} has shape {ref_shape}; "
+                         f"they must be equal")
+
+
+def _as_steps(hs: Any, U: Any) -> Any:
+    """hs as an array of U's namespace and dtype (lists and host arrays are converted)."""
+    xp = _namespace(U)
+    # (no "getattr(hs, 'dtype', None) != U.dtype": NumPy dtypes compare equal to None)
+    if _namespace(hs) is not xp or not hasattr(hs, "dtype") or hs.dtype != U.dtype:
+        hs = xp.asarray(hs, dtype=U.dtype)
+    return hs
+
+
+def _concat(arrays: list, axis: int, xp: Any) -> Any:
+    """xp.concat (array API), or xp.concatenate where the namespace predates it."""
+    fn = getattr(xp, "concat", None)
+    if fn is None:
+        fn = xp.concatenate
+    return fn(arrays, axis=axis)
+
+
+def _permute(x: Any, axes: tuple, xp: Any) -> Any:
+    """xp.permute_dims (array API), or xp.transpose where the namespace predates it."""
+    fn = getattr(xp, "permute_dims", None)
+    if fn is None:
+        fn = xp.transpose
+    return fn(x, axes)
+
+
+def _zeros_along(x: Any, axis: int, n: int, xp: Any) -> Any:
+    """Zeros shaped like x but with n entries along axis (negative), on x's device."""
+    s = _shape(x)
+    one = x[(Ellipsis, slice(0, 1)) + (slice(None),) * (-1 - axis)]
+    return xp.broadcast_to(xp.zeros_like(one), s[:axis] + (n,) + s[len(s) + axis + 1:])
+
+
+def _zeros(shape: tuple, like: Any, xp: Any) -> Any:
+    """Zeros of the given shape with like's dtype, on like's device."""
+    try:
+        return xp.zeros(shape, dtype=like.dtype, device=like.device)
+    except TypeError:  # e.g. CuPy: no device keyword, the current device is like's
+        return xp.zeros(shape, dtype=like.dtype)

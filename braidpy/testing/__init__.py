@@ -1,0 +1,27 @@
+"""Check an App's callbacks against braidpy's contract, without running MGRIT.
+
+:func:`check_app` is the entry point. The package is split by responsibility:
+
+``_report``
+    :data:`RULES`, :class:`CheckReport` and :class:`AppCheckError`: what a check found.
+``_session``
+    The state of one check and the calls into the app's callbacks (each failure of a
+    callback becomes a rule failure that says which call failed and how).
+``_rules``
+    One function per rule (and the probe vectors they share).
+``_checker``
+    :func:`check_app`: validates its arguments and runs the rules in dependency order,
+    skipping a rule when one it relies on failed.
+"""
+
+from __future__ import annotations
+
+from ._checker import check_app
+from ._report import RULES, AppCheckError, CheckReport
+
+__all__ = ["RULES", "AppCheckError", "CheckReport", "check_app"]
+
+# Public names report the package as their home (tracebacks, reprs, pickles).
+for _public in (AppCheckError, CheckReport, check_app):
+    _public.__module__ = __name__
+del _public
