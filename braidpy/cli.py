@@ -343,6 +343,7 @@ def _network_info(net: ResNet) -> Dict[str, Any]:
     return {"kind": net.kind, "input_shape": list(net.input_shape), "classes": net.nclasses,
             "width": net.width, "layers": net.nlayers, "T": net.T,
             "activation": net.activation_name, "opening": net.opening,
+            "kernels": net.backend,
             "kernel": net.kernel if net.kind == "conv" else None, "parameters": net.nparams}
 
 
@@ -383,8 +384,8 @@ class _Outputs:
             self.progress = Progress(self.trainer.config.iterations)
             self.progress.message(
                 f"braidpy train: {h['source']}, {h['train_samples']} training / "
-                f"{h['validation_samples']} validation samples; {h['architecture']}; "
-                f"mode {h['mode']}, {h['ranks']} rank(s)")
+                f"{h['validation_samples']} validation samples; {h['architecture']} "
+                f"({h['network']['kernels']} kernels); mode {h['mode']}, {h['ranks']} rank(s)")
             if args.resume:
                 self.progress.message(f"resumed from {args.checkpoint} at step "
                                       f"{self.trainer.iteration}")

@@ -179,7 +179,7 @@ def test_features_file_dense_and_conv(tmp_path):
         ok("train", tmp_path / features, "--labels", tmp_path / "y.csv", "--iterations", "2",
            "--validation-fraction", "0.25", "--log", tmp_path / "log.jsonl", *extra)
         header, steps, _ = read_log(tmp_path / "log.jsonl")
-        assert header["network"]["kind"] == kind
+        assert header["network"]["kind"] == kind and header["network"]["kernels"] == "numpy"
         assert (header["train_samples"], header["validation_samples"]) == (30, 10)
         assert len(steps) == 2
 
