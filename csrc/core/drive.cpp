@@ -9,6 +9,7 @@ namespace braid {
 
 Solver::Solver(Ops& ops, Comm& comm, Options opts, std::vector<double> fine_times)
     : ops_(ops), comm_(comm), opts_(std::move(opts)) {
+  check_options(opts_, fine_times, comm_.size(), comm_.rank());
   levels_ = build_hierarchy(fine_times, opts_, comm_.size(), comm_.rank());
   info_.nlevels = nlevels();
   info_.tol = opts_.abs_tol;

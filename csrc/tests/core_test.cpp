@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -145,6 +146,47 @@ void test_batched_equals_unbatched() {
   check(plain.live == 0 && batched.live == 0, "every vector freed after batched solves");
 }
 
+// What the Solver constructor throws for options, or "" if it accepts them.
+std::string rejection(const braid::Options& o, const std::vector<double>& t) {
+  ScalarOps ops(0.0);
+  braid::SerialComm comm;
+  try {
+    braid::Solver s(ops, comm, o, t);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void test_impossible_options_are_rejected() {
+  const auto t = grid(0.0, 1.0, 8);
+  bool all = rejection(braid::Options{}, t).empty();
+  auto expect = [&](braid::Options o, const std::string& name, std::vector<double> times) {
+    const std::string msg = rejection(o, times);
+    const bool ok = msg.find(name) != std::string::npos;
+    if (!ok) std::printf("info expected '%s' in '%s'\n", name.c_str(), msg.c_str());
+    all = all && ok;
+  };
+  braid::Options o;
+  o.cfactor = 1;
+  expect(o, "cfactor = 1", t);
+  o = braid::Options{};
+  o.max_levels = 0;
+  expect(o, "max_levels = 0", t);
+  o = braid::Options{};
+  o.tnorm = 3;
+  expect(o, "tnorm = 3", t);
+  o = braid::Options{};
+  o.cfactor_level = {{2, 0}};
+  expect(o, "cfactor_level[2] = 0", t);
+  o = braid::Options{};
+  o.fine_ranges = {{0, 3}, {5, 8}};
+  expect(o, "fine_ranges (count)", t);
+  expect(braid::Options{}, "times (count) = 1", {0.0});
+  expect(braid::Options{}, "times[2]", {0.0, 1.0, 1.0});
+  check(all, "impossible options and grids throw invalid_argument naming the value");
+}
+
 }  // namespace
 
 int main() {
@@ -152,5 +194,6 @@ int main() {
   test_xbraid_golden();
   test_converges_and_overhead();
   test_batched_equals_unbatched();
+  test_impossible_options_are_rejected();
   return failures == 0 ? 0 : 1;
 }
