@@ -131,12 +131,12 @@ class Core:
         progress = self._print_progress if self.options.print_level >= 1 and self.rank == 0 \
             else None
         core_options = self.options.to_core()
-        core_options["batch"] = self.options.batch and has_step_batch(app)
-        self.batched = core_options["batch"]
+        core_options.batch = self.options.batch and has_step_batch(app)
+        self.batched = core_options.batch
         if _store_final:  # braidpy.adjoint: keep the final sweep's F-points (stored())
-            core_options["store_final"] = True
+            core_options.store_final = True
         if _fine_ranges is not None:  # braidpy.adjoint's mirrored layout
-            core_options["fine_ranges"] = [(int(lo), int(hi)) for lo, hi in _fine_ranges]
+            core_options.fine_ranges = [(int(lo), int(hi)) for lo, hi in _fine_ranges]
         self._solver = _core.Solver(app, self._tcomm, self.rank, self.size, core_options,
                                     grid.tolist(), progress)
         if self.options.print_level >= 2 and self.rank == 0:
@@ -195,15 +195,14 @@ class Core:
             print(f"  Braid: || r_{k} || not available")
         sys.stdout.flush()
 
-    def _unwrap(self, outcome):
-        """Turn the compiled core's outcome tuple into a value or an exception."""
-        kind = outcome[0]
+    def _unwrap(self, outcome: _core.Outcome):
+        """Turn the compiled core's Outcome into a value (its vector) or an exception."""
+        kind = outcome.kind
         if kind == "ok":
-            return outcome[1]
+            return outcome.vector
         if kind == "diverged":
-            _, iteration, level, value = outcome
-            raise DivergenceError(iteration, level, value)
-        _, error, callback = outcome
+            raise DivergenceError(outcome.iteration, outcome.level, outcome.value)
+        error, callback = outcome.error, outcome.callback
         callback = self._labels.get("callbacks", {}).get(callback, callback)
         ranks = self._labels.get("ranks", list(range(self.size)))
         summary = None if error is None else f"{callback or 'communication'} raised " \
