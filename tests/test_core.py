@@ -1,4 +1,4 @@
-"""braidpy._core: CoreOptions, Outcome and the Status fields."""
+"""braidpy._core: CoreOptions, Outcome, Status fields and the callback gateway."""
 
 import gc
 import math
@@ -203,3 +203,66 @@ def test_every_status_field_reads_in_step_and_step_batch():
     assert step["batch_size"] == 0 and step["fine_indices"] is None and step["fine_slice"] is None
     assert batch["batch_size"] >= 2 and len(batch["fine_indices"]) == batch["batch_size"]
     assert isinstance(batch["fine_slice"], slice) and step["nlevels"] == batch["nlevels"] == 3
+
+
+# ---------------------------------------------------------------- the gateway
+
+class _Default(braidpy.App):
+    """Two-element decay; clone/sum/norm/access are App's (C++ fast paths)."""
+
+    def init(self, t):
+        return np.array([1.0 if t == 0.0 else 0.3, 0.5])
+
+    def step(self, u, t0, t1, status):
+        u /= 1.0 + (t1 - t0)
+
+    def step_stacked(self, U, t0s, t1s, status):
+        U /= (1.0 + (t1s - t0s))[:, None]
+
+
+class _Python(_Default):
+    """The same app through the Python callbacks (no fast path applies)."""
+
+    def clone(self, u):
+        return super().clone(u)
+
+    def sum(self, a, x, b, y):
+        super().sum(a, x, b, y)
+
+    def norm(self, u):
+        return super().norm(u)
+
+    def access(self, u, status):
+        pass
+
+
+class _RightRank:
+    """Rank 1 of 2 with a simulated left neighbour that always sends the same value."""
+
+    def __init__(self, app):
+        self.buf = app.bufpack(np.array([0.25, 0.5]))
+
+    def post(self, dest, tag, buf):
+        pass
+
+    def receive(self, src, tag):
+        return self.buf
+
+    def finish(self):
+        pass
+
+    def allreduce(self, values, is_max):
+        return values
+
+
+@pytest.mark.parametrize("batch", [False, True])
+def test_fast_paths_are_counted_like_python_callbacks(batch):
+    counts = []
+    for app in (_Default(), _Python()):
+        s = make_solver(app, ntime=32, comm=_RightRank(app), rank=1, size=2, cfactor=4,
+                        max_iter=3, batch=batch)
+        assert s.solve().kind == "ok"
+        counts.append(s.counts())
+    assert counts[0] == counts[1]
+    assert counts[0]["clone"] > 0 and counts[0]["sum"] > 0 and counts[0]["norm"] > 0
+    assert (counts[0]["step_batch"] > 0) == batch
