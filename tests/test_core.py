@@ -2,6 +2,7 @@
 
 import gc
 import math
+import re
 import sys
 import weakref
 
@@ -266,3 +267,13 @@ def test_fast_paths_are_counted_like_python_callbacks(batch):
     assert counts[0] == counts[1]
     assert counts[0]["clone"] > 0 and counts[0]["sum"] > 0 and counts[0]["norm"] > 0
     assert (counts[0]["step_batch"] > 0) == batch
+
+
+@pytest.mark.parametrize("callback,message", [("init", r"init\(t\) returned None"),
+                                              ("clone", r"clone\(u\) returned None")])
+def test_a_vector_callback_returning_none_is_a_type_error(callback, message):
+    app = _Python()
+    setattr(app, callback, lambda *args: None)
+    out = make_solver(app, ntime=8).solve()
+    assert out.kind == "failed" and out.callback == callback
+    assert isinstance(out.error, TypeError) and re.search(message, str(out.error))

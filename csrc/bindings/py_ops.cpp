@@ -120,13 +120,15 @@ Vec PyOps::init(const CallInfo& info) {
   PyObject* args[1] = {t};
   PyObject* r = call(kInit, init_, args, 1);
   Py_DECREF(t);
-  if (r == Py_None) {
-    Py_DECREF(r);
-    PyErr_SetString(PyExc_TypeError, "init(t) returned None; it must return a new vector");
-    capture_current_error(kInit);
-    return nullptr;
-  }
-  return r;
+  return new_vector(r, kInit, "init(t)");
+}
+
+Vec PyOps::new_vector(PyObject* r, int which, const char* what) {
+  if (r != Py_None) return r;
+  Py_DECREF(r);
+  PyErr_Format(PyExc_TypeError, "%s returned None; it must return a new vector", what);
+  capture_current_error(which);
+  return nullptr;
 }
 
 void PyOps::step(Vec& u, const CallInfo& info) {
@@ -155,14 +157,7 @@ Vec PyOps::clone(Vec u) {
     return fast;
   }
   PyObject* args[1] = {static_cast<PyObject*>(u)};
-  PyObject* r = call(kClone, clone_, args, 1);
-  if (r == Py_None) {
-    Py_DECREF(r);
-    PyErr_SetString(PyExc_TypeError, "clone(u) returned None; it must return a new vector");
-    capture_current_error(kClone);
-    return nullptr;
-  }
-  return r;
+  return new_vector(call(kClone, clone_, args, 1), kClone, "clone(u)");
 }
 
 void PyOps::sum(double a, Vec x, double b, Vec y) {

@@ -71,6 +71,9 @@ class PyOps final : public braid::Ops {
   // the same way, untimed.
   PyObject* call(int which, PyObject* fn, PyObject* const* args, size_t nargs);
   void counted(int which, long long n = 1) { counts_[which] += n; }
+  // r (a callback's result, maybe null) as a new vector; None is captured as a
+  // TypeError naming `what`.
+  Vec new_vector(PyObject* r, int which, const char* what);
 
   PyObject* init_ = nullptr;
   PyObject* step_ = nullptr;
