@@ -11,29 +11,36 @@ namespace braid {
 namespace {
 
 template <class T>
-void require(bool ok, const std::string& name, const T& value, const std::string& rule) {
-  if (ok) return;
+[[noreturn]] void fail(const std::string& name, const T& value, const std::string& rule) {
   std::ostringstream msg;
   msg << "invalid core option " << name << " = " << value << ": " << rule;
   throw std::invalid_argument(msg.str());
 }
 
+template <class T>
+void require(bool ok, const char* name, const T& value, const char* rule) {
+  if (!ok) fail(name, value, rule);
+}
+
+// Names are built only on failure: these loops run over every time point.
+std::string item(const char* name, long long k) {
+  return std::string(name) + "[" + std::to_string(k) + "]";
+}
+
 void check_per_level(const std::map<int, int>& overrides, const char* name, int minimum,
                      const char* rule) {
   for (const auto& [level, value] : overrides) {
-    const std::string where = std::string(name) + "[" + std::to_string(level) + "]";
-    require(level >= 0, std::string(name) + " key", level, "levels are >= 0");
-    require(value >= minimum, where, value, rule);
+    if (level < 0) fail(std::string(name) + " key", level, "levels are >= 0");
+    if (value < minimum) fail(item(name, level), value, rule);
   }
 }
 
 void check_times(const std::vector<double>& t) {
   require(t.size() >= 2, "times (count)", t.size(), "needs at least 2 times");
   for (std::size_t i = 0; i < t.size(); ++i) {
-    require(std::isfinite(t[i]), "times[" + std::to_string(i) + "]", t[i], "must be finite");
-    if (i > 0)
-      require(t[i] > t[i - 1], "times[" + std::to_string(i) + "]", t[i],
-              "times must be strictly increasing");
+    if (!std::isfinite(t[i])) fail(item("times", i), t[i], "must be finite");
+    if (i > 0 && !(t[i] > t[i - 1]))
+      fail(item("times", i), t[i], "times must be strictly increasing");
   }
 }
 
@@ -44,13 +51,15 @@ void check_ranges(const Options& o, long long npoints, int nranks) {
   long long next = 0;  // each range starts where the previous one ended
   for (std::size_t p = 0; p < o.fine_ranges.size(); ++p) {
     const auto [lo, hi] = o.fine_ranges[p];
-    const std::string where = "fine_ranges[" + std::to_string(p) + "]";
-    require(lo == next, where + ".lo", lo, "ranges must be contiguous from 0, in rank order");
-    require(hi >= lo - 1, where + ".hi", hi, "must be >= lo - 1 (lo - 1: owns nothing)");
+    if (lo != next)
+      fail(item("fine_ranges", p) + ".lo", lo, "ranges must be contiguous from 0, in rank order");
+    if (hi < lo - 1)
+      fail(item("fine_ranges", p) + ".hi", hi, "must be >= lo - 1 (lo - 1: owns nothing)");
     next = hi + 1;
   }
-  require(next == npoints, "fine_ranges[" + std::to_string(nranks - 1) + "].hi", next - 1,
-          "the last range must end at ntime = " + std::to_string(npoints - 1));
+  if (next != npoints)
+    fail(item("fine_ranges", nranks - 1) + ".hi", next - 1,
+         "the last range must end at ntime = " + std::to_string(npoints - 1));
 }
 
 }  // namespace

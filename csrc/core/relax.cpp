@@ -28,11 +28,6 @@ void Solver::step_batch_on(Level& L, int l, Vec block, Index first, Vec* ws, con
     for (Index k = 0; k < n; ++k) add_tau(L, pts[k], ws[k]);
 }
 
-// Coarse FAS step: Phi(u) + tau (XBraid adds tau after the user step).
-void Solver::add_tau(const Level& L, Index i, Vec u) {
-  if (L.has_tau) ops_.sum(1.0, L.tau[L.slot(i)], 1.0, u);
-}
-
 // Ranks exchange u at their first point - 1: only where the receiver has an
 // F-point there, or wants every chain end (end).
 void Solver::f_relax(int l, int phase, const PointHook& on_point, const ChainEnd* end) {
@@ -48,16 +43,11 @@ void Solver::f_relax(int l, int phase, const PointHook& on_point, const ChainEnd
   else chains(l, x, on_point, end);
 }
 
-void Solver::end_chains(Level& L, int l, const ChainEnd& end, bool batched, Vec block,
-                        Index first, Vec* ws, const Index* cs, Index n) {
+inline void Solver::end_chain(Level& L, int l, const ChainEnd& end, Index c, Vec& w) {
   const int phase = info_.phase;
   info_.phase = end.phase;
-  if (batched) {
-    step_batch_on(L, l, block, first, ws, cs, n, end.with_tau);
-  } else {
-    for (Index k = 0; k < n; ++k) step_on(L, l, ws[k], cs[k], end.with_tau);
-  }
-  for (Index k = 0; k < n; ++k) end.take(cs[k], ws[k]);
+  step_on(L, l, w, c, end.with_tau);
+  end.take(c, w);
   info_.phase = phase;
 }
 
@@ -81,7 +71,7 @@ void Solver::chains(int l, const Exchange& x, const PointHook& on_point, const C
       if (on_point) on_point(i, w);
     }
     if (x.send_right && stop == hi && !L.is_c(hi)) comm_.send(L.right, x.tag, w);
-    if (end != nullptr && next_c <= hi) end_chains(L, l, *end, false, nullptr, 0, &w, &next_c, 1);
+    if (end != nullptr && next_c <= hi) end_chain(L, l, *end, next_c, w);
     ops_.free(w);
   };
 
@@ -98,7 +88,7 @@ void Solver::chains(int l, const Exchange& x, const PointHook& on_point, const C
     if (!L.is_c(lo)) {
       run_chain(lo - 1, w);
     } else {  // only the chain end (end != nullptr: see f_relax)
-      end_chains(L, l, *end, false, nullptr, 0, &w, &lo, 1);
+      end_chain(L, l, *end, lo, w);
       ops_.free(w);
     }
   }
@@ -206,7 +196,11 @@ void Solver::lockstep(int l, const Exchange& x, const PointHook& on_point, const
     if (e0 >= e1) return;
     std::vector<Index> cs(static_cast<std::size_t>(m));
     for (Index r = e0; r < e1; ++r) cs[r] = base[r] + cf;
-    end_chains(L, l, *end, true, block, e0, &rows[e0], &cs[e0], e1 - e0);
+    const int phase = info_.phase;  // as end_chain, all in one step_batch
+    info_.phase = end->phase;
+    step_batch_on(L, l, block, e0, &rows[e0], &cs[e0], e1 - e0, end->with_tau);
+    for (Index r = e0; r < e1; ++r) end->take(cs[r], rows[r]);
+    info_.phase = phase;
   };
   lockstep_chains(l, x, true, false, after_step,
                   end != nullptr ? ChainsHook(ends) : ChainsHook());

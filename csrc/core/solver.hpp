@@ -92,17 +92,18 @@ class Solver {
   // Batched step: ws[k]: t_{pts[k]-1} -> t_{pts[k]} in one call.
   void step_batch_on(Level& L, int l, Vec block, Index first, Vec* ws, const Index* pts,
                      Index n, bool with_tau);
-  void add_tau(const Level& L, Index i, Vec u);  // FAS: u += tau_i
+  // Coarse FAS step: Phi(u) + tau (XBraid adds tau after the user step).
+  void add_tau(const Level& L, Index i, Vec u) {
+    if (L.has_tau) ops_.sum(1.0, L.tau[L.slot(i)], 1.0, u);
+  }
   // F-relaxation on level l in `phase`: steps every owned F-point from the C-point
   // on its left; on_point sees each new F-value; end (if any) ends each chain.
   // Runs chain by chain (chains()), or in lock-step (lockstep()) when the app
   // batches and there are two chains or more.
   void f_relax(int l, int phase, const PointHook& on_point, const ChainEnd* end);
   void chains(int l, const Exchange& x, const PointHook& on_point, const ChainEnd* end);
-  // Ends n chains at C-points cs[k] (ws[k]: u at cs[k]-1): steps them (one
-  // step_batch when batched: rows first.. of block), then end.take(cs[k], ws[k]).
-  void end_chains(Level& L, int l, const ChainEnd& end, bool batched, Vec block, Index first,
-                  Vec* ws, const Index* cs, Index n);
+  // Ends a chain at C-point c: steps w (u at c-1) on to c, then end.take(c, w).
+  void end_chain(Level& L, int l, const ChainEnd& end, Index c, Vec& w);
   void lockstep(int l, const Exchange& x, const PointHook& on_point, const ChainEnd* end);
   // Whether level l's F-sweep has at least two independent chains to batch.
   bool batch_sweep(const Level& L, bool recv_left) const;
