@@ -25,13 +25,21 @@ Two estimates of the time braidpy spends outside user callbacks, per step call:
    little low; its freshly cloned arrays die at once (cache-hot), unlike the
    solve's, which makes it a little high.
 
-Each repeat runs a timings=True solve, a timings=False solve and a replay;
+Per step call, the issue's figure (third table): total = timings=False solve wall
+time / step calls; floor = the same app.step called as many times from a plain
+Python loop with the same argument types (a 1-element array, two floats and
+the braidpy.Status of a live solver), per call; core share = total - floor
+(goal <= 0.2 us). The floor includes the loop's own ~20-30 ns a call.
+
+Each repeat runs a timings=True solve, a timings=False solve, a replay and the
+floor loop;
 the tables show min and median over repeats (the replay estimate subtracts
 min from min and median from median, so that a slow moment in one repeat
 does not pair with a fast one; on a shared machine trust the mins). Callback counts are totals per
 solve, per MGRIT iteration and per fine time step.
 
 Run: python benchmarks/bench_overhead.py [--ntime N] [--repeats R] [--quick]
+(PYTHONPATH chooses the braidpy build, e.g. a baseline's, to compare side by side.)
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ import gc
 import time
 from collections import Counter
 from itertools import repeat
+from pathlib import Path
 
 from _apps_braidpy import Dahlquist
 from _problems import DAHLQUIST_TSTART, DAHLQUIST_TSTOP
@@ -49,6 +58,7 @@ from _report import microseconds, min_median, print_table, seconds
 import braidpy
 
 GOAL_US = 1.0
+CORE_SHARE_GOAL_US = 0.2
 CALLBACKS = ("init", "step", "clone", "sum", "norm", "access", "bufpack", "bufunpack")
 
 
@@ -121,6 +131,35 @@ def replay(args, counts, sum_pattern) -> float:
     return time.perf_counter() - start
 
 
+class StatusKeeper(Dahlquist):
+    """Dahlquist that keeps the Status object its solver hands to step."""
+
+    status = None
+
+    def step(self, u, t0, t1, status):
+        self.status = status
+        super().step(u, t0, t1, status)
+
+
+def step_floor(args, steps: int) -> float:
+    """Seconds for `steps` calls of Dahlquist.step from a plain Python loop, with
+    the solve's argument types: a 1-element array, two floats, a live Status."""
+    keeper = StatusKeeper()
+    core = braidpy.Core(keeper, DAHLQUIST_TSTART, DAHLQUIST_TSTOP, 4, max_levels=1)
+    core.solve()  # the status stays valid while core lives
+    app = Dahlquist()
+    app.tstart, app.tstop, app.ntime = DAHLQUIST_TSTART, DAHLQUIST_TSTOP, args.ntime
+    step, u, status = app.step, app.init(app.tstart), keeper.status
+    t0, t1 = app.tstart, app.tstart + (app.tstop - app.tstart) / args.ntime
+    gc.collect()
+    start = time.perf_counter()
+    for _ in repeat(None, steps):
+        step(u, t0, t1, status)
+    elapsed = time.perf_counter() - start
+    del core
+    return elapsed
+
+
 def record(args):
     """Result and sum (a, b) pattern of one solve with the recording app."""
     app = RecordingDahlquist()
@@ -129,7 +168,7 @@ def record(args):
 
 
 def measure(args, counts, sum_pattern) -> dict:
-    """One repeat: a timings=True solve, a timings=False solve and the replay."""
+    """One repeat: a timings=True solve, a timings=False solve, the replay, the floor."""
     wall_t, timed = solve(args, Dahlquist(), timings=True)
     wall_u, untimed = solve(args, Dahlquist(), timings=False)
     return {
@@ -137,6 +176,7 @@ def measure(args, counts, sum_pattern) -> dict:
         "callbacks_timed": sum(timed.timings[name] for name in CALLBACKS),
         "in_core": in_core_overhead(timed), "wall_untimed": wall_u,
         "replay": replay(args, counts, sum_pattern), "timings": timed.timings,
+        "floor": step_floor(args, counts["step"]),
         "counts_equal": timed.counts == counts == untimed.counts,
     }
 
@@ -187,9 +227,25 @@ def print_overhead(runs, steps: int) -> None:
           f"(min {lo * 1e6:.3f} us, median {med * 1e6:.3f} us)")
 
 
+def print_per_step(runs, steps: int) -> None:
+    """Total per step call beside the plain-Python floor; core share = the difference."""
+    total = min_median(r["wall_untimed"] / steps for r in runs)
+    floor = min_median(r["floor"] / steps for r in runs)
+    share = [t - f for t, f in zip(total, floor)]
+    rows = [["total: solve wall / step calls (timings=False)"] + [microseconds(v) for v in total],
+            ["floor: the same step from a Python loop"] + [microseconds(v) for v in floor],
+            ["core share: total - floor"] + [microseconds(v) for v in share]]
+    print_table(["per step call", "min", "median"], rows,
+                title=f"Per step call ({len(runs)} repeats; core share: min - min and median - "
+                      f"median; goal <= {CORE_SHARE_GOAL_US:g} us)")
+    verdict = "met" if share[1] * 1e6 <= CORE_SHARE_GOAL_US else "MISSED"
+    print(f"goal (median core share <= {CORE_SHARE_GOAL_US:g} us per step call): {verdict}")
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     reference, sum_pattern = record(args)
+    print(f"braidpy from {Path(braidpy.__file__).parent}")
     print(f"braidpy scalar ODE: ntime {args.ntime}, cfactor {args.cfactor}, max_levels "
           f"{args.max_levels} -> {reference.levels} levels, {reference.iterations} iterations, "
           f"{reference.counts['step']} step calls ({reference.counts['step'] / args.ntime:.2f} "
@@ -203,6 +259,8 @@ def main(argv=None) -> None:
         f"({a:g}, {b:g}{', x is y' if same else ''}): {n}"
         for (a, b, same), n in sorted(sum_pattern.items())) + "\n")
     print_overhead(runs, reference.counts["step"])
+    print()
+    print_per_step(runs, reference.counts["step"])
 
 
 if __name__ == "__main__":

@@ -1,10 +1,24 @@
-"""Type stub of the compiled core (private; use the braidpy package)."""
+"""Type stub of the compiled core (private; use the braidpy package).
 
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+Checked against the module by tests/test_stubs.py (mypy's stubtest, and the
+parameter names pybind11 writes into each docstring).
+"""
+
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, type_check_only
 
 import numpy as np
 
-class Status:
+@type_check_only
+class _Pybind11Type(type):
+    """The metaclass pybind11 gives every bound class (pybind11_builtins.pybind11_type)."""
+
+# Names of Status' properties, in their binding order.
+STATUS_FIELDS: Tuple[str, ...]
+
+class Status(metaclass=_Pybind11Type):
+    """Read-only facts about the current callback call (no constructor)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None: ...
     @property
     def t(self) -> float: ...
     @property
@@ -32,20 +46,77 @@ class Status:
     @property
     def batch_size(self) -> int: ...
     @property
-    def fine_indices(self) -> Optional[Any]: ...
+    def fine_indices(self) -> Optional[np.ndarray]: ...
     @property
-    def indices(self) -> Optional[Any]: ...
+    def indices(self) -> Optional[np.ndarray]: ...
     @property
     def fine_slice(self) -> Optional[slice]: ...
 
-class Solver:
+class Outcome(metaclass=_Pybind11Type):
+    """What Solver.solve() or Solver.solution(i) came to (no constructor)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def error(self) -> Optional[BaseException]: ...
+    @property
+    def callback(self) -> str: ...
+    @property
+    def iteration(self) -> int: ...
+    @property
+    def level(self) -> int: ...
+    @property
+    def value(self) -> float: ...
+    @property
+    def vector(self) -> Any: ...
+
+class CoreOptions(metaclass=_Pybind11Type):
+    """Options of one core Solver; unknown names raise AttributeError."""
+
+    def __init__(self, *, max_levels: int = ..., min_coarse: int = ..., cfactor: int = ...,
+                 cfactor_level: Dict[int, int] = ..., nrelax: int = ...,
+                 nrelax_level: Dict[int, int] = ..., max_iter: int = ..., abs_tol: float = ...,
+                 rel_tol: float = ..., tnorm: int = ..., skip: bool = ..., fmg: bool = ...,
+                 nfmg: int = ..., fmg_vcycles: int = ..., store_all: bool = ...,
+                 store_final: bool = ..., seq_soln: bool = ..., final_fc_relax: bool = ...,
+                 relax_only_cg: bool = ..., access_level: int = ...,
+                 residual_computation: bool = ..., timings: bool = ...,
+                 fine_ranges: Sequence[Tuple[int, int]] = ..., batch: bool = ...) -> None: ...
+    max_levels: int
+    min_coarse: int
+    cfactor: int
+    cfactor_level: Dict[int, int]
+    nrelax: int
+    nrelax_level: Dict[int, int]
+    max_iter: int
+    abs_tol: float
+    rel_tol: float
+    tnorm: int
+    skip: bool
+    fmg: bool
+    nfmg: int
+    fmg_vcycles: int
+    store_all: bool
+    store_final: bool
+    seq_soln: bool
+    final_fc_relax: bool
+    relax_only_cg: bool
+    access_level: int
+    residual_computation: bool
+    timings: bool
+    fine_ranges: List[Tuple[int, int]]
+    batch: bool
+
+class Solver(metaclass=_Pybind11Type):
     def __init__(self, app: Any, comm_adapter: Any, rank: int, size: int,
-                 options: Dict[str, Any], times: Sequence[float],
+                 options: CoreOptions, times: Sequence[float],
                  progress: Optional[Callable[[int, float, bool], None]]) -> None: ...
-    def solve(self) -> Tuple[Any, ...]: ...
-    def solution(self, index: int) -> Tuple[Any, ...]: ...
+    def solve(self) -> Outcome: ...
+    def solution(self, index: int) -> Outcome: ...
     def final_value(self) -> Any: ...
     def stored(self, index: int) -> Any: ...
+    def stored_block(self, start: int, stop: int, step: int = 1) -> Optional[np.ndarray]: ...
     def set_initial_condition(self, u: Any) -> None: ...
     def reset_guess(self) -> None: ...
     def residuals(self) -> List[Tuple[int, float]]: ...

@@ -7,6 +7,8 @@ import difflib
 import math
 from typing import Any, Dict, Mapping, Union
 
+from . import _core
+
 __all__ = ["Options"]
 
 PerLevel = Union[int, Mapping[int, int]]
@@ -165,11 +167,11 @@ class Options:
             return default, {int(k): int(v) for k, v in value.items() if k != "default"}
         return int(value), {}
 
-    def to_core(self) -> dict:
-        """The plain dict the compiled core reads."""
+    def to_core(self) -> _core.CoreOptions:
+        """The compiled core's options object (a misspelled field raises AttributeError)."""
         cf, cf_level = self.per_level("cfactor")
         nr, nr_level = self.per_level("nrelax")
-        return dict(
+        return _core.CoreOptions(
             max_levels=self.max_levels, min_coarse=self.min_coarse,
             cfactor=cf, cfactor_level=cf_level, nrelax=nr, nrelax_level=nr_level,
             max_iter=self.max_iter, abs_tol=float(self.abs_tol), rel_tol=float(self.rel_tol),

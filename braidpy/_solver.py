@@ -146,10 +146,10 @@ class Core:
         progress = self._print_progress if self.options.print_level >= 1 and self.rank == 0 \
             else None
         core_options = self.options.to_core()
-        core_options["batch"] = self.options.batch and has_step_batch(app)
+        core_options.batch = self.options.batch and has_step_batch(app)
         if ownership is not None:
-            core_options["fine_ranges"] = check_ranges(ownership, int(ntime), self.size)
-        self.batched: bool = core_options["batch"]
+            core_options.fine_ranges = check_ranges(ownership, int(ntime), self.size)
+        self.batched: bool = core_options.batch
         self._solver = _core.Solver(app, self._tcomm, self.rank, self.size, core_options,
                                     grid.tolist(), progress)
         self._generation = 0  # solves started: a Result answers for its own only
@@ -266,10 +266,9 @@ class Core:
     def _agreement(self, what: str):
         return agreed(self._wire, what, self.labels.ranks)
 
-    def _check(self, outcome: Any) -> Any:
+    def _check(self, outcome: _core.Outcome) -> Any:
         """The value of the compiled core's outcome, or its failure raised on every
         rank (the ranks already stopped together; here they agree on the message)."""
-        outcome = _as_outcome(outcome)
         if outcome.kind == "ok":
             return outcome.vector
         if outcome.kind == "diverged":
@@ -309,20 +308,6 @@ class Core:
     def __del__(self):
         # Release our duplicate of the communicator (MPI has a few thousand).
         self.close()
-
-
-def _as_outcome(raw: Any) -> Any:
-    """The compiled core's outcome with attribute access (kind, vector, error, ...)."""
-    if not isinstance(raw, tuple):
-        return raw
-    from types import SimpleNamespace
-
-    kind = raw[0]
-    if kind == "ok":
-        return SimpleNamespace(kind=kind, vector=raw[1])
-    if kind == "diverged":
-        return SimpleNamespace(kind=kind, iteration=raw[1], level=raw[2], value=raw[3])
-    return SimpleNamespace(kind=kind, error=raw[1], callback=raw[2])
 
 
 def solve(app: Any, tstart: float, tstop: float, ntime: int, *, comm: Any = None,

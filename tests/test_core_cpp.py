@@ -17,4 +17,4 @@ def test_core_builds_and_passes_without_python(tmp_path):
     proc = subprocess.run([str(tmp_path / "core_test")], capture_output=True, text=True)
     print(proc.stdout)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "FAIL" not in proc.stdout and proc.stdout.count("ok  ") == 5
+    assert "FAIL" not in proc.stdout and proc.stdout.count("ok  ") == 8

@@ -6,12 +6,13 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
+from .. import _core
+
 __all__ = ["AdjointStatus", "as_slice", "mirror_slice"]
 
-# The core's status fields, in its order (``t`` is the access / running-term time).
-STATUS_FIELDS = ("t", "t0", "t1", "level", "index", "fine_index", "iteration", "nlevels",
-                 "done", "tol", "rnorm", "phase", "batch_size", "fine_indices", "indices",
-                 "fine_slice")
+# The core's status fields, in its order (one table in csrc/bindings/module.cpp);
+# ``t`` is the time of access calls and running terms.
+STATUS_FIELDS = tuple(_core.STATUS_FIELDS)
 
 
 class AdjointStatus:

@@ -1,12 +1,16 @@
-// pybind11 bindings of the MGRIT core: braidpy._core.Solver and Status.
+// pybind11 bindings of the MGRIT core: braidpy._core.Solver, Status, Outcome,
+// CoreOptions (core_options.cpp) and STATUS_FIELDS.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cmath>
 #include <memory>
+#include <string>
 
 #include "../core/solver.hpp"
 #include "array_fast.hpp"
+#include "core_options.hpp"
 #include "py_ops.hpp"
 
 namespace py = pybind11;
@@ -16,6 +20,42 @@ namespace braidpy {
 // Read-only view of the core's CallInfo, handed to every callback.
 struct Status {
   const braid::CallInfo* info = nullptr;
+};
+
+// What solve() or solution() came to; read-only in Python. Holds its own
+// references (released with it): the exception, the vector.
+struct Outcome {
+  enum Kind { kOk, kFailed, kDiverged };
+  Kind kind = kOk;
+  py::object error = py::none();   // failed: the first exception (traceback attached) or None
+  std::string callback;            // failed: the callback that raised ('' for communication)
+  int iteration = -1, level = -1;  // diverged (else -1, -1, NaN)
+  double value = std::nan("");
+  py::object vector = py::none();  // solution(i): the new vector, or None
+
+  static Outcome ok(py::object vector = py::none()) {
+    Outcome o;
+    o.vector = std::move(vector);
+    return o;
+  }
+  static Outcome failed(py::object error, std::string callback) {
+    Outcome o;
+    o.kind = kFailed;
+    o.error = std::move(error);
+    o.callback = std::move(callback);
+    return o;
+  }
+  static Outcome diverged(const braid::Divergence& d) {
+    Outcome o;
+    o.kind = kDiverged;
+    o.iteration = d.iteration;
+    o.level = d.level;
+    o.value = d.value;
+    return o;
+  }
+  const char* kind_name() const {
+    return kind == kOk ? "ok" : kind == kFailed ? "failed" : "diverged";
+  }
 };
 
 namespace {
@@ -29,39 +69,8 @@ const char* phase_name(int phase) {
   }
 }
 
-braid::Options parse_options(const py::dict& d) {
-  braid::Options o;
-  auto get = [&](const char* key, auto& field) {
-    if (d.contains(key)) field = d[key].cast<std::decay_t<decltype(field)>>();
-  };
-  get("max_levels", o.max_levels);
-  get("min_coarse", o.min_coarse);
-  get("cfactor", o.cfactor);
-  get("cfactor_level", o.cfactor_level);
-  get("nrelax", o.nrelax);
-  get("nrelax_level", o.nrelax_level);
-  get("max_iter", o.max_iter);
-  get("abs_tol", o.abs_tol);
-  get("rel_tol", o.rel_tol);
-  get("tnorm", o.tnorm);
-  get("skip", o.skip);
-  get("fmg", o.fmg);
-  get("nfmg", o.nfmg);
-  get("fmg_vcycles", o.fmg_vcycles);
-  get("store_all", o.store_all);
-  get("store_final", o.store_final);
-  get("seq_soln", o.seq_soln);
-  get("final_fc_relax", o.final_fc_relax);
-  get("relax_only_cg", o.relax_only_cg);
-  get("access_level", o.access_level);
-  get("residual_computation", o.residual_computation);
-  get("timings", o.timings);
-  get("fine_ranges", o.fine_ranges);
-  return o;
-}
-
-}  // namespace
-
+// step_batch: the index of each state's t0 (fine grid or its level) as an
+// int64 array; None outside step_batch.
 py::object batch_indices(const braid::CallInfo& info, bool fine) {
   if (info.batch == nullptr) return py::none();
   py::array_t<std::int64_t> out(static_cast<py::ssize_t>(info.batch_size));
@@ -71,14 +80,115 @@ py::object batch_indices(const braid::CallInfo& info, bool fine) {
   return std::move(out);
 }
 
+// step_batch: the fine indices as slice(start, stop, step) when evenly spaced and
+// increasing (always, for the core's batches), else None.
+py::object batch_fine_slice(const braid::CallInfo& info) {
+  const auto* b = info.batch;
+  const braid::Index n = info.batch_size;
+  if (b == nullptr || n < 1) return py::none();
+  const braid::Index d = n > 1 ? b[1].fine_index - b[0].fine_index : 1;
+  if (d <= 0) return py::none();
+  for (braid::Index k = 1; k < n; ++k)
+    if (b[k].fine_index - b[k - 1].fine_index != d) return py::none();
+  return py::reinterpret_steal<py::object>(PySlice_New(
+      py::int_(b[0].fine_index).ptr(), py::int_(b[n - 1].fine_index + 1).ptr(), py::int_(d).ptr()));
+}
+
+// The one list of Status fields: bound as read-only properties in this order
+// and exported as STATUS_FIELDS (braidpy.adjoint builds its status from it).
+struct StatusField {
+  const char* name;
+  py::object (*get)(const braid::CallInfo&);
+  const char* doc;
+};
+
+using Info = braid::CallInfo;
+
+const StatusField kStatusFields[] = {
+    {"t", [](const Info& i) { return py::cast(i.t); }, "Time of the point (access)."},
+    {"t0", [](const Info& i) { return py::cast(i.t0); }, "Step start time."},
+    {"t1", [](const Info& i) { return py::cast(i.t1); }, "Step end time."},
+    {"level", [](const Info& i) { return py::cast(i.level); }, "Grid level (0 = fine)."},
+    {"index", [](const Info& i) { return py::cast(i.index); },
+     "Time index on the level (of t0 for step, of t for access/init)."},
+    {"fine_index", [](const Info& i) { return py::cast(i.fine_index); },
+     "The same point's index on the fine grid."},
+    {"iteration", [](const Info& i) { return py::cast(i.iteration); },
+     "Current MGRIT iteration."},
+    {"nlevels", [](const Info& i) { return py::cast(i.nlevels); },
+     "Number of levels in the hierarchy."},
+    {"done", [](const Info& i) { return py::cast(i.done); },
+     "True during the final sweep after the solve stopped."},
+    {"tol", [](const Info& i) { return py::cast(i.tol); }, "Absolute halting tolerance."},
+    {"rnorm",
+     [](const Info& i) -> py::object { return i.rnorm < 0 ? py::none() : py::cast(i.rnorm); },
+     "Latest fine residual norm, or None before the first one."},
+    {"phase", [](const Info& i) { return py::cast(phase_name(i.phase)); },
+     "'init', 'relax', 'residual' or 'final'."},
+    {"batch_size", [](const Info& i) { return py::cast(i.batch_size); },
+     "Number of states in the current step_batch call (0 outside one)."},
+    {"fine_indices", [](const Info& i) { return batch_indices(i, true); },
+     "step_batch: fine-grid index of each state's t0 (int64 array); None outside."},
+    {"indices", [](const Info& i) { return batch_indices(i, false); },
+     "step_batch: index of each state's t0 on the level (int64 array); None outside."},
+    {"fine_slice", batch_fine_slice,
+     "step_batch: fine_indices as slice(start, stop, step) when they are evenly spaced "
+     "and increasing (always, for the core's batches), else None; lets weights be "
+     "taken as a strided view instead of a gather."},
+};
+
+void bind_status(py::module_& m) {
+  py::class_<Status> cls(m, "Status", "Read-only facts about the current callback call.");
+  py::list names;
+  for (const StatusField& f : kStatusFields) {
+    cls.def_property_readonly(
+        f.name, [get = f.get](const Status& s) { return get(*s.info); }, f.doc);
+    names.append(f.name);
+  }
+  cls.def("__repr__", [](const Status& s) {
+    const auto* i = s.info;
+    return "<braidpy.Status level=" + std::to_string(i->level) +
+           " index=" + std::to_string(i->index) + " iteration=" + std::to_string(i->iteration) +
+           " phase=" + phase_name(i->phase) + (i->done ? " done" : "") + ">";
+  });
+  m.attr("STATUS_FIELDS") = py::tuple(names);
+}
+
+void bind_outcome(py::module_& m) {
+  py::class_<Outcome>(m, "Outcome", "What Solver.solve() or Solver.solution(i) came to.")
+      .def_property_readonly("kind", &Outcome::kind_name, "'ok', 'failed' or 'diverged'.")
+      .def_readonly("error", &Outcome::error,
+                    "failed: the first exception raised by a callback on this rank (its "
+                    "traceback attached), or None if it failed elsewhere.")
+      .def_readonly("callback", &Outcome::callback,
+                    "failed: name of the callback that raised ('' if none here or in "
+                    "communication).")
+      .def_readonly("iteration", &Outcome::iteration, "diverged: the iteration (else -1).")
+      .def_readonly("level", &Outcome::level, "diverged: the level (else -1).")
+      .def_readonly("value", &Outcome::value,
+                    "diverged: the non-finite residual norm (else NaN).")
+      .def_readonly("vector", &Outcome::vector,
+                    "solution(i): the new vector (None if not owned); None otherwise.")
+      .def("__repr__", [](const Outcome& o) {
+        std::string out = std::string("<braidpy._core.Outcome ") + o.kind_name();
+        if (o.kind == Outcome::kFailed)
+          out += " in '" + o.callback + "': " + py::repr(o.error).cast<std::string>();
+        if (o.kind == Outcome::kDiverged)
+          out += " at iteration " + std::to_string(o.iteration) + ", level " +
+                 std::to_string(o.level) + ": " + std::to_string(o.value);
+        return out + ">";
+      });
+}
+
+}  // namespace
+
 class PySolver {
  public:
-  PySolver(py::object app, py::object comm_adapter, int rank, int size, const py::dict& options,
-           std::vector<double> times, py::object progress) {
-    const braid::Options opts = parse_options(options);
+  PySolver(py::object app, py::object comm_adapter, int rank, int size,
+           const CoreOptions& options, std::vector<double> times, py::object progress) {
     status_ = py::cast(Status{});
-    const bool batch = options.contains("batch") && options["batch"].cast<bool>();
-    ops_ = std::make_unique<PyOps>(app.ptr(), status_.ptr(), progress.ptr(), opts.timings, batch);
+    ops_ = std::make_unique<PyOps>(app.ptr(), status_.ptr(), progress.ptr(), options.timings,
+                                   options.batch);
     if (comm_adapter.is_none()) {
       comm_ = std::make_unique<braid::SerialComm>();
     } else {
@@ -86,34 +196,34 @@ class PySolver {
       pycomm_ = c.get();
       comm_ = std::move(c);
     }
-    solver_ = std::make_unique<braid::Solver>(*ops_, *comm_, opts, std::move(times));
+    // Throws std::invalid_argument (ValueError) on an impossible option.
+    solver_ = std::make_unique<braid::Solver>(*ops_, *comm_, options, std::move(times));
     status_.cast<Status&>().info = &solver_->info();
   }
 
-  // Returns ("ok", None), ("failed", exception-or-None, callback name) or
-  // ("diverged", iteration, level, value). Failures leave the solver cold.
-  py::tuple solve() {
+  // Failures and divergence leave the solver cold.
+  Outcome solve() {
     ops_->reset_counters();
     try {
       solver_->solve();
-      return py::make_tuple("ok", py::none());
+      return Outcome::ok();
     } catch (const braid::CallbackFailure&) {
       return failure();
     } catch (const braid::Divergence& e) {
       solver_->discard();
-      return py::make_tuple("diverged", e.iteration, e.level, e.value);
+      return Outcome::diverged(e);
     }
   }
 
-  // Fine solution at owned index i: ("ok", vector or None) or a failure tuple.
-  py::tuple solution(braid::Index i) {
+  // Fine solution at owned index i (vector None if not owned), or a failure.
+  Outcome solution(braid::Index i) {
     Vec u = solver_->solution(i);
     if (ops_->failed()) {
       if (u != nullptr) ops_->free(u);
       return failure();
     }
-    if (u == nullptr) return py::make_tuple("ok", py::none());
-    return py::make_tuple("ok", py::reinterpret_steal<py::object>(static_cast<PyObject*>(u)));
+    if (u == nullptr) return Outcome::ok();
+    return Outcome::ok(py::reinterpret_steal<py::object>(static_cast<PyObject*>(u)));
   }
 
   py::object stored(braid::Index i) const {
@@ -192,12 +302,14 @@ class PySolver {
   braid::Solver& core() { return *solver_; }
 
  private:
-  py::tuple failure() {
+  // The captured failure as an Outcome (which takes a reference to the
+  // exception); the solver and the ops are then ready for the next solve.
+  Outcome failure() {
     solver_->discard();
     PyObject* err = ops_->first_error();
     py::object e = err ? py::reinterpret_borrow<py::object>(err) : py::none();
     const char* name = ops_->error_callback() >= 0 ? callback_name(ops_->error_callback()) : "";
-    py::tuple out = py::make_tuple("failed", e, name);
+    Outcome out = Outcome::failed(std::move(e), name);
     ops_->reset_failure();
     return out;
   }
@@ -213,79 +325,15 @@ class PySolver {
 
 PYBIND11_MODULE(_core, m) {
   using braidpy::PySolver;
-  using braidpy::Status;
   m.doc() = "braidpy's compiled MGRIT core (private; use the braidpy package).";
 
-  py::class_<Status>(m, "Status", "Read-only facts about the current callback call.")
-      .def_property_readonly("t", [](const Status& s) { return s.info->t; },
-                             "Time of the point (access).")
-      .def_property_readonly("t0", [](const Status& s) { return s.info->t0; }, "Step start time.")
-      .def_property_readonly("t1", [](const Status& s) { return s.info->t1; }, "Step end time.")
-      .def_property_readonly("level", [](const Status& s) { return s.info->level; },
-                             "Grid level (0 = fine).")
-      .def_property_readonly("index", [](const Status& s) { return s.info->index; },
-                             "Time index on the level (of t0 for step, of t for access/init).")
-      .def_property_readonly("fine_index", [](const Status& s) { return s.info->fine_index; },
-                             "The same point's index on the fine grid.")
-      .def_property_readonly("iteration", [](const Status& s) { return s.info->iteration; },
-                             "Current MGRIT iteration.")
-      .def_property_readonly("nlevels", [](const Status& s) { return s.info->nlevels; },
-                             "Number of levels in the hierarchy.")
-      .def_property_readonly("done", [](const Status& s) { return s.info->done; },
-                             "True during the final sweep after the solve stopped.")
-      .def_property_readonly("tol", [](const Status& s) { return s.info->tol; },
-                             "Absolute halting tolerance.")
-      .def_property_readonly(
-          "rnorm",
-          [](const Status& s) -> py::object {
-            if (s.info->rnorm < 0) return py::none();
-            return py::float_(s.info->rnorm);
-          },
-          "Latest fine residual norm, or None before the first one.")
-      .def_property_readonly("phase", [](const Status& s) { return braidpy::phase_name(s.info->phase); },
-                             "'init', 'relax', 'residual' or 'final'.")
-      .def_property_readonly("batch_size", [](const Status& s) { return s.info->batch_size; },
-                             "Number of states in the current step_batch call (0 outside one).")
-      .def_property_readonly(
-          "fine_indices",
-          [](const Status& s) -> py::object {
-            return braidpy::batch_indices(*s.info, true);
-          },
-          "step_batch: fine-grid index of each state's t0 (int64 array); None outside.")
-      .def_property_readonly(
-          "indices",
-          [](const Status& s) -> py::object {
-            return braidpy::batch_indices(*s.info, false);
-          },
-          "step_batch: index of each state's t0 on the level (int64 array); None outside.")
-      .def_property_readonly(
-          "fine_slice",
-          [](const Status& s) -> py::object {
-            const auto* b = s.info->batch;
-            const braid::Index n = s.info->batch_size;
-            if (b == nullptr || n < 1) return py::none();
-            const braid::Index d = n > 1 ? b[1].fine_index - b[0].fine_index : 1;
-            if (d <= 0) return py::none();
-            for (braid::Index k = 1; k < n; ++k)
-              if (b[k].fine_index - b[k - 1].fine_index != d) return py::none();
-            return py::reinterpret_steal<py::object>(
-                PySlice_New(py::int_(b[0].fine_index).ptr(),
-                            py::int_(b[n - 1].fine_index + 1).ptr(), py::int_(d).ptr()));
-          },
-          "step_batch: fine_indices as slice(start, stop, step) when they are evenly spaced "
-          "and increasing (always, for the core's batches), else None; lets weights be "
-          "taken as a strided view instead of a gather.")
-      .def("__repr__", [](const Status& s) {
-        const auto* i = s.info;
-        return "<braidpy.Status level=" + std::to_string(i->level) +
-               " index=" + std::to_string(i->index) +
-               " iteration=" + std::to_string(i->iteration) +
-               " phase=" + braidpy::phase_name(i->phase) + (i->done ? " done" : "") + ">";
-      });
+  braidpy::bind_status(m);
+  braidpy::bind_outcome(m);
+  braidpy::bind_core_options(m);
 
   py::class_<PySolver>(m, "Solver")
-      .def(py::init<py::object, py::object, int, int, const py::dict&, std::vector<double>,
-                    py::object>(),
+      .def(py::init<py::object, py::object, int, int, const braidpy::CoreOptions&,
+                    std::vector<double>, py::object>(),
            py::arg("app"), py::arg("comm_adapter"), py::arg("rank"), py::arg("size"),
            py::arg("options"), py::arg("times"), py::arg("progress"))
       .def("solve", &PySolver::solve)

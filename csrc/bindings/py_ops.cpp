@@ -3,6 +3,7 @@
 
 #include "array_fast.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include <pybind11/numpy.h>
@@ -71,7 +72,7 @@ PyOps::~PyOps() {
 }
 
 PyObject* PyOps::call(int which, PyObject* fn, PyObject* const* args, size_t nargs) {
-  ++counts_[which];
+  counted(which);
   PyObject* r;
   if (timings_) {
     const auto start = Clock::now();
@@ -119,13 +120,15 @@ Vec PyOps::init(const CallInfo& info) {
   PyObject* args[1] = {t};
   PyObject* r = call(kInit, init_, args, 1);
   Py_DECREF(t);
-  if (r == Py_None) {
-    Py_DECREF(r);
-    PyErr_SetString(PyExc_TypeError, "init(t) returned None; it must return a new vector");
-    capture_current_error(kInit);
-    return nullptr;
-  }
-  return r;
+  return new_vector(r, kInit, "init(t)");
+}
+
+Vec PyOps::new_vector(PyObject* r, int which, const char* what) {
+  if (r != Py_None) return r;
+  Py_DECREF(r);
+  PyErr_Format(PyExc_TypeError, "%s returned None; it must return a new vector", what);
+  capture_current_error(which);
+  return nullptr;
 }
 
 void PyOps::step(Vec& u, const CallInfo& info) {
@@ -149,25 +152,18 @@ Vec PyOps::clone(Vec u) {
   if (failed_ || u == nullptr) return nullptr;
   PyObject* fast = nullptr;
   if (fast_clone_ && fast_clone(static_cast<PyObject*>(u), &fast)) {
-    ++counts_[kClone];
+    counted(kClone);
     if (fast == nullptr) capture_current_error(kClone);
     return fast;
   }
   PyObject* args[1] = {static_cast<PyObject*>(u)};
-  PyObject* r = call(kClone, clone_, args, 1);
-  if (r == Py_None) {
-    Py_DECREF(r);
-    PyErr_SetString(PyExc_TypeError, "clone(u) returned None; it must return a new vector");
-    capture_current_error(kClone);
-    return nullptr;
-  }
-  return r;
+  return new_vector(call(kClone, clone_, args, 1), kClone, "clone(u)");
 }
 
 void PyOps::sum(double a, Vec x, double b, Vec y) {
   if (failed_) return;
   if (fast_sum_ && fast_sum(a, static_cast<PyObject*>(x), b, static_cast<PyObject*>(y))) {
-    ++counts_[kSum];
+    counted(kSum);
     return;
   }
   PyObject* pa = PyFloat_FromDouble(a);
@@ -184,7 +180,7 @@ double PyOps::norm(Vec u) {
   double value = 0.0;
   if (fast_norm_ && (fast_norm(static_cast<PyObject*>(u), &value) ||
                      fast_norm_vdot(static_cast<PyObject*>(u), &value))) {
-    ++counts_[kNorm];
+    counted(kNorm);
     return value;
   }
   PyObject* args[1] = {static_cast<PyObject*>(u)};
@@ -202,7 +198,7 @@ double PyOps::norm(Vec u) {
 void PyOps::access(Vec u, const CallInfo& info) {
   if (failed_) return;
   if (noop_access_) {  // App.access does nothing: count the call, skip it
-    ++counts_[kAccess];
+    counted(kAccess);
     return;
   }
   PyObject* args[2] = {static_cast<PyObject*>(u), status_};
@@ -225,7 +221,8 @@ Vec PyOps::clone_block(const Vec* srcs, braid::Index n, Vec* out) {
   PyObject* block = nullptr;
   if (fast_clone_ && fast_clone_block(reinterpret_cast<PyObject* const*>(srcs), n, &block,
                                       reinterpret_cast<PyObject**>(out))) {
-    counts_[kClone] += n;
+    // As many clones as the fallback makes: null sources are placeholder rows.
+    counted(kClone, n - std::count(srcs, srcs + n, nullptr));
     return block;
   }
   return braid::Ops::clone_block(srcs, n, out);  // independent clones

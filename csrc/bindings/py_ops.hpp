@@ -64,9 +64,16 @@ class PyOps final : public braid::Ops {
   void reset_counters();
 
  private:
-  // Calls fn(args...) with counting/timing; returns a new reference, or null
-  // after capturing the exception.
+  // The gateway: every call of a user callback goes through call(), which
+  // counts it, times it (timings) and captures its exception; returns a new
+  // reference, or null after capturing. A C++ stand-in for App's default
+  // (array_fast) that did a callback's work instead is counted by counted(),
+  // the same way, untimed.
   PyObject* call(int which, PyObject* fn, PyObject* const* args, size_t nargs);
+  void counted(int which, long long n = 1) { counts_[which] += n; }
+  // r (a callback's result, maybe null) as a new vector; None is captured as a
+  // TypeError naming `what`.
+  Vec new_vector(PyObject* r, int which, const char* what);
 
   PyObject* init_ = nullptr;
   PyObject* step_ = nullptr;

@@ -9,6 +9,7 @@ namespace braid {
 
 Solver::Solver(Ops& ops, Comm& comm, Options opts, std::vector<double> fine_times)
     : ops_(ops), comm_(comm), opts_(std::move(opts)) {
+  check_options(opts_, fine_times, comm_.size(), comm_.rank());
   levels_ = build_hierarchy(fine_times, opts_, comm_.size(), comm_.rank());
   info_.nlevels = nlevels();
   info_.tol = opts_.abs_tol;
@@ -86,11 +87,11 @@ void Solver::init_guess() {
     const Index cf = L.cf;
     L.cf = L.n + 1;
     f_relax(
-        0,
+        0, kPhaseInit,
         [&](Index i, Vec& w) {
           if (i % cf == 0) set_slot(L.u, L.slot(i), ops_.clone(w));
         },
-        nullptr, kPhaseInit);
+        nullptr);
     L.cf = cf;
   }
 }
@@ -178,14 +179,10 @@ void Solver::solve() {
       const bool stop = top(k);
       iterations_ = k + 1;
       if (opts_.access_level >= 2) {
-        Level& F = levels_[0];
+        const Level& F = levels_[0];
         info_.phase = kPhaseRelax;
-        info_.level = 0;
-        for (Index c = F.c_at_or_after(F.own.lo); c <= F.own.hi; c += F.cf) {
-          info_.t = info_.t0 = info_.t1 = F.t[c];
-          info_.index = info_.fine_index = c;
-          ops_.access(F.u[F.slot(c)], info_);
-        }
+        for (Index c = F.c_at_or_after(F.own.lo); c <= F.own.hi; c += F.cf)
+          access_fine(c, F.u[F.slot(c)]);
       }
       if (stop) break;
     }
@@ -194,84 +191,92 @@ void Solver::solve() {
   solved_ = true;
 }
 
+void Solver::access_fine(Index i, Vec u) {
+  const Level& F = levels_[0];
+  info_.t = info_.t0 = info_.t1 = F.t[i];
+  info_.level = 0;
+  info_.index = info_.fine_index = i;
+  ops_.access(u, info_);
+}
+
+void Solver::visit_final(Index i, Vec w) {
+  if (i == levels_[0].n) final_ = ops_.clone(w);
+  if (opts_.access_level >= 1) access_fine(i, w);
+}
+
 // Final F-sweep on level 0, visiting points in time order (access, storage,
-// final value). The interval that reaches the last owned point is computed
-// ahead, once more, so that the right neighbour never waits for our left one.
+// final value).
 void Solver::final_relax() {
   info_.done = true;
   info_.iteration = iterations_;
   if (opts_.final_fc_relax) fc_relax(0);
   Level& L = levels_[0];
   info_.phase = kPhaseFinal;
-  if (batch_sweep(L, L.left >= 0)) {
-    final_relax_batched();
-  } else if (!L.own.empty()) {
-    const Index lo = L.own.lo, hi = L.own.hi, cf = L.cf, n = L.n;
-    const int tag = msg_tag(0, kMsgRelax) + 1000;
-    const bool send_right = L.right >= 0;
-    const bool recv_left = L.left >= 0;
-    const Index c_first = L.c_at_or_after(lo);
-    const Index c_last = (hi / cf) * cf;
-    bool sent = false;
-    if (send_right && L.is_c(hi)) {
-      comm_.send(L.right, tag, L.u[L.slot(hi)]);
-      sent = true;
-    }
-    if (send_right && !sent && c_last >= lo && (recv_left || c_first < c_last)) {
-      Vec w = ops_.clone(L.u[L.slot(c_last)]);
-      for (Index i = c_last + 1; i <= hi; ++i) step_on(L, 0, w, i, false);
-      comm_.send(L.right, tag, w);
-      ops_.free(w);
-      sent = true;
-    }
-    auto visit = [&](Index i, Vec w) {
-      if (i == n) final_ = ops_.clone(w);
-      if (opts_.access_level >= 1) {
-        info_.t = info_.t0 = info_.t1 = L.t[i];
-        info_.level = 0;
-        info_.index = info_.fine_index = i;
-        ops_.access(w, info_);
-      }
-    };
-    auto chain = [&](Index s, Vec w) {
-      const Index stop = std::min((s / cf + 1) * cf - 1, hi);
-      for (Index i = s + 1; i <= stop; ++i) {
-        step_on(L, 0, w, i, false);
-        if (opts_.store_all || opts_.store_final) set_slot(L.u, L.slot(i), ops_.clone(w));
-        visit(i, w);
-      }
-      if (send_right && !sent && stop == hi) {
-        comm_.send(L.right, tag, w);
-        sent = true;
-      }
-      ops_.free(w);
-    };
-    if (recv_left) {
-      Vec w = comm_.recv(L.left, tag);
-      left_boundary_ = ops_.clone(w);
-      if (!L.is_c(lo)) chain(lo - 1, w);
-      else ops_.free(w);
-    }
-    for (Index c = c_first; c <= hi; c += cf) {
-      visit(c, L.u[L.slot(c)]);
-      if (c < hi) chain(c, ops_.clone(L.u[L.slot(c)]));
-    }
-  }
+  if (batch_sweep(L, L.left >= 0)) final_lockstep();
+  else if (!L.own.empty()) final_chains();
   agree();
 }
 
-// final_relax with all chains in lock-step (relax.cpp's lockstep_chains);
-// the F-values that access or the final value need are kept until
-// the sweep ends and then visited in time order.
-void Solver::final_relax_batched() {
+// Chain by chain in time order. The interval that reaches the last owned point
+// is computed ahead, once more, so that the right neighbour never waits for our
+// left one.
+void Solver::final_chains() {
+  Level& L = levels_[0];
+  const Index lo = L.own.lo, hi = L.own.hi, cf = L.cf;
+  const int tag = msg_tag(0, kMsgRelax) + 1000;
+  const bool send_right = L.right >= 0;
+  const Index c_first = L.c_at_or_after(lo);
+  const Index c_last = (hi / cf) * cf;
+  bool sent = false;
+  if (send_right && L.is_c(hi)) {
+    comm_.send(L.right, tag, L.u[L.slot(hi)]);
+    sent = true;
+  }
+  if (send_right && !sent && c_last >= lo && (L.left >= 0 || c_first < c_last)) {
+    Vec w = ops_.clone(L.u[L.slot(c_last)]);
+    for (Index i = c_last + 1; i <= hi; ++i) step_on(L, 0, w, i, false);
+    comm_.send(L.right, tag, w);
+    ops_.free(w);
+    sent = true;
+  }
+  auto chain = [&](Index s, Vec w) {
+    const Index stop = std::min((s / cf + 1) * cf - 1, hi);
+    for (Index i = s + 1; i <= stop; ++i) {
+      step_on(L, 0, w, i, false);
+      if (store_final_f()) set_slot(L.u, L.slot(i), ops_.clone(w));
+      visit_final(i, w);
+    }
+    if (send_right && !sent && stop == hi) {
+      comm_.send(L.right, tag, w);
+      sent = true;
+    }
+    ops_.free(w);
+  };
+  if (L.left >= 0) {
+    Vec w = comm_.recv(L.left, tag);
+    left_boundary_ = ops_.clone(w);
+    if (!L.is_c(lo)) chain(lo - 1, w);
+    else ops_.free(w);
+  }
+  for (Index c = c_first; c <= hi; c += cf) {
+    visit_final(c, L.u[L.slot(c)]);
+    if (c < hi) chain(c, ops_.clone(L.u[L.slot(c)]));
+  }
+}
+
+// All chains in lock-step (relax.cpp's lockstep_chains); the F-values that
+// access or the final value need are kept until the sweep ends and then
+// visited in time order.
+void Solver::final_lockstep() {
   Level& L = levels_[0];
   const Index lo = L.own.lo, hi = L.own.hi, n = L.n;
   const bool keep = opts_.access_level >= 1;
   std::vector<Vec> kept(static_cast<std::size_t>(hi - lo + 1), nullptr);
+  const Exchange x{msg_tag(0, kMsgRelax) + 1000, L.right >= 0, L.left >= 0};
   lockstep_chains(
-      0, msg_tag(0, kMsgRelax) + 1000, L.right >= 0, L.left >= 0, false, true,
+      0, x, false, true,
       [&](Index i, Vec& w) {
-        if (opts_.store_all || opts_.store_final) set_slot(L.u, L.slot(i), ops_.clone(w));
+        if (store_final_f()) set_slot(L.u, L.slot(i), ops_.clone(w));
         if (keep || i == n) kept[i - lo] = ops_.clone(w);
       },
       nullptr);
@@ -279,14 +284,7 @@ void Solver::final_relax_batched() {
   info_.phase = kPhaseFinal;
   for (Index i = lo; i <= hi; ++i) {
     Vec w = L.is_c(i) ? L.u[L.slot(i)] : kept[i - lo];
-    if (w == nullptr) continue;  // an F-point nobody needs (or a failed solve)
-    if (i == n) final_ = ops_.clone(w);
-    if (opts_.access_level >= 1) {
-      info_.t = info_.t0 = info_.t1 = L.t[i];
-      info_.level = 0;
-      info_.index = info_.fine_index = i;
-      ops_.access(w, info_);
-    }
+    if (w != nullptr) visit_final(i, w);  // null: an F-point nobody needs (or a failed solve)
   }
   for (Vec w : kept) ops_.free(w);
 }

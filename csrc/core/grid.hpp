@@ -35,6 +35,8 @@ struct Level {
   bool owns(Index i) const { return i >= own.lo && i <= own.hi; }
   // First C-point at or after i.
   Index c_at_or_after(Index i) const { return ((i + cf - 1) / cf) * cf; }
+  // The step that ends at point i (i >= 1).
+  BatchItem step_to(Index i) const { return {t[i - 1], t[i], i - 1, (i - 1) * fine_stride}; }
 };
 
 // Contiguous block distribution of npoints over nranks, as XBraid's

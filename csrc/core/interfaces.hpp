@@ -36,6 +36,14 @@ struct CallInfo {
   // During Ops::step_batch only: the items of the batch (else null / 0).
   const BatchItem* batch = nullptr;
   Index batch_size = 0;
+
+  // Describes the step of item it (times and indices; level is left alone).
+  void set_step(const BatchItem& it) {
+    t = t0 = it.t0;
+    t1 = it.t1;
+    index = it.index;
+    fine_index = it.fine_index;
+  }
 };
 
 enum Phase : int {
@@ -90,10 +98,7 @@ class Ops {
     info.batch = nullptr;
     info.batch_size = 0;
     for (Index k = 0; k < n; ++k) {
-      info.t = info.t0 = items[k].t0;
-      info.t1 = items[k].t1;
-      info.index = items[k].index;
-      info.fine_index = items[k].fine_index;
+      info.set_step(items[k]);
       step(us[k], info);
     }
     info.batch = saved;

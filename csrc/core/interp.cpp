@@ -13,10 +13,7 @@ void Solver::interp_from(int l) {
     ops_.sum(1.0, uj, -1.0, C.v[s]);                       // e = u - v (in v)
     ops_.sum(1.0, C.v[s], 1.0, F.u[F.slot(j * F.cf)]);     // u_fine = e + u_fine
   };
-  const PointHook on_point = [&](Index j, Vec& w) { correct(j, w); };
-  const bool recv_left = C.left >= 0 && !C.is_c(C.own.lo);
-  if (batch_sweep(C, recv_left)) f_relax_batched(l, on_point, nullptr, kPhaseRelax);
-  else f_relax(l, on_point, nullptr, kPhaseRelax);
+  f_relax(l, kPhaseRelax, [&](Index j, Vec& w) { correct(j, w); }, nullptr);
   if (!C.own.empty())
     for (Index j = C.c_at_or_after(std::max<Index>(C.own.lo, 1)); j <= C.own.hi; j += C.cf)
       correct(j, C.u[C.slot(j)]);

@@ -44,4 +44,12 @@ struct Options {
   }
 };
 
+// Throws std::invalid_argument naming the first impossible value: an option
+// out of range, fewer than two or non-increasing fine times, or fine_ranges
+// that do not tile 0..npoints-1 over nranks ranks in rank order. Python has
+// validated already; this keeps a bad value from crashing or looping the core.
+void check_options(const Options& opts, const std::vector<double>& fine_times, int nranks,
+                   int rank);
+
+
 }  // namespace braid

@@ -10,10 +10,11 @@ void Solver::restrict_to(int l) {
   const bool measure = l == 0 && opts_.residual_computation;
   std::vector<double> norms(measure ? C.u.size() : 0, 0.0);
 
-  // 1. F-sweep; at each C-point c > 0 the residual
+  // 1. F-sweep; each chain is stepped on to its C-point c > 0 (bare step Phi,
+  //    "residual" phase) and turned into the residual
   //    r_c = tau_c - (u_c - Phi(u_{c-1}))   (tau absent: -(u_c - Phi(u_{c-1})))
-  //    with the bare step Phi, parked in the coarse tau slot of c/cf.
-  auto residual = [&](Index c, Vec w) {
+  //    parked in the coarse tau slot of c/cf.
+  auto residual = [&](Index c, Vec& w) {
     Vec uc = L.u[L.slot(c)];
     if (L.has_tau) {
       ops_.sum(1.0, uc, -1.0, w);
@@ -24,32 +25,10 @@ void Solver::restrict_to(int l) {
     const Index s = C.slot(c / L.cf);
     if (measure) norms[s] = ops_.norm(w);
     set_slot(C.tau, s, w);
+    w = nullptr;
   };
-  if (batch_sweep(L, L.left >= 0)) {
-    f_relax_batched(
-        l, nullptr,
-        [&](Vec block, Index first, Vec* ws, const Index* cs, Index n) {
-          info_.phase = kPhaseResidual;
-          step_batch_on(L, l, block, first, ws, cs, n, false);
-          for (Index k = 0; k < n; ++k) {
-            residual(cs[k], ws[k]);
-            ws[k] = nullptr;
-          }
-          info_.phase = kPhaseRelax;
-        },
-        kPhaseRelax);
-  } else {
-    f_relax(
-        l, nullptr,
-        [&](Index c, Vec& w) {
-          info_.phase = kPhaseResidual;
-          step_on(L, l, w, c, false);
-          residual(c, w);
-          w = nullptr;
-          info_.phase = kPhaseRelax;
-        },
-        kPhaseRelax);
-  }
+  const ChainEnd end{kPhaseResidual, false, residual};
+  f_relax(l, kPhaseRelax, nullptr, &end);
   if (l == 0) {
     rnorm_measured_ = opts_.residual_computation;
     pending_rnorm_ = measure ? combine_norms(norms) : 0.0;
@@ -67,8 +46,8 @@ void Solver::restrict_to(int l) {
   info_.phase = kPhaseResidual;
   const int tag = msg_tag(l + 1, kMsgInject);
   if (C.right >= 0) comm_.send(C.right, tag, C.v[C.slot(C.own.hi)]);
+  // g = Phi_c(v_{j-1}): tau_j += v_j - g (g is used up).
   auto add_coarse_part = [&](Index j, Vec g) {
-    step_on(C, l + 1, g, j, false);
     const Index s = C.slot(j);
     ops_.sum(1.0, C.v[s], -1.0, g);
     ops_.sum(1.0, g, 1.0, C.tau[s]);
@@ -88,17 +67,16 @@ void Solver::restrict_to(int l) {
     Vec block = ops_.clone_block(srcs.data(), nparts, gs.data());
     ops_.free(left);
     step_batch_on(C, l + 1, block, 0, gs.data(), js.data(), nparts, false);
-    for (Index k = 0; k < nparts; ++k) {
-      const Index s = C.slot(js[k]);
-      ops_.sum(1.0, C.v[s], -1.0, gs[k]);
-      ops_.sum(1.0, gs[k], 1.0, C.tau[s]);
-      ops_.free(gs[k]);
-    }
+    for (Index k = 0; k < nparts; ++k) add_coarse_part(js[k], gs[k]);
     ops_.free(block);
   } else {
-    for (Index j = C.own.hi; j > C.own.lo; --j)
-      add_coarse_part(j, ops_.clone(C.v[C.slot(j - 1)]));
-    if (C.left >= 0) add_coarse_part(C.own.lo, comm_.recv(C.left, tag));
+    // From the right, so that the left neighbour's message is waited for last.
+    auto step_part = [&](Index j, Vec g) {
+      step_on(C, l + 1, g, j, false);
+      add_coarse_part(j, g);
+    };
+    for (Index j = C.own.hi; j > C.own.lo; --j) step_part(j, ops_.clone(C.v[C.slot(j - 1)]));
+    if (C.left >= 0) step_part(C.own.lo, comm_.recv(C.left, tag));
   }
   C.has_tau = true;
   info_.phase = kPhaseRelax;

@@ -71,27 +71,45 @@ class Solver {
 
  private:
   using PointHook = std::function<void(Index, Vec&)>;  // after each F-point
-  using EndHook = std::function<void(Index, Vec&)>;   // u at c-1, c = next C-point
-  // Batched end hook: ws[k] is u at cs[k]-1 (rows first.. of block); may take ws[k].
-  using EndsHook = std::function<void(Vec block, Index first, Vec* ws, const Index* cs, Index n)>;
+  using EndHook = std::function<void(Index, Vec&)>;    // u at C-point c; may take it
+  // How an F-sweep ends each chain that reaches an owned C-point c > 0: u at c-1
+  // is stepped to c (adding tau if with_tau) in `phase`, then handed to `take`.
+  struct ChainEnd {
+    int phase;
+    bool with_tau;
+    EndHook take;
+  };
+  // Who an F-sweep talks to: send u at own.hi right, receive u at own.lo-1.
+  struct Exchange {
+    int tag;
+    bool send_right, recv_left;
+  };
   // Lock-step chains at the end: rows[r] (row r of block) is chain r, from C-point base[r].
   using ChainsHook = std::function<void(Vec block, Vec* rows, const Index* base, Index m)>;
 
   // relax.cpp
   void step_on(Level& L, int l, Vec& u, Index i, bool with_tau);  // u: t_{i-1} -> t_i
-  void f_relax(int l, const PointHook& on_point, const EndHook& on_end, int phase);
-  // Batched relaxation (relax.cpp): ws[k]: t_{pts[k]-1} -> t_{pts[k]} in one call.
+  // Batched step: ws[k]: t_{pts[k]-1} -> t_{pts[k]} in one call.
   void step_batch_on(Level& L, int l, Vec block, Index first, Vec* ws, const Index* pts,
                      Index n, bool with_tau);
+  // Coarse FAS step: Phi(u) + tau (XBraid adds tau after the user step).
+  void add_tau(const Level& L, Index i, Vec u) {
+    if (L.has_tau) ops_.sum(1.0, L.tau[L.slot(i)], 1.0, u);
+  }
+  // F-relaxation on level l in `phase`: steps every owned F-point from the C-point
+  // on its left; on_point sees each new F-value; end (if any) ends each chain.
+  // Runs chain by chain (chains()), or in lock-step (lockstep()) when the app
+  // batches and there are two chains or more.
+  void f_relax(int l, int phase, const PointHook& on_point, const ChainEnd* end);
+  void chains(int l, const Exchange& x, const PointHook& on_point, const ChainEnd* end);
+  // Ends a chain at C-point c: steps w (u at c-1) on to c, then end.take(c, w).
+  void end_chain(Level& L, int l, const ChainEnd& end, Index c, Vec& w);
+  void lockstep(int l, const Exchange& x, const PointHook& on_point, const ChainEnd* end);
   // Whether level l's F-sweep has at least two independent chains to batch.
   bool batch_sweep(const Level& L, bool recv_left) const;
-  // F-relax with every chain advanced in lock-step, one step_batch per F-step
-  // position; on_ends sees all chain ends at once.
-  void f_relax_batched(int l, const PointHook& on_point, const EndsHook& on_ends, int phase);
-  // The chain loop both batched sweeps share (relax.cpp).
-  void lockstep_chains(int l, int tag, bool send_right, bool recv_left, bool with_tau,
-                       bool keep_left, const PointHook& on_step, const ChainsHook& on_done);
-  void final_relax_batched();
+  // The chain loop both lock-step sweeps share (relax.cpp).
+  void lockstep_chains(int l, const Exchange& x, bool with_tau, bool keep_left,
+                       const PointHook& on_step, const ChainsHook& on_done);
   void fc_relax(int l);
   void relax(int l);
   // restrict.cpp
@@ -109,6 +127,13 @@ class Solver {
   void cycle(bool skip_down, bool fcycle);
   bool top(int k);
   void final_relax();  // final F-sweep in time order: access, storage, final value
+  void final_chains();    // final_relax chain by chain
+  void final_lockstep();  // final_relax in lock-step
+  bool store_final_f() const { return opts_.store_all || opts_.store_final; }
+  // Final sweep's visit of fine point i (in time order): final value, access.
+  void visit_final(Index i, Vec w);
+  // The one place the core calls access: fine point i holding u.
+  void access_fine(Index i, Vec u);
   void agree();  // collective: stops every rank if any callback failed
 
   void set_slot(std::vector<Vec>& slots, Index s, Vec u);

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -17,7 +18,9 @@ using braid::Vec;
 // Vectors are heap doubles; u' = -u with backward Euler as XBraid's ex-01.
 class ScalarOps final : public braid::Ops {
  public:
-  explicit ScalarOps(double guess) : guess_(guess) {}
+  explicit ScalarOps(double guess, bool batched = false) : guess_(guess), batched_(batched) {}
+  // Batched: the core's lock-step sweeps, through Ops' default step_batch.
+  bool batched() const override { return batched_; }
   Vec init(const CallInfo& info) override { return make(info.t == 0.0 ? 1.0 : guess_); }
   void step(Vec& u, const CallInfo& info) override {
     ++steps;
@@ -50,6 +53,7 @@ class ScalarOps final : public braid::Ops {
     return new double(v);
   }
   double guess_;
+  bool batched_;
 };
 
 std::vector<double> grid(double t0, double t1, long n) {
@@ -121,11 +125,75 @@ void test_converges_and_overhead() {
               ops.steps, 1e9 * secs / ops.steps);
 }
 
+void test_batched_equals_unbatched() {
+  // Lock-step sweeps (every phase: relax, restrict, interp, final) give the same bits.
+  braid::SerialComm comm;
+  braid::Options o;
+  o.cfactor = 3;
+  o.nrelax = 2;
+  o.abs_tol = 1e-12;
+  o.access_level = 2;
+  ScalarOps plain(0.3), batched(0.3, true);
+  std::vector<std::pair<int, double>> histories[2];
+  int k = 0;
+  for (ScalarOps* ops : {&plain, &batched}) {
+    braid::Solver s(*ops, comm, o, grid(0.0, 3.0, 100));
+    s.solve();
+    histories[k++] = s.residuals();
+  }
+  check(plain.seen == batched.seen && histories[0] == histories[1] && !histories[0].empty(),
+        "lock-step (batched) sweeps equal chain-by-chain bitwise");
+  check(plain.live == 0 && batched.live == 0, "every vector freed after batched solves");
+}
+
+// What the Solver constructor throws for options, or "" if it accepts them.
+std::string rejection(const braid::Options& o, const std::vector<double>& t) {
+  ScalarOps ops(0.0);
+  braid::SerialComm comm;
+  try {
+    braid::Solver s(ops, comm, o, t);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void test_impossible_options_are_rejected() {
+  const auto t = grid(0.0, 1.0, 8);
+  bool all = rejection(braid::Options{}, t).empty();
+  auto expect = [&](braid::Options o, const std::string& name, std::vector<double> times) {
+    const std::string msg = rejection(o, times);
+    const bool ok = msg.find(name) != std::string::npos;
+    if (!ok) std::printf("info expected '%s' in '%s'\n", name.c_str(), msg.c_str());
+    all = all && ok;
+  };
+  braid::Options o;
+  o.cfactor = 1;
+  expect(o, "cfactor = 1", t);
+  o = braid::Options{};
+  o.max_levels = 0;
+  expect(o, "max_levels = 0", t);
+  o = braid::Options{};
+  o.tnorm = 3;
+  expect(o, "tnorm = 3", t);
+  o = braid::Options{};
+  o.cfactor_level = {{2, 0}};
+  expect(o, "cfactor_level[2] = 0", t);
+  o = braid::Options{};
+  o.fine_ranges = {{0, 3}, {5, 8}};
+  expect(o, "fine_ranges (count)", t);
+  expect(braid::Options{}, "times (count) = 1", {0.0});
+  expect(braid::Options{}, "times[2]", {0.0, 1.0, 1.0});
+  check(all, "impossible options and grids throw invalid_argument naming the value");
+}
+
 }  // namespace
 
 int main() {
   test_one_level_is_serial();
   test_xbraid_golden();
   test_converges_and_overhead();
+  test_batched_equals_unbatched();
+  test_impossible_options_are_rejected();
   return failures == 0 ? 0 : 1;
 }
