@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _core
-from ._app import App
+from ._gateway import check_app_callbacks, has_step_batch, tell_app_the_grid
 from ._errors import BraidError, DivergenceError, ErrorLabels
 from ._options import Options
 from ._result import Result, fine_index
@@ -47,31 +47,6 @@ def _time_grid(tstart, tstop, ntime, times) -> np.ndarray:
         raise ValueError(f"times must start at tstart={tstart!r} and end at tstop={tstop!r}, "
                          f"got {grid[0]!r}..{grid[-1]!r}")
     return grid
-
-
-def has_step_batch(app) -> bool:
-    """True when app provides a batched step: its own step_batch, or (for
-    braidpy.App subclasses) a step_stacked kernel used by App's default."""
-    if "step_batch" in getattr(app, "__dict__", {}):
-        return callable(app.__dict__["step_batch"])
-    if isinstance(app, App):
-        return type(app).step_batch is not App.step_batch or callable(
-            getattr(app, "step_stacked", None))
-    return callable(getattr(app, "step_batch", None))
-
-
-def _check_app(app) -> None:
-    for name in ("init", "step"):
-        fn = getattr(app, name, None)
-        if not callable(fn):
-            raise TypeError(f"app must provide a callable {name}(); {type(app).__name__} has none")
-        if isinstance(app, App) and getattr(type(app), name) is getattr(App, name):
-            raise TypeError(f"{type(app).__name__} must implement {name}()")
-    for name in ("clone", "sum", "norm", "access", "bufpack", "bufunpack"):
-        if not callable(getattr(app, name, None)):
-            raise TypeError(
-                f"app must provide {name}(); subclass braidpy.App to get defaults for arrays"
-            )
 
 
 class Core:
@@ -125,7 +100,7 @@ class Core:
                  ownership: Optional[Sequence[Tuple[int, int]]] = None,
                  labels: Optional[ErrorLabels] = None, **kwargs: Any):
         self.options = Options.coerce(options, **kwargs)
-        _check_app(app)
+        check_app_callbacks(app)
         grid = _time_grid(tstart, tstop, ntime, times)
         self.app = app
         self.rank, self.size = rank_size(comm)
@@ -137,12 +112,7 @@ class Core:
         # Our own duplicate of comm: the core's messages never meet the user's.
         self._tcomm = TimeComm(comm) if self.size > 1 else None
         self._wire = None if self._tcomm is None else self._tcomm.comm
-        for name, value in (("tstart", float(tstart)), ("tstop", float(tstop)),
-                            ("ntime", int(ntime))):
-            try:
-                setattr(app, name, value)
-            except AttributeError:
-                pass
+        tell_app_the_grid(app, tstart, tstop, ntime)
         progress = self._print_progress if self.options.print_level >= 1 and self.rank == 0 \
             else None
         core_options = self.options.to_core()

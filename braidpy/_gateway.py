@@ -1,0 +1,52 @@
+"""Where a user's app meets the compiled core, on the Python side.
+
+The compiled gateway (``csrc/bindings/py_ops.cpp``) looks the callbacks up once and
+calls, counts and times them; this module decides, before that, what the app offers:
+which callbacks exist (with errors that name the missing one), whether it has a
+batched step, and the grid facts braidpy sets on it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._app import App
+
+__all__ = ["check_app_callbacks", "has_step_batch", "tell_app_the_grid"]
+
+
+def has_step_batch(app: Any) -> bool:
+    """True when app provides a batched step: its own step_batch, or (for
+    braidpy.App subclasses) a step_stacked kernel used by App's default."""
+    if "step_batch" in getattr(app, "__dict__", {}):
+        return callable(app.__dict__["step_batch"])
+    if isinstance(app, App):
+        return type(app).step_batch is not App.step_batch or callable(
+            getattr(app, "step_stacked", None))
+    return callable(getattr(app, "step_batch", None))
+
+
+def check_app_callbacks(app: Any) -> None:
+    """TypeError naming the first callback the core needs and ``app`` lacks."""
+    for name in ("init", "step"):
+        fn = getattr(app, name, None)
+        if not callable(fn):
+            raise TypeError(f"app must provide a callable {name}(); {type(app).__name__} has none")
+        if isinstance(app, App) and getattr(type(app), name) is getattr(App, name):
+            raise TypeError(f"{type(app).__name__} must implement {name}()")
+    for name in ("clone", "sum", "norm", "access", "bufpack", "bufunpack"):
+        if not callable(getattr(app, name, None)):
+            raise TypeError(
+                f"app must provide {name}(); subclass braidpy.App to get defaults for arrays"
+            )
+
+
+def tell_app_the_grid(app: Any, tstart: float, tstop: float, ntime: int) -> None:
+    """Set ``tstart``, ``tstop`` and ``ntime`` on the app (skipped where the app's
+    attributes are read-only)."""
+    for name, value in (("tstart", float(tstart)), ("tstop", float(tstop)),
+                        ("ntime", int(ntime))):
+        try:
+            setattr(app, name, value)
+        except AttributeError:
+            pass
