@@ -94,57 +94,49 @@ py::object batch_fine_slice(const braid::CallInfo& info) {
       py::int_(b[0].fine_index).ptr(), py::int_(b[n - 1].fine_index + 1).ptr(), py::int_(d).ptr()));
 }
 
-// The one list of Status fields: bound as read-only properties in this order
-// and exported as STATUS_FIELDS (braidpy.adjoint builds its status from it).
-struct StatusField {
-  const char* name;
-  py::object (*get)(const braid::CallInfo&);
-  const char* doc;
-};
-
-using Info = braid::CallInfo;
-
-const StatusField kStatusFields[] = {
-    {"t", [](const Info& i) { return py::cast(i.t); }, "Time of the point (access)."},
-    {"t0", [](const Info& i) { return py::cast(i.t0); }, "Step start time."},
-    {"t1", [](const Info& i) { return py::cast(i.t1); }, "Step end time."},
-    {"level", [](const Info& i) { return py::cast(i.level); }, "Grid level (0 = fine)."},
-    {"index", [](const Info& i) { return py::cast(i.index); },
-     "Time index on the level (of t0 for step, of t for access/init)."},
-    {"fine_index", [](const Info& i) { return py::cast(i.fine_index); },
-     "The same point's index on the fine grid."},
-    {"iteration", [](const Info& i) { return py::cast(i.iteration); },
-     "Current MGRIT iteration."},
-    {"nlevels", [](const Info& i) { return py::cast(i.nlevels); },
-     "Number of levels in the hierarchy."},
-    {"done", [](const Info& i) { return py::cast(i.done); },
-     "True during the final sweep after the solve stopped."},
-    {"tol", [](const Info& i) { return py::cast(i.tol); }, "Absolute halting tolerance."},
-    {"rnorm",
-     [](const Info& i) -> py::object { return i.rnorm < 0 ? py::none() : py::cast(i.rnorm); },
-     "Latest fine residual norm, or None before the first one."},
-    {"phase", [](const Info& i) { return py::cast(phase_name(i.phase)); },
-     "'init', 'relax', 'residual' or 'final'."},
-    {"batch_size", [](const Info& i) { return py::cast(i.batch_size); },
-     "Number of states in the current step_batch call (0 outside one)."},
-    {"fine_indices", [](const Info& i) { return batch_indices(i, true); },
-     "step_batch: fine-grid index of each state's t0 (int64 array); None outside."},
-    {"indices", [](const Info& i) { return batch_indices(i, false); },
-     "step_batch: index of each state's t0 on the level (int64 array); None outside."},
-    {"fine_slice", batch_fine_slice,
-     "step_batch: fine_indices as slice(start, stop, step) when they are evenly spaced "
-     "and increasing (always, for the core's batches), else None; lets weights be "
-     "taken as a strided view instead of a gather."},
-};
-
+// Binds Status' read-only properties and STATUS_FIELDS from one list, in order
+// (braidpy.adjoint builds its own status class from STATUS_FIELDS). Getters keep
+// their C++ return types: pybind11 converts them faster than a py::object.
 void bind_status(py::module_& m) {
   py::class_<Status> cls(m, "Status", "Read-only facts about the current callback call.");
   py::list names;
-  for (const StatusField& f : kStatusFields) {
-    cls.def_property_readonly(
-        f.name, [get = f.get](const Status& s) { return get(*s.info); }, f.doc);
-    names.append(f.name);
-  }
+  auto field = [&](const char* name, auto get, const char* doc) {
+    cls.def_property_readonly(name, get, doc);
+    names.append(name);
+  };
+  field("t", [](const Status& s) { return s.info->t; }, "Time of the point (access).");
+  field("t0", [](const Status& s) { return s.info->t0; }, "Step start time.");
+  field("t1", [](const Status& s) { return s.info->t1; }, "Step end time.");
+  field("level", [](const Status& s) { return s.info->level; }, "Grid level (0 = fine).");
+  field("index", [](const Status& s) { return s.info->index; },
+        "Time index on the level (of t0 for step, of t for access/init).");
+  field("fine_index", [](const Status& s) { return s.info->fine_index; },
+        "The same point's index on the fine grid.");
+  field("iteration", [](const Status& s) { return s.info->iteration; },
+        "Current MGRIT iteration.");
+  field("nlevels", [](const Status& s) { return s.info->nlevels; },
+        "Number of levels in the hierarchy.");
+  field("done", [](const Status& s) { return s.info->done; },
+        "True during the final sweep after the solve stopped.");
+  field("tol", [](const Status& s) { return s.info->tol; }, "Absolute halting tolerance.");
+  field("rnorm",
+        [](const Status& s) -> py::object {
+          if (s.info->rnorm < 0) return py::none();
+          return py::float_(s.info->rnorm);
+        },
+        "Latest fine residual norm, or None before the first one.");
+  field("phase", [](const Status& s) { return phase_name(s.info->phase); },
+        "'init', 'relax', 'residual' or 'final'.");
+  field("batch_size", [](const Status& s) { return s.info->batch_size; },
+        "Number of states in the current step_batch call (0 outside one).");
+  field("fine_indices", [](const Status& s) { return batch_indices(*s.info, true); },
+        "step_batch: fine-grid index of each state's t0 (int64 array); None outside.");
+  field("indices", [](const Status& s) { return batch_indices(*s.info, false); },
+        "step_batch: index of each state's t0 on the level (int64 array); None outside.");
+  field("fine_slice", [](const Status& s) { return batch_fine_slice(*s.info); },
+        "step_batch: fine_indices as slice(start, stop, step) when they are evenly spaced "
+        "and increasing (always, for the core's batches), else None; lets weights be "
+        "taken as a strided view instead of a gather.");
   cls.def("__repr__", [](const Status& s) {
     const auto* i = s.info;
     return "<braidpy.Status level=" + std::to_string(i->level) +
