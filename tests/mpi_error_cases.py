@@ -1,5 +1,7 @@
 """Failures injected on one rank of a parallel solve (see test_mpi.py)."""
 
+import math
+
 import numpy as np
 from apps import Decay, DecayRate
 
@@ -150,6 +152,11 @@ ERROR_CASES = {
     "bufpack": lambda c: _run(c, "bufpack"),
     "bufunpack": lambda c: _run(c, "bufunpack"),
     "nan_residual": lambda c: _run(c, "nan", lambda s: s.level == 0 and s.iteration == 2),
+    # MPI's MAX reduction may drop a NaN: the infinity norm must still see it.
+    "nan_residual_tnorm_inf": lambda c: _run(c, "nan", lambda s: s.level == 0 and
+                                             s.iteration == 2, tnorm=math.inf),
+    "nan_residual_tnorm_1": lambda c: _run(c, "nan", lambda s: s.level == 0 and
+                                           s.iteration == 2, tnorm=1),
     "healthy_after_failures": lambda c: braidpy.solve(Decay(), 0.0, 4.0, 128, comm=c,
                                                       cfactor=2, abs_tol=1e-13),
 }

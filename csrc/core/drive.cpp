@@ -129,11 +129,15 @@ void Solver::cycle(bool skip_down, bool fcycle) {
 // End of iteration k: agree on failure, combine the residual norm, test.
 bool Solver::top(int k) {
   comm_.finish_sends();
-  double vals[2] = {ops_.failed() ? 1.0 : 0.0, rnorm_measured_ ? pending_rnorm_ : 0.0};
-  comm_.allreduce(vals, 2, opts_.tnorm == 0 ? ReduceOp::kMax : ReduceOp::kSum);
+  // The non-finite flag travels beside the norm: an MPI MAX reduction may drop a
+  // NaN (max(nan, x) is x in some orders), and halting must see it on any rank.
+  const double part = rnorm_measured_ ? pending_rnorm_ : 0.0;
+  double vals[3] = {ops_.failed() ? 1.0 : 0.0, std::isfinite(part) ? part : 0.0,
+                    std::isfinite(part) ? 0.0 : 1.0};
+  comm_.allreduce(vals, 3, opts_.tnorm == 0 ? ReduceOp::kMax : ReduceOp::kSum);
   if (vals[0] > 0.0) throw CallbackFailure();
   const bool has = rnorm_measured_;
-  const double r = opts_.tnorm == 2 ? std::sqrt(vals[1]) : vals[1];
+  const double r = vals[2] > 0.0 ? NAN : opts_.tnorm == 2 ? std::sqrt(vals[1]) : vals[1];
   rnorm_measured_ = false;
   if (has) {
     rnorms_.emplace_back(k, r);
