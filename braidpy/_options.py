@@ -5,7 +5,10 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import numbers
 from typing import Any, Dict, Mapping, Union
+
+import numpy as np
 
 from . import _core
 
@@ -99,10 +102,7 @@ class Options:
         _int(self, "max_iter", 1)
         _nonneg(self, "abs_tol")
         _nonneg(self, "rel_tol")
-        if self.tnorm not in (1, 2) and not (
-            isinstance(self.tnorm, float) and math.isinf(self.tnorm) and self.tnorm > 0
-        ):
-            raise ValueError(f"tnorm must be 1, 2 or math.inf, got {self.tnorm!r}")
+        _tnorm(self)
         for name in ("skip", "fmg", "seq_soln", "final_fc_relax", "relax_only_cg", "timings",
                      "residual_computation", "batch"):
             if not isinstance(getattr(self, name), bool):
@@ -194,32 +194,62 @@ def _check_names(kwargs: Mapping[str, Any]) -> None:
             raise ValueError(f"unknown option {key!r}{hint}")
 
 
+# The core's counts are C ints: larger values are refused here, by name, instead of
+# failing inside pybind11 with "Unable to cast Python instance".
+INT_MAX = 2**31 - 1
+
+
 def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+    """Python and NumPy integers, not booleans."""
+    return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
+
+
+def _set(opts, name, value) -> None:
+    object.__setattr__(opts, name, value)  # frozen: normalise in __post_init__ only
+
+
+def _checked_int(where: str, v, minimum: int) -> int:
+    if not _is_int(v):
+        raise TypeError(f"{where} must be an int, got {v!r}")
+    if v < minimum:
+        raise ValueError(f"{where} must be >= {minimum}, got {v!r}")
+    if v > INT_MAX:
+        raise ValueError(f"{where} must be <= {INT_MAX}, got {v!r}")
+    return int(v)
 
 
 def _int(opts, name, minimum):
-    v = getattr(opts, name)
-    if not _is_int(v):
-        raise TypeError(f"{name} must be an int, got {v!r}")
-    if v < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {v!r}")
+    _set(opts, name, _checked_int(name, getattr(opts, name), minimum))
 
 
 def _nonneg(opts, name):
     v = getattr(opts, name)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v >= 0) or math.isinf(v):
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real) or not (v >= 0) \
+            or math.isinf(v):
         raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
+    _set(opts, name, float(v) if not isinstance(v, int) else v)
+
+
+def _tnorm(opts):
+    v = opts.tnorm
+    if _is_int(v) and v in (1, 2):
+        _set(opts, "tnorm", int(v))
+    elif isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_, numbers.Integral)) \
+            and math.isinf(v) and v > 0:
+        _set(opts, "tnorm", math.inf)
+    else:
+        raise ValueError(f"tnorm must be 1, 2 or math.inf, got {v!r}")
 
 
 def _per_level(opts, name, minimum):
     v = getattr(opts, name)
-    items = v.items() if isinstance(v, Mapping) else [(None, v)]
-    for level, value in items:
-        where = name if level is None else f"{name}[{level!r}]"
-        if level is not None and level != "default" and (not _is_int(level) or level < 0):
+    if not isinstance(v, Mapping):
+        _set(opts, name, _checked_int(name, v, minimum))
+        return
+    out: Dict[Any, int] = {}
+    for level, value in v.items():
+        if level != "default" and (not _is_int(level) or level < 0 or level > INT_MAX):
             raise ValueError(f"{name} keys must be level numbers >= 0 or 'default', got {level!r}")
-        if not _is_int(value):
-            raise TypeError(f"{where} must be an int, got {value!r}")
-        if value < minimum:
-            raise ValueError(f"{where} must be >= {minimum}, got {value!r}")
+        key = level if level == "default" else int(level)
+        out[key] = _checked_int(f"{name}[{level!r}]", value, minimum)
+    _set(opts, name, out)

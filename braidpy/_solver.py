@@ -32,6 +32,9 @@ def _time_grid(tstart, tstop, ntime, times) -> np.ndarray:
     if not float(tstop) > float(tstart):
         raise ValueError(f"tstop must be greater than tstart, got tstart={tstart!r}, "
                          f"tstop={tstop!r}")
+    if not math.isfinite(float(tstop) - float(tstart)):
+        raise ValueError(f"tstop - tstart must be a finite number, got tstart={tstart!r}, "
+                         f"tstop={tstop!r}")
     if isinstance(ntime, bool) or not isinstance(ntime, (int, np.integer)) or ntime < 1:
         raise ValueError(f"ntime must be an int >= 1, got {ntime!r}")
     if times is None:

@@ -1,0 +1,44 @@
+"""Options: every value checked by name before it reaches the compiled core (issue 12,
+defect 7): huge integers, booleans where numbers are meant, NumPy scalars."""
+
+import math
+
+import numpy as np
+import pytest
+from apps import Decay
+
+import braidpy
+from braidpy import Options
+
+
+@pytest.mark.parametrize("name, value", [("max_iter", 2**31), ("cfactor", 2**40),
+                                         ("max_levels", 2**70), ("nrelax", {1: 2**33}),
+                                         ("print_level", 2**64)])
+def test_huge_integers_are_refused_by_name(name, value):
+    with pytest.raises(ValueError, match=f"{name}.* must be <= 2147483647"):
+        Options(**{name: value})
+
+
+@pytest.mark.parametrize("name, value", [("tnorm", True), ("tnorm", False), ("tnorm", 2.0),
+                                         ("abs_tol", True), ("max_iter", True),
+                                         ("cfactor", np.True_)])
+def test_booleans_are_not_numbers(name, value):
+    with pytest.raises((ValueError, TypeError), match=name):
+        Options(**{name: value})
+
+
+def test_numpy_scalars_are_accepted_and_normalised():
+    o = Options(abs_tol=np.float32(1e-6), max_iter=np.int64(7), cfactor={np.int32(0): np.int8(4)},
+                tnorm=np.float64(np.inf), rel_tol=np.float16(0.5))
+    assert o.abs_tol == float(np.float32(1e-6)) and type(o.abs_tol) is float
+    assert o.max_iter == 7 and type(o.max_iter) is int
+    assert o.cfactor == {0: 4} and all(type(k) is int for k in o.cfactor)
+    assert o.tnorm == math.inf and type(o.tnorm) is float
+    r = braidpy.solve(Decay(), 0.0, 1.0, 32, options=o)
+    assert r.level_info[0]["cfactor"] == 4 and r.iterations <= 7
+    assert Options(tnorm=np.int64(1)).tnorm == 1
+
+
+def test_an_overflowing_interval_is_refused_before_any_work():
+    with pytest.raises(ValueError, match="tstop - tstart must be a finite number"):
+        braidpy.solve(Decay(), -1e308, 1e308, 16)
