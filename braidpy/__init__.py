@@ -2,7 +2,7 @@
 
 from ._app import App
 from ._core import Status
-from ._errors import BraidError, DivergenceError, ErrorLabels
+from ._errors import BraidError, ConvergenceError, DivergenceError, ErrorLabels
 from ._options import Options
 from ._result import Result
 from ._solver import Core, solve
@@ -14,6 +14,7 @@ __version__ = "0.1.0"
 __all__ = [
     "App",
     "BraidError",
+    "ConvergenceError",
     "Core",
     "DivergenceError",
     "ErrorLabels",

@@ -3,7 +3,7 @@
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Tuple
 
-__all__ = ["BraidError", "DivergenceError", "ErrorLabels"]
+__all__ = ["BraidError", "ConvergenceError", "DivergenceError", "ErrorLabels"]
 
 
 class BraidError(RuntimeError):
@@ -30,6 +30,28 @@ class DivergenceError(BraidError):
         self.iteration = iteration
         self.level = level
         self.value = value
+
+
+class ConvergenceError(BraidError):
+    """A solve with ``require_convergence=True`` stopped at ``max_iter`` without meeting
+    its tolerance.
+
+    Attributes
+    ----------
+    iterations : int
+    residual : float or None
+        The last residual norm (None when none was computed).
+    tolerance : str
+        The halting test that was not met, e.g. "abs_tol=1e-10".
+    """
+
+    def __init__(self, iterations: int, residual: Optional[float], tolerance: str):
+        last = "no residual computed" if residual is None else f"last residual {residual:.6e}"
+        super().__init__(f"MGRIT did not converge: {iterations} iterations (max_iter) and "
+                         f"{tolerance} not met ({last})")
+        self.iterations = iterations
+        self.residual = residual
+        self.tolerance = tolerance
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,10 @@ class Options:
         Use the app's batched step (``step_batch``/``step_stacked``) wherever steps
         are independent (docs/batching.md); False forces one ``step`` call per
         state. Apps without a batched step are unaffected. Default True.
+    require_convergence : bool
+        Raise :class:`braidpy.ConvergenceError` (on every rank) when a solve stops at
+        ``max_iter`` without meeting its tolerance, instead of returning a Result with
+        ``converged=False``. Default False.
     """
 
     max_levels: int = 30
@@ -93,6 +97,7 @@ class Options:
     timings: bool = False
     residual_computation: bool = True
     batch: bool = True
+    require_convergence: bool = False
 
     def __post_init__(self):
         _int(self, "max_levels", 1)
@@ -104,7 +109,7 @@ class Options:
         _nonneg(self, "rel_tol")
         _tnorm(self)
         for name in ("skip", "fmg", "seq_soln", "final_fc_relax", "relax_only_cg", "timings",
-                     "residual_computation", "batch"):
+                     "residual_computation", "batch", "require_convergence"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
         _int(self, "fmg_vcycles", 1)

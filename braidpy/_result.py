@@ -38,6 +38,11 @@ class Result:
     timings : dict
         ``total`` wall seconds of the solve; with ``timings=True`` also the
         seconds spent inside each callback and in communication.
+    converged : bool
+        Whether the halting test was met (the same on every rank).
+    stop_reason : str
+        Why the solve stopped: "tolerance" (abs_tol or rel_tol met), "max_iter" (not
+        converged), or "sequential" (one level: solved by stepping, exact).
     """
 
     iterations: int
@@ -50,6 +55,8 @@ class Result:
     final: Any
     counts: Dict[str, int]
     timings: Dict[str, float]
+    converged: bool = True
+    stop_reason: str = "tolerance"
     # Core.solution of the solve that made this result; it refuses once that Core
     # has solved again (the stored values are then another solve's).
     solution_source: Optional[Callable[..., Any]] = dataclasses.field(default=None, repr=False)

@@ -12,7 +12,7 @@ import numpy as np
 
 from . import _core
 from ._gateway import check_app_callbacks, has_step_batch, tell_app_the_grid
-from ._errors import BraidError, DivergenceError, ErrorLabels
+from ._errors import BraidError, ConvergenceError, DivergenceError, ErrorLabels
 from ._options import Options
 from ._result import Result, fine_index
 from .parallel.agree import agreed
@@ -50,6 +50,18 @@ def _time_grid(tstart, tstop, ntime, times) -> np.ndarray:
         raise ValueError(f"times must start at tstart={tstart!r} and end at tstop={tstop!r}, "
                          f"got {grid[0]!r}..{grid[-1]!r}")
     return grid
+
+
+def stop_reason(options: Options, nlevels: int, residuals: List[float]) -> Tuple[bool, str]:
+    """(converged, why the solve stopped) from its residual history: the core's halting
+    test (abs_tol, or rel_tol against the first computed norm) on the last norm."""
+    if nlevels == 1:
+        return True, "sequential"
+    if residuals:
+        r = residuals[-1]
+        if r < options.abs_tol or (options.rel_tol > 0.0 and r < options.rel_tol * residuals[0]):
+            return True, "tolerance"
+    return False, "max_iter"
 
 
 class Core:
@@ -178,7 +190,13 @@ class Core:
         timings = self._solver.timings() if self.options.timings else {}
         timings["total"] = wall_time
         history = self._solver.residuals()
-        return Result(
+        converged, reason = stop_reason(self.options, len(info), [r for _, r in history])
+        if not converged and self.options.require_convergence:
+            o = self.options
+            raise ConvergenceError(
+                self._solver.iterations, history[-1][1] if history else None,
+                f"abs_tol={o.abs_tol:g}" + (f" / rel_tol={o.rel_tol:g}" if o.rel_tol else ""))
+        return Result(converged=converged, stop_reason=reason,
             iterations=self._solver.iterations, residuals=[r for _, r in history],
             residual_iterations=[k for k, _ in history], levels=len(info), level_info=info,
             times=self.times, owned=self.owned, final=final, counts=self.counts(),

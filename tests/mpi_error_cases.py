@@ -157,6 +157,10 @@ ERROR_CASES = {
                                              s.iteration == 2, tnorm=math.inf),
     "nan_residual_tnorm_1": lambda c: _run(c, "nan", lambda s: s.level == 0 and
                                            s.iteration == 2, tnorm=1),
+    # Every rank sees the same residuals, so every rank raises (no rank returns).
+    "not_converged": lambda c: braidpy.solve(Decay(), 0.0, 4.0, 128, comm=c, cfactor=2,
+                                             abs_tol=1e-15, max_iter=2,
+                                             require_convergence=True),
     "healthy_after_failures": lambda c: braidpy.solve(Decay(), 0.0, 4.0, 128, comm=c,
                                                       cfactor=2, abs_tol=1e-13),
 }

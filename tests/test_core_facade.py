@@ -95,3 +95,29 @@ def test_no_private_reaches_across_modules():
             if underscore_kwarg.search(line):
                 hits.append(f"{p.name}:{n}: {line.strip()}")
     assert hits == [], hits
+
+
+def test_result_says_whether_it_converged():
+    done = braidpy.solve(Decay(), 0.0, 1.0, 64, cfactor=2, abs_tol=1e-12)
+    assert (done.converged, done.stop_reason) == (True, "tolerance")
+    assert done.iterations < 100 and done.residuals[-1] < 1e-12
+    cut = braidpy.solve(Decay(), 0.0, 1.0, 64, cfactor=2, abs_tol=1e-14, max_iter=2)
+    assert (cut.converged, cut.stop_reason) == (False, "max_iter")
+    assert cut.iterations == 2 and cut.residuals[-1] >= 1e-14
+    relative = braidpy.solve(Decay(), 0.0, 1.0, 64, cfactor=2, abs_tol=0.0, rel_tol=1e-3)
+    assert relative.converged and relative.residuals[-1] < 1e-3 * relative.residuals[0]
+    serial = braidpy.solve(Decay(), 0.0, 1.0, 64, max_levels=1)
+    assert (serial.converged, serial.stop_reason) == (True, "sequential")
+    blind = braidpy.solve(Decay(), 0.0, 1.0, 64, cfactor=2, residual_computation=False,
+                          max_iter=3)
+    assert (blind.converged, blind.stop_reason) == (False, "max_iter")
+
+
+def test_require_convergence_raises_instead_of_returning():
+    with pytest.raises(braidpy.ConvergenceError, match=r"2 iterations .* abs_tol=1e-14") as e:
+        braidpy.solve(Decay(), 0.0, 1.0, 64, cfactor=2, abs_tol=1e-14, max_iter=2,
+                      require_convergence=True)
+    assert e.value.iterations == 2 and e.value.residual >= 1e-14
+    ok = braidpy.solve(Decay(), 0.0, 1.0, 64, cfactor=2, abs_tol=1e-12,
+                       require_convergence=True)
+    assert ok.converged

@@ -113,6 +113,8 @@ def test_error_contract_under_mpi(nranks, tmp_path):
         kinds = [kind for kind, _ in outcomes]
         if name == "healthy_after_failures":
             assert kinds == ["ok"] * nranks, outcomes
+        elif name == "not_converged":
+            assert kinds == ["ConvergenceError"] * nranks, outcomes
         elif name.startswith("nan_residual"):
             assert kinds == ["DivergenceError"] * nranks, (name, outcomes)
             assert len({msg for _, msg in outcomes}) == 1
