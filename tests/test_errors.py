@@ -168,3 +168,21 @@ def test_bad_user_grid():
 def test_bad_comm():
     with pytest.raises(TypeError, match="comm"):
         braidpy.solve(Decay(), 0.0, 1.0, 8, comm="world")
+
+
+def test_clone_returning_its_argument_is_a_clear_error():
+    class SelfClone(Decay):  # the "copy" would alias the state: silently wrong answers
+        def clone(self, u):
+            return u
+
+    with pytest.raises(TypeError, match=r"clone\(u\) returned u itself"):
+        braidpy.solve(SelfClone(), 0.0, 1.0, 16, cfactor=2)
+
+
+def test_negative_norm_is_a_clear_error():
+    class NegativeNorm(Decay):  # the solve used to run to max_iter and return normally
+        def norm(self, u):
+            return -0.5
+
+    with pytest.raises(ValueError, match=r"norm\(u\) returned -0.5; a norm is >= 0"):
+        braidpy.solve(NegativeNorm(), 0.0, 1.0, 16, cfactor=2)

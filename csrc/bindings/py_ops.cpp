@@ -1,6 +1,8 @@
 // Callback trampolines: counters, timers and error capture live here only.
 #include "py_ops.hpp"
 
+#include <cstdio>
+
 #include "array_fast.hpp"
 
 #include <algorithm>
@@ -157,7 +159,15 @@ Vec PyOps::clone(Vec u) {
     return fast;
   }
   PyObject* args[1] = {static_cast<PyObject*>(u)};
-  return new_vector(call(kClone, clone_, args, 1), kClone, "clone(u)");
+  Vec r = new_vector(call(kClone, clone_, args, 1), kClone, "clone(u)");
+  if (r != nullptr && r == u) {  // the "copy" would alias the state: silently wrong
+    Py_DECREF(static_cast<PyObject*>(r));
+    PyErr_SetString(PyExc_TypeError,
+                    "clone(u) returned u itself; it must return an independent copy");
+    capture_current_error(kClone);
+    return nullptr;
+  }
+  return r;
 }
 
 void PyOps::sum(double a, Vec x, double b, Vec y) {
@@ -189,6 +199,13 @@ double PyOps::norm(Vec u) {
   value = PyFloat_AsDouble(r);
   Py_DECREF(r);
   if (value == -1.0 && PyErr_Occurred()) {
+    capture_current_error(kNorm);
+    return 0.0;
+  }
+  if (value < 0.0) {  // NaN passes: the halting test reports it as divergence
+    char text[64];
+    std::snprintf(text, sizeof text, "%.17g", value);
+    PyErr_Format(PyExc_ValueError, "norm(u) returned %s; a norm is >= 0", text);
     capture_current_error(kNorm);
     return 0.0;
   }
