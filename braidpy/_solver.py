@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import math
 import sys
+import threading
 import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -15,13 +16,18 @@ from ._gateway import check_app_callbacks, has_step_batch, tell_app_the_grid
 from ._errors import BraidError, ConvergenceError, DivergenceError, ErrorLabels
 from ._options import Options
 from ._result import Result, fine_index
-from .parallel.agree import agreed
+from .parallel.agree import Agreement, agreed
 from .parallel.collectives import allreduce_int, bcast_bytes
 from .parallel.comm import rank_size
+from .parallel.interrupts import (deferred_interrupts, postpone_interrupt, routed_to,
+                                  take_interrupt)
 from .parallel.layers import check_ranges
 from .parallel.timecomm import TimeComm
 
 __all__ = ["Core", "solve"]
+
+BUSY = ("this braidpy Core is busy: solve() is running (called from another thread, or "
+        "from inside one of its own callbacks); a Core serves one solve at a time")
 
 
 def _time_grid(tstart, tstop, ntime, times) -> np.ndarray:
@@ -126,7 +132,7 @@ class Core:
             raise ValueError(f"labels.ranks has {len(ranks)} entries for {self.size} ranks")
         # Our own duplicate of comm: the core's messages never meet the user's.
         self._tcomm = TimeComm(comm) if self.size > 1 else None
-        self._wire = None if self._tcomm is None else self._tcomm.comm
+        self._busy = threading.Lock()  # taken without waiting: concurrent use is an error
         tell_app_the_grid(app, tstart, tstop, ntime)
         progress = self._print_progress if self.options.print_level >= 1 and self.rank == 0 \
             else None
@@ -138,10 +144,17 @@ class Core:
         self._solver = _core.Solver(app, self._tcomm, self.rank, self.size, core_options,
                                     grid.tolist(), progress)
         self._generation = 0  # solves started: a Result answers for its own only
-        if self.options.print_level >= 2 and self.rank == 0:
-            for level, info in enumerate(self._solver.levels()):
-                print(f"  Braid: level {level}: {info['n']} intervals, cfactor {info['cfactor']}, "
-                      f"nrelax {info['nrelax']}")
+        if self.options.print_level >= 2:
+            with self._agreement("printing the levels"):  # a closed stdout stops all ranks
+                if self.rank == 0:
+                    for level, info in enumerate(self._solver.levels()):
+                        print(f"  Braid: level {level}: {info['n']} intervals, "
+                              f"cfactor {info['cfactor']}, nrelax {info['nrelax']}")
+
+    @property
+    def _wire(self) -> Any:
+        """The communicator of braidpy's own collectives (None when serial)."""
+        return None if self._tcomm is None else self._tcomm.comm
 
     # ------------------------------------------------------------ the grid
     @property
@@ -171,16 +184,33 @@ class Core:
 
         Raises the original exception of a failing callback on the rank where it
         failed and :class:`BraidError` on the others; :class:`DivergenceError`
-        if the residual norm is not finite; ``KeyboardInterrupt`` passes through.
+        if the residual norm is not finite. Ctrl-C stops every rank within one cycle
+        (``KeyboardInterrupt`` where it arrived, BraidError elsewhere; see
+        docs/errors.md). A Core serves one solve at a time: a call from another
+        thread or from inside a callback meanwhile raises RuntimeError.
         """
+        if not self._busy.acquire(blocking=False):
+            raise RuntimeError(BUSY)
+        try:
+            with deferred_interrupts():
+                return self._solve()
+        finally:
+            self._busy.release()
+
+    def _solve(self) -> Result:
         start = time.perf_counter()
         self._generation += 1
-        self._check(self._solver.solve())
+        # No local may hold the outcome: it is not garbage-collected, and a frame in a
+        # failure's traceback holding it would make an uncollectable cycle.
+        self._check(self._run_core())
         final = self._broadcast_final()
-        result = self._result(final, time.perf_counter() - start)
-        if self.options.print_level >= 1 and self.rank == 0:
-            print(f"  Braid: {result.iterations} iterations, {result.levels} levels")
-        return result
+        return self._result(final, time.perf_counter() - start)
+
+    def _run_core(self) -> _core.Outcome:
+        with routed_to(self._solver.interrupt):
+            if take_interrupt() is not None:  # arrived just before: stop at the first agreement
+                self._solver.interrupt()
+            return self._solver.solve()
 
     def _result(self, final: Any, wall_time: float) -> Result:
         info: List[Dict[str, Any]] = self._solver.levels()
@@ -239,7 +269,7 @@ class Core:
         if generation != self._generation:
             raise ValueError("this Result is from an earlier solve of its Core; the Core "
                              "has solved again since (take solutions before re-solving)")
-        return self._check(self._solver.solution(index))
+        return self._check(self._solver.solution(index), collective=False)
 
     def counts(self) -> Dict[str, int]:
         """Callback calls of the last solve (or objective), by callback name;
@@ -257,10 +287,13 @@ class Core:
     def _agreement(self, what: str):
         return agreed(self._wire, what, self.labels.ranks)
 
-    def _check(self, outcome: _core.Outcome) -> Any:
-        """The value of the compiled core's outcome, or its failure raised on every
-        rank (the ranks already stopped together; here they agree on the message)."""
+    def _check(self, outcome: _core.Outcome, collective: bool = True) -> Any:
+        """The value of the compiled core's outcome, or its failure raised: on every
+        rank after a solve (the ranks already stopped together; here they agree on the
+        message), on this rank only after solution(), which runs on one rank."""
         if outcome.kind == "ok":
+            if outcome.interrupted:  # after the last agreement: the next one delivers it
+                postpone_interrupt()
             return outcome.vector
         if outcome.kind == "diverged":
             raise DivergenceError(outcome.iteration, outcome.level, outcome.value)
@@ -268,8 +301,12 @@ class Core:
         where = self.labels.callbacks.get(name, name) or "communication"
         error = outcome.error
         del outcome
+        if collective and self._tcomm is not None:
+            # A fresh duplicate: nothing a broken exchange left behind meets the next solve.
+            self._tcomm.renew()
         try:
-            self._agreement("solve").settle(error, where)
+            self._agreement("solve").settle(error, where) if collective else \
+                Agreement(None, "solve").settle(error, where)
         finally:
             del error  # no exception <-> frame cycle (braidpy.parallel.agree)
         raise BraidError("solve stopped: a message from another rank reported a failure")
@@ -277,6 +314,7 @@ class Core:
     def _broadcast_final(self) -> Any:
         mine = self._solver.final_value()
         if self._wire is None:
+            self._print_summary()
             return None if mine is None else self.app.clone(mine)
         root = allreduce_int(self._wire, self.rank if mine is not None else -1, "max")
         packed = None
@@ -284,10 +322,16 @@ class Core:
             if self.rank == root:
                 packed = bytes(memoryview(self.app.bufpack(mine)).cast("B"))
         data = bcast_bytes(self._wire, packed, root)
+        # The last agreement of a solve: also where rank 0's summary line may fail.
         with self._agreement("unpacking the final value"):
             value = self.app.clone(mine) if self.rank == root else \
                 self.app.bufunpack(bytearray(data))
+            self._print_summary()
         return value
+
+    def _print_summary(self) -> None:
+        if self.options.print_level >= 1 and self.rank == 0:
+            print(f"  Braid: {self._solver.iterations} iterations, {self.nlevels} levels")
 
     def close(self) -> None:
         """Release the Core's duplicate of the communicator now (also done when the

@@ -27,13 +27,15 @@ from typing import Any, List, Literal, Optional, Sequence, Type
 from .._errors import BraidError
 from .collectives import allgather_texts
 from .comm import rank_size
+from .interrupts import take_interrupt
 
 __all__ = ["agreed", "Agreement", "describe"]
 
 
 def describe(error: BaseException) -> str:
     """'ValueError: message', the one-line form ranks tell each other."""
-    return f"{type(error).__name__}: {error}"
+    text = str(error)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 class Agreement:
@@ -75,7 +77,11 @@ class Agreement:
         ``summary`` is what the other ranks are told (default: ``where`` and the error);
         a rank may also pass a summary with ``error=None`` to make every rank raise
         BraidError (a failure that has no Python exception here, e.g. a poisoned message).
+        A deferred Ctrl-C (:mod:`braidpy.parallel.interrupts`) is this rank's failure
+        when it has no other.
         """
+        if error is None and summary is None:
+            error = take_interrupt()
         if error is not None and summary is None:
             summary = f"{where} raised {describe(error)}" if where else describe(error)
         summaries = self._exchange(summary)
@@ -97,10 +103,18 @@ class Agreement:
                  tb: Optional[TracebackType]) -> Literal[False]:
         # Any exception, KeyboardInterrupt included, is announced first: the peers must
         # learn of it instead of waiting for this rank in their next collective.
-        summaries = self._exchange(None if error is None else describe(error))
+        interrupt = take_interrupt() if error is None else None
+        failure = error if error is not None else interrupt
+        summaries = self._exchange(None if failure is None else describe(failure))
         if error is not None:
             self._note(error, self.what)
             return False
+        if interrupt is not None:
+            self._note(interrupt, self.what)
+            try:
+                raise interrupt
+            finally:
+                del interrupt, failure
         if any(s is not None for s in summaries):
             raise self._remote_failure(summaries)
         return False

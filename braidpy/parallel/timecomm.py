@@ -10,6 +10,9 @@ import numpy as np
 
 __all__ = ["TimeComm"]
 
+# Duplicates replaced by renew() while a send on them was still in flight.
+_abandoned: list = []
+
 
 class TimeComm:
     """What the compiled core calls: post, receive, finish, allreduce.
@@ -22,6 +25,7 @@ class TimeComm:
         from mpi4py import MPI
 
         self.MPI = MPI
+        self._parent = comm
         self.comm = comm.Dup()  # our messages never meet the user's
         self._pending = []
 
@@ -37,10 +41,12 @@ class TimeComm:
     def receive(self, src: int, tag: int):
         MPI = self.MPI
         status = MPI.Status()
-        self.comm.Probe(src, MPI.ANY_TAG, status)
+        # A matched probe: the message is ours alone from here, so an exception before
+        # the receive below can lose it but never leave it to a later receive.
+        message = self.comm.Mprobe(src, MPI.ANY_TAG, status)
         got, nbytes = status.Get_tag(), status.Get_count(MPI.BYTE)
         buf = bytearray(nbytes)
-        self.comm.Recv([buf, MPI.BYTE], src, got)
+        message.Recv([buf, MPI.BYTE])
         if got == tag + 1:
             return None
         if got != tag:
@@ -57,6 +63,17 @@ class TimeComm:
         recv = np.empty_like(send)
         self.comm.Allreduce(send, recv, op=self.MPI.MAX if is_max else self.MPI.SUM)
         return recv.tolist()
+
+    def renew(self) -> None:
+        """Replace the duplicate by a fresh one (collective over the parent
+        communicator), after a failed solve: whatever a broken exchange may have left
+        behind on the old one can never be matched by a later solve."""
+        old, pending = self.comm, self._pending
+        self.comm, self._pending = self._parent.Dup(), []
+        if all(req.Test() for req, _ in pending):
+            old.Free()
+        else:  # a send still in flight reads its buffer: keep both for good (rare)
+            _abandoned.append((old, pending))
 
     def free(self) -> None:
         """Completes pending sends and frees the duplicate (no-op after MPI_Finalize)."""

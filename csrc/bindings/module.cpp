@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "../core/solver.hpp"
@@ -32,6 +33,7 @@ struct Outcome {
   int iteration = -1, level = -1;  // diverged (else -1, -1, NaN)
   double value = std::nan("");
   py::object vector = py::none();  // solution(i): the new vector, or None
+  bool interrupted = false;        // ok, but a Ctrl-C came after the last agreement point
 
   static Outcome ok(py::object vector = py::none()) {
     Outcome o;
@@ -159,6 +161,9 @@ void bind_outcome(py::module_& m) {
       .def_readonly("level", &Outcome::level, "diverged: the level (else -1).")
       .def_readonly("value", &Outcome::value,
                     "diverged: the non-finite residual norm (else NaN).")
+      .def_readonly("interrupted", &Outcome::interrupted,
+                    "ok, but a Ctrl-C arrived after the last agreement point (deliver it "
+                    "at the next one).")
       .def_readonly("vector", &Outcome::vector,
                     "solution(i): the new vector (None if not owned); None otherwise.")
       .def("__repr__", [](const Outcome& o) {
@@ -195,10 +200,19 @@ class PySolver {
 
   // Failures and divergence leave the solver cold.
   Outcome solve() {
-    ops_->reset_counters();
+    Busy busy(*this);
+    ops_->start_solve();
     try {
       solver_->solve();
-      return Outcome::ok();
+      Outcome out = Outcome::ok();
+      if (ops_->failed()) {
+        // Only a Ctrl-C can be recorded after the last agreement (inside its
+        // reduction): the ranks agreed on success, so it is handed back for the
+        // next agreement point instead of failing this rank alone.
+        out.interrupted = true;
+        ops_->reset_failure();
+      }
+      return out;
     } catch (const braid::CallbackFailure&) {
       return failure();
     } catch (const braid::Divergence& e) {
@@ -207,8 +221,13 @@ class PySolver {
     }
   }
 
+  // SIGINT during solve(): true when the caller should raise KeyboardInterrupt
+  // now (a callback is running); else the core records it (PyOps::interrupt).
+  bool interrupt() { return ops_->interrupt(); }
+
   // Fine solution at owned index i (vector None if not owned), or a failure.
   Outcome solution(braid::Index i) {
+    Busy busy(*this);
     Vec u = solver_->solution(i);
     if (ops_->failed()) {
       if (u != nullptr) ops_->free(u);
@@ -219,6 +238,7 @@ class PySolver {
   }
 
   py::object stored(braid::Index i) const {
+    check_idle();
     Vec u = solver_->stored(i);
     if (u == nullptr) return py::none();
     return py::reinterpret_borrow<py::object>(static_cast<PyObject*>(u));
@@ -228,6 +248,7 @@ class PySolver {
   // new float64 array; None when one is missing or they are not all float64 NumPy
   // arrays of one shape (the caller then gathers them itself).
   py::object stored_block(braid::Index start, braid::Index stop, braid::Index step) const {
+    check_idle();
     if (step == 0) throw py::value_error("step must not be zero");
     std::vector<PyObject*> srcs;
     for (braid::Index i = start; step > 0 ? i < stop : i > stop; i += step) {
@@ -241,16 +262,24 @@ class PySolver {
   }
 
   py::object final_value() const {
+    check_idle();
     Vec u = solver_->final_value();
     if (u == nullptr) return py::none();
     return py::reinterpret_borrow<py::object>(static_cast<PyObject*>(u));
   }
 
   void set_initial_condition(py::object u) {
+    check_idle();
     solver_->set_initial_condition(u.release().ptr());
   }
 
+  void reset_guess() {
+    check_idle();
+    solver_->reset_guess();
+  }
+
   py::list residuals() const {
+    check_idle();
     py::list out;
     for (const auto& [k, r] : solver_->residuals()) out.append(py::make_tuple(k, r));
     return out;
@@ -294,13 +323,33 @@ class PySolver {
   braid::Solver& core() { return *solver_; }
 
  private:
+  // The core is not re-entrant: while solve() or solution() runs (its callbacks
+  // may call back into Python, and other threads may run between bytecodes),
+  // every stateful method refuses. The GIL is held throughout, so a plain flag
+  // is race-free.
+  struct Busy {
+    explicit Busy(PySolver& s) : s_(s) {
+      s_.check_idle();
+      s_.busy_ = true;
+    }
+    ~Busy() { s_.busy_ = false; }
+    PySolver& s_;
+  };
+  void check_idle() const {
+    if (busy_)
+      throw std::runtime_error(
+          "this braidpy Core is busy: a solve is running (called from another thread, or "
+          "from inside one of its own callbacks); a Core serves one call at a time");
+  }
+  bool busy_ = false;
+
   // The captured failure as an Outcome (which takes a reference to the
   // exception); the solver and the ops are then ready for the next solve.
   Outcome failure() {
     solver_->discard();
     PyObject* err = ops_->first_error();
     py::object e = err ? py::reinterpret_borrow<py::object>(err) : py::none();
-    const char* name = ops_->error_callback() >= 0 ? callback_name(ops_->error_callback()) : "";
+    const char* name = callback_name(ops_->error_callback());
     Outcome out = Outcome::failed(std::move(e), name);
     ops_->reset_failure();
     return out;
@@ -335,7 +384,8 @@ PYBIND11_MODULE(_core, m) {
       .def("stored_block", &PySolver::stored_block, py::arg("start"), py::arg("stop"),
            py::arg("step") = 1)
       .def("set_initial_condition", &PySolver::set_initial_condition, py::arg("u"))
-      .def("reset_guess", [](PySolver& s) { s.core().reset_guess(); })
+      .def("reset_guess", &PySolver::reset_guess)
+      .def("interrupt", &PySolver::interrupt)
       .def("residuals", &PySolver::residuals)
       .def("levels", &PySolver::levels)
       .def("counts", &PySolver::counts)

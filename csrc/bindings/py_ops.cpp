@@ -23,6 +23,14 @@ PyObject* get_method(PyObject* app, const char* name) {
   return m;
 }
 
+// Python's immutable scalars may be shared by identity (1.0 in a function body is
+// one constant); sharing them is harmless, so init's identity check skips them.
+bool immutable_scalar(PyObject* o) {
+  return PyFloat_CheckExact(o) || PyLong_CheckExact(o) || PyComplex_CheckExact(o) ||
+         PyTuple_CheckExact(o) || PyUnicode_CheckExact(o) || PyBytes_CheckExact(o) ||
+         PyBool_Check(o);
+}
+
 // Our own Python code failed (not a user callback): propagate it as is.
 [[noreturn]] void throw_python_error() { throw pybind11::error_already_set(); }
 
@@ -31,7 +39,10 @@ PyObject* get_method(PyObject* app, const char* name) {
 const char* callback_name(int which) {
   static const char* names[kNumCallbacks] = {"init",   "step",   "clone",   "sum",       "norm",
                                               "access", "bufpack", "bufunpack", "step_batch"};
-  return (which >= 0 && which < kNumCallbacks) ? names[which] : "braidpy";
+  if (which >= 0 && which < kNumCallbacks) return names[which];
+  if (which == kProgress) return "progress output";
+  if (which == kInterrupt) return "the solver";
+  return "";  // kCommunication
 }
 
 PyOps::PyOps(PyObject* app, PyObject* status, PyObject* progress, bool timings, bool batch)
@@ -76,6 +87,8 @@ PyOps::~PyOps() {
 PyObject* PyOps::call(int which, PyObject* fn, PyObject* const* args, size_t nargs) {
   counted(which);
   PyObject* r;
+  const bool outer = in_callback_;
+  in_callback_ = true;
   if (timings_) {
     const auto start = Clock::now();
     r = PyObject_Vectorcall(fn, args, nargs, nullptr);
@@ -83,8 +96,27 @@ PyObject* PyOps::call(int which, PyObject* fn, PyObject* const* args, size_t nar
   } else {
     r = PyObject_Vectorcall(fn, args, nargs, nullptr);
   }
+  in_callback_ = outer;
   if (r == nullptr) capture_current_error(which);
   return r;
+}
+
+bool PyOps::checked(PyObject* r, int which, const char* what) {
+  if (kind_.check(r, what)) return true;
+  capture_current_error(which);
+  return false;
+}
+
+bool PyOps::interrupt() {
+  if (in_callback_) return true;
+  PyErr_SetNone(PyExc_KeyboardInterrupt);
+  capture_current_error(kInterrupt);
+  return false;
+}
+
+void PyOps::start_solve() {
+  reset_counters();
+  init_results_.clear();
 }
 
 void PyOps::capture_current_error(int which) {
@@ -122,7 +154,23 @@ Vec PyOps::init(const CallInfo& info) {
   PyObject* args[1] = {t};
   PyObject* r = call(kInit, init_, args, 1);
   Py_DECREF(t);
-  return new_vector(r, kInit, "init(t)");
+  Vec u = new_vector(r, kInit, "init(t)");
+  if (u == nullptr) return nullptr;
+  auto* o = static_cast<PyObject*>(u);
+  if (!immutable_scalar(o) && !init_results_.insert(o).second) {  // two C-points would share one vector
+    Py_DECREF(o);
+    PyErr_SetString(PyExc_TypeError,
+                    "init(t) returned the same object as an earlier init call; it must "
+                    "return a new vector each time");
+    capture_current_error(kInit);
+    return nullptr;
+  }
+  if (!checked(o, kInit, "init(t)")) {
+    init_results_.erase(o);
+    Py_DECREF(o);
+    return nullptr;
+  }
+  return u;
 }
 
 Vec PyOps::new_vector(PyObject* r, int which, const char* what) {
@@ -143,6 +191,10 @@ void PyOps::step(Vec& u, const CallInfo& info) {
   Py_DECREF(t1);
   if (r == nullptr) return;
   if (r != Py_None && r != u) {  // a returned new state replaces the old one
+    if (!checked(r, kStep, "step(u, t0, t1, status)")) {
+      Py_DECREF(r);
+      return;
+    }
     Py_DECREF(static_cast<PyObject*>(u));
     u = r;
   } else {
@@ -165,6 +217,10 @@ Vec PyOps::clone(Vec u) {
     PyErr_SetString(PyExc_TypeError,
                     "clone(u) returned u itself; it must return an independent copy");
     capture_current_error(kClone);
+    return nullptr;
+  }
+  if (r != nullptr && !checked(static_cast<PyObject*>(r), kClone, "clone(u)")) {
+    Py_DECREF(static_cast<PyObject*>(r));
     return nullptr;
   }
   return r;
@@ -222,12 +278,17 @@ void PyOps::access(Vec u, const CallInfo& info) {
   Py_XDECREF(call(kAccess, access_, args, 2));
 }
 
+// Rank 0's progress output: its failure (a closed stdout, Ctrl-C) is captured
+// like a callback's, so every rank stops at the next agreement point.
 void PyOps::progress(int iteration, double rnorm, bool has_rnorm) {
   if (progress_ == nullptr || failed_) return;
+  const bool outer = in_callback_;
+  in_callback_ = true;
   PyObject* r = PyObject_CallFunction(progress_, "idO", iteration, rnorm,
                                       has_rnorm ? Py_True : Py_False);
-  if (r == nullptr) throw_python_error();
-  Py_DECREF(r);
+  in_callback_ = outer;
+  if (r == nullptr) capture_current_error(kProgress);
+  Py_XDECREF(r);
 }
 
 Vec PyOps::clone_block(const Vec* srcs, braid::Index n, Vec* out) {
@@ -299,7 +360,9 @@ void PyOps::step_batch(Vec block, braid::Index first, Vec* us, braid::Index n,
   if (r != nullptr) {
     if (B != nullptr) {
       // A returned stacked array is copied into the block (rows stay views).
-      if (r != Py_None && r != arg && PyObject_SetItem(arg, Py_Ellipsis, r) < 0)
+      if (r != Py_None && r != arg &&
+          (!StateKind::same_array(r, arg, "step_stacked(U, t0s, t1s, status)") ||
+           PyObject_SetItem(arg, Py_Ellipsis, r) < 0))
         capture_current_error(kStepBatch);
     } else {
       // A list: returned (or updated in place) states replace the handles.
@@ -315,6 +378,7 @@ void PyOps::step_batch(Vec block, braid::Index first, Vec* us, braid::Index n,
         for (braid::Index k = 0; k < n; ++k) {
           PyObject* item = PySequence_Fast_GET_ITEM(seq, k);
           if (item != us[k] && item != Py_None) {
+            if (!checked(item, kStepBatch, "step_batch(us, t0s, t1s, status)")) break;
             Py_INCREF(item);
             Py_DECREF(static_cast<PyObject*>(us[k]));
             us[k] = item;
@@ -337,7 +401,12 @@ PyObject* PyOps::bufpack(Vec u) {
 Vec PyOps::bufunpack(PyObject* buf) {
   if (failed_) return nullptr;
   PyObject* args[1] = {buf};
-  return call(kBufunpack, bufunpack_, args, 1);
+  PyObject* u = call(kBufunpack, bufunpack_, args, 1);
+  if (u != nullptr && !checked(u, kBufunpack, "bufunpack(buf)")) {
+    Py_DECREF(u);
+    return nullptr;
+  }
+  return u;
 }
 
 // ---------------------------------------------------------------- PyComm
@@ -354,7 +423,7 @@ void PyComm::send(int dest, int tag, Vec u) {
   PyObject* buf = ops_.bufpack(u);  // null when failed: send a poisoned message
   PyObject* r = PyObject_CallMethod(adapter_, "post", "iiO", dest, tag, buf ? buf : Py_None);
   Py_XDECREF(buf);
-  if (r == nullptr) ops_.capture_current_error(-1);
+  if (r == nullptr) ops_.capture_current_error(kCommunication);
   Py_XDECREF(r);
   seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
 }
@@ -364,7 +433,7 @@ Vec PyComm::recv(int src, int tag) {
   PyObject* buf = PyObject_CallMethod(adapter_, "receive", "ii", src, tag);
   seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
   if (buf == nullptr) {
-    ops_.capture_current_error(-1);
+    ops_.capture_current_error(kCommunication);
     return nullptr;
   }
   if (buf == Py_None) {
@@ -379,7 +448,7 @@ Vec PyComm::recv(int src, int tag) {
 
 void PyComm::finish_sends() {
   PyObject* r = PyObject_CallMethod(adapter_, "finish", nullptr);
-  if (r == nullptr) ops_.capture_current_error(-1);
+  if (r == nullptr) ops_.capture_current_error(kCommunication);
   Py_XDECREF(r);
 }
 

@@ -8,8 +8,10 @@
 #include <array>
 #include <chrono>
 #include <string>
+#include <unordered_set>
 
 #include "../core/interfaces.hpp"
+#include "state_kind.hpp"
 
 namespace braidpy {
 
@@ -19,6 +21,10 @@ using braid::Vec;
 enum Callback : int {
   kInit, kStep, kClone, kSum, kNorm, kAccess, kBufpack, kBufunpack, kStepBatch, kNumCallbacks
 };
+// Failures that are not a counted callback's (Outcome.callback names them too).
+constexpr int kCommunication = -1;  // our MPI adapter
+constexpr int kProgress = -2;       // the progress output (print_level >= 1)
+constexpr int kInterrupt = -3;      // Ctrl-C while the core was in its own code
 const char* callback_name(int which);
 
 // Counts, optional timers and the first captured exception of user callbacks.
@@ -56,12 +62,21 @@ class PyOps final : public braid::Ops {
   // A neighbour sent a poisoned message: stop computing, raise nothing here.
   void mark_remote_failure() { failed_ = true; }
   void reset_failure();
+  // SIGINT arrived (braidpy.parallel.interrupts): true when a callback is running,
+  // so that the caller raises KeyboardInterrupt inside it (captured as that
+  // callback's failure); else recorded here as a failure, so the ranks stop
+  // together at the next agreement point instead of one rank leaving mid-cycle.
+  bool interrupt();
+  // True while a user callback (or the progress output) runs.
+  bool in_callback() const { return in_callback_; }
 
   PyObject* first_error() const { return error_; }  // borrowed, may be null
   int error_callback() const { return error_callback_; }
   long long count(int which) const { return counts_[which]; }
   double seconds(int which) const { return seconds_[which]; }
   void reset_counters();
+  // Start of a solve: counters to zero, init's identity check reset.
+  void start_solve();
 
  private:
   // The gateway: every call of a user callback goes through call(), which
@@ -74,6 +89,9 @@ class PyOps final : public braid::Ops {
   // r (a callback's result, maybe null) as a new vector; None is captured as a
   // TypeError naming `what`.
   Vec new_vector(PyObject* r, int which, const char* what);
+  // r (a new state from callback `which`) checked against the Core's state kind;
+  // false after capturing the mismatch.
+  bool checked(PyObject* r, int which, const char* what);
 
   PyObject* init_ = nullptr;
   PyObject* step_ = nullptr;
@@ -91,6 +109,11 @@ class PyOps final : public braid::Ops {
   // App's default clone/sum/norm in C++ for float64 arrays (array_fast.hpp).
   bool fast_clone_ = false, fast_sum_ = false, fast_norm_ = false, noop_access_ = false;
   bool failed_ = false;
+  bool in_callback_ = false;
+  StateKind kind_;
+  // init's results in this solve: the core keeps them all alive until the first
+  // cycle, so a repeated address is init returning one object twice.
+  std::unordered_set<PyObject*> init_results_;
   PyObject* error_ = nullptr;  // the first exception instance (traceback attached)
   int error_callback_ = -1;
   std::array<long long, kNumCallbacks> counts_{};

@@ -1,0 +1,295 @@
+"""Faults outside user callbacks, under mpiexec (see test_reliability_mpi.py).
+
+    mpiexec -n P python tests/mpi_reliability_driver.py P OUT.json [SOAK_SOLVES]
+
+Each case makes one rank misbehave where the solver is in its own code (a Ctrl-C in the
+MPI adapter, a closed stdout under the progress output, a state of the wrong shape)
+and records, per rank, what every solve came to; then it solves again on the same Core
+and records whether that answer is right. The soak case repeats random faults.
+Rank 0 writes the gathered outcomes as JSON.
+"""
+
+import json
+import os
+import random
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
+
+import numpy as np  # noqa: E402
+from apps import Decay  # noqa: E402
+from mpi4py import MPI  # noqa: E402
+
+import braidpy  # noqa: E402
+from braidpy.parallel.agree import agreed  # noqa: E402
+from braidpy.parallel.interrupts import deferred_interrupts  # noqa: E402
+
+COMM = MPI.COMM_WORLD
+OPTIONS = dict(cfactor=2, abs_tol=1e-13, max_iter=30)
+NTIME = 64
+
+
+def victim(comm):
+    """The misbehaving rank: a middle one of 4, the last of 2."""
+    return min(2, comm.size - 1)
+
+
+def reference_final():
+    return braidpy.solve(Decay(), 0.0, 4.0, NTIME, **OPTIONS).final
+
+
+def outcome(fn):
+    """(kind, message) of fn(): 'ok' or the exception's type name."""
+    try:
+        fn()
+        return ("ok", "")
+    except BaseException as exc:  # noqa: BLE001 - every outcome is reported
+        return (type(exc).__name__, str(exc))
+
+
+def solve_twice(make_core, fault):
+    """Outcome of a solve with `fault` armed, then of a clean solve on the same Core
+    ('right' when its final value is the serial one)."""
+    core = make_core()
+    first = outcome(lambda: fault(core))
+    result = []
+    second = outcome(lambda: result.append(core.solve()))
+    if second[0] == "ok":
+        right = bool(np.array_equal(result[0].final, reference_final()))
+        second = ("right" if right else "wrong", "")
+    return [first, second]
+
+
+class InterruptAfter:
+    """Stands in for the Core's communicator on one rank: after the n-th call of one
+    of `methods` returns, this process gets SIGINT (the handler runs at the next
+    bytecode, inside braidpy's MPI adapter, not in a user callback)."""
+
+    def __init__(self, comm, methods, n):
+        self._comm, self._methods, self._left = comm, methods, n
+
+    def __getattr__(self, name):
+        attr = getattr(self._comm, name)
+        if name not in self._methods:
+            return attr
+
+        def wrapped(*args, **kwargs):
+            value = attr(*args, **kwargs)
+            self._left -= 1
+            if self._left == 0:
+                os.kill(os.getpid(), signal.SIGINT)
+            return value
+        return wrapped
+
+
+def interrupt_in_adapter(methods, n):
+    def fault(core):
+        if COMM.rank == victim(COMM):
+            tcomm = core._tcomm  # test-only reach: the one seam a signal can hit
+            tcomm.comm = InterruptAfter(tcomm.comm, methods, n)
+        core.solve()
+    return lambda: solve_twice(lambda: braidpy.Core(Decay(), 0.0, 4.0, NTIME, comm=COMM,
+                                                     **OPTIONS), fault)
+
+
+class ClosedStdout:
+    """sys.stdout whose write fails once, after `after` lines were written."""
+
+    def __init__(self, after):
+        self.after, self.failed = after, False
+
+    def write(self, text):
+        if self.after <= 0 and not self.failed:
+            self.failed = True
+            raise OSError(5, "Input/output error (closed stdout)")
+        self.after -= text.count("\n")
+        return len(text)
+
+    def flush(self):
+        pass
+
+
+def progress_output_fails(after):
+    def case():
+        saved = sys.stdout
+        if COMM.rank == 0:
+            sys.stdout = ClosedStdout(after)
+        try:
+            return solve_twice(lambda: braidpy.Core(Decay(), 0.0, 4.0, NTIME, comm=COMM,
+                                                    print_level=1, **OPTIONS),
+                               lambda core: core.solve())
+        finally:
+            sys.stdout = saved
+    return case
+
+
+class WrongShape(Decay):
+    """On the victim rank, one step returns a state of another shape."""
+
+    def __init__(self, comm, **kw):
+        super().__init__(**kw)
+        self.mine, self.armed = comm.rank == victim(comm), True
+
+    def step(self, u, t0, t1, status):
+        if self.mine and self.armed and status.level == 0 and status.iteration == 1:
+            self.armed = False
+            return np.zeros(3)
+        super().step(u, t0, t1, status)
+
+
+class WrongShapeReceived(Decay):
+    """On the victim rank, one received state unpacks to another shape."""
+
+    def __init__(self, comm, **kw):
+        super().__init__(**kw)
+        self.mine, self.armed = comm.rank == victim(comm), True
+
+    def bufunpack(self, buf):
+        u = super().bufunpack(buf)
+        if self.mine and self.armed:
+            self.armed = False
+            return np.concatenate([u, u])
+        return u
+
+
+def wrong_shape(app_class):
+    return lambda: solve_twice(lambda: braidpy.Core(app_class(COMM), 0.0, 4.0, NTIME,
+                                                    comm=COMM, **OPTIONS),
+                               lambda core: core.solve())
+
+
+# ------------------------------------------------------------------------ the soak
+
+EXCEPTIONS = {"ValueError": ValueError, "ZeroDivisionError": ZeroDivisionError,
+              "MemoryError": MemoryError, "KeyboardInterrupt": KeyboardInterrupt}
+CALLBACKS = ("init", "step", "clone", "sum", "norm", "access", "bufpack", "bufunpack")
+
+
+class Faulty(Decay):
+    """Decay with every callback in Python; the plan makes the n-th call of one of
+    them raise, or send this process SIGINT (at once, or from a thread a moment later)."""
+
+    def __init__(self):
+        super().__init__()
+        self.plan = None  # (callback, n, kind)
+        self.killers = []
+
+    def _hit(self, name):
+        if self.plan is None or self.plan[0] != name:
+            return
+        callback, n, kind = self.plan
+        if n > 1:
+            self.plan = (callback, n - 1, kind)
+            return
+        self.plan = None
+        if kind == "sigint":
+            os.kill(os.getpid(), signal.SIGINT)
+        elif kind == "sigint_later":
+            # Aimed at the main thread: Python 3.11 may delay a signal that a kernel hands
+            # to another thread until the main thread next switches threads.
+            killer = threading.Timer(random.uniform(0.0, 0.003), signal.pthread_kill,
+                                     (threading.main_thread().ident, signal.SIGINT))
+            killer.start()
+            self.killers.append(killer)
+        else:
+            raise EXCEPTIONS[kind](f"{name} failed on purpose")
+
+    def init(self, t):
+        self._hit("init")
+        return super().init(t)
+
+    def step(self, u, t0, t1, status):
+        self._hit("step")
+        super().step(u, t0, t1, status)
+
+    def clone(self, u):
+        self._hit("clone")
+        return u.copy()
+
+    def sum(self, a, x, b, y):
+        self._hit("sum")
+        y *= b
+        y += a * x
+
+    def norm(self, u):
+        self._hit("norm")
+        return float(np.sqrt(np.dot(u, u)))
+
+    def access(self, u, status):
+        self._hit("access")
+
+    def bufpack(self, u):
+        self._hit("bufpack")
+        return u.tobytes()
+
+    def bufunpack(self, buf):
+        self._hit("bufunpack")
+        return np.frombuffer(buf, dtype=np.float64).copy()
+
+
+def agree_round():
+    with agreed(COMM, "soak round"):
+        pass
+
+
+def soak(solves):
+    """`solves` solves on one Core; before each, every rank draws the same fault (or
+    none) from one seeded generator. Per solve: each rank's outcome and seconds."""
+    plan_rng = random.Random(20261125)
+    app = Faulty()
+    core = braidpy.Core(app, 0.0, 4.0, NTIME, comm=COMM, **OPTIONS)
+    expected = reference_final()
+    records = []
+    for _ in range(solves):
+        rank = plan_rng.randrange(COMM.size)
+        kind = plan_rng.choice(["none"] + list(EXCEPTIONS) + ["sigint", "sigint_later"])
+        plan = None if kind == "none" else (plan_rng.choice(CALLBACKS),
+                                            plan_rng.randint(1, 40), kind)
+        app.plan = plan if COMM.rank == rank else None
+        start = time.perf_counter()
+        late = ("ok", "")
+        with deferred_interrupts():
+            result = []
+            first = outcome(lambda: result.append(core.solve()))
+            for killer in app.killers:  # a SIGINT sent from a thread has arrived by now
+                killer.join()
+            app.killers.clear()
+            # A signal that came after the solve's last agreement is delivered here.
+            late = outcome(agree_round)
+        seconds = time.perf_counter() - start
+        if first[0] == "ok":  # a warm restart may differ from a cold solve in the last bits
+            right = np.allclose(result[0].final, expected, rtol=0.0, atol=1e-11)
+            first = ("right" if right else "wrong", "")
+        records.append({"rank": rank, "kind": kind, "plan": plan and list(plan),
+                        "outcome": list(first), "late": list(late), "seconds": seconds})
+    return records
+
+
+def main():
+    nranks, path = int(sys.argv[1]), sys.argv[2]
+    solves = int(sys.argv[3]) if len(sys.argv) > 3 else 200
+    assert COMM.Get_size() == nranks, f"expected {nranks} ranks, got {COMM.Get_size()}"
+    cases = {
+        # Between a probe and its receive (a rank's third incoming message).
+        "sigint_after_probe": interrupt_in_adapter(("Probe", "Mprobe"), 3),
+        # Right after a halting-test reduction (the second iteration's).
+        "sigint_after_allreduce": interrupt_in_adapter(("Allreduce",), 2),
+        "progress_output_fails": progress_output_fails(after=2),
+        "wrong_shape_step": wrong_shape(WrongShape),
+        "wrong_shape_received": wrong_shape(WrongShapeReceived),
+    }
+    out = {"size": COMM.Get_size(), "owned": COMM.gather(
+        list(braidpy.Core(Decay(), 0.0, 4.0, NTIME, comm=COMM, **OPTIONS).owned))}
+    for name, case in cases.items():
+        out[name] = COMM.gather(case())
+    out["soak"] = COMM.gather(soak(solves))
+    if COMM.rank == 0:
+        Path(path).write_text(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
