@@ -1,9 +1,13 @@
 """Runs case tables under mpiexec and writes one JSON file (rank 0).
 
-    mpiexec -n P python tests/mpi_driver.py histories OUT.json
-    mpiexec -n P python tests/mpi_driver.py errors OUT.json
-    mpiexec -n P python tests/mpi_driver.py batched OUT.json
-    mpiexec -n P python tests/mpi_driver.py parallel OUT.json
+    mpiexec -n P python tests/mpi_driver.py histories OUT.json P
+    mpiexec -n P python tests/mpi_driver.py errors OUT.json P
+    mpiexec -n P python tests/mpi_driver.py batched OUT.json P
+    mpiexec -n P python tests/mpi_driver.py parallel OUT.json P
+    mpiexec -n P python tests/mpi_driver.py resources OUT.json P
+
+The last argument repeats the rank count: the driver fails unless MPI really joined
+that many ranks (see mpi_world.py).
 """
 
 import json
@@ -64,8 +68,11 @@ def run_resources():
 
 
 def main():
-    suite, path = sys.argv[1], sys.argv[2]
+    suite, path, nranks = sys.argv[1], sys.argv[2], sys.argv[3]
     try:
+        from mpi_world import expect_world
+
+        expect_world(COMM, nranks)
         suites = {"histories": run_histories, "errors": run_errors, "resources": run_resources,
                   "batched": run_batched, "parallel": run_parallel}
         result = suites[suite]()
