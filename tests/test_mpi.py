@@ -93,6 +93,10 @@ def test_batched_equals_unbatched_under_mpi(nranks, serial_batched, tmp_path):
     assert set(par) == set(serial_batched)
     for name, case in par.items():
         where = f"{name} with {nranks} ranks"
+        # The batched path was taken in every solve (a one-level run has no batches).
+        if name != "decay_one_level":
+            assert case["True"]["batched_calls"] > 0, where
+        assert case["False"]["batched_calls"] == 0, where
         # Same rank count: batched and unbatched agree bitwise, residuals included.
         assert _strip(case["True"]) == _strip(case["False"]), where
         # And the batched values are those of the serial run.
