@@ -219,6 +219,7 @@ def test_two_ranks_log_the_same_losses_as_one(tmp_path, mode):
     for key in ("loss", "objective", "gradient_norm", "val_accuracy", "step_size", "steps",
                 "primal_iterations", "adjoint_iterations"):
         assert [r.get(key) for r in s2] == [r.get(key) for r in s1], key  # bitwise
+    assert len(s1) == len(s2) > 0
     for key in ("primal_residuals", "adjoint_residuals"):  # norms summed per rank first
         for a, b in zip(s1, s2):
             np.testing.assert_allclose(b.get(key, []), a.get(key, []), rtol=1e-10, atol=1e-30)
