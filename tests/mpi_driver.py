@@ -5,6 +5,7 @@
     mpiexec -n P python tests/mpi_driver.py batched OUT.json P
     mpiexec -n P python tests/mpi_driver.py parallel OUT.json P
     mpiexec -n P python tests/mpi_driver.py resources OUT.json P
+    mpiexec -n P python tests/mpi_driver.py xbraid OUT.json P
 
 The last argument repeats the rank count: the driver fails unless MPI really joined
 that many ranks (see mpi_world.py).
@@ -38,6 +39,12 @@ def run_batched():
     from batched_cases import BATCHED_CASES
 
     return {name: case(COMM) for name, case in BATCHED_CASES.items()}
+
+
+def run_xbraid(nranks):
+    from xbraid_cases import run_at
+
+    return run_at(nranks, COMM)
 
 
 def run_errors():
@@ -74,7 +81,8 @@ def main():
 
         expect_world(COMM, nranks)
         suites = {"histories": run_histories, "errors": run_errors, "resources": run_resources,
-                  "batched": run_batched, "parallel": run_parallel}
+                  "batched": run_batched, "parallel": run_parallel,
+                  "xbraid": lambda: run_xbraid(int(nranks))}
         result = suites[suite]()
     except BaseException:
         traceback.print_exc()
