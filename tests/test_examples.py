@@ -82,6 +82,8 @@ def test_example_serial_and_parallel_agree(script, tmp_path):
     serial = run(1, script, EXAMPLES[script] + plots)
     parallel = run(2, script, EXAMPLES[script])
     assert history(serial) == history(parallel)
+    # The copies under mpiexec really formed one 2-rank world (the header says so).
+    assert "1 MPI rank(s)" in serial and "2 MPI rank(s)" in parallel
     assert int(history(serial)[0]) > 1 and len(history(serial)[1]) > 1
     for out in (serial, parallel):
         CHECK_ERRORS[script](out)
