@@ -2,6 +2,7 @@
 and at 2 ranks (mpi_backends_driver.py): received states must land on that device."""
 
 import numpy as np
+from mpi_world import assert_split
 
 import braidpy
 
@@ -40,6 +41,7 @@ def run_strict(comm):
     the states were on; gathered in time order on every rank."""
     result = braidpy.solve(strict_decay_app(), 0.0, 2.0, 32, comm=comm, cfactor=2,
                            abs_tol=1e-12, max_iter=20)
+    assert_split(comm, result.owned, len(result.times))
     local = [(i, _host(result.solution(index=i)), str(result.solution(index=i).device))
              for i in result.owned]
     parts = [local] if comm is None else comm.allgather(local)

@@ -1,6 +1,9 @@
 """Runs backend_cases.run_strict and run_strict_adjoint under mpiexec and writes its JSON (rank 0).
 
-    mpiexec -n P python tests/mpi_backends_driver.py OUT.json
+    mpiexec -n P python tests/mpi_backends_driver.py OUT.json P
+
+P repeats the rank count: the driver fails unless MPI really joined that many
+ranks (see mpi_world.py).
 """
 
 import json
@@ -17,6 +20,9 @@ COMM = MPI.COMM_WORLD
 
 def main():
     try:
+        from mpi_world import expect_world
+
+        expect_world(COMM, sys.argv[2])
         from backend_cases import run_strict, run_strict_adjoint
 
         result = {"solve": run_strict(COMM), "adjoint": run_strict_adjoint(COMM),

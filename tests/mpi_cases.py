@@ -4,12 +4,14 @@ import math
 
 import numpy as np
 from apps import Box, Decay, DecayRate, Heat, HeatControl, Logistic, LogisticParam, OpaqueDecay
+from mpi_world import assert_split
 
 import braidpy
 
 
 def _values(result, comm):
     """All fine values, gathered in time order (on every rank)."""
+    assert_split(comm, result.owned, len(result.times))
     local = []
     for i in result.owned:
         u = result.solution(index=i)

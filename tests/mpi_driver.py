@@ -1,9 +1,14 @@
 """Runs case tables under mpiexec and writes one JSON file (rank 0).
 
-    mpiexec -n P python tests/mpi_driver.py histories OUT.json
-    mpiexec -n P python tests/mpi_driver.py errors OUT.json
-    mpiexec -n P python tests/mpi_driver.py batched OUT.json
-    mpiexec -n P python tests/mpi_driver.py parallel OUT.json
+    mpiexec -n P python tests/mpi_driver.py histories OUT.json P
+    mpiexec -n P python tests/mpi_driver.py errors OUT.json P
+    mpiexec -n P python tests/mpi_driver.py batched OUT.json P
+    mpiexec -n P python tests/mpi_driver.py parallel OUT.json P
+    mpiexec -n P python tests/mpi_driver.py resources OUT.json P
+    mpiexec -n P python tests/mpi_driver.py xbraid OUT.json P
+
+The last argument repeats the rank count: the driver fails unless MPI really joined
+that many ranks (see mpi_world.py).
 """
 
 import json
@@ -36,6 +41,12 @@ def run_batched():
     return {name: case(COMM) for name, case in BATCHED_CASES.items()}
 
 
+def run_xbraid(nranks):
+    from xbraid_cases import run_at
+
+    return run_at(nranks, COMM)
+
+
 def run_errors():
     from mpi_error_cases import ERROR_CASES
 
@@ -64,10 +75,14 @@ def run_resources():
 
 
 def main():
-    suite, path = sys.argv[1], sys.argv[2]
+    suite, path, nranks = sys.argv[1], sys.argv[2], sys.argv[3]
     try:
+        from mpi_world import expect_world
+
+        expect_world(COMM, nranks)
         suites = {"histories": run_histories, "errors": run_errors, "resources": run_resources,
-                  "batched": run_batched, "parallel": run_parallel}
+                  "batched": run_batched, "parallel": run_parallel,
+                  "xbraid": lambda: run_xbraid(int(nranks))}
         result = suites[suite]()
     except BaseException:
         traceback.print_exc()

@@ -1,6 +1,9 @@
 """Runs tests/train_cases.py under mpiexec and writes one JSON file (rank 0).
 
-    mpiexec -n P python tests/mpi_train_driver.py OUT.json
+    mpiexec -n P python tests/mpi_train_driver.py OUT.json P
+
+P repeats the rank count: the driver fails unless MPI really joined that many
+ranks (see mpi_world.py).
 """
 
 import json
@@ -17,6 +20,9 @@ COMM = MPI.COMM_WORLD
 
 def main():
     try:
+        from mpi_world import expect_world
+
+        expect_world(COMM, sys.argv[2])
         from train_cases import CASES
 
         result = {name: case(COMM) for name, case in CASES.items()}

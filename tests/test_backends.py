@@ -322,7 +322,8 @@ def test_two_ranks_with_strict_states_match_serial(tmp_path):
 
     out = tmp_path / "strict.json"
     env = dict(os.environ, PYTHONWARNINGS="error", OMP_NUM_THREADS="1")
-    cmd = [MPIEXEC, "-n", "2", sys.executable, str(HERE / "mpi_backends_driver.py"), str(out)]
+    cmd = [MPIEXEC, "-n", "2", sys.executable, str(HERE / "mpi_backends_driver.py"), str(out),
+           "2"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=env)
     assert proc.returncode == 0, f"{cmd} failed:\n{proc.stdout}\n{proc.stderr}"
     got = json.loads(out.read_text())

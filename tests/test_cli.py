@@ -219,6 +219,7 @@ def test_two_ranks_log_the_same_losses_as_one(tmp_path, mode):
     for key in ("loss", "objective", "gradient_norm", "val_accuracy", "step_size", "steps",
                 "primal_iterations", "adjoint_iterations"):
         assert [r.get(key) for r in s2] == [r.get(key) for r in s1], key  # bitwise
+    assert len(s1) == len(s2) > 0
     for key in ("primal_residuals", "adjoint_residuals"):  # norms summed per rank first
         for a, b in zip(s1, s2):
             np.testing.assert_allclose(b.get(key, []), a.get(key, []), rtol=1e-10, atol=1e-30)
@@ -255,3 +256,29 @@ def test_console_script():
         pytest.skip("the braidpy console script is not on PATH (pip install -e . installs it)")
     proc = subprocess.run([script, "--help"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "train" in proc.stdout
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_interrupted_run_exits_130(tmp_path):
+    """SIGINT (Ctrl-C) during training: one message on stderr and exit status 130."""
+    import signal
+    import time
+
+    log = tmp_path / "run.jsonl"
+    args = [*TINY[:-2], "--iterations", "100000", "--log", str(log), "--quiet"]
+    proc = subprocess.Popen([sys.executable, "-m", "braidpy", "train", "peaks", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    try:
+        deadline = time.monotonic() + 60
+        while not (log.exists() and '"event": "step"' in log.read_text()):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no training step within 60 s"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, (proc.returncode, out, err)
+    assert "braidpy train: interrupted" in err and "Traceback" not in err, err

@@ -61,6 +61,56 @@ def test_peaks_label_edges_and_extremes() -> None:
     assert set(labels.tolist()) == {0, 1, 2, 3, 4}
 
 
+def _points_on_interior_edges(edges: np.ndarray) -> dict[int, np.ndarray]:
+    """For each interior edge e_k, points whose peaks value is exactly e_k, and points
+    one float away whose value lies just below it (found by bisection along a line
+    y = const, then a scan of the neighbouring floats of x, evaluated as peaks_label
+    evaluates them: columns of an (n, 2) array)."""
+    out: dict[int, np.ndarray] = {}
+    xs = np.linspace(-3.0, 3.0, 601)
+    for k in range(1, 5):
+        for y in np.linspace(-2.9, 2.9, 59):
+            fs = data.peaks_function(xs, y) - edges[k]
+            for i in np.flatnonzero(np.sign(fs[:-1]) != np.sign(fs[1:]))[:2]:
+                a, b, fa = xs[i], xs[i + 1], fs[i]
+                while True:
+                    m = 0.5 * (a + b)
+                    if m in (a, b):
+                        break
+                    fm = float(data.peaks_function(m, y)) - edges[k]
+                    if np.sign(fm) == np.sign(fa):
+                        a, fa = m, fm
+                    else:
+                        b = m
+                near = (np.array([m]).view(np.int64) + np.arange(-2000, 2001)).view(np.float64)
+                X = np.column_stack([near, np.full_like(near, y)])
+                v = data.peaks_function(X[:, 0], X[:, 1])
+                on, below = X[v == edges[k]], X[(v < edges[k]) & (v > edges[k - 1])]
+                if len(on) and len(below):
+                    out[k] = np.concatenate([on[:3], below[-3:]])
+                    break
+            if k in out:
+                break
+    return out
+
+
+def test_peaks_label_value_exactly_on_an_interior_edge_goes_up() -> None:
+    """The tie-break (bins [e_k, e_{k+1}), i.e. searchsorted side="right"): a point whose
+    value equals an interior edge e_k exactly is class k, a point just below is k - 1."""
+    t = np.linspace(-3.0, 3.0, 256)
+    grid = data.peaks_function(t[:, None], t[None, :])
+    edges = np.linspace(grid.min(), grid.max(), 6)
+    found = _points_on_interior_edges(edges)
+    assert sorted(found) == [1, 2, 3, 4], "no point found exactly on some edge"
+    for k, X in found.items():
+        values = data.peaks_function(X[:, 0], X[:, 1])
+        assert np.count_nonzero(values == edges[k]) >= 1
+        # The label by the documented rule, with plain comparisons.
+        expected = [max(j for j in range(5) if j == 0 or v >= edges[j]) for v in values]
+        assert expected[0] == k and expected[-1] == k - 1
+        assert data.peaks_label(X).tolist() == expected, (k, X.tolist())
+
+
 def test_peaks_label_rejects_bad_shape() -> None:
     with pytest.raises(ValueError, match=r"shape \(n, 2\)"):
         data.peaks_label(np.zeros((3, 3)))

@@ -1,5 +1,6 @@
 """The numbered examples run serially and under mpiexec with the same results."""
 
+import math
 import re
 import subprocess
 import sys
@@ -25,6 +26,49 @@ def run(nranks, script, args):
     return proc.stdout
 
 
+NUM = r"([-+]?\d\.\d+e[-+]\d+)"
+
+
+def number(pattern, out):
+    """The float printed where ``pattern`` (with NUM groups) matches."""
+    found = re.search(pattern, out)
+    assert found, f"{pattern!r} not in:\n{out}"
+    return [float(g) for g in found.groups()]
+
+
+def check_ex01(out):
+    """u(T) against backward Euler computed here, and the printed errors against them."""
+    mgrit, seq, exact = number(rf"u\(T\): MGRIT {NUM}, sequential {NUM}, exact {NUM}", out)
+    dt = 5.0 / 512
+    u = 1.0
+    for _ in range(512):
+        u /= 1.0 + dt
+    assert math.isclose(seq, u, rel_tol=1e-13) and math.isclose(exact, math.exp(-5.0),
+                                                                rel_tol=1e-14)
+    [err] = number(rf"\|MGRIT - sequential\| at t_N = {NUM}", out)
+    # Converged to |r| < 1e-10: MGRIT equals backward Euler far below the printed digits.
+    assert err < 1e-10 and abs(mgrit - u) < 1e-10
+    assert math.isclose(err, abs(mgrit - seq), rel_tol=1e-2, abs_tol=1e-14)
+    [err_exact, seq_exact] = number(rf"\|MGRIT - exp\(lam T\)\| += {NUM}  "
+                                    rf"\(\|sequential - exp\(lam T\)\| = {NUM}\)", out)
+    assert math.isclose(seq_exact, abs(u - math.exp(-5.0)), rel_tol=1e-3)
+    assert abs(err_exact - seq_exact) <= err + 1e-6 * seq_exact  # the printed 4 digits
+
+
+def check_ex02(out):
+    """MGRIT equals implicit Euler (tolerance 1e-8); its error against the exact solution
+    is then the sequential one, first order in dt = pi/128."""
+    [err] = number(rf"max \|MGRIT - sequential\| over space-time = {NUM}", out)
+    assert err < 1e-8
+    mgrit, seq = number(rf"max \|MGRIT - exact\| +over space-time = {NUM}  "
+                        rf"\(sequential: {NUM}\)", out)
+    assert abs(mgrit - seq) <= err + 1e-3 * seq
+    assert 0.1 * math.pi / 128 < seq < math.pi / 128
+
+
+CHECK_ERRORS = {"ex01_scalar_ode.py": check_ex01, "ex02_heat1d.py": check_ex02}
+
+
 def history(out):
     iterations = re.search(r"iterations: (\d+)", out).group(1)
     return iterations, re.findall(r"\|\| r_\d+ \|\| = \S+", out)
@@ -38,8 +82,11 @@ def test_example_serial_and_parallel_agree(script, tmp_path):
     serial = run(1, script, EXAMPLES[script] + plots)
     parallel = run(2, script, EXAMPLES[script])
     assert history(serial) == history(parallel)
+    # The copies under mpiexec really formed one 2-rank world (the header says so).
+    assert "1 MPI rank(s)" in serial and "2 MPI rank(s)" in parallel
     assert int(history(serial)[0]) > 1 and len(history(serial)[1]) > 1
-    assert "|MGRIT - sequential|" in serial or "sequential" in serial
+    for out in (serial, parallel):
+        CHECK_ERRORS[script](out)
     for png in tmp_path.glob("*.png"):
         assert png.stat().st_size > 1000
     assert len(list(tmp_path.glob("*.png"))) == len(plots) // 2

@@ -42,6 +42,8 @@ def test_example_serial_and_parallel_agree(script, tmp_path):
     steps = step_lines(serial)
     assert [s[0] for s in steps] == ["1", "2", "3"], serial
     assert step_lines(parallel) == steps
+    # The copies under mpiexec really formed one 2-rank world (the header says so).
+    assert "1 MPI rank(s)" in serial and "2 MPI rank(s)" in parallel
     assert "stopped: iterations after 3 steps" in serial
     assert sorted(p.name for p in tmp_path.glob("*.png")) == [
         "mgrit_iterations.png", "mgrit_residuals.png", "training.png"]

@@ -131,9 +131,40 @@ def test_final_fc_relax_changes_only_the_returned_solution():
     a = braidpy.solve(Decay(), 0.0, 5.0, 64, cfactor=4, max_iter=2, abs_tol=0.0)
     b = braidpy.solve(Decay(), 0.0, 5.0, 64, cfactor=4, max_iter=2, abs_tol=0.0,
                       final_fc_relax=True)
-    assert a.residuals == b.residuals
+    assert a.residuals == b.residuals and a.iterations == b.iterations
     ref = serial_trajectory(Decay(), 0.0, 5.0, 64)[-1][0]
-    assert abs(b.final[0] - ref) <= abs(a.final[0] - ref)
+    # Strictly closer: the option must do something after two iterations.
+    assert abs(b.final[0] - ref) < abs(a.final[0] - ref)
+
+
+def test_final_fc_relax_is_one_fc_sweep_before_the_final_f_sweep():
+    """XBraid's FinalFCRelax: one more F-relaxation then C-relaxation on level 0 after the
+    last iteration, then the final F-sweep. Without it the returned F-points are Phi
+    applied to the C-points; with it each C-point c > 0 becomes Phi of the F-point just
+    before it in the run without the option (bitwise), and only C-point 0 keeps its value."""
+    cf, n = 4, 64
+    opts = dict(cfactor=cf, max_iter=2, abs_tol=0.0)
+    a = braidpy.solve(Decay(), 0.0, 5.0, n, **opts)
+    b = braidpy.solve(Decay(), 0.0, 5.0, n, final_fc_relax=True, **opts)
+    app = Decay()
+    ua, ub = all_values(a), all_values(b)
+
+    def step(u, i):
+        v = u.copy()
+        app.step(v, a.times[i - 1], a.times[i], None)
+        return v
+
+    changed = 0
+    for i in range(1, n + 1):
+        if i % cf == 0:  # C-point: one C-relaxation from a's F-point i-1
+            want = step(ua[i - 1], i)
+            changed += not np.array_equal(ub[i], ua[i])
+        else:  # F-point: the final F-sweep from b's own values
+            want = step(ub[i - 1], i)
+        assert np.array_equal(ub[i], want), i
+    assert np.array_equal(ub[0], ua[0])
+    assert changed > n // cf // 2  # two iterations leave most C-points inexact
+    assert np.array_equal(b.final, ub[n])
 
 
 def test_access_sees_every_point_in_time_order_at_the_end():

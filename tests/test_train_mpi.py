@@ -21,7 +21,7 @@ def test_training_independent_of_rank_count(nranks, serial, tmp_path):
     out = tmp_path / f"train-{nranks}.json"
     env = dict(os.environ, PYTHONWARNINGS="error", OMP_NUM_THREADS="1")
     cmd = [MPIEXEC, "-n", str(nranks), sys.executable, str(HERE / "mpi_train_driver.py"),
-           str(out)]
+           str(out), str(nranks)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=env)
     assert proc.returncode == 0, f"{cmd} failed:\n{proc.stdout}\n{proc.stderr}"
     par = json.loads(out.read_text())

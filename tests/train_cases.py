@@ -2,6 +2,7 @@
 every case returns plain JSON data that must be identical for any rank count."""
 
 import numpy as np
+from mpi_world import assert_split
 
 from braidpy.nn import ResNet
 from braidpy.train import LayerParallelEvaluator, TrainConfig, Trainer
@@ -32,6 +33,7 @@ def _gradient_case(problem, comm, oneshot=None):
     p = net.init_params(seed=5, scale=1.0)
     ev = LayerParallelEvaluator(net, p.copy(), X, C, comm=comm, mgrit=MGRIT, oneshot=oneshot)
     loss, grad, stats = ev.gradient(p, X, C)
+    assert_split(comm, ev.solver.primal_core.owned, net.nlayers + 1, "layers")
     return {"loss": loss, "grad": grad.tolist(), "primal": stats["primal_iterations"],
             "adjoint": stats["adjoint_iterations"]}
 
@@ -42,6 +44,7 @@ def _training_case(mode, optimizer, comm, **extra):
                       tikhonov=1e-3, ddt=1e-2, classifier_reg=1e-3, **extra)
     trainer = Trainer(net, (X, C), (X[:10], C[:10]), cfg, comm=comm)
     history = trainer.run()
+    assert_split(comm, trainer.evaluator.solver.primal_core.owned, net.nlayers + 1, "layers")
     keys = ("loss", "objective", "gradient_norm", "step_size", "val_accuracy")
     return {"history": [[r.get(k) for k in keys] for r in history],
             "params": trainer.params.tolist()}
