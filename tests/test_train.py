@@ -124,7 +124,7 @@ def small_trainer(tmp_path=None, **overrides):
     args = dict(mode="exact", optimizer="lbfgs", iterations=8, mgrit=MGRIT, seed=1,
                 tikhonov=1e-4, ddt=1e-3, classifier_reg=1e-4)
     if tmp_path is not None:
-        args.update(checkpoint=str(tmp_path / "ckpt.pkl"), checkpoint_every=3)
+        args.update(checkpoint=str(tmp_path / "ckpt.npz"), checkpoint_every=3)
     args.update(overrides)
     return Trainer(net, (X, C), (X[:15], C[:15]), TrainConfig(**args))
 
@@ -163,9 +163,9 @@ def test_killed_run_resumes_with_the_same_history(tmp_path, mode, optimizer, bat
     first = small_trainer(tmp_path, **extra)
     with pytest.raises(Killed):
         first.run(kill_after_4)
-    assert load_checkpoint(tmp_path / "ckpt.pkl")["iteration"] == 3
+    assert load_checkpoint(tmp_path / "ckpt.npz")["iteration"] == 3
     resumed = small_trainer(tmp_path, **extra)
-    resumed.resume(tmp_path / "ckpt.pkl")
+    resumed.resume(tmp_path / "ckpt.npz")
     history = resumed.run()
     timing = ("seconds", "validation_seconds")
     strip = lambda h: [{k: v for k, v in r.items() if k not in timing} for r in h]  # noqa: E731
@@ -178,7 +178,7 @@ def test_resume_refuses_other_settings(tmp_path):
     t.run()
     other = small_trainer(tmp_path, iterations=3, ddt=0.5)
     with pytest.raises(ValueError, match="other settings: ddt"):
-        other.resume(tmp_path / "ckpt.pkl")
+        other.resume(tmp_path / "ckpt.npz")
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
         other.resume(tmp_path / "missing.pkl")
     (tmp_path / "junk.pkl").write_bytes(b"not a pickle")
@@ -255,12 +255,12 @@ def test_resume_accepts_defaults_written_out(tmp_path):
     t.run()
     same = small_trainer(tmp_path, iterations=5, mgrit=dict(cfactor=4, max_levels=2,
                                                             abs_tol=1e-9))
-    same.resume(tmp_path / "ckpt.pkl")
+    same.resume(tmp_path / "ckpt.npz")
     assert same.iteration == 3
 
 
 def test_failed_checkpoint_write_raises(tmp_path):
-    (tmp_path / "ckpt.pkl.tmp").mkdir()  # the temporary file cannot be created
+    (tmp_path / "ckpt.npz.tmp").mkdir()  # the temporary file cannot be created
     t = small_trainer(tmp_path, iterations=3)
     with pytest.raises(OSError):
         t.run()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
@@ -17,7 +19,9 @@ from .evaluate import LayerParallelEvaluator, SerialEvaluator, training_options
 from .optim import make_optimizer
 from .regularize import Regularizer
 
-__all__ = ["TrainConfig", "Trainer", "MODES"]
+__all__ = ["TrainConfig", "Trainer", "MODES", "DataMismatchError", "data_fingerprint"]
+
+logger = logging.getLogger("braidpy.train")
 
 MODES = ("serial", "exact", "oneshot")
 
@@ -94,6 +98,32 @@ class TrainConfig:
                 "training warm-starts from the previous step; give abs_tol instead")
 
 
+class DataMismatchError(ValueError):
+    """A checkpoint written for other training or validation data than the trainer's."""
+
+
+def data_fingerprint(train: Tuple[np.ndarray, np.ndarray],
+                     validation: Optional[Tuple[np.ndarray, np.ndarray]] = None) -> str:
+    """A short hash of the training and validation data (shapes, dtypes and bytes):
+    ``"sha256:"`` and 16 hex digits. Checkpoints record it so that resuming on other data
+    is noticed.
+
+    >>> X, C = np.zeros((2, 3)), np.eye(2)
+    >>> data_fingerprint((X, C)) == data_fingerprint((X.copy(), C.copy()))
+    True
+    >>> data_fingerprint((X, C)) == data_fingerprint((X + 1, C))
+    False
+    """
+    h = hashlib.sha256()
+    for name, pair in (("train", train), ("validation", validation)):
+        h.update(name.encode())
+        for a in (() if pair is None else pair):
+            a = np.ascontiguousarray(a)
+            h.update(f"{a.dtype.str}{a.shape}".encode())
+            h.update(a.tobytes())
+    return "sha256:" + h.hexdigest()[:16]
+
+
 def _check_pair(what: str, data: Any) -> Tuple[np.ndarray, np.ndarray]:
     if not isinstance(data, (tuple, list)) or len(data) != 2:
         raise ValueError(f"{what} must be a pair (X, C) of samples and one-hot labels")
@@ -154,6 +184,7 @@ class Trainer:
         self.history: List[Dict[str, Any]] = []
         self.best: Dict[str, Any] = {"accuracy": None, "iteration": None, "params": None}
         self._stale = 0
+        self.data_fingerprint = data_fingerprint((self.X, self.C), self.validation)
         X0, C0 = self._peek_batch()
         self.evaluator: Any
         if cfg.mode == "serial":
@@ -288,7 +319,16 @@ class Trainer:
             "optimizer": self.optimizer.state_dict(), "history": list(self.history),
             "best": dict(self.best), "stale": self._stale,
             "warm": self.evaluator.warm_state(),
+            "data_fingerprint": self.data_fingerprint,
+            "data": self._data_shapes(),
         }
+
+    def _data_shapes(self) -> Dict[str, Any]:
+        """Sizes of the data, for messages about a checkpoint of other data."""
+        out = {"train": list(self.X.shape)}
+        if self.validation is not None:
+            out["validation"] = list(self.validation[0].shape)
+        return out
 
     def _comparable_config(self) -> Dict[str, Any]:
         """The config as plain values, the MGRIT options with every field written out,
@@ -304,8 +344,15 @@ class Trainer:
             if self.rank == 0:
                 _checkpoint.save(path, state)
 
-    def load_state(self, state: Mapping[str, Any]) -> None:
-        """Continue from a :meth:`state` (e.g. read by :func:`braidpy.train.load_checkpoint`)."""
+    def load_state(self, state: Mapping[str, Any], *, allow_new_data: bool = False) -> None:
+        """Continue from a :meth:`state` (e.g. read by :func:`braidpy.train.load_checkpoint`).
+
+        The state must come from the same data (its ``data_fingerprint``), else a
+        :class:`DataMismatchError` names both fingerprints. ``allow_new_data=True``
+        continues on this trainer's data anyway: weights, optimizer, step count and history
+        carry over; the batch order starts a new epoch, the MGRIT states start afresh (as in a new run) and
+        the best validation accuracy is forgotten (it was measured on other data).
+        """
         if state.get("nparams") != self.net.nparams or \
                 state.get("architecture") != self.net.describe():
             raise ValueError(f"checkpoint is for {state.get('architecture')!r}, not "
@@ -318,6 +365,18 @@ class Trainer:
         if mine != theirs:
             diff = sorted(k for k in mine if mine[k] != theirs.get(k))
             raise ValueError(f"checkpoint was written with other settings: {', '.join(diff)}")
+        theirs_fp = state.get("data_fingerprint")
+        new_data = theirs_fp != self.data_fingerprint
+        if new_data and not allow_new_data:
+            def sizes(shapes: Any) -> str:
+                if not isinstance(shapes, Mapping):
+                    return "sizes unknown"
+                return ", ".join(f"{k} {'x'.join(map(str, v))}" for k, v in shapes.items())
+            raise DataMismatchError(
+                f"checkpoint was written for other data: its data fingerprint is {theirs_fp} "
+                f"({sizes(state.get('data'))}), this run's is {self.data_fingerprint} "
+                f"({sizes(self._data_shapes())}); to continue on the new data anyway, pass "
+                f"allow_new_data=True (command line: --resume-on-new-data)")
         self.params[...] = state["params"]
         self.iteration, self.epoch = int(state["iteration"]), int(state["epoch"])
         self._position = int(state["position"])
@@ -328,8 +387,16 @@ class Trainer:
         self.history = list(state["history"])
         self.best = dict(state["best"])
         self._stale = int(state["stale"])
-        self.evaluator.load_warm_state(state.get("warm") or {})
+        if not new_data:
+            self.evaluator.load_warm_state(state.get("warm") or {})
+        else:
+            logger.warning("resuming on other data than the checkpoint's (fingerprint %s, "
+                           "checkpoint %s): new batch order, MGRIT states from scratch",
+                           self.data_fingerprint, theirs_fp)
+            self._order, self._position = None, 0
+            self.best = {"accuracy": None, "iteration": None, "params": None}
+            self._stale = 0
 
-    def resume(self, path: str) -> None:
-        """Continue from the checkpoint file ``path``."""
-        self.load_state(_checkpoint.load(path))
+    def resume(self, path: str, *, allow_new_data: bool = False) -> None:
+        """Continue from the checkpoint file ``path`` (see :meth:`load_state`)."""
+        self.load_state(_checkpoint.load(path), allow_new_data=allow_new_data)
