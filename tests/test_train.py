@@ -214,7 +214,7 @@ def test_bad_training_inputs_are_named():
     with pytest.raises(ValueError, match=r"data samples have shape \(3,\)"):
         Trainer(net, (np.zeros((4, 3)), C[:4]))
     with pytest.raises(ValueError, match="give abs_tol instead"):
-        Trainer(net, (X, C), config=TrainConfig(mgrit=dict(rel_tol=1e-6)))
+        Trainer(net, (X, C), config=TrainConfig(mode="exact", mgrit=dict(rel_tol=1e-6)))
     with pytest.raises(ValueError, match="'seq_soln' is chosen by the trainer"):
         Trainer(net, (X, C), config=TrainConfig(mgrit=dict(seq_soln=True)))
     with pytest.raises(ValueError, match=r"params must have shape"):

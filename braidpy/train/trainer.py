@@ -17,9 +17,11 @@ from ..parallel.comm import rank_size
 from . import checkpoint as _checkpoint
 from .evaluate import LayerParallelEvaluator, SerialEvaluator, training_options
 from .optim import make_optimizer
+from .progress import format_step, progress_bar, summary, summary_lines
 from .regularize import Regularizer
 
-__all__ = ["TrainConfig", "Trainer", "MODES", "DataMismatchError", "data_fingerprint"]
+__all__ = ["TrainConfig", "Trainer", "MODES", "DataMismatchError", "data_fingerprint",
+           "network_spec"]
 
 logger = logging.getLogger("braidpy.train")
 
@@ -52,7 +54,7 @@ class TrainConfig:
     checkpoint : file to save the whole training state to; checkpoint_every steps.
     """
 
-    mode: str = "exact"
+    mode: str = "oneshot"
     m1: int = 2
     m2: int = 2
     mgrit: Any = field(default_factory=dict)  # an Options after __post_init__
@@ -66,7 +68,7 @@ class TrainConfig:
     tikhonov: float = 0.0
     ddt: float = 0.0
     classifier_reg: float = 0.0
-    seed: int = 0
+    seed: int = 1
     init_scale: float = 0.1
     validate_every: int = 1
     patience: int = 0
@@ -89,6 +91,10 @@ class TrainConfig:
                                             not isinstance(self.batch_size, int) or
                                             self.batch_size < 1):
             raise ValueError(f"batch_size must be a positive int or None, got {self.batch_size!r}")
+        if isinstance(self.init_scale, bool) or \
+                not isinstance(self.init_scale, (int, float, np.floating)) or \
+                not np.isfinite(self.init_scale) or self.init_scale < 0:
+            raise ValueError(f"init_scale must be a finite number >= 0, got {self.init_scale!r}")
         if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
             raise ValueError(f"target_accuracy must be in (0, 1], got {self.target_accuracy!r}")
         self.mgrit: Options = training_options(self.mgrit)
@@ -96,6 +102,14 @@ class TrainConfig:
             raise ValueError(
                 "rel_tol is measured against each solve's first residual, which is tiny when "
                 "training warm-starts from the previous step; give abs_tol instead")
+
+
+def network_spec(net: ResNet) -> Dict[str, Any]:
+    """The ResNet's constructor arguments (JSON values): ``ResNet(**spec)`` rebuilds it."""
+    return {"input_shape": list(net.input_shape), "nclasses": net.nclasses,
+            "width": net.width, "nlayers": net.nlayers, "T": net.T,
+            "activation": net.activation_name, "opening": net.opening,
+            "opening_activation": net.opening_activation, "kernel": net.kernel}
 
 
 class DataMismatchError(ValueError):
@@ -272,6 +286,8 @@ class Trainer:
                 self._stale += 1
         record["seconds"] = time.perf_counter() - start
         self.history.append(record)
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("%s", format_step(record, cfg.iterations))
         return record
 
     def should_stop(self) -> Optional[str]:
@@ -288,23 +304,38 @@ class Trainer:
             return "no improvement"
         return None
 
-    def run(self, on_step: Optional[Callable[[Dict[str, Any]], None]] = None) -> List[Dict]:
+    def run(self, on_step: Optional[Callable[[Dict[str, Any]], None]] = None, *,
+            progress: bool = False) -> List[Dict]:
         """Step until a stopping rule fires; ``on_step(record)`` after each step.
 
         Saves a checkpoint every ``checkpoint_every`` steps and at the end when
-        ``config.checkpoint`` is set. Returns the history.
+        ``config.checkpoint`` is set. ``progress=True`` shows a progress bar on rank 0
+        (``tqdm.auto``: a widget in notebooks; nothing if tqdm is not installed). Logs
+        each step at DEBUG and the run's summary at INFO on the ``braidpy.train`` logger.
+        Returns the history.
         """
         cfg = self.config
-        self.stop_reason = self.should_stop() if self.history else None
-        while self.stop_reason is None:
-            record = self.step()
-            if on_step is not None:
-                on_step(record)
-            if cfg.checkpoint and self.iteration % cfg.checkpoint_every == 0:
+        bar = progress_bar(cfg.iterations, initial=self.iteration) \
+            if progress and self.rank == 0 else None
+        try:
+            self.stop_reason = self.should_stop() if self.history else None
+            while self.stop_reason is None:
+                record = self.step()
+                if bar is not None:
+                    bar.update(record)
+                if on_step is not None:
+                    on_step(record)
+                if cfg.checkpoint and self.iteration % cfg.checkpoint_every == 0:
+                    self.save(cfg.checkpoint)
+                self.stop_reason = self.should_stop()
+            if cfg.checkpoint and self.iteration % cfg.checkpoint_every != 0:
                 self.save(cfg.checkpoint)
-            self.stop_reason = self.should_stop()
-        if cfg.checkpoint and self.iteration % cfg.checkpoint_every != 0:
-            self.save(cfg.checkpoint)
+        finally:
+            if bar is not None:
+                bar.close()
+        if logger.isEnabledFor(logging.INFO):
+            logger.info("%s", "; ".join(summary_lines(
+                summary(self.history, self.best, self.stop_reason))))
         return self.history
 
     # ------------------------------------------------------------ checkpoints
@@ -321,6 +352,7 @@ class Trainer:
             "warm": self.evaluator.warm_state(),
             "data_fingerprint": self.data_fingerprint,
             "data": self._data_shapes(),
+            "network": network_spec(self.net),
         }
 
     def _data_shapes(self) -> Dict[str, Any]:
@@ -384,6 +416,8 @@ class Trainer:
         self.rng = np.random.default_rng()
         self.rng.bit_generator.state = state["rng"]
         self.optimizer.load_state_dict(state["optimizer"])
+        logger.info("resumed at step %d (checkpoint data fingerprint %s)", self.iteration,
+                    theirs_fp)
         self.history = list(state["history"])
         self.best = dict(state["best"])
         self._stale = int(state["stale"])
