@@ -1,6 +1,8 @@
 """braidpy.train: MGRIT gradients vs serial backprop, regularization, optimizers, the
 training loop (monotone exact training, checkpoint and exact resume) and bad configs."""
 
+import logging
+
 import numpy as np
 import pytest
 from train_cases import MGRIT, conv_problem, dense_problem
@@ -264,3 +266,28 @@ def test_failed_checkpoint_write_raises(tmp_path):
     t = small_trainer(tmp_path, iterations=3)
     with pytest.raises(OSError):
         t.run()
+
+
+def test_training_logs_steps_at_debug_and_the_summary_at_info(caplog, capsys):
+    with caplog.at_level(logging.INFO, logger="braidpy"):
+        small_trainer(iterations=2).run()
+    messages = [(r.name, r.levelno, r.getMessage()) for r in caplog.records]
+    assert [m for m in messages if m[1] == logging.DEBUG] == []
+    (name, level, text), = messages
+    assert (name, level) == ("braidpy.train", logging.INFO)
+    assert text.startswith("stopped after 2 steps: reached the step limit; best validation")
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="braidpy"):
+        small_trainer(iterations=2).run()
+    steps = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG
+             and r.name == "braidpy.train"]
+    assert len(steps) == 2 and steps[0].startswith("step 1/2  loss ")
+    assert "state" in steps[0] and " it r " in steps[0]  # the MGRIT residuals of the step
+    assert capsys.readouterr() == ("", "")  # the library prints nothing
+
+
+def test_progress_bar_on_request(capsys):
+    pytest.importorskip("tqdm")
+    small_trainer(iterations=2).run(progress=True)
+    err = capsys.readouterr().err
+    assert "2/2" in err and "loss" in err
