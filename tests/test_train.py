@@ -203,6 +203,7 @@ def test_stopping_rules():
     (dict(m1=0), "m1 must be an int >= 1, got 0"),
     (dict(batch_size=0), "batch_size must be a positive int or None, got 0"),
     (dict(target_accuracy=1.5), "target_accuracy must be in"),
+    (dict(init_scale=float("inf")), "init_scale must be a finite number >= 0, got inf"),
 ])
 def test_bad_configs_are_named(kwargs, match):
     with pytest.raises(ValueError, match=match):
