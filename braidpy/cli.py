@@ -60,7 +60,7 @@ SOURCES = ("peaks", "digits")
 EPILOG = """\
 examples:
   braidpy train peaks                                  one-shot, 32 layers, L-BFGS
-  braidpy train digits                                 8-layer conv net, Adam, ~30 s
+  braidpy train digits                                 8-layer conv net, Adam, < 1 min
   braidpy train digits --preset paper                  32 layers, full-batch L-BFGS
   braidpy train peaks --layers 128 --plot out/training.png --log out/log.jsonl
   mpiexec -n 4 braidpy train peaks --layers 256 --mode exact --tol 1e-8
@@ -189,7 +189,7 @@ def _default(option: str) -> str:
     return "(default " + "; ".join(parts) + ")"
 
 
-def _add_source_args(p: argparse.ArgumentParser, what: str = "data") -> None:
+def _add_source_args(p: argparse.ArgumentParser) -> None:
     """The data-source options shared by train and evaluate."""
     g = p.add_argument_group("data")
     g.add_argument("--data", metavar="DIR", help="peaks: read the reference files "
@@ -207,7 +207,7 @@ def _add_source_args(p: argparse.ArgumentParser, what: str = "data") -> None:
                    "with --seed (default 0.2)")
 
 
-def _add_verbosity(p: argparse.ArgumentParser) -> None:
+def _add_verbosity(p: Any) -> None:
     p.add_argument("-q", "--quiet", action="store_true",
                    help="print nothing but errors (no progress, no summary)")
     p.add_argument("-v", "--verbose", action="count", default=0,
@@ -661,8 +661,8 @@ def _load_model(args: argparse.Namespace) -> Tuple[ResNet, np.ndarray, Dict[str,
         state = _checkpoint.load(args.checkpoint)
     except (OSError, ValueError) as exc:
         args.usage_error(f"checkpoint: {_describe(exc)}")
-    spec = state.get("network")
-    if not isinstance(spec, dict):
+    spec: Dict[str, Any] = state.get("network") or {}
+    if not isinstance(spec, dict) or not spec:
         args.usage_error(f"checkpoint {args.checkpoint}: no network description")
     try:
         net = ResNet(tuple(spec["input_shape"]), spec["nclasses"], width=spec["width"],
@@ -701,9 +701,12 @@ def _evaluate(args: argparse.Namespace) -> int:
     if args.split == "validation" and val is None:
         args.usage_error(f"data source {args.source!r} has no validation samples "
                          f"(use --split train or all)")
-    X, C = {"train": train, "validation": val,
-            "all": (np.concatenate([train[0], val[0]]), np.concatenate([train[1], val[1]]))
-            if val is not None else train}[args.split]
+    if args.split == "train" or val is None:
+        X, C = train
+    elif args.split == "validation":
+        X, C = val
+    else:
+        X, C = np.concatenate([train[0], val[0]]), np.concatenate([train[1], val[1]])
     _check_samples(args, net, X, what)
     if C.shape[1] != net.nclasses:
         args.usage_error(f"{what}: {C.shape[1]} classes, but the checkpoint's network "
@@ -779,9 +782,6 @@ def _configure_logging(args: argparse.Namespace) -> logging.Handler:
     return handler
 
 
-COMMANDS = {"train": None, "evaluate": _evaluate, "predict": _predict}
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the command line; returns the exit status (0 ok, 1 failed, 2 bad options)."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -793,7 +793,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         if args.command == "train":
             return _train(args, argv)
-        return COMMANDS[args.command](args)
+        return _evaluate(args) if args.command == "evaluate" else _predict(args)
     except KeyboardInterrupt:
         if _rank() == 0:
             print(f"\nbraidpy {args.command}: interrupted", file=sys.stderr, flush=True)

@@ -10,7 +10,7 @@ abs_tol 1e-9). A preset lays a few values over them:
   the library defaults. Paper scale: on digits about 15 s per step on 2 cores.
 * ``"quick"`` (the command line's default): the same for ``peaks`` and data files; for
   ``digits`` a shallow conv net (8 layers of 4 channels) trained with Adam on shuffled
-  batches of 100 for 60 steps, validated every 10 — about half a minute on 2 cores,
+  batches of 100 for 40 steps, validated every 10 — under a minute on 2 shared cores,
   about 97 % validation accuracy.
 
 Examples
@@ -43,7 +43,7 @@ PRESETS: Dict[str, Dict[str, Dict[str, Any]]] = {
     "quick": {
         "*": {"width": 8, "nlayers": 32},
         "digits": {"width": 4, "nlayers": 8, "optimizer": "adam", "lr": 0.02,
-                   "batch_size": 100, "shuffle": True, "iterations": 60,
+                   "batch_size": 100, "shuffle": True, "iterations": 40,
                    "validate_every": 10},
     },
 }

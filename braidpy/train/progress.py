@@ -26,7 +26,7 @@ import csv
 import json
 import math
 import sys
-from typing import Any, Dict, Iterable, List, Mapping, Optional, TextIO
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, TextIO
 
 import numpy as np
 
@@ -149,7 +149,7 @@ class Progress:
             self._bar = None
 
 
-def summary(history: List[Mapping[str, Any]], best: Mapping[str, Any],
+def summary(history: Sequence[Mapping[str, Any]], best: Mapping[str, Any],
             stop_reason: Optional[str]) -> Dict[str, Any]:
     """The end-of-run numbers: steps, stop reason, best validation accuracy, training
     seconds and layer step calls (the records' ``steps``), summed over the whole history
