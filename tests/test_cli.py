@@ -466,3 +466,23 @@ def test_console_script():
         pytest.skip("the braidpy console script is not on PATH (pip install -e . installs it)")
     proc = subprocess.run([script, "--help"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "train" in proc.stdout
+
+
+class RunsCode:
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_crafted_pickle_checkpoint_is_refused_on_resume(tmp_path):
+    import pickle
+
+    marker, ck = tmp_path / "pwned", tmp_path / "old.ckpt"
+    ck.write_bytes(pickle.dumps({"format": "braidpy-train-checkpoint-1",
+                                 "state": RunsCode(marker)}))
+    proc = cli("train", "peaks", *TINY, "--checkpoint", ck, "--resume")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "pickle" in proc.stderr and "arbitrary code" in proc.stderr
+    assert not marker.exists()
