@@ -1,25 +1,40 @@
-"""The ``braidpy`` command line: ``braidpy train peaks|digits|FILE [options]``.
+"""The ``braidpy`` command line: ``braidpy train``, ``braidpy evaluate``, ``braidpy predict``.
 
-Trains a ResNet serially or layer-parallel (exact MGRIT gradients or one-shot) with
-:class:`braidpy.train.Trainer`, showing progress and optionally writing a JSON-lines log,
-checkpoints and plots. The same command runs under ``mpiexec -n P``: the layers are
+``braidpy train peaks|digits|FILE [options]`` trains a ResNet serially or layer-parallel
+(exact MGRIT gradients or one-shot) with :class:`braidpy.train.Trainer`, showing
+progress and optionally writing JSON-lines and CSV logs, checkpoints and a plot.
+``braidpy evaluate CHECKPOINT DATA`` reports the loss and accuracy of a checkpoint's
+weights on a data set; ``braidpy predict CHECKPOINT INPUT -o OUT`` writes the predicted
+classes of the samples in INPUT. Training runs under ``mpiexec -n P`` too: the layers are
 split over the ranks, every rank takes the same decisions, and only rank 0 prints and
-writes files. Bad options exit with status 2 and a usage message naming the value; an
-error during training prints one message and exits with status 1.
+writes files.
+
+Defaults come from the library (:mod:`braidpy.train.presets`): ResNet's and
+TrainConfig's defaults with the preset (``--preset quick``, the default, or ``paper``)
+for the data source on top; an option given on the command line wins.
+
+Bad options exit with status 2 and a usage message naming the value; an error during
+training prints one message and exits with status 1.
 
 Examples
 --------
->>> parser = build_parser()
->>> args = parser.parse_args(["train", "peaks", "--layers", "64"])
+>>> args = resolve(build_parser().parse_args(["train", "peaks", "--layers", "64"]))
 >>> args.layers, args.width, args.mode, args.optimizer
 (64, 8, 'oneshot', 'lbfgs')
+>>> args = resolve(build_parser().parse_args(["train", "digits"]))
+>>> args.layers, args.width, args.optimizer, args.batch
+(8, 4, 'adam', 100)
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import json
+import logging
+import math
 import sys
+import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -33,21 +48,40 @@ from .parallel import world
 from .parallel.collectives import bcast_bytes
 from .train import MODES, OPTIMIZERS, TrainConfig, Trainer, training_options
 from .train import checkpoint as _checkpoint
-from .train.progress import JsonLog, Progress, summary, summary_lines
+from .train.presets import PRESETS, preset
+from .train.progress import CsvLog, JsonLog, Progress, summary, summary_lines
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "main", "resolve"]
+
+logger = logging.getLogger("braidpy.cli")
 
 SOURCES = ("peaks", "digits")
 
 EPILOG = """\
 examples:
   braidpy train peaks                                  one-shot, 32 layers, L-BFGS
-  braidpy train peaks --layers 128 --plot out/ --log out/log.jsonl
+  braidpy train digits                                 8-layer conv net, Adam, < 1 min
+  braidpy train digits --preset paper                  32 layers, full-batch L-BFGS
+  braidpy train peaks --layers 128 --plot out/training.png --log out/log.jsonl
   mpiexec -n 4 braidpy train peaks --layers 256 --mode exact --tol 1e-8
-  braidpy train digits --layers 8 --batch 100 --shuffle --optimizer adam --validate-every 10
   braidpy train X.npy --labels y.csv --validation-fraction 0.1 --opening replicate
   braidpy train peaks --checkpoint run.ckpt --iterations 200 --resume
+  braidpy evaluate run.ckpt peaks
+  braidpy predict run.ckpt X.npy -o classes.csv
 """
+
+#: Command-line option (argparse dest) -> library name of the setting. The defaults are
+#: the library's (braidpy.train.presets), so they are not repeated here.
+SETTINGS = {
+    "width": "width", "layers": "nlayers", "T": "T", "activation": "activation",
+    "opening": "opening", "kernel": "kernel", "init_scale": "init_scale", "mode": "mode",
+    "m1": "m1", "m2": "m2", "levels": "max_levels", "cf": "cfactor", "tol": "abs_tol",
+    "optimizer": "optimizer", "lr": "lr", "momentum": "momentum", "batch": "batch_size",
+    "shuffle": "shuffle", "iterations": "iterations", "seed": "seed",
+    "tikhonov": "tikhonov", "ddt": "ddt", "classifier_reg": "classifier_reg",
+    "validate_every": "validate_every", "patience": "patience",
+    "target_accuracy": "target_accuracy", "checkpoint_every": "checkpoint_every",
+}
 
 
 # ------------------------------------------------------------------ ranks and errors
@@ -123,6 +157,8 @@ def _float_in(low: float, high: float = float("inf"), open_low: bool = False):
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
         if not (value > low if open_low else value >= low) or not value <= high:
             where = f"in {'(' if open_low else '['}{low:g}, {high:g}]" if high < float("inf") \
                 else f"{'>' if open_low else '>='} {low:g}"
@@ -135,23 +171,26 @@ POSITIVE = _float_in(0.0, open_low=True)
 NONNEGATIVE = _float_in(0.0)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``braidpy`` argument parser (one sub-command, ``train``)."""
-    parser = _Parser(prog="braidpy", description="braidpy: parallel-in-time (MGRIT) "
-                     "integration and layer-parallel ResNet training.")
-    parser.add_argument("--version", action="version", version=f"braidpy {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    p = commands.add_parser(
-        "train", help="train a ResNet, serially or layer-parallel with MGRIT",
-        description="Train a ResNet classifier with layer-parallel MGRIT (one-shot or exact\n"
-                    "gradients) or serial backpropagation. Runs serially or under\n"
-                    "`mpiexec -n P braidpy train ...` (layers split over the ranks).",
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.set_defaults(usage_error=p.error)  # errors found after parsing show this usage line
-    p.add_argument("source", metavar="peaks|digits|FILE",
-                   help="data: the Peaks level sets, scikit-learn's 8x8 digits, or a "
-                        "features file (.npy or text, one sample per row) with --labels")
+def _default(option: str) -> str:
+    """The help's '(default ...)' of an option: the quick preset's value, with the
+    sources that differ and the paper preset's value when it differs."""
+    key = SETTINGS[option]
+    base = preset("quick", "*")[key]
+    show = lambda v: "none" if v is None else ("on" if v is True else "off" if v is False  # noqa: E731
+                                                else f"{v:g}" if isinstance(v, float) else v)
+    parts = [f"{show(base)}"]
+    for source in ("digits",):
+        v = preset("quick", source)[key]
+        if v != base:
+            parts.append(f"{source}: {show(v)}")
+    paper = preset("paper", "digits")[key]
+    if paper != preset("quick", "digits")[key]:
+        parts.append(f"--preset paper: {show(paper)}")
+    return "(default " + "; ".join(parts) + ")"
 
+
+def _add_source_args(p: argparse.ArgumentParser) -> None:
+    """The data-source options shared by train and evaluate."""
     g = p.add_argument_group("data")
     g.add_argument("--data", metavar="DIR", help="peaks: read the reference files "
                    "(features_training.dat, ...) from DIR instead of generating points")
@@ -167,79 +206,170 @@ def build_parser() -> argparse.ArgumentParser:
                    metavar="F", help="digits and FILE: share held out for validation, split "
                    "with --seed (default 0.2)")
 
+
+def _add_verbosity(p: Any) -> None:
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="print nothing but errors (no progress, no summary)")
+    p.add_argument("-v", "--verbose", action="count", default=0,
+                   help="library log messages on stderr: -v run summaries (INFO), -vv every "
+                        "step and MGRIT iteration (DEBUG)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``braidpy`` argument parser (commands ``train``, ``evaluate``, ``predict``).
+
+    Options that have library defaults parse to None when not given; :func:`resolve`
+    fills them in from the preset."""
+    parser = _Parser(prog="braidpy", description="braidpy: parallel-in-time (MGRIT) "
+                     "integration and layer-parallel ResNet training.")
+    parser.add_argument("--version", action="version", version=f"braidpy {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    p = commands.add_parser(
+        "train", help="train a ResNet, serially or layer-parallel with MGRIT",
+        description="Train a ResNet classifier with layer-parallel MGRIT (one-shot or exact\n"
+                    "gradients) or serial backpropagation. Runs serially or under\n"
+                    "`mpiexec -n P braidpy train ...` (layers split over the ranks).\n"
+                    "Defaults: the library's, with the preset for the data source on top.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.set_defaults(usage_error=p.error)  # errors found after parsing show this usage line
+    p.add_argument("source", metavar="peaks|digits|FILE",
+                   help="data: the Peaks level sets, scikit-learn's 8x8 digits, or a "
+                        "features file (.npy, one-array .npz, or text, one sample per row) "
+                        "with --labels")
+    p.add_argument("--preset", choices=tuple(PRESETS), default="quick",
+                   help="quick: runs in seconds to a minute (digits: shallow conv net, "
+                        "Adam); paper: the paper's setup (32 layers, width 8, full-batch "
+                        "L-BFGS) for every source (default quick)")
+    _add_source_args(p)
+
     g = p.add_argument_group("network")
-    g.add_argument("--width", type=_int_at_least(1), default=8, metavar="Q",
-                   help="width (dense) or channels (conv) (default 8)")
-    g.add_argument("--layers", type=_int_at_least(1), default=32, metavar="N",
-                   help="residual layers = MGRIT time steps (default 32)")
-    g.add_argument("--T", type=POSITIVE, default=5.0, help="final layer time (default 5)")
-    g.add_argument("--activation", choices=activation_names(), default="smooth_relu",
-                   help="default smooth_relu")
+    g.add_argument("--width", type=_int_at_least(1), metavar="Q",
+                   help=f"width (dense) or channels (conv) {_default('width')}")
+    g.add_argument("--layers", type=_int_at_least(1), metavar="N",
+                   help=f"residual layers = MGRIT time steps {_default('layers')}")
+    g.add_argument("--T", type=POSITIVE, help=f"final layer time {_default('T')}")
+    g.add_argument("--activation", choices=activation_names(), help=_default("activation"))
     g.add_argument("--opening", choices=OPENINGS,
                    help="input layer (default dense for vectors, conv for images)")
-    g.add_argument("--kernel", type=_int_at_least(1), default=3, metavar="K",
-                   help="odd convolution kernel size (default 3)")
-    g.add_argument("--init-scale", type=NONNEGATIVE, default=0.1, metavar="S",
-                   help="scale of the initial layer weights (default 0.1)")
+    g.add_argument("--kernel", type=_int_at_least(1), metavar="K",
+                   help=f"odd convolution kernel size {_default('kernel')}")
+    g.add_argument("--init-scale", type=NONNEGATIVE, metavar="S",
+                   help=f"scale of the initial layer weights {_default('init_scale')}")
 
     g = p.add_argument_group("layer parallelism")
-    g.add_argument("--mode", choices=MODES, default="oneshot",
+    g.add_argument("--mode", choices=MODES,
                    help="serial backpropagation, exact MGRIT gradients, or one-shot "
-                        "(m1 state and m2 adjoint iterations per step; default)")
-    g.add_argument("--m1", type=_int_at_least(1), default=2, metavar="M",
-                   help="one-shot state iterations (default 2)")
-    g.add_argument("--m2", type=_int_at_least(1), default=2, metavar="M",
-                   help="one-shot adjoint iterations (default 2)")
-    g.add_argument("--levels", type=_int_at_least(1), default=2, metavar="L",
-                   help="most MGRIT levels (default 2)")
-    g.add_argument("--cf", type=_int_at_least(2), default=4, metavar="C",
-                   help="coarsening factor (default 4)")
-    g.add_argument("--tol", type=POSITIVE, default=1e-9, metavar="TOL",
-                   help="absolute MGRIT tolerance (exact mode, validation) (default 1e-9)")
+                        f"(m1 state and m2 adjoint iterations per step) {_default('mode')}")
+    g.add_argument("--m1", type=_int_at_least(1), metavar="M",
+                   help=f"one-shot state iterations {_default('m1')}")
+    g.add_argument("--m2", type=_int_at_least(1), metavar="M",
+                   help=f"one-shot adjoint iterations {_default('m2')}")
+    g.add_argument("--levels", type=_int_at_least(1), metavar="L",
+                   help=f"most MGRIT levels {_default('levels')}")
+    g.add_argument("--cf", type=_int_at_least(2), metavar="C",
+                   help=f"coarsening factor {_default('cf')}")
+    g.add_argument("--tol", type=POSITIVE, metavar="TOL",
+                   help=f"absolute MGRIT tolerance (exact mode, validation) {_default('tol')}")
 
     g = p.add_argument_group("optimization")
-    g.add_argument("--optimizer", choices=tuple(OPTIMIZERS), default="lbfgs",
-                   help="L-BFGS with Armijo backtracking (default), Adam or SGD")
-    g.add_argument("--lr", type=POSITIVE, help="(initial) step size (default: lbfgs 1, "
-                   "adam 0.01, sgd 0.1)")
+    g.add_argument("--optimizer", choices=tuple(OPTIMIZERS),
+                   help=f"L-BFGS with Armijo backtracking, Adam or SGD {_default('optimizer')}")
+    g.add_argument("--lr", type=POSITIVE, help="(initial) step size (default: the "
+                   "optimizer's, lbfgs 1, adam 0.01, sgd 0.1; digits: 0.02)")
     g.add_argument("--momentum", type=_float_in(0.0, 1.0), metavar="B",
                    help="sgd momentum (default 0.9)")
     g.add_argument("--batch", type=_int_at_least(1), metavar="N",
-                   help="samples per step (default: all)")
-    g.add_argument("--shuffle", action="store_true",
-                   help="new random batch order every epoch (with --batch)")
-    g.add_argument("--iterations", type=_int_at_least(1), default=100, metavar="N",
-                   help="most optimizer steps (default 100)")
-    g.add_argument("--seed", type=_int_at_least(0), default=1, metavar="S",
-                   help="data, initialization and shuffling (default 1)")
-    g.add_argument("--tikhonov", type=NONNEGATIVE, default=0.0, metavar="G",
-                   help="weight of the layers' Tikhonov term (default 0)")
-    g.add_argument("--ddt", type=NONNEGATIVE, default=0.0, metavar="G",
-                   help="weight of the smoothness-in-layer-time term (default 0)")
-    g.add_argument("--classifier-reg", type=NONNEGATIVE, default=0.0, metavar="G",
-                   help="weight of the classifier/opening Tikhonov term (default 0)")
+                   help="samples per step (default all; digits: 100)")
+    g.add_argument("--shuffle", action=argparse.BooleanOptionalAction,
+                   help=f"new random batch order every epoch {_default('shuffle')}")
+    g.add_argument("--iterations", type=_int_at_least(1), metavar="N",
+                   help=f"most optimizer steps {_default('iterations')}")
+    g.add_argument("--seed", type=_int_at_least(0), metavar="S",
+                   help=f"data, initialization and shuffling {_default('seed')}")
+    g.add_argument("--tikhonov", type=NONNEGATIVE, metavar="G",
+                   help=f"weight of the layers' Tikhonov term {_default('tikhonov')}")
+    g.add_argument("--ddt", type=NONNEGATIVE, metavar="G",
+                   help=f"weight of the smoothness-in-layer-time term {_default('ddt')}")
+    g.add_argument("--classifier-reg", type=NONNEGATIVE, metavar="G",
+                   help=f"weight of the classifier/opening Tikhonov term "
+                        f"{_default('classifier_reg')}")
 
     g = p.add_argument_group("stopping")
-    g.add_argument("--validate-every", type=_int_at_least(0), default=1, metavar="K",
-                   help="steps between validations, 0: never (default 1)")
-    g.add_argument("--patience", type=_int_at_least(0), default=0, metavar="K",
+    g.add_argument("--validate-every", type=_int_at_least(0), metavar="K",
+                   help=f"steps between validations, 0: never {_default('validate_every')}")
+    g.add_argument("--patience", type=_int_at_least(0), metavar="K",
                    help="stop after this many validations without improvement (default 0: "
                         "never)")
     g.add_argument("--target-accuracy", type=_float_in(0.0, 1.0, open_low=True), metavar="A",
                    help="stop at this validation accuracy, a fraction (e.g. 0.95)")
 
     g = p.add_argument_group("output")
-    g.add_argument("--checkpoint", metavar="FILE", help="save the training state here")
-    g.add_argument("--checkpoint-every", type=_int_at_least(1), default=10, metavar="K",
-                   help="steps between checkpoints (and one at the end) (default 10)")
+    g.add_argument("--checkpoint", metavar="FILE", help="save the training state here "
+                   "(arrays plus a JSON header; see docs/training.md)")
+    g.add_argument("--checkpoint-every", type=_int_at_least(1), metavar="K",
+                   help=f"steps between checkpoints (and one at the end) "
+                        f"{_default('checkpoint_every')}")
     g.add_argument("--resume", action="store_true",
-                   help="continue from --checkpoint (same settings; may raise --iterations)")
+                   help="continue from --checkpoint (same settings and data; may raise "
+                        "--iterations)")
+    g.add_argument("--resume-on-new-data", action="store_true",
+                   help="with --resume: continue although the checkpoint was written for "
+                        "other data (its data fingerprint differs)")
     g.add_argument("--log", metavar="FILE", help="JSON lines: a header with the config and "
                    "architecture, one record per step, an end record")
-    g.add_argument("--plot", metavar="DIR", help="write PNGs of loss/accuracy and MGRIT "
-                   "convergence here (needs matplotlib)")
-    g.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    g.add_argument("--csv", metavar="FILE", help="per-step metrics as CSV, one row per step")
+    g.add_argument("--plot", metavar="FILE", help="write a figure of loss, accuracy and MGRIT "
+                   "convergence to FILE (.png, .pdf, .svg; needs matplotlib)")
+    _add_verbosity(g)
+
+    e = commands.add_parser(
+        "evaluate", help="loss and accuracy of a checkpoint's weights on a data set",
+        description="Loss and accuracy of the weights in CHECKPOINT (written by `braidpy "
+                    "train --checkpoint`) on a data set, by a serial forward sweep. The "
+                    "data set is split as in training (the checkpoint's --seed).")
+    e.set_defaults(usage_error=e.error)
+    e.add_argument("checkpoint", metavar="CHECKPOINT")
+    e.add_argument("source", metavar="peaks|digits|FILE",
+                   help="data, as for `braidpy train` (FILE with --labels)")
+    e.add_argument("--split", choices=("validation", "train", "all"), default="validation",
+                   help="which part of the data (default validation)")
+    e.add_argument("--best", action="store_true",
+                   help="the best validated weights instead of the last ones")
+    e.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    _add_source_args(e)
+    _add_verbosity(e)
+
+    r = commands.add_parser(
+        "predict", help="predicted classes of new samples",
+        description="Predicted class ids of the samples in INPUT (.npy, one-array .npz, or "
+                    "text with one sample per row) with the weights in CHECKPOINT, written "
+                    "to OUT (.npy, or text with one id per line).")
+    r.set_defaults(usage_error=r.error)
+    r.add_argument("checkpoint", metavar="CHECKPOINT")
+    r.add_argument("input", metavar="INPUT")
+    r.add_argument("-o", "--output", required=True, metavar="OUT",
+                   help="where to write the class ids (.npy, or text: .csv, .txt)")
+    r.add_argument("--probabilities", action="store_true",
+                   help="write the softmax class probabilities (one row per sample) instead")
+    r.add_argument("--best", action="store_true",
+                   help="the best validated weights instead of the last ones")
+    r.add_argument("--delimiter", default=",", metavar="SEP",
+                   help="column separator of a text INPUT; 'space' for any whitespace")
+    _add_verbosity(r)
     return parser
+
+
+def resolve(args: argparse.Namespace) -> argparse.Namespace:
+    """Fill the options not given on the command line from the preset for the data
+    source (:func:`braidpy.train.presets.preset`); returns ``args``."""
+    if getattr(args, "command", None) != "train":
+        return args
+    source = args.source if args.source in SOURCES else "*"
+    values = preset(args.preset, source)
+    for option, key in SETTINGS.items():
+        if getattr(args, option) is None:
+            setattr(args, option, values[key])
+    return args
 
 
 # ------------------------------------------------------------------ data and network
@@ -263,8 +393,14 @@ def _check_source_options(args: argparse.Namespace, error: Callable[[str], None]
                   + (" with --data" if args.data and source == "peaks" else ""))
     if source not in SOURCES and args.labels is None:
         error(f"features file {source!r} needs --labels FILE")
+
+
+def _check_train_options(args: argparse.Namespace, error: Callable[[str], None]) -> None:
+    """Options of ``train`` that contradict each other or name unusable files."""
     if args.resume and not args.checkpoint:
         error("--resume needs --checkpoint FILE (the file to continue from)")
+    if args.resume_on_new_data and not args.resume:
+        error("--resume-on-new-data applies to --resume")
     if args.checkpoint and Path(args.checkpoint).is_dir():
         error(f"--checkpoint {args.checkpoint!r} is a directory; give a file name")
     if args.resume and not Path(args.checkpoint).is_file():
@@ -276,6 +412,33 @@ def _check_source_options(args: argparse.Namespace, error: Callable[[str], None]
             import matplotlib  # noqa: F401
         except ImportError:
             error("--plot needs matplotlib (pip install matplotlib)")
+        from .train.plots import check_figure_path
+
+        try:
+            check_figure_path(args.plot)
+        except ValueError as exc:
+            error(f"--plot {args.plot}: {exc}")
+
+
+def _check_writable(option: str, path: str) -> None:
+    """Make sure ``path`` can be written before training starts (raises OSError naming
+    the option): its folder is created, a probe file is written there and removed, and
+    ``path`` itself must not be a folder."""
+    target = Path(path)
+    try:
+        if target.is_dir():
+            raise OSError(f"{path!r} is a directory; give a file name")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=target.parent, prefix=f".{target.name}.",
+                                         suffix=".probe"):
+            pass
+    except (FileExistsError, NotADirectoryError) as exc:
+        raise OSError(f"{option} {path}: cannot write there: {exc.filename or 'a parent'} "
+                      f"is a file, not a folder") from exc
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+        raise OSError(f"{option} {path}: cannot write there: {why}{where}") from exc
 
 
 def _split(X: np.ndarray, C: np.ndarray, fraction: float, seed: int) -> Tuple[Pair, Any]:
@@ -336,6 +499,16 @@ def make_config(args: argparse.Namespace) -> TrainConfig:
         checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every)
 
 
+def _one_level_warning(args: argparse.Namespace) -> Optional[str]:
+    """Why MGRIT cannot use --levels here (the coarse grid would be one interval)."""
+    if args.mode == "serial" or args.levels < 2 or args.layers // args.cf >= 2:
+        return None
+    return (f"--layers {args.layers} with --cf {args.cf} leaves a coarse grid of "
+            f"{max(args.layers // args.cf, 0)} interval(s), so MGRIT runs on one level "
+            f"(a serial sweep), not --levels {args.levels}; use --layers >= {2 * args.cf} "
+            f"or a smaller --cf")
+
+
 # ------------------------------------------------------------------ the train command
 
 
@@ -350,27 +523,36 @@ def _network_info(net: ResNet) -> Dict[str, Any]:
 def _setup(args: argparse.Namespace, comm: Any, error: Callable[[str], None]):
     """Data, network and trainer; any bad value becomes a usage error (status 2)."""
     _check_source_options(args, error)
+    _check_train_options(args, error)
     try:
         train, val, what = load_source(args)
-    except (OSError, ValueError, ImportError) as exc:
+    except (OSError, ValueError, ImportError, EOFError) as exc:
         error(f"data source {args.source!r}: {_describe(exc)}")
     try:
         net = make_network(args, *train)
         trainer = _Trainer(net, train, val, make_config(args), comm=comm)
         if args.resume:
-            trainer.resume(args.checkpoint)
+            trainer.resume(args.checkpoint, allow_new_data=args.resume_on_new_data)
     except (OSError, ValueError) as exc:
         error(_describe(exc))
     return trainer, what
 
 
 class _Outputs:
-    """Rank 0's outputs of a run: progress, log, plots, summary (see :func:`_on_root`)."""
+    """Rank 0's outputs of a run: progress, logs, plot, summary (see :func:`_on_root`)."""
 
     def __init__(self, args: argparse.Namespace, trainer: Trainer, header: Dict[str, Any]):
         self.args, self.trainer, self.header = args, trainer, header
         self.log: Optional[JsonLog] = None
+        self.csv: Optional[CsvLog] = None
         self.progress: Optional[Progress] = None
+
+    def check(self) -> None:
+        """Every file the run will write can be written (before any training)."""
+        for option in ("checkpoint", "plot", "log", "csv"):
+            path = getattr(self.args, option)
+            if path:
+                _check_writable(f"--{option}", path)
 
     def start(self) -> None:
         args, h = self.args, self.header
@@ -380,8 +562,15 @@ class _Outputs:
                 self.log = JsonLog(args.log, h, self.trainer.history)
             except OSError as exc:
                 raise OSError(f"--log {args.log}: {exc.strerror or exc}") from exc
+        if args.csv:
+            try:
+                Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
+                self.csv = CsvLog(args.csv, self.trainer.history)
+            except OSError as exc:
+                raise OSError(f"--csv {args.csv}: {exc.strerror or exc}") from exc
         if not args.quiet:
-            self.progress = Progress(self.trainer.config.iterations)
+            self.progress = Progress(self.trainer.config.iterations,
+                                     initial=self.trainer.iteration)
             self.progress.message(
                 f"braidpy train: {h['source']}, {h['train_samples']} training / "
                 f"{h['validation_samples']} validation samples; {h['architecture']} "
@@ -393,6 +582,8 @@ class _Outputs:
     def step(self, record: Dict[str, Any]) -> None:
         if self.log:
             self.log.step(record)
+        if self.csv:
+            self.csv.step(record)
         if self.progress:
             self.progress.update(record)
 
@@ -411,16 +602,22 @@ class _Outputs:
     def close(self) -> None:
         if self.progress:
             self.progress.close()
-        if self.log:
-            self.log.close()
+        for log in (self.log, self.csv):
+            if log:
+                log.close()
 
 
 def _train(args: argparse.Namespace, argv: List[str]) -> int:
     started = time.perf_counter()
     comm = world()
+    resolve(args)
     trainer, what = _setup(args, comm, args.usage_error)
     net, cfg = trainer.net, trainer.config
+    warning = _one_level_warning(args)
+    if warning:
+        logger.warning("%s", warning)
     header = {"braidpy": __version__, "argv": argv, "source": what,
+              "preset": args.preset,
               "ranks": 1 if comm is None else comm.Get_size(),
               "train_samples": int(trainer.X.shape[0]),
               "validation_samples": 0 if trainer.validation is None else
@@ -428,11 +625,12 @@ def _train(args: argparse.Namespace, argv: List[str]) -> int:
               "architecture": net.describe(), "network": _network_info(net),
               "mode": cfg.mode + (f" (m1={cfg.m1}, m2={cfg.m2})" if cfg.mode == "oneshot"
                                   else ""),
-              "config": asdict(cfg),
+              "config": asdict(cfg), "data_fingerprint": trainer.data_fingerprint,
               "resumed_from": args.checkpoint if args.resume else None,
               "resumed_at": trainer.iteration if args.resume else None}
     outputs = _Outputs(args, trainer, header)
     try:
+        _on_root(comm, outputs.check)
         _on_root(comm, outputs.start)
     except _Failed as exc:
         args.usage_error(str(exc))
@@ -454,18 +652,158 @@ def _train(args: argparse.Namespace, argv: List[str]) -> int:
     return 0
 
 
+# ------------------------------------------------------------------ evaluate and predict
+
+
+def _load_model(args: argparse.Namespace) -> Tuple[ResNet, np.ndarray, Dict[str, Any]]:
+    """The network and weights of a checkpoint (usage error if it is not one)."""
+    try:
+        state = _checkpoint.load(args.checkpoint)
+    except (OSError, ValueError) as exc:
+        args.usage_error(f"checkpoint: {_describe(exc)}")
+    spec: Dict[str, Any] = state.get("network") or {}
+    if not isinstance(spec, dict) or not spec:
+        args.usage_error(f"checkpoint {args.checkpoint}: no network description")
+    try:
+        net = ResNet(tuple(spec["input_shape"]), spec["nclasses"], width=spec["width"],
+                     nlayers=spec["nlayers"], T=spec["T"], activation=spec["activation"],
+                     opening=spec["opening"], opening_activation=spec["opening_activation"],
+                     kernel=spec["kernel"])
+    except (KeyError, TypeError, ValueError) as exc:
+        args.usage_error(f"checkpoint {args.checkpoint}: bad network description ({exc})")
+    params = state["params"]
+    if args.best:
+        if state.get("best", {}).get("params") is None:
+            args.usage_error(f"checkpoint {args.checkpoint}: --best, but the run never "
+                             f"validated")
+        params = state["best"]["params"]
+    if getattr(params, "shape", None) != (net.nparams,):
+        args.usage_error(f"checkpoint {args.checkpoint}: {getattr(params, 'shape', None)} "
+                         f"weights for a network of {net.nparams}")
+    return net, np.asarray(params, dtype=np.float64), state
+
+
+def _check_samples(args: argparse.Namespace, net: ResNet, X: np.ndarray, what: str) -> None:
+    if tuple(X.shape[1:]) != net.input_shape:
+        args.usage_error(f"{what}: samples of shape {tuple(X.shape[1:])}, but the "
+                         f"checkpoint's network takes {net.input_shape}")
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    net, params, state = _load_model(args)
+    config = state.get("config", {})
+    args.seed = int(config.get("seed", 1))  # the split of the training run
+    _check_source_options(args, args.usage_error)
+    try:
+        train, val, what = load_source(args)
+    except (OSError, ValueError, ImportError, EOFError) as exc:
+        args.usage_error(f"data source {args.source!r}: {_describe(exc)}")
+    if args.split == "validation" and val is None:
+        args.usage_error(f"data source {args.source!r} has no validation samples "
+                         f"(use --split train or all)")
+    if args.split == "train" or val is None:
+        X, C = train
+    elif args.split == "validation":
+        X, C = val
+    else:
+        X, C = np.concatenate([train[0], val[0]]), np.concatenate([train[1], val[1]])
+    _check_samples(args, net, X, what)
+    if C.shape[1] != net.nclasses:
+        args.usage_error(f"{what}: {C.shape[1]} classes, but the checkpoint's network "
+                         f"has {net.nclasses}")
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        result = {"checkpoint": str(args.checkpoint), "data": what, "split": args.split,
+                  "samples": int(X.shape[0]), "weights": "best" if args.best else "last",
+                  "iteration": state.get("iteration"),
+                  "loss": net.loss(params, X, C), "accuracy": net.accuracy(params, X, C)}
+    if args.json:
+        print(json.dumps(result, allow_nan=False))
+    elif not args.quiet:
+        print(f"{what}, {args.split} ({result['samples']} samples), {result['weights']} "
+              f"weights of step {result['iteration']}: accuracy "
+              f"{100 * result['accuracy']:.2f}%, loss {result['loss']:.6e}")
+    return 0
+
+
+def _predict(args: argparse.Namespace) -> int:
+    from .data._files import _read_array
+
+    net, params, _ = _load_model(args)
+    out = Path(args.output)
+    if out.suffix.lower() not in (".npy", ".csv", ".txt"):
+        args.usage_error(f"-o {args.output}: give a .npy, .csv or .txt file")
+    try:
+        X = _read_array(Path(args.input), None if args.delimiter == "space" else args.delimiter)
+    except (OSError, ValueError) as exc:
+        args.usage_error(f"input: {_describe(exc)}")
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim == 1 and net.input_shape == (1,):
+        X = X[:, None]
+    _check_samples(args, net, X, str(args.input))
+    try:
+        _check_writable("-o", args.output)
+    except OSError as exc:
+        args.usage_error(str(exc))
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        if args.probabilities:
+            v = net.views(params)
+            z = net.forward(params, X).reshape(X.shape[0], -1) @ v["W"].T + v["mu"]
+            z = np.exp(z - z.max(axis=1, keepdims=True))
+            values = z / z.sum(axis=1, keepdims=True)
+        else:
+            values = np.asarray(net.predict(params, X), dtype=np.int64)
+    if out.suffix.lower() == ".npy":
+        np.save(out, values)
+    else:
+        np.savetxt(out, values, fmt="%d" if values.dtype.kind == "i" else "%.17g",
+                   delimiter=",")
+    if not args.quiet:
+        print(f"wrote {'probabilities' if args.probabilities else 'class ids'} of "
+              f"{X.shape[0]} samples to {out}", file=sys.stderr)
+    return 0
+
+
+# ------------------------------------------------------------------ entry point
+
+
+def _configure_logging(args: argparse.Namespace) -> logging.Handler:
+    """The ``braidpy`` logger to stderr on rank 0: WARNING by default, ERROR with -q,
+    INFO with -v, DEBUG with -vv. Returns the handler (removed at the end of main)."""
+    level = logging.ERROR if args.quiet else (logging.WARNING, logging.INFO,
+                                              logging.DEBUG)[min(args.verbose, 2)]
+    handler: logging.Handler = logging.StreamHandler(sys.stderr) if _rank() == 0 \
+        else logging.NullHandler()
+    handler.setFormatter(logging.Formatter("braidpy: %(levelname)s: %(message)s"
+                                           if level > logging.INFO else "%(name)s: %(message)s"))
+    root = logging.getLogger("braidpy")
+    root.addHandler(handler)
+    root.setLevel(level)
+    root.propagate = False
+    return handler
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the command line; returns the exit status (0 ok, 1 failed, 2 bad options)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(argv)  # exits with status 2 on bad options
+    root = logging.getLogger("braidpy")
+    saved = root.level, root.propagate
+    handler = _configure_logging(args)
     try:
-        return _train(args, argv)
+        if args.command == "train":
+            return _train(args, argv)
+        return _evaluate(args) if args.command == "evaluate" else _predict(args)
     except KeyboardInterrupt:
         if _rank() == 0:
-            print("\nbraidpy train: interrupted", file=sys.stderr, flush=True)
+            print(f"\nbraidpy {args.command}: interrupted", file=sys.stderr, flush=True)
         return 130
     except Exception as exc:  # noqa: BLE001 - one message, no traceback, status 1
         if _rank() == 0:
-            print(f"braidpy train: error: {_describe(exc)}", file=sys.stderr, flush=True)
+            print(f"braidpy {args.command}: error: {_describe(exc)}", file=sys.stderr,
+                  flush=True)
         return 1
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(saved[0])
+        root.propagate = saved[1]

@@ -54,8 +54,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-train", type=int, default=None,
                    help="use only this many training images (quick runs)")
     p.add_argument("--seed", type=int, default=1, help="split, weights and batch order")
+    p.add_argument("--cf", type=int, default=4, help="MGRIT coarsening factor")
     p.add_argument("--plot", metavar="DIR", help="write training figures here (matplotlib)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.mode != "serial" and args.layers // args.cf < 2:
+        p.error(f"--layers {args.layers} with coarsening factor {args.cf} leaves a coarse "
+                f"grid of {args.layers // args.cf} interval(s), so MGRIT would run on one "
+                f"level (a serial sweep), not two; use --layers >= {2 * args.cf}, a smaller "
+                f"--cf, or --mode serial")
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> train.Trainer:
@@ -75,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> train.Trainer:
                                batch_size=args.batch, shuffle=True,
                                iterations=args.iterations, seed=args.seed,
                                validate_every=args.validate_every,
-                               mgrit={"cfactor": 4, "max_levels": 2})
+                               mgrit={"cfactor": args.cf, "max_levels": 2})
     trainer = train.Trainer(net, (X, C), (Xv, Cv), config, comm=comm)
 
     def report(r: Dict[str, Any]) -> None:

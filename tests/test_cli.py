@@ -12,7 +12,10 @@ import numpy as np
 import pytest
 from test_mpi import MPIEXEC
 
-from braidpy.cli import build_parser
+from braidpy.cli import build_parser, resolve
+from braidpy.nn import ResNet
+from braidpy.train import TrainConfig, load_checkpoint
+from braidpy.train.presets import library_defaults, preset
 from braidpy.train.progress import Progress, format_step
 
 # Tiny runs: 100 peaks points, 8 layers (two MGRIT levels with cf 4), 3 steps.
@@ -59,14 +62,48 @@ def test_help_lists_the_options():
                    "--target-accuracy", "--checkpoint", "--resume", "--log", "--plot",
                    "--quiet", "peaks|digits|FILE"):
         assert option in proc.stdout, option
-    assert "train" in ok("--help").stdout
+    top = ok("--help").stdout
+    assert "train" in top and "evaluate" in top and "predict" in top
+
+
+def parse(*argv):
+    return resolve(build_parser().parse_args(["train", *argv]))
 
 
 def test_defaults_are_the_papers_peaks_setup():
-    args = build_parser().parse_args(["train", "peaks"])
+    args = parse("peaks")
     assert (args.width, args.T, args.activation, args.optimizer) == (8, 5.0, "smooth_relu",
                                                                       "lbfgs")
     assert (args.mode, args.m1, args.m2, args.levels, args.cf) == ("oneshot", 2, 2, 2, 4)
+    assert (args.layers, args.seed, args.iterations, args.batch) == (32, 1, 100, None)
+
+
+def test_defaults_come_from_the_library():
+    # One source: the command line's values are TrainConfig's and ResNet's defaults.
+    args, cfg = parse("peaks"), TrainConfig()
+    for option in ("mode", "m1", "m2", "optimizer", "iterations", "seed", "init_scale",
+                   "tikhonov", "ddt", "classifier_reg", "validate_every", "patience",
+                   "checkpoint_every", "shuffle"):
+        assert getattr(args, option) == getattr(cfg, option), option
+    assert (args.levels, args.cf, args.tol) == (cfg.mgrit.max_levels, cfg.mgrit.cfactor,
+                                                cfg.mgrit.abs_tol)
+    net = ResNet((2,), 3, width=2, nlayers=2)
+    assert (args.T, args.activation, args.kernel) == (net.T, net.activation_name, net.kernel)
+    assert library_defaults()["mode"] == "oneshot" and library_defaults()["seed"] == 1
+
+
+def test_presets_and_explicit_options():
+    quick, paper = parse("digits"), parse("digits", "--preset", "paper")
+    assert (quick.layers, quick.width, quick.optimizer, quick.batch, quick.shuffle) == (
+        8, 4, "adam", 100, True)
+    assert (paper.layers, paper.width, paper.optimizer, paper.batch, paper.shuffle) == (
+        32, 8, "lbfgs", None, False)
+    settings = lambda args: {k: v for k, v in vars(args).items()  # noqa: E731
+                             if k not in ("usage_error", "preset")}
+    assert settings(parse("peaks", "--preset", "paper")) == settings(parse("peaks"))
+    mine = parse("digits", "--layers", "12", "--no-shuffle", "--optimizer", "sgd")
+    assert (mine.layers, mine.shuffle, mine.optimizer, mine.batch) == (12, False, "sgd", 100)
+    assert preset("quick", "digits")["lr"] == quick.lr == 0.02
 
 
 @pytest.mark.parametrize("args, message", [
@@ -129,6 +166,82 @@ def test_checkpoint_write_failure_stops_every_rank(tmp_path):
     assert proc.stderr.count("error: checkpoint") == 1, proc.stderr
 
 
+def test_empty_npy_names_the_file(tmp_path):
+    (tmp_path / "X.npy").write_bytes(b"")
+    np.savetxt(tmp_path / "y.csv", [0, 1], fmt="%d")
+    proc = cli("train", tmp_path / "X.npy", "--labels", tmp_path / "y.csv")
+    assert proc.returncode == 2, proc.stderr
+    assert f"{tmp_path / 'X.npy'}: not a readable .npy file (the file is empty)" in proc.stderr
+    assert "EOFError" not in proc.stderr
+
+
+def test_npz_features_are_read_as_arrays(tmp_path):
+    rng = np.random.default_rng(5)
+    labels = rng.integers(0, 2, 20)
+    np.savez(tmp_path / "X.npz", features=rng.standard_normal((20, 3)) + labels[:, None])
+    np.savetxt(tmp_path / "y.csv", labels, fmt="%d")
+    ok("train", tmp_path / "X.npz", "--labels", tmp_path / "y.csv", "--layers", "8",
+       "--iterations", "1", "--quiet")
+    np.savez(tmp_path / "two.npz", a=np.zeros((20, 3)), b=np.zeros(20))
+    proc = cli("train", tmp_path / "two.npz", "--labels", tmp_path / "y.csv")
+    assert proc.returncode == 2 and "2 arrays (a, b); give a file with one array" in proc.stderr
+    assert "codec" not in proc.stderr
+
+
+@pytest.mark.parametrize("option, path", [
+    ("--checkpoint", "afile/run.ckpt"),       # its folder is a file: cannot be created
+    ("--plot", "afile/run.png"),
+    ("--plot", "adir"),                       # an existing folder, not a figure file
+    ("--plot", "run.txt"),                    # not a figure type
+    ("--log", "afile/log.jsonl"),
+    ("--csv", "afile/m.csv"),
+])
+def test_unwritable_outputs_are_refused_before_training(tmp_path, option, path):
+    (tmp_path / "afile").write_text("")
+    (tmp_path / "adir").mkdir()
+    proc = cli("train", "peaks", *TINY, option, tmp_path / path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"{option} {tmp_path / path}" in proc.stderr and "usage:" in proc.stderr
+    assert progress_lines(proc) == []  # no step was taken
+
+
+def test_unwritable_checkpoint_is_refused_on_every_rank(tmp_path):
+    (tmp_path / "afile").write_text("")
+    proc = cli("train", "peaks", *TINY, "--checkpoint", tmp_path / "afile" / "c.ckpt",
+               nranks=2)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.count("cannot write there") == 1 and progress_lines(proc) == []
+    assert "is a file, not a folder" in proc.stderr
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-inf", "1e999"])
+def test_non_finite_numbers_are_refused(value):
+    proc = cli("train", "peaks", f"--init-scale={value}")
+    assert proc.returncode == 2, proc.stderr
+    assert "--init-scale: must be a finite number" in proc.stderr or \
+        "--init-scale: must be >= 0" in proc.stderr, proc.stderr
+
+
+def test_resume_on_other_data_is_a_usage_error_naming_both_fingerprints(tmp_path):
+    ck = tmp_path / "run.ckpt"
+    ok("train", "peaks", *TINY, "--checkpoint", ck, "--log", tmp_path / "a.jsonl", "--quiet")
+    theirs = read_log(tmp_path / "a.jsonl")[0]["data_fingerprint"]
+    more = [*TINY, "--iterations", "5"]
+    for other in (["--samples", "120"], ["--validation-samples", "60"]):
+        proc = cli("train", "peaks", *more, *other, "--checkpoint", ck, "--resume",
+                   "--log", tmp_path / "b.jsonl")
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert "other data" in proc.stderr and theirs in proc.stderr
+        assert "--resume-on-new-data" in proc.stderr
+        mine = re.search(r"this run's is (sha256:[0-9a-f]{16})", proc.stderr).group(1)
+        assert mine != theirs
+    proc = ok("train", "peaks", *more, "--samples", "120", "--checkpoint", ck, "--resume",
+              "--resume-on-new-data", "--log", tmp_path / "b.jsonl")
+    header, steps, end = read_log(tmp_path / "b.jsonl")
+    assert header["train_samples"] == 120 and [r["iteration"] for r in steps] == [1, 2, 3, 4, 5]
+    assert "resuming on other data" in proc.stderr
+
+
 # ------------------------------------------------------------------ runs and files
 
 
@@ -157,15 +270,13 @@ def test_quiet_prints_nothing(tmp_path):
     assert proc.stdout == proc.stderr == ""
 
 
-@pytest.mark.parametrize("mode, figures", [
-    ("oneshot", {"training.png", "mgrit_residuals.png", "mgrit_iterations.png"}),
-    ("serial", {"training.png"}),
-])
-def test_plot_writes_pngs(tmp_path, mode, figures):
-    ok("train", "peaks", *TINY, "--mode", mode, "--plot", tmp_path / "plots", "--quiet")
-    written = {p.name for p in (tmp_path / "plots").iterdir()}
-    assert written == figures
-    assert all((tmp_path / "plots" / name).stat().st_size > 1000 for name in figures)
+@pytest.mark.parametrize("mode, name", [("oneshot", "run.png"), ("serial", "run.pdf")])
+def test_plot_writes_the_file_it_names(tmp_path, mode, name):
+    target = tmp_path / "new" / "folder" / name
+    ok("train", "peaks", *TINY, "--mode", mode, "--plot", target, "--quiet")
+    assert [p.name for p in target.parent.iterdir()] == [name]  # that file and no other
+    assert target.is_file() and target.stat().st_size > 1000
+    assert target.read_bytes()[:4] == {".png": b"\x89PNG", ".pdf": b"%PDF"}[target.suffix]
 
 
 def test_features_file_dense_and_conv(tmp_path):
@@ -207,6 +318,97 @@ def test_resume_continues_to_the_same_history(tmp_path, extra):
     assert steps_without_time(resumed) == steps_without_time(full)
 
 
+def test_resume_under_two_ranks_equals_the_uninterrupted_run(tmp_path):
+    six = [*TINY[:-1], "6", "--layers", "16"]
+    ok("train", "peaks", *six, "--log", tmp_path / "full.jsonl", "--quiet")
+    ck = tmp_path / "run.ckpt"
+    ok("train", "peaks", *TINY, "--layers", "16", "--checkpoint", ck, "--quiet", nranks=2)
+    ok("train", "peaks", *six, "--checkpoint", ck, "--resume", "--log",
+       tmp_path / "resumed.jsonl", "--quiet", nranks=2)
+    _, full, _ = read_log(tmp_path / "full.jsonl")
+    _, resumed, _ = read_log(tmp_path / "resumed.jsonl")
+    for key in ("loss", "objective", "gradient_norm", "val_accuracy", "step_size", "steps"):
+        assert [r.get(key) for r in resumed] == [r.get(key) for r in full], key  # bitwise
+    assert load_checkpoint(ck)["iteration"] == 6
+
+
+def test_csv_metrics(tmp_path):
+    ok("train", "peaks", *TINY, "--csv", tmp_path / "m.csv", "--log", tmp_path / "l.jsonl",
+       "--quiet")
+    rows = (tmp_path / "m.csv").read_text().splitlines()
+    assert rows[0].startswith("iteration,epoch,loss,objective,gradient_norm")
+    _, steps, _ = read_log(tmp_path / "l.jsonl")
+    assert len(rows) == 1 + len(steps) == 4
+    columns = rows[0].split(",")
+    for row, record in zip(rows[1:], steps):
+        values = dict(zip(columns, row.split(",")))
+        assert float(values["loss"]) == record["loss"]  # all the digits
+        assert float(values["primal_residual"]) == record["primal_residuals"][-1]
+        assert int(values["iteration"]) == record["iteration"]
+
+
+def test_verbosity_levels(tmp_path):
+    quiet = ok("train", "peaks", *TINY, "--layers", "4", "-q")
+    assert quiet.stderr == quiet.stdout == ""
+    default = ok("train", "peaks", *TINY, "--layers", "4")
+    assert "braidpy: WARNING: --layers 4 with --cf 4 leaves a coarse grid of 1" in default.stderr
+    assert "braidpy.train:" not in default.stderr
+    info = ok("train", "peaks", *TINY, "-v")
+    assert "braidpy.train: stopped after 3 steps" in info.stderr
+    assert "braidpy.train: step 1/3" not in info.stderr
+    debug = ok("train", "peaks", *TINY, "-vv")
+    assert "braidpy.train: step 1/3" in debug.stderr
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("trained")
+    ok("train", "peaks", "--samples", "300", "--validation-samples", "100", "--layers", "8",
+       "--iterations", "6", "--checkpoint", folder / "run.ckpt", "--log",
+       folder / "log.jsonl", "--quiet")
+    return folder
+
+
+def test_evaluate_reports_the_runs_validation_accuracy(trained):
+    _, steps, end = read_log(trained / "log.jsonl")
+    proc = ok("evaluate", trained / "run.ckpt", "peaks", "--samples", "300",
+              "--validation-samples", "100", "--json")
+    result = json.loads(proc.stdout)
+    assert result["samples"] == 100 and result["iteration"] == 6
+    assert result["accuracy"] == pytest.approx(steps[-1]["val_accuracy"], abs=1e-12)
+    best = json.loads(ok("evaluate", trained / "run.ckpt", "peaks", "--samples", "300",
+                         "--validation-samples", "100", "--json", "--best").stdout)
+    assert best["accuracy"] == pytest.approx(end["best_accuracy"], abs=1e-12)
+    text = ok("evaluate", trained / "run.ckpt", "peaks", "--split", "train", "--samples",
+              "300").stdout
+    assert "train (300 samples)" in text and "accuracy" in text
+    proc = cli("evaluate", trained / "run.ckpt", "digits")
+    assert proc.returncode == 2 and "takes (2,)" in proc.stderr
+
+
+def test_predict_writes_class_ids_and_probabilities(trained, tmp_path):
+    from braidpy import data
+
+    X, C = data.peaks(50, 9)
+    np.save(tmp_path / "X.npy", X)
+    ok("predict", trained / "run.ckpt", tmp_path / "X.npy", "-o", tmp_path / "ids.csv")
+    ok("predict", trained / "run.ckpt", tmp_path / "X.npy", "-o", tmp_path / "ids.npy")
+    ok("predict", trained / "run.ckpt", tmp_path / "X.npy", "-o", tmp_path / "p.npy",
+       "--probabilities")
+    ids = np.loadtxt(tmp_path / "ids.csv", dtype=int)
+    state = load_checkpoint(trained / "run.ckpt")
+    net = ResNet(**{k: (tuple(v) if k == "input_shape" else v)
+                    for k, v in state["network"].items()})
+    np.testing.assert_array_equal(ids, net.predict(state["params"], X))
+    np.testing.assert_array_equal(np.load(tmp_path / "ids.npy"), ids)
+    p = np.load(tmp_path / "p.npy")
+    assert p.shape == (50, 5) and np.allclose(p.sum(axis=1), 1)
+    np.testing.assert_array_equal(p.argmax(axis=1), ids)
+    np.save(tmp_path / "bad.npy", np.zeros((4, 3)))
+    proc = cli("predict", trained / "run.ckpt", tmp_path / "bad.npy", "-o", tmp_path / "o.npy")
+    assert proc.returncode == 2 and "samples of shape (3,)" in proc.stderr
+
+
 @pytest.mark.parametrize("mode", ["oneshot", "exact", "serial"])
 def test_two_ranks_log_the_same_losses_as_one(tmp_path, mode):
     logs = {}
@@ -235,6 +437,7 @@ class FakeTerminal(io.StringIO):
 
 
 def test_progress_bar_redraws_one_line():
+    pytest.importorskip("tqdm")
     out = FakeTerminal()
     bar = Progress(total=4, stream=out)
     record = {"iteration": 2, "loss": 0.25, "val_accuracy": 0.5, "seconds": 0.5,
@@ -244,10 +447,18 @@ def test_progress_bar_redraws_one_line():
     bar.update(dict(record, iteration=4))
     bar.close()
     text = out.getvalue()
-    assert text.count("\r") == 2 and text.endswith("\n") and text.count("\n") == 1
-    assert "[#####.....] 2/4 loss 2.500e-01 val 50.0% state 2 it 2.0e-04" in text
-    assert "[##########] 4/4" in text
+    assert text.count("\r") >= 2 and text.endswith("\n") and text.count("\n") == 1
+    assert "4/4" in text and "loss 2.500e-01 val 50.0% state 2 it 2.0e-04" in text
     assert "state 2 it r 2.0e-04" in format_step(record, 4)
+
+
+def test_progress_without_tqdm_prints_plain_lines(monkeypatch):
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # import tqdm fails
+    out = FakeTerminal()
+    bar = Progress(total=4, stream=out)
+    bar.update({"iteration": 1, "loss": 0.5, "seconds": 0.1})
+    bar.close()
+    assert out.getvalue() == "step 1/4  loss 5.0000e-01  0.10 s\n"
 
 
 def test_console_script():
@@ -282,3 +493,23 @@ def test_interrupted_run_exits_130(tmp_path):
             proc.communicate()
     assert proc.returncode == 130, (proc.returncode, out, err)
     assert "braidpy train: interrupted" in err and "Traceback" not in err, err
+
+
+class RunsCode:
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_crafted_pickle_checkpoint_is_refused_on_resume(tmp_path):
+    import pickle
+
+    marker, ck = tmp_path / "pwned", tmp_path / "old.ckpt"
+    ck.write_bytes(pickle.dumps({"format": "braidpy-train-checkpoint-1",
+                                 "state": RunsCode(marker)}))
+    proc = cli("train", "peaks", *TINY, "--checkpoint", ck, "--resume")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "pickle" in proc.stderr and "arbitrary code" in proc.stderr
+    assert not marker.exists()

@@ -53,3 +53,13 @@ def test_ex04_serial_forward_agrees_with_layer_parallel_validation():
     out = run("ex04_peaks_oneshot.py", TINY["ex04_peaks_oneshot.py"])
     found = re.search(r"layer-parallel (\S+)%, serial forward (\S+)%", out)
     assert found and found.group(1) == found.group(2), out
+
+
+def test_ex05_refuses_layers_it_cannot_run_on_two_levels():
+    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "ex05_digits_conv.py"),
+                           "--layers", "4"], capture_output=True, text=True, timeout=120,
+                          cwd=ROOT)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "--layers 4 with coarsening factor 4 leaves a coarse grid of 1 interval" in \
+        proc.stderr
+    assert "--layers >= 8" in proc.stderr

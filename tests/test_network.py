@@ -55,7 +55,7 @@ def test_layout_and_views():
     v["mu"][0] = -1.0
     assert p[net.slices()["mu"]][0] == -1.0  # views, not copies
     assert sum(s.stop - s.start for s in net.slices().values()) == net.nparams
-    np.testing.assert_array_equal(net.times, (np.arange(6) / 5) * 1.0)
+    np.testing.assert_array_equal(net.times, (np.arange(6) / 5) * 5.0)  # default T = 5
 
 
 @pytest.mark.parametrize("kwargs,match", [

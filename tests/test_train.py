@@ -1,6 +1,8 @@
 """braidpy.train: MGRIT gradients vs serial backprop, regularization, optimizers, the
 training loop (monotone exact training, checkpoint and exact resume) and bad configs."""
 
+import logging
+
 import numpy as np
 import pytest
 from train_cases import MGRIT, conv_problem, dense_problem
@@ -124,7 +126,7 @@ def small_trainer(tmp_path=None, **overrides):
     args = dict(mode="exact", optimizer="lbfgs", iterations=8, mgrit=MGRIT, seed=1,
                 tikhonov=1e-4, ddt=1e-3, classifier_reg=1e-4)
     if tmp_path is not None:
-        args.update(checkpoint=str(tmp_path / "ckpt.pkl"), checkpoint_every=3)
+        args.update(checkpoint=str(tmp_path / "ckpt.npz"), checkpoint_every=3)
     args.update(overrides)
     return Trainer(net, (X, C), (X[:15], C[:15]), TrainConfig(**args))
 
@@ -165,9 +167,9 @@ def test_killed_run_resumes_with_the_same_history(tmp_path, mode, optimizer, bat
     first = small_trainer(tmp_path, **extra)
     with pytest.raises(Killed):
         first.run(kill_after_4)
-    assert load_checkpoint(tmp_path / "ckpt.pkl")["iteration"] == 3
+    assert load_checkpoint(tmp_path / "ckpt.npz")["iteration"] == 3
     resumed = small_trainer(tmp_path, **extra)
-    resumed.resume(tmp_path / "ckpt.pkl")
+    resumed.resume(tmp_path / "ckpt.npz")
     history = resumed.run()
     timing = ("seconds", "validation_seconds")
     strip = lambda h: [{k: v for k, v in r.items() if k not in timing} for r in h]  # noqa: E731
@@ -180,7 +182,7 @@ def test_resume_refuses_other_settings(tmp_path):
     t.run()
     other = small_trainer(tmp_path, iterations=3, ddt=0.5)
     with pytest.raises(ValueError, match="other settings: ddt"):
-        other.resume(tmp_path / "ckpt.pkl")
+        other.resume(tmp_path / "ckpt.npz")
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
         other.resume(tmp_path / "missing.pkl")
     (tmp_path / "junk.pkl").write_bytes(b"not a pickle")
@@ -203,6 +205,7 @@ def test_stopping_rules():
     (dict(m1=0), "m1 must be an int >= 1, got 0"),
     (dict(batch_size=0), "batch_size must be a positive int or None, got 0"),
     (dict(target_accuracy=1.5), "target_accuracy must be in"),
+    (dict(init_scale=float("inf")), "init_scale must be a finite number >= 0, got inf"),
 ])
 def test_bad_configs_are_named(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -216,7 +219,7 @@ def test_bad_training_inputs_are_named():
     with pytest.raises(ValueError, match=r"data samples have shape \(3,\)"):
         Trainer(net, (np.zeros((4, 3)), C[:4]))
     with pytest.raises(ValueError, match="give abs_tol instead"):
-        Trainer(net, (X, C), config=TrainConfig(mgrit=dict(rel_tol=1e-6)))
+        Trainer(net, (X, C), config=TrainConfig(mode="exact", mgrit=dict(rel_tol=1e-6)))
     with pytest.raises(ValueError, match="'seq_soln' is chosen by the trainer"):
         Trainer(net, (X, C), config=TrainConfig(mgrit=dict(seq_soln=True)))
     with pytest.raises(ValueError, match=r"params must have shape"):
@@ -257,12 +260,37 @@ def test_resume_accepts_defaults_written_out(tmp_path):
     t.run()
     same = small_trainer(tmp_path, iterations=5, mgrit=dict(cfactor=4, max_levels=2,
                                                             abs_tol=1e-9))
-    same.resume(tmp_path / "ckpt.pkl")
+    same.resume(tmp_path / "ckpt.npz")
     assert same.iteration == 3
 
 
 def test_failed_checkpoint_write_raises(tmp_path):
-    (tmp_path / "ckpt.pkl.tmp").mkdir()  # the temporary file cannot be created
+    (tmp_path / "ckpt.npz.tmp").mkdir()  # the temporary file cannot be created
     t = small_trainer(tmp_path, iterations=3)
     with pytest.raises(OSError):
         t.run()
+
+
+def test_training_logs_steps_at_debug_and_the_summary_at_info(caplog, capsys):
+    with caplog.at_level(logging.INFO, logger="braidpy"):
+        small_trainer(iterations=2).run()
+    messages = [(r.name, r.levelno, r.getMessage()) for r in caplog.records]
+    assert [m for m in messages if m[1] == logging.DEBUG] == []
+    (name, level, text), = messages
+    assert (name, level) == ("braidpy.train", logging.INFO)
+    assert text.startswith("stopped after 2 steps: reached the step limit; best validation")
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="braidpy"):
+        small_trainer(iterations=2).run()
+    steps = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG
+             and r.name == "braidpy.train"]
+    assert len(steps) == 2 and steps[0].startswith("step 1/2  loss ")
+    assert "state" in steps[0] and " it r " in steps[0]  # the MGRIT residuals of the step
+    assert capsys.readouterr() == ("", "")  # the library prints nothing
+
+
+def test_progress_bar_on_request(capsys):
+    pytest.importorskip("tqdm")
+    small_trainer(iterations=2).run(progress=True)
+    err = capsys.readouterr().err
+    assert "2/2" in err and "loss" in err

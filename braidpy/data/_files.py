@@ -1,4 +1,4 @@
-"""User data sets from .npy or delimited text files, and the readers the loaders share."""
+"""User data sets from .npy, .npz or delimited text files, and the readers the loaders share."""
 
 from __future__ import annotations
 
@@ -25,20 +25,39 @@ def _read_text(path: Path, delimiter: Optional[str] = None) -> np.ndarray:
         raise ValueError(f"{path}: could not read numbers ({err})") from err
 
 
+def _numeric(path: Path, data: np.ndarray) -> np.ndarray:
+    if data.dtype == bool or not np.issubdtype(data.dtype, np.number):
+        raise ValueError(f"{path}: non-numeric data (dtype {data.dtype})")
+    if np.issubdtype(data.dtype, np.complexfloating):
+        raise ValueError(f"{path}: complex data (dtype {data.dtype}) is not supported")
+    return data
+
+
 def _read_array(path: Path, delimiter: Optional[str]) -> np.ndarray:
-    """Read a .npy file or a delimited text file."""
+    """Read a .npy file, a .npz archive holding one array, or a delimited text file."""
     if not path.is_file():
         raise FileNotFoundError(f"{path}: file not found")
-    if path.suffix.lower() == ".npy":
+    suffix = path.suffix.lower()
+    if suffix in (".npy", ".npz"):
+        kind = "an .npz archive" if suffix == ".npz" else "a .npy file"
         try:
-            data = np.load(path, allow_pickle=False)
-        except ValueError as err:
-            raise ValueError(f"{path}: not a readable .npy file ({err})") from err
-        if data.dtype == bool or not np.issubdtype(data.dtype, np.number):
-            raise ValueError(f"{path}: non-numeric data (dtype {data.dtype})")
-        if np.issubdtype(data.dtype, np.complexfloating):
-            raise ValueError(f"{path}: complex data (dtype {data.dtype}) is not supported")
-        return data
+            loaded = np.load(path, allow_pickle=False)
+        except (ValueError, EOFError, OSError) as err:
+            why = "the file is empty" if path.stat().st_size == 0 else str(err)
+            raise ValueError(f"{path}: not a readable {suffix} file "
+                             f"({why})") from err
+        if isinstance(loaded, np.ndarray):
+            return _numeric(path, loaded)
+        with loaded:
+            names = list(loaded.files)
+            if len(names) != 1:
+                raise ValueError(f"{path}: {kind} with {len(names)} arrays "
+                                 f"({', '.join(names) or 'none'}); give a file with one array")
+            try:
+                data = loaded[names[0]]
+            except ValueError as err:
+                raise ValueError(f"{path}: array {names[0]!r} is not readable ({err})") from err
+        return _numeric(path, data)
     return _read_text(path, delimiter)
 
 
@@ -57,10 +76,10 @@ def load_arrays(
     Parameters
     ----------
     features : str or path
-        ``.npy`` file (any shape, first axis = samples) or text file with one sample
-        per row (read with `delimiter`).
+        ``.npy`` file (any shape, first axis = samples), ``.npz`` archive holding one
+        such array, or text file with one sample per row (read with `delimiter`).
     labels : str or path
-        ``.npy`` or text file holding either integer class ids ``0, ..., C - 1``
+        ``.npy``, one-array ``.npz`` or text file holding either integer class ids ``0, ..., C - 1``
         (one per sample, a column or a flat array) or one-hot rows.
     nclasses : int, optional
         Number of classes; defaults to the number of one-hot columns or to

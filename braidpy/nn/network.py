@@ -51,9 +51,9 @@ class ResNet:
         Network width q (dense) or number of channels (conv).
     nlayers : int
         Number of residual layers N (time steps).
-    T : float, default 1.0
+    T : float, default 5.0
         Final layer time; the step size is h = T / N.
-    activation : str, default "tanh"
+    activation : str, default "smooth_relu"
         Activation of the residual layers (see :func:`braidpy.nn.activation_names`).
     opening : str, default "dense" for feature vectors, "conv" for images
         One of ``"dense"``, ``"conv"``, ``"replicate"``, ``"zero-pad"``.
@@ -86,7 +86,7 @@ class ResNet:
     """
 
     def __init__(self, input_shape: Sequence[int], nclasses: int, *, width: int, nlayers: int,
-                 T: float = 1.0, activation: str = "tanh", opening: Optional[str] = None,
+                 T: float = 5.0, activation: str = "smooth_relu", opening: Optional[str] = None,
                  opening_activation: bool = True, kernel: int = 3,
                  backend: BackendLike = None, xp: Any = None):
         shape = tuple(int(s) for s in input_shape)

@@ -13,12 +13,15 @@ See :class:`TrainConfig` for the settings and ``docs/training.md`` for the metho
 
 from __future__ import annotations
 
+from .checkpoint import CheckpointError
 from .checkpoint import load as load_checkpoint
+from .checkpoint import save as save_checkpoint
 from .evaluate import TRAINING_DEFAULTS, LayerParallelEvaluator, SerialEvaluator, training_options
 from .optim import LBFGS, OPTIMIZERS, SGD, Adam, make_optimizer
 from .regularize import Regularizer
-from .trainer import MODES, TrainConfig, Trainer
+from .trainer import MODES, DataMismatchError, TrainConfig, Trainer, data_fingerprint
 
-__all__ = ["Adam", "LBFGS", "LayerParallelEvaluator", "MODES", "OPTIMIZERS", "Regularizer",
-           "SGD", "SerialEvaluator", "TRAINING_DEFAULTS", "TrainConfig", "Trainer",
-           "load_checkpoint", "make_optimizer", "training_options"]
+__all__ = ["Adam", "CheckpointError", "DataMismatchError", "LBFGS", "LayerParallelEvaluator",
+           "MODES", "OPTIMIZERS", "Regularizer", "SGD", "SerialEvaluator", "TRAINING_DEFAULTS",
+           "TrainConfig", "Trainer", "data_fingerprint", "load_checkpoint", "make_optimizer",
+           "save_checkpoint", "training_options"]

@@ -1,8 +1,9 @@
 """Figures of a training history (needs matplotlib): loss, accuracy and MGRIT effort.
 
 :func:`plot_history` takes the records of :attr:`braidpy.train.Trainer.history` (or a
-JSON-lines log read back) and writes PNGs into a folder. Figures are drawn on Agg
-canvases of their own, as in :mod:`braidpy.plotting`: no window, no global pyplot state.
+JSON-lines log read back) and writes one figure to a file (``--plot FILE`` of the
+command line) or three PNGs into a folder. Figures are drawn on Agg canvases of their
+own, as in :mod:`braidpy.plotting`: no window, no global pyplot state.
 
 Examples
 --------
@@ -13,6 +14,8 @@ Examples
 ...            for k in (1, 2, 3)]
 >>> [p.name for p in plot_history(history, tempfile.mkdtemp())]
 ['training.png', 'mgrit_residuals.png', 'mgrit_iterations.png']
+>>> [p.name for p in plot_history(history, tempfile.mkdtemp() + "/run.pdf")]
+['run.pdf']
 """
 
 from __future__ import annotations
@@ -25,10 +28,63 @@ import numpy as np
 
 from ..plotting import _new_figure, plot_residuals
 
-__all__ = ["plot_history", "FIGURES"]
+__all__ = ["plot_history", "check_figure_path", "FIGURES", "FORMATS"]
 
-#: File names written by :func:`plot_history` (the MGRIT ones in layer-parallel modes only).
+#: File names written by :func:`plot_history` into a folder (the MGRIT ones in
+#: layer-parallel modes only).
 FIGURES = ("training.png", "mgrit_residuals.png", "mgrit_iterations.png")
+
+#: File types of a single-file figure (matplotlib's Agg, PDF and SVG writers).
+FORMATS = (".png", ".pdf", ".svg", ".jpg", ".jpeg", ".eps", ".ps")
+
+
+def check_figure_path(path: Any) -> Path:
+    """``path`` as a figure file that :func:`plot_history` can write, or a ValueError
+    saying why not (a folder, no or an unknown file type). Does not touch the disk."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError("is a directory; name the figure file, e.g. training.png")
+    if path.suffix.lower() not in FORMATS:
+        raise ValueError(f"unknown figure type {path.suffix or '(none)'!r}; give a file "
+                         f"ending in {', '.join(FORMATS)}")
+    return path
+
+
+def _residuals_panel(ax, last) -> None:
+    for key, label in (("primal", "state"), ("adjoint", "adjoint")):
+        res = np.asarray(last.get(f"{key}_residuals") or [], dtype=float)
+        ax.semilogy(np.arange(res.size), res, marker="o", markersize=3, label=label)
+    ax.set_xlabel("MGRIT iteration")
+    ax.set_ylabel("residual norm")
+    ax.set_title(f"MGRIT residuals at step {last['iteration']}", fontsize="small")
+    ax.grid(True, which="major", alpha=0.4)
+    ax.legend()
+
+
+def _single_figure(history, path: Path, title: Optional[str]) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    mgrit = "primal_residuals" in history[-1]
+    fig = _new_figure(10.0, 8.0 if mgrit else 4.0)
+    axes = fig.subplots(2 if mgrit else 1, 2, squeeze=False)
+    ax_loss, ax_acc = axes[0]
+    _loss_and_accuracy(history, ax_loss, ax_acc)
+    if mgrit:
+        _residuals_panel(axes[1][0], history[-1])
+        ax = axes[1][1]
+        for key, label, marker in (("primal_iterations", "state", "o"),
+                                   ("adjoint_iterations", "adjoint", "s")):
+            its, counts = _column(history, key)
+            ax.plot(its, counts, marker=marker, markersize=3, linestyle="-", label=label)
+        _steps_axis(ax)
+        ax.set_ylabel("MGRIT iterations per gradient")
+        ax.set_ylim(bottom=0)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(True, alpha=0.4)
+        ax.legend()
+    if title:
+        fig.suptitle(title, fontsize="small")
+    fig.savefig(path, dpi=120)
 
 
 def _column(history: Sequence[Mapping[str, Any]], key: str):
@@ -49,6 +105,13 @@ def _steps_axis(ax) -> None:
 def _training(history, path: Path, title: Optional[str]) -> None:
     fig = _new_figure(10.0, 4.0)
     ax_loss, ax_acc = fig.subplots(1, 2)
+    _loss_and_accuracy(history, ax_loss, ax_acc)
+    if title:
+        fig.suptitle(title, fontsize="small")
+    fig.savefig(path, dpi=120)
+
+
+def _loss_and_accuracy(history, ax_loss, ax_acc) -> None:
     for key, label in (("loss", "loss"), ("objective", "loss + regularization")):
         its, values = _column(history, key)
         if key == "objective" and np.array_equal(values, _column(history, "loss")[1]):
@@ -65,9 +128,6 @@ def _training(history, path: Path, title: Optional[str]) -> None:
     ax_acc.grid(True, alpha=0.4)
     if not its.size:
         ax_acc.set_title("no validation")
-    if title:
-        fig.suptitle(title, fontsize="small")
-    fig.savefig(path, dpi=120)
 
 
 def _mgrit_iterations(history, path: Path, title: Optional[str]) -> None:
@@ -92,7 +152,12 @@ def _mgrit_iterations(history, path: Path, title: Optional[str]) -> None:
 
 def plot_history(history: Sequence[Mapping[str, Any]], directory: Any,
                  title: Optional[str] = None) -> List[Path]:
-    """Write the training figures into ``directory`` (created if missing).
+    """Write the training figures to a file or into a folder.
+
+    ``directory`` ending in a figure type (:data:`FORMATS`, e.g. ``run.png``) names one
+    file (its folder is created): loss and validation accuracy, and in layer-parallel
+    modes the last step's MGRIT residuals and every step's MGRIT iterations, in one
+    figure. Otherwise it is a folder (created if missing) that receives
 
     * ``training.png``: training loss (and loss + regularization when they differ) and
       validation accuracy against the optimizer step;
@@ -105,6 +170,11 @@ def plot_history(history: Sequence[Mapping[str, Any]], directory: Any,
     """
     if not history:
         raise ValueError("no training history to plot")
+    if Path(directory).suffix.lower() in FORMATS and not Path(directory).is_dir():
+        path = check_figure_path(directory)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _single_figure(history, path, title)
+        return [path]
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
     paths = [folder / name for name in FIGURES]

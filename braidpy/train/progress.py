@@ -1,10 +1,14 @@
-"""Training progress for people (a progress bar or plain lines) and machines (JSON lines).
+"""Training progress for people (a progress bar or plain lines) and machines (JSON
+lines, CSV).
 
-:class:`Progress` shows one line per optimizer step: on a terminal a bar redrawn in
-place, elsewhere (a file, a pipe, a batch job's log) a plain line per step, so that logs
-stay readable. :class:`JsonLog` writes a header record, one record per step and an end
-record, each a line of strict JSON (non-finite numbers become the strings "nan", "inf",
-"-inf"). Both write only what they are given: the caller decides which rank writes.
+:class:`Progress` shows one line per optimizer step: on a terminal a ``tqdm`` bar
+redrawn in place (tqdm is optional: without it, plain lines), elsewhere (a file, a pipe,
+a batch job's log) a plain line per step, so that logs stay readable.
+:func:`progress_bar` is the bar alone, through ``tqdm.auto`` (a widget in notebooks).
+:class:`JsonLog` writes a header record, one record per step and an end record, each a
+line of strict JSON (non-finite numbers become the strings "nan", "inf", "-inf");
+:class:`CsvLog` one row of scalar metrics per step. All write only what they are given:
+the caller decides which rank writes.
 
 Examples
 --------
@@ -18,15 +22,16 @@ Examples
 
 from __future__ import annotations
 
+import csv
 import json
 import math
-import shutil
 import sys
-from typing import Any, Dict, Iterable, List, Mapping, Optional, TextIO
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, TextIO
 
 import numpy as np
 
-__all__ = ["JsonLog", "Progress", "format_step", "summary", "to_json"]
+__all__ = ["CsvLog", "JsonLog", "Progress", "format_step", "progress_bar", "summary",
+           "to_json"]
 
 STOP_REASONS = {
     "iterations": "reached the step limit",
@@ -58,8 +63,49 @@ def format_step(record: Mapping[str, Any], total: int, compact: bool = False) ->
     return (" " if compact else "  ").join(parts)
 
 
+def _tqdm(auto: bool) -> Any:
+    """tqdm's class (``tqdm.auto``'s when ``auto``), or None when tqdm is not installed."""
+    try:
+        if auto:
+            from tqdm.auto import tqdm
+        else:
+            from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm
+
+
+class _Bar:
+    """A tqdm bar over optimizer steps with the step's numbers as its postfix."""
+
+    def __init__(self, tqdm: Any, total: int, initial: int = 0, stream: Any = None):
+        self.total = total
+        self._bar = tqdm(total=total, initial=initial, file=stream, unit="step",
+                         dynamic_ncols=True, leave=True)
+
+    def update(self, record: Mapping[str, Any]) -> None:
+        self._bar.set_postfix_str(format_step(record, self.total, compact=True).split(" ", 1)[1],
+                                  refresh=False)
+        self._bar.update(max(0, record["iteration"] - self._bar.n))
+
+    def write(self, text: str) -> None:
+        self._bar.write(text, file=self._bar.fp)
+
+    def close(self) -> None:
+        self._bar.close()
+
+
+def progress_bar(total: int, initial: int = 0) -> Optional[_Bar]:
+    """A ``tqdm.auto`` bar over ``total`` optimizer steps (a widget in a notebook, text on
+    a terminal), or None when tqdm is not installed. ``update(record)`` per step,
+    ``close()`` at the end."""
+    tqdm = _tqdm(auto=True)
+    return None if tqdm is None else _Bar(tqdm, total, initial)
+
+
 class Progress:
-    """Step lines on ``stream``: a bar updated in place on a TTY, plain lines otherwise.
+    """Step lines on ``stream``: a tqdm bar updated in place on a TTY, plain lines
+    otherwise (and on a TTY when tqdm is not installed).
 
     Parameters
     ----------
@@ -68,45 +114,42 @@ class Progress:
     stream : file, default sys.stderr
     tty : bool, optional
         Force bar (True) or plain lines (False); default: ``stream.isatty()``.
+    initial : int
+        Steps already taken (a resumed run).
     """
 
-    def __init__(self, total: int, stream: Optional[TextIO] = None, tty: Optional[bool] = None):
+    def __init__(self, total: int, stream: Optional[TextIO] = None, tty: Optional[bool] = None,
+                 initial: int = 0):
         self.total = total
         self.stream = sys.stderr if stream is None else stream
         isatty = getattr(self.stream, "isatty", None)
         self.tty = bool(isatty and isatty()) if tty is None else tty
-        self._open = False  # a bar line is drawn and needs a newline before other text
+        self.initial = initial
+        self._bar: Optional[_Bar] = None
+        self._tqdm = _tqdm(auto=False) if self.tty else None
 
     def message(self, text: str) -> None:
-        """A line of its own (a started bar keeps its last state above it)."""
-        self._end_bar()
-        print(text, file=self.stream, flush=True)
+        """A line of its own (above a started bar)."""
+        if self._bar is not None:
+            self._bar.write(text)
+        else:
+            print(text, file=self.stream, flush=True)
 
     def update(self, record: Mapping[str, Any]) -> None:
-        if not self.tty:
+        if self._tqdm is None:
             print(format_step(record, self.total), file=self.stream, flush=True)
             return
-        line = format_step(record, self.total, compact=True)
-        room = shutil.get_terminal_size((100, 24)).columns - 1  # the last column wraps
-        filled = int(round(10 * min(1.0, record["iteration"] / max(self.total, 1))))
-        bar = f"[{'#' * filled}{'.' * (10 - filled)}] "
-        text = bar + line if len(bar) + len(line) <= room else line[:max(room, 10)]
-        # \r returns to the line start, ESC[K clears what a longer last line left behind.
-        self.stream.write(f"\r{text}\x1b[K")
-        self.stream.flush()
-        self._open = True
+        if self._bar is None:
+            self._bar = _Bar(self._tqdm, self.total, self.initial, self.stream)
+        self._bar.update(record)
 
     def close(self) -> None:
-        self._end_bar()
-
-    def _end_bar(self) -> None:
-        if self._open:
-            self.stream.write("\n")
-            self.stream.flush()
-            self._open = False
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
 
 
-def summary(history: List[Mapping[str, Any]], best: Mapping[str, Any],
+def summary(history: Sequence[Mapping[str, Any]], best: Mapping[str, Any],
             stop_reason: Optional[str]) -> Dict[str, Any]:
     """The end-of-run numbers: steps, stop reason, best validation accuracy, training
     seconds and layer step calls (the records' ``steps``), summed over the whole history
@@ -182,6 +225,40 @@ class JsonLog:
 
     def end(self, record: Mapping[str, Any]) -> None:
         self._write({"event": "end", **record})
+
+    def close(self) -> None:
+        self._file.close()
+
+
+#: The columns of :class:`CsvLog`, in order (a record's last residuals as single numbers).
+CSV_COLUMNS = ("iteration", "epoch", "loss", "objective", "gradient_norm", "step_size",
+               "line_search_trials", "primal_iterations", "primal_residual",
+               "adjoint_iterations", "adjoint_residual", "steps", "val_accuracy",
+               "seconds")
+
+
+class CsvLog:
+    """Per-step metrics as CSV: a header row of :data:`CSV_COLUMNS`, then one row per step
+    (empty cells for what a step lacks, e.g. validation or MGRIT numbers in serial mode;
+    floats with all their digits). Every row is flushed."""
+
+    def __init__(self, path: Any, steps: Iterable[Mapping[str, Any]] = ()):
+        self._file = open(path, "w", encoding="utf-8", newline="")
+        self._writer = csv.writer(self._file)
+        self._writer.writerow(CSV_COLUMNS)
+        for record in steps:
+            self.step(record)
+        self._file.flush()
+
+    def step(self, record: Mapping[str, Any]) -> None:
+        row = dict(record)
+        for key in ("primal", "adjoint"):
+            res = record.get(f"{key}_residuals")
+            row[f"{key}_residual"] = res[-1] if res else None
+        self._writer.writerow(["" if row.get(c) is None else
+                               repr(float(row[c])) if isinstance(row[c], float) else row[c]
+                               for c in CSV_COLUMNS])
+        self._file.flush()
 
     def close(self) -> None:
         self._file.close()

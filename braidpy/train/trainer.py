@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
@@ -15,9 +17,13 @@ from ..parallel.comm import rank_size
 from . import checkpoint as _checkpoint
 from .evaluate import LayerParallelEvaluator, SerialEvaluator, training_options
 from .optim import make_optimizer
+from .progress import format_step, progress_bar, summary, summary_lines
 from .regularize import Regularizer
 
-__all__ = ["TrainConfig", "Trainer", "MODES"]
+__all__ = ["TrainConfig", "Trainer", "MODES", "DataMismatchError", "data_fingerprint",
+           "network_spec"]
+
+logger = logging.getLogger("braidpy.train")
 
 MODES = ("serial", "exact", "oneshot")
 
@@ -48,7 +54,7 @@ class TrainConfig:
     checkpoint : file to save the whole training state to; checkpoint_every steps.
     """
 
-    mode: str = "exact"
+    mode: str = "oneshot"
     m1: int = 2
     m2: int = 2
     mgrit: Any = field(default_factory=dict)  # an Options after __post_init__
@@ -62,7 +68,7 @@ class TrainConfig:
     tikhonov: float = 0.0
     ddt: float = 0.0
     classifier_reg: float = 0.0
-    seed: int = 0
+    seed: int = 1
     init_scale: float = 0.1
     validate_every: int = 1
     patience: int = 0
@@ -85,6 +91,10 @@ class TrainConfig:
                                             not isinstance(self.batch_size, int) or
                                             self.batch_size < 1):
             raise ValueError(f"batch_size must be a positive int or None, got {self.batch_size!r}")
+        if isinstance(self.init_scale, bool) or \
+                not isinstance(self.init_scale, (int, float, np.floating)) or \
+                not np.isfinite(self.init_scale) or self.init_scale < 0:
+            raise ValueError(f"init_scale must be a finite number >= 0, got {self.init_scale!r}")
         if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
             raise ValueError(f"target_accuracy must be in (0, 1], got {self.target_accuracy!r}")
         self.mgrit: Options = training_options(self.mgrit)
@@ -92,6 +102,40 @@ class TrainConfig:
             raise ValueError(
                 "rel_tol is measured against each solve's first residual, which is tiny when "
                 "training warm-starts from the previous step; give abs_tol instead")
+
+
+def network_spec(net: ResNet) -> Dict[str, Any]:
+    """The ResNet's constructor arguments (JSON values): ``ResNet(**spec)`` rebuilds it."""
+    return {"input_shape": list(net.input_shape), "nclasses": net.nclasses,
+            "width": net.width, "nlayers": net.nlayers, "T": net.T,
+            "activation": net.activation_name, "opening": net.opening,
+            "opening_activation": net.opening_activation, "kernel": net.kernel}
+
+
+class DataMismatchError(ValueError):
+    """A checkpoint written for other training or validation data than the trainer's."""
+
+
+def data_fingerprint(train: Tuple[np.ndarray, np.ndarray],
+                     validation: Optional[Tuple[np.ndarray, np.ndarray]] = None) -> str:
+    """A short hash of the training and validation data (shapes, dtypes and bytes):
+    ``"sha256:"`` and 16 hex digits. Checkpoints record it so that resuming on other data
+    is noticed.
+
+    >>> X, C = np.zeros((2, 3)), np.eye(2)
+    >>> data_fingerprint((X, C)) == data_fingerprint((X.copy(), C.copy()))
+    True
+    >>> data_fingerprint((X, C)) == data_fingerprint((X + 1, C))
+    False
+    """
+    h = hashlib.sha256()
+    for name, pair in (("train", train), ("validation", validation)):
+        h.update(name.encode())
+        for a in (() if pair is None else pair):
+            a = np.ascontiguousarray(a)
+            h.update(f"{a.dtype.str}{a.shape}".encode())
+            h.update(a.tobytes())
+    return "sha256:" + h.hexdigest()[:16]
 
 
 def _check_pair(what: str, data: Any) -> Tuple[np.ndarray, np.ndarray]:
@@ -154,6 +198,7 @@ class Trainer:
         self.history: List[Dict[str, Any]] = []
         self.best: Dict[str, Any] = {"accuracy": None, "iteration": None, "params": None}
         self._stale = 0
+        self.data_fingerprint = data_fingerprint((self.X, self.C), self.validation)
         X0, C0 = self._peek_batch()
         self.evaluator: Any
         if cfg.mode == "serial":
@@ -241,6 +286,8 @@ class Trainer:
                 self._stale += 1
         record["seconds"] = time.perf_counter() - start
         self.history.append(record)
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("%s", format_step(record, cfg.iterations))
         return record
 
     def should_stop(self) -> Optional[str]:
@@ -257,23 +304,38 @@ class Trainer:
             return "no improvement"
         return None
 
-    def run(self, on_step: Optional[Callable[[Dict[str, Any]], None]] = None) -> List[Dict]:
+    def run(self, on_step: Optional[Callable[[Dict[str, Any]], None]] = None, *,
+            progress: bool = False) -> List[Dict]:
         """Step until a stopping rule fires; ``on_step(record)`` after each step.
 
         Saves a checkpoint every ``checkpoint_every`` steps and at the end when
-        ``config.checkpoint`` is set. Returns the history.
+        ``config.checkpoint`` is set. ``progress=True`` shows a progress bar on rank 0
+        (``tqdm.auto``: a widget in notebooks; nothing if tqdm is not installed). Logs
+        each step at DEBUG and the run's summary at INFO on the ``braidpy.train`` logger.
+        Returns the history.
         """
         cfg = self.config
-        self.stop_reason = self.should_stop() if self.history else None
-        while self.stop_reason is None:
-            record = self.step()
-            if on_step is not None:
-                on_step(record)
-            if cfg.checkpoint and self.iteration % cfg.checkpoint_every == 0:
+        bar = progress_bar(cfg.iterations, initial=self.iteration) \
+            if progress and self.rank == 0 else None
+        try:
+            self.stop_reason = self.should_stop() if self.history else None
+            while self.stop_reason is None:
+                record = self.step()
+                if bar is not None:
+                    bar.update(record)
+                if on_step is not None:
+                    on_step(record)
+                if cfg.checkpoint and self.iteration % cfg.checkpoint_every == 0:
+                    self.save(cfg.checkpoint)
+                self.stop_reason = self.should_stop()
+            if cfg.checkpoint and self.iteration % cfg.checkpoint_every != 0:
                 self.save(cfg.checkpoint)
-            self.stop_reason = self.should_stop()
-        if cfg.checkpoint and self.iteration % cfg.checkpoint_every != 0:
-            self.save(cfg.checkpoint)
+        finally:
+            if bar is not None:
+                bar.close()
+        if logger.isEnabledFor(logging.INFO):
+            logger.info("%s", "; ".join(summary_lines(
+                summary(self.history, self.best, self.stop_reason))))
         return self.history
 
     # ------------------------------------------------------------ checkpoints
@@ -288,7 +350,17 @@ class Trainer:
             "optimizer": self.optimizer.state_dict(), "history": list(self.history),
             "best": dict(self.best), "stale": self._stale,
             "warm": self.evaluator.warm_state(),
+            "data_fingerprint": self.data_fingerprint,
+            "data": self._data_shapes(),
+            "network": network_spec(self.net),
         }
+
+    def _data_shapes(self) -> Dict[str, Any]:
+        """Sizes of the data, for messages about a checkpoint of other data."""
+        out = {"train": list(self.X.shape)}
+        if self.validation is not None:
+            out["validation"] = list(self.validation[0].shape)
+        return out
 
     def _comparable_config(self) -> Dict[str, Any]:
         """The config as plain values, the MGRIT options with every field written out,
@@ -304,8 +376,15 @@ class Trainer:
             if self.rank == 0:
                 _checkpoint.save(path, state)
 
-    def load_state(self, state: Mapping[str, Any]) -> None:
-        """Continue from a :meth:`state` (e.g. read by :func:`braidpy.train.load_checkpoint`)."""
+    def load_state(self, state: Mapping[str, Any], *, allow_new_data: bool = False) -> None:
+        """Continue from a :meth:`state` (e.g. read by :func:`braidpy.train.load_checkpoint`).
+
+        The state must come from the same data (its ``data_fingerprint``), else a
+        :class:`DataMismatchError` names both fingerprints. ``allow_new_data=True``
+        continues on this trainer's data anyway: weights, optimizer, step count and history
+        carry over; the batch order starts a new epoch, the MGRIT states start afresh (as in a new run) and
+        the best validation accuracy is forgotten (it was measured on other data).
+        """
         if state.get("nparams") != self.net.nparams or \
                 state.get("architecture") != self.net.describe():
             raise ValueError(f"checkpoint is for {state.get('architecture')!r}, not "
@@ -318,6 +397,18 @@ class Trainer:
         if mine != theirs:
             diff = sorted(k for k in mine if mine[k] != theirs.get(k))
             raise ValueError(f"checkpoint was written with other settings: {', '.join(diff)}")
+        theirs_fp = state.get("data_fingerprint")
+        new_data = theirs_fp != self.data_fingerprint
+        if new_data and not allow_new_data:
+            def sizes(shapes: Any) -> str:
+                if not isinstance(shapes, Mapping):
+                    return "sizes unknown"
+                return ", ".join(f"{k} {'x'.join(map(str, v))}" for k, v in shapes.items())
+            raise DataMismatchError(
+                f"checkpoint was written for other data: its data fingerprint is {theirs_fp} "
+                f"({sizes(state.get('data'))}), this run's is {self.data_fingerprint} "
+                f"({sizes(self._data_shapes())}); to continue on the new data anyway, pass "
+                f"allow_new_data=True (command line: --resume-on-new-data)")
         self.params[...] = state["params"]
         self.iteration, self.epoch = int(state["iteration"]), int(state["epoch"])
         self._position = int(state["position"])
@@ -325,11 +416,21 @@ class Trainer:
         self.rng = np.random.default_rng()
         self.rng.bit_generator.state = state["rng"]
         self.optimizer.load_state_dict(state["optimizer"])
+        logger.info("resumed at step %d (checkpoint data fingerprint %s)", self.iteration,
+                    theirs_fp)
         self.history = list(state["history"])
         self.best = dict(state["best"])
         self._stale = int(state["stale"])
-        self.evaluator.load_warm_state(state.get("warm") or {})
+        if not new_data:
+            self.evaluator.load_warm_state(state.get("warm") or {})
+        else:
+            logger.warning("resuming on other data than the checkpoint's (fingerprint %s, "
+                           "checkpoint %s): new batch order, MGRIT states from scratch",
+                           self.data_fingerprint, theirs_fp)
+            self._order, self._position = None, 0
+            self.best = {"accuracy": None, "iteration": None, "params": None}
+            self._stale = 0
 
-    def resume(self, path: str) -> None:
-        """Continue from the checkpoint file ``path``."""
-        self.load_state(_checkpoint.load(path))
+    def resume(self, path: str, *, allow_new_data: bool = False) -> None:
+        """Continue from the checkpoint file ``path`` (see :meth:`load_state`)."""
+        self.load_state(_checkpoint.load(path), allow_new_data=allow_new_data)
