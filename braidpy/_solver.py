@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import sys
 import threading
@@ -25,6 +26,10 @@ from .parallel.layers import check_ranges
 from .parallel.timecomm import TimeComm
 
 __all__ = ["Core", "solve"]
+
+# Per-iteration residuals at DEBUG, one summary per solve at INFO (rank 0 only);
+# print_level keeps XBraid's own lines on stdout.
+logger = logging.getLogger("braidpy.solver")
 
 BUSY = ("this braidpy Core is busy: solve() is running (called from another thread, or "
         "from inside one of its own callbacks); a Core serves one solve at a time")
@@ -134,8 +139,7 @@ class Core:
         self._tcomm = TimeComm(comm) if self.size > 1 else None
         self._busy = threading.Lock()  # taken without waiting: concurrent use is an error
         tell_app_the_grid(app, tstart, tstop, ntime)
-        progress = self._print_progress if self.options.print_level >= 1 and self.rank == 0 \
-            else None
+        progress = self._progress if self.rank == 0 else None
         core_options = self.options.to_core()
         core_options.batch = self.options.batch and has_step_batch(app)
         if ownership is not None:
@@ -277,12 +281,14 @@ class Core:
         return self._solver.counts()
 
     # ----------------------------------------------------------------- errors
-    def _print_progress(self, k: int, rnorm: float, has: bool) -> None:
-        if has:
-            print(f"  Braid: || r_{k} || = {rnorm:.6e}")
-        else:
-            print(f"  Braid: || r_{k} || not available")
-        sys.stdout.flush()
+    def _progress(self, k: int, rnorm: float, has: bool) -> None:
+        """Rank 0, each iteration: log the residual, print it with print_level >= 1."""
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("iteration %d: residual %s", k, f"{rnorm:.6e}" if has else "n/a")
+        if self.options.print_level >= 1:
+            print(f"  Braid: || r_{k} || = {rnorm:.6e}" if has else
+                  f"  Braid: || r_{k} || not available")
+            sys.stdout.flush()
 
     def _agreement(self, what: str):
         return agreed(self._wire, what, self.labels.ranks)
@@ -330,8 +336,15 @@ class Core:
         return value
 
     def _print_summary(self) -> None:
-        if self.options.print_level >= 1 and self.rank == 0:
-            print(f"  Braid: {self._solver.iterations} iterations, {self.nlevels} levels")
+        if self.rank != 0:
+            return
+        iterations = self._solver.iterations
+        if logger.isEnabledFor(logging.INFO):
+            history = self._solver.residuals()
+            logger.info("solve: %d iterations, %d levels, last residual %s", iterations,
+                        self.nlevels, f"{history[-1][1]:.3e}" if history else "n/a")
+        if self.options.print_level >= 1:
+            print(f"  Braid: {iterations} iterations, {self.nlevels} levels")
 
     def close(self) -> None:
         """Release the Core's duplicate of the communicator now (also done when the
