@@ -27,8 +27,9 @@ from .parallel.timecomm import TimeComm
 
 __all__ = ["Core", "solve"]
 
-# Per-iteration residuals at DEBUG, one summary per solve at INFO (rank 0 only);
-# print_level keeps XBraid's own lines on stdout.
+# Rank 0 logs each iteration's residual and each solve's summary at DEBUG (a training
+# step runs many solves: INFO is left to run summaries); print_level keeps XBraid's own
+# lines on stdout.
 logger = logging.getLogger("braidpy.solver")
 
 BUSY = ("this braidpy Core is busy: solve() is running (called from another thread, or "
@@ -339,9 +340,9 @@ class Core:
         if self.rank != 0:
             return
         iterations = self._solver.iterations
-        if logger.isEnabledFor(logging.INFO):
+        if logger.isEnabledFor(logging.DEBUG):
             history = self._solver.residuals()
-            logger.info("solve: %d iterations, %d levels, last residual %s", iterations,
+            logger.debug("solve: %d iterations, %d levels, last residual %s", iterations,
                         self.nlevels, f"{history[-1][1]:.3e}" if history else "n/a")
         if self.options.print_level >= 1:
             print(f"  Braid: {iterations} iterations, {self.nlevels} levels")

@@ -13,6 +13,7 @@ import numpy as np
 from .._options import Options
 from ..nn.network import ResNet
 from ..parallel.agree import agreed
+from ..parallel.interrupts import deferred_interrupts
 from ..parallel.comm import rank_size
 from . import checkpoint as _checkpoint
 from .evaluate import LayerParallelEvaluator, SerialEvaluator, training_options
@@ -318,18 +319,22 @@ class Trainer:
         bar = progress_bar(cfg.iterations, initial=self.iteration) \
             if progress and self.rank == 0 else None
         try:
-            self.stop_reason = self.should_stop() if self.history else None
-            while self.stop_reason is None:
-                record = self.step()
-                if bar is not None:
-                    bar.update(record)
-                if on_step is not None:
-                    on_step(record)
-                if cfg.checkpoint and self.iteration % cfg.checkpoint_every == 0:
+            # Ctrl-C on one rank stops every rank at the next agreement point (in a
+            # solve, or after the step's report below) instead of stranding the others.
+            with deferred_interrupts():
+                self.stop_reason = self.should_stop() if self.history else None
+                while self.stop_reason is None:
+                    record = self.step()
+                    with agreed(self.comm, "reporting the training step"):
+                        if bar is not None:
+                            bar.update(record)
+                        if on_step is not None:
+                            on_step(record)
+                    if cfg.checkpoint and self.iteration % cfg.checkpoint_every == 0:
+                        self.save(cfg.checkpoint)
+                    self.stop_reason = self.should_stop()
+                if cfg.checkpoint and self.iteration % cfg.checkpoint_every != 0:
                     self.save(cfg.checkpoint)
-                self.stop_reason = self.should_stop()
-            if cfg.checkpoint and self.iteration % cfg.checkpoint_every != 0:
-                self.save(cfg.checkpoint)
         finally:
             if bar is not None:
                 bar.close()
