@@ -156,6 +156,29 @@ class WrongShapeReceived(Decay):
         return u
 
 
+class Watched(Decay):
+    """Records the last MGRIT iteration each rank's steps saw; the victim raises in its
+    first step of iteration `fail_at`."""
+
+    def __init__(self, comm, fail_at):
+        super().__init__()
+        self.mine, self.fail_at, self.last = comm.rank == victim(comm), fail_at, -1
+
+    def step(self, u, t0, t1, status):
+        self.last = max(self.last, status.iteration)
+        if self.mine and status.iteration == self.fail_at:
+            raise ZeroDivisionError("failed on purpose")
+        super().step(u, t0, t1, status)
+
+
+def within_one_cycle(fail_at=2):
+    """(outcome, the last iteration this rank's steps saw) for a failure in iteration
+    `fail_at` on the victim rank."""
+    app = Watched(COMM, fail_at)
+    got = outcome(lambda: braidpy.solve(app, 0.0, 4.0, NTIME, comm=COMM, **OPTIONS))
+    return [got, app.last]
+
+
 def wrong_shape(app_class):
     return lambda: solve_twice(lambda: braidpy.Core(app_class(COMM), 0.0, 4.0, NTIME,
                                                     comm=COMM, **OPTIONS),
@@ -281,6 +304,7 @@ def main():
         "progress_output_fails": progress_output_fails(after=2),
         "wrong_shape_step": wrong_shape(WrongShape),
         "wrong_shape_received": wrong_shape(WrongShapeReceived),
+        "within_one_cycle": within_one_cycle,
     }
     out = {"size": COMM.Get_size(), "owned": COMM.gather(
         list(braidpy.Core(Decay(), 0.0, 4.0, NTIME, comm=COMM, **OPTIONS).owned))}

@@ -83,6 +83,16 @@ def test_a_state_of_another_shape_is_named_where_it_happened(run, case, where, s
     assert [solves[1][0] for solves in res[case]] == ["right"] * nranks
 
 
+def test_every_rank_stops_within_the_cycle_that_failed(run):
+    # The victim raises in iteration 2: no rank may step in iteration 3 (a healthy solve
+    # of this problem takes more than 3 iterations).
+    nranks, res = run
+    victim = min(2, nranks - 1)
+    outcomes = [r[0] for r in res["within_one_cycle"]]
+    expect_stopped_together(outcomes, victim, "ZeroDivisionError", "step")
+    assert [r[1] for r in res["within_one_cycle"]] == [2] * nranks
+
+
 def test_soak_random_faults_on_random_ranks(run):
     nranks, res = run
     per_rank = res["soak"]
