@@ -62,8 +62,6 @@ def _residuals_panel(ax, last) -> None:
 
 
 def _single_figure(history, path: Path, title: Optional[str]) -> None:
-    from matplotlib.ticker import MaxNLocator
-
     mgrit = "primal_residuals" in history[-1]
     fig = _new_figure(10.0, 8.0 if mgrit else 4.0)
     axes = fig.subplots(2 if mgrit else 1, 2, squeeze=False)
@@ -71,20 +69,26 @@ def _single_figure(history, path: Path, title: Optional[str]) -> None:
     _loss_and_accuracy(history, ax_loss, ax_acc)
     if mgrit:
         _residuals_panel(axes[1][0], history[-1])
-        ax = axes[1][1]
-        for key, label, marker in (("primal_iterations", "state", "o"),
-                                   ("adjoint_iterations", "adjoint", "s")):
-            its, counts = _column(history, key)
-            ax.plot(its, counts, marker=marker, markersize=3, linestyle="-", label=label)
-        _steps_axis(ax)
-        ax.set_ylabel("MGRIT iterations per gradient")
-        ax.set_ylim(bottom=0)
-        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.grid(True, alpha=0.4)
-        ax.legend()
+        _iterations_panel(axes[1][1], history)
     if title:
         fig.suptitle(title, fontsize="small")
     fig.savefig(path, dpi=120)
+
+
+def _iterations_panel(ax, history: Sequence[Mapping[str, Any]]) -> None:
+    """State and adjoint MGRIT iterations per gradient, against the step."""
+    from matplotlib.ticker import MaxNLocator
+
+    for key, label, marker in (("primal_iterations", "state", "o"),
+                               ("adjoint_iterations", "adjoint", "s")):
+        its, counts = _column(history, key)
+        ax.plot(its, counts, marker=marker, markersize=3, linestyle="-", label=label)
+    _steps_axis(ax)
+    ax.set_ylabel("MGRIT iterations per gradient")
+    ax.set_ylim(bottom=0)
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(True, alpha=0.4)
+    ax.legend()
 
 
 def _column(history: Sequence[Mapping[str, Any]], key: str):
@@ -131,20 +135,8 @@ def _loss_and_accuracy(history, ax_loss, ax_acc) -> None:
 
 
 def _mgrit_iterations(history, path: Path, title: Optional[str]) -> None:
-    from matplotlib.ticker import MaxNLocator
-
     fig = _new_figure(6.4, 4.0)
-    ax = fig.add_subplot()
-    for key, label, marker in (("primal_iterations", "state", "o"),
-                               ("adjoint_iterations", "adjoint", "s")):
-        its, counts = _column(history, key)
-        ax.plot(its, counts, marker=marker, markersize=3, linestyle="-", label=label)
-    _steps_axis(ax)
-    ax.set_ylabel("MGRIT iterations per gradient")
-    ax.set_ylim(bottom=0)
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.grid(True, alpha=0.4)
-    ax.legend()
+    _iterations_panel(fig.add_subplot(), history)
     if title:
         fig.suptitle(title, fontsize="small")
     fig.savefig(path, dpi=120)
