@@ -275,7 +275,7 @@ def _check_source_options(args: argparse.Namespace, error: Callable[[str], None]
         try:
             import matplotlib  # noqa: F401
         except ImportError:
-            error("--plot needs matplotlib (pip install matplotlib)")
+            error("--plot needs matplotlib (pip install 'braidpy[train]')")
 
 
 def _split(X: np.ndarray, C: np.ndarray, fraction: float, seed: int) -> Tuple[Pair, Any]:
