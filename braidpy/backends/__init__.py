@@ -56,7 +56,7 @@ class Backend(Protocol):
         """y <- a*x + b*y in place; x may be y."""
 
     def norm(self, u: Any) -> float:
-        """Euclidean norm sqrt(sum |u_i|^2)."""
+        """Euclidean norm ``sqrt(sum |u_i|^2)``."""
 
     def stack(self, us: Sequence[Any]) -> Any:
         """The states stacked along a new leading axis, on their device."""
