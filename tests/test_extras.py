@@ -244,9 +244,10 @@ def test_training_and_plots_without_their_packages_name_the_train_extra():
         from braidpy import data, plotting
         from braidpy.train.plots import plot_history
 
-        with pytest.raises(ImportError, match=r"needs scikit-learn.*pip install 'braidpy\\[train\\]'"):
+        train = r"pip install 'braidpy\\[train\\]'"
+        with pytest.raises(ImportError, match="needs scikit-learn.*" + train):
             data.digits()
-        with pytest.raises(ImportError, match=r"needs matplotlib.*pip install 'braidpy\\[train\\]'"):
+        with pytest.raises(ImportError, match="needs matplotlib.*" + train):
             plotting.plot_residuals([[1.0, 0.1]], "residuals.png")
         with pytest.raises(ImportError, match=r"matplotlib.*braidpy\\[train\\]"):
             plot_history([{"iteration": 1, "loss": 1.0}], ".")
