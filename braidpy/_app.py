@@ -63,7 +63,7 @@ class App:
     Optional, batched stepping (docs/batching.md; used unless ``batch=False``)
     ---------------------------------------------------------------------------
     step_stacked(U, t0s, t1s, status)
-        Array apps: advance the m states stacked in ``U`` (shape (m, *state shape)),
+        Array apps: advance the m states stacked in ``U`` (shape ``(m, *state shape)``),
         row k from ``t0s[k]`` to ``t1s[k]`` (float64 NumPy arrays of length m), in
         place or by returning a new array of U's shape. ``status.fine_indices`` and
         ``status.indices`` (int64 arrays) give each row's t0 index on the fine grid

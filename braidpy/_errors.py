@@ -59,11 +59,15 @@ class ErrorLabels:
     """How a :class:`braidpy.Core`'s errors name ranks and callbacks.
 
     For apps that wrap other apps (``braidpy.adjoint`` runs the user's adjoint
-    callbacks inside its own ``step``/``init``/``access``, on a reversed communicator):
+    callbacks inside its own ``step``/``init``/``access``, on a reversed communicator).
 
-    ranks : the number each rank of the Core's communicator is known by (default: its
+    Parameters
+    ----------
+    ranks : tuple of int, optional
+        The number each rank of the Core's communicator is known by (default: its
         rank in that communicator).
-    callbacks : the name to report for a failing core callback ({"step": "step_adjoint"}).
+    callbacks : dict, optional
+        The name to report for a failing core callback (``{"step": "step_adjoint"}``).
     """
 
     ranks: Optional[Tuple[int, ...]] = None

@@ -101,6 +101,8 @@ class Core:
     **kwargs
         Options by name (see :class:`braidpy.Options`).
 
+    Notes
+    -----
     A second :meth:`solve` starts from the previous solution (warm restart);
     :meth:`reset_guess` and :meth:`set_initial_condition` change that.
     With skip=True, only a cold start skips the first down-sweep.

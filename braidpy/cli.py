@@ -411,7 +411,7 @@ def _check_train_options(args: argparse.Namespace, error: Callable[[str], None])
         try:
             import matplotlib  # noqa: F401
         except ImportError:
-            error("--plot needs matplotlib (pip install matplotlib)")
+            error("--plot needs matplotlib (pip install 'braidpy[train]')")
         from .train.plots import check_figure_path
 
         try:

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any, Union
 import numpy as np
 from numpy.typing import ArrayLike
 
+from ._extras import require
+
 if TYPE_CHECKING:  # pragma: no cover - for type checkers only
     from matplotlib.figure import Figure
 
@@ -27,14 +29,10 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 def _new_figure(width: float, height: float) -> Figure:
     """A figure on its own Agg canvas (never a pyplot window)."""
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError as exc:
-        raise ImportError(
-            "braidpy.plotting needs matplotlib; install it with `pip install matplotlib` "
-            "(or `pip install braidpy[plot]`)"
-        ) from exc
+    require("matplotlib", "train", "braidpy's plots")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(fig)
     return fig

@@ -35,7 +35,7 @@ Optional batched versions (array states; used unless the adjoint's ``batch=False
 docs/batching.md):
 
 ``step_adjoint_batch(W, U, t0s, t1s, status)``
-    m adjoint steps at once: W and U stacked (m, *state shape), row k from t0s[k] to
+    m adjoint steps at once: W and U stacked ``(m, *state shape)``, row k from t0s[k] to
     t1s[k] (float64 arrays), ``status.fine_indices`` the forward fine index of each
     t0. Update W in place or return a new stacked array.
 ``step_gradient_batch(W, U, t0s, t1s, status)``

@@ -132,6 +132,8 @@ class GradientSolver:
         optimization); the gradient is then inexact and tends to the exact one as
         m1, m2 grow. Without it both solves run to their tolerances.
 
+    Notes
+    -----
     Each :meth:`evaluate` warm-starts both solves from the previous one (the state and
     adjoint of a slightly changed parameter are good guesses).
 

@@ -56,7 +56,7 @@ class Backend(Protocol):
         """y <- a*x + b*y in place; x may be y."""
 
     def norm(self, u: Any) -> float:
-        """Euclidean norm sqrt(sum |u_i|^2)."""
+        """Euclidean norm ``sqrt(sum |u_i|^2)``."""
 
     def stack(self, us: Sequence[Any]) -> Any:
         """The states stacked along a new leading axis, on their device."""
@@ -99,11 +99,16 @@ def backend_for(u: Any, what: str = "braidpy") -> Backend:
         return NUMPY
     if isinstance(u, np.generic):  # NumPy scalars have __array_namespace__ but are immutable
         raise _not_an_array(u, what)
-    import array_api_compat
-
-    if not array_api_compat.is_array_api_obj(u):
-        raise _not_an_array(u, what)
     from . import array_api
+
+    try:
+        compat = array_api._compat()
+    except ImportError:  # without the array-api extra: say so only if u is an array at all
+        if hasattr(u, "__array_namespace__") or hasattr(u, "__dlpack__"):
+            raise
+        raise _not_an_array(u, what) from None
+    if not compat.is_array_api_obj(u):
+        raise _not_an_array(u, what)
 
     return array_api.for_array(u)
 

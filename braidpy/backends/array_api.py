@@ -14,10 +14,17 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from .._extras import require
 from . import wire
 from ._axpby import axpby
 
 __all__ = ["ArrayApiBackend", "for_array", "for_namespace"]
+
+
+def _compat() -> Any:
+    """array-api-compat, imported now (the ``array-api`` extra of braidpy)."""
+    return require("array_api_compat", "array-api",
+                   "braidpy's default vector operations on non-NumPy arrays")
 
 
 def _kind(u: Any) -> int:
@@ -79,8 +86,7 @@ class ArrayApiBackend:
         """u's data in a NumPy array, copied from the device explicitly if need be."""
         if (_kind(u) if kind is None else kind) == wire.CPU:
             return np.from_dlpack(u)  # host memory already: a view, no copy
-        import array_api_compat
-
+        array_api_compat = _compat()
         errors = []
         try:  # CuPy -> NumPy, torch -> a CPU tensor, ...
             host = array_api_compat.to_device(u, "cpu")
@@ -121,8 +127,7 @@ class ArrayApiBackend:
 
 def for_array(u: Any) -> ArrayApiBackend:
     """The backend of u's namespace and device (array-api-compat must know u)."""
-    import array_api_compat
-
+    array_api_compat = _compat()
     return ArrayApiBackend(array_api_compat.array_namespace(u), array_api_compat.device(u))
 
 

@@ -33,7 +33,7 @@ def sum(a: float, x: Any, b: float, y: np.ndarray) -> None:  # noqa: A001 - XBra
 
 
 def norm(u: np.ndarray) -> float:
-    """Euclidean norm sqrt(sum |u_i|^2), the same rounding as XBraid's examples."""
+    """Euclidean norm ``sqrt(sum |u_i|^2)``, the same rounding as XBraid's examples."""
     if u.size == 1:
         v = u.reshape(()).item()
         return math.sqrt((v * v.conjugate()).real if isinstance(v, complex) else v * v)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._extras import require
 from ._helpers import one_hot
 
 __all__ = ["digits"]
@@ -14,8 +15,8 @@ def digits(
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Scikit-learn's bundled 8 x 8 handwritten digits, split for training.
 
-    Needs scikit-learn (``load_digits`` ships the 1797 images with the package, no
-    download).
+    Needs scikit-learn (``pip install 'braidpy[train]'``; ``load_digits`` ships the 1797
+    images with the package, no download).
 
     Parameters
     ----------
@@ -34,17 +35,12 @@ def digits(
     Raises
     ------
     ImportError
-        If scikit-learn is not installed.
+        If scikit-learn is not installed (the message names ``braidpy[train]``).
     """
     if not 0.0 <= validation_fraction < 1.0:
         raise ValueError(f"validation_fraction must be in [0, 1), got {validation_fraction!r}")
-    try:
-        from sklearn.datasets import load_digits  # type: ignore[import]
-    except ImportError as err:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "braidpy.data.digits needs scikit-learn (pip install scikit-learn)"
-        ) from err
-    bunch = load_digits()
+    datasets = require("sklearn.datasets", "train", "braidpy.data.digits")
+    bunch = datasets.load_digits()
     X = np.asarray(bunch.images, dtype=np.float64)[:, None, :, :] / 16.0
     Y = one_hot(np.asarray(bunch.target), 10)
     order = np.random.default_rng(seed).permutation(X.shape[0])

@@ -81,7 +81,7 @@ def _clip(x: Any, eps: float) -> Any:
 def smooth_relu(x: Any, eps: float = SMOOTH_RELU_EPS) -> Any:
     """ReLU with a quadratic blend on [-eps, eps], elementwise (C1, piecewise C2).
 
-    sigma(x) = max(x, 0) for |x| > eps, and (x + eps)**2 / (4 eps) for |x| <= eps.
+    sigma(x) = max(x, 0) for abs(x) > eps, and (x + eps)**2 / (4 eps) for abs(x) <= eps.
     With eps = 0.1 this is 2.5 x**2 + 0.5 x + 0.025, the smoothed ReLU of Günther,
     Ruthotto, Schroder, Cyr, Gauger, "Layer-parallel training of deep residual neural
     networks", SIAM J. Math. Data Sci. 2 (2020), Sec. 5.1, eq. (5.34). Value and slope

@@ -16,7 +16,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 import numpy as np
 
 from ..backends import wire
-from .comm import rank_size
+from .comm import mpi, rank_size
 
 __all__ = ["allgather_texts", "allgather_ints", "allgatherv", "allreduce_sum", "allreduce_int",
            "bcast_bytes", "send_array", "recv_array", "gather_arrays", "ordered_sum"]
@@ -25,9 +25,7 @@ _ARRAY_DTYPES = (np.dtype(np.float64), np.dtype(np.int64))
 
 
 def _mpi():
-    from mpi4py import MPI
-
-    return MPI
+    return mpi()  # imported only here, when a collective spans several ranks
 
 
 def allgather_ints(comm: Any, values: Sequence[int]) -> np.ndarray:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .comm import mpi
+
 __all__ = ["TimeComm"]
 
 # Duplicates replaced by renew() while a send on them was still in flight.
@@ -22,9 +24,7 @@ class TimeComm:
     """
 
     def __init__(self, comm):
-        from mpi4py import MPI
-
-        self.MPI = MPI
+        self.MPI = mpi()  # the ImportError naming braidpy[mpi] when mpi4py is missing
         self._parent = comm
         self.comm = comm.Dup()  # our messages never meet the user's
         self._pending = []

@@ -102,7 +102,7 @@ class LBFGS:
 
     The direction is d = -H g from the two-loop recursion over the last ``memory``
     pairs (s, y) = (p_k - p_{k-1}, g_k - g_{k-1}), with H_0 = (s'y / y'y) I; pairs with
-    s'y <= 1e-12 |s||y| are skipped (curvature condition). The step p + a d starts at
+    s'y <= 1e-12 ‖s‖‖y‖ are skipped (curvature condition). The step p + a d starts at
     a = ``lr`` and is halved until f(p + a d) <= f(p) + c1 a g'd (at most
     ``max_backtracks`` times; then the smallest step is taken anyway, as the
     one-shot method of Günther et al. does with inexact objectives).

@@ -33,26 +33,42 @@ MODES = ("serial", "exact", "oneshot")
 class TrainConfig:
     """How to train; every field has a default.
 
-    mode : 'serial' (plain forward/backward), 'exact' (layer-parallel MGRIT to
+    Parameters
+    ----------
+    mode : str
+        'serial' (plain forward/backward), 'exact' (layer-parallel MGRIT to
         tolerance) or 'oneshot' (m1 state and m2 adjoint MGRIT iterations per step).
-    m1, m2 : iterations of one-shot mode.
-    mgrit : MGRIT options of the state, adjoint and validation solves: a
+    m1, m2 : int
+        Iterations of one-shot mode.
+    mgrit : Options or dict
+        MGRIT options of the state, adjoint and validation solves: a
         braidpy.Options, or a dict laid over the training defaults cfactor 4,
         max_levels 2, abs_tol 1e-9 (see braidpy.train.training_options); becomes
         an Options, validated here once.
-    optimizer : 'lbfgs', 'adam' or 'sgd'; lr, momentum, memory as they apply
+    optimizer : str
+        'lbfgs', 'adam' or 'sgd'; lr, momentum, memory as they apply
         (None: the optimizer's default).
-    batch_size : samples per step (None: the whole training set, as in the paper). A
+    batch_size : int or None
+        Samples per step (None: the whole training set, as in the paper). A
         short last batch of an epoch is dropped (warm-started states keep one shape).
-    shuffle : draw batches in a new random order each epoch (seeded).
-    iterations : optimizer steps to take in all.
-    tikhonov, ddt, classifier_reg : regularization weights (see braidpy.train.Regularizer).
-    seed : parameter initialization and shuffling.
-    init_scale : scale of the initial residual-layer weights.
-    validate_every : steps between validations (0: never).
-    patience : stop after this many validations without a better accuracy (0: never).
-    target_accuracy : stop once the validation accuracy reaches this (None: never).
-    checkpoint : file to save the whole training state to; checkpoint_every steps.
+    shuffle : bool
+        Draw batches in a new random order each epoch (seeded).
+    iterations : int
+        Optimizer steps to take in all.
+    tikhonov, ddt, classifier_reg : float
+        Regularization weights (see braidpy.train.Regularizer).
+    seed : int
+        Parameter initialization and shuffling.
+    init_scale : float
+        Scale of the initial residual-layer weights.
+    validate_every : int
+        Steps between validations (0: never).
+    patience : int
+        Stop after this many validations without a better accuracy (0: never).
+    target_accuracy : float or None
+        Stop once the validation accuracy reaches this (None: never).
+    checkpoint : str or None
+        File to save the whole training state to; checkpoint_every steps.
     """
 
     mode: str = "oneshot"
@@ -165,6 +181,8 @@ class Trainer:
     params : ndarray, optional
         Initial parameters (default: ``net.init_params(config.seed, config.init_scale)``).
 
+    Notes
+    -----
     After :meth:`run`, ``params`` holds the trained parameters, ``history`` one record per
     step and ``best`` the best validation accuracy with its parameters.
     """

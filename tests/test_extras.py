@@ -1,0 +1,279 @@
+"""Optional dependencies (braidpy._extras): the extras in pyproject.toml, lazy imports, and
+serial runs that never touch MPI.
+
+The subprocess tests hide optional packages behind a ``sys.meta_path`` finder, as if they
+were not installed, and run braidpy from this checkout.
+"""
+
+import ast
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import pytest
+from test_mpi import MPIEXEC
+
+ROOT = Path(__file__).resolve().parents[1]
+
+tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+
+
+def project():
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def names(requirements):
+    """Distribution names (lower case, extras kept as 'braidpy[...]') of requirements."""
+    return {re.split(r"[<>=!~ ;]", r, maxsplit=1)[0].lower() for r in requirements}
+
+
+def expand(extra, extras):
+    """Every distribution an extra brings, following braidpy[...] self-references."""
+    out = set()
+    for name in names(extras[extra]):
+        m = re.fullmatch(r"braidpy\[(.*)\]", name)
+        if m:
+            for inner in m.group(1).split(","):
+                out |= expand(inner.strip(), extras)
+        else:
+            out.add(name)
+    return out
+
+
+# ------------------------------------------------------------------ pyproject.toml
+
+
+def test_the_base_install_needs_only_numpy():
+    assert names(project()["dependencies"]) == {"numpy"}
+
+
+def test_extras_bring_what_their_features_need():
+    extras = project()["optional-dependencies"]
+    assert expand("mpi", extras) == {"mpi4py", "mpich"}
+    assert expand("train", extras) == {"scikit-learn", "matplotlib", "tqdm"}
+    assert "cupy-cuda12x" in expand("gpu", extras)
+    assert "torch==2.13.0" in extras["torch"]
+    everything = expand("all", extras)
+    for extra in ("mpi", "train", "gpu", "torch", "array-api"):
+        assert expand(extra, extras) <= everything, extra
+    # `pip install -e ".[test]"` is all a test run needs (README, .ci/run)
+    test = expand("test", extras)
+    assert expand("mpi", extras) | expand("train", extras) <= test
+    assert {"pytest", "sphinx", "myst-parser", "build", "cmake", "scipy",
+            "array-api-compat", "array-api-strict"} <= test
+    assert not ({"cupy-cuda12x", "torch"} & test)
+
+
+def test_ci_runs_the_readme_commands():
+    ci = (ROOT / ".ci" / "run").read_text()
+    readme = (ROOT / "README.md").read_text()
+    assert 'python -m pip install -e ".[test]"' in ci and "python -m pytest" in ci
+    assert 'pip install -e ".[test]" && python -m pytest' in readme
+    assert 'pip install -e ".[mpi,train]" && mpiexec -n 4 braidpy train peaks' in readme
+
+
+def test_scipy_is_not_used_by_the_package():
+    for path in (ROOT / "braidpy").rglob("*.py"):
+        assert "scipy" not in path.read_text(), path
+
+
+def module_level_imports(path):
+    """Top-level modules imported at module level (outside functions and TYPE_CHECKING)."""
+    found = []
+
+    def visit(node, in_function):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                visit(child, True)
+            elif isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                continue
+            elif not in_function and isinstance(child, ast.Import):
+                found.extend([(child.lineno, a.name.split(".")[0]) for a in child.names])
+            elif not in_function and isinstance(child, ast.ImportFrom) and child.level == 0:
+                found.append((child.lineno, child.module.split(".")[0]))
+            else:
+                visit(child, in_function)
+
+    visit(ast.parse(path.read_text()), False)
+    return found
+
+
+def test_optional_packages_are_imported_lazily():
+    allowed = set(sys.stdlib_module_names) | {"numpy", "braidpy"}
+    eager = [f"{path.relative_to(ROOT)}:{line}: {module}"
+             for path in sorted((ROOT / "braidpy").rglob("*.py"))
+             for line, module in module_level_imports(path) if module not in allowed]
+    assert not eager, "import these inside the functions that need them:\n" + "\n".join(eager)
+
+
+# ------------------------------------------------------------------ without the extras
+
+BLOCKER = """
+import sys
+
+class _NotInstalled:
+    '''Pretends the packages in HIDDEN are not installed.'''
+    HIDDEN = {hidden!r}
+
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in self.HIDDEN:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+        return None
+
+sys.meta_path.insert(0, _NotInstalled())
+"""
+
+
+def run_hidden(code, hidden, env=None, launcher=(), timeout=120):
+    """Run ``code`` with the packages ``hidden`` made unimportable; (returncode, output)."""
+    script = BLOCKER.format(hidden=set(hidden)) + textwrap.dedent(code)
+    environ = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONWARNINGS="error", **(env or {}))
+    for name in ("PMI_SIZE", "PMI_RANK", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE"):
+        if env is None or name not in env:
+            environ.pop(name, None)
+    proc = subprocess.run([*launcher, sys.executable, "-c", script], capture_output=True,
+                          text=True, timeout=timeout, env=environ, cwd=tempfile.gettempdir())
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+SERIAL_SOLVE = """
+import numpy as np
+import braidpy
+from braidpy.parallel import world
+
+class Decay(braidpy.App):
+    def init(self, t):
+        return np.ones(1) if t == self.tstart else np.zeros(1)
+
+    def step(self, u, t0, t1, status):
+        u /= 1.0 + (t1 - t0)
+
+assert world() is None
+result = braidpy.solve(Decay(), tstart=0.0, tstop=5.0, ntime=256, cfactor=4, abs_tol=1e-10,
+                       comm=world())
+assert result.converged and abs(result.final[0] - (1 + 5 / 256) ** -256) < 1e-9
+g = braidpy.GradientSolver  # the adjoint package imports without MPI too
+hidden = sorted(m for m in sys.modules if m.split(".")[0] in _NotInstalled.HIDDEN)
+assert not hidden, hidden
+print("serial ok", result.iterations)
+"""
+
+
+def test_serial_runs_never_touch_mpi():
+    rc, out = run_hidden(SERIAL_SOLVE, {"mpi4py", "mpich"})
+    assert rc == 0, out
+    assert "serial ok" in out
+
+
+def test_serial_runs_need_no_optional_package():
+    rc, out = run_hidden(SERIAL_SOLVE, {"mpi4py", "mpich", "sklearn", "matplotlib", "tqdm",
+                                        "array_api_compat", "array_api_strict", "scipy"})
+    assert rc == 0, out
+
+
+def test_comm_without_mpi4py_names_the_mpi_extra():
+    rc, out = run_hidden("""
+        import numpy as np
+        import pytest
+        import braidpy
+        from braidpy.parallel import rank_size
+
+        class TwoRanks:
+            '''What a communicator of 2 ranks answers, without mpi4py behind it.'''
+            def Get_rank(self):
+                return 0
+
+            def Get_size(self):
+                return 2
+
+        class Decay(braidpy.App):
+            def init(self, t):
+                return np.ones(1)
+
+            def step(self, u, t0, t1, status):
+                u /= 1.0 + (t1 - t0)
+
+        with pytest.raises(ImportError, match=r"pip install 'braidpy\\[mpi\\]'") as info:
+            braidpy.solve(Decay(), 0.0, 1.0, 16, comm=TwoRanks())
+        assert "mpi4py" in str(info.value)
+        with pytest.raises(TypeError, match=r"braidpy\\[mpi\\]"):
+            rank_size("COMM_WORLD")
+        print("messages ok")
+    """, {"mpi4py"})
+    assert rc == 0, out
+    assert "messages ok" in out
+
+
+WORLD = """
+from braidpy.parallel import world
+try:
+    world()
+except ImportError as err:
+    print("ImportError:", err)
+else:
+    print("no error")
+"""
+
+
+def test_world_under_a_launcher_without_mpi4py_names_the_mpi_extra():
+    # the environment mpiexec gives its processes, without mpiexec
+    rc, out = run_hidden(WORLD, {"mpi4py"}, env={"PMI_SIZE": "4", "PMI_RANK": "0"})
+    assert rc == 0, out
+    assert "ImportError: this process is one of 4 that mpiexec started" in out
+    assert "pip install 'braidpy[mpi]'" in out
+    # one process alone is a serial run
+    rc, out = run_hidden(WORLD, {"mpi4py"}, env={"PMI_SIZE": "1"})
+    assert (rc, out.strip()) == (0, "no error")
+
+
+def test_world_under_mpiexec_without_mpi4py_names_the_mpi_extra():
+    rc, out = run_hidden(WORLD, {"mpi4py"}, launcher=(MPIEXEC, "-n", "2"), timeout=60)
+    assert rc == 0, out
+    assert out.count("ImportError: this process is one of 2") == 2, out
+    assert out.count("pip install 'braidpy[mpi]'") == 2, out
+
+
+def test_training_and_plots_without_their_packages_name_the_train_extra():
+    rc, out = run_hidden("""
+        import numpy as np
+        import pytest
+        from braidpy import data, plotting
+        from braidpy.train.plots import plot_history
+
+        train = r"pip install 'braidpy\\[train\\]'"
+        with pytest.raises(ImportError, match="needs scikit-learn.*" + train):
+            data.digits()
+        with pytest.raises(ImportError, match="needs matplotlib.*" + train):
+            plotting.plot_residuals([[1.0, 0.1]], "residuals.png")
+        with pytest.raises(ImportError, match=r"matplotlib.*braidpy\\[train\\]"):
+            plot_history([{"iteration": 1, "loss": 1.0}], ".")
+        print("train messages ok")
+    """, {"sklearn", "matplotlib"})
+    assert rc == 0, out
+    assert "train messages ok" in out
+
+
+def test_array_api_arrays_without_array_api_compat_name_the_extra():
+    rc, out = run_hidden("""
+        import numpy as np
+        import pytest
+        from braidpy.backends import backend_for
+
+        class Tensor:
+            '''An array of some other library (it speaks DLPack).'''
+            def __dlpack__(self, stream=None):
+                raise NotImplementedError
+
+        with pytest.raises(ImportError, match=r"array-api-compat.*braidpy\\[array-api\\]"):
+            backend_for(Tensor(), "clone")
+        with pytest.raises(TypeError, match="need an array"):  # not an array at all
+            backend_for([1.0], "clone")
+        assert backend_for(np.zeros(2)).name == "numpy"
+        print("array messages ok")
+    """, {"array_api_compat"})
+    assert rc == 0, out
+    assert "array messages ok" in out
