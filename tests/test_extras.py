@@ -65,7 +65,8 @@ def test_extras_bring_what_their_features_need():
     assert expand("mpi", extras) | expand("train", extras) <= test
     assert {"pytest", "sphinx", "myst-parser", "build", "cmake", "scipy",
             "array-api-compat", "array-api-strict"} <= test
-    assert not ({"cupy-cuda12x", "torch"} & test)
+    assert "cupy-cuda12x" not in test
+    assert "torch==2.13.0" in extras["torch"] and "torch" in test  # braidpy.torch's tests
 
 
 def test_ci_runs_the_readme_commands():
@@ -104,9 +105,13 @@ def module_level_imports(path):
 
 def test_optional_packages_are_imported_lazily():
     allowed = set(sys.stdlib_module_names) | {"numpy", "braidpy"}
+    # braidpy.torch is the torch extra itself; nothing outside it may import torch
+    # (test_import_braidpy_never_imports_torch checks that nothing imports it).
+    torch_only = ROOT / "braidpy" / "torch"
     eager = [f"{path.relative_to(ROOT)}:{line}: {module}"
              for path in sorted((ROOT / "braidpy").rglob("*.py"))
-             for line, module in module_level_imports(path) if module not in allowed]
+             for line, module in module_level_imports(path) if module not in allowed
+             and not (module == "torch" and torch_only in path.parents)]
     assert not eager, "import these inside the functions that need them:\n" + "\n".join(eager)
 
 
@@ -277,3 +282,28 @@ def test_array_api_arrays_without_array_api_compat_name_the_extra():
     """, {"array_api_compat"})
     assert rc == 0, out
     assert "array messages ok" in out
+
+
+def test_import_braidpy_never_imports_torch():
+    rc, out = run_hidden("""
+        import sys
+        import braidpy, braidpy.adjoint, braidpy.backends, braidpy.nn, braidpy.parallel
+        import braidpy.train, braidpy.data, braidpy.testing, braidpy.backends.torch
+        import numpy as np
+        braidpy.backends.backend_for(np.zeros(2))
+        assert "torch" not in sys.modules, "torch was imported"
+        print("no torch")
+    """, set())
+    assert rc == 0, out
+    assert "no torch" in out
+
+
+def test_braidpy_torch_without_torch_names_the_torch_extra():
+    rc, out = run_hidden("""
+        import pytest
+        with pytest.raises(ImportError, match=r"braidpy.torch needs torch.*braidpy\\[torch\\]"):
+            import braidpy.torch
+        print("torch message ok")
+    """, {"torch"})
+    assert rc == 0, out
+    assert "torch message ok" in out

@@ -216,7 +216,19 @@ class GradientSolver:
 
     def evaluate(self) -> Gradient:
         """Primal solve, objective, adjoint solve and per-step gradients."""
-        primal = self.primal_core.solve()
+        return self.solve_adjoint(self.solve_primal())
+
+    def solve_primal(self) -> Result:
+        """The first half of :meth:`evaluate`: the primal solve alone (warm-started).
+
+        For callers that need the state before they know the terminal condition of
+        the adjoint (``braidpy.torch`` runs it in ``forward`` and
+        :meth:`solve_adjoint` in ``backward``)."""
+        return self.primal_core.solve()
+
+    def solve_adjoint(self, primal: Result) -> Gradient:
+        """The second half of :meth:`evaluate`: objective, adjoint solve and gradients
+        for the primal solve ``primal`` (the last one; collective)."""
         objective, w_final = self._objective(primal)
         rev = self.reversed_app
         rev.start_evaluation(self._batched)

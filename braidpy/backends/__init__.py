@@ -7,6 +7,8 @@ module              arrays
 ``array_api``       anything array-api-compat knows: objects with
                     ``__array_namespace__`` (array-api-strict, CuPy, ...), and
                     PyTorch, JAX, Dask through its wrappers
+``torch``           ``torch.Tensor`` (picked for tensors once torch is loaded;
+                    this package never imports torch itself)
 ``cupy``            empty slot for the CUDA backend of a later issue ("GPU I")
 ``wire``            the fixed binary header every packed array carries
 ==================  ===========================================================
@@ -99,6 +101,10 @@ def backend_for(u: Any, what: str = "braidpy") -> Backend:
         return NUMPY
     if isinstance(u, np.generic):  # NumPy scalars have __array_namespace__ but are immutable
         raise _not_an_array(u, what)
+    from . import torch as torch_backend  # imports no torch: looks in sys.modules
+
+    if torch_backend.is_tensor(u):
+        return torch_backend.for_array(u)
     from . import array_api
 
     try:
@@ -129,6 +135,12 @@ def backend_for_namespace(xp: Any = None, device: Any = None) -> Backend:
         return NUMPY
     if getattr(xp, "__name__", None) == "array_api_compat.numpy":
         return backend_for_namespace(None, device)
+    if getattr(xp, "__name__", None) in ("torch", "array_api_compat.torch"):
+        import sys
+
+        from . import torch as torch_backend
+
+        return torch_backend.for_namespace(sys.modules["torch"], device)
     from . import array_api
 
     return array_api.for_namespace(xp, device)

@@ -1,0 +1,342 @@
+"""LayerParallel: a stack of residual blocks as one nn.Module, solved by MGRIT over layers."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import torch
+
+from .._options import Options
+from .._result import Result
+from ..adjoint import GradientSolver
+from ..parallel.agree import agreed
+from ..parallel.collectives import bcast_bytes
+from ..parallel.comm import rank_size
+from ._app import BlocksApp
+from ._halo import HaloPlan, needed_layers, own_layers
+
+__all__ = ["LayerParallel", "DEFAULTS"]
+
+#: MGRIT options of LayerParallel that differ from braidpy.Options' defaults.
+DEFAULTS: Dict[str, Any] = {"cfactor": 4, "max_levels": 2, "abs_tol": 1e-9}
+
+Blocks = Union[Sequence[torch.nn.Module], Callable[[int], torch.nn.Module]]
+
+
+class LayerParallel(torch.nn.Module):
+    """Residual blocks run as layer time steps, x <- x + h F_n(x), by MGRIT over layers.
+
+    Parameters
+    ----------
+    blocks : sequence of nn.Module, or callable n -> nn.Module
+        Block n computes F_n(x), a tensor of x's shape (a function of x with its own
+        parameters: no in-place changes of x, no randomness, no state kept between
+        calls; see docs/torch.md). With a sequence of ``depth`` blocks every rank
+        keeps only the blocks it needs and registers only its own; with a factory,
+        ``depth`` is required and the factory is called only for the blocks this rank
+        needs (the same n must give the same architecture on every rank).
+    t_final : float
+        Final layer time; the step is h = t_final / depth.
+    comm : mpi4py communicator, optional
+        The ranks the layers are split over (None: serial).
+    depth : int, optional
+        Number of layers; required with a factory, checked against a sequence.
+    oneshot : (int, int), optional
+        Run exactly m1 MGRIT iterations in each forward and m2 adjoint iterations in
+        each backward, both warm-started from the previous call ("one-shot" training).
+        None (default): both solves run to the tolerance ("exact" mode).
+    adjoint : Options or dict, optional
+        MGRIT options of the adjoint solve (default: the forward's).
+    **options
+        MGRIT options of the forward solve (:class:`braidpy.Options`), laid over
+        :data:`DEFAULTS` (cfactor 4, max_levels 2, abs_tol 1e-9). ``batch=False``
+        turns batched relaxation off.
+
+    Attributes
+    ----------
+    blocks : nn.ModuleDict
+        This rank's own blocks, keyed by their layer index (as a string): the steps
+        into the time points this rank owns. ``parameters()`` are theirs.
+    layers : range
+        The layer indices of :attr:`blocks`.
+    batch_path : str
+        How batched relaxation runs: ``"vmap"`` (one ``torch.func.vmap`` over the
+        stacked block parameters per batched call), ``"per-block"`` (fallback: one
+        call per block; :attr:`batch_path_reason` says why) or ``"off"``.
+
+    Notes
+    -----
+    ``forward(x)`` returns the last layer's output on every rank (sent from the rank
+    owning the last layer), so the loss and ``loss.backward()`` are the same code on
+    every rank, and every rank must call them (forward and backward are collective);
+    give every rank the same ``x``. ``backward`` runs the adjoint MGRIT solve (each
+    adjoint step a ``torch.func.vjp`` of the block) and writes the own blocks'
+    gradients into their ``.grad``; the gradient with respect to ``x`` is sent to
+    every rank. Each backward belongs to the latest forward.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from braidpy.torch import LayerParallel
+    >>> torch.manual_seed(7)  # doctest: +ELLIPSIS
+    <torch._C.Generator object at ...>
+    >>> blocks = [torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh()).double()
+    ...           for _ in range(16)]
+    >>> net = LayerParallel(blocks, t_final=1.0, abs_tol=1e-12)
+    >>> x = torch.randn(3, 4, dtype=torch.float64)
+    >>> y = net(x)
+    >>> y.shape
+    torch.Size([3, 4])
+    >>> y.square().sum().backward()
+    >>> blocks[0][0].weight.grad.shape
+    torch.Size([4, 4])
+    """
+
+    def __init__(self, blocks: Blocks, t_final: float, comm: Any = None, *,
+                 depth: Optional[int] = None, oneshot: Optional[Tuple[int, int]] = None,
+                 adjoint: Union[Options, Mapping[str, Any], None] = None, **options: Any):
+        super().__init__()
+        depth, get_block = _blocks_and_depth(blocks, depth)
+        if isinstance(t_final, bool) or not isinstance(t_final, (int, float)) or \
+                not t_final > 0 or t_final == float("inf"):
+            raise ValueError(f"t_final must be a positive number, got {t_final!r}")
+        opts = Options.coerce({**DEFAULTS, **options})
+        self.depth = depth
+        self.t_final = float(t_final)
+        self.comm = comm
+        self.mode = "exact" if oneshot is None else "oneshot"
+        self.rank, self.size = rank_size(comm)
+        self._app = BlocksApp(batch=opts.batch)
+        self._solver = GradientSolver(self._app, 0.0, self.t_final, depth, comm=comm,
+                                      primal=opts, adjoint=adjoint, oneshot=oneshot)
+        primal, adj = self._solver.primal_core, self._solver.adjoint_core
+        owned = primal.owned
+        self.layers = own_layers(owned, depth)
+        needed = needed_layers(primal.level_info, adj.level_info, owned, depth)
+        self._wire = None if self.size == 1 else comm.Dup()
+        self._halo = HaloPlan(self._wire, self.layers, needed)
+        self.blocks = torch.nn.ModuleDict()
+        for n in self.layers:
+            self.blocks[str(n)] = get_block(n)
+        halo = {n: get_block(n) for n in self._halo.halo}
+        for n, m in halo.items():
+            m.requires_grad_(False)
+        self._app.own = self.layers
+        self._app.modules = {**{n: self.blocks[str(n)] for n in self.layers}, **halo}
+        self._halo_modules = halo  # not registered: their parameters are the owners'
+        self._app.check_batchable()
+        self._first = 0 in owned
+        self._signature: Optional[Tuple[Any, ...]] = None
+        self._primal: Optional[Result] = None
+        self._generation = 0
+        self.last_forward: Optional[Result] = None
+        self.last_backward: Optional[Result] = None
+
+    # ------------------------------------------------------------ reports
+    @property
+    def batch_path(self) -> str:
+        return self._app.path
+
+    @property
+    def batch_path_reason(self) -> str:
+        return self._app.path_reason
+
+    @property
+    def batch_calls(self) -> Dict[str, int]:
+        """Batched calls so far, by path (``{"vmap": k, "per-block": j}``)."""
+        return dict(self._app.calls)
+
+    @property
+    def halo_layers(self) -> List[int]:
+        """Layers this rank steps with but does not own (their parameters come from
+        their owners before each forward)."""
+        return sorted(self._halo_modules)
+
+    def extra_repr(self) -> str:
+        return (f"depth={self.depth}, t_final={self.t_final:g}, mode={self.mode}, "
+                f"layers={self.layers.start}..{self.layers.stop - 1} of rank "
+                f"{self.rank}/{self.size}")
+
+    # ------------------------------------------------------------ forward
+    def _own_params(self) -> List[torch.Tensor]:
+        return [p for n in self.layers for p in self.blocks[str(n)].parameters()]
+
+    def _check_input(self, x: Any) -> None:
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"LayerParallel.forward: x must be a torch.Tensor, got "
+                            f"{type(x).__module__}.{type(x).__qualname__}")
+        if not x.is_floating_point():
+            raise TypeError(f"LayerParallel.forward: x must be a floating-point tensor, got "
+                            f"dtype {x.dtype}")
+        for n in self.layers:
+            for name, p in self.blocks[str(n)].named_parameters():
+                if p.device != x.device:
+                    raise ValueError(f"LayerParallel.forward: x is on {x.device} but block "
+                                     f"{n}'s {name} is on {p.device}; move the input or the "
+                                     f"module so that they share a device")
+                if p.dtype != x.dtype:
+                    raise TypeError(f"LayerParallel.forward: x has dtype {x.dtype} but block "
+                                    f"{n}'s {name} has {p.dtype}; convert one of them")
+
+    def _probe(self, x: torch.Tensor) -> None:
+        """Evaluate this rank's first block on x once per input signature: a block that
+        cannot take x, or does not keep its shape, is a clear error on every rank."""
+        signature = (tuple(x.shape), x.dtype, x.device)
+        if signature == self._signature:
+            return
+        with agreed(self._wire, "checking the input"):
+            n = self.layers.start if len(self.layers) else min(self._app.modules)
+            try:
+                with torch.no_grad():
+                    y = self._app.modules[n](x)
+            except Exception as exc:
+                raise ValueError(f"LayerParallel.forward: block {n} cannot take an input of "
+                                 f"shape {tuple(x.shape)}: {type(exc).__name__}: {exc}") from exc
+            if not isinstance(y, torch.Tensor) or y.shape != x.shape or y.dtype != x.dtype:
+                got = (f"{tuple(y.shape)} {y.dtype}" if isinstance(y, torch.Tensor)
+                       else type(y).__name__)
+                raise ValueError(f"LayerParallel.forward: block {n} maps an input of shape "
+                                 f"{tuple(x.shape)} {x.dtype} to {got}; a residual block must "
+                                 f"return a tensor of its input's shape and dtype")
+        if self._signature is not None:  # another shape: warm starts do not fit
+            self._solver.reset()
+        self._signature = signature
+
+    def _refresh_params(self, device: torch.device) -> None:
+        app = self._app
+        own = {n: {k: p.detach() for k, p in self.blocks[str(n)].named_parameters()}
+               for n in self.layers}
+        shapes = {n: [(k, tuple(p.shape)) for k, p in m.named_parameters()]
+                  for n, m in self._halo_modules.items()}
+        app.set_device(device)
+        halo = self._halo.exchange(own, app._backend, shapes)
+        app.params = {**own, **halo}
+        app.buffers = {n: dict(m.named_buffers()) for n, m in app.modules.items()}
+        app.restack()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The output of the last layer, on every rank (collective)."""
+        self._check_input(x)
+        params = self._own_params()
+        if torch.is_grad_enabled():
+            anchor = torch.zeros((), dtype=x.dtype, device=x.device, requires_grad=True)
+            return _Solve.apply(self, x, anchor, *params)
+        return self._forward_solve(x)
+
+    def _forward_solve(self, x: torch.Tensor) -> torch.Tensor:
+        self._probe(x)
+        self._refresh_params(x.device)
+        app = self._app
+        app.x = x.detach()
+        if self._generation > 0 and self._first:
+            self._solver.primal_core.set_initial_condition(app.x)
+        self._generation += 1
+        self._primal = None
+        self._primal = self._solver.solve_primal()
+        self.last_forward = self._primal
+        return self._primal.final
+
+    # ------------------------------------------------------------ backward
+    def _backward_solve(self, generation: int, grad_out: torch.Tensor,
+                        want_x: bool) -> Tuple[Optional[torch.Tensor], List[torch.Tensor]]:
+        if generation != self._generation or self._primal is None:
+            raise RuntimeError("LayerParallel: this backward belongs to an earlier forward; "
+                               "the layer states are those of the latest forward (call "
+                               "backward before the next forward)")
+        app = self._app
+        app.grad_out = grad_out.detach().contiguous()
+        app.grads = {}
+        g = self._solver.solve_adjoint(self._primal)
+        self.last_backward = g.adjoint
+        found = {**g.gradients, **app.grads}
+        grads: List[torch.Tensor] = []
+        for n in self.layers:
+            gn = found.get(n, {})
+            for name, p in self.blocks[str(n)].named_parameters():
+                grads.append(gn[name] if name in gn else torch.zeros_like(p))
+        dx = self._broadcast_from_first(g.initial_adjoint) if want_x else None
+        return dx, grads
+
+    def _broadcast_from_first(self, w0: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+        """w0 (on the rank owning t_0, rank 0) on every rank."""
+        if self._wire is None:
+            return w0  # type: ignore[return-value]
+        backend = self._app._backend
+        packed = None
+        with agreed(self._wire, "packing the input gradient"):
+            if self.rank == 0:
+                packed = bytes(memoryview(backend.pack(w0)).cast("B"))
+        data = bcast_bytes(self._wire, packed, 0)
+        with agreed(self._wire, "unpacking the input gradient"):
+            return w0 if self.rank == 0 else backend.unpack(bytearray(data))
+
+    def close(self) -> None:
+        """Release the communicators now (also done by garbage collection)."""
+        solver = getattr(self, "_solver", None)
+        if solver is not None:
+            solver.close()
+        wire, self._wire = getattr(self, "_wire", None), None
+        if wire is not None:
+            try:
+                from mpi4py import MPI
+
+                if not MPI.Is_finalized():
+                    wire.Free()
+            except Exception:  # noqa: BLE001 - maybe at interpreter shutdown
+                pass
+
+    def __del__(self) -> None:
+        self.close()
+
+
+class _Solve(torch.autograd.Function):
+    """forward: the forward MGRIT solve; backward: the adjoint MGRIT solve."""
+
+    @staticmethod
+    def forward(ctx: Any, lp: LayerParallel, x: torch.Tensor, anchor: torch.Tensor,
+                *params: torch.Tensor) -> torch.Tensor:
+        out = lp._forward_solve(x)
+        ctx.lp = lp
+        ctx.generation = lp._generation
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
+        lp: LayerParallel = ctx.lp
+        dx, grads = lp._backward_solve(ctx.generation, grad_out, ctx.needs_input_grad[1])
+        grads_out = [g if need else None for g, need in zip(grads, ctx.needs_input_grad[3:])]
+        return (None, dx, None, *grads_out)
+
+
+def _blocks_and_depth(blocks: Blocks, depth: Optional[int]
+                      ) -> Tuple[int, Callable[[int], torch.nn.Module]]:
+    if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int)
+                              or depth < 1):
+        raise ValueError(f"depth must be a positive int, got {depth!r}")
+    if isinstance(blocks, torch.nn.Module) and not isinstance(blocks, torch.nn.ModuleList):
+        raise TypeError(f"blocks must be a list of modules (one per layer, a ModuleList "
+                        f"too) or a factory n -> module, not a single module "
+                        f"({type(blocks).__name__})")
+    if isinstance(blocks, (list, tuple, torch.nn.ModuleList)):
+        items = list(blocks)
+        if not items:
+            raise ValueError("blocks is empty")
+        for n, b in enumerate(items):
+            if not isinstance(b, torch.nn.Module):
+                raise TypeError(f"blocks[{n}] is a {type(b).__name__}, not a torch.nn.Module")
+        if depth is not None and depth != len(items):
+            raise ValueError(f"depth={depth} but {len(items)} blocks were given")
+        return len(items), items.__getitem__
+    if callable(blocks):
+        if depth is None:
+            raise ValueError("with a block factory, depth= (the number of layers) is required")
+
+        def make(n: int) -> torch.nn.Module:
+            m = blocks(n)
+            if not isinstance(m, torch.nn.Module):
+                raise TypeError(f"the block factory returned a {type(m).__name__} for layer "
+                                f"{n}, not a torch.nn.Module")
+            return m
+        return depth, make
+    raise TypeError(f"blocks must be a list of modules or a factory n -> module, got "
+                    f"{type(blocks).__name__}")

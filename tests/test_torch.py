@@ -1,0 +1,307 @@
+"""braidpy.torch serially: LayerParallel against plain torch autograd and braidpy.nn,
+batched against per-block relaxation, errors; the torch array backend."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch_cases import (CASES, SEED, adam_peaks, dense_blocks, loss_weights,  # noqa: E402
+                         rel, serial_reference)
+
+import braidpy  # noqa: E402
+from braidpy.backends import backend_for, wire  # noqa: E402
+from braidpy.torch import LayerParallel  # noqa: E402
+
+
+# --------------------------------------------------------------- exact gradients
+
+@pytest.mark.parametrize("kind", ["dense", "conv"])
+def test_exact_gradients_equal_serial_autograd(kind):
+    errors = CASES[kind](None)
+    assert errors["output"] < 1e-12
+    assert errors["dx"] < 1e-10 and errors["params"] < 1e-10, errors
+    assert errors["path"] == "vmap" and errors["halo"] == []
+
+
+def test_float32_states_stay_float32():
+    blocks = dense_blocks(8, 4, dtype=torch.float32)
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(SEED))
+    ref_out, ref_dx, ref_dp = serial_reference(blocks, 1.0, x)
+    net = LayerParallel(blocks, 1.0, abs_tol=1e-6, cfactor=2)
+    xg = x.clone().requires_grad_()
+    y = net(xg)
+    assert y.dtype == torch.float32 and y.device == x.device
+    (y * loss_weights(y)).sum().backward()
+    assert xg.grad.dtype == torch.float32
+    assert rel(y.detach(), ref_out) < 1e-5 and rel(xg.grad, ref_dx) < 1e-5
+    assert rel(blocks[3][0].weight.grad, ref_dp[3][0]) < 1e-5
+
+
+def test_a_block_factory_and_a_module_list_give_the_same_gradients():
+    blocks = dense_blocks(8, 4)
+    made = []
+
+    def factory(n):
+        made.append(n)
+        return blocks[n]
+
+    x = torch.randn(2, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(SEED))
+    grads = []
+    for net in (LayerParallel(factory, 2.0, depth=8, abs_tol=1e-12),
+                LayerParallel(torch.nn.ModuleList(blocks), 2.0, abs_tol=1e-12)):
+        for b in blocks:
+            b.zero_grad()
+        net(x).sum().backward()
+        grads.append([b[0].weight.grad.clone() for b in blocks])
+        assert list(net.layers) == list(range(8))
+        assert len(list(net.parameters())) == 16
+    assert sorted(made) == list(range(8))
+    for a, b in zip(*grads):
+        assert torch.equal(a, b)
+
+
+def test_gradients_accumulate_like_torch():
+    blocks = dense_blocks(4, 3)
+    net = LayerParallel(blocks, 1.0, abs_tol=1e-12, cfactor=2)
+    x = torch.ones(2, 3, dtype=torch.float64)
+    net(x).sum().backward()
+    once = blocks[1][0].weight.grad.clone()
+    net(x).sum().backward()
+    assert torch.allclose(blocks[1][0].weight.grad, 2 * once, rtol=1e-12, atol=0)
+
+
+# --------------------------------------------------------------- one-shot
+
+def test_oneshot_gradients_equal_braidpy_nn_oneshot():
+    """Opening -> LayerParallel(one-shot) -> classifier against braidpy.nn's ResNet with
+    LayerParallelEvaluator(oneshot) on the same weights, over three SGD steps (warm
+    starts included)."""
+    from braidpy.nn import ResNet
+    from braidpy.train.evaluate import LayerParallelEvaluator
+
+    N, q, T = 16, 4, 5.0
+    X, C = braidpy.data.peaks(20, seed=SEED)
+    net = ResNet((2,), 5, width=q, nlayers=N, T=T, activation="tanh", opening="dense")
+    params = net.init_params(seed=SEED)
+    mgrit = {"cfactor": 4, "max_levels": 2}
+    ev = LayerParallelEvaluator(net, params, X, C, mgrit=mgrit, oneshot=(2, 1))
+    v = net.views(params)
+    t = lambda a: torch.tensor(np.array(a), dtype=torch.float64)  # noqa: E731
+    opening = torch.nn.Sequential(torch.nn.Linear(2, q), torch.nn.Tanh()).double()
+    classifier = torch.nn.Linear(q, 5).double()
+    blocks = [torch.nn.Sequential(torch.nn.Linear(q, q), torch.nn.Tanh()).double()
+              for _ in range(N)]
+    with torch.no_grad():
+        opening[0].weight.copy_(t(v["open_K"]))
+        opening[0].bias.copy_(t(v["open_b"]))
+        classifier.weight.copy_(t(v["W"]))
+        classifier.bias.copy_(t(v["mu"]))
+        for n, b in enumerate(blocks):
+            b[0].weight.copy_(t(v["K"][n]))
+            b[0].bias.copy_(t(v["b"][n]))
+    lp = LayerParallel(blocks, T, oneshot=(2, 1), seq_soln=True, skip=False, **mgrit)
+    every = list(opening.parameters()) + list(lp.parameters()) + list(classifier.parameters())
+    opt = torch.optim.SGD(every, lr=0.5)
+    Xt, Ct = t(X), t(C)
+    for _ in range(3):
+        loss_np, grad_np, _ = ev.gradient(params, X, C)
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(classifier(lp(opening(Xt))), Ct)
+        loss.backward()
+        assert loss.item() == pytest.approx(loss_np, rel=1e-12)
+        g = net.views(grad_np)
+        assert rel(opening[0].weight.grad, t(g["open_K"])) < 1e-10
+        assert rel(classifier.weight.grad, t(g["W"])) < 1e-10
+        dK = torch.stack([b[0].weight.grad for b in blocks])
+        assert rel(dK, t(g["K"])) < 1e-10
+        db = torch.stack([b[0].bias.grad for b in blocks])
+        assert rel(db, t(g["b"])) < 1e-10
+        params -= 0.5 * grad_np
+        opt.step()
+    assert lp.last_forward.iterations == 2 and lp.last_backward.iterations == 1
+
+
+def test_adam_on_peaks_decreases_the_loss():
+    losses = adam_peaks(None)
+    assert len(losses) == 20 and losses[-1] < 0.8 * losses[0]
+
+
+# --------------------------------------------------------------- batched relaxation
+
+def run(net, x):
+    xg = x.clone().requires_grad_()
+    y = net(xg)
+    (y * loss_weights(y)).sum().backward()
+    return y.detach(), xg.grad
+
+
+@pytest.mark.parametrize("oneshot", [None, (2, 2)])
+def test_batched_equals_per_block(oneshot):
+    x = torch.randn(5, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(SEED))
+    out = []
+    for batch in (True, False):
+        blocks = dense_blocks(32, 4)
+        net = LayerParallel(blocks, 2.0, batch=batch, cfactor=4, max_levels=3, abs_tol=1e-12,
+                            oneshot=oneshot)
+        y, dx = run(net, x)
+        out.append((y, dx, torch.cat([p.grad.reshape(-1) for p in net.parameters()])))
+        assert net.batch_path == ("vmap" if batch else "off")
+        assert (net.batch_calls["vmap"] > 0) == batch
+    for a, b in zip(*out):
+        assert torch.allclose(a, b, rtol=1e-14, atol=1e-17), float((a - b).abs().max())
+
+
+class Branchy(torch.nn.Module):
+    """Not vmap-able: Python control flow on a tensor's value."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3).double()
+
+    def forward(self, x):
+        if x.sum() > 1e9:
+            return x
+        return torch.tanh(self.lin(x))
+
+
+def test_blocks_vmap_cannot_run_fall_back_to_per_block_calls():
+    x = torch.ones(2, 3, dtype=torch.float64)
+    results = []
+    for batch in (True, False):
+        torch.manual_seed(SEED)
+        net = LayerParallel([Branchy() for _ in range(16)], 1.0, batch=batch, abs_tol=1e-12)
+        results.append(run(net, x))
+        if batch:
+            assert net.batch_path == "per-block"
+            assert "vmap failed" in net.batch_path_reason
+            assert net.batch_calls["per-block"] > 0 and net.batch_calls["vmap"] == 0
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
+
+
+def test_blocks_of_different_kinds_take_the_per_block_path():
+    torch.manual_seed(SEED)
+    blocks = [torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Tanh()).double()
+              if n % 2 else torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.ReLU()).double()
+              for n in range(8)]
+    net = LayerParallel(blocks, 1.0)
+    assert net.batch_path == "per-block" and "differs" in net.batch_path_reason
+    x = torch.ones(2, 3, dtype=torch.float64)
+    ref, _, _ = serial_reference(blocks, 1.0, x)
+    assert rel(net(x).detach(), ref) < 1e-9
+
+
+# --------------------------------------------------------------- errors
+
+class Raising(torch.nn.Module):
+    def forward(self, x):
+        raise KeyError("no such feature")
+
+
+def test_a_failing_block_raises_its_own_exception():
+    blocks = dense_blocks(8, 3)
+    blocks[5] = Raising()
+    net = LayerParallel(blocks, 1.0, batch=False)
+    with pytest.raises(KeyError, match="no such feature"):
+        net(torch.ones(2, 3, dtype=torch.float64))
+
+
+def test_bad_inputs_are_clear_errors():
+    net = LayerParallel(dense_blocks(8, 4), 1.0)
+    with pytest.raises(TypeError, match="must be a torch.Tensor.*numpy"):
+        net(np.ones((2, 4)))
+    with pytest.raises(TypeError, match="floating-point"):
+        net(torch.ones(2, 4, dtype=torch.int64))
+    with pytest.raises(TypeError, match="dtype torch.float32.*float64"):
+        net(torch.ones(2, 4))
+    with pytest.raises(ValueError, match="cannot take an input of shape \\(2, 5\\)"):
+        net(torch.ones(2, 5, dtype=torch.float64))
+    with pytest.raises(ValueError, match="x is on meta but block 0's 0.weight is on cpu"):
+        net(torch.ones(2, 4, dtype=torch.float64, device="meta"))
+    shrink = [torch.nn.Linear(4, 2).double() for _ in range(8)]
+    with pytest.raises(ValueError, match="maps an input of shape \\(2, 4\\).*to \\(2, 2\\)"):
+        LayerParallel(shrink, 1.0)(torch.ones(2, 4, dtype=torch.float64))
+    y = net(torch.ones(2, 4, dtype=torch.float64))  # still works after the errors
+    assert y.shape == (2, 4)
+
+
+def test_backward_must_follow_its_own_forward():
+    net = LayerParallel(dense_blocks(8, 4), 1.0)
+    x = torch.ones(2, 4, dtype=torch.float64)
+    first = net(x).sum()
+    net(x)
+    with pytest.raises(RuntimeError, match="earlier forward"):
+        first.backward()
+
+
+def test_constructor_arguments_are_checked():
+    blocks = dense_blocks(4, 2)
+    with pytest.raises(ValueError, match="depth= .* is required"):
+        LayerParallel(lambda n: blocks[n], 1.0)
+    with pytest.raises(ValueError, match="depth=5 but 4 blocks"):
+        LayerParallel(blocks, 1.0, depth=5)
+    with pytest.raises(ValueError, match="t_final must be a positive number"):
+        LayerParallel(blocks, 0.0)
+    with pytest.raises(TypeError, match="blocks\\[1\\] is a str"):
+        LayerParallel([blocks[0], "x"], 1.0)
+    with pytest.raises(TypeError, match="not a single module"):
+        LayerParallel(blocks[0], 1.0)
+    with pytest.raises(ValueError, match="max_level"):
+        LayerParallel(blocks, 1.0, max_level=2)
+
+
+def test_no_grad_forward_runs_the_solve_only():
+    blocks = dense_blocks(8, 4)
+    net = LayerParallel(blocks, 1.0, abs_tol=1e-12)
+    x = torch.ones(2, 4, dtype=torch.float64)
+    with torch.no_grad():
+        y = net(x)
+    assert not y.requires_grad
+    assert rel(y, serial_reference(blocks, 1.0, x)[0]) < 1e-12
+
+
+# --------------------------------------------------------------- the array backend
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.int32])
+def test_torch_backend_round_trips_messages(dtype):
+    u = (torch.arange(12) - 3).reshape(3, 4).to(dtype)
+    b = backend_for(u, "bufpack")
+    assert b.name == "torch" and b.device == torch.device("cpu")
+    buf = b.pack(u)
+    assert bytes(buf[:4]) == wire.MAGIC and buf[6] == wire.CPU
+    v = b.unpack(buf)
+    assert v.dtype == dtype and torch.equal(u, v)
+    with pytest.raises(ValueError, match="bad magic"):
+        b.unpack(b"XXXX" + bytes(buf[4:]))
+
+
+def test_torch_backend_vector_operations():
+    u = torch.tensor([3.0, 4.0], dtype=torch.float64)
+    b = backend_for(u)
+    assert b.norm(u) == 5.0
+    c = b.clone(u)
+    c += 1
+    assert u.tolist() == [3.0, 4.0]
+    b.sum(2.0, u, 3.0, u)  # x is y
+    assert u.tolist() == [15.0, 20.0]
+    y = torch.ones(2, dtype=torch.float64)
+    b.sum(-1.0, u, 0.5, y)
+    assert y.tolist() == [-14.5, -19.5]
+    assert b.stack([u, y]).shape == (2, 2)
+
+
+def test_torch_states_in_a_plain_app_use_the_torch_backend():
+    class Decay(braidpy.App):
+        array_namespace = torch
+
+        def init(self, t):
+            return torch.ones(2, dtype=torch.float64) if t == 0 else torch.zeros(2,
+                                                                              dtype=torch.float64)
+
+        def step(self, u, t0, t1, status):
+            u /= 1.0 + (t1 - t0)
+
+    r = braidpy.solve(Decay(), 0.0, 1.0, 32, cfactor=4, abs_tol=1e-12)
+    assert isinstance(r.final, torch.Tensor)
+    assert abs(float(r.final[0]) - (1 + 1 / 32) ** -32) < 1e-10
