@@ -285,6 +285,11 @@ def test_torch_backend_vector_operations():
     assert u.tolist() == [3.0, 4.0]
     b.sum(2.0, u, 3.0, u)  # x is y
     assert u.tolist() == [15.0, 20.0]
+    b.sum(1.0, u, 0.5, u)  # x is y, and y is scaled before x is added
+    assert u.tolist() == [22.5, 30.0]
+    b.sum(1.0, u[:1], 0.5, u[1:])  # views of one storage: copied first
+    assert u.tolist() == [22.5, 37.5]
+    u = torch.tensor([15.0, 20.0], dtype=torch.float64)
     y = torch.ones(2, dtype=torch.float64)
     b.sum(-1.0, u, 0.5, y)
     assert y.tolist() == [-14.5, -19.5]

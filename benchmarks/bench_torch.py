@@ -1,0 +1,115 @@
+"""braidpy.torch: LayerParallel's one-shot gradient vs plain torch forward+backward, one process.
+
+Network: N blocks F_n(x) = tanh(Linear_n(x)), width 8, float64, CPU, T = 2, its
+own random weights per layer (torch's default Linear initialisation, fixed seed);
+x <- x + h F_n(x). Loss: sum of the output times fixed random weights.
+
+Serial: the same blocks in a plain Python loop (x = x + h * block(x)), then
+``loss.backward()`` (torch autograd), from zeroed gradients.
+LayerParallel: one-shot (m1, m2) = (2, 2) (two MGRIT iterations in forward, two
+adjoint iterations in backward, warm-started from the previous call, as in one-shot
+training), cfactor 64 on level 0, 2 levels, F-relaxation; "batched" runs each batched
+call as one torch.func.vmap over the stacked block parameters, "per-block" the same
+with batch=False. Each timing is one forward + backward from zeroed gradients, after
+two warm-up calls; min over repeats (median in brackets). The two sides alternate
+within each repeat. ratio = serial / LayerParallel (> 1: LayerParallel is faster).
+
+Run: python benchmarks/bench_torch.py [--layers 1024 4096] [--batches 1 32] [--repeats R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+from _report import min_median, print_table, seconds
+
+from braidpy.torch import LayerParallel
+
+SEED = 1291
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--layers", type=int, nargs="+", default=[1024, 4096])
+    p.add_argument("--batches", type=int, nargs="+", default=[1, 32])
+    p.add_argument("--width", type=int, default=8)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--cfactor", type=int, default=64)
+    p.add_argument("--per-block", action="store_true",
+                   help="also time LayerParallel with batch=False")
+    p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
+    p.add_argument("--quick", action="store_true", help="smoke run: N 256, 1 repeat")
+    return p.parse_args(argv)
+
+
+def blocks_of(n, width):
+    torch.manual_seed(SEED)
+    return [torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.Tanh()).double()
+            for _ in range(n)]
+
+
+def timed(fn):
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.quick:
+        args.layers, args.repeats = [256], 1
+    torch.set_num_threads(args.threads)
+    rows = []
+    for n in args.layers:
+        for batch in args.batches:
+            blocks = blocks_of(n, args.width)
+            h = 2.0 / n
+            x = torch.randn(batch, args.width, dtype=torch.float64,
+                            generator=torch.Generator().manual_seed(SEED))
+            wts = torch.randn(batch, args.width, dtype=torch.float64,
+                              generator=torch.Generator().manual_seed(SEED + 1))
+
+            def serial():
+                for b in blocks:
+                    b.zero_grad()
+                u = x
+                for b in blocks:
+                    u = u + h * b(u)
+                (u * wts).sum().backward()
+
+            sides = {"serial": serial}
+            nets = {"batched": LayerParallel(blocks, 2.0, oneshot=(2, 2), max_levels=2,
+                                             cfactor=args.cfactor, nrelax=0)}
+            if args.per_block:
+                nets["per-block"] = LayerParallel(blocks, 2.0, oneshot=(2, 2), max_levels=2,
+                                                  cfactor=args.cfactor, nrelax=0, batch=False)
+            for name, net in nets.items():
+                def run(net=net):
+                    net.zero_grad()
+                    (net(x) * wts).sum().backward()
+                sides[name] = run
+            times = {name: [] for name in sides}
+            for fn in sides.values():  # warm-up (and the one-shot warm start)
+                fn()
+                fn()
+            for _ in range(args.repeats):
+                for name, fn in sides.items():
+                    times[name].append(timed(fn))
+            stats = {name: min_median(t) for name, t in times.items()}
+            for name in nets:
+                mn, md = stats[name]
+                rows.append([n, batch, name, f"{seconds(stats['serial'][0])} "
+                             f"[{seconds(stats['serial'][1])}]", f"{seconds(mn)} [{seconds(md)}]",
+                             f"{stats['serial'][0] / mn:.2f}x", nets[name].batch_path])
+            for net in nets.values():
+                net.close()
+    print_table(["N", "batch", "LayerParallel", "serial torch fwd+bwd",
+                 "LayerParallel one-shot (2,2)", "serial / LP", "path"], rows,
+                title=f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), width "
+                      f"{args.width}, float64, cfactor {args.cfactor}, 2 levels, F-relaxation")
+
+
+if __name__ == "__main__":
+    main()
