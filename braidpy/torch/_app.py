@@ -259,8 +259,9 @@ class BlocksApp(App):
             G = _pullback(lambda *ps: self._fv(dict(zip(names, ps)), B, U),
                           [P[k] for k in names], W)
             hs = torch.as_tensor(t1s - t0s, dtype=U.dtype, device=U.device)
+            scaled = [g * hs.reshape((-1,) + (1,) * (g.dim() - 1)) for g in G]
             for k, n in enumerate(ns.tolist()):
-                self.grads[n] = {name: hs[k] * g[k] for name, g in zip(names, G)}
+                self.grads[n] = {name: g[k] for name, g in zip(names, scaled)}
 
         def per_block() -> None:
             for k, n in enumerate(ns.tolist()):

@@ -124,6 +124,12 @@ class LayerParallel(torch.nn.Module):
         self._app.own = self.layers
         self._app.modules = {**{n: self.blocks[str(n)] for n in self.layers}, **halo}
         self._halo_modules = halo  # not registered: their parameters are the owners'
+        # The own parameters by layer, looked up once (named_parameters walks modules).
+        self._named = {n: list(self.blocks[str(n)].named_parameters()) for n in self.layers}
+        self._param_list = [p for n in self.layers for _, p in self._named[n]]
+        self._buffers = {n: dict(m.named_buffers()) for n, m in self._app.modules.items()}
+        self._halo_shapes = {n: [(k, tuple(p.shape)) for k, p in m.named_parameters()]
+                             for n, m in halo.items()}
         self._app.check_batchable()
         self._first = 0 in owned
         self._signature: Optional[Tuple[Any, ...]] = None
@@ -159,7 +165,7 @@ class LayerParallel(torch.nn.Module):
 
     # ------------------------------------------------------------ forward
     def _own_params(self) -> List[torch.Tensor]:
-        return [p for n in self.layers for p in self.blocks[str(n)].parameters()]
+        return self._param_list
 
     def _check_input(self, x: Any) -> None:
         if not isinstance(x, torch.Tensor):
@@ -169,7 +175,7 @@ class LayerParallel(torch.nn.Module):
             raise TypeError(f"LayerParallel.forward: x must be a floating-point tensor, got "
                             f"dtype {x.dtype}")
         for n in self.layers:
-            for name, p in self.blocks[str(n)].named_parameters():
+            for name, p in self._named[n]:
                 if p.device != x.device:
                     raise ValueError(f"LayerParallel.forward: x is on {x.device} but block "
                                      f"{n}'s {name} is on {p.device}; move the input or the "
@@ -204,14 +210,11 @@ class LayerParallel(torch.nn.Module):
 
     def _refresh_params(self, device: torch.device) -> None:
         app = self._app
-        own = {n: {k: p.detach() for k, p in self.blocks[str(n)].named_parameters()}
-               for n in self.layers}
-        shapes = {n: [(k, tuple(p.shape)) for k, p in m.named_parameters()]
-                  for n, m in self._halo_modules.items()}
+        own = {n: {k: p.detach() for k, p in self._named[n]} for n in self.layers}
         app.set_device(device)
-        halo = self._halo.exchange(own, app._backend, shapes)
+        halo = self._halo.exchange(own, app._backend, self._halo_shapes)
         app.params = {**own, **halo}
-        app.buffers = {n: dict(m.named_buffers()) for n, m in app.modules.items()}
+        app.buffers = self._buffers
         app.restack()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -252,7 +255,7 @@ class LayerParallel(torch.nn.Module):
         grads: List[torch.Tensor] = []
         for n in self.layers:
             gn = found.get(n, {})
-            for name, p in self.blocks[str(n)].named_parameters():
+            for name, p in self._named[n]:
                 grads.append(gn[name] if name in gn else torch.zeros_like(p))
         dx = self._broadcast_from_first(g.initial_adjoint) if want_x else None
         return dx, grads
