@@ -60,11 +60,17 @@ def main(argv: Sequence[str] | None = None) -> list:
     c = args.channels
     torch.manual_seed(args.seed)
     opening = torch.nn.Sequential(torch.nn.Conv2d(1, c, 3, padding=1), torch.nn.Tanh()).double()
-    body = LayerParallel(
-        lambda n: torch.nn.Sequential(torch.nn.Conv2d(c, c, 3, padding=1),
-                                      torch.nn.Tanh()).double(),
-        args.T, comm, depth=args.layers, abs_tol=args.tol, cfactor=2)
     classifier = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(c * 64, 10)).double()
+
+    def block(n: int) -> torch.nn.Module:
+        # Each rank builds only the blocks it needs, so block n's weights must not depend
+        # on which blocks were built before it: its own seed, the global RNG left alone.
+        with torch.random.fork_rng():
+            torch.manual_seed(args.seed + 1 + n)
+            return torch.nn.Sequential(torch.nn.Conv2d(c, c, 3, padding=1),
+                                       torch.nn.Tanh()).double()
+
+    body = LayerParallel(block, args.T, comm, depth=args.layers, abs_tol=args.tol, cfactor=2)
     opt = torch.optim.Adam([*opening.parameters(), *body.parameters(),
                             *classifier.parameters()], lr=args.lr)
     if rank == 0:

@@ -57,6 +57,8 @@ def test_a_block_factory_and_a_module_list_give_the_same_gradients():
         assert list(net.layers) == list(range(8))
         assert len(list(net.parameters())) == 16
     assert sorted(made) == list(range(8))
+    state = net.state_dict()  # an ordinary module: its own blocks by layer index
+    assert list(state)[:2] == ["blocks.0.0.weight", "blocks.0.0.bias"] and len(state) == 16
     for a, b in zip(*grads):
         assert torch.equal(a, b)
 
@@ -310,3 +312,18 @@ def test_torch_states_in_a_plain_app_use_the_torch_backend():
     r = braidpy.solve(Decay(), 0.0, 1.0, 32, cfactor=4, abs_tol=1e-12)
     assert isinstance(r.final, torch.Tensor)
     assert abs(float(r.final[0]) - (1 + 1 / 32) ** -32) < 1e-10
+
+
+def test_inputs_of_another_shape_get_their_own_solver():
+    blocks = dense_blocks(8, 4)
+    net = LayerParallel(blocks, 1.0, abs_tol=1e-12, oneshot=(1, 1))
+    a = torch.ones(2, 4, dtype=torch.float64)
+    b = torch.ones(5, 4, dtype=torch.float64)
+    ya1 = net(a).detach()
+    with torch.no_grad():
+        yb = net(b)  # a validation-sized batch: a solver of its own
+    ya2 = net(a).detach()  # continues a's warm start (one more iteration)
+    assert yb.shape == (5, 4) and ya2.shape == (2, 4)
+    fresh = LayerParallel(blocks, 1.0, abs_tol=1e-12, oneshot=(1, 1))
+    fresh(a)
+    assert torch.equal(fresh(a).detach(), ya2) and not torch.equal(ya1, ya2)

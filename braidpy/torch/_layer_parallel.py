@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
@@ -16,6 +17,9 @@ from ._app import BlocksApp
 from ._halo import HaloPlan, needed_layers, own_layers
 
 __all__ = ["LayerParallel", "DEFAULTS"]
+
+#: Input shapes (with dtype and device) whose solvers and warm starts are kept.
+SOLVERS_KEPT = 4
 
 #: MGRIT options of LayerParallel that differ from braidpy.Options' defaults.
 DEFAULTS: Dict[str, Any] = {"cfactor": 4, "max_levels": 2, "abs_tol": 1e-9}
@@ -107,8 +111,13 @@ class LayerParallel(torch.nn.Module):
         self.mode = "exact" if oneshot is None else "oneshot"
         self.rank, self.size = rank_size(comm)
         self._app = BlocksApp(batch=opts.batch)
-        self._solver = GradientSolver(self._app, 0.0, self.t_final, depth, comm=comm,
-                                      primal=opts, adjoint=adjoint, oneshot=oneshot)
+        self._gs_options: Dict[str, Any] = dict(primal=opts, adjoint=adjoint, oneshot=oneshot)
+        self._solver = self._new_solver()
+        # One solver (and warm start) per input signature; the first is built here to
+        # learn the layer split, and given to the first signature seen.
+        self._solvers: "OrderedDict[Tuple[Any, ...], GradientSolver]" = OrderedDict()
+        self._unused: Optional[GradientSolver] = self._solver
+        self._warm: set = set()
         primal, adj = self._solver.primal_core, self._solver.adjoint_core
         owned = primal.owned
         self.layers = own_layers(owned, depth)
@@ -127,12 +136,14 @@ class LayerParallel(torch.nn.Module):
         # The own parameters by layer, looked up once (named_parameters walks modules).
         self._named = {n: list(self.blocks[str(n)].named_parameters()) for n in self.layers}
         self._param_list = [p for n in self.layers for _, p in self._named[n]]
-        self._buffers = {n: dict(m.named_buffers()) for n, m in self._app.modules.items()}
+        self._block_buffers: Dict[int, Dict[str, torch.Tensor]] = {
+            n: dict(m.named_buffers()) for n, m in self._app.modules.items()}
         self._halo_shapes = {n: [(k, tuple(p.shape)) for k, p in m.named_parameters()]
                              for n, m in halo.items()}
         self._app.check_batchable()
         self._first = 0 in owned
         self._signature: Optional[Tuple[Any, ...]] = None
+        self._owned = owned
         self._primal: Optional[Result] = None
         self._generation = 0
         self.last_forward: Optional[Result] = None
@@ -164,7 +175,7 @@ class LayerParallel(torch.nn.Module):
                 f"{self.rank}/{self.size}")
 
     # ------------------------------------------------------------ forward
-    def _own_params(self) -> List[torch.Tensor]:
+    def _own_params(self) -> List[Any]:
         return self._param_list
 
     def _check_input(self, x: Any) -> None:
@@ -190,6 +201,10 @@ class LayerParallel(torch.nn.Module):
         signature = (tuple(x.shape), x.dtype, x.device)
         if signature == self._signature:
             return
+        if signature in self._solvers:
+            self._solvers.move_to_end(signature)
+            self._solver, self._signature = self._solvers[signature], signature
+            return
         with agreed(self._wire, "checking the input"):
             n = self.layers.start if len(self.layers) else min(self._app.modules)
             try:
@@ -204,9 +219,23 @@ class LayerParallel(torch.nn.Module):
                 raise ValueError(f"LayerParallel.forward: block {n} maps an input of shape "
                                  f"{tuple(x.shape)} {x.dtype} to {got}; a residual block must "
                                  f"return a tensor of its input's shape and dtype")
-        if self._signature is not None:  # another shape: warm starts do not fit
-            self._solver.reset()
-        self._signature = signature
+        # A new shape: its own solver (a braidpy Core keeps one state shape), so that
+        # the warm starts of other shapes (training batches, say) stay as they are.
+        solver, self._unused = self._unused, None
+        if solver is None:
+            solver = self._new_solver()
+            if solver.primal_core.owned != self._owned:  # pragma: no cover - invariant
+                raise RuntimeError("braidpy.torch: a new solver split the layers differently")
+        self._solvers[signature] = solver
+        if len(self._solvers) > SOLVERS_KEPT:  # the same on every rank: collective close
+            old_signature, old = self._solvers.popitem(last=False)
+            self._warm.discard(old_signature)
+            old.close()
+        self._solver, self._signature = solver, signature
+
+    def _new_solver(self) -> GradientSolver:
+        return GradientSolver(self._app, 0.0, self.t_final, self.depth, comm=self.comm,
+                              **self._gs_options)
 
     def _refresh_params(self, device: torch.device) -> None:
         app = self._app
@@ -214,7 +243,7 @@ class LayerParallel(torch.nn.Module):
         app.set_device(device)
         halo = self._halo.exchange(own, app._backend, self._halo_shapes)
         app.params = {**own, **halo}
-        app.buffers = self._buffers
+        app.buffers = self._block_buffers
         app.restack()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -231,11 +260,12 @@ class LayerParallel(torch.nn.Module):
         self._refresh_params(x.device)
         app = self._app
         app.x = x.detach()
-        if self._generation > 0 and self._first:
+        if self._signature in self._warm and self._first:
             self._solver.primal_core.set_initial_condition(app.x)
         self._generation += 1
         self._primal = None
         self._primal = self._solver.solve_primal()
+        self._warm.add(self._signature)
         self.last_forward = self._primal
         return self._primal.final
 
@@ -275,8 +305,9 @@ class LayerParallel(torch.nn.Module):
 
     def close(self) -> None:
         """Release the communicators now (also done by garbage collection)."""
-        solver = getattr(self, "_solver", None)
-        if solver is not None:
+        solvers = list(getattr(self, "_solvers", {}).values())
+        unused = getattr(self, "_unused", None)
+        for solver in solvers + ([unused] if unused is not None else []):
             solver.close()
         wire, self._wire = getattr(self, "_wire", None), None
         if wire is not None:
