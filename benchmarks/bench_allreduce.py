@@ -10,8 +10,8 @@ receives 2(P-1) chunks of K/P bytes, so it costs about
 
 for K bytes, per-message latency alpha and link bandwidth B. This script measures
 
-1. alpha and B, fitted by least squares to one-way ping-pong times between ranks 0 and
-   1 (T = alpha + K/B),
+1. alpha and B of T = alpha + K/B from one-way ping-pong times between ranks 0 and 1
+   (B from the two largest messages, alpha from the smallest),
 2. MPI's own Allreduce (float32 SUM),
 3. a ring allreduce written here (reduce-scatter then allgather, with Sendrecv) as the
    measured reference of the seed's algorithm, and
@@ -20,7 +20,8 @@ for K bytes, per-message latency alpha and link bandwidth B. This script measure
 for buffers of 1 KB ... 64 MB, and prints the times and the ratios. braidpy's
 data-parallel gradients use the engine's collective (MPI_Allreduce on one contiguous
 buffer) unless a case measured here shows the ring ahead. The ring is a reference for
-that choice, not a product path.
+that choice, not a product path. With more ranks than cores (4 ranks on this project's
+2-core VM) the ranks take turns on the cores, which no network model describes.
 """
 
 from __future__ import annotations
@@ -69,11 +70,15 @@ def ping_pong(comm, nbytes, repeats):
 
 
 def fit_alpha_bandwidth(comm, sizes, repeats):
-    """(alpha seconds, B bytes/s) from T = alpha + K/B over the ping-pong sizes."""
+    """(alpha seconds, B bytes/s) of T = alpha + K/B from the ping-pong times: B from
+    the two largest sizes (where bandwidth dominates), alpha from the smallest (where
+    latency does). A least-squares line over all sizes would let the large messages
+    set alpha."""
     ks = np.array(sizes, dtype=float)
     ts = np.array([ping_pong(comm, int(k), repeats) for k in sizes])
-    slope, alpha = np.polyfit(ks, ts, 1)
-    return max(alpha, 0.0), 1.0 / slope, ts
+    bandwidth = (ks[-1] - ks[-2]) / max(ts[-1] - ts[-2], 1e-12)
+    alpha = max(ts[0] - ks[0] / bandwidth, 0.0)
+    return alpha, bandwidth, ts
 
 
 def ring_allreduce(comm, send, recv):
