@@ -9,6 +9,8 @@ layer communicator. Rank 0 writes the gathered records as JSON.
 
 import itertools
 import json
+
+import numpy as np
 import sys
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from mpi_world import expect_world  # noqa: E402
 
 import braidpy  # noqa: E402
 from braidpy.parallel import ProcessGrid  # noqa: E402
+from braidpy.parallel.data import GradientAverager, shard_of  # noqa: E402
 
 COMM = MPI.COMM_WORLD
 
@@ -38,7 +41,16 @@ def record(shape):
                            if grid.layers > 1 else None, cfactor=2, abs_tol=1e-13)
     core = braidpy.Core(Decay(), 0.0, 4.0, 64, comm=grid.layers_comm
                         if grid.layers > 1 else None, cfactor=2)
+    # A gradient of 100 entries, averaged over the data group in buckets of 16; the
+    # pieces come last to first in sevens (buckets must still start in order).
+    pattern = 1.0 + np.arange(100) % 5
+    averager = GradientAverager(grid.data_comm, 100, bucket=16)
+    for lo in reversed(range(0, 100, 7)):
+        averager.add(lo, ((COMM.rank + 1) * pattern)[lo:lo + 7])
+    average = averager.finish()
     out = {"rank": COMM.rank, "coords": list(grid.coords), "members": members,
+           "average": average.tolist(), "pattern": pattern.tolist(),
+           "shard": list(shard_of(10, grid.data, grid.coords[0])),
            "world_rank": grid.world_rank(*grid.coords), "final": result.final.tolist(),
            "owned": [core.owned.start, core.owned.stop], "describe": grid.describe()}
     grid.free()

@@ -99,3 +99,33 @@ def test_shapes_that_do_not_fit_are_refused_under_mpi(run):
     assert "layers=" in res["errors"][1] and "does not fit" in res["errors"][1]
     assert res["errors"][2] == "data must be an int >= 1, got 0"
     assert res["errors"][3] == "data must be an int >= 1, got True"
+
+
+def test_gradients_are_averaged_over_each_data_group(run):
+    nranks, res = run
+    for name, records in res["shapes"].items():
+        data = int(name.split("x")[0])
+        for r in records:
+            members = r["members"]["data"]
+            pattern = np.array(r["pattern"])
+            expected = np.mean([(m + 1) * pattern for m in members], axis=0)
+            np.testing.assert_allclose(r["average"], expected, rtol=1e-15, atol=0)
+        # The data groups' shards of a batch of 10 tile it, in group order.
+        shards = {r["coords"][0]: r["shard"] for r in records}
+        assert [i for d in range(data) for i in shards[d]] == list(range(10))
+
+
+def test_the_averager_refuses_bad_pieces():
+    from braidpy.parallel.data import GradientAverager, shard_of
+
+    avg = GradientAverager(None, 10, bucket=4)
+    avg.add(0, np.ones(4))
+    with pytest.raises(ValueError, match="overlaps one added before"):
+        avg.add(2, np.ones(3))
+    with pytest.raises(ValueError, match=r"piece \[8, 12\) is outside the gradient of 10"):
+        avg.add(8, np.ones(4))
+    with pytest.raises(ValueError, match="gradient entries were never added"):
+        GradientAverager(None, 10).finish()
+    with pytest.raises(ValueError, match="a batch of 2 samples cannot feed 3 data groups"):
+        shard_of(2, 3, 0)
+    assert [len(shard_of(10, 4, g)) for g in range(4)] == [3, 3, 2, 2]

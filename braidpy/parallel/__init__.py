@@ -13,6 +13,8 @@ so nothing a peer sends can choose what code runs.
 - :mod:`.interrupts`: Ctrl-C delivered at agreement points, so every rank stops together.
 - :mod:`.grid`: :class:`ProcessGrid`, the data × space × layers split of hybrid-parallel
   training.
+- :mod:`.data`: data parallelism: batch shards and the bucketed, overlapped gradient
+  average over the data communicator.
 """
 
 from .agree import agreed
