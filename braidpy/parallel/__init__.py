@@ -15,6 +15,8 @@ so nothing a peer sends can choose what code runs.
   training.
 - :mod:`.data`: data parallelism: batch shards and the bucketed, overlapped gradient
   average over the data communicator.
+- :mod:`.spatial`: spatial parallelism: convolutions on bands of image rows with halo
+  exchange.
 """
 
 from .agree import agreed
