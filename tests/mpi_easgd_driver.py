@@ -16,16 +16,11 @@ import numpy as np  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 from mpi_world import expect_world  # noqa: E402
 
+from easgd_cases import CASES, target  # noqa: E402
+
 from braidpy.train.easgd import SyncEASGD  # noqa: E402
 
 COMM = MPI.COMM_WORLD
-CASES = {"plain_tau1": dict(tau=1, momentum=0.0, steps=1000),
-         "plain_tau3": dict(tau=3, momentum=0.0, steps=60),
-         "momentum_tau2": dict(tau=2, momentum=0.5, steps=60)}
-
-
-def target(rank):
-    return (rank + 1.0) * np.array([1.0, -2.0, 0.5])
 
 
 def run(tau, momentum, steps):
@@ -37,7 +32,8 @@ def run(tau, momentum, steps):
 
 
 def main():
-    nranks, path = expect_world(COMM, sys.argv[1]), sys.argv[2]
+    expect_world(COMM, sys.argv[1])
+    path = sys.argv[2]
     out = {name: COMM.gather(run(**case)) for name, case in CASES.items()}
     if COMM.rank == 0:
         Path(path).write_text(json.dumps(out))

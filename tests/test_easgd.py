@@ -2,21 +2,12 @@
 simulation of the paper's equations written independently here, and against the
 consensus fixed point."""
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
-from test_mpi import MPIEXEC
+from easgd_cases import CASES, target
+from mpi_launch import launch
 
 from braidpy.train.easgd import SyncEASGD
-
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from mpi_easgd_driver import CASES, target  # noqa: E402
 
 
 def simulate(groups, tau, momentum, steps, lr=0.1, rho=0.5):
@@ -42,13 +33,7 @@ def simulate(groups, tau, momentum, steps, lr=0.1, rho=0.5):
 @pytest.fixture(scope="module", params=[1, 2, 4])
 def run(request, tmp_path_factory):
     nranks = request.param
-    out = tmp_path_factory.mktemp("easgd") / f"{nranks}.json"
-    env = dict(os.environ, PYTHONWARNINGS="error", OMP_NUM_THREADS="1")
-    cmd = [MPIEXEC, "-n", str(nranks), sys.executable, str(HERE / "mpi_easgd_driver.py"),
-           str(nranks), str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
-    assert proc.returncode == 0, f"{cmd} failed:\n{proc.stdout}\n{proc.stderr}"
-    return nranks, json.loads(out.read_text())
+    return nranks, launch("mpi_easgd_driver.py", nranks, tmp_path_factory.mktemp("easgd"))
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -1,21 +1,14 @@
 """ProcessGrid: data x space x layers sub-communicators at 1, 2 and 4 ranks
 (issue 16, item 1)."""
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 from apps import Decay
-from test_mpi import MPIEXEC
+from mpi_launch import launch
 
 import braidpy
 from braidpy.parallel import ProcessGrid
-
-HERE = Path(__file__).resolve().parent
 
 
 def test_serial_grid_is_one_rank_without_communicators():
@@ -42,13 +35,7 @@ def test_bad_grids_are_refused_naming_the_sizes(kw, words):
 @pytest.fixture(scope="module", params=[1, 2, 4])
 def run(request, tmp_path_factory):
     nranks = request.param
-    out = tmp_path_factory.mktemp("grid") / f"{nranks}.json"
-    env = dict(os.environ, PYTHONWARNINGS="error", OMP_NUM_THREADS="1")
-    cmd = [MPIEXEC, "-n", str(nranks), sys.executable, str(HERE / "mpi_grid_driver.py"),
-           str(nranks), str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
-    assert proc.returncode == 0, f"{cmd} failed:\n{proc.stdout}\n{proc.stderr}"
-    return nranks, json.loads(out.read_text())
+    return nranks, launch("mpi_grid_driver.py", nranks, tmp_path_factory.mktemp("grid"))
 
 
 def test_every_shape_of_the_rank_count_is_built(run):

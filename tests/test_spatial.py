@@ -2,32 +2,19 @@
 ranks with a halo of the kernel radius; forward, backward data and backward filter equal
 the single-process convolution to 1e-12."""
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-from test_mpi import MPIEXEC
+from mpi_launch import launch
 
 from braidpy.nn.conv import conv2d
 from braidpy.parallel.spatial import RowSplit, conv2d_rows
-
-HERE = Path(__file__).resolve().parent
 
 
 @pytest.fixture(scope="module", params=[1, 2, 4])
 def run(request, tmp_path_factory):
     nranks = request.param
-    out = tmp_path_factory.mktemp("spatial") / f"{nranks}.json"
-    env = dict(os.environ, PYTHONWARNINGS="error", OMP_NUM_THREADS="1")
-    cmd = [MPIEXEC, "-n", str(nranks), sys.executable, str(HERE / "mpi_spatial_driver.py"),
-           str(nranks), str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
-    assert proc.returncode == 0, f"{cmd} failed:\n{proc.stdout}\n{proc.stderr}"
-    return nranks, json.loads(out.read_text())
+    return nranks, launch("mpi_spatial_driver.py", nranks, tmp_path_factory.mktemp("spatial"))
 
 
 def test_bands_match_the_single_process_convolution(run):
