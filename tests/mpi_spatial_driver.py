@@ -49,7 +49,8 @@ def case(height, k, width=6, batch=2, cin=3, cout=2):
 
 
 def main():
-    nranks, path = expect_world(COMM, sys.argv[1]), sys.argv[2]
+    expect_world(COMM, sys.argv[1])
+    path = sys.argv[2]
     out = {}
     for height, k in [(12, 1), (12, 3), (12, 5), (13, 3), (9, 3), (7, 5), (2, 3)]:
         out[f"{height}-{k}"] = COMM.gather(case(height, k))
