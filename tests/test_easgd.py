@@ -73,3 +73,52 @@ def test_options_are_checked_and_state_round_trips():
         b.step(wb, 0.0, wb - 2.0)
     np.testing.assert_array_equal(wa, wb)
     np.testing.assert_array_equal(a.center, b.center)
+
+
+@pytest.fixture(scope="module", params=[2, 4])
+def async_run(request, tmp_path_factory):
+    nranks = request.param
+    return nranks, launch("mpi_async_easgd_driver.py", nranks,
+                          tmp_path_factory.mktemp("async-easgd"))
+
+
+def test_async_workers_and_centre_reach_the_consensus(async_run):
+    nranks, res = async_run
+    records = res["train"]
+    assert [r["outcome"][0] for r in records] == ["ok"] * nranks, records
+    workers = range(1, nranks)
+    # Replay the paper's updates in the order the centre served them (each worker
+    # blocks on its exchange, so that order fixes every number): bit for bit.
+    center, W = np.zeros(3), {i: np.zeros(3) for i in workers}
+    for i in records[0]["served"]:
+        received = center.copy()
+        center += 0.1 * 0.5 * (W[i] - center)
+        elastic = 0.5 * (W[i] - received)
+        W[i] -= 0.1 * (W[i] - target(i))
+        W[i] -= 0.1 * elastic
+    assert records[0]["center"] == center.tolist()
+    for i in workers:
+        assert records[i]["w"] == W[i].tolist()
+    # With one worker the centre converges to its minimiser.
+    if nranks == 2:
+        np.testing.assert_allclose(center, target(1), rtol=0, atol=1e-6)
+    # Every exchange was served once: the centre's count is the workers' total.
+    assert records[0]["exchanges"] == sum(records[i]["exchanges"] for i in workers) \
+        == (nranks - 1) * 600
+
+
+def test_an_async_worker_failing_stops_every_rank(async_run):
+    nranks, res = async_run
+    records = res["failure"]
+    failed = nranks - 1
+    assert records[failed]["outcome"] == ["Boom", "worker failed on purpose"]
+    for r in records[:failed]:
+        assert r["outcome"][0] == "BraidError", records
+        assert f"worker rank {failed} failed" in r["outcome"][1]
+
+
+def test_async_options_are_checked():
+    from braidpy.train.easgd import AsyncEASGD
+
+    with pytest.raises(ValueError, match="a communicator of >= 2 ranks, got 1"):
+        AsyncEASGD(None)
