@@ -208,14 +208,18 @@ def test_comm_without_mpi4py_names_the_mpi_extra():
     assert "messages ok" in out
 
 
+# One write per line: under mpiexec both ranks share the pipe, and print() writes the
+# text and the newline separately, so two ranks' lines could run together.
 WORLD = """
+import sys
 from braidpy.parallel import world
 try:
     world()
 except ImportError as err:
-    print("ImportError:", err)
+    sys.stdout.write(f"ImportError: {err}\\n")
 else:
-    print("no error")
+    sys.stdout.write("no error\\n")
+sys.stdout.flush()
 """
 
 
