@@ -254,8 +254,10 @@ DevicePath device_clone_block(PyObject* const* srcs, Py_ssize_t n, PyObject** bl
     Py_DECREF(B);
     return r;
   }
-  for (Py_ssize_t k = 0; k < n; ++k) {
-    rows[k] = PySequence_GetItem(B, k);
+  for (Py_ssize_t k = 0; k < n; ++k) {  // B[k] (any type's __getitem__, not sq_item)
+    PyObject* index = PyLong_FromSsize_t(k);
+    rows[k] = index ? PyObject_GetItem(B, index) : nullptr;
+    Py_XDECREF(index);
     if (rows[k] == nullptr) {
       for (Py_ssize_t j = 0; j < k; ++j) Py_DECREF(rows[j]);
       Py_DECREF(B);
