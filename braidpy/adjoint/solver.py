@@ -13,6 +13,7 @@ from .._options import Options
 from .._result import Result
 from .._solver import Core
 from ..parallel.agree import agreed
+from ..parallel.interrupts import deferred_interrupts
 from ..parallel.collectives import allgatherv, ordered_sum
 from ..parallel.comm import rank_size
 from ..parallel.layers import all_ranges, mirrored_ranges, reversed_comm
@@ -216,6 +217,12 @@ class GradientSolver:
 
     def evaluate(self) -> Gradient:
         """Primal solve, objective, adjoint solve and per-step gradients."""
+        # A Ctrl-C between the two solves waits for the next agreement point, so that
+        # no rank leaves while the others start the adjoint solve (docs/errors.md).
+        with deferred_interrupts():
+            return self._evaluate()
+
+    def _evaluate(self) -> Gradient:
         primal = self.primal_core.solve()
         objective, w_final = self._objective(primal)
         rev = self.reversed_app
