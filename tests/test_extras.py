@@ -55,7 +55,7 @@ def test_extras_bring_what_their_features_need():
     extras = project()["optional-dependencies"]
     assert expand("mpi", extras) == {"mpi4py", "mpich"}
     assert expand("train", extras) == {"scikit-learn", "matplotlib", "tqdm"}
-    assert "cupy-cuda12x" in expand("gpu", extras)
+    assert "cupy-cuda13x" in expand("gpu", extras)  # CUDA 13, as braidpy._cuda
     assert "torch==2.13.0" in extras["torch"]
     everything = expand("all", extras)
     for extra in ("mpi", "train", "gpu", "torch", "array-api"):
@@ -65,7 +65,7 @@ def test_extras_bring_what_their_features_need():
     assert expand("mpi", extras) | expand("train", extras) <= test
     assert {"pytest", "sphinx", "myst-parser", "build", "cmake", "scipy",
             "array-api-compat", "array-api-strict"} <= test
-    assert not ({"cupy-cuda12x", "torch"} & test)
+    assert not ({"cupy-cuda13x", "torch"} & test)
 
 
 def test_ci_runs_the_readme_commands():
