@@ -30,13 +30,10 @@ def _compat() -> Any:
 
 
 def namespace(a: Any) -> Any:
-    """The array namespace of ``a``: NumPy for ``numpy.ndarray``, else ``a``'s own
-    (``__array_namespace__``) or array-api-compat's wrapper (CuPy, PyTorch)."""
+    """The array namespace of ``a``: NumPy for ``numpy.ndarray``, else array-api-compat's
+    (the array's own where it is standard, a wrapper for CuPy and PyTorch)."""
     if isinstance(a, np.ndarray):
         return np
-    get = getattr(a, "__array_namespace__", None)
-    if get is not None:
-        return get()
     return _compat().array_namespace(a)
 
 

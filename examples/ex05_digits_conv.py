@@ -21,6 +21,8 @@ Run it serially::
 or with the layers split over MPI ranks::
 
     mpiexec -n 2 python examples/ex05_digits_conv.py
+
+``--device cuda`` trains on a GPU (CuPy, ``pip install 'braidpy[gpu]'``).
 """
 
 from __future__ import annotations

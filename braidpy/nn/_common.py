@@ -72,7 +72,10 @@ def _on_device_of(U: Any, a: Any, xp: Any) -> Any:
     """Host numbers ``a`` (a list or NumPy array) as an array of U's dtype on U's device."""
     if xp is np:
         return np.asarray(a, dtype=U.dtype)
-    return xp.asarray(a, dtype=U.dtype, device=U.device)
+    try:
+        return xp.asarray(a, dtype=U.dtype, device=U.device)
+    except TypeError:  # e.g. CuPy's own namespace: no device keyword, the current device
+        return xp.asarray(a, dtype=U.dtype)
 
 
 def _concat(arrays: list, axis: int, xp: Any) -> Any:
