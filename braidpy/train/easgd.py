@@ -30,7 +30,7 @@ instead of held by a master. The optimizer follows braidpy.train's interface
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -49,6 +49,26 @@ def _number(name: str, value: Any, low: float, low_open: bool, high: float = np.
         upper = "" if high == np.inf else f" and < {high}"
         raise ValueError(f"{name} must be a number {bound}{upper}, got {value!r}")
     return float(value)
+
+
+def _elastic_options(lr: Any, rho: Any, tau: Any, momentum: Any) -> Tuple[float, float, int,
+                                                                          float]:
+    """(lr, rho, tau, momentum) checked, each error naming its value."""
+    if isinstance(tau, bool) or not isinstance(tau, (int, np.integer)) or tau < 1:
+        raise ValueError(f"tau must be an int >= 1, got {tau!r}")
+    return (_number("lr", lr, 0.0, True), _number("rho", rho, 0.0, False), int(tau),
+            _number("momentum", momentum, 0.0, False, 1.0))
+
+
+def _local_step(params: np.ndarray, grad: np.ndarray, lr: float, momentum: float,
+                velocity: np.ndarray) -> None:
+    """A worker's own step, in place: SGD, or momentum SGD (equation (5))."""
+    if momentum > 0.0:
+        velocity *= momentum
+        velocity -= lr * grad
+        params += velocity
+    else:
+        params -= lr * grad
 
 
 class SyncEASGD:
@@ -75,12 +95,7 @@ class SyncEASGD:
     def __init__(self, comm: Any, lr: float = 0.05, rho: float = 1.0, tau: int = 1,
                  momentum: float = 0.0):
         self.comm = comm
-        self.lr = _number("lr", lr, 0.0, True)
-        self.rho = _number("rho", rho, 0.0, False)
-        if isinstance(tau, bool) or not isinstance(tau, (int, np.integer)) or tau < 1:
-            raise ValueError(f"tau must be an int >= 1, got {tau!r}")
-        self.tau = int(tau)
-        self.momentum = _number("momentum", momentum, 0.0, False, 1.0)
+        self.lr, self.rho, self.tau, self.momentum = _elastic_options(lr, rho, tau, momentum)
         _, self.groups = rank_size(comm)
         if self.lr * self.rho * self.groups >= 1.0:
             raise ValueError(f"lr * rho * groups = {self.lr * self.rho * self.groups:g} must "
@@ -112,12 +127,7 @@ class SyncEASGD:
             elastic = self.rho * (params - self.center)
             total = self._sum_over_groups(params)
             center_move = self.lr * self.rho * (total - self.groups * self.center)
-        if self.momentum > 0.0:
-            self.velocity *= self.momentum
-            self.velocity -= self.lr * grad
-            params += self.velocity
-        else:
-            params -= self.lr * grad
+        _local_step(params, grad, self.lr, self.momentum, self.velocity)
         if pull:
             params -= self.lr * elastic
             self.center += center_move
@@ -174,17 +184,12 @@ class AsyncEASGD:
             raise ValueError(f"centre must be a rank of the communicator (0..{self.size - 1}),"
                              f" got {centre!r}")
         self.centre = int(centre)
+        self.lr, self.rho, self.tau, self.momentum = _elastic_options(lr, rho, tau, momentum)
+        if self.lr * self.rho >= 1.0:
+            raise ValueError(f"lr * rho = {self.lr * self.rho:g} must be < 1")
         # Our own duplicate: the protocol's tags never meet the user's messages.
         self.comm = comm.Dup()
         self._stopped = False
-        self.lr = _number("lr", lr, 0.0, True)
-        self.rho = _number("rho", rho, 0.0, False)
-        if isinstance(tau, bool) or not isinstance(tau, (int, np.integer)) or tau < 1:
-            raise ValueError(f"tau must be an int >= 1, got {tau!r}")
-        self.tau = int(tau)
-        self.momentum = _number("momentum", momentum, 0.0, False, 1.0)
-        if self.lr * self.rho >= 1.0:
-            raise ValueError(f"lr * rho = {self.lr * self.rho:g} must be < 1")
         self.velocity: Optional[np.ndarray] = None
         self.steps = 0
         self.exchanges = 0
@@ -218,12 +223,7 @@ class AsyncEASGD:
         elastic = None
         if self.steps % self.tau == 0:
             elastic = self.rho * (params - self._exchange(params))
-        if self.momentum > 0.0:
-            self.velocity *= self.momentum
-            self.velocity -= self.lr * grad
-            params += self.velocity
-        else:
-            params -= self.lr * grad
+        _local_step(params, grad, self.lr, self.momentum, self.velocity)
         if elastic is not None:
             params -= self.lr * elastic
         return {"step_size": self.lr, "trials": 0, "communicated": elastic is not None}
