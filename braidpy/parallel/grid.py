@@ -31,7 +31,7 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 
-from .comm import rank_size
+from .comm import free_quietly, rank_size
 
 __all__ = ["ProcessGrid"]
 
@@ -128,11 +128,7 @@ class ProcessGrid:
         for name in ("layers_comm", "space_comm", "data_comm"):
             sub = getattr(self, name, None)
             setattr(self, name, None)
-            if sub is not None:
-                try:
-                    sub.Free()
-                except Exception:  # noqa: BLE001 - after MPI_Finalize at shutdown
-                    pass
+            free_quietly(sub)
 
     def __del__(self):
         self.free()

@@ -35,7 +35,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 from .._errors import BraidError
-from ..parallel.comm import rank_size
+from ..parallel.comm import free_quietly, rank_size
 
 __all__ = ["SyncEASGD", "AsyncEASGD"]
 
@@ -202,11 +202,7 @@ class AsyncEASGD:
     def close(self) -> None:
         """Release the duplicate communicator (collective; also on garbage collection)."""
         comm, self.comm = getattr(self, "comm", None), None
-        if comm is not None:
-            try:
-                comm.Free()
-            except Exception:  # noqa: BLE001 - after MPI_Finalize at shutdown
-                pass
+        free_quietly(comm)
 
     def __del__(self):
         self.close()
