@@ -1,4 +1,5 @@
-"""Thin setuptools driver: CMake builds braidpy._core (see CMakeLists.txt).
+"""Thin setuptools driver: CMake builds braidpy._core and, where nvcc is found, the
+optional braidpy._cuda (see CMakeLists.txt; environment variable BRAIDPY_CUDA=AUTO|ON|OFF).
 
 All compiler flags live in CMakeLists.txt. The build needs the packages of
 ``[build-system].requires`` in pyproject.toml: pip installs them in an isolated
@@ -19,8 +20,8 @@ BUILD_DEPS = "pip install setuptools wheel pybind11 cmake ninja"
 
 
 class CMakeExtension(Extension):
-    def __init__(self, name):
-        super().__init__(name, sources=[])
+    def __init__(self, name, optional=False):
+        super().__init__(name, sources=[], optional=optional)
 
 
 def _cmake() -> str:
@@ -72,9 +73,11 @@ def _drop_stale_cache(build_dir: Path, generator: str) -> None:
 
 
 class CMakeBuild(build_ext):
-    """Configures and builds the extension with CMake; all flags live there."""
+    """Configures and builds the extensions with CMake; all flags live there."""
 
     def build_extension(self, ext):
+        if ext.name == "braidpy._cuda":
+            return  # built (or not: BRAIDPY_CUDA, nvcc) by the one CMake build of _core
         try:
             import pybind11
         except ImportError:
@@ -94,6 +97,8 @@ class CMakeBuild(build_ext):
             f"-DBRAIDPY_PYTHON:INTERNAL={sys.executable}",
             f"-Dpybind11_DIR={pybind11.get_cmake_dir()}",
             "-DCMAKE_BUILD_TYPE=Release",
+            # braidpy._cuda: AUTO (when nvcc is found), ON or OFF (CMakeLists.txt)
+            f"-DBRAIDPY_CUDA={os.environ.get('BRAIDPY_CUDA') or 'AUTO'}",
         ]
         if generator:
             config.append(f"-G{generator}")
@@ -103,6 +108,7 @@ class CMakeBuild(build_ext):
 
 
 setup(
-    ext_modules=[CMakeExtension("braidpy._core")],
+    # One CMake build makes both; _cuda is optional (copied in place only if built).
+    ext_modules=[CMakeExtension("braidpy._core"), CMakeExtension("braidpy._cuda", optional=True)],
     cmdclass={"build_ext": CMakeBuild},
 )

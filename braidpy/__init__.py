@@ -2,7 +2,9 @@
 
 from ._app import App
 from ._core import Status
-from ._errors import BraidError, ConvergenceError, DivergenceError, ErrorLabels
+from ._errors import (BraidError, ConvergenceError, CudaError, DivergenceError, ErrorLabels,
+                      NoGPUError)
+from ._gpu import cuda_info
 from ._options import Options
 from ._result import Result
 from ._solver import Core, solve
@@ -16,14 +18,17 @@ __all__ = [
     "BraidError",
     "ConvergenceError",
     "Core",
+    "CudaError",
     "DivergenceError",
     "ErrorLabels",
     "Gradient",
     "GradientSolver",
+    "NoGPUError",
     "Options",
     "Result",
     "Status",
     "adjoint",
+    "cuda_info",
     "gradient",
     "solve",
     "__version__",

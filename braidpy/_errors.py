@@ -3,7 +3,8 @@
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Tuple
 
-__all__ = ["BraidError", "ConvergenceError", "DivergenceError", "ErrorLabels"]
+__all__ = ["BraidError", "ConvergenceError", "CudaError", "DivergenceError", "ErrorLabels",
+           "NoGPUError"]
 
 
 class BraidError(RuntimeError):
@@ -52,6 +53,28 @@ class ConvergenceError(BraidError):
         self.iterations = iterations
         self.residual = residual
         self.tolerance = tolerance
+
+
+class CudaError(BraidError):
+    """A CUDA call of braidpy's GPU code failed.
+
+    Attributes
+    ----------
+    code : int or None
+        The ``cudaError_t`` code (None when no CUDA call was made).
+    """
+
+    def __init__(self, message: str, code: Optional[int] = None):
+        super().__init__(message)
+        self.code = code
+
+
+class NoGPUError(CudaError):
+    """GPU code was asked for and no GPU can run it: braidpy._cuda was not compiled
+    (``code`` None), there is no CUDA driver (``code`` 35, cudaErrorInsufficientDriver)
+    or no device (``code`` 100, cudaErrorNoDevice). :func:`braidpy.cuda_info` shows
+    what was found.
+    """
 
 
 @dataclass(frozen=True)

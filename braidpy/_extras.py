@@ -28,7 +28,7 @@ DISTRIBUTIONS = {
     "matplotlib": "matplotlib",
     "tqdm": "tqdm",
     "array_api_compat": "array-api-compat",
-    "cupy": "cupy-cuda12x",
+    "cupy": "cupy-cuda13x",
     "torch": "torch",
 }
 

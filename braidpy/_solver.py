@@ -76,6 +76,16 @@ def stop_reason(options: Options, nlevels: int, residuals: List[float]) -> Tuple
     return False, "max_iter"
 
 
+def _report_progress(print_level: int, k: int, rnorm: float, has: bool) -> None:
+    """Rank 0, each iteration: log the residual, print it with print_level >= 1."""
+    if logger.isEnabledFor(logging.DEBUG):
+        logger.debug("iteration %d: residual %s", k, f"{rnorm:.6e}" if has else "n/a")
+    if print_level >= 1:
+        print(f"  Braid: || r_{k} || = {rnorm:.6e}" if has else
+              f"  Braid: || r_{k} || not available")
+        sys.stdout.flush()
+
+
 class Core:
     """An MGRIT solver bound to one app and one time grid.
 
@@ -142,7 +152,9 @@ class Core:
         self._tcomm = TimeComm(comm) if self.size > 1 else None
         self._busy = threading.Lock()  # taken without waiting: concurrent use is an error
         tell_app_the_grid(app, tstart, tstop, ntime)
-        progress = self._progress if self.rank == 0 else None
+        # Not a bound method: the compiled solver would hold self (a reference cycle).
+        progress = functools.partial(_report_progress, self.options.print_level) \
+            if self.rank == 0 else None
         core_options = self.options.to_core()
         core_options.batch = self.options.batch and has_step_batch(app)
         if ownership is not None:
@@ -284,15 +296,6 @@ class Core:
         return self._solver.counts()
 
     # ----------------------------------------------------------------- errors
-    def _progress(self, k: int, rnorm: float, has: bool) -> None:
-        """Rank 0, each iteration: log the residual, print it with print_level >= 1."""
-        if logger.isEnabledFor(logging.DEBUG):
-            logger.debug("iteration %d: residual %s", k, f"{rnorm:.6e}" if has else "n/a")
-        if self.options.print_level >= 1:
-            print(f"  Braid: || r_{k} || = {rnorm:.6e}" if has else
-                  f"  Braid: || r_{k} || not available")
-            sys.stdout.flush()
-
     def _agreement(self, what: str):
         return agreed(self._wire, what, self.labels.ranks)
 

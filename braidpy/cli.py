@@ -167,6 +167,13 @@ def _float_in(low: float, high: float = float("inf"), open_low: bool = False):
     return convert
 
 
+def _device(text: str) -> str:
+    """--device: cpu, cuda or cuda:N (whether CuPy and the GPU are there is checked later)."""
+    if text == "cpu" or text == "cuda" or (text.startswith("cuda:") and text[5:].isdigit()):
+        return text
+    raise argparse.ArgumentTypeError(f"expected cpu, cuda or cuda:N, got {text!r}")
+
+
 POSITIVE = _float_in(0.0, open_low=True)
 NONNEGATIVE = _float_in(0.0)
 
@@ -255,6 +262,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"odd convolution kernel size {_default('kernel')}")
     g.add_argument("--init-scale", type=NONNEGATIVE, metavar="S",
                    help=f"scale of the initial layer weights {_default('init_scale')}")
+    g.add_argument("--device", type=_device, metavar="cpu|cuda",
+                   help="where to train: cpu (NumPy) or cuda[:N] (CuPy, pip install "
+                        "'braidpy[gpu]') (default cpu)")
 
     g = p.add_argument_group("layer parallelism")
     g.add_argument("--mode", choices=MODES,
@@ -483,7 +493,8 @@ def load_source(args: argparse.Namespace) -> Tuple[Pair, Optional[Pair], str]:
 def make_network(args: argparse.Namespace, X: np.ndarray, C: np.ndarray) -> ResNet:
     """The ResNet for samples shaped like X (dense for vectors, conv for images)."""
     return ResNet(X.shape[1:], C.shape[1], width=args.width, nlayers=args.layers, T=args.T,
-                  activation=args.activation, opening=args.opening, kernel=args.kernel)
+                  activation=args.activation, opening=args.opening, kernel=args.kernel,
+                  device=getattr(args, "device", None))
 
 
 def make_config(args: argparse.Namespace) -> TrainConfig:
@@ -516,7 +527,7 @@ def _network_info(net: ResNet) -> Dict[str, Any]:
     return {"kind": net.kind, "input_shape": list(net.input_shape), "classes": net.nclasses,
             "width": net.width, "layers": net.nlayers, "T": net.T,
             "activation": net.activation_name, "opening": net.opening,
-            "kernels": net.backend,
+            "kernels": net.backend, "device": net.placement.name,
             "kernel": net.kernel if net.kind == "conv" else None, "parameters": net.nparams}
 
 
@@ -530,6 +541,9 @@ def _setup(args: argparse.Namespace, comm: Any, error: Callable[[str], None]):
         error(f"data source {args.source!r}: {_describe(exc)}")
     try:
         net = make_network(args, *train)
+    except (ImportError, RuntimeError, ValueError) as exc:  # --device cuda without CuPy/GPU
+        error(_describe(exc))
+    try:
         trainer = _Trainer(net, train, val, make_config(args), comm=comm)
         if args.resume:
             trainer.resume(args.checkpoint, allow_new_data=args.resume_on_new_data)
@@ -574,7 +588,8 @@ class _Outputs:
             self.progress.message(
                 f"braidpy train: {h['source']}, {h['train_samples']} training / "
                 f"{h['validation_samples']} validation samples; {h['architecture']} "
-                f"({h['network']['kernels']} kernels); mode {h['mode']}, {h['ranks']} rank(s)")
+                f"({h['network']['kernels']} kernels on {h['network']['device']}); mode "
+                f"{h['mode']}, {h['ranks']} rank(s)")
             if args.resume:
                 self.progress.message(f"resumed from {args.checkpoint} at step "
                                       f"{self.trainer.iteration}")

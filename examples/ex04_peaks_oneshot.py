@@ -22,6 +22,9 @@ Run it serially::
 or with the layers split over 4 MPI ranks (the same numbers, bitwise)::
 
     mpiexec -n 4 python examples/ex04_peaks_oneshot.py
+
+``--device cuda`` trains on a GPU (CuPy): weights, states, gradients and the optimizer's
+state stay on the device.
 """
 
 from __future__ import annotations
@@ -51,6 +54,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-levels", type=int, default=2, help="most MGRIT levels")
     p.add_argument("--seed", type=int, default=1, help="data (seed, seed + 1) and weights")
     p.add_argument("--plot", metavar="DIR", help="write training figures here (matplotlib)")
+    p.add_argument("--device", default="cpu", metavar="cpu|cuda",
+                   help="train on the CPU (NumPy) or a CUDA GPU (CuPy: pip install "
+                        "'braidpy[gpu]')")
     return p.parse_args(argv)
 
 
@@ -65,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> train.Trainer:
     X, C = data.peaks(args.samples, seed=args.seed)
     Xv, Cv = data.peaks(args.validation_samples, seed=args.seed + 1)
     net = nn.ResNet((2,), data.PEAKS_CLASSES, width=8, nlayers=args.layers, T=5.0,
-                    activation="smooth_relu", opening="dense")
+                    activation="smooth_relu", opening="dense", device=args.device)
     config = train.TrainConfig(mode="oneshot", m1=args.m1, m2=args.m2, optimizer="lbfgs",
                                mgrit={"cfactor": args.cfactor, "max_levels": args.max_levels},
                                iterations=args.iterations, seed=args.seed)
@@ -90,7 +96,8 @@ def main(argv: Sequence[str] | None = None) -> train.Trainer:
 
     # Layer-parallel validation solved MGRIT to tolerance; a plain serial forward pass with
     # the trained weights must classify the same way.
-    serial = net.accuracy(trainer.params, Xv, Cv)
+    serial = net.accuracy(trainer.params, net.placement.from_host(Xv),
+                          net.placement.from_host(Cv))
     best = trainer.best
     print(f"  stopped: {trainer.stop_reason} after {trainer.iteration} steps, {seconds:.2f} s")
     print(f"  best validation accuracy {100 * best['accuracy']:.2f}% at step {best['iteration']}")

@@ -21,6 +21,8 @@ Run it serially::
 or with the layers split over MPI ranks::
 
     mpiexec -n 2 python examples/ex05_digits_conv.py
+
+``--device cuda`` trains on a GPU (CuPy, ``pip install 'braidpy[gpu]'``).
 """
 
 from __future__ import annotations
@@ -56,6 +58,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=1, help="split, weights and batch order")
     p.add_argument("--cf", type=int, default=4, help="MGRIT coarsening factor")
     p.add_argument("--plot", metavar="DIR", help="write training figures here (matplotlib)")
+    p.add_argument("--device", default="cpu", metavar="cpu|cuda",
+                   help="train on the CPU (NumPy) or a CUDA GPU (CuPy: pip install "
+                        "'braidpy[gpu]')")
     args = p.parse_args(argv)
     if args.mode != "serial" and args.layers // args.cf < 2:
         p.error(f"--layers {args.layers} with coarsening factor {args.cf} leaves a coarse "
@@ -77,7 +82,8 @@ def main(argv: Sequence[str] | None = None) -> train.Trainer:
     X, C = X[:args.max_train], C[:args.max_train]
     Xv, Cv = digits["validation"]
     net = nn.ResNet(X.shape[1:], 10, width=args.channels, nlayers=args.layers, T=5.0,
-                    activation="smooth_relu", opening="conv", kernel=args.kernel)
+                    activation="smooth_relu", opening="conv", kernel=args.kernel,
+                    device=args.device)
     config = train.TrainConfig(mode=args.mode, optimizer="adam", lr=args.lr,
                                batch_size=args.batch, shuffle=True,
                                iterations=args.iterations, seed=args.seed,
@@ -108,9 +114,9 @@ def main(argv: Sequence[str] | None = None) -> train.Trainer:
         return trainer
 
     best = trainer.best
-    predicted = net.predict(trainer.params, Xv)
+    predicted = net.placement.to_host(net.predict(trainer.params, net.placement.from_host(Xv)))
     confusion = np.zeros((10, 10), dtype=int)
-    np.add.at(confusion, (np.argmax(Cv, axis=1), np.asarray(predicted)), 1)
+    np.add.at(confusion, (np.argmax(Cv, axis=1), predicted), 1)
     print(f"  stopped: {trainer.stop_reason} after {trainer.iteration} steps, {seconds:.2f} s")
     if best["accuracy"] is not None:
         print(f"  best validation accuracy {100 * best['accuracy']:.2f}% at step "

@@ -86,3 +86,36 @@ def run_strict_adjoint(comm):
                  primal=dict(cfactor=2, abs_tol=1e-13, max_iter=30))
     return dict(objective=g.objective, total=g.total().tolist(),
                 adjoint_iterations=g.adjoint.iterations)
+
+
+def strict_training(comm, device=True, mode="exact", optimizer="lbfgs", iterations=3,
+                    checkpoint=None):
+    """A short training run of a dense ResNet: on array-api-strict's "device1" (where any
+    host copy or mixed-device operation fails) or, device=False, on NumPy. Returns the
+    trainer."""
+    import array_api_strict as xp
+
+    from braidpy.nn import ResNet
+    from braidpy.train import TrainConfig, Trainer
+
+    rng = np.random.default_rng(20261213)
+    X, C = rng.uniform(-3, 3, (12, 2)), np.eye(3)[rng.integers(0, 3, 12)]
+    Xv, Cv = rng.uniform(-3, 3, (6, 2)), np.eye(3)[rng.integers(0, 3, 6)]
+    where = dict(xp=xp, device=xp.Device("device1")) if device else {}
+    net = ResNet((2,), 3, width=4, nlayers=16, T=2.0, **where)
+    config = TrainConfig(mode=mode, optimizer=optimizer, iterations=iterations, batch_size=6,
+                         shuffle=True, tikhonov=1e-3, ddt=1e-3, classifier_reg=1e-4,
+                         mgrit=dict(cfactor=4, abs_tol=1e-12), checkpoint=checkpoint,
+                         checkpoint_every=2)
+    trainer = Trainer(net, (X, C), (Xv, Cv), config, comm=comm)
+    trainer.run()
+    return trainer
+
+
+def run_strict_training(comm):
+    """strict_training's history numbers and final parameters (host copies, JSON values)."""
+    trainer = strict_training(comm)
+    keys = ("loss", "objective", "gradient_norm", "step_size", "val_accuracy")
+    return dict(history=[[r[k] for k in keys] for r in trainer.history],
+                params=trainer.state()["params"].tolist(),
+                device=str(trainer.params.device))

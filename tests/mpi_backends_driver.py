@@ -1,4 +1,5 @@
-"""Runs backend_cases.run_strict and run_strict_adjoint under mpiexec and writes its JSON (rank 0).
+"""Runs backend_cases.run_strict, run_strict_adjoint and run_strict_training under mpiexec and
+writes their JSON (rank 0).
 
     mpiexec -n P python tests/mpi_backends_driver.py OUT.json P
 
@@ -23,10 +24,10 @@ def main():
         from mpi_world import expect_world
 
         expect_world(COMM, sys.argv[2])
-        from backend_cases import run_strict, run_strict_adjoint
+        from backend_cases import run_strict, run_strict_adjoint, run_strict_training
 
         result = {"solve": run_strict(COMM), "adjoint": run_strict_adjoint(COMM),
-                  "size": COMM.size}
+                  "training": run_strict_training(COMM), "size": COMM.size}
     except BaseException:
         traceback.print_exc()
         sys.stdout.flush()

@@ -337,6 +337,22 @@ def test_two_ranks_with_strict_states_match_serial(tmp_path):
     assert par["iterations"] == ser["iterations"]
     np.testing.assert_allclose(par["residuals"], ser["residuals"], rtol=1e-12, atol=0)
     assert par["values"] == ser["values"] and par["final"] == ser["final"]
+    # Layer-parallel training on device1 at 2 ranks: states cross ranks and the gradient
+    # is summed over them (through host memory) without leaving the device anywhere else;
+    # the NumPy run on one rank gives the same numbers.
+    train, host = got["training"], run_strict_training_on_numpy()
+    assert train["device"] == str(DEVICE1)
+    np.testing.assert_allclose(train["history"], host["history"], rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(train["params"], host["params"], rtol=1e-12, atol=1e-15)
+
+
+def run_strict_training_on_numpy():
+    from backend_cases import strict_training
+
+    trainer = strict_training(None, device=False)
+    keys = ("loss", "objective", "gradient_norm", "step_size", "val_accuracy")
+    return dict(history=[[r[k] for k in keys] for r in trainer.history],
+                params=trainer.params.tolist())
 
 
 # ------------------------------------------------------------------ the wire format

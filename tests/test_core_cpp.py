@@ -1,20 +1,44 @@
-"""Builds and runs the C++ tests of the MGRIT core (no Python inside the core)."""
+"""Builds and runs the C++ tests: the MGRIT core (no Python inside the core) and the CUDA
+kernels' arithmetic (csrc/cuda/kernels.hpp) compiled for the host."""
 
 import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_core_builds_and_passes_without_python(tmp_path):
+@pytest.fixture(scope="module")
+def build(tmp_path_factory):
+    """The C++ tests built once (no Python, no CUDA: the kernels' host twins)."""
     cmake = shutil.which("cmake")
     assert cmake, "cmake is needed (pip install cmake)"
+    out = tmp_path_factory.mktemp("cpp")
     subprocess.run([cmake, str(ROOT), "-DBRAIDPY_BUILD_TESTS=ON", "-DBRAIDPY_BUILD_PYTHON=OFF",
-                    "-DCMAKE_BUILD_TYPE=Release"], cwd=tmp_path, check=True, capture_output=True)
-    subprocess.run([cmake, "--build", ".", "--target", "core_test", "-j", "2"], cwd=tmp_path,
-                   check=True, capture_output=True)
-    proc = subprocess.run([str(tmp_path / "core_test")], capture_output=True, text=True)
+                    "-DBRAIDPY_CUDA=OFF", "-DCMAKE_BUILD_TYPE=Release"], cwd=out, check=True,
+                   capture_output=True)
+    subprocess.run([cmake, "--build", ".", "--target", "core_test", "kernels_test", "-j", "2"],
+                   cwd=out, check=True, capture_output=True)
+    return out
+
+
+def run(build, name):
+    proc = subprocess.run([str(build / name)], capture_output=True, text=True)
     print(proc.stdout)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "FAIL" not in proc.stdout and proc.stdout.count("ok  ") == 8
+    assert "FAIL" not in proc.stdout
+    return proc.stdout
+
+
+def test_core_builds_and_passes_without_python(build):
+    assert run(build, "core_test").count("ok  ") == 8
+
+
+def test_cuda_kernels_arithmetic_passes_on_the_host(build):
+    out = run(build, "kernels_test")
+    assert out.count("ok  ") == 251
+    for kernel in ("axpby<double>", "axpby<float>", "gather<double>", "gather<float>",
+                   "row norm<double>", "row norm<float>", "(x is y)", "zero row"):
+        assert kernel in out, kernel

@@ -55,7 +55,7 @@ def test_extras_bring_what_their_features_need():
     extras = project()["optional-dependencies"]
     assert expand("mpi", extras) == {"mpi4py", "mpich"}
     assert expand("train", extras) == {"scikit-learn", "matplotlib", "tqdm"}
-    assert "cupy-cuda12x" in expand("gpu", extras)
+    assert "cupy-cuda13x" in expand("gpu", extras)  # CUDA 13, as braidpy._cuda
     assert "torch==2.13.0" in extras["torch"]
     everything = expand("all", extras)
     for extra in ("mpi", "train", "gpu", "torch", "array-api"):
@@ -65,7 +65,7 @@ def test_extras_bring_what_their_features_need():
     assert expand("mpi", extras) | expand("train", extras) <= test
     assert {"pytest", "sphinx", "myst-parser", "build", "cmake", "scipy",
             "array-api-compat", "array-api-strict"} <= test
-    assert "cupy-cuda12x" not in test
+    assert "cupy-cuda13x" not in test
     assert "torch==2.13.0" in extras["torch"] and "torch" in test  # braidpy.torch's tests
 
 
@@ -213,14 +213,18 @@ def test_comm_without_mpi4py_names_the_mpi_extra():
     assert "messages ok" in out
 
 
+# One write per line: under mpiexec both ranks share the pipe, and print() writes the
+# text and the newline separately, so two ranks' lines could run together.
 WORLD = """
+import sys
 from braidpy.parallel import world
 try:
     world()
 except ImportError as err:
-    print("ImportError:", err)
+    sys.stdout.write(f"ImportError: {err}\\n")
 else:
-    print("no error")
+    sys.stdout.write("no error\\n")
+sys.stdout.flush()
 """
 
 

@@ -5,16 +5,10 @@ The driver is tests/mpi_reliability_driver.py; a hang is turned into a failure b
 subprocess timeout.
 """
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from test_mpi import MPIEXEC
+from mpi_launch import launch
 
-HERE = Path(__file__).resolve().parent
 SOAK_SOLVES = 200
 SOLVE_SECONDS = 10.0  # "within one cycle": a solve here takes milliseconds
 
@@ -22,13 +16,7 @@ SOLVE_SECONDS = 10.0  # "within one cycle": a solve here takes milliseconds
 @pytest.fixture(scope="module", params=[2, 4])
 def run(request, tmp_path_factory):
     nranks = request.param
-    out = tmp_path_factory.mktemp("reliability") / f"{nranks}.json"
-    env = dict(os.environ, PYTHONWARNINGS="error", OMP_NUM_THREADS="1")
-    cmd = [MPIEXEC, "-n", str(nranks), sys.executable, str(HERE / "mpi_reliability_driver.py"),
-           str(nranks), str(out), str(SOAK_SOLVES)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
-    assert proc.returncode == 0, f"{cmd} failed:\n{proc.stdout}\n{proc.stderr}"
-    return nranks, json.loads(out.read_text())
+    return nranks, launch("mpi_reliability_driver.py", nranks, tmp_path_factory.mktemp("reliability"), SOAK_SOLVES, timeout=300)
 
 
 def test_the_ranks_really_ran_together(run):

@@ -88,8 +88,17 @@ class ReversedApp(App):
         self.trajectory = None
 
     def primal_rows(self, ns: np.ndarray) -> Any:
-        """The stacked primal states u_n for the fine indices ns."""
-        return self.trajectory[ns - self.trajectory_start]  # type: ignore[index]
+        """The stacked primal states u_n for the fine indices ns (a new array)."""
+        rows = ns - self.trajectory_start
+        traj: Any = self.trajectory
+        if isinstance(traj, np.ndarray):
+            return traj[rows]
+        # Other namespaces take no NumPy index array (array-api-strict refuses one, a GPU
+        # would need it copied over); the rows are evenly spaced, so a strided view, copied.
+        sl = as_slice(rows)
+        if sl is None:
+            return backends.stack([traj[int(r), ...] for r in rows])
+        return backends.backend_for(traj, "step_adjoint_batch").clone(traj[sl, ...])
 
     def step_times(self, ns: np.ndarray):
         """(t_n, t_{n+1}) arrays for the steps ns."""
@@ -175,12 +184,14 @@ class ReversedApp(App):
             stacked[...] = r
         if stacked is not W:
             for k, w in enumerate(W):
-                w[...] = stacked[k]
+                w[...] = stacked[k, ...]
         st.fine_indices = st.indices = st.fine_slice = None
         st.batch_size = 0
         if self.running:
+            rows = W if isinstance(W, (list, tuple)) else [W[k, ...] for k in range(len(n0))]
             for k in range(len(n0)):
-                self._add_running(W[k], int(n0[k]), self._status(status, int(n0[k]), int(n1[k])))
+                self._add_running(rows[k], int(n0[k]),
+                                  self._status(status, int(n0[k]), int(n1[k])))
         return None
 
     def access(self, w: Any, status: Any) -> None:

@@ -13,6 +13,7 @@ from .._options import Options
 from .._result import Result
 from .._solver import Core
 from ..parallel.agree import agreed
+from ..parallel.interrupts import deferred_interrupts
 from ..parallel.collectives import allgatherv, ordered_sum
 from ..parallel.comm import rank_size
 from ..parallel.layers import all_ranges, mirrored_ranges, reversed_comm
@@ -216,7 +217,10 @@ class GradientSolver:
 
     def evaluate(self) -> Gradient:
         """Primal solve, objective, adjoint solve and per-step gradients."""
-        return self.solve_adjoint(self.solve_primal())
+        # A Ctrl-C between the two solves waits for the next agreement point, so that
+        # no rank leaves while the others start the adjoint solve (docs/errors.md).
+        with deferred_interrupts():
+            return self.solve_adjoint(self.solve_primal())
 
     def solve_primal(self) -> Result:
         """The first half of :meth:`evaluate`: the primal solve alone (warm-started).
@@ -229,6 +233,10 @@ class GradientSolver:
     def solve_adjoint(self, primal: Result) -> Gradient:
         """The second half of :meth:`evaluate`: objective, adjoint solve and gradients
         for the primal solve ``primal`` (the last one; collective)."""
+        with deferred_interrupts():
+            return self._solve_adjoint(primal)
+
+    def _solve_adjoint(self, primal: Result) -> Gradient:
         objective, w_final = self._objective(primal)
         rev = self.reversed_app
         rev.start_evaluation(self._batched)

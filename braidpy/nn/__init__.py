@@ -7,10 +7,13 @@ objects :class:`DenseLayer` and :class:`ConvLayer` that own their kernels;
 :mod:`~braidpy.nn.layers`, the opening layers and the softmax classifier;
 :mod:`~braidpy.nn.network`, :class:`ResNet` (architecture, parameter layout, serial
 reference); :mod:`~braidpy.nn.resnet`, :class:`ResNetApp` (the MGRIT app).
+:class:`Placement` and :func:`placement`: where a network's numbers live
+(``ResNet(..., device="cuda")``; NumPy on the host by default).
 """
 
 from __future__ import annotations
 
+from .._device import Placement, placement
 from .activations import (
     SMOOTH_RELU_EPS,
     Activation,
@@ -70,4 +73,4 @@ __all__ = ["Activation", "SMOOTH_RELU_EPS", "activation_names", "get_activation"
            "conv_opening_gradient", "replicate_opening", "zero_pad_opening",
            "classifier_logits", "classifier_loss", "classifier_gradient", "classifier_predict",
            "accuracy", "DenseLayer", "ConvLayer", "LayerKernels", "backend_names",
-           "select_kernels", "OPENINGS", "ResNet", "ResNetApp"]
+           "select_kernels", "OPENINGS", "ResNet", "ResNetApp", "Placement", "placement"]

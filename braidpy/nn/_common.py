@@ -13,12 +13,17 @@ import numpy as np
 
 
 def _namespace(x: Any) -> Any:
-    """The array namespace of ``x``: ``x.__array_namespace__()``, NumPy otherwise."""
+    """The array namespace of ``x``: ``x.__array_namespace__()``, array-api-compat's
+    wrapper for arrays without one (older CuPy, PyTorch), NumPy otherwise."""
     if x.__class__ is np.ndarray:  # the common case, without a lookup and a call
         return np
     get = getattr(x, "__array_namespace__", None)
     if get is not None:
         return get()
+    if hasattr(x, "__dlpack__") and not isinstance(x, (np.ndarray, np.generic)):
+        from .._device import namespace
+
+        return namespace(x)
     return np
 
 
@@ -54,12 +59,23 @@ def _same(fn: str, name: str, x: Any, ref: str, ref_shape: tuple) -> None:
 
 
 def _as_steps(hs: Any, U: Any) -> Any:
-    """hs as an array of U's namespace and dtype (lists and host arrays are converted)."""
+    """hs as an array of U's namespace, dtype and device (lists and host arrays are
+    copied to U's device)."""
     xp = _namespace(U)
     # (no "getattr(hs, 'dtype', None) != U.dtype": NumPy dtypes compare equal to None)
     if _namespace(hs) is not xp or not hasattr(hs, "dtype") or hs.dtype != U.dtype:
-        hs = xp.asarray(hs, dtype=U.dtype)
+        hs = _on_device_of(U, hs, xp)
     return hs
+
+
+def _on_device_of(U: Any, a: Any, xp: Any) -> Any:
+    """Host numbers ``a`` (a list or NumPy array) as an array of U's dtype on U's device."""
+    if xp is np:
+        return np.asarray(a, dtype=U.dtype)
+    try:
+        return xp.asarray(a, dtype=U.dtype, device=U.device)
+    except TypeError:  # e.g. CuPy's own namespace: no device keyword, the current device
+        return xp.asarray(a, dtype=U.dtype)
 
 
 def _concat(arrays: list, axis: int, xp: Any) -> Any:

@@ -26,6 +26,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from .._device import HOST, Placement, placement, placement_of
+from ._common import _namespace
 from .activations import get_activation
 from .layers import (accuracy, classifier_gradient, classifier_loss, classifier_predict,
                      conv_opening, conv_opening_gradient, dense_opening, dense_opening_gradient,
@@ -67,7 +69,13 @@ class ResNet:
         None (default): chosen from ``xp``. Reported by :attr:`backend`.
     xp : array namespace, optional
         The namespace the layers will compute in, for the default backend; None means
-        NumPy.
+        NumPy (or the namespace ``device`` names). Alone it only picks the kernels.
+    device : str or device, optional
+        Where parameters, states and gradients live: None or ``"cpu"`` (NumPy, the
+        default), ``"cuda"`` / ``"cuda:N"`` (CuPy, ``pip install 'braidpy[gpu]'``), or one
+        of ``xp``'s devices. :meth:`init_params` returns its parameters there, and
+        :class:`braidpy.train.Trainer` keeps data, parameters, gradients and optimizer
+        state there (:attr:`placement`).
 
     Examples
     --------
@@ -88,7 +96,11 @@ class ResNet:
     def __init__(self, input_shape: Sequence[int], nclasses: int, *, width: int, nlayers: int,
                  T: float = 5.0, activation: str = "smooth_relu", opening: Optional[str] = None,
                  opening_activation: bool = True, kernel: int = 3,
-                 backend: BackendLike = None, xp: Any = None):
+                 backend: BackendLike = None, xp: Any = None, device: Any = None):
+        # xp alone only picks the kernels (as before devices); device places the numbers.
+        self.placement: Placement = HOST if device is None else placement(device, xp)
+        if not self.placement.is_host:
+            xp = self.placement.xp
         shape = tuple(int(s) for s in input_shape)
         if len(shape) not in (1, 3) or any(s < 1 for s in shape):
             raise ValueError(f"input_shape must be (features,) or (channels, H, W) with "
@@ -167,9 +179,10 @@ class ResNet:
             raise ValueError(f"params must be a flat vector of {self.nparams} entries, got "
                              f"shape {getattr(params, 'shape', None)}")
         out, start = {}, 0
+        reshape = _namespace(params).reshape
         for name, shape in self._layout:
             size = int(np.prod(shape))
-            out[name] = params[start:start + size].reshape(shape)
+            out[name] = reshape(params[start:start + size], shape)
             start += size
         return out
 
@@ -182,11 +195,12 @@ class ResNet:
             start += size
         return out
 
-    def init_params(self, seed: Optional[int] = None, scale: float = 1.0) -> np.ndarray:
+    def init_params(self, seed: Optional[int] = None, scale: float = 1.0) -> Any:
         """Random parameters: layer weights ~ N(0, 1/fan_in) * scale, biases zero.
 
         The classifier and a learned opening get the same fan-in scaling; with
-        ``scale`` the residual layers can be made weaker or stronger.
+        ``scale`` the residual layers can be made weaker or stronger. Drawn on the host
+        (the same numbers on every device) and returned on :attr:`placement`.
         """
         rng = np.random.default_rng(seed)
         p = np.zeros(self.nparams)
@@ -197,7 +211,7 @@ class ResNet:
         fan = self.layer.fan_in
         v["K"][...] = scale * rng.standard_normal(v["K"].shape) / np.sqrt(fan)
         v["W"][...] = rng.standard_normal(v["W"].shape) / np.sqrt(self.features)
-        return p
+        return p if self.placement is HOST else self.placement.from_host(p)
 
     # ------------------------------------------------------------------ pieces
     def check_data(self, X: Any, C: Any = None) -> None:
@@ -269,8 +283,9 @@ class ResNet:
         u = self.open(params, X)
         states = [u]
         step = self.layer.forward
+        hs = self.steps.tolist()  # Python floats: no NumPy scalar meets a device array
         for n in range(self.nlayers):
-            u = step(u, v["K"][n], v["b"][n], self.steps[n])
+            u = step(u, v["K"][n, ...], v["b"][n, ...], hs[n])
             if keep:
                 states.append(u)
         return states if keep else u
@@ -280,19 +295,20 @@ class ResNet:
         v = self.views(params)
         return float(classifier_loss(self.forward(params, X), C, v["W"], v["mu"]))
 
-    def loss_and_gradient(self, params: Any, X: Any, C: Any) -> Tuple[float, np.ndarray]:
-        """Loss and its gradient by serial forward and backward propagation (the
-        reference that layer-parallel training must reproduce)."""
+    def loss_and_gradient(self, params: Any, X: Any, C: Any) -> Tuple[float, Any]:
+        """Loss and its gradient (on the parameters' device) by serial forward and
+        backward propagation (the reference that layer-parallel training must reproduce)."""
         v = self.views(params)
         states = self.forward(params, X, keep=True)
         loss, w, dW, dmu = classifier_gradient(states[-1], C, v["W"], v["mu"])
-        grad = np.zeros(self.nparams)
+        grad = placement_of(params).zeros(self.nparams)
         g = self.views(grad)
         g["W"][...], g["mu"][...] = dW, dmu
         layer = self.layer
+        hs = self.steps.tolist()
         for n in range(self.nlayers - 1, -1, -1):
-            K, b, h = v["K"][n], v["b"][n], self.steps[n]
-            g["K"][n], g["b"][n] = layer.gradient(w, states[n], K, b, h)
+            K, b, h = v["K"][n, ...], v["b"][n, ...], hs[n]
+            g["K"][n, ...], g["b"][n, ...] = layer.gradient(w, states[n], K, b, h)
             w = layer.adjoint(w, states[n], K, b, h)
         for name, value in self.opening_gradient(params, X, w).items():
             g[name][...] = value

@@ -19,6 +19,8 @@ from typing import Any, Dict, Optional
 import numpy as np
 
 from .._app import App
+from .._device import placement_of
+from ._common import _namespace, _on_device_of
 from .layers import classifier_gradient, classifier_loss
 from .network import ResNet
 
@@ -43,6 +45,9 @@ class ResNetApp(App):
         self.net = net
         self.layer = net.layer
         self.params = params
+        where = placement_of(params)
+        if not where.is_host:  # states received from other ranks are built there too
+            self.array_namespace, self.array_device = where.xp, where.device
         self._views = net.views(params)
         self._u0: Any = None  # the opening's output, once computed
         self.set_batch(X, C)
@@ -66,51 +71,53 @@ class ResNetApp(App):
         n = self._index.get(float(t))
         if n == 0:
             self._u0 = self.initial_state()
-            return self._u0.copy()
+            return self.clone(self._u0)
         if n in self.guesses:
-            return self.guesses[n].copy()
+            return self.clone(self.guesses[n])
         # Before any solve the opening output is the best cheap guess of every state.
         if self._u0 is None:
             self._u0 = self.initial_state()
-        return self._u0.copy()
+        return self.clone(self._u0)
 
     def step(self, u: Any, t0: float, t1: float, status: Any) -> Any:
         n = status.fine_index
         v = self._views
-        return self.layer.forward(u, v["K"][n], v["b"][n], t1 - t0)
+        return self.layer.forward(u, v["K"][n, ...], v["b"][n, ...], t1 - t0)
 
     def step_stacked(self, U: Any, t0s: Any, t1s: Any, status: Any) -> Any:
         """Batched relaxation (docs/batching.md): row k is step status.fine_indices[k]."""
         v, sl = self._views, status.fine_slice
-        return self.layer.forward_batched(U, v["K"][sl], v["b"][sl], self._steps(t0s, t1s, U))
+        return self.layer.forward_batched(U, v["K"][sl, ...], v["b"][sl, ...],
+                                          self._steps(t0s, t1s, U))
 
     @staticmethod
     def _steps(t0s: Any, t1s: Any, U: Any) -> Any:
         hs = t1s - t0s  # the same float64 subtraction as t1 - t0 in step()
         if not isinstance(U, np.ndarray):  # e.g. CuPy: step sizes on the state's device
-            hs = U.__array_namespace__().asarray(hs, dtype=U.dtype)
+            hs = _on_device_of(U, hs, _namespace(U))
         return hs
 
     # ------------------------------------------------------------ adjoint
     def step_adjoint_batch(self, W: Any, U: Any, t0s: Any, t1s: Any, status: Any) -> Any:
         v, sl = self._views, status.fine_slice
-        return self.layer.adjoint_batched(W, U, v["K"][sl], v["b"][sl], self._steps(t0s, t1s, U))
+        return self.layer.adjoint_batched(W, U, v["K"][sl, ...], v["b"][sl, ...],
+                                          self._steps(t0s, t1s, U))
 
     def step_gradient_batch(self, W: Any, U: Any, t0s: Any, t1s: Any, status: Any) -> Any:
         v, sl = self._views, status.fine_slice
-        dKs, dbs = self.layer.gradient_batched(W, U, v["K"][sl], v["b"][sl],
+        dKs, dbs = self.layer.gradient_batched(W, U, v["K"][sl, ...], v["b"][sl, ...],
                                                self._steps(t0s, t1s, U))
-        return [(dKs[k], dbs[k]) for k in range(dKs.shape[0])]
+        return [(dKs[k, ...], dbs[k, ...]) for k in range(dKs.shape[0])]
 
     def step_adjoint(self, w: Any, u: Any, t0: float, t1: float, status: Any) -> Any:
         n = status.fine_index
         v = self._views
-        return self.layer.adjoint(w, u, v["K"][n], v["b"][n], t1 - t0)
+        return self.layer.adjoint(w, u, v["K"][n, ...], v["b"][n, ...], t1 - t0)
 
     def step_gradient(self, w: Any, u: Any, t0: float, t1: float, status: Any) -> Any:
         n = status.fine_index
         v = self._views
-        return self.layer.gradient(w, u, v["K"][n], v["b"][n], t1 - t0)
+        return self.layer.gradient(w, u, v["K"][n, ...], v["b"][n, ...], t1 - t0)
 
     def terminal_objective(self, u: Any) -> float:
         v = self._views
@@ -125,4 +132,4 @@ class ResNetApp(App):
     def adjoint_guess(self, n: int) -> Optional[Any]:
         """Guess of the adjoint w_n on a cold adjoint solve (None: zero)."""
         g = self.adjoint_guesses.get(n)
-        return None if g is None else g.copy()
+        return None if g is None else self.clone(g)

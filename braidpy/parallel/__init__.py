@@ -10,11 +10,18 @@ so nothing a peer sends can choose what code runs.
 - :mod:`.collectives`: typed broadcasts, gathers and the rank-ordered sum.
 - :mod:`.layers`: the layer (time) decomposition: ownership ranges and their mirror.
 - :mod:`.timecomm`: the adapter the compiled core sends packed vectors through.
-
-The data and space dimensions of hybrid-parallel training join here later.
+- :mod:`.interrupts`: Ctrl-C delivered at agreement points, so every rank stops together.
+- :mod:`.grid`: :class:`ProcessGrid`, the data × space × layers split of hybrid-parallel
+  training.
+- :mod:`.data`: data parallelism: batch shards and the bucketed, overlapped gradient
+  average over the data communicator.
+- :mod:`.spatial`: spatial parallelism: convolutions on bands of image rows with halo
+  exchange.
 """
 
 from .agree import agreed
 from .comm import rank_size, world
+from .grid import ProcessGrid
+from .interrupts import deferred_interrupts
 
-__all__ = ["agreed", "rank_size", "world"]
+__all__ = ["agreed", "rank_size", "world", "ProcessGrid", "deferred_interrupts"]

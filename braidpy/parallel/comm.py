@@ -14,7 +14,7 @@ from typing import Any, Optional, Tuple
 
 from .._extras import install_hint, require
 
-__all__ = ["world", "rank_size", "mpi"]
+__all__ = ["world", "rank_size", "mpi", "free_quietly"]
 
 # Set by MPI launchers in every process they start: MPICH/Hydra (the mpich wheel's
 # mpiexec), Intel MPI and MVAPICH (PMI_SIZE), Open MPI, MVAPICH2.
@@ -107,3 +107,14 @@ def rank_size(comm: Any) -> Tuple[int, int]:
 def is_parallel(comm: Any) -> bool:
     """True when ``comm`` has more than one rank (messages are needed)."""
     return rank_size(comm)[1] > 1
+
+
+def free_quietly(comm: Any) -> None:
+    """``comm.Free()`` for a communicator braidpy made (None: nothing), ignoring the
+    error it gives after MPI_Finalize, when objects are released at shutdown."""
+    if comm is None:
+        return
+    try:
+        comm.Free()
+    except Exception:  # noqa: BLE001 - after MPI_Finalize at shutdown
+        pass

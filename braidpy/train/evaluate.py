@@ -21,10 +21,12 @@ from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
+from .._device import placement_of
 from .._options import Options
 from .._solver import Core
 from ..adjoint import GradientSolver
-from ..parallel.collectives import allreduce_int, allreduce_sum, gather_arrays
+from ..parallel.collectives import allreduce_int, gather_arrays
+from ..parallel.staging import allreduce_sum_anywhere
 from ..nn.layers import accuracy as classifier_accuracy
 from ..nn.network import ResNet
 from ..nn.resnet import ResNetApp
@@ -59,12 +61,6 @@ def training_options(mgrit: Union[Options, Mapping[str, Any], None] = None) -> O
             raise ValueError(f"the MGRIT option {name!r} is chosen by the trainer; "
                              f"leave it out")
     return options
-
-
-def _to_host(u: Any) -> np.ndarray:
-    """A NumPy copy of a state (CuPy arrays come back from the device)."""
-    get = getattr(u, "get", None)
-    return np.array(get() if callable(get) and not isinstance(u, np.ndarray) else u, copy=True)
 
 
 def _steps(counts: Mapping[str, int]) -> int:
@@ -110,10 +106,13 @@ class LayerParallelEvaluator:
     Parameters
     ----------
     net : ResNet
-    params : ndarray
+    params : array
         The flat parameter vector the optimizer updates in place (held by reference).
+        States, adjoints and gradients live on its device (e.g. a CuPy array: the GPU);
+        only scalars come back to the host.
     X, C : arrays
-        A first batch (sets the app up; :meth:`gradient` switches batches).
+        A first batch (sets the app up; :meth:`gradient` switches batches), on the
+        parameters' device.
     comm : mpi4py communicator, optional
         Time (layer) communicator.
     mgrit : Options or dict, optional
@@ -131,6 +130,7 @@ class LayerParallelEvaluator:
                  oneshot: Optional[Tuple[int, int]] = None):
         self.net = net
         self.params = params
+        self.placement = placement_of(params)
         self.comm = comm
         self.mode = "exact" if oneshot is None else "oneshot"
         self.oneshot = oneshot
@@ -176,22 +176,22 @@ class LayerParallelEvaluator:
         return solver
 
     # -------------------------------------------------------------- interface
-    def gradient(self, params, X, C) -> Tuple[float, np.ndarray, Dict[str, Any]]:
+    def gradient(self, params, X, C) -> Tuple[float, Any, Dict[str, Any]]:
         solver = self._use(params, X, C)
         result = solver.evaluate()
         self._evaluated = True
         net = self.net
-        local = np.zeros(net.nparams)
+        local = self.placement.zeros(net.nparams)
         g = net.views(local)
         for n, (dK, db) in result.gradients.items():
-            g["K"][n], g["b"][n] = dK, db
+            g["K"][n, ...], g["b"][n, ...] = dK, db
         if result.initial_adjoint is not None:
             for name, value in net.opening_gradient(self.params, X, result.initial_adjoint).items():
                 g[name][...] = value
         if net.nlayers in solver.primal_core.owned:
             g["W"][...] = self.app.classifier_grad["W"]
             g["mu"][...] = self.app.classifier_grad["mu"]
-        grad = allreduce_sum(self.comm, local)
+        grad = allreduce_sum_anywhere(self.comm, local)
         stats: Dict[str, Any] = {
             "primal_iterations": result.primal.iterations,
             "adjoint_iterations": result.adjoint.iterations,
@@ -241,7 +241,7 @@ class LayerParallelEvaluator:
         for key, core, mirror in (("primal", solver.primal_core, False),
                                   ("adjoint", solver.adjoint_core, True)):
             cf = core.level_info[0]["cfactor"]
-            mine = {N - m if mirror else m: _to_host(core.stored(m))
+            mine = {N - m if mirror else m: self.placement.to_host(core.stored(m))
                     for m in core.owned if m % cf == 0 and m > 0}
             out[key] = gather_arrays(self.comm, mine, root=0) or {}
         out["batch_shape"] = self._batch_shape
@@ -255,6 +255,8 @@ class LayerParallelEvaluator:
             self.solver.reset()
         self._resumed = True
         self._evaluated = False
-        self.app.guesses = {int(n): u for n, u in state.get("primal", {}).items()}
-        self.app.adjoint_guesses = {int(n): w for n, w in state.get("adjoint", {}).items()}
+        to_device = self.placement.tree_from_host
+        self.app.guesses = {int(n): to_device(u) for n, u in state.get("primal", {}).items()}
+        self.app.adjoint_guesses = {int(n): to_device(w)
+                                    for n, w in state.get("adjoint", {}).items()}
         self._batch_shape = tuple(state.get("batch_shape", self._batch_shape))

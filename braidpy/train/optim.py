@@ -4,13 +4,21 @@ Each optimizer updates ``params`` in place in :meth:`step` and can save and rest
 its whole state (:meth:`state_dict` / :meth:`load_state_dict`), so an interrupted
 training run resumes exactly. They are deterministic: every rank running the same
 optimizer on the same (replicated) numbers makes the same update.
+
+They compute in the namespace of ``params`` (NumPy, CuPy, any array-API array): the
+optimizer state lives on the parameters' device, and only scalars (step sizes, inner
+products for L-BFGS) come back to the host. :meth:`state_dict` returns that state as
+it is; :class:`braidpy.train.Trainer` copies it to the host for checkpoints.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
+
+from .._device import namespace, vector_norm
 
 __all__ = ["SGD", "Adam", "LBFGS", "make_optimizer", "OPTIMIZERS"]
 
@@ -24,6 +32,26 @@ def _positive(name: str, value: Any, allow_zero: bool = False) -> float:
         raise ValueError(f"{name} must be a {'non-negative' if allow_zero else 'positive'} "
                          f"number, got {value!r}")
     return float(value)
+
+
+def _copy(a: Any) -> Any:
+    """An independent copy of an array, on its device."""
+    return a.copy() if isinstance(a, np.ndarray) else namespace(a).asarray(a, copy=True)
+
+
+def _loaded(a: Any) -> Any:
+    """A state array from :meth:`load_state_dict`: float64 on its own device (host data,
+    lists included, as NumPy arrays)."""
+    if a is None:
+        return None
+    if isinstance(a, np.ndarray) or not hasattr(a, "shape"):
+        return np.array(a, dtype=np.float64)
+    xp = namespace(a)
+    return xp.asarray(a, dtype=xp.float64, copy=True)
+
+
+def _zeros_like(a: Any) -> Any:
+    return np.zeros_like(a) if isinstance(a, np.ndarray) else namespace(a).zeros_like(a)
 
 
 class SGD:
@@ -42,18 +70,17 @@ class SGD:
     def step(self, params: np.ndarray, loss: float, grad: np.ndarray,
              objective: Optional[Objective] = None) -> Dict[str, Any]:
         if self.velocity is None:
-            self.velocity = np.zeros_like(params)
+            self.velocity = _zeros_like(params)
         self.velocity *= self.momentum
         self.velocity += grad
         params -= self.lr * self.velocity
         return {"step_size": self.lr, "trials": 0}
 
     def state_dict(self) -> Dict[str, Any]:
-        return {"velocity": None if self.velocity is None else self.velocity.copy()}
+        return {"velocity": None if self.velocity is None else _copy(self.velocity)}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        v = state.get("velocity")
-        self.velocity = None if v is None else np.array(v, dtype=np.float64)
+        self.velocity = _loaded(state.get("velocity"))
 
 
 class Adam:
@@ -77,23 +104,24 @@ class Adam:
 
     def step(self, params: np.ndarray, loss: float, grad: np.ndarray,
              objective: Optional[Objective] = None) -> Dict[str, Any]:
-        m = np.zeros_like(params) if self.m is None else self.m
-        v = np.zeros_like(params) if self.v is None else self.v
+        m = _zeros_like(params) if self.m is None else self.m
+        v = _zeros_like(params) if self.v is None else self.v
         self.t += 1
         self.m = m = self.beta1 * m + (1 - self.beta1) * grad
         self.v = v = self.beta2 * v + (1 - self.beta2) * grad * grad
         mhat = m / (1 - self.beta1 ** self.t)
         vhat = v / (1 - self.beta2 ** self.t)
-        params -= self.lr * mhat / (np.sqrt(vhat) + self.eps)
+        sqrt = np.sqrt if isinstance(vhat, np.ndarray) else namespace(vhat).sqrt
+        params -= self.lr * mhat / (sqrt(vhat) + self.eps)
         return {"step_size": self.lr, "trials": 0}
 
     def state_dict(self) -> Dict[str, Any]:
-        return {"m": None if self.m is None else self.m.copy(),
-                "v": None if self.v is None else self.v.copy(), "t": self.t}
+        return {"m": None if self.m is None else _copy(self.m),
+                "v": None if self.v is None else _copy(self.v), "t": self.t}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        self.m = None if state.get("m") is None else np.array(state["m"], dtype=np.float64)
-        self.v = None if state.get("v") is None else np.array(state["v"], dtype=np.float64)
+        self.m = _loaded(state.get("m"))
+        self.v = _loaded(state.get("v"))
         self.t = int(state.get("t", 0))
 
 
@@ -131,7 +159,7 @@ class LBFGS:
         self.prev_grad: Optional[np.ndarray] = None
 
     def _direction(self, grad: np.ndarray) -> np.ndarray:
-        q = grad.copy()
+        q = _copy(grad)
         alphas = []
         for s, y in zip(reversed(self.s), reversed(self.y)):
             rho = 1.0 / float(y @ s)
@@ -153,7 +181,7 @@ class LBFGS:
         if self.prev_params is not None:
             s = params - self.prev_params
             y = grad - self.prev_grad
-            if float(s @ y) > 1e-12 * float(np.linalg.norm(s) * np.linalg.norm(y)):
+            if float(s @ y) > 1e-12 * (vector_norm(s) * vector_norm(y)):
                 self.s.append(s)
                 self.y.append(y)
                 if len(self.s) > self.memory:
@@ -165,32 +193,31 @@ class LBFGS:
             self.s, self.y = [], []
             d = -grad
             slope = -float(grad @ grad)
-        self.prev_params = params.copy()
-        self.prev_grad = grad.copy()
-        base = params.copy()
+        self.prev_params = _copy(params)
+        self.prev_grad = _copy(grad)
+        base = _copy(params)
         a = self.lr
         trials = 0
         while True:
             params[...] = base + a * d
             trials += 1
             value = objective(params)
-            if (np.isfinite(value) and value <= loss + self.c1 * a * slope) or \
+            if (math.isfinite(value) and value <= loss + self.c1 * a * slope) or \
                     trials > self.max_backtracks:
                 break
             a *= self.shrink
         return {"step_size": a, "trials": trials, "trial_loss": value}
 
     def state_dict(self) -> Dict[str, Any]:
-        return {"s": [s.copy() for s in self.s], "y": [y.copy() for y in self.y],
-                "prev_params": None if self.prev_params is None else self.prev_params.copy(),
-                "prev_grad": None if self.prev_grad is None else self.prev_grad.copy()}
+        return {"s": [_copy(s) for s in self.s], "y": [_copy(y) for y in self.y],
+                "prev_params": None if self.prev_params is None else _copy(self.prev_params),
+                "prev_grad": None if self.prev_grad is None else _copy(self.prev_grad)}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        self.s = [np.array(s, dtype=np.float64) for s in state.get("s", [])]
-        self.y = [np.array(y, dtype=np.float64) for y in state.get("y", [])]
-        pp, pg = state.get("prev_params"), state.get("prev_grad")
-        self.prev_params = None if pp is None else np.array(pp, dtype=np.float64)
-        self.prev_grad = None if pg is None else np.array(pg, dtype=np.float64)
+        self.s = [_loaded(s) for s in state.get("s", [])]
+        self.y = [_loaded(y) for y in state.get("y", [])]
+        self.prev_params = _loaded(state.get("prev_params"))
+        self.prev_grad = _loaded(state.get("prev_grad"))
 
 
 OPTIMIZERS = {"sgd": SGD, "adam": Adam, "lbfgs": LBFGS}

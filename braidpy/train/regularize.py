@@ -16,10 +16,11 @@ sec. 2.1; the ddt term couples neighbouring layers, which may live on different 
 
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Any, Tuple
 
 import numpy as np
 
+from .._device import placement_of
 from ..nn.network import ResNet
 
 __all__ = ["Regularizer"]
@@ -55,33 +56,36 @@ class Regularizer:
     def active(self) -> bool:
         return bool(self.tikhonov or self.ddt or self.classifier)
 
-    def __call__(self, params: np.ndarray) -> Tuple[float, np.ndarray]:
-        """(R, dR/dparams)."""
+    def __call__(self, params: Any) -> Tuple[float, Any]:
+        """(R, dR/dparams), the gradient on the parameters' device."""
         net = self.net
-        grad = np.zeros(net.nparams)
+        where = placement_of(params)
+        grad = where.zeros(net.nparams)
         if not self.active:
             return 0.0, grad
+        xp = where.xp
         v, g = net.views(params), net.views(grad)
-        h = net.steps
+        h = net.steps if where.is_host else where.from_host(net.steps)
         N = net.nlayers
         value = 0.0
         for name in ("K", "b"):
             theta = v[name]
-            shape = (N,) + (1,) * (theta.ndim - 1)
+            ndim = len(theta.shape)
+            shape = (N,) + (1,) * (ndim - 1)
             if self.tikhonov:
-                sq = np.sum(theta * theta, axis=tuple(range(1, theta.ndim)))
-                value += 0.5 * self.tikhonov * float(np.dot(h, sq))
-                g[name] += self.tikhonov * h.reshape(shape) * theta
+                sq = xp.sum(theta * theta, axis=tuple(range(1, ndim)))
+                value += 0.5 * self.tikhonov * float(h @ sq)
+                g[name][...] += self.tikhonov * xp.reshape(h, shape) * theta
             if self.ddt and N > 1:
-                diff = theta[1:] - theta[:-1]  # theta_{n+1} - theta_n, n = 0..N-2
-                sq = np.sum(diff * diff, axis=tuple(range(1, theta.ndim)))
-                value += 0.5 * self.ddt * float(np.sum(sq / h[:-1]))
-                scaled = self.ddt * diff / h[:-1].reshape((N - 1,) + shape[1:])
-                g[name][1:] += scaled
-                g[name][:-1] -= scaled
+                diff = theta[1:, ...] - theta[:-1, ...]  # theta_{n+1} - theta_n, n = 0..N-2
+                sq = xp.sum(diff * diff, axis=tuple(range(1, ndim)))
+                value += 0.5 * self.ddt * float(xp.sum(sq / h[:-1]))
+                scaled = self.ddt * diff / xp.reshape(h[:-1], (N - 1,) + shape[1:])
+                g[name][1:, ...] += scaled
+                g[name][:-1, ...] -= scaled
         if self.classifier:
             for name in ("W", "mu", "open_K", "open_b"):
                 if name in v:
-                    value += 0.5 * self.classifier * float(np.sum(v[name] * v[name]))
-                    g[name] += self.classifier * v[name]
+                    value += 0.5 * self.classifier * float(xp.sum(v[name] * v[name]))
+                    g[name][...] += self.classifier * v[name]
         return value, grad

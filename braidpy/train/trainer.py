@@ -10,6 +10,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
+from .._device import vector_norm
 from .._options import Options
 from ..nn.network import ResNet
 from ..parallel.agree import agreed
@@ -178,13 +179,19 @@ class Trainer:
     config : TrainConfig, optional
     comm : mpi4py communicator, optional
         Layer (time) communicator; every rank must call with the same arguments.
-    params : ndarray, optional
+    params : array, optional
         Initial parameters (default: ``net.init_params(config.seed, config.init_scale)``).
 
     Notes
     -----
     After :meth:`run`, ``params`` holds the trained parameters, ``history`` one record per
     step and ``best`` the best validation accuracy with its parameters.
+
+    The network's :attr:`~braidpy.nn.ResNet.placement` (``ResNet(..., device="cuda")``)
+    decides where training computes: the data are copied there once, and parameters,
+    states, gradients and optimizer state stay there; each step brings back only scalars
+    (loss, norms, step sizes, accuracy). ``X`` and ``C`` stay NumPy arrays on the host
+    (the data fingerprint); :meth:`state` copies what a checkpoint needs to the host.
     """
 
     def __init__(self, net: ResNet, train: Tuple[Any, Any],
@@ -206,7 +213,13 @@ class Trainer:
         elif getattr(params, "shape", None) != (net.nparams,):
             raise ValueError(f"params must have shape ({net.nparams},), got "
                              f"{getattr(params, 'shape', None)}")
-        self.params = np.array(params, dtype=np.float64, copy=True)
+        self.placement = where = net.placement
+        self.params = where.from_host(params)
+        # The data on the device once; batches are gathered there (index arrays go over).
+        self._device_data = None if where.is_host else (
+            where.from_host(self.X), where.from_host(self.C))
+        self._device_validation = None if where.is_host or self.validation is None else (
+            where.from_host(self.validation[0]), where.from_host(self.validation[1]))
         self.optimizer = make_optimizer(cfg.optimizer, **self._optimizer_args())
         self.regularizer = Regularizer(net, cfg.tikhonov, cfg.ddt, cfg.classifier_reg)
         self.rng = np.random.default_rng(cfg.seed)
@@ -261,7 +274,23 @@ class Trainer:
     def _peek_batch(self):
         """A batch of the first batch's shape (sets the solvers up; draws nothing)."""
         size = min(self.config.batch_size or self.X.shape[0], self.X.shape[0])
+        if self._device_data is not None:
+            X, C = self._device_data
+            return X[:size, ...], C[:size, ...]
         return self.X[:size], self.C[:size]
+
+    def _batch(self, idx: np.ndarray) -> Tuple[Any, Any]:
+        """Samples ``idx`` of the training data, on the network's device."""
+        if self._device_data is None:
+            return self.X[idx], self.C[idx]
+        xp = self.placement.xp
+        rows = xp.asarray(idx, device=self.placement.device)
+        X, C = self._device_data
+        return xp.take(X, rows, axis=0), xp.take(C, rows, axis=0)
+
+    def _validation_data(self) -> Tuple[Any, Any]:
+        assert self.validation is not None
+        return self._device_validation or self.validation
 
     # ------------------------------------------------------------- objective
     def _objective(self, X, C) -> Callable[[np.ndarray], float]:
@@ -274,7 +303,7 @@ class Trainer:
         start = time.perf_counter()
         calls_before = self.evaluator.step_calls
         idx = self._next_batch_indices()
-        X, C = self.X[idx], self.C[idx]
+        X, C = self._batch(idx)
         loss, grad, stats = self.evaluator.gradient(self.params, X, C)
         reg, reg_grad = self.regularizer(self.params)
         total = loss + reg
@@ -284,7 +313,7 @@ class Trainer:
         self.iteration += 1
         record: Dict[str, Any] = {
             "iteration": self.iteration, "epoch": self.epoch, "loss": loss,
-            "objective": total, "gradient_norm": float(np.linalg.norm(grad)),
+            "objective": total, "gradient_norm": vector_norm(grad),
             "step_size": info["step_size"], "line_search_trials": info["trials"],
         }
         record.update(stats)
@@ -294,12 +323,12 @@ class Trainer:
         if self.validation is not None and cfg.validate_every and \
                 self.iteration % cfg.validate_every == 0:
             before = time.perf_counter()
-            acc = self.evaluator.accuracy(self.params, *self.validation)
+            acc = self.evaluator.accuracy(self.params, *self._validation_data())
             record["val_accuracy"] = acc
             record["validation_seconds"] = time.perf_counter() - before
             if self.best["accuracy"] is None or acc > self.best["accuracy"]:
                 self.best = {"accuracy": acc, "iteration": self.iteration,
-                             "params": self.params.copy()}
+                             "params": self.placement.copy(self.params)}
                 self._stale = 0
             else:
                 self._stale += 1
@@ -363,15 +392,18 @@ class Trainer:
 
     # ------------------------------------------------------------ checkpoints
     def state(self) -> Dict[str, Any]:
-        """Everything needed to continue exactly (collective: call on every rank)."""
+        """Everything needed to continue exactly (collective: call on every rank); the
+        arrays as NumPy arrays on the host."""
+        host = self.placement.tree_to_host
         return {
             "config": self._comparable_config(), "nparams": self.net.nparams,
             "architecture": self.net.describe(),
             "iteration": self.iteration, "epoch": self.epoch, "position": self._position,
             "order": None if self._order is None else self._order.copy(),
-            "rng": self.rng.bit_generator.state, "params": self.params.copy(),
-            "optimizer": self.optimizer.state_dict(), "history": list(self.history),
-            "best": dict(self.best), "stale": self._stale,
+            "rng": self.rng.bit_generator.state,
+            "params": self.placement.to_host(self.params),
+            "optimizer": host(self.optimizer.state_dict()), "history": list(self.history),
+            "best": host(dict(self.best)), "stale": self._stale,
             "warm": self.evaluator.warm_state(),
             "data_fingerprint": self.data_fingerprint,
             "data": self._data_shapes(),
@@ -432,17 +464,17 @@ class Trainer:
                 f"({sizes(state.get('data'))}), this run's is {self.data_fingerprint} "
                 f"({sizes(self._data_shapes())}); to continue on the new data anyway, pass "
                 f"allow_new_data=True (command line: --resume-on-new-data)")
-        self.params[...] = state["params"]
+        self.params[...] = self.placement.from_host(state["params"])
         self.iteration, self.epoch = int(state["iteration"]), int(state["epoch"])
         self._position = int(state["position"])
         self._order = None if state["order"] is None else np.array(state["order"])
         self.rng = np.random.default_rng()
         self.rng.bit_generator.state = state["rng"]
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.optimizer.load_state_dict(self.placement.tree_from_host(state["optimizer"]))
         logger.info("resumed at step %d (checkpoint data fingerprint %s)", self.iteration,
                     theirs_fp)
         self.history = list(state["history"])
-        self.best = dict(state["best"])
+        self.best = self.placement.tree_from_host(dict(state["best"]))
         self._stale = int(state["stale"])
         if not new_data:
             self.evaluator.load_warm_state(state.get("warm") or {})

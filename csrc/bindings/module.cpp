@@ -12,6 +12,7 @@
 #include "../core/solver.hpp"
 #include "array_fast.hpp"
 #include "core_options.hpp"
+#include "device_path.hpp"
 #include "py_ops.hpp"
 
 namespace py = pybind11;
@@ -397,4 +398,15 @@ PYBIND11_MODULE(_core, m) {
         const auto r = s.core().owned();
         return py::make_tuple(r.lo, r.hi);
       });
+
+  // Device paths (device_path.hpp): which one a state takes, and the provider
+  // of their operations (tests run them on host memory with the host provider).
+  m.def("_default_path", [](py::handle u) { return std::string(braidpy::default_path(u.ptr())); },
+        py::arg("u"));
+  m.def("_use_device_ops", [](py::handle choice) {
+        if (!braidpy::set_device_ops(choice.ptr()))
+          throw py::type_error("_use_device_ops: expected a device_ops capsule, None or False");
+      }, py::arg("choice"));
+  m.def("_host_device_ops",
+        []() { return py::reinterpret_steal<py::object>(braidpy::host_device_ops_capsule()); });
 }

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "array_fast.hpp"
+#include "device_path.hpp"
 
 #include <algorithm>
 #include <stdexcept>
@@ -210,6 +211,14 @@ Vec PyOps::clone(Vec u) {
     if (fast == nullptr) capture_current_error(kClone);
     return fast;
   }
+  if (fast_clone_) {
+    const DevicePath p = device_clone(static_cast<PyObject*>(u), &fast);
+    if (p != DevicePath::kNo) {
+      counted(kClone);
+      if (p == DevicePath::kFailed) capture_current_error(kClone);
+      return p == DevicePath::kDone ? fast : nullptr;
+    }
+  }
   PyObject* args[1] = {static_cast<PyObject*>(u)};
   Vec r = new_vector(call(kClone, clone_, args, 1), kClone, "clone(u)");
   if (r != nullptr && r == u) {  // the "copy" would alias the state: silently wrong
@@ -232,6 +241,14 @@ void PyOps::sum(double a, Vec x, double b, Vec y) {
     counted(kSum);
     return;
   }
+  if (fast_sum_) {
+    const DevicePath p = device_sum(a, static_cast<PyObject*>(x), b, static_cast<PyObject*>(y));
+    if (p != DevicePath::kNo) {
+      counted(kSum);
+      if (p == DevicePath::kFailed) capture_current_error(kSum);
+      return;
+    }
+  }
   PyObject* pa = PyFloat_FromDouble(a);
   PyObject* pb = PyFloat_FromDouble(b);
   PyObject* args[4] = {pa, static_cast<PyObject*>(x), pb, static_cast<PyObject*>(y)};
@@ -248,6 +265,15 @@ double PyOps::norm(Vec u) {
                      fast_norm_vdot(static_cast<PyObject*>(u), &value))) {
     counted(kNorm);
     return value;
+  }
+  if (fast_norm_) {
+    PyObject* one = static_cast<PyObject*>(u);
+    const DevicePath p = device_norms(&one, 1, &value);
+    if (p != DevicePath::kNo) {
+      counted(kNorm);
+      if (p == DevicePath::kFailed) capture_current_error(kNorm);
+      return p == DevicePath::kDone ? value : 0.0;
+    }
   }
   PyObject* args[1] = {static_cast<PyObject*>(u)};
   PyObject* r = call(kNorm, norm_, args, 1);
@@ -266,6 +292,28 @@ double PyOps::norm(Vec u) {
     return 0.0;
   }
   return value;
+}
+
+void PyOps::norms(const Vec* us, braid::Index n, double* out) {
+  if (failed_) {
+    std::fill(out, out + n, 0.0);
+    return;
+  }
+  // CUDA states: the rows' norms in one kernel, one copy back (same values as
+  // norm() of each, whose kernel is the same per row).
+  if (fast_norm_ && n > 1) {
+    const DevicePath p = device_norms(reinterpret_cast<PyObject* const*>(us),
+                                      static_cast<Py_ssize_t>(n), out);
+    if (p != DevicePath::kNo) {
+      counted(kNorm, n);
+      if (p == DevicePath::kFailed) {
+        capture_current_error(kNorm);
+        std::fill(out, out + n, 0.0);
+      }
+      return;
+    }
+  }
+  for (braid::Index k = 0; k < n; ++k) out[k] = norm(us[k]);
 }
 
 void PyOps::access(Vec u, const CallInfo& info) {
@@ -303,6 +351,18 @@ Vec PyOps::clone_block(const Vec* srcs, braid::Index n, Vec* out) {
     counted(kClone, n - std::count(srcs, srcs + n, nullptr));
     return block;
   }
+  if (fast_clone_) {
+    const DevicePath p = device_clone_block(reinterpret_cast<PyObject* const*>(srcs),
+                                            static_cast<Py_ssize_t>(n), &block,
+                                            reinterpret_cast<PyObject**>(out));
+    if (p != DevicePath::kNo) {
+      counted(kClone, n - std::count(srcs, srcs + n, nullptr));
+      if (p == DevicePath::kDone) return block;
+      capture_current_error(kClone);
+      for (braid::Index k = 0; k < n; ++k) out[k] = nullptr;
+      return nullptr;
+    }
+  }
   return braid::Ops::clone_block(srcs, n, out);  // independent clones
 }
 
@@ -311,6 +371,12 @@ void PyOps::copy_into(Vec src, Vec dst) {
   auto* s = static_cast<PyObject*>(src);
   auto* d = static_cast<PyObject*>(dst);
   if (fast_copy(s, d)) return;
+  const DevicePath p = device_copy(s, d);
+  if (p == DevicePath::kDone) return;
+  if (p == DevicePath::kFailed) {
+    capture_current_error(kClone);
+    return;
+  }
   if (PyObject_SetItem(d, Py_Ellipsis, s) < 0) capture_current_error(kClone);
 }
 

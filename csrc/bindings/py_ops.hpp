@@ -42,6 +42,7 @@ class PyOps final : public braid::Ops {
   Vec clone(Vec u) override;
   void sum(double a, Vec x, double b, Vec y) override;
   double norm(Vec u) override;
+  void norms(const Vec* us, braid::Index n, double* out) override;
   void access(Vec u, const CallInfo& info) override;
   void free(Vec u) override { Py_XDECREF(static_cast<PyObject*>(u)); }
   void progress(int iteration, double rnorm, bool has_rnorm) override;
@@ -106,7 +107,8 @@ class PyOps final : public braid::Ops {
   PyObject* status_ = nullptr;
   PyObject* progress_ = nullptr;
   bool timings_ = false;
-  // App's default clone/sum/norm in C++ for float64 arrays (array_fast.hpp).
+  // App's default clone/sum/norm in C++ for float64 NumPy arrays (array_fast.hpp)
+  // and float64/float32 CUDA arrays (device_path.hpp).
   bool fast_clone_ = false, fast_sum_ = false, fast_norm_ = false, noop_access_ = false;
   bool failed_ = false;
   bool in_callback_ = false;

@@ -66,6 +66,11 @@ class Ops {
   // y <- a*x + b*y, in place; x may be y.
   virtual void sum(double a, Vec x, double b, Vec y) = 0;
   virtual double norm(Vec u) = 0;
+  // out[k] = norm(us[k]), k < n: the residual norms of one evaluation in one
+  // call (a device block's row norms in one kernel). Same values as norm().
+  virtual void norms(const Vec* us, Index n, double* out) {
+    for (Index k = 0; k < n; ++k) out[k] = norm(us[k]);
+  }
   virtual void access(Vec u, const CallInfo& info) = 0;
   virtual void free(Vec u) = 0;
   // Called at the top of each iteration on every rank (progress output).

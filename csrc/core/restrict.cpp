@@ -9,6 +9,7 @@ void Solver::restrict_to(int l) {
   Level& C = levels_[l + 1];
   const bool measure = l == 0 && opts_.residual_computation;
   std::vector<double> norms(measure ? C.u.size() : 0, 0.0);
+  std::vector<Index> measured;  // slots whose residual is measured, in order
 
   // 1. F-sweep; each chain is stepped on to its C-point c > 0 (bare step Phi,
   //    "residual" phase) and turned into the residual
@@ -23,12 +24,19 @@ void Solver::restrict_to(int l) {
       ops_.sum(-1.0, uc, 1.0, w);
     }
     const Index s = C.slot(c / L.cf);
-    if (measure) norms[s] = ops_.norm(w);
+    if (measure) measured.push_back(s);
     set_slot(C.tau, s, w);
     w = nullptr;
   };
   const ChainEnd end{kPhaseResidual, false, residual};
   f_relax(l, kPhaseRelax, nullptr, &end);
+  if (!measured.empty()) {  // all residual norms of this evaluation in one call
+    std::vector<Vec> rs;
+    std::vector<double> values(measured.size());
+    for (Index s : measured) rs.push_back(C.tau[s]);
+    ops_.norms(rs.data(), static_cast<Index>(rs.size()), values.data());
+    for (std::size_t k = 0; k < measured.size(); ++k) norms[measured[k]] = values[k];
+  }
   if (l == 0) {
     rnorm_measured_ = opts_.residual_computation;
     pending_rnorm_ = measure ? combine_norms(norms) : 0.0;

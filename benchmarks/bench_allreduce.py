@@ -1,0 +1,146 @@
+"""MPI's allreduce against the ring allreduce and its bandwidth model (issue 16, item 5).
+
+    mpiexec -n P python benchmarks/bench_allreduce.py [--repeats R] [--quick]
+
+Seed paper 004 (Gibiansky, "Bringing HPC techniques to deep learning", 2017, after
+Patarasuk & Yuan 2009) argues for the ring allreduce. Each of P ranks sends and
+receives 2(P-1) chunks of K/P bytes, so it costs about
+
+    T_ring(K) = 2(P-1)/P * K/B + 2(P-1) * alpha
+
+for K bytes, per-message latency alpha and link bandwidth B. This script measures
+
+1. alpha and B of T = alpha + K/B from one-way ping-pong times between ranks 0 and 1
+   (B from the two largest messages, alpha from the smallest),
+2. MPI's own Allreduce (float32 SUM),
+3. a ring allreduce written here (reduce-scatter then allgather, with Sendrecv) as the
+   measured reference of the seed's algorithm, and
+4. the model above with the fitted alpha and B,
+
+for buffers of 1 KB ... 64 MB, and prints the times and the ratios. braidpy's
+data-parallel gradients use the engine's collective (MPI_Allreduce on one contiguous
+buffer) unless a case measured here shows the ring ahead. The ring is a reference for
+that choice, not a product path. With more ranks than cores (4 ranks on this project's
+2-core VM) the ranks take turns on the cores, which no network model describes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _report import print_table  # noqa: E402
+
+SIZES_KB = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536]
+
+
+def best_of(repeats, fn, comm):
+    """Min over repeats of the slowest rank's wall time for fn()."""
+    times = []
+    for _ in range(repeats):
+        comm.Barrier()
+        start = time.perf_counter()
+        fn()
+        times.append(comm.allreduce(time.perf_counter() - start, op=_MPI.MAX))
+    return min(times)
+
+
+def ping_pong(comm, nbytes, repeats):
+    """One-way time between ranks 0 and 1 (half the round trip), min over repeats."""
+    buf = np.zeros(max(1, nbytes), dtype=np.uint8)
+    rank = comm.Get_rank()
+    best = float("inf")
+    for _ in range(repeats):
+        comm.Barrier()
+        start = time.perf_counter()
+        if rank == 0:
+            comm.Send(buf, 1, 7)
+            comm.Recv(buf, 1, 7)
+        elif rank == 1:
+            comm.Recv(buf, 0, 7)
+            comm.Send(buf, 0, 7)
+        best = min(best, (time.perf_counter() - start) / 2)
+    return comm.bcast(best, root=0)
+
+
+def fit_alpha_bandwidth(comm, sizes, repeats):
+    """(alpha seconds, B bytes/s) of T = alpha + K/B from the ping-pong times: B from
+    the two largest sizes (where bandwidth dominates), alpha from the smallest (where
+    latency does). A least-squares line over all sizes would let the large messages
+    set alpha."""
+    ks = np.array(sizes, dtype=float)
+    ts = np.array([ping_pong(comm, int(k), repeats) for k in sizes])
+    bandwidth = (ks[-1] - ks[-2]) / max(ts[-1] - ts[-2], 1e-12)
+    alpha = max(ts[0] - ks[0] / bandwidth, 0.0)
+    return alpha, bandwidth, ts
+
+
+def ring_allreduce(comm, send, recv):
+    """recv <- sum over ranks of send: reduce-scatter then allgather around the ring."""
+    p, r = comm.Get_size(), comm.Get_rank()
+    recv[...] = send
+    chunks = np.array_split(np.arange(recv.size), p)
+    bounds = [(c[0], c[-1] + 1) if c.size else (0, 0) for c in chunks]
+    right, left = (r + 1) % p, (r - 1) % p
+    scratch = np.empty(max(hi - lo for lo, hi in bounds), dtype=recv.dtype)
+    for step in range(p - 1):  # reduce-scatter: chunk (r - step - 1) ends summed on r
+        lo_s, hi_s = bounds[(r - step) % p]
+        lo_r, hi_r = bounds[(r - step - 1) % p]
+        comm.Sendrecv(recv[lo_s:hi_s], right, 11, scratch[:hi_r - lo_r], left, 11)
+        recv[lo_r:hi_r] += scratch[:hi_r - lo_r]
+    for step in range(p - 1):  # allgather: pass the summed chunks around
+        lo_s, hi_s = bounds[(r - step + 1) % p]
+        lo_r, hi_r = bounds[(r - step) % p]
+        comm.Sendrecv(recv[lo_s:hi_s], right, 12, recv[lo_r:hi_r], left, 12)
+
+
+def main() -> None:
+    global _MPI
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="sizes up to 1 MB, 2 repeats")
+    args = parser.parse_args()
+    from mpi4py import MPI
+
+    _MPI = MPI
+    comm = MPI.COMM_WORLD
+    p, rank = comm.Get_size(), comm.Get_rank()
+    if p < 2:
+        sys.exit("run under mpiexec -n 2 (or more): an allreduce of one rank moves nothing")
+    sizes = [k for k in SIZES_KB if not args.quick or k <= 1024]
+    repeats = 2 if args.quick else args.repeats
+    alpha, bandwidth, _ = fit_alpha_bandwidth(comm, [k * 1024 for k in sizes], repeats)
+    rows = []
+    for kb in sizes:
+        n = kb * 1024 // 4
+        pattern = (1 + np.arange(n) % 7).astype(np.float32)  # a misplaced chunk shows
+        send = (rank + 1) * pattern
+        expected = p * (p + 1) / 2 * pattern
+        recv = np.empty_like(send)
+        t_mpi = best_of(repeats, lambda: comm.Allreduce(send, recv, op=MPI.SUM), comm)
+        ok_mpi = bool(np.array_equal(recv, expected))
+        t_ring = best_of(repeats, lambda: ring_allreduce(comm, send, recv), comm)
+        ok_ring = bool(np.array_equal(recv, expected))
+        model = 2 * (p - 1) / p * (kb * 1024) / bandwidth + 2 * (p - 1) * alpha
+        if not (ok_mpi and ok_ring):
+            sys.exit(f"wrong sum at {kb} KB: MPI {ok_mpi}, ring {ok_ring}")
+        rows.append([f"{kb} KB", f"{t_mpi * 1e6:.1f}", f"{t_ring * 1e6:.1f}",
+                     f"{model * 1e6:.1f}", f"{t_ring / t_mpi:.2f}", f"{t_mpi / model:.2f}"])
+    if rank == 0:
+        print(f"P = {p} ranks; ping-pong fit: alpha = {alpha * 1e6:.2f} us, "
+              f"B = {bandwidth / 1e9:.2f} GB/s; min over {repeats} repeats")
+        print_table(["buffer", "MPI us", "ring us", "model us", "ring/MPI", "MPI/model"],
+                    rows, "allreduce (float32 SUM): MPI_Allreduce vs the seed's ring "
+                          "and its model 2(P-1)/P K/B + 2(P-1) alpha")
+
+
+_MPI = None
+
+if __name__ == "__main__":
+    main()

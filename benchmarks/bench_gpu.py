@@ -1,0 +1,115 @@
+"""GPU skeleton: MGRIT vs the serial layer loop for a deep narrow ResNet, on CuPy if it can.
+
+Network: N = 4096 layers u <- u + h tanh(u K_n^T + b_n), width 8, batch 32, T = 2, its own
+weights per layer (a fixed deterministic pattern, no seed). Serial: a loop over the
+layers. braidpy: braidpy.solve with cfactor 64, 2 levels, F-relaxation, max_iter 2 and
+abs_tol 0 (the forward of one-shot training), batched (step_stacked: one batched matmul
+per step position). Timings are min over repeats of build + solve, synchronized.
+
+Where CuPy or a GPU is missing it says so and runs the same comparison with NumPy, so
+that the script itself is exercised everywhere; its GPU numbers have not been taken
+yet (README, "GPU status").
+
+Run: python benchmarks/bench_gpu.py [--layers N] [--repeats R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import time
+import warnings
+
+import numpy as np
+
+import braidpy
+
+WIDTH, BATCH, TSTOP = 8, 32, 2.0
+
+
+def array_module():
+    """(xp, description): CuPy with a working device, else NumPy and why."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            cp = importlib.import_module("cupy")
+            if cp.cuda.runtime.getDeviceCount() < 1:
+                raise RuntimeError("no CUDA device")
+            float(cp.arange(2.0).sum())
+        return cp, f"CuPy {cp.__version__} on {cp.cuda.runtime.getDeviceProperties(0)['name']}"
+    except Exception as exc:  # noqa: BLE001 - any failure means "no GPU here"
+        return np, f"no GPU found ({type(exc).__name__}: {exc}); running the NumPy path"
+
+
+def weights(xp, n):
+    k = np.arange(n * WIDTH * WIDTH, dtype=np.float64).reshape(n, WIDTH, WIDTH)
+    K = 0.5 * np.sin(0.37 * k) / np.sqrt(WIDTH)
+    b = 0.1 * np.cos(0.11 * np.arange(n * WIDTH)).reshape(n, WIDTH)
+    return xp.asarray(K), xp.asarray(b)
+
+
+class ResNet(braidpy.App):
+    def __init__(self, xp, K, b, u0):
+        self.xp, self.K, self.b, self.u0 = xp, K, b, u0
+
+    def init(self, t):
+        return self.u0.copy() if t == self.tstart else self.xp.zeros_like(self.u0)
+
+    def step(self, u, t0, t1, status):
+        n = status.fine_index
+        u += (t1 - t0) * self.xp.tanh(u @ self.K[n].T + self.b[n])
+
+    def step_stacked(self, U, t0s, t1s, status):
+        s = status.fine_slice
+        h = self.xp.asarray(t1s - t0s).reshape(-1, 1, 1)
+        U += h * self.xp.tanh(U @ self.K[s].transpose(0, 2, 1) + self.b[s][:, None, :])
+
+
+def sync(xp):
+    if xp is not np:
+        xp.cuda.get_current_stream().synchronize()
+
+
+def serial(xp, K, b, u0, n):
+    u, h = u0.copy(), TSTOP / n
+    for k in range(n):
+        u += h * xp.tanh(u @ K[k].T + b[k])
+    sync(xp)
+    return u
+
+
+def mgrit(xp, K, b, u0, n):
+    r = braidpy.solve(ResNet(xp, K, b, u0), 0.0, TSTOP, n, max_levels=2, cfactor=64, nrelax=0,
+                      max_iter=2, abs_tol=0.0, access_level=0)
+    sync(xp)
+    return r
+
+
+def best(fn, repeats):
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--layers", type=int, default=4096)
+    p.add_argument("--repeats", type=int, default=3)
+    args = p.parse_args(argv)
+    xp, where = array_module()
+    info = braidpy.cuda_info()
+    print(f"{where}\nbraidpy._cuda compiled: {info['compiled']}, devices: {info['devices']}")
+    n = args.layers
+    K, b = weights(xp, n)
+    u0 = xp.asarray(np.cos(np.arange(BATCH * WIDTH)).reshape(BATCH, WIDTH))
+    t_serial = best(lambda: serial(xp, K, b, u0, n), args.repeats)
+    t_mgrit = best(lambda: mgrit(xp, K, b, u0, n), args.repeats)
+    print(f"N={n} width {WIDTH} batch {BATCH}: serial {t_serial * 1e3:.1f} ms, MGRIT 2 iterations "
+          f"{t_mgrit * 1e3:.1f} ms, serial / MGRIT {t_serial / t_mgrit:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,305 @@
+"""Synchronous elastic averaging SGD over the data communicator (seed paper 003).
+
+Each data group i keeps its own parameters W_i, and every rank also keeps a copy of
+the centre variable W̄. Between communications a group takes plain local steps (SGD,
+or momentum SGD). Every ``tau``-th step it also feels an elastic pull towards the
+centre, and the centre moves towards the groups. These are paper 003's equations (1)
+and (2), after Zhang, Choromanska and LeCun, "Deep learning with elastic averaging
+SGD", NeurIPS 2015:
+
+    W_i <- W_i - lr (g_i + rho (W_i - W̄))
+    W̄   <- W̄ + lr rho sum_i (W_i - W̄)
+
+With momentum mu (equations (5) and (6), "MEASGD") the local step becomes
+``V_i <- mu V_i - lr g_i`` and ``W_i <- W_i + V_i - lr rho (W_i - W̄)``.
+
+The sum over groups is one MPI allreduce of the flat parameters, and the centre
+update is computed identically on every rank from it. So no rank is a master and the
+result is deterministic. That is paper 003's "Sync EASGD" with the centre replicated
+instead of held by a master. The optimizer follows braidpy.train's interface
+(``step``, ``state_dict``, ``load_state_dict``), so a checkpoint resumes it exactly.
+
+>>> import numpy as np
+>>> opt = SyncEASGD(None, lr=0.5, rho=1.0, tau=1)
+>>> w = np.array([2.0])
+>>> info = opt.step(w, 0.0, w - 1.0)  # one group: the centre follows it
+>>> w, opt.center
+(array([1.5]), array([2.]))
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+
+import numpy as np
+
+from .._errors import BraidError
+from ..parallel.comm import free_quietly, rank_size
+
+__all__ = ["SyncEASGD", "AsyncEASGD"]
+
+
+def _number(name: str, value: Any, low: float, low_open: bool, high: float = np.inf) -> float:
+    ok = isinstance(value, (int, float, np.floating, np.integer)) and \
+        not isinstance(value, bool) and np.isfinite(value) and \
+        (value > low if low_open else value >= low) and value < high
+    if not ok:
+        bound = f"> {low}" if low_open else f">= {low}"
+        upper = "" if high == np.inf else f" and < {high}"
+        raise ValueError(f"{name} must be a number {bound}{upper}, got {value!r}")
+    return float(value)
+
+
+def _elastic_options(lr: Any, rho: Any, tau: Any, momentum: Any) -> Tuple[float, float, int,
+                                                                          float]:
+    """(lr, rho, tau, momentum) checked, each error naming its value."""
+    if isinstance(tau, bool) or not isinstance(tau, (int, np.integer)) or tau < 1:
+        raise ValueError(f"tau must be an int >= 1, got {tau!r}")
+    return (_number("lr", lr, 0.0, True), _number("rho", rho, 0.0, False), int(tau),
+            _number("momentum", momentum, 0.0, False, 1.0))
+
+
+def _local_step(params: np.ndarray, grad: np.ndarray, lr: float, momentum: float,
+                velocity: np.ndarray) -> None:
+    """A worker's own step, in place: SGD, or momentum SGD (equation (5))."""
+    if momentum > 0.0:
+        velocity *= momentum
+        velocity -= lr * grad
+        params += velocity
+    else:
+        params -= lr * grad
+
+
+class SyncEASGD:
+    """Synchronous EASGD (module docstring) over ``comm``, the data communicator.
+
+    Parameters
+    ----------
+    comm : mpi4py communicator or None
+        The data communicator (one group: the centre simply trails the parameters).
+    lr : float
+        Step size eta.
+    rho : float
+        Elastic strength; ``lr * rho * groups`` must stay below 1 for the centre update
+        to be a contraction (the paper's stability condition).
+    tau : int
+        Communication period: the elastic pull and the allreduce every tau-th step.
+    momentum : float
+        mu of MEASGD (0: plain EASGD).
+    """
+
+    name = "easgd"
+    needs_objective = False
+
+    def __init__(self, comm: Any, lr: float = 0.05, rho: float = 1.0, tau: int = 1,
+                 momentum: float = 0.0):
+        self.comm = comm
+        self.lr, self.rho, self.tau, self.momentum = _elastic_options(lr, rho, tau, momentum)
+        _, self.groups = rank_size(comm)
+        if self.lr * self.rho * self.groups >= 1.0:
+            raise ValueError(f"lr * rho * groups = {self.lr * self.rho * self.groups:g} must "
+                             f"be < 1 (the centre update would not contract)")
+        self.center: Optional[np.ndarray] = None
+        self.velocity: Optional[np.ndarray] = None
+        self.steps = 0
+
+    def _sum_over_groups(self, params: np.ndarray) -> np.ndarray:
+        if self.groups == 1:
+            return params.copy()
+        from ..parallel.comm import mpi
+
+        total = np.empty_like(params)
+        self.comm.Allreduce(np.ascontiguousarray(params), total, op=mpi().SUM)
+        return total
+
+    def step(self, params: np.ndarray, loss: float, grad: np.ndarray,
+             objective: Optional[Callable[[np.ndarray], float]] = None) -> Dict[str, Any]:
+        """One step of this group, in place (collective every tau-th step)."""
+        if self.center is None:  # all groups start from the same parameters
+            self.center = params.copy()
+            self.velocity = np.zeros_like(params)
+        assert self.velocity is not None
+        self.steps += 1
+        pull = self.steps % self.tau == 0
+        if pull:
+            # Both updates use W_i and W̄ from before this step (equations (1), (2)).
+            elastic = self.rho * (params - self.center)
+            total = self._sum_over_groups(params)
+            center_move = self.lr * self.rho * (total - self.groups * self.center)
+        _local_step(params, grad, self.lr, self.momentum, self.velocity)
+        if pull:
+            params -= self.lr * elastic
+            self.center += center_move
+        return {"step_size": self.lr, "trials": 0, "communicated": pull}
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"center": None if self.center is None else self.center.copy(),
+                "velocity": None if self.velocity is None else self.velocity.copy(),
+                "steps": self.steps}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        center, velocity = state.get("center"), state.get("velocity")
+        self.center = None if center is None else np.array(center, dtype=np.float64)
+        self.velocity = None if velocity is None else np.array(velocity, dtype=np.float64)
+        self.steps = int(state.get("steps", 0))
+
+
+# Tags of the asynchronous protocol (typed float64 buffers; no pickle).
+_UPDATE, _REPLY, _DONE, _FAILED, _FINAL = 41, 42, 43, 44, 45
+
+
+class AsyncEASGD:
+    """Asynchronous EASGD with a centre rank served first come, first served (paper 003,
+    "Async EASGD" and, with ``momentum``, "Async MEASGD").
+
+    Every ``tau``-th step a worker sends its W_i to the centre rank, which replies with
+    W̄ and then moves it, W̄ <- W̄ + lr rho (W_i - W̄), in the order the messages arrive.
+    The worker then steps as in equation (1) (or (5)-(6)) with the W̄ it received.
+    The result depends on that order, so runs are not bitwise repeatable.
+
+    The centre rank calls :meth:`serve` (it returns the final W̄). The workers train
+    inside ``with optimizer.session():``, calling :meth:`step`.
+
+    Shutdown and failures: leaving the session sends "done"; an exception inside it
+    sends "failed" and is re-raised. After a failure, every later exchange is answered
+    with "stop", and the worker raises :class:`braidpy.BraidError` naming the failed
+    rank. Workers that already finished learn it when they leave their session: the
+    centre answers every "done" once all workers have ended. The centre raises the same
+    BraidError. So no rank waits for a rank that has stopped.
+    """
+
+    name = "async-easgd"
+    needs_objective = False
+
+    def __init__(self, comm: Any, lr: float = 0.05, rho: float = 1.0, tau: int = 1,
+                 momentum: float = 0.0, centre: int = 0):
+        self.comm: Any = None  # our duplicate, once the arguments are checked
+        self.rank, self.size = rank_size(comm)
+        if self.size < 2:
+            raise ValueError("AsyncEASGD needs a centre rank and at least one worker: a "
+                             f"communicator of >= 2 ranks, got {self.size}")
+        if isinstance(centre, bool) or not isinstance(centre, (int, np.integer)) or \
+                not 0 <= centre < self.size:
+            raise ValueError(f"centre must be a rank of the communicator (0..{self.size - 1}),"
+                             f" got {centre!r}")
+        self.centre = int(centre)
+        self.lr, self.rho, self.tau, self.momentum = _elastic_options(lr, rho, tau, momentum)
+        if self.lr * self.rho >= 1.0:
+            raise ValueError(f"lr * rho = {self.lr * self.rho:g} must be < 1")
+        # Our own duplicate: the protocol's tags never meet the user's messages.
+        self.comm = comm.Dup()
+        self._stopped = False
+        self.velocity: Optional[np.ndarray] = None
+        self.steps = 0
+        self.exchanges = 0
+        self.served: List[int] = []  # centre: the worker of each update, in order
+
+    @property
+    def is_centre(self) -> bool:
+        return self.rank == self.centre
+
+    def close(self) -> None:
+        """Release the duplicate communicator (collective; also on garbage collection)."""
+        comm, self.comm = getattr(self, "comm", None), None
+        free_quietly(comm)
+
+    def __del__(self):
+        self.close()
+
+    # ------------------------------------------------------------------ workers
+    def step(self, params: np.ndarray, loss: float, grad: np.ndarray,
+             objective: Optional[Callable[[np.ndarray], float]] = None) -> Dict[str, Any]:
+        """One step of this worker, in place (an exchange with the centre every tau-th)."""
+        if self.is_centre:
+            raise RuntimeError("the centre rank serves (AsyncEASGD.serve); it takes no steps")
+        if self.velocity is None:
+            self.velocity = np.zeros_like(params)
+        self.steps += 1
+        elastic = None
+        if self.steps % self.tau == 0:
+            elastic = self.rho * (params - self._exchange(params))
+        _local_step(params, grad, self.lr, self.momentum, self.velocity)
+        if elastic is not None:
+            params -= self.lr * elastic
+        return {"step_size": self.lr, "trials": 0, "communicated": elastic is not None}
+
+    def _exchange(self, params: np.ndarray) -> np.ndarray:
+        mine = np.ascontiguousarray(params, dtype=np.float64)
+        self.comm.Send(mine, self.centre, _UPDATE)
+        reply = np.empty(mine.size + 1)
+        self.comm.Recv(reply, self.centre, _REPLY)
+        self.exchanges += 1
+        if reply[0] != 0.0:
+            self._stopped = True
+            raise BraidError(f"training stopped: worker rank {int(reply[0]) - 1} failed "
+                             f"(asynchronous EASGD)")
+        return reply[1:].reshape(params.shape)
+
+    @contextmanager
+    def session(self) -> Iterator["AsyncEASGD"]:
+        """A worker's training loop runs inside: it tells the centre when it ends, and
+        how (see the class docstring)."""
+        self._stopped = False
+        try:
+            yield self
+        except BaseException:
+            if not self._stopped:  # tell the centre; it stops the others
+                self.comm.Send(np.empty(0), self.centre, _FAILED)
+            raise
+        self.comm.Send(np.empty(0), self.centre, _DONE)
+        final = np.empty(1)
+        self.comm.Recv(final, self.centre, _FINAL)
+        if final[0] != 0.0:
+            raise BraidError(f"training stopped: worker rank {int(final[0]) - 1} failed "
+                             f"(asynchronous EASGD)")
+
+    # ------------------------------------------------------------------- centre
+    def serve(self, center: np.ndarray) -> np.ndarray:
+        """Run the centre until every worker has ended; returns the final W̄ (a new
+        array). Raises BraidError if a worker failed."""
+        if not self.is_centre:
+            raise RuntimeError(f"rank {self.rank} is a worker; the centre is rank "
+                               f"{self.centre}")
+        from ..parallel.comm import mpi
+
+        MPI = mpi()
+        center = np.array(center, dtype=np.float64)
+        flat = center.reshape(-1)
+        active = set(range(self.size)) - {self.centre}
+        finished: List[int] = []
+        failed: Optional[int] = None
+        incoming = np.empty(flat.size)
+        reply = np.empty(flat.size + 1)
+        status = MPI.Status()
+        while active:
+            self.comm.Probe(MPI.ANY_SOURCE, MPI.ANY_TAG, status)
+            source, tag = status.Get_source(), status.Get_tag()
+            if tag == _UPDATE:
+                self.comm.Recv(incoming, source, _UPDATE)
+                reply[0] = 0.0 if failed is None else failed + 1.0
+                reply[1:] = flat
+                self.comm.Send(reply, source, _REPLY)
+                if failed is None:
+                    flat += self.lr * self.rho * (incoming - flat)
+                    self.exchanges += 1
+                    self.served.append(source)
+                else:  # told to stop: it raises and ends
+                    active.discard(source)
+            elif tag in (_DONE, _FAILED):
+                self.comm.Recv(np.empty(0), source, tag)
+                active.discard(source)
+                if tag == _DONE:
+                    finished.append(source)
+                elif failed is None:
+                    failed = source
+            else:
+                raise BraidError(f"asynchronous EASGD: unexpected message tag {tag} from "
+                                 f"rank {source}")
+        verdict = np.array([0.0 if failed is None else failed + 1.0])
+        for worker in finished:
+            self.comm.Send(verdict, worker, _FINAL)
+        if failed is not None:
+            raise BraidError(f"training stopped: worker rank {failed} failed "
+                             f"(asynchronous EASGD)")
+        return center

@@ -1,0 +1,25 @@
+// What kernels.cu (compiled by nvcc) offers the rest of braidpy._cuda (compiled
+// by the host compiler): the device-ops table and the runtime's facts. No CUDA
+// header is needed to use it; errors are cudaError_t codes as int.
+#pragma once
+
+#include "device_ops.hpp"
+
+namespace braidpy {
+namespace cuda {
+
+// The table handed to braidpy._core (device_ops.hpp).
+const DeviceOps* device_ops();
+// cudaRuntimeGetVersion (e.g. 13000); works without a driver.
+int runtime_version(int* version);
+// cudaDriverGetVersion: 0 when no driver is installed.
+int driver_version(int* version);
+// cudaGetDeviceCount; 35 (no driver) and 100 (no device) mean "no GPU".
+int device_count(int* count);
+// Name and compute capability of device `dev`.
+int device_properties(int dev, char* name, int name_len, int* major, int* minor);
+// The current device is usable (0) or why not.
+int check_device();
+
+}  // namespace cuda
+}  // namespace braidpy

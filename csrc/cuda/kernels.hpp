@@ -1,0 +1,85 @@
+// Arithmetic of the device-block kernels, single-sourced: every function here is
+// __host__ __device__ under nvcc and plain C++ under g++, so the C++ tests
+// (csrc/tests/kernels_test.cpp) run exactly what the GPU runs, on the host.
+// The __global__ kernels in kernels.cu only pick indices and call these.
+// No CUDA header is included; nothing here knows Python.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define BRAIDPY_HD __host__ __device__
+#else
+#define BRAIDPY_HD
+#endif
+
+namespace braidpy {
+namespace kern {
+
+using Index = std::int64_t;
+
+// Threads per row in row_norms: the partial sums and their tree are fixed by
+// this number, so a row's norm never depends on how many rows a launch has.
+constexpr int kNormThreads = 256;
+
+// y <- a*x + b*y for one element, the cases and operation order of the NumPy
+// fast path (csrc/bindings/array_fast.cpp) and braidpy.backends._axpby:
+// a == 0 scales (or leaves y), b == 1 adds a*x, otherwise b*y + a*x. T is the
+// state's precision; a and b are already rounded to T (NumPy's weak scalars).
+template <class T>
+BRAIDPY_HD inline T axpby_value(T a, T x, T b, T y) {
+  if (a == T(0)) return b == T(1) ? y : b * y;
+  if (b == T(1)) return y + a * x;
+  return b * y + a * x;
+}
+
+// Element i of y <- a*x + b*y; x may be y (each element is read, then written once).
+template <class T>
+BRAIDPY_HD inline void axpby_at(Index i, T a, const T* x, T b, T* y) {
+  y[i] = axpby_value(a, x[i], b, y[i]);
+}
+
+// Element i of a stacked block of nrows rows of len elements: row r copies
+// srcs[r], or is zero where srcs[r] is null (a placeholder row).
+template <class T>
+BRAIDPY_HD inline void gather_at(Index i, const T* const* srcs, Index len, T* block) {
+  const Index r = i / len;
+  const Index j = i - r * len;
+  const T* s = srcs[r];
+  block[i] = s != nullptr ? s[j] : T(0);
+}
+
+// Thread t's part of a row's sum of squares: elements t, t+nt, t+2nt, ... in
+// that order, accumulated in double (also for float rows).
+template <class T>
+BRAIDPY_HD inline double sumsq_part(const T* row, Index len, int t, int nt) {
+  double acc = 0.0;
+  for (Index j = t; j < len; j += nt) {
+    const double v = static_cast<double>(row[j]);
+    acc += v * v;
+  }
+  return acc;
+}
+
+// One level of the fixed reduction tree: thread t < s adds partial t+s to t.
+BRAIDPY_HD inline void tree_step(double* parts, int t, int s) {
+  if (t < s) parts[t] = parts[t] + parts[t + s];
+}
+
+// The norm from a row's reduced sum of squares.
+BRAIDPY_HD inline double norm_from_sumsq(double s) { return std::sqrt(s); }
+
+// A row's norm in the kernel's order, on the host: what row_norms' block for
+// that row computes (kNormThreads partial sums, then the tree s = nt/2 ... 1).
+template <class T>
+inline double row_norm_host(const T* row, Index len) {
+  double parts[kNormThreads];
+  for (int t = 0; t < kNormThreads; ++t) parts[t] = sumsq_part(row, len, t, kNormThreads);
+  for (int s = kNormThreads / 2; s > 0; s >>= 1)
+    for (int t = 0; t < s; ++t) tree_step(parts, t, s);
+  return norm_from_sumsq(parts[0]);
+}
+
+}  // namespace kern
+}  // namespace braidpy

@@ -1,0 +1,168 @@
+// braidpy._cuda: the optional CUDA module. It imports with no driver and no GPU;
+// info() says what was compiled and found; device_ops() hands braidpy._core the
+// kernels' table; sum/copy/gather/row_norms call the kernels directly on CUDA
+// arrays (tests compare them with CuPy). Every failing CUDA call raises
+// braidpy.NoGPUError (no driver, no device) or braidpy.CudaError.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "../bindings/cuda_array.hpp"
+#include "cuda_api.hpp"
+
+namespace py = pybind11;
+
+namespace braidpy {
+namespace {
+
+// A failed CUDA call: its code and the entry point that made it.
+struct CudaFailure : std::exception {
+  int code;
+  std::string where;
+  CudaFailure(int c, std::string w) : code(c), where(std::move(w)) {}
+  const char* what() const noexcept override { return where.c_str(); }
+};
+
+void check(int code, const char* where) {
+  if (code != 0) throw CudaFailure(code, where);
+}
+
+void translate(const CudaFailure& f) {
+  const DeviceOps* ops = cuda::device_ops();
+  const bool no_gpu = f.code == kCudaNoDriver || f.code == kCudaNoDevice;
+  const std::string name = ops->error_name(f.code);
+  const std::string text = ops->error_string(f.code);
+  std::string msg = f.where + ": ";
+  msg += no_gpu ? "no usable GPU (" + name + ", CUDA error " + std::to_string(f.code) + ": " +
+                      text + "); braidpy.cuda_info() shows what was found"
+                : "CUDA error " + std::to_string(f.code) + " (" + name + ": " + text + ")";
+  py::object errors = py::module_::import("braidpy._errors");
+  py::object cls = errors.attr(no_gpu ? "NoGPUError" : "CudaError");
+  py::object exc = cls(msg, f.code);
+  PyErr_SetObject(cls.ptr(), exc.ptr());
+}
+
+CudaArrayView view(py::handle a, const char* where, bool writable) {
+  CudaArrayView v;
+  if (!cuda_array_view(a.ptr(), v))
+    throw py::type_error(std::string(where) +
+                         ": expected a C-contiguous float64 or float32 CUDA array "
+                         "(__cuda_array_interface__), got " +
+                         std::string(py::str(py::type::of(a).attr("__name__"))));
+  if (writable && v.readonly) throw py::value_error(std::string(where) + ": read-only array");
+  return v;
+}
+
+void same(const CudaArrayView& a, const CudaArrayView& b, const char* where) {
+  if (a.dtype != b.dtype || a.size != b.size)
+    throw py::value_error(std::string(where) + ": arrays differ in dtype or size");
+}
+
+py::dict info() {
+  py::dict d;
+  int runtime = 0, driver = 0, count = 0;
+  d["compiled"] = true;
+  d["cuda_runtime"] = cuda::runtime_version(&runtime) == 0 ? runtime : 0;
+  d["driver"] = cuda::driver_version(&driver) == 0 ? driver : 0;
+  const int e = cuda::device_count(&count);
+  d["devices"] = count;
+  d["error"] = e == 0 ? py::object(py::none())
+                      : py::object(py::str(std::string(cuda::device_ops()->error_name(e)) +
+                                           " (" + std::to_string(e) + "): " +
+                                           cuda::device_ops()->error_string(e)));
+  py::list names;
+  for (int k = 0; k < count; ++k) {
+    char name[256];
+    int major = 0, minor = 0;
+    if (cuda::device_properties(k, name, sizeof name, &major, &minor) == 0)
+      names.append(std::string(name) + " (sm_" + std::to_string(major) + std::to_string(minor) +
+                   ")");
+  }
+  d["device_names"] = names;
+  d["architectures"] = BRAIDPY_CUDA_ARCHITECTURES;
+  return d;
+}
+
+}  // namespace
+}  // namespace braidpy
+
+PYBIND11_MODULE(_cuda, m) {
+  using namespace braidpy;
+  m.doc() = "braidpy's optional CUDA kernels (private; see braidpy.cuda_info()).";
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const CudaFailure& f) {
+      translate(f);
+    }
+  });
+
+  m.def("info", &info, "What was compiled and what the runtime finds (never raises).");
+  m.def("device_ops",
+        []() {
+          return py::capsule(const_cast<DeviceOps*>(cuda::device_ops()), kDeviceOpsCapsule);
+        },
+        "The kernels' table for braidpy._core (a PyCapsule).");
+  m.def("check_device", []() {
+        check(cuda::check_device(), "check_device");
+        int count = 0;
+        check(cuda::device_count(&count), "check_device");
+        return count;
+      }, "The number of devices; NoGPUError when there is none.");
+  m.def("sum", [](double a, py::handle x, double b, py::handle y) {
+        const CudaArrayView Y = view(y, "sum", true);
+        const CudaArrayView X = x.is(y) ? Y : view(x, "sum", false);
+        same(X, Y, "sum");
+        check(cuda::device_ops()->sum(Y.dtype, a, X.data, b, Y.data, Y.size, Y.stream), "sum");
+      }, py::arg("a"), py::arg("x"), py::arg("b"), py::arg("y"), "y <- a*x + b*y on the GPU.");
+  m.def("copy", [](py::handle src, py::handle dst) {
+        const CudaArrayView S = view(src, "copy", false), D = view(dst, "copy", true);
+        same(S, D, "copy");
+        check(cuda::device_ops()->copy(S.data, D.data, S.size * S.itemsize(), D.stream), "copy");
+      }, py::arg("src"), py::arg("dst"), "dst <- src on the GPU.");
+  m.def("gather", [](py::sequence srcs, py::handle block) {
+        const CudaArrayView B = view(block, "gather", true);
+        const auto n = static_cast<std::int64_t>(py::len(srcs));
+        if (B.shape.empty() || B.shape[0] != n)
+          throw py::value_error("gather: block must have one row per source");
+        const std::int64_t len = n > 0 ? B.size / n : 0;
+        std::vector<const void*> ptrs;
+        for (py::handle s : srcs) {
+          if (s.is_none()) {
+            ptrs.push_back(nullptr);
+            continue;
+          }
+          const CudaArrayView S = view(s, "gather", false);
+          if (S.dtype != B.dtype || S.size != len)
+            throw py::value_error("gather: a source differs from the block's rows");
+          ptrs.push_back(S.data);
+        }
+        check(cuda::device_ops()->gather(B.dtype, ptrs.data(), n, len, B.data, B.stream),
+              "gather");
+      }, py::arg("srcs"), py::arg("block"), "block[r] <- srcs[r] (None: zeros) on the GPU.");
+  m.def("row_norms", [](py::sequence rows) {
+        std::vector<const void*> ptrs;
+        int dtype = 0;
+        std::int64_t len = -1;
+        std::uintptr_t stream = 0;
+        for (py::handle r : rows) {
+          const CudaArrayView R = view(r, "row_norms", false);
+          if (len >= 0 && (R.dtype != dtype || R.size != len))
+            throw py::value_error("row_norms: rows differ in dtype or size");
+          dtype = R.dtype;
+          len = R.size;
+          stream = R.stream;
+          ptrs.push_back(R.data);
+        }
+        std::vector<double> out(ptrs.size());
+        if (!ptrs.empty())
+          check(cuda::device_ops()->row_norms(dtype, ptrs.data(),
+                                              static_cast<std::int64_t>(ptrs.size()), len,
+                                              out.data(), stream),
+                "row_norms");
+        return out;
+      }, py::arg("rows"), "The norm of each row, in one kernel (fixed summation order).");
+}

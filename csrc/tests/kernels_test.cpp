@@ -1,0 +1,187 @@
+// Host tests of the device kernels' arithmetic: csrc/cuda/kernels.hpp compiled by
+// the host compiler and driven the way kernels.cu's launchers drive it (every
+// index of a launch, the norm's partial sums and tree), against references
+// written independently here. Prints one line per check ("ok  " / "FAIL");
+// exit code 1 on any failure. Built with -DBRAIDPY_BUILD_TESTS=ON.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "../cuda/kernels.hpp"
+
+namespace {
+
+using braidpy::kern::Index;
+namespace kern = braidpy::kern;
+
+int failures = 0;
+
+void report(bool ok, const std::string& what) {
+  std::printf("%s %s\n", ok ? "ok  " : "FAIL", what.c_str());
+  if (!ok) ++failures;
+}
+
+// Values with nothing special about their bits (no magic seed): x_i = sin(i + c).
+template <class T>
+std::vector<T> values(Index n, double c) {
+  std::vector<T> v(static_cast<std::size_t>(n));
+  for (Index i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = static_cast<T>(std::sin(1.7 * i + c));
+  return v;
+}
+
+// What axpby_kernel computes: every index of the launch.
+template <class T>
+void launch_axpby(double a, const T* x, double b, T* y, Index n) {
+  for (Index i = 0; i < n; ++i) kern::axpby_at(i, static_cast<T>(a), x, static_cast<T>(b), y);
+}
+
+template <class T>
+bool bit_equal(const std::vector<T>& u, const std::vector<T>& v) {
+  return u.size() == v.size() && (u.empty() || std::memcmp(u.data(), v.data(), u.size() * sizeof(T)) == 0);
+}
+
+// y <- a*x + b*y, the reference: NumPy's in-place operators (braidpy.backends._axpby).
+template <class T>
+void reference_axpby(T a, const std::vector<T>& x0, T b, std::vector<T>& y, bool alias) {
+  const std::vector<T> x = alias ? y : x0;
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    if (b == T(1)) {
+      if (a == T(0)) continue;
+      if (a == T(1)) y[i] = y[i] + x[i];
+      else if (a == T(-1)) y[i] = y[i] - x[i];
+      else y[i] = y[i] + a * x[i];
+    } else if (a == T(0)) {
+      y[i] = y[i] * b;
+    } else {
+      const T ax = a == T(1) ? x[i] : a * x[i];
+      y[i] = y[i] * b;
+      y[i] = y[i] + ax;
+    }
+  }
+}
+
+template <class T>
+void test_axpby(const char* type) {
+  const double cases[][2] = {{0.0, 1.0}, {0.0, 0.0}, {0.0, -2.5}, {1.0, 1.0}, {-1.0, 1.0},
+                             {0.3, 1.0}, {1.0, 0.0}, {-1.0, 0.7}, {2.5, -0.25}, {1.0, 2.0}};
+  for (Index n : {Index(0), Index(1), Index(7), Index(257), Index(1000)}) {
+    for (const auto& ab : cases) {
+      for (bool alias : {false, true}) {
+        const T a = static_cast<T>(ab[0]), b = static_cast<T>(ab[1]);
+        std::vector<T> x = values<T>(n, 0.5), y = values<T>(n, 2.0), want = y;
+        reference_axpby(a, x, b, want, alias);
+        if (alias) launch_axpby<T>(ab[0], y.data(), ab[1], y.data(), n);
+        else launch_axpby<T>(ab[0], x.data(), ab[1], y.data(), n);
+        char what[128];
+        std::snprintf(what, sizeof what, "axpby<%s> n=%lld a=%g b=%g%s", type,
+                      static_cast<long long>(n), ab[0], ab[1], alias ? " (x is y)" : "");
+        report(bit_equal(y, want), what);
+      }
+    }
+  }
+  // x is never written.
+  std::vector<T> x = values<T>(33, 0.1), x0 = x, y = values<T>(33, 0.2);
+  launch_axpby<T>(2.0, x.data(), 3.0, y.data(), 33);
+  report(bit_equal(x, x0), std::string("axpby<") + type + "> leaves x alone");
+}
+
+// What gather_kernel computes: every element of the block.
+template <class T>
+void test_gather(const char* type) {
+  for (Index len : {Index(1), Index(5), Index(300)}) {
+    const Index nrows = 4;
+    std::vector<std::vector<T>> srcs = {values<T>(len, 1.0), values<T>(len, 2.0),
+                                        values<T>(len, 3.0)};
+    const T* table[4] = {srcs[0].data(), nullptr, srcs[1].data(), srcs[2].data()};
+    std::vector<T> block(static_cast<std::size_t>(nrows * len), T(7));
+    for (Index i = 0; i < nrows * len; ++i) kern::gather_at(i, table, len, block.data());
+    bool ok = true;
+    for (Index r = 0; r < nrows; ++r)
+      for (Index j = 0; j < len; ++j) {
+        const T want = table[r] != nullptr ? table[r][j] : T(0);
+        ok = ok && std::memcmp(&block[static_cast<std::size_t>(r * len + j)], &want, sizeof(T)) == 0;
+      }
+    char what[96];
+    std::snprintf(what, sizeof what, "gather<%s> 4 rows of %lld (row 1 a zero placeholder)",
+                  type, static_cast<long long>(len));
+    report(ok, what);
+  }
+}
+
+// Reference norm: a plain sum in long double, then sqrt.
+template <class T>
+double reference_norm(const std::vector<T>& row) {
+  long double s = 0.0L;
+  for (T v : row) s += static_cast<long double>(v) * static_cast<long double>(v);
+  return static_cast<double>(std::sqrt(s));
+}
+
+// The order the kernel sums in, spelled out independently: thread t's elements
+// t, t+256, ... left to right, then pairs (t, t+s) for s = 128, 64, ..., 1.
+template <class T>
+double kernel_order_norm(const std::vector<T>& row) {
+  std::vector<double> parts(kern::kNormThreads, 0.0);
+  for (std::size_t j = 0; j < row.size(); ++j) {
+    const double v = static_cast<double>(row[j]);
+    parts[j % kern::kNormThreads] += v * v;
+  }
+  for (int s = kern::kNormThreads / 2; s > 0; s /= 2)
+    for (int t = 0; t < s; ++t) parts[static_cast<std::size_t>(t)] += parts[static_cast<std::size_t>(t + s)];
+  return std::sqrt(parts[0]);
+}
+
+template <class T>
+void test_norms(const char* type) {
+  for (Index len : {Index(1), Index(2), Index(3), Index(255), Index(256), Index(257), Index(1001),
+                    Index(4096)}) {
+    const std::vector<T> row = values<T>(len, 0.25);
+    const double got = kern::row_norm_host(row.data(), len);
+    const double ref = reference_norm(row);
+    char what[128];
+    std::snprintf(what, sizeof what, "row norm<%s> len=%lld: %.17g vs %.17g", type,
+                  static_cast<long long>(len), got, ref);
+    report(std::fabs(got - ref) <= 1e-14 * ref, what);
+    std::snprintf(what, sizeof what, "row norm<%s> len=%lld in the kernel's fixed order", type,
+                  static_cast<long long>(len));
+    report(got == kernel_order_norm(row), what);
+  }
+  // Exact cases: zero rows, a 3-4-5 row, ones (sqrt(n) exact for squares).
+  const std::vector<T> zeros(300, T(0));
+  report(kern::row_norm_host(zeros.data(), 300) == 0.0, std::string("row norm<") + type + "> of a zero row");
+  report(kern::row_norm_host(zeros.data(), 0) == 0.0, std::string("row norm<") + type + "> of an empty row");
+  const std::vector<T> tri = {T(3), T(0), T(-4)};
+  report(kern::row_norm_host(tri.data(), 3) == 5.0, std::string("row norm<") + type + "> of (3, 0, -4)");
+  const std::vector<T> ones(1024, T(1));
+  report(kern::row_norm_host(ones.data(), 1024) == 32.0, std::string("row norm<") + type + "> of 1024 ones");
+  // One row's norm does not depend on the other rows of a launch (each row is
+  // its own block): rows of a stacked block give each row's own norm.
+  std::vector<T> block = values<T>(3 * 77, 0.9);
+  bool ok = true;
+  for (int r = 0; r < 3; ++r) {
+    std::vector<T> alone(block.begin() + r * 77, block.begin() + (r + 1) * 77);
+    ok = ok && kern::row_norm_host(block.data() + r * 77, 77) == kern::row_norm_host(alone.data(), 77);
+  }
+  report(ok, std::string("row norms<") + type + "> of a block's rows are the rows' own");
+  // float rows accumulate in double: no float rounding of the squares.
+  if (sizeof(T) == 4) {
+    const std::vector<T> big(4096, static_cast<T>(1.0000001));
+    const double want = std::sqrt(4096.0 * static_cast<double>(big[0]) * static_cast<double>(big[0]));
+    report(std::fabs(kern::row_norm_host(big.data(), 4096) - want) <= 1e-15 * want,
+           "row norm<float> accumulates in double");
+  }
+}
+
+}  // namespace
+
+int main() {
+  test_axpby<double>("double");
+  test_axpby<float>("float");
+  test_gather<double>("double");
+  test_gather<float>("float");
+  test_norms<double>("double");
+  test_norms<float>("float");
+  std::printf("%s: %d failed\n", failures ? "FAILED" : "PASSED", failures);
+  return failures ? 1 : 0;
+}

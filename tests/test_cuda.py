@@ -1,0 +1,252 @@
+"""The optional CUDA module without a GPU: it is compiled where CUDA was expected, imports
+with no driver, reports what it found, and every GPU entry point raises NoGPUError. The
+core's device paths for CUDA arrays run here on fake arrays whose
+``__cuda_array_interface__`` points at host memory, with the kernels' host twins
+(``braidpy._core._host_device_ops``): the same wiring the GPU takes, minus the launches.
+The suite on a real GPU is tests/test_gpu.py (``pytest -m gpu``)."""
+
+import importlib.util
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+import braidpy
+from braidpy import _core
+
+
+def cuda_expected():
+    """Whether this build should have compiled braidpy._cuda (CMakeLists.txt's rule)."""
+    mode = (os.environ.get("BRAIDPY_CUDA") or "AUTO").upper()
+    if mode == "OFF":
+        return False
+    return mode == "ON" or bool(shutil.which("nvcc") or os.environ.get("CUDACXX"))
+
+
+def cuda_module():
+    if importlib.util.find_spec("braidpy._cuda") is None:
+        pytest.skip("braidpy._cuda was not compiled (BRAIDPY_CUDA=OFF or no nvcc)")
+    from braidpy import _cuda
+
+    return _cuda
+
+
+# ------------------------------------------------------------------ fake CUDA arrays
+
+class FakeNamespace:
+    """What braidpy.backends.cupy.new_array (and App.clone's default) ask of a namespace."""
+
+    @staticmethod
+    def empty(shape, dtype):
+        return FakeDeviceArray(np.empty(shape, dtype))
+
+    @staticmethod
+    def asarray(u, copy=None):  # App.clone's default (the Core's final value)
+        return FakeDeviceArray(np.array(u.host, copy=True))
+
+
+class FakeDeviceArray:
+    """Host memory presented as a CUDA array (the protocol only; no GPU involved)."""
+
+    def __init__(self, host, **interface):
+        self.host = host
+        self.extra = interface
+
+    @property
+    def __cuda_array_interface__(self):
+        d = {"shape": self.host.shape, "typestr": self.host.dtype.str, "strides": None,
+             "data": (self.host.ctypes.data, not self.host.flags.writeable), "version": 3,
+             "stream": 1}
+        if not self.host.flags.c_contiguous:
+            d["strides"] = self.host.strides
+        d.update(self.extra)
+        return d
+
+    shape = property(lambda self: self.host.shape)
+    dtype = property(lambda self: self.host.dtype)
+
+    def __len__(self):
+        return len(self.host)
+
+    def __getitem__(self, key):
+        return FakeDeviceArray(self.host[key])
+
+    def __setitem__(self, key, value):
+        self.host[key] = value.host if isinstance(value, FakeDeviceArray) else value
+
+    def __array_namespace__(self, api_version=None):
+        return FakeNamespace
+
+    device = "fake-gpu"
+
+
+class Decay(braidpy.App):
+    """u' = -u on a vector of `n` entries; states are `wrap(ndarray)`."""
+
+    def __init__(self, wrap, dtype, n=5, batched=True):
+        self.wrap, self.dtype, self.n = wrap, np.dtype(dtype), n
+        if not batched:
+            self.step_stacked = None  # no batched hook: one step call per state
+
+    def init(self, t):
+        value = 1.0 if t == self.tstart else 0.3
+        return self.wrap(np.linspace(value, 2 * value, self.n).astype(self.dtype))
+
+    def step(self, u, t0, t1, status):
+        host = u.host if isinstance(u, FakeDeviceArray) else u
+        host /= host.dtype.type(1.0 + (t1 - t0))
+
+    def step_stacked(self, U, t0s, t1s, status):
+        host = U.host if isinstance(U, FakeDeviceArray) else U
+        host /= (1.0 + (t1s - t0s)).astype(host.dtype).reshape((-1,) + (1,) * (host.ndim - 1))
+
+
+def host_of(u):
+    return u.host if isinstance(u, FakeDeviceArray) else u
+
+
+OPTIONS = dict(max_levels=3, cfactor=4, max_iter=4, abs_tol=1e-300)
+
+
+def solve(wrap, dtype, batch=True, **kw):
+    app = Decay(wrap, dtype, batched=batch)
+    return braidpy.solve(app, 0.0, 2.0, 64, batch=batch, **dict(OPTIONS, **kw))
+
+
+@pytest.fixture
+def host_ops():
+    """The core's device paths on host memory (kernels.hpp on the CPU)."""
+    _core._use_device_ops(_core._host_device_ops())
+    yield
+    _core._use_device_ops(None)
+
+
+# ------------------------------------------------------------------ the module
+
+def test_the_cuda_module_is_compiled_where_cuda_was_expected():
+    found = importlib.util.find_spec("braidpy._cuda") is not None
+    if cuda_expected():
+        assert found, ("nvcc was found (or BRAIDPY_CUDA=ON) but braidpy._cuda was not built; "
+                       "see CMakeLists.txt's BRAIDPY_CUDA")
+    assert braidpy.cuda_info()["compiled"] is found
+
+
+def test_cuda_info_reports_what_was_compiled_and_found():
+    info = braidpy.cuda_info()
+    assert {"compiled", "cuda_runtime", "driver", "devices", "cudnn"} <= set(info)
+    assert isinstance(info["devices"], int) and info["devices"] >= 0
+    assert info["cudnn"] is None or isinstance(info["cudnn"], int)
+    if info["compiled"]:
+        assert info["cuda_runtime"] >= 12000
+        assert info["architectures"] == "80,90"
+        if info["devices"] == 0:
+            assert "cudaErrorInsufficientDriver" in info["error"] or \
+                "cudaErrorNoDevice" in info["error"]
+
+
+def no_gpu_here():
+    if braidpy.cuda_info()["devices"] > 0:
+        pytest.skip("a GPU is present: the no-GPU behaviour cannot be seen")
+
+
+@pytest.mark.parametrize("call", ["check_device", "sum", "copy", "gather", "row_norms"])
+def test_every_entry_point_raises_no_gpu_error_without_a_gpu(call):
+    cuda = cuda_module()
+    no_gpu_here()
+    x, y = FakeDeviceArray(np.ones(4)), FakeDeviceArray(np.zeros((2, 4)))
+    calls = {"check_device": lambda: cuda.check_device(),
+             "sum": lambda: cuda.sum(2.0, x, 1.0, x),
+             "copy": lambda: cuda.copy(x, y[0]),
+             "gather": lambda: cuda.gather([x, None], y),
+             "row_norms": lambda: cuda.row_norms([y[0], y[1]])}
+    with pytest.raises(braidpy.NoGPUError, match=r"no usable GPU \(cudaError") as info:
+        calls[call]()
+    assert info.value.code in (35, 100)  # no driver / no device
+    assert isinstance(info.value, braidpy.CudaError) and isinstance(info.value, braidpy.BraidError)
+
+
+def test_entry_points_refuse_what_is_not_a_cuda_array():
+    cuda = cuda_module()
+    with pytest.raises(TypeError, match="__cuda_array_interface__"):
+        cuda.sum(1.0, np.ones(3), 1.0, np.ones(3))
+    with pytest.raises(TypeError, match="float64 or float32"):
+        cuda.row_norms([FakeDeviceArray(np.ones(3, dtype=np.int64))])
+
+
+def test_a_solve_with_cuda_states_and_no_gpu_raises_no_gpu_error():
+    cuda_module()
+    no_gpu_here()
+    _core._use_device_ops(None)  # braidpy._cuda's kernels
+    with pytest.raises(braidpy.NoGPUError, match=r"^clone: no usable GPU") as info:
+        solve(FakeDeviceArray, np.float64)
+    assert info.value.code in (35, 100)
+
+
+# ------------------------------------------------------------------ which path a state takes
+
+def test_which_path_app_defaults_take():
+    _core._use_device_ops(_core._host_device_ops())
+    try:
+        f64, f32 = np.ones((2, 3)), np.ones(3, dtype=np.float32)
+        assert _core._default_path(f64) == "numpy"
+        assert _core._default_path(FakeDeviceArray(f64)) == "device-f64"
+        assert _core._default_path(FakeDeviceArray(f32)) == "device-f32"
+        # the Python defaults (braidpy.backends) for everything the kernels do not cover
+        for other in [FakeDeviceArray(np.ones(3, dtype=np.int32)),
+                      FakeDeviceArray(np.ones(3, dtype=np.complex128)),
+                      FakeDeviceArray(np.ones((3, 4))[:, ::2]),      # not C-contiguous
+                      FakeDeviceArray(f64, mask=object()),            # masked
+                      FakeDeviceArray(f64, typestr=">f8"),            # big-endian
+                      FakeDeviceArray(f64, stream=0),                 # forbidden stream 0
+                      [1.0, 2.0], 3.0]:
+            assert _core._default_path(other) == "python", other
+        # C-contiguous strides spelled out are fine
+        assert _core._default_path(FakeDeviceArray(f64, strides=(24, 8))) == "device-f64"
+        _core._use_device_ops(False)  # no provider (braidpy._cuda absent): Python defaults
+        assert _core._default_path(FakeDeviceArray(f64)) == "python"
+    finally:
+        _core._use_device_ops(None)
+    with pytest.raises(TypeError, match="capsule"):
+        _core._use_device_ops(object())
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_device_paths_give_numpys_values(host_ops, dtype):
+    """The whole device wiring (clone blocks with row views, copies, sums, batched row
+    norms) on host memory: bitwise NumPy's values and counts; norms to rounding."""
+    fake = solve(FakeDeviceArray, dtype)
+    ref = solve(lambda a: a, dtype)
+    assert fake.iterations == ref.iterations == OPTIONS["max_iter"]
+    assert host_of(fake.final).dtype == dtype
+    assert np.array_equal(host_of(fake.final), ref.final)
+    np.testing.assert_allclose(fake.residuals, ref.residuals, rtol=1e-12 if dtype == np.float64
+                               else 1e-5)
+    assert fake.counts == ref.counts
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_device_paths_batched_equals_unbatched_bitwise(host_ops, dtype):
+    on = solve(FakeDeviceArray, dtype, batch=True)
+    off = solve(FakeDeviceArray, dtype, batch=False)
+    assert on.counts["step_batch"] > 0 and off.counts["step_batch"] == 0
+    assert on.residuals == off.residuals
+    assert np.array_equal(host_of(on.final), host_of(off.final))
+
+
+def test_device_paths_converge_like_numpy(host_ops):
+    kw = dict(max_iter=30, abs_tol=1e-12)
+    fake, ref = solve(FakeDeviceArray, np.float64, **kw), solve(lambda a: a, np.float64, **kw)
+    assert fake.iterations == ref.iterations < 30
+    np.testing.assert_allclose(host_of(fake.final), ref.final, rtol=1e-12)
+
+
+def test_without_a_provider_cuda_states_take_the_python_defaults():
+    """What the device paths above replace: braidpy.backends' defaults, which the fake
+    arrays do not support (so the passing runs above did take the device paths)."""
+    _core._use_device_ops(False)
+    try:
+        with pytest.raises(TypeError, match="FakeDeviceArray"):
+            solve(FakeDeviceArray, np.float64)
+    finally:
+        _core._use_device_ops(None)

@@ -1,0 +1,199 @@
+"""The GPU suite (``pytest -m gpu``): CuPy states on a real device. Every test here is
+skipped, with the reason, where CuPy or a CUDA device is missing (any exception while
+probing counts as missing); CuPy is imported only by the probe. Not yet run on real
+hardware (README, "GPU status")."""
+
+import importlib
+import importlib.util
+import warnings
+
+import numpy as np
+import pytest
+
+import braidpy
+
+pytestmark = pytest.mark.gpu
+
+_PROBED = {}
+
+
+def _probe():
+    """(cupy, "") when CuPy and a device work, else (None, why)."""
+    if not _PROBED:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                cupy = importlib.import_module("cupy")
+                if cupy.cuda.runtime.getDeviceCount() < 1:
+                    raise RuntimeError("no CUDA device")
+                float(cupy.arange(4.0).sum())  # a kernel and a copy back
+            _PROBED["result"] = (cupy, "")
+        except Exception as exc:  # noqa: BLE001 - whatever the probe hits means "no GPU"
+            _PROBED["result"] = (None, f"CuPy or a CUDA device is missing: "
+                                       f"{type(exc).__name__}: {exc}")
+    return _PROBED["result"]
+
+
+@pytest.fixture(scope="module")
+def cp():
+    cupy, why = _probe()
+    if cupy is None:
+        pytest.skip(why)
+    return cupy
+
+
+@pytest.fixture(scope="module")
+def cuda(cp):
+    if importlib.util.find_spec("braidpy._cuda") is None:
+        pytest.skip("braidpy._cuda was not compiled (BRAIDPY_CUDA=OFF or no nvcc at build time)")
+    from braidpy import _cuda
+
+    return _cuda
+
+
+class Heat(braidpy.App):
+    """u' = -u + 0.1 sin(u) + c, elementwise, forward Euler (no matmul: a row of a
+    stacked step is the same arithmetic as one state's, bitwise, on any device)."""
+
+    def __init__(self, xp, dtype, n=257, batched=True):
+        self.xp, self.dtype, self.n = xp, dtype, n
+        self.c = xp.asarray(np.cos(np.arange(n) * 0.37), dtype=dtype)
+        if not batched:
+            self.step_stacked = None
+
+    def init(self, t):
+        value = 1.0 if t == self.tstart else 0.25
+        return self.xp.asarray(np.linspace(value, -value, self.n), dtype=self.dtype)
+
+    def _f(self, u, h):
+        return u + h * (-u + self.dtype(0.1) * self.xp.sin(u) + self.c)
+
+    def step(self, u, t0, t1, status):
+        u[...] = self._f(u, self.dtype(t1 - t0))
+
+    def step_stacked(self, U, t0s, t1s, status):
+        h = self.xp.asarray(t1s - t0s, dtype=self.dtype).reshape(-1, 1)
+        U[...] = self._f(U, h)
+
+
+OPTIONS = dict(max_levels=3, cfactor=4, max_iter=30, abs_tol=1e-9, nrelax=1)
+
+
+def solve(xp, dtype, batch=True, **kw):
+    app = Heat(xp, dtype, batched=batch)
+    tol = dict(abs_tol=1e-5) if dtype == np.float32 else {}  # reachable in float32
+    return braidpy.solve(app, 0.0, 4.0, 256, batch=batch, **dict(OPTIONS, **tol, **kw))
+
+
+def to_host(u):
+    return u.get() if hasattr(u, "get") else np.asarray(u)
+
+
+def test_the_device_is_found(cp):
+    info = braidpy.cuda_info()
+    assert info["devices"] >= 1 or not info["compiled"], info
+
+
+@pytest.mark.parametrize("dtype,rtol", [(np.float64, 1e-12), (np.float32, 1e-5)])
+def test_cupy_solves_like_numpy(cp, dtype, rtol):
+    ref = solve(np, dtype)
+    got = solve(cp, dtype)
+    assert got.iterations == ref.iterations
+    assert isinstance(got.final, cp.ndarray) and got.final.dtype == dtype
+    np.testing.assert_allclose(to_host(got.final), ref.final, rtol=rtol, atol=rtol)
+    np.testing.assert_allclose(got.residuals, ref.residuals, rtol=max(rtol * 100, 1e-10))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_batched_equals_unbatched_bitwise_on_the_gpu(cp, dtype):
+    on, off = solve(cp, dtype, batch=True), solve(cp, dtype, batch=False)
+    assert on.counts["step_batch"] > 0 and off.counts["step_batch"] == 0
+    assert on.iterations == off.iterations
+    assert on.residuals == off.residuals
+    assert np.array_equal(to_host(on.final), to_host(off.final))
+
+
+def test_cupy_states_take_the_device_paths(cp, cuda):
+    from braidpy import _core
+
+    assert _core._default_path(cp.zeros(3)) == "device-f64"
+    assert _core._default_path(cp.zeros(3, dtype=cp.float32)) == "device-f32"
+    assert _core._default_path(cp.zeros(3, dtype=cp.int32)) == "python"
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_kernels_match_cupy(cp, cuda, dtype):
+    rows = cp.asarray(np.sin(np.arange(5 * 1001) * 1.3).reshape(5, 1001), dtype=dtype)
+    norms = cuda.row_norms([rows[k] for k in range(5)])
+    want = np.linalg.norm(to_host(rows).astype(np.float64), axis=1)
+    np.testing.assert_allclose(norms, want, rtol=1e-13)
+    assert cuda.row_norms([rows[3]]) == [norms[3]]  # a row's norm ignores the others
+    def axpby(a, x, b, y):  # NumPy's operators in the kernels' cases and order
+        return y if a == 0.0 and b == 1.0 else b * y if a == 0.0 else \
+            y + a * x if b == 1.0 else b * y + a * x
+
+    for a, b in [(0.0, 1.0), (0.0, -2.0), (0.5, 1.0), (-1.5, 0.25), (1.0, 0.0)]:
+        x, y = rows[0].copy(), rows[1].copy()
+        want = axpby(a, x, b, y)
+        cuda.sum(a, x, b, y)
+        assert y.dtype == dtype and cp.array_equal(y, want), (a, b)
+        want = axpby(a, x, b, x)
+        cuda.sum(a, x, b, x)  # x is y
+        assert cp.array_equal(x, want), (a, b)
+    block = cp.full((3, 1001), 7.0, dtype=dtype)
+    cuda.gather([rows[2], None, rows[4]], block)
+    assert cp.array_equal(block[0], rows[2]) and not block[1].any()
+    assert cp.array_equal(block[2], rows[4])
+    dst = cp.empty_like(rows[0])
+    cuda.copy(rows[1], dst)
+    assert cp.array_equal(dst, rows[1])
+
+
+def test_xbraid_golden_cases_with_cupy_states(cp):
+    xbraid_cases = pytest.importorskip("xbraid_cases")
+
+    class Ex01(xbraid_cases.Ex01):
+        def init(self, t):
+            return cp.asarray(super().init(t))
+
+        def step(self, u, t0, t1, status):
+            u[0] = 1.0 / (1.0 + t1 - t0) * u[0]
+
+        def norm(self, u):
+            return float(cp.sqrt(u[0] * u[0]))
+
+    ran = 0
+    for case in xbraid_cases.distinct():
+        if not case["example"].startswith("ex-01") or case["options"]["nprocs"] != 1:
+            continue
+        o = case["options"]
+        app = Ex01(0.4560000002384186 if "init_other_note" in o else o.get("init_other", 0.456))
+        r = braidpy.solve(app, o["tstart"], o["tstop"], o["ntime"], **xbraid_cases._options(o))
+        assert r.levels == case["nlevels"], case["id"]
+        assert r.iterations == case["iterations"], case["id"]
+        final = f"{r.residuals[-1] if r.residuals else -1.0:e}"  # as xbraid_cases.run
+        assert final == case["final_residual_norm_printed"], case["id"]
+        ran += 1
+    assert ran > 0
+
+
+def test_error_contract_with_cupy_states(cp):
+    class Boom(ValueError):
+        pass
+
+    class Failing(Heat):
+        def step(self, u, t0, t1, status):
+            if status.iteration == 1 and status.level == 1:
+                raise Boom("step failed on purpose")
+            super().step(u, t0, t1, status)
+
+    app = Failing(cp, np.float64, batched=False)
+    with pytest.raises(Boom, match="on purpose"):
+        braidpy.solve(app, 0.0, 4.0, 256, **OPTIONS)
+
+    class Diverging(Heat):
+        def step(self, u, t0, t1, status):
+            u[...] = cp.inf
+
+    with pytest.raises(braidpy.DivergenceError):
+        braidpy.solve(Diverging(cp, np.float64, batched=False), 0.0, 4.0, 256, **OPTIONS)
