@@ -8,6 +8,7 @@ import numpy as np
 
 from .. import backends
 from .._app import App
+from .._device import namespace
 from .._solver import Core
 from .status import AdjointStatus, as_slice, mirror_slice
 
@@ -98,7 +99,13 @@ class ReversedApp(App):
         sl = as_slice(rows)
         if sl is None:
             return backends.stack([traj[int(r), ...] for r in rows])
-        return backends.backend_for(traj, "step_adjoint_batch").clone(traj[sl, ...])
+        backend = backends.backend_for(traj, "step_adjoint_batch")
+        if sl.step > 0:
+            return backend.clone(traj[sl, ...])
+        # A negative step is not standard slicing (PyTorch refuses it): the same rows
+        # ascending, flipped (flip copies where views cannot go backwards).
+        ascending = slice(int(rows[-1]), int(rows[0]) + 1, -sl.step)
+        return backend.clone(namespace(traj).flip(traj[ascending, ...], axis=0))
 
     def step_times(self, ns: np.ndarray):
         """(t_n, t_{n+1}) arrays for the steps ns."""

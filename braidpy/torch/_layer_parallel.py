@@ -112,13 +112,13 @@ class LayerParallel(torch.nn.Module):
         self.rank, self.size = rank_size(comm)
         self._app = BlocksApp(batch=opts.batch)
         self._gs_options: Dict[str, Any] = dict(primal=opts, adjoint=adjoint, oneshot=oneshot)
-        self._solver = self._new_solver()
+        self._gradient_solver = self._new_solver()
         # One solver (and warm start) per input signature; the first is built here to
         # learn the layer split, and given to the first signature seen.
         self._solvers: "OrderedDict[Tuple[Any, ...], GradientSolver]" = OrderedDict()
-        self._unused: Optional[GradientSolver] = self._solver
+        self._unused: Optional[GradientSolver] = self._gradient_solver
         self._warm: set = set()
-        primal, adj = self._solver.primal_core, self._solver.adjoint_core
+        primal, adj = self._gradient_solver.primal_core, self._gradient_solver.adjoint_core
         owned = primal.owned
         self.layers = own_layers(owned, depth)
         needed = needed_layers(primal.level_info, adj.level_info, owned, depth)
@@ -203,7 +203,7 @@ class LayerParallel(torch.nn.Module):
             return
         if signature in self._solvers:
             self._solvers.move_to_end(signature)
-            self._solver, self._signature = self._solvers[signature], signature
+            self._gradient_solver, self._signature = self._solvers[signature], signature
             return
         with agreed(self._wire, "checking the input"):
             n = self.layers.start if len(self.layers) else min(self._app.modules)
@@ -231,7 +231,7 @@ class LayerParallel(torch.nn.Module):
             old_signature, old = self._solvers.popitem(last=False)
             self._warm.discard(old_signature)
             old.close()
-        self._solver, self._signature = solver, signature
+        self._gradient_solver, self._signature = solver, signature
 
     def _new_solver(self) -> GradientSolver:
         return GradientSolver(self._app, 0.0, self.t_final, self.depth, comm=self.comm,
@@ -261,10 +261,10 @@ class LayerParallel(torch.nn.Module):
         app = self._app
         app.x = x.detach()
         if self._signature in self._warm and self._first:
-            self._solver.primal_core.set_initial_condition(app.x)
+            self._gradient_solver.primal_core.set_initial_condition(app.x)
         self._generation += 1
         self._primal = None
-        self._primal = self._solver.solve_primal()
+        self._primal = self._gradient_solver.solve_primal()
         self._warm.add(self._signature)
         self.last_forward = self._primal
         return self._primal.final
@@ -279,7 +279,7 @@ class LayerParallel(torch.nn.Module):
         app = self._app
         app.grad_out = grad_out.detach().contiguous()
         app.grads = {}
-        g = self._solver.solve_adjoint(self._primal)
+        g = self._gradient_solver.solve_adjoint(self._primal)
         self.last_backward = g.adjoint
         found = {**g.gradients, **app.grads}
         grads: List[torch.Tensor] = []
