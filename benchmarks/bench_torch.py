@@ -8,9 +8,10 @@ Serial: the same blocks in a plain Python loop (x = x + h * block(x)), then
 ``loss.backward()`` (torch autograd), from zeroed gradients.
 LayerParallel: one-shot (m1, m2) = (2, 2) (two MGRIT iterations in forward, two
 adjoint iterations in backward, warm-started from the previous call, as in one-shot
-training), cfactor 64 on level 0, 2 levels, F-relaxation; "batched" runs each batched
-call as one torch.func.vmap over the stacked block parameters, "per-block" the same
-with batch=False. Each timing is one forward + backward from zeroed gradients, after
+training), cfactor 16 on level 0, 2 levels, F-relaxation; "grouped" runs each batched
+call as one torch call per layer over the stacked block parameters (baddbmm for the
+Linear), "vmap" as one torch.func.vmap (grouped=False), "per-block" the same with
+batch=False. Each timing is one forward + backward from zeroed gradients, after
 two warm-up calls; min over repeats (median in brackets). The two sides alternate
 within each repeat. ratio = serial / LayerParallel (> 1: LayerParallel is faster).
 
@@ -36,7 +37,7 @@ def parse_args(argv=None):
     p.add_argument("--batches", type=int, nargs="+", default=[1, 32])
     p.add_argument("--width", type=int, default=8)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--cfactor", type=int, default=64)
+    p.add_argument("--cfactor", type=int, default=16)
     p.add_argument("--per-block", action="store_true",
                    help="also time LayerParallel with batch=False")
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
@@ -80,11 +81,11 @@ def main(argv=None):
                 (u * wts).sum().backward()
 
             sides = {"serial": serial}
-            nets = {"batched": LayerParallel(blocks, 2.0, oneshot=(2, 2), max_levels=2,
-                                             cfactor=args.cfactor, nrelax=0)}
+            common = dict(oneshot=(2, 2), max_levels=2, cfactor=args.cfactor, nrelax=0)
+            nets = {"grouped": LayerParallel(blocks, 2.0, **common),
+                    "vmap": LayerParallel(blocks, 2.0, grouped=False, **common)}
             if args.per_block:
-                nets["per-block"] = LayerParallel(blocks, 2.0, oneshot=(2, 2), max_levels=2,
-                                                  cfactor=args.cfactor, nrelax=0, batch=False)
+                nets["per-block"] = LayerParallel(blocks, 2.0, batch=False, **common)
             for name, net in nets.items():
                 def run(net=net):
                     net.zero_grad()

@@ -21,7 +21,7 @@ def test_exact_gradients_equal_serial_autograd(kind):
     errors = CASES[kind](None)
     assert errors["output"] < 1e-12
     assert errors["dx"] < 1e-10 and errors["params"] < 1e-10, errors
-    assert errors["path"] == "vmap" and errors["halo"] == []
+    assert errors["path"] == "grouped" and errors["halo"] == []
 
 
 def test_float32_states_stay_float32():
@@ -140,18 +140,26 @@ def run(net, x):
 
 @pytest.mark.parametrize("oneshot", [None, (2, 2)])
 def test_batched_equals_per_block(oneshot):
+    """Grouped calls, vmap and per-block calls give the same network to rounding."""
     x = torch.randn(5, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(SEED))
     out = []
-    for batch in (True, False):
+    for batch, grouped, path in ((True, True, "grouped"), (True, False, "vmap"),
+                                 (False, True, "off")):
         blocks = dense_blocks(32, 4)
-        net = LayerParallel(blocks, 2.0, batch=batch, cfactor=4, max_levels=3, abs_tol=1e-12,
-                            oneshot=oneshot)
+        net = LayerParallel(blocks, 2.0, batch=batch, grouped=grouped, cfactor=4,
+                            max_levels=3, abs_tol=1e-12, oneshot=oneshot)
         y, dx = run(net, x)
         out.append((y, dx, torch.cat([p.grad.reshape(-1) for p in net.parameters()])))
-        assert net.batch_path == ("vmap" if batch else "off")
-        assert (net.batch_calls["vmap"] > 0) == batch
-    for a, b in zip(*out):
-        assert torch.allclose(a, b, rtol=1e-14, atol=1e-17), float((a - b).abs().max())
+        assert net.batch_path == path
+        calls = net.batch_calls
+        assert calls["per-block"] == 0
+        if batch:
+            assert calls[path] > 0 and sum(calls.values()) == calls[path], calls
+        else:
+            assert sum(calls.values()) == 0, calls
+    for other in out[1:]:
+        for a, b in zip(out[0], other):
+            assert torch.allclose(a, b, rtol=1e-14, atol=1e-17), float((a - b).abs().max())
 
 
 class Branchy(torch.nn.Module):

@@ -48,7 +48,7 @@ def test_layer_parallel_under_mpi(nranks, launched, serial_losses):
                 e = res[kind]
                 assert e["output"] < 1e-12 and e["dx"] < 1e-10 and e["params"] < 1e-10, \
                     (r, kind, e)
-                assert e["path"] == "vmap"
+                assert e["path"] == "grouped"
             # A block failing on one rank: its exception there, BraidError elsewhere.
             name, message, owns, usable = res["failing"]
             if owns:

@@ -12,6 +12,7 @@ from torch.func import functional_call, vmap
 
 from .._app import App
 from ..backends import torch as torch_backend
+from ._grouped import GroupedCall, grouped_call
 
 __all__ = ["BlocksApp"]
 
@@ -31,14 +32,15 @@ class BlocksApp(App):
     this rank computes (the steps into the time points it owns).
 
     With ``batch`` the app has braidpy's batched hooks: the blocks of one batched call
-    run as one ``torch.func.vmap`` of ``functional_call`` over their stacked
-    parameters; a batch that vmap cannot run takes one call per block from then on
-    (:attr:`path`, :attr:`path_reason`).
+    run over their stacked parameters as one torch call per layer where the block's
+    layers all have a grouped form (``grouped``, see :mod:`._grouped`), else as one
+    ``torch.func.vmap`` of ``functional_call``; a batch that neither can run takes one
+    call per block from then on (:attr:`path`, :attr:`path_reason`).
     """
 
     array_namespace = torch
 
-    def __init__(self, batch: bool):
+    def __init__(self, batch: bool, grouped: bool = True):
         self.modules: Dict[int, torch.nn.Module] = {}
         self.own: range = range(0)
         self.params: Dict[int, Params] = {}
@@ -50,8 +52,10 @@ class BlocksApp(App):
         self.batch = batch
         self.path = "vmap" if batch else "off"
         self.path_reason = "" if batch else "batch=False"
-        self.calls = {"vmap": 0, "per-block": 0}
+        self.calls = {"grouped": 0, "vmap": 0, "per-block": 0}
         self._base: Optional[torch.nn.Module] = None
+        self._try_grouped = grouped
+        self._grouped: Optional[GroupedCall] = None
         self._local = np.zeros(0, dtype=np.int64)
         self._stacked: Params = {}
         self._stacked_buffers: Params = {}
@@ -67,8 +71,9 @@ class BlocksApp(App):
         self.array_device = self._backend.device
 
     def check_batchable(self) -> None:
-        """Decide once whether the local blocks can share one vmap (same class, same
-        printed configuration, same parameter and buffer names, shapes and dtypes)."""
+        """Decide once whether the local blocks can share batched calls (same class, same
+        printed configuration, same parameter and buffer names, shapes and dtypes), and
+        whether those can be grouped calls rather than vmap."""
         if not self.batch or not self.modules:
             return
         first_n = min(self.modules)
@@ -87,10 +92,17 @@ class BlocksApp(App):
                 return
         # The structure every vmapped call runs: a copy without storage.
         self._base = copy.deepcopy(first).to("meta")
+        if self._try_grouped:
+            self._grouped, why = grouped_call(first)
+            if self._grouped is not None:
+                self.path = "grouped"
+            else:
+                self.path_reason = f"no grouped form, vmap runs: {why}"
+                logger.info("braidpy.torch: batched steps run as torch.func.vmap: %s", why)
 
     def restack(self) -> None:
         """Stack the local blocks' parameters (once per forward) for the batched calls."""
-        if self.path != "vmap":
+        if self.path not in ("grouped", "vmap"):
             return
         self._local = np.array(sorted(self.params), dtype=np.int64)
         if not len(self._local):
@@ -119,7 +131,7 @@ class BlocksApp(App):
                 {k: v[sel] for k, v in self._stacked_buffers.items()})
 
     def _use_per_block(self, reason: str) -> None:
-        if self.path == "vmap":
+        if self.path in ("grouped", "vmap"):
             self.path, self.path_reason = "per-block", reason
             logger.info("braidpy.torch: batched steps call the blocks one by one: %s", reason)
 
@@ -195,21 +207,25 @@ class BlocksApp(App):
         return hs.reshape((-1,) + (1,) * (like.dim() - 1))
 
     def _fv(self, P: Params, B: Params, U: torch.Tensor) -> torch.Tensor:
+        if self._grouped is not None and self.path == "grouped":
+            return self._grouped(P, U)
         base = self._base
         assert base is not None  # set by check_batchable on the vmap path
         return vmap(lambda p, b, x: functional_call(base, (p, b), (x,)))(P, B, U)
 
     def _batched(self, vmapped: Any, per_block: Any) -> Any:
-        """Run the vmap version; if it fails and the per-block version does not, use
-        per-block calls from now on. A block that fails either way raises its own error."""
-        if self.path == "vmap":
+        """Run the batched version (grouped or vmap); if it fails and the per-block
+        version does not, use per-block calls from now on. A block that fails either way
+        raises its own error."""
+        if self.path in ("grouped", "vmap"):
             try:
                 out = vmapped()
-                self.calls["vmap"] += 1
+                self.calls[self.path] += 1
                 return out
             except Exception as exc:  # noqa: BLE001 - decided by the per-block retry
                 out = per_block()
-                self._use_per_block(f"torch.func.vmap failed: {type(exc).__name__}: {exc}")
+                how = "the grouped call" if self.path == "grouped" else "torch.func.vmap"
+                self._use_per_block(f"{how} failed: {type(exc).__name__}: {exc}")
                 self.calls["per-block"] += 1
                 return out
         self.calls["per-block"] += 1

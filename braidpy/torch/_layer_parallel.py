@@ -51,6 +51,11 @@ class LayerParallel(torch.nn.Module):
         None (default): both solves run to the tolerance ("exact" mode).
     adjoint : Options or dict, optional
         MGRIT options of the adjoint solve (default: the forward's).
+    grouped : bool, optional
+        With batched relaxation, run blocks made only of layers with a grouped form
+        (``nn.Linear``, ``nn.Conv2d``, elementwise activations and arithmetic) as one
+        torch call per layer over the stacked parameters (default True); False, or a
+        block with other layers, uses ``torch.func.vmap``.
     **options
         MGRIT options of the forward solve (:class:`braidpy.Options`), laid over
         :data:`DEFAULTS` (cfactor 4, max_levels 2, abs_tol 1e-9). ``batch=False``
@@ -64,9 +69,12 @@ class LayerParallel(torch.nn.Module):
     layers : range
         The layer indices of :attr:`blocks`.
     batch_path : str
-        How batched relaxation runs: ``"vmap"`` (one ``torch.func.vmap`` over the
-        stacked block parameters per batched call), ``"per-block"`` (fallback: one
-        call per block; :attr:`batch_path_reason` says why) or ``"off"``.
+        How batched relaxation runs: ``"grouped"`` (one torch call per layer of the
+        block over the stacked block parameters: ``baddbmm`` for ``nn.Linear``, a
+        grouped convolution for ``nn.Conv2d``), ``"vmap"`` (one ``torch.func.vmap``
+        per batched call; :attr:`batch_path_reason` says why not grouped),
+        ``"per-block"`` (fallback: one call per block; the reason says why) or
+        ``"off"``.
 
     Notes
     -----
@@ -98,7 +106,8 @@ class LayerParallel(torch.nn.Module):
 
     def __init__(self, blocks: Blocks, t_final: float, comm: Any = None, *,
                  depth: Optional[int] = None, oneshot: Optional[Tuple[int, int]] = None,
-                 adjoint: Union[Options, Mapping[str, Any], None] = None, **options: Any):
+                 adjoint: Union[Options, Mapping[str, Any], None] = None,
+                 grouped: bool = True, **options: Any):
         super().__init__()
         depth, get_block = _blocks_and_depth(blocks, depth)
         if isinstance(t_final, bool) or not isinstance(t_final, (int, float)) or \
@@ -110,7 +119,9 @@ class LayerParallel(torch.nn.Module):
         self.comm = comm
         self.mode = "exact" if oneshot is None else "oneshot"
         self.rank, self.size = rank_size(comm)
-        self._app = BlocksApp(batch=opts.batch)
+        if not isinstance(grouped, bool):
+            raise TypeError(f"grouped must be True or False, got {grouped!r}")
+        self._app = BlocksApp(batch=opts.batch, grouped=grouped)
         self._gs_options: Dict[str, Any] = dict(primal=opts, adjoint=adjoint, oneshot=oneshot)
         self._gradient_solver = self._new_solver()
         # One solver (and warm start) per input signature; the first is built here to
@@ -160,7 +171,7 @@ class LayerParallel(torch.nn.Module):
 
     @property
     def batch_calls(self) -> Dict[str, int]:
-        """Batched calls so far, by path (``{"vmap": k, "per-block": j}``)."""
+        """Batched calls so far, by path (``{"grouped": i, "vmap": k, "per-block": j}``)."""
         return dict(self._app.calls)
 
     @property
