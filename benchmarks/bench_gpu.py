@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import time
 import warnings
 
@@ -104,7 +105,7 @@ def best(fn, repeats):
 def conv_steps(xp, args):
     """Grouped vs per-interval vs streams per layer block vs im2col (see the docstring)."""
     from braidpy.nn import ConvLayer
-    from braidpy.nn.conv_backends import cudnn_unavailable
+    from braidpy.nn.conv_backends import STREAMS_ENV, cudnn_unavailable
 
     why = cudnn_unavailable() if xp is not np else "no GPU"
     if why is not None:
@@ -116,26 +117,18 @@ def conv_steps(xp, args):
     Ks = xp.asarray(rng.standard_normal((m, C, C, 3, 3)) / 9)
     bs = xp.asarray(0.1 * rng.standard_normal((m, C)))
     hs = xp.asarray(np.full(m, 1.0 / m))
+    os.environ[STREAMS_ENV] = str(args.streams)
     cudnn, im2col = ConvLayer(C, 3, "tanh", backend="cudnn"), ConvLayer(C, 3, "tanh",
                                                                          backend="array-api")
-    streams = [xp.cuda.Stream(non_blocking=True) for _ in range(args.streams)]
+    streams = ConvLayer(C, 3, "tanh", backend="cudnn-streams")
 
     def per_interval():
         return [cudnn.forward(U[i], Ks[i], bs[i], hs[i]) for i in range(m)]
 
-    def per_block_streams():
-        out, block = [], -(-m // len(streams))
-        for j, s in enumerate(streams):
-            with s:
-                out += [cudnn.forward(U[i], Ks[i], bs[i], hs[i])
-                        for i in range(j * block, min(m, (j + 1) * block))]
-        for s in streams:
-            s.synchronize()
-        return out
-
     cases = {"cuDNN grouped (1 call)": lambda: cudnn.forward_batched(U, Ks, bs, hs),
              "cuDNN per interval": per_interval,
-             f"cuDNN per interval, {len(streams)} streams": per_block_streams,
+             f"cuDNN per interval, {args.streams} streams": lambda: streams.forward_batched(
+                 U, Ks, bs, hs),
              "array-API im2col": lambda: im2col.forward_batched(U, Ks, bs, hs)}
     try:
         torch = importlib.import_module("torch")

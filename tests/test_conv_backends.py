@@ -64,7 +64,7 @@ def test_the_environment_variable_overrides_the_default_not_the_argument(monkeyp
     monkeypatch.setenv(cb.ENV, "cuda")
     with pytest.raises(ValueError, match=r"BRAIDPY_CONV_BACKEND='cuda': unknown conv kernel "
                                          r"backend 'cuda'; choose one of 'array-api', "
-                                         r"'cudnn', 'numpy'"):
+                                         r"'cudnn', 'cudnn-streams', 'numpy'"):
         ConvLayer(2, 3)
     monkeypatch.setattr(cb, "cudnn_unavailable", lambda: "no usable GPU (test)")
     monkeypatch.setenv(cb.ENV, "cudnn")
@@ -258,3 +258,34 @@ def test_cudnn_kernels_check_shapes_first(stand_in):
     with pytest.raises(ValueError, match="float64 or float32, got int64"):
         cb.conv2d_cudnn(np.zeros((1, 3, 4, 4), np.int64), np.zeros((3, 3, 3, 3), np.int64))
     assert stand_in.calls == []
+
+
+def test_cudnn_streams_runs_interval_by_interval_and_equals_numpy(stand_in):
+    layer = ConvLayer(3, 3, "tanh", backend="cudnn-streams")
+    ref = ConvLayer(3, 3, "tanh", backend="numpy")
+    rng = np.random.default_rng(SEED + 4)
+    m = 5
+    U, W = rng.standard_normal((m, 2, 3, 4, 4)), rng.standard_normal((m, 2, 3, 4, 4))
+    Ks, bs = rng.standard_normal((m, 3, 3, 3, 3)) / 5, rng.standard_normal((m, 3))
+    hs = rng.uniform(0.1, 0.5, m)
+    close = dict(rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(layer.forward_batched(U, Ks, bs, hs),
+                               ref.forward_batched(U, Ks, bs, hs), **close)
+    assert stand_in.calls == [("forward", 1)] * m  # one call per interval
+    np.testing.assert_allclose(layer.adjoint_batched(W, U, Ks, bs, hs),
+                               ref.adjoint_batched(W, U, Ks, bs, hs), **close)
+    for got, want in zip(layer.gradient_batched(W, U, Ks, bs, hs),
+                         ref.gradient_batched(W, U, Ks, bs, hs)):
+        np.testing.assert_allclose(got, want, **close)
+
+
+def test_stream_count_is_checked(monkeypatch):
+    monkeypatch.delenv(cb.STREAMS_ENV, raising=False)
+    assert cb.stream_count() == 4
+    monkeypatch.setenv(cb.STREAMS_ENV, "3")
+    assert cb.stream_count() == 3
+    for bad in ("0", "two", "-1"):
+        monkeypatch.setenv(cb.STREAMS_ENV, bad)
+        with pytest.raises(ValueError, match=f"BRAIDPY_CUDNN_STREAMS must be a positive "
+                                             f"integer, got '{bad}'"):
+            cb.stream_count()

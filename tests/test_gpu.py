@@ -303,3 +303,22 @@ def test_conv_resnet_gradient_on_the_gpu_equals_numpy(cp, cudnn):
     assert float(dloss) == pytest.approx(loss, rel=1e-10)
     np.testing.assert_allclose(to_host(dgrad), grad, rtol=1e-10,
                                atol=1e-10 * float(np.max(np.abs(grad))))
+
+
+def test_cudnn_streams_equals_grouped_cudnn(cp, cudnn):
+    """The streams-per-layer-block alternative gives the grouped batching's results."""
+    from braidpy.nn import ConvLayer
+
+    grouped = ConvLayer(4, 3, "tanh", backend="cudnn")
+    streams = ConvLayer(4, 3, "tanh", backend="cudnn-streams")
+    rng = np.random.default_rng(20261129)
+    m = 7
+    d = [cp.asarray(a) for a in (rng.standard_normal((m, 2, 4, 6, 6)),
+                                 rng.standard_normal((m, 2, 4, 6, 6)),
+                                 rng.standard_normal((m, 4, 4, 3, 3)) / 6,
+                                 rng.standard_normal((m, 4)), rng.uniform(0.1, 0.5, m))]
+    conv_close(streams.forward_batched(*d[1:]), to_host(grouped.forward_batched(*d[1:])),
+               np.float64)
+    conv_close(streams.adjoint_batched(*d), to_host(grouped.adjoint_batched(*d)), np.float64)
+    for got, want in zip(streams.gradient_batched(*d), grouped.gradient_batched(*d)):
+        conv_close(got, to_host(want), np.float64)

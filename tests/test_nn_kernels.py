@@ -195,7 +195,8 @@ def test_kernel_sets_of_the_wrong_kind_are_refused():
 ])
 def test_bad_backend_name_is_named(make):
     with pytest.raises(ValueError, match=r"unknown (dense|conv) kernel backend 'cuda'; "
-                                         r"choose one of 'array-api', ('cudnn', )?'numpy'"):
+                                         r"choose one of 'array-api', "
+                                         r"('cudnn', 'cudnn-streams', )?'numpy'"):
         make()
 
 

@@ -13,6 +13,12 @@ then the default for the layer's namespace: "numpy" for NumPy, "cudnn" for CuPy 
 cuDNN and a GPU are usable (else "array-api", with the reason kept in the layer's
 ``backend_choice``), "array-api" for any other namespace.
 
+A second backend, ``"cudnn-streams"``, runs the batched steps interval by interval
+instead, the intervals split into blocks with one CUDA stream per block (seed paper 000's
+concurrency across layer blocks; ``BRAIDPY_CUDNN_STREAMS`` streams, default 4): for
+layers that cannot be batched into one call. It is never the default until a GPU
+benchmark (``benchmarks/bench_gpu.py --conv``) says it wins.
+
 Batched steps over m intervals are ONE grouped convolution (group count m): the stacked
 states (m, N, C, H, W) are packed to (N, m C, H, W), the stacked kernels (m, C, C, k, k)
 are the grouped filter (m C, C, k, k) as they are, the stacked biases (m, C) the bias
@@ -25,18 +31,20 @@ from __future__ import annotations
 
 import importlib
 import os
-from typing import Any, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ._common import _as_steps, _namespace, _permute, _shape
 from .activations import Activation, ActivationLike, get_activation
 from .conv import check_step, check_steps
 
-__all__ = ["ENV", "cudnn_unavailable", "is_cupy", "pack_intervals", "unpack_intervals",
-           "conv2d_cudnn", "conv2d_input_vjp_cudnn", "conv2d_weight_vjp_cudnn",
-           "bias_grad_cudnn"]
+__all__ = ["ENV", "STREAMS_ENV", "cudnn_unavailable", "is_cupy", "pack_intervals",
+           "unpack_intervals", "conv2d_cudnn", "conv2d_input_vjp_cudnn",
+           "conv2d_weight_vjp_cudnn", "bias_grad_cudnn", "stream_count"]
 
 #: The environment variable that overrides the default conv backend of new layers.
 ENV = "BRAIDPY_CONV_BACKEND"
+#: The environment variable with the number of CUDA streams of "cudnn-streams" (default 4).
+STREAMS_ENV = "BRAIDPY_CUDNN_STREAMS"
 
 
 def is_cupy(xp: Any) -> bool:
@@ -267,6 +275,99 @@ def _gradient_batched(W: Any, U: Any, Ks: Any, bs: Any, hs: Any,
 
 #: The "cudnn" kernel set's functions, for braidpy.nn.kernels.
 STEPS = (_forward, _adjoint, _gradient, _forward_batched, _adjoint_batched, _gradient_batched)
+
+
+# ---------------------------------------------------------------- streams per layer block
+
+
+def stream_count() -> int:
+    """The number of CUDA streams of "cudnn-streams": ``BRAIDPY_CUDNN_STREAMS`` or 4.
+
+    Examples
+    --------
+    >>> stream_count() if STREAMS_ENV not in os.environ else 4
+    4
+    """
+    raw = os.environ.get(STREAMS_ENV, "").strip()
+    if not raw:
+        return 4
+    try:
+        count = int(raw)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise ValueError(f"{STREAMS_ENV} must be a positive integer, got {raw!r}")
+    return count
+
+
+#: Side streams per (device, count), made once and reused (creating streams per call
+#: would cost more than the launches they overlap).
+_STREAMS: Dict[Tuple[int, int], List[Any]] = {}
+
+
+def _side_streams(xp: Any, count: int) -> Optional[List[Any]]:
+    """count CuPy streams of the current device, or None off CuPy (then in order)."""
+    if not is_cupy(xp):
+        return None
+    cuda = importlib.import_module("cupy").cuda
+    key = (cuda.Device().id, count)
+    if key not in _STREAMS:
+        _STREAMS[key] = [cuda.Stream(non_blocking=True) for _ in range(count)]
+    return _STREAMS[key]
+
+
+def _over_blocks(xp: Any, m: int, run: Callable[[int], Any]) -> List[Any]:
+    """[run(i) for i < m], the intervals in blocks, one side stream per block.
+
+    Every side stream first waits for the work queued so far on the current stream (the
+    inputs), and the current stream then waits for every side stream (the results).
+    """
+    streams = _side_streams(xp, min(max(m, 1), stream_count()))
+    if not streams:
+        return [run(i) for i in range(m)]
+    cupy = importlib.import_module("cupy")
+    main = cupy.cuda.get_current_stream()
+    ready = main.record()
+    out: List[Any] = [None] * m
+    block = -(-m // len(streams))
+    for j, s in enumerate(streams):
+        s.wait_event(ready)
+        with s:
+            for i in range(j * block, min(m, (j + 1) * block)):
+                out[i] = run(i)
+    for s in streams:
+        main.wait_event(s.record())
+    return out
+
+
+def _forward_streams(U: Any, Ks: Any, bs: Any, hs: Any, act: ActivationLike) -> Any:
+    hs = check_steps("conv_forward_batched", U, Ks, bs, _as_steps(hs, U))
+    xp = _namespace(U)
+    rows = _over_blocks(xp, _shape(U)[0], lambda i: _forward(U[i], Ks[i], bs[i], hs[i], act))
+    return xp.stack(rows)
+
+
+def _adjoint_streams(W: Any, U: Any, Ks: Any, bs: Any, hs: Any, act: ActivationLike) -> Any:
+    hs = check_steps("conv_adjoint_batched", U, Ks, bs, _as_steps(hs, U), W)
+    xp = _namespace(U)
+    rows = _over_blocks(xp, _shape(U)[0],
+                        lambda i: _adjoint(W[i], U[i], Ks[i], bs[i], hs[i], act))
+    return xp.stack(rows)
+
+
+def _gradient_streams(W: Any, U: Any, Ks: Any, bs: Any, hs: Any,
+                      act: ActivationLike) -> Tuple[Any, Any]:
+    hs = check_steps("conv_gradient_batched", U, Ks, bs, _as_steps(hs, U), W)
+    xp = _namespace(U)
+    rows = _over_blocks(xp, _shape(U)[0],
+                        lambda i: _gradient(W[i], U[i], Ks[i], bs[i], hs[i], act))
+    return xp.stack([d for d, _ in rows]), xp.stack([e for _, e in rows])
+
+
+#: The "cudnn-streams" kernel set's functions: the single steps of "cudnn", the batched
+#: ones interval by interval over streams per block.
+STREAM_STEPS = (_forward, _adjoint, _gradient, _forward_streams, _adjoint_streams,
+                _gradient_streams)
 
 
 def env_backend() -> Optional[str]:

@@ -40,7 +40,11 @@ Optional backends
     cuDNN's convolutions from braidpy's own C++ (``braidpy._cuda``) on CuPy arrays; the
     batched steps are one grouped convolution over the intervals. Listed by
     ``backend_names(kind, optional=True)`` where it can run; naming it elsewhere raises a
-    ValueError saying why (no compiled module, no cuDNN, no GPU). Its batched rows equal its
+    ValueError saying why (no compiled module, no cuDNN, no GPU).
+``"cudnn-streams"`` (conv only)
+    The same cuDNN calls, the batched steps interval by interval with one CUDA stream
+    per block of intervals (``BRAIDPY_CUDNN_STREAMS``, default 4): the alternative to
+    grouped batching; never chosen by default. Its batched rows equal its
     single-interval results to rounding (bit for bit where cuDNN runs the same algorithm
     for both; tests/test_gpu.py checks on a GPU). A torch backend would plug in the same
     way.
@@ -134,9 +138,20 @@ def _cudnn() -> Tuple[Optional[LayerKernels], str]:
                         *conv_backends.STEPS), ""
 
 
+def _cudnn_streams() -> Tuple[Optional[LayerKernels], str]:
+    """The "cudnn-streams" conv kernels where cuDNN can run, else (None, why not)."""
+    why = conv_backends.cudnn_unavailable()
+    if why is not None:
+        return None, why
+    return LayerKernels("conv", "cudnn-streams", "cuDNN convolutions (braidpy._cuda), batched "
+                        "steps interval by interval, one CUDA stream per block of intervals",
+                        *conv_backends.STREAM_STEPS), ""
+
+
 # Backends that exist where their library and device do: (kind, name) -> loader.
 _OPTIONAL: Dict[Tuple[str, str], Callable[[], Tuple[Optional[LayerKernels], str]]] = {
     ("conv", "cudnn"): _cudnn,
+    ("conv", "cudnn-streams"): _cudnn_streams,
 }
 
 
@@ -260,6 +275,6 @@ def select_kernels(kind: str, backend: Union[str, LayerKernels, None] = None,
     >>> select_kernels("conv", "cuda")
     Traceback (most recent call last):
     ...
-    ValueError: unknown conv kernel backend 'cuda'; choose one of 'array-api', 'cudnn', 'numpy'
+    ValueError: unknown conv kernel backend 'cuda'; choose one of 'array-api', 'cudnn', 'cudnn-streams', 'numpy'
     """
     return choose_kernels(kind, backend, xp)[0]
