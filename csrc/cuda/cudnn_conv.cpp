@@ -95,6 +95,7 @@ struct DeviceState {
   cp::PlanCache<Plan> plans{64};
 };
 
+// Calls come with the GIL held (one at a time), so the map and caches need no lock.
 std::map<int, DeviceState> devices;
 
 DeviceState& device_state(const Library& lib, int device) {
