@@ -10,13 +10,21 @@ Where CuPy or a GPU is missing it says so and runs the same comparison with NumP
 that the script itself is exercised everywhere; its GPU numbers have not been taken
 yet (README, "GPU status").
 
-Run: python benchmarks/bench_gpu.py [--layers N] [--repeats R]
+Conv (--conv): the k-th step of m intervals of a conv ResNet (MNIST size, 8 channels,
+batch 32, 3x3, tanh), four ways: cuDNN as ONE grouped convolution over the intervals
+(the "cudnn" backend's batched step), cuDNN interval by interval on one stream, cuDNN
+interval by interval with the intervals split over S CUDA streams (one per block of
+layers, seed paper 000), and the array-API im2col path; plus PyTorch's grouped conv2d
+when torch imports. Needs CuPy, a GPU and cuDNN; otherwise it says which is missing.
+
+Run: python benchmarks/bench_gpu.py [--layers N] [--repeats R] [--conv [--intervals M]]
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import time
 import warnings
 
@@ -94,14 +102,71 @@ def best(fn, repeats):
     return min(times)
 
 
+def conv_steps(xp, args):
+    """Grouped vs per-interval vs streams per layer block vs im2col (see the docstring)."""
+    from braidpy.nn import ConvLayer
+    from braidpy.nn.conv_backends import STREAMS_ENV, cudnn_unavailable
+
+    why = cudnn_unavailable() if xp is not np else "no GPU"
+    if why is not None:
+        print(f"conv: the cuDNN comparison needs CuPy, a GPU and cuDNN: {why}")
+        return
+    m, C, H = args.intervals, 8, 28
+    rng = np.random.default_rng(20261125)
+    U = xp.asarray(rng.standard_normal((m, BATCH, C, H, H)))
+    Ks = xp.asarray(rng.standard_normal((m, C, C, 3, 3)) / 9)
+    bs = xp.asarray(0.1 * rng.standard_normal((m, C)))
+    hs = xp.asarray(np.full(m, 1.0 / m))
+    os.environ[STREAMS_ENV] = str(args.streams)
+    cudnn, im2col = ConvLayer(C, 3, "tanh", backend="cudnn"), ConvLayer(C, 3, "tanh",
+                                                                         backend="array-api")
+    streams = ConvLayer(C, 3, "tanh", backend="cudnn-streams")
+
+    def per_interval():
+        return [cudnn.forward(U[i], Ks[i], bs[i], hs[i]) for i in range(m)]
+
+    cases = {"cuDNN grouped (1 call)": lambda: cudnn.forward_batched(U, Ks, bs, hs),
+             "cuDNN per interval": per_interval,
+             f"cuDNN per interval, {args.streams} streams": lambda: streams.forward_batched(
+                 U, Ks, bs, hs),
+             "array-API im2col": lambda: im2col.forward_batched(U, Ks, bs, hs)}
+    try:
+        torch = importlib.import_module("torch")
+        tU = torch.as_tensor(U.transpose(1, 0, 2, 3, 4).reshape(BATCH, m * C, H, H),
+                             device="cuda")
+        tK = torch.as_tensor(Ks.reshape(m * C, C, 3, 3), device="cuda")
+        cases["PyTorch grouped conv2d (conv only)"] = lambda: torch.nn.functional.conv2d(
+            tU, tK, padding=1, groups=m)
+    except Exception as exc:  # noqa: BLE001 - the reference is optional
+        print(f"conv: no PyTorch reference ({type(exc).__name__}: {exc})")
+
+    def timed(fn):
+        fn()  # plans, algorithms and pools warmed
+        sync(xp)
+        return best(lambda: (fn(), sync(xp)), args.repeats)
+
+    times = {name: timed(fn) for name, fn in cases.items()}
+    base = times["cuDNN grouped (1 call)"]
+    print(f"conv step of {m} intervals, batch {BATCH}, {C} channels, {H}x{H}, 3x3, float64:")
+    for name, t in times.items():
+        print(f"  {name:40s} {t * 1e3:9.3f} ms  ({t / base:.2f}x grouped)")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--layers", type=int, default=4096)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--conv", action="store_true", help="the cuDNN conv step comparison")
+    p.add_argument("--intervals", type=int, default=64, help="--conv: intervals m")
+    p.add_argument("--streams", type=int, default=4, help="--conv: streams (layer blocks)")
     args = p.parse_args(argv)
     xp, where = array_module()
     info = braidpy.cuda_info()
-    print(f"{where}\nbraidpy._cuda compiled: {info['compiled']}, devices: {info['devices']}")
+    print(f"{where}\nbraidpy._cuda compiled: {info['compiled']}, devices: {info['devices']}, "
+          f"cuDNN: {info['cudnn']}")
+    if args.conv:
+        conv_steps(xp, args)
+        return
     n = args.layers
     K, b = weights(xp, n)
     u0 = xp.asarray(np.cos(np.arange(BATCH * WIDTH)).reshape(BATCH, WIDTH))

@@ -2,8 +2,8 @@
 
 from ._app import App
 from ._core import Status
-from ._errors import (BraidError, ConvergenceError, CudaError, DivergenceError, ErrorLabels,
-                      NoGPUError)
+from ._errors import (BraidError, ConvergenceError, CudaError, CudnnError, DivergenceError,
+                      ErrorLabels, NoGPUError)
 from ._gpu import cuda_info
 from ._options import Options
 from ._result import Result
@@ -19,6 +19,7 @@ __all__ = [
     "ConvergenceError",
     "Core",
     "CudaError",
+    "CudnnError",
     "DivergenceError",
     "ErrorLabels",
     "Gradient",

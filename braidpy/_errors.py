@@ -3,8 +3,8 @@
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Tuple
 
-__all__ = ["BraidError", "ConvergenceError", "CudaError", "DivergenceError", "ErrorLabels",
-           "NoGPUError"]
+__all__ = ["BraidError", "ConvergenceError", "CudaError", "CudnnError", "DivergenceError",
+           "ErrorLabels", "NoGPUError"]
 
 
 class BraidError(RuntimeError):
@@ -74,6 +74,13 @@ class NoGPUError(CudaError):
     (``code`` None), there is no CUDA driver (``code`` 35, cudaErrorInsufficientDriver)
     or no device (``code`` 100, cudaErrorNoDevice). :func:`braidpy.cuda_info` shows
     what was found.
+    """
+
+
+class CudnnError(CudaError):
+    """braidpy's cuDNN convolutions could not run: cuDNN could not be loaded (``code``
+    None; the message lists every library tried, see :func:`braidpy.cuda_info`), or a
+    cuDNN call failed (``code`` is its ``cudnnStatus_t``, the message cuDNN's text).
     """
 
 

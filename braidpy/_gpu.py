@@ -2,29 +2,12 @@
 
 from __future__ import annotations
 
-import ctypes
 import importlib
-from typing import Any, Dict, Optional
+from typing import Any, Dict
+
+from . import _cudnn
 
 __all__ = ["cuda_info"]
-
-#: cuDNN's shared libraries, newest first (looked up, never required).
-_CUDNN = ("libcudnn.so.9", "libcudnn.so.8", "libcudnn.so", "cudnn64_9.dll", "cudnn64_8.dll")
-
-
-def _cudnn_version() -> Optional[int]:
-    for name in _CUDNN:
-        try:
-            lib = ctypes.CDLL(name)
-        except OSError:
-            continue
-        try:
-            get = lib.cudnnGetVersion
-        except AttributeError:
-            continue
-        get.restype = ctypes.c_size_t
-        return int(get())
-    return None
 
 
 def cuda_info() -> Dict[str, Any]:
@@ -39,7 +22,10 @@ def cuda_info() -> Dict[str, Any]:
         version, 0 when there is no driver), ``devices`` (how many GPUs), ``cudnn``
         (cuDNN's version where its library loads, else None), ``error`` (why no
         device was found, or None), ``device_names``, ``architectures`` (compiled
-        for), and ``import_error`` when the module is absent.
+        for), ``cudnn_library`` (the file loaded, or None), ``cudnn_error`` (why no
+        cuDNN loaded, or None), and ``import_error`` when the module is absent. cuDNN
+        is looked for as :mod:`braidpy._cudnn` says (``BRAIDPY_CUDNN_LIBRARY``, the
+        nvidia-cudnn-cu13 wheel, the system loader).
 
     Examples
     --------
@@ -51,8 +37,12 @@ def cuda_info() -> Dict[str, Any]:
         module = importlib.import_module("braidpy._cuda")
     except ImportError as exc:
         return {"compiled": False, "cuda_runtime": 0, "driver": 0, "devices": 0,
-                "cudnn": _cudnn_version(), "error": None, "device_names": [],
+                "cudnn": _cudnn.ctypes_version(), "cudnn_library": None,
+                "cudnn_error": None, "error": None, "device_names": [],
                 "architectures": "", "import_error": str(exc)}
     info = dict(module.info())
-    info["cudnn"] = _cudnn_version()
+    cudnn = module.cudnn_info()
+    info["cudnn"] = cudnn["version"]
+    info["cudnn_library"] = cudnn["library"]
+    info["cudnn_error"] = cudnn["error"]
     return info

@@ -1,5 +1,6 @@
-"""Builds and runs the C++ tests: the MGRIT core (no Python inside the core) and the CUDA
-kernels' arithmetic (csrc/cuda/kernels.hpp) compiled for the host."""
+"""Builds and runs the C++ tests: the MGRIT core (no Python inside the core), the CUDA
+kernels' arithmetic (csrc/cuda/kernels.hpp) compiled for the host, and the cuDNN
+convolutions' host logic (csrc/cuda/conv_plan.hpp)."""
 
 import shutil
 import subprocess
@@ -19,7 +20,8 @@ def build(tmp_path_factory):
     subprocess.run([cmake, str(ROOT), "-DBRAIDPY_BUILD_TESTS=ON", "-DBRAIDPY_BUILD_PYTHON=OFF",
                     "-DBRAIDPY_CUDA=OFF", "-DCMAKE_BUILD_TYPE=Release"], cwd=out, check=True,
                    capture_output=True)
-    subprocess.run([cmake, "--build", ".", "--target", "core_test", "kernels_test", "-j", "2"],
+    subprocess.run([cmake, "--build", ".", "--target", "core_test", "kernels_test", "conv_plan_test",
+                    "-j", "2"],
                    cwd=out, check=True, capture_output=True)
     return out
 
@@ -42,3 +44,13 @@ def test_cuda_kernels_arithmetic_passes_on_the_host(build):
     for kernel in ("axpby<double>", "axpby<float>", "gather<double>", "gather<float>",
                    "row norm<double>", "row norm<float>", "(x is y)", "zero row"):
         assert kernel in out, kernel
+
+
+def test_cudnn_conv_plan_passes_on_the_host(build):
+    out = run(build, "conv_plan_test")
+    assert out.count("ok  ") == 60
+    for what in ("nchw(2, 3, 4, 5) strides", "even k refused", "grouped filter descriptor",
+                 "grouped forward == per-interval", "grouped backward data == per-interval",
+                 "grouped backward filter == per-interval", "grouped bias gradient",
+                 "least recently used", "1024"):
+        assert what in out, what

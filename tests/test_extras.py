@@ -67,6 +67,9 @@ def test_extras_bring_what_their_features_need():
             "array-api-compat", "array-api-strict"} <= test
     assert "cupy-cuda13x" not in test
     assert "torch==2.13.0" in extras["torch"] and "torch" in test  # braidpy.torch's tests
+    # cuDNN (found at run time by braidpy._cudnn) is pinned and too large for test or all
+    assert "nvidia-cudnn-cu13==9.28.1.4" in extras["cudnn"]
+    assert not ({"nvidia-cudnn-cu13"} & (test | everything))
 
 
 def test_ci_runs_the_readme_commands():

@@ -1,6 +1,7 @@
 """The GPU suite (``pytest -m gpu``): CuPy states on a real device. Every test here is
 skipped, with the reason, where CuPy or a CUDA device is missing (any exception while
-probing counts as missing); CuPy is imported only by the probe. Not yet run on real
+probing counts as missing); CuPy is imported only by the probe. The cuDNN tests also
+need braidpy._cuda and cuDNN 9 (braidpy.cuda_info()['cudnn']). Not yet run on real
 hardware (README, "GPU status")."""
 
 import importlib
@@ -197,3 +198,127 @@ def test_error_contract_with_cupy_states(cp):
 
     with pytest.raises(braidpy.DivergenceError):
         braidpy.solve(Diverging(cp, np.float64, batched=False), 0.0, 4.0, 256, **OPTIONS)
+
+
+# ------------------------------------------------------------------ cuDNN convolutions
+
+
+@pytest.fixture(scope="module")
+def cudnn(cuda):
+    info = cuda.cudnn_info()
+    if info["version"] is None:
+        pytest.skip(f"cuDNN was not found: {info['error']}")
+    return cuda
+
+
+CONV_RTOL = {np.float64: 1e-12, np.float32: 1e-5}
+
+
+def conv_close(got, want, dtype):
+    """Relative to the largest entry (cancellation makes small entries meaningless)."""
+    want = np.asarray(want)
+    scale = float(np.max(np.abs(want))) or 1.0
+    np.testing.assert_allclose(to_host(got), want, rtol=CONV_RTOL[dtype],
+                               atol=CONV_RTOL[dtype] * scale)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("k", [1, 3, 5])
+def test_cudnn_convolutions_equal_numpys(cp, cudnn, dtype, k):
+    from braidpy.nn import conv2d, conv2d_input_vjp, conv2d_weight_vjp
+    from braidpy.nn import conv_backends as cb
+
+    rng = np.random.default_rng(20261125 + k)
+    x, K = rng.standard_normal((4, 3, 9, 7)), rng.standard_normal((5, 3, k, k))
+    g = rng.standard_normal((4, 5, 9, 7))
+    # the reference from the data the GPU sees (float32 inputs rounded first)
+    x, K, g = (a.astype(dtype).astype(np.float64) for a in (x, K, g))
+    dx_, dK_, dg_ = (cp.asarray(a, dtype=dtype) for a in (x, K, g))
+    conv_close(cb.conv2d_cudnn(dx_, dK_), conv2d(x, K), dtype)
+    conv_close(cb.conv2d_input_vjp_cudnn(dg_, dK_), conv2d_input_vjp(g, K), dtype)
+    conv_close(cb.conv2d_weight_vjp_cudnn(dg_, dx_, k), conv2d_weight_vjp(g, x, k), dtype)
+    conv_close(cb.bias_grad_cudnn(dg_), g.sum(axis=(0, 2, 3)), dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_cudnn_grouped_over_intervals_equals_per_interval_calls(cp, cudnn, dtype):
+    from braidpy.nn import conv_backends as cb
+
+    rng = np.random.default_rng(20261126)
+    m, N, C, k = 5, 3, 4, 3
+    U = cp.asarray(rng.standard_normal((m, N, C, 8, 6)), dtype=dtype)
+    G = cp.asarray(rng.standard_normal((m, N, C, 8, 6)), dtype=dtype)
+    Ks = cp.asarray(rng.standard_normal((m, C, C, k, k)), dtype=dtype)
+    F = Ks.reshape(m * C, C, k, k)
+    X, Gp = cb.pack_intervals(U), cb.pack_intervals(G)
+    Y = cb.unpack_intervals(cb.conv2d_cudnn(X, F, m), m)
+    dX = cb.unpack_intervals(cb.conv2d_input_vjp_cudnn(Gp, F, m), m)
+    dK = cb.conv2d_weight_vjp_cudnn(Gp, X, k, m).reshape(m, C, C, k, k)
+    db = cb.bias_grad_cudnn(Gp).reshape(m, C)
+    bitwise = True
+    for i in range(m):
+        pairs = [(Y[i], cb.conv2d_cudnn(U[i], Ks[i])),
+                 (dX[i], cb.conv2d_input_vjp_cudnn(G[i], Ks[i])),
+                 (dK[i], cb.conv2d_weight_vjp_cudnn(G[i], U[i], k)),
+                 (db[i], cb.bias_grad_cudnn(G[i]))]
+        for got, want in pairs:
+            conv_close(got, to_host(want), dtype)
+            bitwise = bitwise and bool(cp.array_equal(got, want))
+    print(f"grouped rows bitwise equal to per-interval calls ({np.dtype(dtype)}): {bitwise}")
+
+
+def test_cuda_conv_layers_choose_cudnn_and_match_numpy(cp, cudnn):
+    from braidpy.nn import ConvLayer
+
+    layer = ConvLayer(4, 3, "tanh", xp=cp)
+    assert layer.backend == "cudnn", layer.backend_choice
+    ref = ConvLayer(4, 3, "tanh", backend="numpy")
+    rng = np.random.default_rng(20261127)
+    m = 6
+    U, W = rng.standard_normal((m, 2, 4, 7, 5)), rng.standard_normal((m, 2, 4, 7, 5))
+    Ks, bs = rng.standard_normal((m, 4, 4, 3, 3)) / 6, rng.standard_normal((m, 4))
+    hs = rng.uniform(0.1, 0.5, m)
+    d = [cp.asarray(a) for a in (W, U, Ks, bs, hs)]
+    conv_close(layer.forward_batched(*d[1:]), ref.forward_batched(U, Ks, bs, hs), np.float64)
+    conv_close(layer.adjoint_batched(*d), ref.adjoint_batched(W, U, Ks, bs, hs), np.float64)
+    for got, want in zip(layer.gradient_batched(*d), ref.gradient_batched(W, U, Ks, bs, hs)):
+        conv_close(got, want, np.float64)
+    assert cudnn.cudnn_cache()["plans"] >= 1
+
+
+def test_conv_resnet_gradient_on_the_gpu_equals_numpy(cp, cudnn):
+    """Loss and gradient of a small conv ResNet on the GPU (cuDNN layers) equal the NumPy
+    network's to 1e-10."""
+    from braidpy.nn import ResNet
+
+    rng = np.random.default_rng(20261128)
+    args, kw = ((1, 8, 8), 3), dict(width=4, nlayers=8, activation="tanh")
+    net, dnet = ResNet(*args, **kw), ResNet(*args, **kw, device="cuda")
+    assert dnet.layer.backend == "cudnn", dnet.layer.backend_choice
+    X = rng.standard_normal((5, 1, 8, 8))
+    C = np.eye(3)[rng.integers(0, 3, 5)]
+    p, dp = net.init_params(seed=20261128), dnet.init_params(seed=20261128)
+    loss, grad = net.loss_and_gradient(p, X, C)
+    dloss, dgrad = dnet.loss_and_gradient(dp, cp.asarray(X), cp.asarray(C))
+    assert float(dloss) == pytest.approx(loss, rel=1e-10)
+    np.testing.assert_allclose(to_host(dgrad), grad, rtol=1e-10,
+                               atol=1e-10 * float(np.max(np.abs(grad))))
+
+
+def test_cudnn_streams_equals_grouped_cudnn(cp, cudnn):
+    """The streams-per-layer-block alternative gives the grouped batching's results."""
+    from braidpy.nn import ConvLayer
+
+    grouped = ConvLayer(4, 3, "tanh", backend="cudnn")
+    streams = ConvLayer(4, 3, "tanh", backend="cudnn-streams")
+    rng = np.random.default_rng(20261129)
+    m = 7
+    d = [cp.asarray(a) for a in (rng.standard_normal((m, 2, 4, 6, 6)),
+                                 rng.standard_normal((m, 2, 4, 6, 6)),
+                                 rng.standard_normal((m, 4, 4, 3, 3)) / 6,
+                                 rng.standard_normal((m, 4)), rng.uniform(0.1, 0.5, m))]
+    conv_close(streams.forward_batched(*d[1:]), to_host(grouped.forward_batched(*d[1:])),
+               np.float64)
+    conv_close(streams.adjoint_batched(*d), to_host(grouped.adjoint_batched(*d)), np.float64)
+    for got, want in zip(streams.gradient_batched(*d), grouped.gradient_batched(*d)):
+        conv_close(got, to_host(want), np.float64)

@@ -45,7 +45,7 @@ from .dense import (
     dense_gradient,
     dense_gradient_batched,
 )
-from .kernels import LayerKernels, backend_names, select_kernels
+from .kernels import LayerKernels, backend_names, choose_kernels, select_kernels
 from .layers import (
     accuracy,
     classifier_gradient,
@@ -73,4 +73,5 @@ __all__ = ["Activation", "SMOOTH_RELU_EPS", "activation_names", "get_activation"
            "conv_opening_gradient", "replicate_opening", "zero_pad_opening",
            "classifier_logits", "classifier_loss", "classifier_gradient", "classifier_predict",
            "accuracy", "DenseLayer", "ConvLayer", "LayerKernels", "backend_names",
-           "select_kernels", "OPENINGS", "ResNet", "ResNetApp", "Placement", "placement"]
+           "choose_kernels", "select_kernels", "OPENINGS", "ResNet", "ResNetApp", "Placement",
+           "placement"]

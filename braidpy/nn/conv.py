@@ -336,6 +336,17 @@ def _check_batched(fn: str, U: Any, Ks: Any, bs: Any, hs: Any, W: Any = None) ->
     _same(fn, "W", W, "U", sU)
 
 
+def check_step(fn: str, u: Any, K: Any, b: Any, w: Any = None) -> None:
+    """The shape checks of one conv step, for other conv backends (conv_backends.py)."""
+    _check_single(fn, u, K, b, w)
+
+
+def check_steps(fn: str, U: Any, Ks: Any, bs: Any, hs: Any, W: Any = None) -> Any:
+    """The shape checks of m conv steps (hs from _as_steps); returns hs."""
+    _check_batched(fn, U, Ks, bs, hs, W)
+    return hs
+
+
 # ---------------------------------------------------------------- the convolution
 
 

@@ -26,21 +26,28 @@ results do not depend on how its steps are batched or on the number of ranks.
 
 Choosing
 --------
-:func:`select_kernels` (what the layers call): an explicit ``backend`` name (or a
-:class:`LayerKernels` of the right kind) wins; otherwise the array namespace the layer will
-compute in decides: NumPy, or none given, gives "numpy", any other namespace "array-api".
+:func:`choose_kernels` (what the layers call, once per layer object): an explicit
+``backend`` name (or a :class:`LayerKernels` of the right kind) wins; then, for conv
+layers, the environment variable ``BRAIDPY_CONV_BACKEND``; otherwise the array namespace
+the layer will compute in decides: NumPy, or none given, gives "numpy"; CuPy gives
+"cudnn" for conv layers when cuDNN and a GPU are usable and "array-api" otherwise (the
+reason is kept: ``layer.backend_choice``); any other namespace gives "array-api".
+:func:`select_kernels` returns the kernel set alone.
 
-Where a new backend plugs in
-----------------------------
-A cuDNN convolution backend (the optional compiled module ``braidpy._cuda`` of DESIGN.md
-section 9; not built yet) will be a ``LayerKernels("conv", "cudnn", ...)`` whose six
-functions call that module, imported lazily the first time the backend is selected. It
-takes the place of the ``("conv", "cudnn")`` entry of ``_PLANNED`` below (moving to
-``_REGISTRY`` via a loader), and :func:`_default_name` will return "cudnn" for CuPy
-namespaces when the module imports. Its batched kernels must give each row bit for bit the
-single-interval result, like the two backends here (``tests/test_nn_kernels.py`` checks
-every registered backend), which rules out convolution algorithms that cuDNN chooses per
-call unless they are pinned. A torch backend would plug in the same way.
+Optional backends
+-----------------
+``"cudnn"`` (conv only, :mod:`braidpy.nn.conv_backends`)
+    cuDNN's convolutions from braidpy's own C++ (``braidpy._cuda``) on CuPy arrays; the
+    batched steps are one grouped convolution over the intervals. Listed by
+    ``backend_names(kind, optional=True)`` where it can run; naming it elsewhere raises a
+    ValueError saying why (no compiled module, no cuDNN, no GPU).
+``"cudnn-streams"`` (conv only)
+    The same cuDNN calls, the batched steps interval by interval with one CUDA stream
+    per block of intervals (``BRAIDPY_CUDNN_STREAMS``, default 4): the alternative to
+    grouped batching; never chosen by default. Its batched rows equal its
+    single-interval results to rounding (bit for bit where cuDNN runs the same algorithm
+    for both; tests/test_gpu.py checks on a GPU). A torch backend would plug in the same
+    way.
 """
 
 from __future__ import annotations
@@ -48,10 +55,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Optional, Tuple, Union
 
-from . import conv, dense
+from . import conv, conv_backends, dense
 from ._common import _is_numpy
 
-__all__ = ["LayerKernels", "KINDS", "backend_names", "select_kernels"]
+__all__ = ["LayerKernels", "KINDS", "backend_names", "choose_kernels", "select_kernels"]
 
 #: The residual layer kinds.
 KINDS: Tuple[str, ...] = ("dense", "conv")
@@ -120,10 +127,31 @@ _register(LayerKernels(
     conv._api_forward, conv._api_adjoint, conv._api_gradient,
     conv._api_forward_batched, conv._api_adjoint_batched, conv._api_gradient_batched))
 
-# Backends that have a name but no implementation yet: selecting one says so.
-_PLANNED: Dict[Tuple[str, str], str] = {
-    ("conv", "cudnn"): "the cuDNN convolutions of the optional braidpy._cuda module, not "
-                       "built yet",
+
+def _cudnn() -> Tuple[Optional[LayerKernels], str]:
+    """The "cudnn" conv kernels where they can run, else (None, why not)."""
+    why = conv_backends.cudnn_unavailable()
+    if why is not None:
+        return None, why
+    return LayerKernels("conv", "cudnn", "cuDNN convolutions (braidpy._cuda), batched steps "
+                        "as one grouped convolution over the intervals",
+                        *conv_backends.STEPS), ""
+
+
+def _cudnn_streams() -> Tuple[Optional[LayerKernels], str]:
+    """The "cudnn-streams" conv kernels where cuDNN can run, else (None, why not)."""
+    why = conv_backends.cudnn_unavailable()
+    if why is not None:
+        return None, why
+    return LayerKernels("conv", "cudnn-streams", "cuDNN convolutions (braidpy._cuda), batched "
+                        "steps interval by interval, one CUDA stream per block of intervals",
+                        *conv_backends.STREAM_STEPS), ""
+
+
+# Backends that exist where their library and device do: (kind, name) -> loader.
+_OPTIONAL: Dict[Tuple[str, str], Callable[[], Tuple[Optional[LayerKernels], str]]] = {
+    ("conv", "cudnn"): _cudnn,
+    ("conv", "cudnn-streams"): _cudnn_streams,
 }
 
 
@@ -134,39 +162,98 @@ def _check_kind(kind: Any) -> str:
     return kind
 
 
-def backend_names(kind: str) -> Tuple[str, ...]:
-    """Names of the kernel backends available for layers of ``kind``, sorted.
+def backend_names(kind: str, optional: bool = False) -> Tuple[str, ...]:
+    """Names of the kernel backends for layers of ``kind``, sorted.
+
+    The always-available ones (they run on any array namespace); with ``optional`` also
+    the optional backends ("cudnn") that can run here (library and device found).
 
     Examples
     --------
     >>> backend_names("conv")
     ('array-api', 'numpy')
+    >>> set(backend_names("conv", optional=True)) >= {"array-api", "numpy"}
+    True
     """
     _check_kind(kind)
-    return tuple(sorted(name for k, name in _REGISTRY if k == kind))
+    names = {name for k, name in _REGISTRY if k == kind}
+    if optional:
+        names |= {name for (k, name), load in _OPTIONAL.items()
+                  if k == kind and load()[0] is not None}
+    return tuple(sorted(names))
 
 
-def _default_name(kind: str, xp: Any) -> str:
-    """The backend for layers of ``kind`` computing in the array namespace ``xp``.
-
-    The place where an accelerated backend becomes the default for its arrays (e.g.
-    "cudnn" for CuPy conv layers once braidpy._cuda exists).
-    """
+def _default_name(kind: str, xp: Any) -> Tuple[str, str]:
+    """The backend for layers of ``kind`` computing in the namespace ``xp``, and why."""
     if xp is None or _is_numpy(xp):
-        return "numpy"
-    return "array-api"
+        return "numpy", "the default for NumPy"
+    if kind == "conv" and conv_backends.is_cupy(xp):
+        _, why_not = _cudnn()
+        if not why_not:
+            return "cudnn", "the default for CuPy: cuDNN and a GPU are usable"
+        return "array-api", f"cuDNN not used ({why_not}); im2col on CuPy instead"
+    return "array-api", "the default for a non-NumPy namespace"
+
+
+def _by_name(kind: str, name: Any) -> LayerKernels:
+    found: Optional[LayerKernels] = _REGISTRY.get((kind, name)) if isinstance(name, str) \
+        else None
+    if found is not None:
+        return found
+    if isinstance(name, str) and (kind, name) in _OPTIONAL:
+        kernels, why = _OPTIONAL[(kind, name)]()
+        if kernels is None:
+            raise ValueError(f"{kind} kernel backend {name!r} is not available: {why}")
+        return kernels
+    known = sorted({n for k, n in _REGISTRY if k == kind} |
+                   {n for k, n in _OPTIONAL if k == kind})
+    choices = ", ".join(repr(n) for n in known)
+    raise ValueError(f"unknown {kind} kernel backend {name!r}; choose one of {choices}")
+
+
+def choose_kernels(kind: str, backend: Union[str, LayerKernels, None] = None,
+                   xp: Any = None) -> Tuple[LayerKernels, str]:
+    """The kernel set a layer of ``kind`` uses, and why it was chosen (one line).
+
+    Arguments as in :func:`select_kernels`; for conv layers with ``backend`` None the
+    environment variable ``BRAIDPY_CONV_BACKEND`` names the backend before the
+    namespace's default does.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> kernels, why = choose_kernels("dense", xp=np)
+    >>> kernels.name, why
+    ('numpy', 'the default for NumPy')
+    """
+    _check_kind(kind)
+    if isinstance(backend, LayerKernels):
+        if backend.kind != kind:
+            raise ValueError(f"kernel backend {backend.name!r} computes {backend.kind} layers, "
+                             f"not {kind} layers")
+        return backend, "given as a kernel set"
+    if backend is not None:
+        return _by_name(kind, backend), "chosen by the backend argument"
+    named = conv_backends.env_backend() if kind == "conv" else None
+    if named is not None:
+        try:
+            return _by_name(kind, named), f"chosen by {conv_backends.ENV}={named}"
+        except ValueError as exc:
+            raise ValueError(f"{conv_backends.ENV}={named!r}: {exc}") from None
+    name, why = _default_name(kind, xp)
+    return _by_name(kind, name), why
 
 
 def select_kernels(kind: str, backend: Union[str, LayerKernels, None] = None,
                    xp: Any = None) -> LayerKernels:
-    """The kernel set a layer of ``kind`` uses.
+    """The kernel set a layer of ``kind`` uses (:func:`choose_kernels` without the why).
 
     Parameters
     ----------
     kind : {"dense", "conv"}
     backend : str or LayerKernels, optional
-        A name from :func:`backend_names`, or a kernel set of this kind. None (default):
-        chosen from ``xp``.
+        A name from :func:`backend_names` (or "cudnn"), or a kernel set of this kind.
+        None (default): ``BRAIDPY_CONV_BACKEND`` for conv layers, else chosen from ``xp``.
     xp : array namespace, optional
         The namespace the layer will compute in (e.g. ``numpy``, ``cupy``). None means
         NumPy. Only used when ``backend`` is None.
@@ -174,8 +261,9 @@ def select_kernels(kind: str, backend: Union[str, LayerKernels, None] = None,
     Raises
     ------
     ValueError
-        If ``kind`` or ``backend`` is unknown (the message names it and the choices), or
-        ``backend`` is a kernel set of another kind.
+        If ``kind`` or ``backend`` is unknown (the message names it and the choices),
+        ``backend`` is a kernel set of another kind, or names an optional backend that
+        cannot run here (the message says why).
 
     Examples
     --------
@@ -187,21 +275,6 @@ def select_kernels(kind: str, backend: Union[str, LayerKernels, None] = None,
     >>> select_kernels("conv", "cuda")
     Traceback (most recent call last):
     ...
-    ValueError: unknown conv kernel backend 'cuda'; choose one of 'array-api', 'numpy'
+    ValueError: unknown conv kernel backend 'cuda'; choose one of 'array-api', 'cudnn', 'cudnn-streams', 'numpy'
     """
-    _check_kind(kind)
-    if isinstance(backend, LayerKernels):
-        if backend.kind != kind:
-            raise ValueError(f"kernel backend {backend.name!r} computes {backend.kind} layers, "
-                             f"not {kind} layers")
-        return backend
-    name = _default_name(kind, xp) if backend is None else backend
-    found: Optional[LayerKernels] = _REGISTRY.get((kind, name)) if isinstance(name, str) \
-        else None
-    if found is not None:
-        return found
-    if isinstance(name, str) and (kind, name) in _PLANNED:
-        raise ValueError(f"{kind} kernel backend {name!r} is not available: "
-                         f"{_PLANNED[(kind, name)]}")
-    choices = ", ".join(repr(n) for n in backend_names(kind))
-    raise ValueError(f"unknown {kind} kernel backend {name!r}; choose one of {choices}")
+    return choose_kernels(kind, backend, xp)[0]

@@ -19,7 +19,7 @@ from typing import Any, Sequence, Tuple, Union
 import numpy as np
 
 from .activations import Activation, ActivationLike, get_activation
-from .kernels import LayerKernels, select_kernels
+from .kernels import LayerKernels, choose_kernels
 
 __all__ = ["DenseLayer", "ConvLayer"]
 
@@ -41,7 +41,8 @@ class _Layer:
                  xp: Any) -> None:
         self.width = width
         self.activation: Activation = get_activation(activation)
-        self.kernels: LayerKernels = select_kernels(self.kind, backend, xp)
+        self.kernels: LayerKernels
+        self.kernels, self._choice = choose_kernels(self.kind, backend, xp)
         k = self.kernels
         # The kernels as plain attributes: one lookup per call.
         self._forward, self._adjoint, self._gradient = k.forward, k.adjoint, k.gradient
@@ -53,6 +54,12 @@ class _Layer:
     def backend(self) -> str:
         """Name of the kernel backend, e.g. ``"numpy"``."""
         return self.kernels.name
+
+    @property
+    def backend_choice(self) -> str:
+        """Why this backend: the argument, ``BRAIDPY_CONV_BACKEND``, or the namespace's
+        default (and, where cuDNN was not used on CuPy, why not)."""
+        return self._choice
 
     @property
     def bias_shape(self) -> Tuple[int, ...]:

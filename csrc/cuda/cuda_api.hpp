@@ -20,6 +20,8 @@ int device_count(int* count);
 int device_properties(int dev, char* name, int name_len, int* major, int* minor);
 // The current device is usable (0) or why not.
 int check_device();
+// cudaGetDevice: the device cuDNN handles are made for.
+int current_device(int* dev);
 
 }  // namespace cuda
 }  // namespace braidpy

@@ -213,5 +213,10 @@ int check_device() {
   return cudaGetDevice(&dev);
 }
 
+int current_device(int* dev) {
+  *dev = 0;
+  return cudaGetDevice(dev);
+}
+
 }  // namespace cuda
 }  // namespace braidpy

@@ -12,23 +12,12 @@
 
 #include "../bindings/cuda_array.hpp"
 #include "cuda_api.hpp"
+#include "cudnn_bindings.hpp"
 
 namespace py = pybind11;
 
 namespace braidpy {
 namespace {
-
-// A failed CUDA call: its code and the entry point that made it.
-struct CudaFailure : std::exception {
-  int code;
-  std::string where;
-  CudaFailure(int c, std::string w) : code(c), where(std::move(w)) {}
-  const char* what() const noexcept override { return where.c_str(); }
-};
-
-void check(int code, const char* where) {
-  if (code != 0) throw CudaFailure(code, where);
-}
 
 void translate(const CudaFailure& f) {
   const DeviceOps* ops = cuda::device_ops();
@@ -101,6 +90,7 @@ PYBIND11_MODULE(_cuda, m) {
   });
 
   m.def("info", &info, "What was compiled and what the runtime finds (never raises).");
+  bind_cudnn(m);
   m.def("device_ops",
         []() {
           return py::capsule(const_cast<DeviceOps*>(cuda::device_ops()), kDeviceOpsCapsule);

@@ -1,0 +1,376 @@
+"""Which code computes a conv layer's convolutions: cuDNN on CuPy, im2col elsewhere.
+
+Three conv kernel backends exist (:mod:`braidpy.nn.kernels`): ``"numpy"`` (im2col in
+cache-sized chunks, on the host), ``"array-api"`` (im2col plus one matmul in any array
+namespace) and, from this module, ``"cudnn"``: cuDNN's legacy convolution API called from
+braidpy's own C++ (``braidpy._cuda``; cuDNN loaded at first use, see
+:mod:`braidpy._cudnn`), float64 and float32, on CuPy's current stream, workspace from
+CuPy's memory pool, descriptors and algorithms cached per shape in C++.
+
+The choice is made once per layer object (:func:`braidpy.nn.kernels.choose_kernels`): an
+explicit ``backend`` argument wins, then the environment variable ``BRAIDPY_CONV_BACKEND``,
+then the default for the layer's namespace: "numpy" for NumPy, "cudnn" for CuPy when
+cuDNN and a GPU are usable (else "array-api", with the reason kept in the layer's
+``backend_choice``), "array-api" for any other namespace.
+
+A second backend, ``"cudnn-streams"``, runs the batched steps interval by interval
+instead, the intervals split into blocks with one CUDA stream per block (seed paper 000's
+concurrency across layer blocks; ``BRAIDPY_CUDNN_STREAMS`` streams, default 4): for
+layers that cannot be batched into one call. It is never the default until a GPU
+benchmark (``benchmarks/bench_gpu.py --conv``) says it wins.
+
+Batched steps over m intervals are ONE grouped convolution (group count m): the stacked
+states (m, N, C, H, W) are packed to (N, m C, H, W), the stacked kernels (m, C, C, k, k)
+are the grouped filter (m C, C, k, k) as they are, the stacked biases (m, C) the bias
+tensor (1, m C, 1, 1); csrc/cuda/conv_plan.hpp states and tests this layout. Whether
+cuDNN's grouped rows equal its single-interval results bit for bit depends on the
+algorithms it runs; tests/test_gpu.py checks them to 1e-12 (float64) on a GPU.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from ._common import _as_steps, _namespace, _permute, _shape
+from .activations import Activation, ActivationLike, get_activation
+from .conv import check_step, check_steps
+
+__all__ = ["ENV", "STREAMS_ENV", "cudnn_unavailable", "is_cupy", "pack_intervals",
+           "unpack_intervals", "conv2d_cudnn", "conv2d_input_vjp_cudnn",
+           "conv2d_weight_vjp_cudnn", "bias_grad_cudnn", "stream_count"]
+
+#: The environment variable that overrides the default conv backend of new layers.
+ENV = "BRAIDPY_CONV_BACKEND"
+#: The environment variable with the number of CUDA streams of "cudnn-streams" (default 4).
+STREAMS_ENV = "BRAIDPY_CUDNN_STREAMS"
+
+
+def is_cupy(xp: Any) -> bool:
+    """Whether the array namespace xp is CuPy's (or array-api-compat's wrapper of it)."""
+    name = getattr(xp, "__name__", "") or ""
+    return name == "cupy" or name.endswith(".cupy")
+
+
+def _cuda() -> Any:
+    return importlib.import_module("braidpy._cuda")
+
+
+def cudnn_unavailable() -> Optional[str]:
+    """Why the "cudnn" backend cannot run here, or None when it can.
+
+    It can when braidpy._cuda was compiled, cuDNN 9 loads and a GPU is usable.
+
+    Examples
+    --------
+    >>> reason = cudnn_unavailable()
+    >>> reason is None or isinstance(reason, str)
+    True
+    """
+    try:
+        cuda = _cuda()
+    except ImportError as exc:
+        return f"braidpy._cuda was not compiled ({exc})"
+    info = cuda.cudnn_info()
+    if info["version"] is None:
+        return str(info["error"])
+    devices = cuda.info()
+    if devices["devices"] < 1:
+        return f"no usable GPU ({devices['error']})"
+    return None
+
+
+# ---------------------------------------------------------------- grouped layout
+
+
+def pack_intervals(U: Any) -> Any:
+    """Stacked states (m, N, C, H, W) as one grouped input (N, m * C, H, W).
+
+    Channel block i of the result is interval i (csrc/cuda/conv_plan.hpp's layout).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> U = np.arange(4.0).reshape(2, 2, 1, 1, 1)     # (interval, image) = value
+    >>> pack_intervals(U)[:, :, 0, 0].tolist()        # image n: (interval 0, interval 1)
+    [[0.0, 2.0], [1.0, 3.0]]
+    """
+    xp = _namespace(U)
+    m, N, C, H, W = _shape(U)
+    return xp.reshape(_permute(U, (1, 0, 2, 3, 4), xp), (N, m * C, H, W))
+
+
+def unpack_intervals(X: Any, m: int) -> Any:
+    """The inverse of :func:`pack_intervals`: (N, m * C, H, W) -> (m, N, C, H, W).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> U = np.random.default_rng(7).normal(size=(3, 2, 2, 4, 5))
+    >>> bool((unpack_intervals(pack_intervals(U), 3) == U).all())
+    True
+    """
+    xp = _namespace(X)
+    N, mC, H, W = _shape(X)
+    X5 = xp.reshape(X, (N, m, mC // m, H, W))
+    return xp.reshape(_permute(X5, (1, 0, 2, 3, 4), xp), (m, N, mC // m, H, W))
+
+
+# ---------------------------------------------------------------- cuDNN calls
+
+
+def _contiguous(x: Any, xp: Any) -> Any:
+    """x as a C-contiguous array, copied only if it is not (the descriptors are packed
+    NCHW); CuPy's (and NumPy's) ascontiguousarray."""
+    return xp.ascontiguousarray(x)
+
+
+def _address(buf: Any) -> int:
+    """The data pointer of a buffer, by the CUDA array interface (host arrays, for the
+    host tests of this wiring: the array interface)."""
+    face = getattr(buf, "__cuda_array_interface__", None) or buf.__array_interface__
+    return int(face["data"][0])
+
+
+def _workspace(xp: Any, shape: Tuple[int, ...], cout: int, k: int, groups: int,
+               dtype: Any) -> Tuple[Any, int, int]:
+    """(buffer, pointer, bytes) of the workspace the problem's plan asks for, from the
+    array library's allocator (CuPy's memory pool); the buffer must outlive the call."""
+    N, cin, H, W = shape
+    need = _cuda().conv_workspace(N, cin, cout, H, W, k, groups, _dtype_name(dtype))["request"]
+    if need == 0:
+        return None, 0, 0
+    buf = xp.empty((need,), dtype=xp.uint8)
+    return buf, _address(buf), need
+
+
+def _dtype_name(dtype: Any) -> str:
+    name = str(getattr(dtype, "name", dtype))
+    if name not in ("float64", "float32"):
+        raise ValueError(f"the cudnn conv backend computes in float64 or float32, got {name}")
+    return name
+
+
+def conv2d_cudnn(x: Any, K: Any, groups: int = 1) -> Any:
+    """conv2d(x, K) by cudnnConvolutionForward: x (N, Cin, H, W), K (Cout, Cin/groups, k, k)."""
+    xp = _namespace(x)
+    x, K = _contiguous(x, xp), _contiguous(K, xp)
+    N, _, H, W = _shape(x)
+    cout, k = _shape(K)[0], _shape(K)[-1]
+    y = xp.empty((N, cout, H, W), dtype=x.dtype)
+    buf, ptr, nbytes = _workspace(xp, _shape(x), cout, k, groups, x.dtype)
+    _cuda().conv_forward(x, K, y, groups, ptr, nbytes)
+    del buf  # returned to the pool; CuPy's pool orders reuse on the stream
+    return y
+
+
+def conv2d_input_vjp_cudnn(g: Any, K: Any, groups: int = 1) -> Any:
+    """The input VJP by cudnnConvolutionBackwardData: g (N, Cout, H, W) -> (N, Cin, H, W)."""
+    xp = _namespace(g)
+    g, K = _contiguous(g, xp), _contiguous(K, xp)
+    N, cout, H, W = _shape(g)
+    cin, k = _shape(K)[1] * groups, _shape(K)[-1]
+    dx = xp.empty((N, cin, H, W), dtype=g.dtype)
+    buf, ptr, nbytes = _workspace(xp, (N, cin, H, W), cout, k, groups, g.dtype)
+    _cuda().conv_backward_data(K, g, dx, groups, ptr, nbytes)
+    del buf
+    return dx
+
+
+def conv2d_weight_vjp_cudnn(g: Any, x: Any, k: int, groups: int = 1) -> Any:
+    """The weight VJP by cudnnConvolutionBackwardFilter: (Cout, Cin/groups, k, k)."""
+    xp = _namespace(g)
+    g, x = _contiguous(g, xp), _contiguous(x, xp)
+    cout, cin = _shape(g)[1], _shape(x)[1]
+    dK = xp.empty((cout, cin // groups, k, k), dtype=g.dtype)
+    buf, ptr, nbytes = _workspace(xp, _shape(x), cout, k, groups, g.dtype)
+    _cuda().conv_backward_filter(x, g, dK, groups, ptr, nbytes)
+    del buf
+    return dK
+
+
+def bias_grad_cudnn(g: Any) -> Any:
+    """g (N, C, H, W) summed over N, H, W by cudnnConvolutionBackwardBias: shape (C,)."""
+    xp = _namespace(g)
+    g = _contiguous(g, xp)
+    C = _shape(g)[1]
+    db = xp.empty((1, C, 1, 1), dtype=g.dtype)
+    _cuda().conv_backward_bias(g, db)
+    return xp.reshape(db, (C,))
+
+
+# ---------------------------------------------------------------- the six step kernels
+
+
+def _z(u: Any, K: Any, b: Any, xp: Any) -> Any:
+    return conv2d_cudnn(u, K) + xp.reshape(b, (1, _shape(b)[0], 1, 1))
+
+
+def _forward(u: Any, K: Any, b: Any, h: Any, act: ActivationLike) -> Any:
+    check_step("conv_forward", u, K, b)
+    a: Activation = get_activation(act)
+    return u + h * a.value(_z(u, K, b, _namespace(u)))
+
+
+def _g(w: Any, u: Any, K: Any, b: Any, h: Any, act: ActivationLike) -> Any:
+    a = get_activation(act)
+    return h * (w * a.derivative(_z(u, K, b, _namespace(u))))
+
+
+def _adjoint(w: Any, u: Any, K: Any, b: Any, h: Any, act: ActivationLike) -> Any:
+    check_step("conv_adjoint", u, K, b, w)
+    return w + conv2d_input_vjp_cudnn(_g(w, u, K, b, h, act), K)
+
+
+def _gradient(w: Any, u: Any, K: Any, b: Any, h: Any, act: ActivationLike) -> Tuple[Any, Any]:
+    check_step("conv_gradient", u, K, b, w)
+    g = _g(w, u, K, b, h, act)
+    return conv2d_weight_vjp_cudnn(g, u, _shape(K)[-1]), bias_grad_cudnn(g)
+
+
+def _grouped(Ks: Any, xp: Any) -> Any:
+    """Stacked kernels (m, C, C, k, k) as the grouped filter (m C, C, k, k): no copy."""
+    m, C, _, k, _ = _shape(Ks)
+    return xp.reshape(Ks, (m * C, C, k, k))
+
+
+def _G(W: Any, U: Any, Ks: Any, bs: Any, hs: Any, act: ActivationLike, xp: Any) -> Tuple[Any, Any]:
+    """(packed U, packed G) with G = hs * W * act'(Z), Z the grouped forward's output."""
+    m, _, C = _shape(U)[:3]
+    X = pack_intervals(U)
+    Z = unpack_intervals(conv2d_cudnn(X, _grouped(Ks, xp), m), m) \
+        + xp.reshape(bs, (m, 1, C, 1, 1))
+    G = xp.reshape(hs, (m, 1, 1, 1, 1)) * (W * get_activation(act).derivative(Z))
+    return X, pack_intervals(G)
+
+
+def _forward_batched(U: Any, Ks: Any, bs: Any, hs: Any, act: ActivationLike) -> Any:
+    hs = check_steps("conv_forward_batched", U, Ks, bs, _as_steps(hs, U))
+    xp = _namespace(U)
+    m, _, C = _shape(U)[:3]
+    Z = unpack_intervals(conv2d_cudnn(pack_intervals(U), _grouped(Ks, xp), m), m) \
+        + xp.reshape(bs, (m, 1, C, 1, 1))
+    return U + xp.reshape(hs, (m, 1, 1, 1, 1)) * get_activation(act).value(Z)
+
+
+def _adjoint_batched(W: Any, U: Any, Ks: Any, bs: Any, hs: Any, act: ActivationLike) -> Any:
+    hs = check_steps("conv_adjoint_batched", U, Ks, bs, _as_steps(hs, U), W)
+    xp = _namespace(U)
+    m = _shape(U)[0]
+    _, Gp = _G(W, U, Ks, bs, hs, act, xp)
+    return W + unpack_intervals(conv2d_input_vjp_cudnn(Gp, _grouped(Ks, xp), m), m)
+
+
+def _gradient_batched(W: Any, U: Any, Ks: Any, bs: Any, hs: Any,
+                      act: ActivationLike) -> Tuple[Any, Any]:
+    hs = check_steps("conv_gradient_batched", U, Ks, bs, _as_steps(hs, U), W)
+    xp = _namespace(U)
+    m, _, C, _, _ = _shape(U)
+    k = _shape(Ks)[-1]
+    X, Gp = _G(W, U, Ks, bs, hs, act, xp)
+    dK = conv2d_weight_vjp_cudnn(Gp, X, k, m)           # (m C, C, k, k): one call
+    return xp.reshape(dK, (m, C, C, k, k)), xp.reshape(bias_grad_cudnn(Gp), (m, C))
+
+
+#: The "cudnn" kernel set's functions, for braidpy.nn.kernels.
+STEPS = (_forward, _adjoint, _gradient, _forward_batched, _adjoint_batched, _gradient_batched)
+
+
+# ---------------------------------------------------------------- streams per layer block
+
+
+def stream_count() -> int:
+    """The number of CUDA streams of "cudnn-streams": ``BRAIDPY_CUDNN_STREAMS`` or 4.
+
+    Examples
+    --------
+    >>> stream_count() if STREAMS_ENV not in os.environ else 4
+    4
+    """
+    raw = os.environ.get(STREAMS_ENV, "").strip()
+    if not raw:
+        return 4
+    try:
+        count = int(raw)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise ValueError(f"{STREAMS_ENV} must be a positive integer, got {raw!r}")
+    return count
+
+
+#: Side streams per (device, count), made once and reused (creating streams per call
+#: would cost more than the launches they overlap).
+_STREAMS: Dict[Tuple[int, int], List[Any]] = {}
+
+
+def _side_streams(xp: Any, count: int) -> Optional[List[Any]]:
+    """count CuPy streams of the current device, or None off CuPy (then in order)."""
+    if not is_cupy(xp):
+        return None
+    cuda = importlib.import_module("cupy").cuda
+    key = (cuda.Device().id, count)
+    if key not in _STREAMS:
+        _STREAMS[key] = [cuda.Stream(non_blocking=True) for _ in range(count)]
+    return _STREAMS[key]
+
+
+def _over_blocks(xp: Any, m: int, run: Callable[[int], Any]) -> List[Any]:
+    """[run(i) for i < m], the intervals in blocks, one side stream per block.
+
+    Every side stream first waits for the work queued so far on the current stream (the
+    inputs), and the current stream then waits for every side stream (the results).
+    """
+    streams = _side_streams(xp, min(max(m, 1), stream_count()))
+    if not streams:
+        return [run(i) for i in range(m)]
+    cupy = importlib.import_module("cupy")
+    main = cupy.cuda.get_current_stream()
+    ready = main.record()
+    out: List[Any] = [None] * m
+    block = -(-m // len(streams))
+    for j, s in enumerate(streams):
+        s.wait_event(ready)
+        with s:
+            for i in range(j * block, min(m, (j + 1) * block)):
+                out[i] = run(i)
+    for s in streams:
+        main.wait_event(s.record())
+    return out
+
+
+def _forward_streams(U: Any, Ks: Any, bs: Any, hs: Any, act: ActivationLike) -> Any:
+    hs = check_steps("conv_forward_batched", U, Ks, bs, _as_steps(hs, U))
+    xp = _namespace(U)
+    rows = _over_blocks(xp, _shape(U)[0], lambda i: _forward(U[i], Ks[i], bs[i], hs[i], act))
+    return xp.stack(rows)
+
+
+def _adjoint_streams(W: Any, U: Any, Ks: Any, bs: Any, hs: Any, act: ActivationLike) -> Any:
+    hs = check_steps("conv_adjoint_batched", U, Ks, bs, _as_steps(hs, U), W)
+    xp = _namespace(U)
+    rows = _over_blocks(xp, _shape(U)[0],
+                        lambda i: _adjoint(W[i], U[i], Ks[i], bs[i], hs[i], act))
+    return xp.stack(rows)
+
+
+def _gradient_streams(W: Any, U: Any, Ks: Any, bs: Any, hs: Any,
+                      act: ActivationLike) -> Tuple[Any, Any]:
+    hs = check_steps("conv_gradient_batched", U, Ks, bs, _as_steps(hs, U), W)
+    xp = _namespace(U)
+    rows = _over_blocks(xp, _shape(U)[0],
+                        lambda i: _gradient(W[i], U[i], Ks[i], bs[i], hs[i], act))
+    return xp.stack([d for d, _ in rows]), xp.stack([e for _, e in rows])
+
+
+#: The "cudnn-streams" kernel set's functions: the single steps of "cudnn", the batched
+#: ones interval by interval over streams per block.
+STREAM_STEPS = (_forward, _adjoint, _gradient, _forward_streams, _adjoint_streams,
+                _gradient_streams)
+
+
+def env_backend() -> Optional[str]:
+    """The conv backend named by ``BRAIDPY_CONV_BACKEND``, or None when unset or empty."""
+    value = os.environ.get(ENV, "").strip()
+    return value or None

@@ -1,0 +1,291 @@
+"""braidpy.nn.conv_backends without a GPU: the backend choice per conv layer (argument,
+BRAIDPY_CONV_BACKEND, namespace default, the fallback from cuDNN with its reason), the
+grouped-over-intervals packing against per-interval references (NumPy and
+array-api-strict's second device), and the "cudnn" kernels' Python wiring run on the host
+against a stand-in for braidpy._cuda's entry points that computes with braidpy's NumPy
+convolutions (so what is checked is the packing, the grouped filter, the bias layout and
+the one call per batched step; cuDNN's numerics are checked on a GPU in
+tests/test_gpu.py)."""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import pytest
+
+from braidpy.nn import ConvLayer, DenseLayer, choose_kernels, conv2d, conv2d_input_vjp, \
+    conv2d_weight_vjp
+from braidpy.nn import conv_backends as cb
+from braidpy.nn import kernels as kn
+
+SEED = 20261125
+CUPY = types.SimpleNamespace(__name__="cupy")  # what the choice looks at
+
+
+# ------------------------------------------------------------------ the choice
+
+
+def test_numpy_layers_take_numpy_and_say_why(monkeypatch):
+    monkeypatch.delenv(cb.ENV, raising=False)
+    layer = ConvLayer(2, 3)
+    assert layer.backend == "numpy" and layer.backend_choice == "the default for NumPy"
+
+
+def test_cupy_without_cudnn_falls_back_to_im2col_with_the_reason(monkeypatch):
+    monkeypatch.delenv(cb.ENV, raising=False)
+    monkeypatch.setattr(cb, "cudnn_unavailable", lambda: "cuDNN is not available (test)")
+    layer = ConvLayer(2, 3, xp=CUPY)
+    assert layer.backend == "array-api"
+    assert layer.backend_choice == ("cuDNN not used (cuDNN is not available (test)); im2col "
+                                    "on CuPy instead")
+    with pytest.raises(ValueError, match=r"conv kernel backend 'cudnn' is not available: "
+                                         r"cuDNN is not available \(test\)"):
+        ConvLayer(2, 3, backend="cudnn")
+    assert DenseLayer(2, xp=CUPY).backend == "array-api"
+
+
+def test_cupy_with_cudnn_takes_cudnn(monkeypatch):
+    monkeypatch.delenv(cb.ENV, raising=False)
+    monkeypatch.setattr(cb, "cudnn_unavailable", lambda: None)
+    layer = ConvLayer(2, 3, xp=CUPY)
+    assert layer.backend == "cudnn" and "cuDNN and a GPU are usable" in layer.backend_choice
+    assert "cudnn" in kn.backend_names("conv", optional=True)
+    assert "cudnn" not in kn.backend_names("dense", optional=True)
+
+
+def test_the_environment_variable_overrides_the_default_not_the_argument(monkeypatch):
+    monkeypatch.setenv(cb.ENV, "array-api")
+    layer = ConvLayer(2, 3)
+    assert layer.backend == "array-api"
+    assert layer.backend_choice == "chosen by BRAIDPY_CONV_BACKEND=array-api"
+    assert ConvLayer(2, 3, backend="numpy").backend == "numpy"
+    assert DenseLayer(2).backend == "numpy"  # conv layers only
+    monkeypatch.setenv(cb.ENV, "cuda")
+    with pytest.raises(ValueError, match=r"BRAIDPY_CONV_BACKEND='cuda': unknown conv kernel "
+                                         r"backend 'cuda'; choose one of 'array-api', "
+                                         r"'cudnn', 'cudnn-streams', 'numpy'"):
+        ConvLayer(2, 3)
+    monkeypatch.setattr(cb, "cudnn_unavailable", lambda: "no usable GPU (test)")
+    monkeypatch.setenv(cb.ENV, "cudnn")
+    with pytest.raises(ValueError, match=r"BRAIDPY_CONV_BACKEND='cudnn': .* not available: "
+                                         r"no usable GPU \(test\)"):
+        ConvLayer(2, 3)
+
+
+def test_the_real_availability_check_names_what_is_missing():
+    why = cb.cudnn_unavailable()
+    if why is None:
+        pytest.skip("cuDNN and a GPU are usable here")
+    assert ("braidpy._cuda was not compiled" in why or "cuDNN is not available" in why
+            or "no usable GPU" in why), why
+
+
+def test_kernel_sets_report_why():
+    kernels, why = choose_kernels("conv", "array-api")
+    assert kernels.name == "array-api" and why == "chosen by the backend argument"
+
+
+# ------------------------------------------------------------------ grouped layout
+
+
+def test_pack_by_hand_and_round_trip():
+    U = np.arange(2 * 3 * 2 * 1 * 1, dtype=float).reshape(2, 3, 2, 1, 1)  # (m, N, C, 1, 1)
+    X = cb.pack_intervals(U)
+    assert X.shape == (3, 4, 1, 1)
+    # image n: interval 0's two channels, then interval 1's
+    assert X[:, :, 0, 0].tolist() == [[0, 1, 6, 7], [2, 3, 8, 9], [4, 5, 10, 11]]
+    assert np.array_equal(cb.unpack_intervals(X, 2), U)
+
+
+def grouped_conv(x, K, groups):
+    """A grouped convolution from braidpy's NumPy conv2d, group by group."""
+    cin, cout = x.shape[1] // groups, K.shape[0] // groups
+    return np.concatenate([conv2d(x[:, g * cin:(g + 1) * cin], K[g * cout:(g + 1) * cout])
+                           for g in range(groups)], axis=1)
+
+
+def test_packed_grouped_convolution_equals_per_interval_convolutions():
+    rng = np.random.default_rng(SEED)
+    m, N, C, k = 3, 2, 4, 3
+    U, Ks = rng.standard_normal((m, N, C, 5, 6)), rng.standard_normal((m, C, C, k, k))
+    Y = cb.unpack_intervals(grouped_conv(cb.pack_intervals(U), Ks.reshape(m * C, C, k, k), m),
+                            m)
+    for i in range(m):
+        np.testing.assert_array_equal(Y[i], conv2d(U[i], Ks[i]))
+
+
+def test_packing_on_array_api_strict_device1_equals_numpy():
+    xp = pytest.importorskip("array_api_strict")
+    dev = xp.Device("device1")
+    U = np.random.default_rng(SEED + 1).standard_normal((3, 2, 2, 4, 5))
+    d = xp.asarray(U, device=dev)
+    X = cb.pack_intervals(d)
+    assert X.device == dev
+    np.testing.assert_array_equal(np.from_dlpack(X).copy(), cb.pack_intervals(U))
+    back = cb.unpack_intervals(X, 3)
+    assert back.device == dev
+    np.testing.assert_array_equal(np.from_dlpack(back).copy(), U)
+
+
+def test_im2col_on_array_api_strict_device1_equals_numpy():
+    """The fallback's path: the "array-api" conv layer on device1 equals the NumPy layer."""
+    xp = pytest.importorskip("array_api_strict")
+    dev = xp.Device("device1")
+    rng = np.random.default_rng(SEED + 2)
+    m = 3
+    U, W = rng.standard_normal((m, 2, 3, 5, 4)), rng.standard_normal((m, 2, 3, 5, 4))
+    Ks, bs = rng.standard_normal((m, 3, 3, 3, 3)) / 5, rng.standard_normal((m, 3))
+    hs = np.array([0.25, 0.5, 0.125])
+    ref = ConvLayer(3, 3, backend="numpy")
+    lay = ConvLayer(3, 3, xp=xp)
+    assert lay.backend == "array-api"
+    on = [xp.asarray(a, device=dev) for a in (W, U, Ks, bs, hs)]
+
+    def host(a):
+        assert a.device == dev
+        return np.from_dlpack(a).copy()
+
+    close = dict(rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(host(lay.forward_batched(*on[1:])),
+                               ref.forward_batched(U, Ks, bs, hs), **close)
+    np.testing.assert_allclose(host(lay.adjoint_batched(*on)),
+                               ref.adjoint_batched(W, U, Ks, bs, hs), **close)
+    for got, want in zip(lay.gradient_batched(*on), ref.gradient_batched(W, U, Ks, bs, hs)):
+        np.testing.assert_allclose(host(got), want, **close)
+
+
+# ------------------------------------------------------------------ the cudnn wiring on the host
+
+
+class StandIn:
+    """braidpy._cuda's conv entry points computed with braidpy's NumPy convolutions; it
+    checks what the C++ checks (shapes, workspace size) and records the calls."""
+
+    WORKSPACE = 512
+
+    def __init__(self):
+        self.calls = []
+
+    def cudnn_info(self):
+        return {"version": 92801, "library": "stand-in", "error": None}
+
+    def info(self):
+        return {"devices": 1, "error": None}
+
+    def conv_workspace(self, n, c_in, c_out, h, w, k, groups, dtype):
+        assert dtype in ("float64", "float32")
+        return {"request": self.WORKSPACE}
+
+    def _check(self, name, x, K, y, groups, ws, nbytes):
+        assert x.flags.c_contiguous and K.flags.c_contiguous and y.flags.c_contiguous
+        assert K.shape[1] * groups == x.shape[1] and y.shape[0] == x.shape[0]
+        assert ws != 0 and nbytes == self.WORKSPACE
+        self.calls.append((name, groups))
+
+    def conv_forward(self, x, K, y, groups, ws, nbytes):
+        self._check("forward", x, K, y, groups, ws, nbytes)
+        y[...] = grouped_conv(x, K, groups)
+
+    def conv_backward_data(self, K, dy, dx, groups, ws, nbytes):
+        self._check("backward_data", dx, K, dy, groups, ws, nbytes)
+        cin, cout = dx.shape[1] // groups, dy.shape[1] // groups
+        dx[...] = np.concatenate([conv2d_input_vjp(dy[:, g * cout:(g + 1) * cout],
+                                                   K[g * cout:(g + 1) * cout])
+                                  for g in range(groups)], axis=1)
+        assert dx.shape[1] == cin * groups
+
+    def conv_backward_filter(self, x, dy, dK, groups, ws, nbytes):
+        self._check("backward_filter", x, dK, dy, groups, ws, nbytes)
+        cin, cout, k = x.shape[1] // groups, dy.shape[1] // groups, dK.shape[-1]
+        dK[...] = np.concatenate([conv2d_weight_vjp(dy[:, g * cout:(g + 1) * cout],
+                                                    x[:, g * cin:(g + 1) * cin], k)
+                                  for g in range(groups)], axis=0)
+
+    def conv_backward_bias(self, dy, db):
+        assert db.shape == (1, dy.shape[1], 1, 1)
+        self.calls.append(("backward_bias", 1))
+        db[...] = dy.sum(axis=(0, 2, 3), keepdims=True)
+
+
+@pytest.fixture
+def stand_in(monkeypatch):
+    fake = StandIn()
+    monkeypatch.setattr(cb, "_cuda", lambda: fake)
+    monkeypatch.delenv(cb.ENV, raising=False)
+    return fake
+
+
+@pytest.mark.parametrize("act", ["tanh", "relu"])
+def test_cudnn_kernels_wiring_equals_the_numpy_kernels(stand_in, act):
+    layer = ConvLayer(3, 3, act, xp=CUPY)  # cuDNN "usable": the stand-in answers
+    assert layer.backend == "cudnn"
+    ref = ConvLayer(3, 3, act, backend="numpy")
+    rng = np.random.default_rng(SEED + 3)
+    m = 4
+    U, W = rng.standard_normal((m, 2, 3, 5, 4)), rng.standard_normal((m, 2, 3, 5, 4))
+    Ks, bs = rng.standard_normal((m, 3, 3, 3, 3)) / 5, rng.standard_normal((m, 3))
+    hs = np.array([0.25, 0.5, 0.125, 1.0])
+    close = dict(rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(layer.forward(U[1], Ks[1], bs[1], 0.5),
+                               ref.forward(U[1], Ks[1], bs[1], 0.5), **close)
+    np.testing.assert_allclose(layer.adjoint(W[1], U[1], Ks[1], bs[1], 0.5),
+                               ref.adjoint(W[1], U[1], Ks[1], bs[1], 0.5), **close)
+    for got, want in zip(layer.gradient(W[1], U[1], Ks[1], bs[1], 0.5),
+                         ref.gradient(W[1], U[1], Ks[1], bs[1], 0.5)):
+        np.testing.assert_allclose(got, want, **close)
+    stand_in.calls.clear()
+    np.testing.assert_allclose(layer.forward_batched(U, Ks, bs, hs),
+                               ref.forward_batched(U, Ks, bs, hs), **close)
+    assert stand_in.calls == [("forward", m)]  # one grouped call for all m intervals
+    stand_in.calls.clear()
+    np.testing.assert_allclose(layer.adjoint_batched(W, U, Ks, bs, hs),
+                               ref.adjoint_batched(W, U, Ks, bs, hs), **close)
+    assert stand_in.calls == [("forward", m), ("backward_data", m)]
+    stand_in.calls.clear()
+    got = layer.gradient_batched(W, U, Ks, bs, hs)
+    for g, w in zip(got, ref.gradient_batched(W, U, Ks, bs, hs)):
+        np.testing.assert_allclose(g, w, **close)
+    assert got[0].shape == Ks.shape and got[1].shape == bs.shape
+    assert stand_in.calls == [("forward", m), ("backward_filter", m), ("backward_bias", 1)]
+
+
+def test_cudnn_kernels_check_shapes_first(stand_in):
+    layer = ConvLayer(3, 3, xp=CUPY)
+    with pytest.raises(ValueError, match="conv_forward_batched: Ks has shape"):
+        layer.forward_batched(np.zeros((2, 1, 3, 4, 4)), np.zeros((2, 3, 3, 5, 4)),
+                              np.zeros((2, 3)), [0.1, 0.1])
+    with pytest.raises(ValueError, match="float64 or float32, got int64"):
+        cb.conv2d_cudnn(np.zeros((1, 3, 4, 4), np.int64), np.zeros((3, 3, 3, 3), np.int64))
+    assert stand_in.calls == []
+
+
+def test_cudnn_streams_runs_interval_by_interval_and_equals_numpy(stand_in):
+    layer = ConvLayer(3, 3, "tanh", backend="cudnn-streams")
+    ref = ConvLayer(3, 3, "tanh", backend="numpy")
+    rng = np.random.default_rng(SEED + 4)
+    m = 5
+    U, W = rng.standard_normal((m, 2, 3, 4, 4)), rng.standard_normal((m, 2, 3, 4, 4))
+    Ks, bs = rng.standard_normal((m, 3, 3, 3, 3)) / 5, rng.standard_normal((m, 3))
+    hs = rng.uniform(0.1, 0.5, m)
+    close = dict(rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(layer.forward_batched(U, Ks, bs, hs),
+                               ref.forward_batched(U, Ks, bs, hs), **close)
+    assert stand_in.calls == [("forward", 1)] * m  # one call per interval
+    np.testing.assert_allclose(layer.adjoint_batched(W, U, Ks, bs, hs),
+                               ref.adjoint_batched(W, U, Ks, bs, hs), **close)
+    for got, want in zip(layer.gradient_batched(W, U, Ks, bs, hs),
+                         ref.gradient_batched(W, U, Ks, bs, hs)):
+        np.testing.assert_allclose(got, want, **close)
+
+
+def test_stream_count_is_checked(monkeypatch):
+    monkeypatch.delenv(cb.STREAMS_ENV, raising=False)
+    assert cb.stream_count() == 4
+    monkeypatch.setenv(cb.STREAMS_ENV, "3")
+    assert cb.stream_count() == 3
+    for bad in ("0", "two", "-1"):
+        monkeypatch.setenv(cb.STREAMS_ENV, bad)
+        with pytest.raises(ValueError, match=f"BRAIDPY_CUDNN_STREAMS must be a positive "
+                                             f"integer, got '{bad}'"):
+            cb.stream_count()
