@@ -12,10 +12,11 @@ training), cfactor 16 on level 0, 2 levels, F-relaxation; "grouped" runs each ba
 call as one torch call per layer over the stacked block parameters (baddbmm for the
 Linear), "vmap" as one torch.func.vmap (grouped=False), "per-block" the same with
 batch=False. Each timing is one forward + backward from zeroed gradients, after
-two warm-up calls; min over repeats (median in brackets). The two sides alternate
-within each repeat. ratio = serial / LayerParallel (> 1: LayerParallel is faster).
+two warm-up calls, in the process's CPU time (--clock wall: elapsed time); min over
+repeats (median in brackets). The sides alternate within each repeat. ratio = serial / LayerParallel (> 1: LayerParallel is faster).
 
 Run: python benchmarks/bench_torch.py [--layers 1024 4096] [--batches 1 32] [--repeats R]
+     [--per-block] [--cfactor C] [--clock cpu|wall]
 """
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ def parse_args(argv=None):
     p.add_argument("--per-block", action="store_true",
                    help="also time LayerParallel with batch=False")
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
+    p.add_argument("--clock", choices=sorted(CLOCKS), default="cpu",
+                   help="cpu: this process's CPU time (default; with one torch thread it "
+                        "equals the wall time on an idle machine and ignores other jobs' "
+                        "load), wall: elapsed time")
     p.add_argument("--quick", action="store_true", help="smoke run: N 256, 1 repeat")
     return p.parse_args(argv)
 
@@ -51,10 +56,13 @@ def blocks_of(n, width):
             for _ in range(n)]
 
 
-def timed(fn):
-    start = time.perf_counter()
+CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
+
+
+def timed(fn, clock):
+    start = clock()
     fn()
-    return time.perf_counter() - start
+    return clock() - start
 
 
 def main(argv=None):
@@ -97,7 +105,7 @@ def main(argv=None):
                 fn()
             for _ in range(args.repeats):
                 for name, fn in sides.items():
-                    times[name].append(timed(fn))
+                    times[name].append(timed(fn, CLOCKS[args.clock]))
             stats = {name: min_median(t) for name, t in times.items()}
             for name in nets:
                 mn, md = stats[name]
@@ -108,7 +116,8 @@ def main(argv=None):
                 net.close()
     print_table(["N", "batch", "LayerParallel", "serial torch fwd+bwd",
                  "LayerParallel one-shot (2,2)", "serial / LP", "path"], rows,
-                title=f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), width "
+                title=f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), "
+                      f"{args.clock} time, width "
                       f"{args.width}, float64, cfactor {args.cfactor}, 2 levels, F-relaxation")
 
 
