@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -215,16 +215,23 @@ class GradientSolver:
     def __del__(self):
         self.close()
 
-    def evaluate(self) -> Gradient:
-        """Primal solve, objective, adjoint solve and per-step gradients."""
+    def evaluate(self, after_objective: Optional[Callable[[float], None]] = None) -> Gradient:
+        """Primal solve, objective, adjoint solve and per-step gradients.
+
+        ``after_objective(J)``, if given, runs on every rank between the objective and
+        the adjoint solve: data-parallel training starts averaging what is final by
+        then (the loss, the classifier's gradient) while the adjoint runs.
+        """
         # A Ctrl-C between the two solves waits for the next agreement point, so that
         # no rank leaves while the others start the adjoint solve (docs/errors.md).
         with deferred_interrupts():
-            return self._evaluate()
+            return self._evaluate(after_objective)
 
-    def _evaluate(self) -> Gradient:
+    def _evaluate(self, after_objective: Optional[Callable[[float], None]]) -> Gradient:
         primal = self.primal_core.solve()
         objective, w_final = self._objective(primal)
+        if after_objective is not None:
+            after_objective(objective)
         rev = self.reversed_app
         rev.start_evaluation(self._batched)
         if w_final is not None:
