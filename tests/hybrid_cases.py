@@ -50,6 +50,7 @@ def gradient_case(grid, name, overlap=True):
     cfg = TrainConfig(mode="exact", optimizer="sgd", mgrit=EXACT)
     trainer = Trainer(net, (X, C), None, cfg, grid=grid, params=p.copy())
     trainer.evaluator.overlap = overlap
+    trainer.evaluator.bucket = 16  # several buckets, started in order as pieces come
     loss, grad, _ = trainer.evaluator.gradient(p, X, C)
     owned = trainer.evaluator.inner.solver.primal_core.owned
     rows = shard_of(X.shape[0], grid.data, grid.coords[0])

@@ -43,6 +43,7 @@ def run_cases(grid, checkpoint, save):
     trace(grid.shape, "resume")
     out["resume"] = hc.training_case(grid, "oneshot_adam", resume=checkpoint)
     out["save"] = hc.training_case(grid, "oneshot_adam", iterations=3, checkpoint=save)
+    out["resume_own"] = hc.training_case(grid, "oneshot_adam", resume=save)
     victim = grid.size - 1  # the last rank of the last data group
     for where in ("on_step", "adjoint", "validation"):
         trace(grid.shape, where)

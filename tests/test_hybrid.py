@@ -118,6 +118,11 @@ def test_any_grid_resumes_a_checkpoint_and_saves_one(run, serial):
         assert records[0]["history"][:3] == saved
         if shape[0] == 1:  # one data group: its warm states carry over exactly
             assert records[0]["history"] == serial["resume"]["history"]
+        # Its own checkpoint: each data group takes back its MGRIT states, and the run
+        # continues as if never stopped.
+        own, whole = cases["resume_own"], cases["train/oneshot_adam"]
+        assert own[0]["history"] == whole[0]["history"], shape
+        assert {r["digest"] for r in own} == {whole[0]["digest"]}, shape
         path = folder / f"saved-{'x'.join(map(str, shape))}.ckpt"
         warm = read_header(path)["warm"]
         if shape[0] > 1:
