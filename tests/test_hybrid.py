@@ -173,3 +173,39 @@ def test_grid_and_comm_are_not_both_given():
     with pytest.raises(TypeError, match="grid must be a braidpy.parallel.ProcessGrid, got str"):
         check_training_grid("2,1,2")
 
+
+
+def test_a_round_weights_its_pieces_and_names_a_piece_of_the_wrong_size():
+    from braidpy.train.sharded import AveragingRound
+
+    rnd = AveragingRound(None, None, 0.5, bucket=2)
+    rnd.begin([("loss", 1), (("K", 3), 2)])
+    rnd.add(("K", 3), np.array([2.0, 4.0]))
+    with pytest.raises(ValueError, match=r"gradient piece 'loss' has 2 entries, not 1"):
+        rnd.add("loss", [1.0, 2.0])
+    rnd.add("loss", [3.0])
+    out = rnd.finish()
+    np.testing.assert_array_equal(out["loss"], [1.5])
+    np.testing.assert_array_equal(out[("K", 3)], [1.0, 2.0])
+    # Overlap off: the same numbers, reduced only in finish.
+    off = AveragingRound(None, None, 2.0, overlap=False)
+    off.begin([("g", 3)])
+    off.add("g", np.arange(3.0))
+    np.testing.assert_array_equal(off.finish()["g"], [0.0, 2.0, 4.0])
+
+
+def test_the_gradient_solver_reports_the_objective_before_the_adjoint():
+    from apps import DecayRate
+
+    from braidpy.adjoint import GradientSolver
+
+    class Recorded(DecayRate):
+        def step_gradient(self, w, u, t0, t1, status):
+            seen.append("gradient")
+            return super().step_gradient(w, u, t0, t1, status)
+
+    seen = []
+    solver = GradientSolver(Recorded(), 0.0, 1.0, 8, primal=dict(cfactor=2, abs_tol=1e-12))
+    result = solver.evaluate(after_objective=lambda J: seen.append(("objective", J)))
+    assert seen[0] == ("objective", result.objective)
+    assert seen.count("gradient") == 8 and len(seen) == 9
