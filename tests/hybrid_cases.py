@@ -61,8 +61,8 @@ def gradient_case(grid, name, overlap=True):
 
 TRAININGS = {
     "oneshot_adam": dict(mode="oneshot", optimizer="adam", batch_size=10, shuffle=True,
-                         iterations=6, mgrit=ONESHOT),
-    "exact_lbfgs": dict(mode="exact", optimizer="lbfgs", iterations=4, mgrit=EXACT),
+                         iterations=5, mgrit=ONESHOT),
+    "exact_lbfgs": dict(mode="exact", optimizer="lbfgs", iterations=3, mgrit=EXACT),
     "serial_sgd": dict(mode="serial", optimizer="sgd", batch_size=9, iterations=4, lr=0.5),
 }
 

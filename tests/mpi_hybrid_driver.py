@@ -9,6 +9,7 @@ saves one.
 """
 
 import json
+import time
 import os
 import sys
 from pathlib import Path
@@ -26,7 +27,7 @@ COMM = MPI.COMM_WORLD
 
 def trace(*words):
     if os.environ.get("BRAIDPY_TRACE"):
-        print(COMM.rank, *words, file=sys.stderr, flush=True)
+        print(COMM.rank, f"{time.perf_counter():.2f}", *words, file=sys.stderr, flush=True)
 
 
 def run_cases(grid, checkpoint, save):
