@@ -80,6 +80,7 @@ def training_case(grid, name, resume=None, iterations=None, checkpoint=None):
     history = trainer.run()
     keys = ("loss", "objective", "val_accuracy")
     return {"history": [[r.get(k) for k in keys] for r in history],
+            "steps": [r["steps"] for r in history],
             "params": trainer.params.tolist(), "digest": digest(trainer.params),
             "coords": list(grid.coords)}
 

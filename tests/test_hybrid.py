@@ -101,6 +101,8 @@ def test_training_is_the_same_on_every_rank_and_run_to_run(run, serial, name):
         assert first[0]["history"] == again[0]["history"]
         losses = [h[0] for h in first[0]["history"]]
         assert losses[-1] < losses[0], (shape, losses)
+        if name == "serial_sgd":  # layer steps count every data group's: 2N each
+            assert first[0]["steps"] == [shape[0] * 2 * 16] * len(losses)
         if name != "oneshot_adam":  # exact gradients: the single-process training
             ref = serial[f"train/{name}"]
             np.testing.assert_allclose(first[0]["params"], ref["params"], rtol=1e-9,

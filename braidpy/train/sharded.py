@@ -178,12 +178,11 @@ class DataParallelEvaluator:
         self.ngroups, self.group = grid.data, grid.coords[0]
         self.mode = inner.mode
         self.overlap, self.bucket = overlap, bucket
-        self.last_round: Optional[AveragingRound] = None
+        self.step_calls = 0  # layer steps of every rank of the grid (not validation)
 
-    @property
-    def step_calls(self) -> int:
-        """Layer steps of this data group (its layer ranks together)."""
-        return int(self.inner.step_calls)
+    def _count(self, before: int) -> None:
+        """Add the layer steps all data groups took since ``before`` (collective)."""
+        self.step_calls += allreduce_int(self.data_comm, self.inner.step_calls - before)
 
     def shard(self, nsamples: int) -> range:
         """This group's samples of a batch of ``nsamples``."""
@@ -198,8 +197,9 @@ class DataParallelEvaluator:
         Xs, Cs, weight = self._part(X, C)
         rnd = AveragingRound(self.world, self.data_comm, weight, overlap=self.overlap,
                              bucket=self.bucket)
-        self.last_round = rnd
+        before = self.inner.step_calls
         loss, grad, stats = self.inner.gradient(params, Xs, Cs, average=rnd)
+        self._count(before)
         stats["data_wait_seconds"] = rnd.wait_seconds
         stats["data_agree_seconds"] = rnd.agree_seconds
         return loss, grad, stats
@@ -215,8 +215,10 @@ class DataParallelEvaluator:
 
     def loss(self, params: Any, X: Any, C: Any) -> float:
         Xs, Cs, weight = self._part(X, C)
+        before = self.inner.step_calls
         with agreed(self.world, "the objective of the line search"):
             value = self.inner.loss(params, Xs, Cs)
+        self._count(before)
         return self._mean(value, weight)
 
     def accuracy(self, params: Any, X: Any, C: Any) -> float:
