@@ -120,6 +120,11 @@ def test_any_grid_resumes_a_checkpoint_and_saves_one(run, serial):
         assert records[0]["history"][:3] == saved
         if shape[0] == 1:  # one data group: its warm states carry over exactly
             assert records[0]["history"] == serial["resume"]["history"]
+        # More groups: the serial run's MGRIT states split into shards (adjoints
+        # rescaled), so one-shot training goes on as the serial run does, to rounding.
+        np.testing.assert_allclose([h[:2] for h in records[0]["history"]],
+                                   [h[:2] for h in serial["resume"]["history"]],
+                                   rtol=1e-9, atol=0)
         # Its own checkpoint: each data group takes back its MGRIT states, and the run
         # continues as if never stopped.
         own, whole = cases["resume_own"], cases["train/oneshot_adam"]
@@ -129,15 +134,16 @@ def test_any_grid_resumes_a_checkpoint_and_saves_one(run, serial):
         warm = read_header(path)["warm"]
         if shape[0] > 1:
             assert len(warm["data_groups"]) == shape[0]
-        # A single process continues the grid's checkpoint.
+        # A single process continues the grid's checkpoint as the grid does (its
+        # groups' MGRIT states joined into the whole batch's).
         net, X, C = dense(30)
         cfg = TrainConfig(seed=2, tikhonov=1e-3, ddt=1e-2, classifier_reg=1e-3,
-                          **dict(TRAININGS["oneshot_adam"], iterations=4))
+                          **TRAININGS["oneshot_adam"])
         trainer = Trainer(net, (X, C), (X[:11], C[:11]), cfg)
         trainer.resume(str(path))
         trainer.run()
-        np.testing.assert_array_equal(trainer.history[0]["loss"],
-                                      cases["save"][0]["history"][0][0])
+        np.testing.assert_allclose([[r["loss"], r["objective"]] for r in trainer.history],
+                                   [h[:2] for h in own[0]["history"]], rtol=1e-9, atol=0)
 
 
 @pytest.mark.parametrize("where, what", [("on_step", "reporting the training step"),

@@ -37,7 +37,8 @@ from ..parallel.comm import rank_size
 from ..parallel.data import GradientAverager, shard_of
 from ..parallel.grid import ProcessGrid
 
-__all__ = ["AveragingRound", "DataParallelEvaluator", "check_training_grid"]
+__all__ = ["AveragingRound", "DataParallelEvaluator", "check_training_grid",
+           "shard_warm_state"]
 
 logger = logging.getLogger("braidpy.train")
 
@@ -256,20 +257,51 @@ class DataParallelEvaluator:
         return {"data_groups": groups}
 
     def load_warm_state(self, state: Mapping[str, Any]) -> None:
-        """Each group takes its own states when the checkpoint has one per group of
-        this grid's shard sizes; otherwise MGRIT starts afresh (states are an
-        accelerator: one-shot training then starts from the sequential solutions)."""
+        """This group's share of a checkpoint's MGRIT states, whatever grid wrote them
+        (:func:`shard_warm_state`); afresh if they do not fit (logged)."""
         if not state:
             return
-        groups = state.get("data_groups")
-        if groups is None:
-            mine: Optional[Mapping[str, Any]] = state if self.ngroups == 1 else None
-        else:
-            mine = groups[self.group] if len(groups) == self.ngroups else None
-        expected = getattr(self.inner, "batch_shape", None)
-        if mine and tuple(mine.get("batch_shape", ())) == expected:
+        mine = shard_warm_state(state, self.ngroups, self.group,
+                                getattr(self.inner, "batch_shape", None))
+        if mine is not None:
             self.inner.load_warm_state(mine)
-        else:
-            logger.warning("the checkpoint's MGRIT states are for %d data group(s) of "
-                           "other shards, this grid has %d: they start afresh",
-                           1 if groups is None else len(groups), self.ngroups)
+
+
+def shard_warm_state(state: Mapping[str, Any], ngroups: int, group: int,
+                     shape: Any) -> Optional[Dict[str, Any]]:
+    """Data group ``group``'s MGRIT states (of batch shape ``shape``) out of a
+    checkpoint's ``warm`` of any grid; None (and a warning) if they do not fit.
+
+    The same number of groups takes its own states back unchanged. Otherwise the
+    groups' states are joined into the whole batch's and split again. A state's rows
+    are samples, so the primal rows are simply concatenated. The adjoint of a mean loss
+    scales with one over the samples it averages. So group d's rows count n_d/N in the
+    whole batch's adjoint, and a new shard of n rows takes N/n of its rows.
+    """
+    groups = state.get("data_groups")
+    groups = [state] if groups is None else list(groups)
+    shape = None if shape is None else tuple(shape)
+    if len(groups) == ngroups and tuple(groups[group].get("batch_shape", ())) == shape:
+        return dict(groups[group])
+    try:
+        sizes = [int(g["batch_shape"][0]) for g in groups]
+    except (KeyError, IndexError, TypeError):
+        sizes = []
+    total = sum(sizes)
+    if not sizes or shape is None or total < ngroups or \
+            (len(shard_of(total, ngroups, group)),) + tuple(groups[0]["batch_shape"][1:]) \
+            != shape:
+        logger.warning("the checkpoint's MGRIT states (%d data group(s)) do not fit this "
+                       "grid's %d group(s) of batch shape %s: they start afresh",
+                       len(groups), ngroups, shape)
+        return None
+    rows = shard_of(total, ngroups, group)
+    out: Dict[str, Any] = {"primal": {}, "adjoint": {}, "batch_shape": shape}
+    for n in groups[0].get("primal", {}):
+        whole = np.concatenate([np.asarray(g["primal"][n]) for g in groups], axis=0)
+        out["primal"][n] = whole[rows.start:rows.stop].copy()
+    for n in groups[0].get("adjoint", {}):
+        whole = np.concatenate([np.asarray(g["adjoint"][n]) * (size / total)
+                                for g, size in zip(groups, sizes)], axis=0)
+        out["adjoint"][n] = whole[rows.start:rows.stop] * (total / len(rows))
+    return out

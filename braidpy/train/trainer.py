@@ -23,7 +23,7 @@ from .evaluate import LayerParallelEvaluator, SerialEvaluator, training_options
 from .optim import make_optimizer
 from .progress import format_step, progress_bar, summary, summary_lines
 from .regularize import Regularizer
-from .sharded import DataParallelEvaluator, check_training_grid
+from .sharded import DataParallelEvaluator, check_training_grid, shard_warm_state
 
 __all__ = ["TrainConfig", "Trainer", "MODES", "DataMismatchError", "data_fingerprint",
            "network_spec"]
@@ -502,7 +502,11 @@ class Trainer:
         self.best = self.placement.tree_from_host(dict(state["best"]))
         self._stale = int(state["stale"])
         if not new_data:
-            self.evaluator.load_warm_state(state.get("warm") or {})
+            warm = state.get("warm") or {}
+            if self.grid is None and "data_groups" in warm:  # written by data groups
+                warm = shard_warm_state(warm, 1, 0, getattr(self.evaluator, "batch_shape",
+                                                            None)) or {}
+            self.evaluator.load_warm_state(warm)
         else:
             logger.warning("resuming on other data than the checkpoint's (fingerprint %s, "
                            "checkpoint %s): new batch order, MGRIT states from scratch",
