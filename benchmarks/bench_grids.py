@@ -20,7 +20,7 @@ end (overlap off). Columns:
 - wait: the share of it rank 0 spent waiting for the data reductions (``Waitall``);
 - agree: the share spent in the agreement points over the grid (a few small
   collectives that also wait for the slowest data group);
-- the layer step calls of one data group.
+- the layer step calls of one gradient, all ranks together.
 
 A serial reference (1 x 1 x 1) is run with ``mpiexec -n 1``. With more ranks than cores
 (4 ranks on this project's 2-core VM) the ranks take turns on the cores, so waits also
@@ -112,7 +112,7 @@ def main() -> None:
     if comm.Get_rank() == 0:
         print(f"P = {p} ranks, mode {args.mode}; min / median over {repeats} repeats")
         print_table(["problem", "grid DxSxL", "overlap", "ms min", "ms median", "wait",
-                     "agree", "steps/group"], rows,
+                     "agree", "steps"], rows,
                     "time per gradient of one batch on every data x layers grid")
 
 
