@@ -44,11 +44,12 @@ import numpy as np
 
 from . import __version__
 from .nn import OPENINGS, ResNet, activation_names
-from .parallel import world
+from .parallel import ProcessGrid, world
 from .parallel.collectives import bcast_bytes
 from .train import MODES, OPTIMIZERS, TrainConfig, Trainer, training_options
 from .train import checkpoint as _checkpoint
 from .train.presets import PRESETS, preset
+from .train.sharded import check_training_grid
 from .train.progress import CsvLog, JsonLog, Progress, summary, summary_lines
 
 __all__ = ["build_parser", "main", "resolve"]
@@ -174,6 +175,20 @@ def _device(text: str) -> str:
     raise argparse.ArgumentTypeError(f"expected cpu, cuda or cuda:N, got {text!r}")
 
 
+def _grid(text: str) -> Tuple[int, int, int]:
+    """--grid D,S,L: three positive integers (that D·S·L is the rank count, and S = 1,
+    are checked when the grid is built)."""
+    parts = text.split(",")
+    try:
+        shape = tuple(int(p) for p in parts)
+    except ValueError:
+        shape = ()
+    if len(shape) != 3 or min(shape) < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected D,S,L (data, space, layer ranks: three integers >= 1), got {text!r}")
+    return shape  # type: ignore[return-value]
+
+
 POSITIVE = _float_in(0.0, open_low=True)
 NONNEGATIVE = _float_in(0.0)
 
@@ -267,6 +282,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "'braidpy[gpu]') (default cpu)")
 
     g = p.add_argument_group("layer parallelism")
+    g.add_argument("--grid", type=_grid, metavar="D,S,L",
+                   help="under mpiexec -n P: D data groups (each trains on its shard of "
+                        "every batch) x S space (must be 1) x L layer ranks, D*S*L = P "
+                        "(default 1,1,P)")
     g.add_argument("--mode", choices=MODES,
                    help="serial backpropagation, exact MGRIT gradients, or one-shot "
                         f"(m1 state and m2 adjoint iterations per step) {_default('mode')}")
@@ -544,7 +563,14 @@ def _setup(args: argparse.Namespace, comm: Any, error: Callable[[str], None]):
     except (ImportError, RuntimeError, ValueError) as exc:  # --device cuda without CuPy/GPU
         error(_describe(exc))
     try:
-        trainer = _Trainer(net, train, val, make_config(args), comm=comm)
+        grid = None if args.grid is None else check_training_grid(ProcessGrid(comm, *args.grid))
+    except ValueError as exc:
+        error(f"--grid {','.join(map(str, args.grid))}: {exc}")
+    try:
+        if grid is not None:
+            trainer = _Trainer(net, train, val, make_config(args), grid=grid)
+        else:
+            trainer = _Trainer(net, train, val, make_config(args), comm=comm)
         if args.resume:
             trainer.resume(args.checkpoint, allow_new_data=args.resume_on_new_data)
     except (OSError, ValueError) as exc:
@@ -589,7 +615,9 @@ class _Outputs:
                 f"braidpy train: {h['source']}, {h['train_samples']} training / "
                 f"{h['validation_samples']} validation samples; {h['architecture']} "
                 f"({h['network']['kernels']} kernels on {h['network']['device']}); mode "
-                f"{h['mode']}, {h['ranks']} rank(s)")
+                f"{h['mode']}, {h['ranks']} rank(s)"
+                + (" (grid data {} x space {} x layers {})".format(*h["grid"])
+                   if h["grid"] else ""))
             if args.resume:
                 self.progress.message(f"resumed from {args.checkpoint} at step "
                                       f"{self.trainer.iteration}")
@@ -634,6 +662,7 @@ def _train(args: argparse.Namespace, argv: List[str]) -> int:
     header = {"braidpy": __version__, "argv": argv, "source": what,
               "preset": args.preset,
               "ranks": 1 if comm is None else comm.Get_size(),
+              "grid": list(trainer.grid.shape) if trainer.grid is not None else None,
               "train_samples": int(trainer.X.shape[0]),
               "validation_samples": 0 if trainer.validation is None else
               int(trainer.validation[0].shape[0]),

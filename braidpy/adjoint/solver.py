@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -215,12 +215,17 @@ class GradientSolver:
     def __del__(self):
         self.close()
 
-    def evaluate(self) -> Gradient:
-        """Primal solve, objective, adjoint solve and per-step gradients."""
+    def evaluate(self, after_objective: Optional[Callable[[float], None]] = None) -> Gradient:
+        """Primal solve, objective, adjoint solve and per-step gradients.
+
+        ``after_objective(J)``, if given, runs on every rank between the objective and
+        the adjoint solve: data-parallel training starts averaging what is final by
+        then (the loss, the classifier's gradient) while the adjoint runs.
+        """
         # A Ctrl-C between the two solves waits for the next agreement point, so that
         # no rank leaves while the others start the adjoint solve (docs/errors.md).
         with deferred_interrupts():
-            return self.solve_adjoint(self.solve_primal())
+            return self.solve_adjoint(self.solve_primal(), after_objective)
 
     def solve_primal(self) -> Result:
         """The first half of :meth:`evaluate`: the primal solve alone (warm-started).
@@ -230,14 +235,19 @@ class GradientSolver:
         :meth:`solve_adjoint` in ``backward``)."""
         return self.primal_core.solve()
 
-    def solve_adjoint(self, primal: Result) -> Gradient:
+    def solve_adjoint(self, primal: Result,
+                      after_objective: Optional[Callable[[float], None]] = None) -> Gradient:
         """The second half of :meth:`evaluate`: objective, adjoint solve and gradients
-        for the primal solve ``primal`` (the last one; collective)."""
+        for the primal solve ``primal`` (the last one; collective); ``after_objective``
+        as in :meth:`evaluate`."""
         with deferred_interrupts():
-            return self._solve_adjoint(primal)
+            return self._solve_adjoint(primal, after_objective)
 
-    def _solve_adjoint(self, primal: Result) -> Gradient:
+    def _solve_adjoint(self, primal: Result,
+                       after_objective: Optional[Callable[[float], None]]) -> Gradient:
         objective, w_final = self._objective(primal)
+        if after_objective is not None:
+            after_objective(objective)
         rev = self.reversed_app
         rev.start_evaluation(self._batched)
         if w_final is not None:

@@ -117,6 +117,14 @@ class GradientAverager:
                 self._requests.append(self.comm.Iallreduce(
                     self.buffer[lo:hi], self.result[lo:hi], op=MPI.SUM))
 
+    def abandon(self) -> None:
+        """After a failure agreed by every rank: wait for the buckets already started
+        (every rank started them, so they complete) and start no more."""
+        if self._requests:
+            mpi().Request.Waitall(self._requests)
+        self._requests = []
+        self._started = [True] * len(self._started)
+
     def finish(self) -> np.ndarray:
         """Wait for the reductions and return the mean over the ranks (a new array)."""
         if any(m != 0 for m in self._missing):

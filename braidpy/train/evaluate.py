@@ -17,7 +17,7 @@ number of ranks.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
@@ -26,6 +26,7 @@ from .._options import Options
 from .._solver import Core
 from ..adjoint import GradientSolver
 from ..parallel.collectives import allreduce_int, gather_arrays
+from ..parallel.comm import rank_size
 from ..parallel.staging import allreduce_sum_anywhere
 from ..nn.layers import accuracy as classifier_accuracy
 from ..nn.network import ResNet
@@ -81,8 +82,22 @@ class SerialEvaluator:
         self.comm = comm
         self.step_calls = 0  # layer steps and adjoint steps (not validation)
 
-    def gradient(self, params, X, C) -> Tuple[float, np.ndarray, Dict[str, Any]]:
-        loss, grad = self.net.loss_and_gradient(params, X, C)
+    def gradient(self, params, X, C, average: Any = None
+                 ) -> Tuple[float, np.ndarray, Dict[str, Any]]:
+        """``average``: an :class:`~braidpy.train.sharded.AveragingRound` over the data
+        groups (None: this batch alone)."""
+        if average is None:
+            loss, grad = self.net.loss_and_gradient(params, X, C)
+        else:
+            with average.guarded("the serial gradient"):
+                average.begin([("loss", 1), ("grad", self.net.nparams)])
+                loss, grad = self.net.loss_and_gradient(params, X, C)
+                where = placement_of(grad)
+            average.point("the serial gradient")
+            average.add("loss", [loss])
+            average.add("grad", where.to_host(grad))
+            mean = average.finish()
+            loss, grad = float(mean["loss"][0]), where.from_host(mean["grad"])
         self.step_calls += 2 * self.net.nlayers
         return loss, grad, {"steps": 2 * self.net.nlayers}
 
@@ -175,8 +190,31 @@ class LayerParallelEvaluator:
             solver.primal_core.set_initial_condition(self.app.initial_state())
         return solver
 
+    @property
+    def batch_shape(self) -> Tuple[int, ...]:
+        """The shape every batch must have (that of the first, or of resumed states)."""
+        return self._batch_shape
+
     # -------------------------------------------------------------- interface
-    def gradient(self, params, X, C) -> Tuple[float, Any, Dict[str, Any]]:
+    def gradient(self, params, X, C, average: Any = None) -> Tuple[float, Any, Dict[str, Any]]:
+        """``average``: an :class:`~braidpy.train.sharded.AveragingRound` over the data
+        groups (None: this batch alone)."""
+        if average is not None:
+            loss, grad, result = self._averaged_gradient(params, X, C, average)
+        else:
+            loss, grad, result = self._gradient(params, X, C)
+        stats: Dict[str, Any] = {
+            "primal_iterations": result.primal.iterations,
+            "adjoint_iterations": result.adjoint.iterations,
+            "primal_residuals": list(result.primal.residuals),
+            "adjoint_residuals": list(result.adjoint.residuals),
+            "steps": _steps(result.primal.counts) + _steps(result.adjoint.counts),
+        }
+        stats["steps"] = allreduce_int(self.comm, stats["steps"])
+        self.step_calls += stats["steps"]
+        return loss, grad, stats
+
+    def _gradient(self, params, X, C) -> Tuple[float, Any, Any]:
         solver = self._use(params, X, C)
         result = solver.evaluate()
         self._evaluated = True
@@ -191,17 +229,70 @@ class LayerParallelEvaluator:
         if net.nlayers in solver.primal_core.owned:
             g["W"][...] = self.app.classifier_grad["W"]
             g["mu"][...] = self.app.classifier_grad["mu"]
-        grad = allreduce_sum_anywhere(self.comm, local)
-        stats: Dict[str, Any] = {
-            "primal_iterations": result.primal.iterations,
-            "adjoint_iterations": result.adjoint.iterations,
-            "primal_residuals": list(result.primal.residuals),
-            "adjoint_residuals": list(result.adjoint.residuals),
-            "steps": _steps(result.primal.counts) + _steps(result.adjoint.counts),
-        }
-        stats["steps"] = allreduce_int(self.comm, stats["steps"])
-        self.step_calls += stats["steps"]
-        return result.objective, grad, stats
+        return result.objective, allreduce_sum_anywhere(self.comm, local), result
+
+    def _layout(self, solver: GradientSolver) -> List[Tuple[Any, int]]:
+        """This rank's pieces of the gradient, in the order they become final: the
+        loss, the classifier (after the objective), the layers from last to first
+        (after the adjoint), the opening (last)."""
+        net, owned = self.net, solver.primal_core.owned
+        sizes = {name: sl.stop - sl.start for name, sl in net.slices().items()}
+        N = net.nlayers
+        layout: List[Tuple[Any, int]] = [("loss", 1)]
+        if N in owned:
+            layout += [("W", sizes["W"]), ("mu", sizes["mu"])]
+        for n in reversed(range(max(owned.start - 1, 0), min(owned.stop - 1, N))):
+            layout += [(("K", n), sizes["K"] // N), (("b", n), sizes["b"] // N)]
+        if 0 in owned:
+            layout += [(name, sizes[name]) for name in ("open_K", "open_b") if name in sizes]
+        return layout
+
+    def _averaged_gradient(self, params, X, C, average) -> Tuple[float, Any, Any]:
+        """The gradient averaged over the data groups: pieces start reducing as they
+        become final (see braidpy.train.sharded), then one sum over the layer ranks
+        assembles them (every entry from one rank) with the loss of layer rank 0."""
+        net, host = self.net, self.placement.to_host
+        with average.guarded("the gradient"):
+            solver = self._use(params, X, C)
+            layout = self._layout(solver)
+            average.begin(layout)
+            owns_last = net.nlayers in solver.primal_core.owned
+
+            def after_objective(objective: float) -> None:
+                average.point("the primal solve")
+                average.add("loss", [objective])
+                if owns_last:
+                    average.add("W", host(self.app.classifier_grad["W"]))
+                    average.add("mu", host(self.app.classifier_grad["mu"]))
+
+            result = solver.evaluate(after_objective)
+            self._evaluated = True
+            average.point("the adjoint solve")
+            for key, size in layout:
+                if isinstance(key, tuple):
+                    name, n = key
+                    pair = result.gradients.get(n)
+                    piece = None if pair is None else pair[0 if name == "K" else 1]
+                    average.add(key, np.zeros(size) if piece is None else host(piece))
+            opening: Dict[str, Any] = {}
+            if result.initial_adjoint is not None:
+                opening = net.opening_gradient(self.params, X, result.initial_adjoint)
+        average.point("the opening's gradient")
+        for name, value in opening.items():
+            average.add(name, host(value))
+        mean = average.finish()
+        local = self.placement.zeros(net.nparams + 1)
+        g = net.views(local[:net.nparams])
+        for key, value in mean.items():
+            if key == "loss":
+                continue
+            name, n = key if isinstance(key, tuple) else (key, None)
+            block = g[name] if n is None else g[name][n, ...]
+            block[...] = self.placement.from_host(value.reshape(block.shape))
+        if rank_size(self.comm)[0] == 0:  # the loss once: the same bits on every rank
+            local[net.nparams] = float(mean["loss"][0])
+        total = allreduce_sum_anywhere(self.comm, local)
+        return float(total[net.nparams]), total[:net.nparams], result
 
     def loss(self, params, X, C) -> float:
         solver = self._use(params, X, C)

@@ -16,11 +16,14 @@ from ..nn.network import ResNet
 from ..parallel.agree import agreed
 from ..parallel.interrupts import deferred_interrupts
 from ..parallel.comm import rank_size
+from ..parallel.data import shard_of
+from ..parallel.grid import ProcessGrid
 from . import checkpoint as _checkpoint
 from .evaluate import LayerParallelEvaluator, SerialEvaluator, training_options
 from .optim import make_optimizer
 from .progress import format_step, progress_bar, summary, summary_lines
 from .regularize import Regularizer
+from .sharded import DataParallelEvaluator, check_training_grid, shard_warm_state
 
 __all__ = ["TrainConfig", "Trainer", "MODES", "DataMismatchError", "data_fingerprint",
            "network_spec"]
@@ -181,6 +184,11 @@ class Trainer:
         Layer (time) communicator; every rank must call with the same arguments.
     params : array, optional
         Initial parameters (default: ``net.init_params(config.seed, config.init_scale)``).
+    grid : braidpy.parallel.ProcessGrid, optional
+        Data × layers parallel training (instead of ``comm``; space must be 1): each
+        data group evaluates its shard of every batch over its layer communicator, and
+        loss and gradient are averaged over the data groups weighted by shard size
+        (:mod:`braidpy.train.sharded`). Validation shards the validation set likewise.
 
     Notes
     -----
@@ -197,10 +205,17 @@ class Trainer:
     def __init__(self, net: ResNet, train: Tuple[Any, Any],
                  validation: Optional[Tuple[Any, Any]] = None,
                  config: Optional[TrainConfig] = None, *, comm: Any = None,
-                 params: Optional[np.ndarray] = None):
+                 params: Optional[np.ndarray] = None, grid: Optional[ProcessGrid] = None):
         self.net = net
         self.config = config or TrainConfig()
-        self.comm = comm
+        if grid is not None:
+            if comm is not None:
+                raise ValueError("give either comm (layers only) or grid, not both")
+            check_training_grid(grid)
+        self.grid = grid
+        # Agreement, progress and checkpoints span every rank; solves the layer group.
+        self.comm = comm if grid is None else (grid.comm if grid.size > 1 else None)
+        layers_comm = comm if grid is None else grid.layers_comm
         self.X, self.C = _check_pair("train", train)
         net.check_data(self.X, self.C)
         self.validation = None
@@ -232,13 +247,23 @@ class Trainer:
         self._stale = 0
         self.data_fingerprint = data_fingerprint((self.X, self.C), self.validation)
         X0, C0 = self._peek_batch()
+        if grid is not None:  # the solvers see one shard
+            rows = shard_of(X0.shape[0], grid.data, grid.coords[0])
+            X0, C0 = X0[rows.start:rows.stop], C0[rows.start:rows.stop]
+            if self.validation is not None and self.validation[0].shape[0] < grid.data:
+                raise ValueError(f"{self.validation[0].shape[0]} validation samples cannot "
+                                 f"feed {grid.data} data groups (each needs at least one)")
         self.evaluator: Any
         if cfg.mode == "serial":
-            self.evaluator = SerialEvaluator(net, comm)
+            self.evaluator = SerialEvaluator(net, layers_comm)
         else:
             oneshot = (cfg.m1, cfg.m2) if cfg.mode == "oneshot" else None
-            self.evaluator = LayerParallelEvaluator(net, self.params, X0, C0, comm=comm,
-                                                    mgrit=cfg.mgrit, oneshot=oneshot)
+            self.evaluator = LayerParallelEvaluator(net, self.params, X0, C0,
+                                                    comm=layers_comm, mgrit=cfg.mgrit,
+                                                    oneshot=oneshot)
+        if grid is not None:
+            batch = min(cfg.batch_size or self.X.shape[0], self.X.shape[0])
+            self.evaluator = DataParallelEvaluator(self.evaluator, grid, batch)
 
     def _optimizer_args(self) -> Dict[str, Any]:
         cfg = self.config
@@ -477,7 +502,11 @@ class Trainer:
         self.best = self.placement.tree_from_host(dict(state["best"]))
         self._stale = int(state["stale"])
         if not new_data:
-            self.evaluator.load_warm_state(state.get("warm") or {})
+            warm = state.get("warm") or {}
+            if self.grid is None and "data_groups" in warm:  # written by data groups
+                warm = shard_warm_state(warm, 1, 0, getattr(self.evaluator, "batch_shape",
+                                                            None)) or {}
+            self.evaluator.load_warm_state(warm)
         else:
             logger.warning("resuming on other data than the checkpoint's (fingerprint %s, "
                            "checkpoint %s): new batch order, MGRIT states from scratch",

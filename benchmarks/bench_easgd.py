@@ -1,0 +1,194 @@
+"""EASGD (seed paper 003) against allreduce SGD and Adam, on digits with 4 workers
+(issue 16, item 3).
+
+    mpiexec -n 4 python benchmarks/bench_easgd.py [--steps S] [--quick] [--tau T]
+    mpiexec -n 5 python benchmarks/bench_easgd.py --methods async-easgd [...]
+
+Every method trains the same conv ResNet (digits 8x8, 8 layers x 4 channels, smoothed
+ReLU; plain backpropagation, ``mode="serial"``, so that only the optimizers'
+communication differs) for the same number of steps, on the same stream of shuffled
+batches of 100 images: each of the 4 workers takes its shard of 25.
+
+- ``sgd``, ``adam``: the Trainer on the grid 4 x 1 x 1: the 4 shard gradients are
+  averaged (one allreduce per step), and every worker takes the same step.
+- ``sync-easgd``: :class:`braidpy.train.easgd.SyncEASGD`: each worker steps on its own
+  shard gradient, with the elastic pull and one allreduce every ``tau`` steps. The
+  accuracy shown is the centre variable's.
+- ``async-easgd``: :class:`braidpy.train.easgd.AsyncEASGD` with one extra rank as the
+  centre (so launch it with 5 ranks for 4 workers); the accuracy shown is the mean over
+  the workers' own parameters, and the final centre's.
+
+Columns: validation accuracy (359 images) after each block of steps, the wall time
+to there (the slowest worker; validation excluded), and the communication share of a
+step: time inside the reductions (allreduce methods: the gradient average's waits and
+agreement points; EASGD: the optimizer's step, which is its exchange plus a few vector
+operations). This project's VM has 2 cores: 4 or 5 ranks take turns on them, so the
+times contain waiting for the cores as well.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _report import print_table  # noqa: E402
+
+WORKERS = 4
+
+
+def setup(quick: bool):
+    from braidpy import data
+    from braidpy.nn import ResNet
+
+    split = data.digits(seed=1)
+    Xt, Ct = split["train"]
+    Xv, Cv = split["validation"]
+    net = ResNet((1, 8, 8), 10, width=4, nlayers=4 if quick else 8, T=5.0,
+                 activation="smooth_relu", opening="conv", kernel=3)
+    return net, (Xt, Ct), (Xv, Cv)
+
+
+def batches(n: int, size: int, steps: int, seed: int):
+    """The shuffled batch indices of ``steps`` steps (the Trainer's order: a new
+    permutation per epoch, short last batches dropped)."""
+    rng = np.random.default_rng(seed)
+    out, order, pos = [], rng.permutation(n), 0
+    while len(out) < steps:
+        if pos + size > n:
+            order, pos = rng.permutation(n), 0
+        out.append(order[pos:pos + size])
+        pos += size
+    return out
+
+
+def allreduce_run(comm, method, steps, every, quick, lr):
+    from braidpy.parallel import ProcessGrid
+    from braidpy.train import TrainConfig, Trainer
+
+    net, train, val = setup(quick)
+    grid = ProcessGrid(comm, WORKERS, 1, 1)
+    cfg = TrainConfig(mode="serial", optimizer=method, lr=lr, batch_size=100, shuffle=True,
+                      iterations=steps, validate_every=every, seed=1, init_scale=0.1)
+    trainer = Trainer(net, train, val, cfg, grid=grid)
+    history = trainer.run()
+    points, wall, comm_time = [], 0.0, 0.0
+    for r in history:
+        wall += r["seconds"] - r.get("validation_seconds", 0.0)
+        comm_time += r["data_wait_seconds"] + r["data_agree_seconds"]
+        if "val_accuracy" in r:
+            points.append((r["iteration"], r["val_accuracy"], wall))
+    grid.free()
+    return points, comm_time / wall
+
+
+def easgd_run(comm, method, steps, every, quick, lr, rho, tau, momentum):
+    from mpi4py import MPI
+
+    from braidpy.train.easgd import AsyncEASGD, SyncEASGD
+
+    net, (Xt, Ct), (Xv, Cv) = setup(quick)
+    params = net.init_params(1, 0.1)
+    rank = comm.Get_rank()
+    sync = method == "sync-easgd"
+    if sync:
+        opt = SyncEASGD(comm, lr=lr, rho=rho, tau=tau, momentum=momentum)
+        worker = rank
+    else:
+        opt = AsyncEASGD(comm, lr=lr, rho=rho, tau=tau, momentum=momentum, centre=0)
+        worker = rank - 1
+    points, wall, comm_time = [], 0.0, 0.0
+    plan = batches(Xt.shape[0], 100, steps, 1)
+    shard = slice(worker * 25, worker * 25 + 25)
+
+    def timed_steps():
+        nonlocal wall, comm_time
+        for step, idx in enumerate(plan, start=1):
+            start = time.perf_counter()
+            rows = idx[shard]
+            loss, grad = net.loss_and_gradient(params, Xt[rows], Ct[rows])
+            before = time.perf_counter()
+            opt.step(params, loss, grad)
+            done = time.perf_counter()
+            wall += done - start
+            comm_time += done - before
+            if step % every == 0:  # sync: the centre; async: this worker's own
+                points.append((step, net.accuracy(opt.center if sync else params, Xv, Cv),
+                               wall))
+
+    final = None
+    if sync:
+        timed_steps()
+    elif opt.is_centre:
+        final = net.accuracy(opt.serve(params), Xv, Cv)
+    else:
+        with opt.session():
+            timed_steps()
+    workers = comm if sync else comm.Split(0 if rank > 0 else MPI.UNDEFINED, rank)
+    out, share = None, None
+    if workers != MPI.COMM_NULL:
+        # The slowest worker's clock; the workers' mean accuracy.
+        out = [(step, workers.allreduce(acc) / WORKERS, workers.allreduce(t, op=MPI.MAX))
+               for step, acc, t in points]
+        share = workers.allreduce(comm_time / wall, op=MPI.MAX)
+    out, share = comm.bcast((out, share), root=0 if sync else 1)
+    final = comm.bcast(final, root=0)
+    if not sync:
+        if workers != MPI.COMM_NULL:
+            workers.Free()
+        opt.close()
+    return out, share, final
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--every", type=int, default=40, help="steps between validations")
+    parser.add_argument("--quick", action="store_true", help="4 layers, 40 steps")
+    parser.add_argument("--methods", nargs="+", default=["sgd", "adam", "sync-easgd"],
+                        choices=["sgd", "adam", "sync-easgd", "async-easgd"])
+    parser.add_argument("--tau", type=int, default=1, help="EASGD communication period")
+    parser.add_argument("--rho", type=float, default=1.0, help="EASGD elastic strength")
+    args = parser.parse_args()
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    steps = 40 if args.quick else args.steps
+    every = min(args.every, steps)
+    rows = []
+    for method in args.methods:
+        need = WORKERS + (method == "async-easgd")
+        if comm.Get_size() != need:
+            if comm.Get_rank() == 0:
+                print(f"({method} needs mpiexec -n {need}; skipped)")
+            continue
+        final = None
+        if method in ("sgd", "adam"):
+            lr = 0.1 if method == "sgd" else 0.02
+            points, share = allreduce_run(comm, method, steps, every, args.quick, lr)
+            label = f"{method} (allreduce, lr {lr:g})"
+        else:
+            lr = 0.1
+            points, share, final = easgd_run(comm, method, steps, every, args.quick, lr,
+                                             args.rho, args.tau, 0.9)
+            label = f"{method} (lr {lr:g}, rho {args.rho:g}, tau {args.tau}, mom 0.9)"
+        if comm.Get_rank() == 0:
+            for step, acc, t in points:
+                rows.append([label, step, f"{100 * acc:.1f}%", f"{t:.2f}",
+                             f"{100 * share:.0f}%" if step == points[-1][0] else ""])
+            if final is not None:
+                rows.append([label, "centre", f"{100 * final:.1f}%", "", ""])
+    if comm.Get_rank() == 0:
+        print(f"digits, {WORKERS} workers, batches of 100 (25 per worker), "
+              f"{comm.Get_size()} ranks on this machine")
+        print_table(["method", "step", "val acc", "wall s", "comm share"], rows,
+                    "accuracy vs steps and time; communication share of a step")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""Time per gradient of data x layers training on every grid of P ranks (issue 16).
+
+    mpiexec -n P python benchmarks/bench_grids.py [--repeats R] [--quick]
+        [--problems digits peaks] [--mode oneshot|exact]
+
+For every grid D x 1 x L with D * L = P, on two problems:
+
+- digits: scikit-learn's 8x8 digits, conv ResNet of 32 layers x 4 channels, batches of
+  200 images;
+- peaks: the paper's Peaks setup (dense, width 8, 32 layers, T 5), batches of 2000
+  points,
+
+it times one loss-and-gradient evaluation of a whole batch as the Trainer does it
+(``trainer.evaluator.gradient``: each data group's MGRIT over its layer ranks on its
+shard, then the shard-weighted average over the data groups), once with the reductions
+started as pieces become final (overlap on) and once with all of them started at the
+end (overlap off). Columns:
+
+- time per gradient: the slowest rank's wall time, min and median over repeats;
+- wait: the share of it rank 0 spent waiting for the data reductions (``Waitall``);
+- agree: the share spent in the agreement points over the grid (a few small
+  collectives that also wait for the slowest data group);
+- the layer step calls of one gradient, all ranks together.
+
+A serial reference (1 x 1 x 1) is run with ``mpiexec -n 1``. With more ranks than cores
+(4 ranks on this project's 2-core VM) the ranks take turns on the cores, so waits also
+contain other ranks' compute; trust the comparisons between grids of one run less than
+the shares.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _report import print_table  # noqa: E402
+
+
+def problem(name: str, quick: bool):
+    from braidpy import data
+    from braidpy.nn import ResNet
+
+    if name == "digits":
+        X, C = data.digits(seed=1)["train"]
+        n = 100 if quick else 200
+        net = ResNet((1, 8, 8), 10, width=4, nlayers=32, T=5.0, activation="smooth_relu",
+                     opening="conv", kernel=3)
+        return net, X[:n], C[:n]
+    X, C = data.peaks(500 if quick else 2000, seed=1)
+    net = ResNet((2,), 5, width=8, nlayers=32, T=5.0, activation="smooth_relu")
+    return net, X, C
+
+
+def time_gradients(comm, grid, name, mode, overlap, repeats, quick):
+    from mpi4py import MPI
+
+    from braidpy.train import TrainConfig, Trainer
+
+    net, X, C = problem(name, quick)
+    cfg = TrainConfig(mode=mode, optimizer="sgd", mgrit=dict(cfactor=4, max_levels=2))
+    trainer = Trainer(net, (X, C), None, cfg, grid=grid)
+    ev = trainer.evaluator
+    ev.overlap = overlap
+    p = trainer.params
+    ev.gradient(p, X, C)  # warm-up: solvers built, first (sequential) solve
+    times, waits, agrees = [], [], []
+    calls = ev.step_calls
+    for _ in range(repeats):
+        comm.Barrier()
+        start = time.perf_counter()
+        _, _, stats = ev.gradient(p, X, C)
+        elapsed = comm.allreduce(time.perf_counter() - start, op=MPI.MAX)
+        times.append(elapsed)
+        waits.append(stats["data_wait_seconds"] / elapsed)
+        agrees.append(stats["data_agree_seconds"] / elapsed)
+    calls = (ev.step_calls - calls) // repeats
+    return times, statistics.median(waits), statistics.median(agrees), calls
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="small batches, 2 repeats")
+    parser.add_argument("--problems", nargs="+", choices=("digits", "peaks"),
+                        default=["digits", "peaks"])
+    parser.add_argument("--mode", choices=("oneshot", "exact"), default="oneshot")
+    args = parser.parse_args()
+    from mpi4py import MPI
+
+    from braidpy.parallel import ProcessGrid
+
+    comm = MPI.COMM_WORLD
+    p = comm.Get_size()
+    repeats = 2 if args.quick else args.repeats
+    rows = []
+    for name in args.problems:
+        for data in [d for d in range(1, p + 1) if p % d == 0]:
+            grid = ProcessGrid(comm if p > 1 else None, data, 1, p // data)
+            for overlap in (True, False):
+                times, wait, agree, calls = time_gradients(
+                    comm, grid, name, args.mode, overlap, repeats, args.quick)
+                rows.append([name, f"{data}x1x{p // data}", "on" if overlap else "off",
+                             f"{min(times) * 1e3:.1f}",
+                             f"{statistics.median(times) * 1e3:.1f}",
+                             f"{100 * wait:.1f}%", f"{100 * agree:.1f}%", calls])
+            grid.free()
+    if comm.Get_rank() == 0:
+        print(f"P = {p} ranks, mode {args.mode}; min / median over {repeats} repeats")
+        print_table(["problem", "grid DxSxL", "overlap", "ms min", "ms median", "wait",
+                     "agree", "steps"], rows,
+                    "time per gradient of one batch on every data x layers grid")
+
+
+if __name__ == "__main__":
+    main()
