@@ -143,6 +143,15 @@ class ndarray:  # noqa: N801 - CuPy's name
 
     __rmul__ = __mul__
 
+    def __itruediv__(self, other):
+        self._a /= self._same_device(other)
+        return self
+
+    def __add__(self, other):
+        return ndarray(self._a + self._same_device(other), self._device_id)
+
+    __radd__ = __add__
+
     def __repr__(self):
         return f"fake_cupy.ndarray({self._a!r}, device={self._device_id})"
 

@@ -5,8 +5,8 @@ module              arrays
 ==================  ===========================================================
 ``numpy``           ``numpy.ndarray`` (the compiled core's fast paths mirror it)
 ``array_api``       anything array-api-compat knows: objects with
-                    ``__array_namespace__`` (array-api-strict, CuPy, ...), and
-                    PyTorch, JAX, Dask through its wrappers
+                    ``__array_namespace__`` (array-api-strict, ...), and JAX,
+                    Dask through its wrappers (CuPy and torch have their own)
 ``torch``           ``torch.Tensor`` (picked for tensors once torch is loaded;
                     this package never imports torch itself)
 ``cupy``            ``cupy.ndarray`` (picked for CuPy arrays once CuPy is loaded;

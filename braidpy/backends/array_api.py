@@ -1,4 +1,4 @@
-"""Array-API backend: any namespace array-api-compat knows (CuPy, PyTorch, array-api-strict, ...).
+"""Array-API backend: any namespace array-api-compat knows (array-api-strict, JAX, ...).
 
 States stay on their device. The only host copy is the explicit one in :meth:`pack`
 (the wire format carries host bytes), and :meth:`unpack` places the data on the

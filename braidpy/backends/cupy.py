@@ -11,9 +11,10 @@ with :func:`new_array`; CuPy itself is imported only for a CuPy array's block.
 
 What this backend does
 ----------------------
-:class:`CupyBackend` serves everything else for CuPy arrays (:func:`braidpy.backends.backend_for`
-picks it for a ``cupy.ndarray``; ``App.array_namespace = cupy`` makes the receiving rank
-use it): clone/sum/norm when ``braidpy._cuda`` is absent, stack, and the rank messages.
+:class:`CupyBackend` serves everything else for CuPy arrays
+(:func:`braidpy.backends.backend_for` picks it for a ``cupy.ndarray``;
+``App.array_namespace = cupy`` makes the receiving rank use it): clone/sum/norm when
+``braidpy._cuda`` is absent, stack, and the rank messages.
 
 - :meth:`CupyBackend.pack` writes the :mod:`~braidpy.backends.wire` header (device kind
   2 = CUDA) and copies the state from the device straight into a **pinned** (page-locked)
