@@ -84,6 +84,18 @@ class PinnedBlocks:
         ``nbytes -> buffer`` of page-locked memory (``cupy.cuda.alloc_pinned_memory``).
     keep
         Free blocks kept per size.
+
+    Examples
+    --------
+    >>> import gc
+    >>> blocks = PinnedBlocks(bytearray)  # any allocator of writable buffers
+    >>> a, b = blocks.message(16), blocks.message(16)  # two live messages: two blocks
+    >>> blocks.allocated, np.shares_memory(a, b)
+    (2, False)
+    >>> del a; _ = gc.collect()
+    >>> c = blocks.message(16)  # reuses the block a held
+    >>> blocks.allocated, blocks.free_blocks()
+    (2, 0)
     """
 
     def __init__(self, alloc: Any, keep: int = 64):
