@@ -119,3 +119,43 @@ def run_strict_training(comm):
     return dict(history=[[r[k] for k in keys] for r in trainer.history],
                 params=trainer.state()["params"].tolist(),
                 device=str(trainer.params.device))
+
+
+def cupy_decay_app(cp):
+    """u' = -rates * u with CuPy states (real CuPy, or tests/fake_cupy.py as ``cupy``);
+    the receiving rank builds CuPy arrays (array_namespace), so every message between
+    ranks is packed and unpacked by braidpy.backends.cupy.CupyBackend."""
+
+    class CupyDecay(braidpy.App):
+        array_namespace = cp
+
+        def __init__(self):
+            self.rates = cp.asarray(np.array([[0.5, 1.0, 1.5], [2.0, 2.5, 3.0]]))
+
+        def init(self, t):
+            return cp.asarray(np.ones((2, 3)))
+
+        def step(self, u, t0, t1, status):
+            u /= 1.0 + (t1 - t0) * self.rates
+
+    return CupyDecay()
+
+
+def run_cupy(comm, cp):
+    """Iterations, residuals, every owned value (host copies, time order), the final
+    value, and per rank how many pinned blocks the CuPy backend took for messages."""
+    from braidpy.backends import backend_for_namespace
+
+    result = braidpy.solve(cupy_decay_app(cp), 0.0, 2.0, 32, comm=comm, cfactor=2,
+                           abs_tol=1e-12, max_iter=20)
+    assert_split(comm, result.owned, len(result.times))
+    local = [(i, result.solution(index=i).get().tolist(),
+              type(result.solution(index=i)).__module__.partition(".")[0])
+             for i in result.owned]
+    parts = [local] if comm is None else comm.allgather(local)
+    rows = sorted(x for p in parts for x in p)
+    blocks = backend_for_namespace(cp).blocks.allocated
+    return dict(iterations=result.iterations, residuals=result.residuals,
+                values=[v for _, v, _ in rows], kinds=sorted({k for _, _, k in rows}),
+                final=result.final.get().tolist(),
+                pinned_blocks=[blocks] if comm is None else comm.allgather(blocks))

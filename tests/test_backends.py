@@ -2,6 +2,7 @@
 
 import builtins
 import contextlib
+import gc
 import importlib
 import json
 import os
@@ -191,12 +192,174 @@ def test_importing_braidpy_imports_no_optional_array_library():
     assert out.stdout.strip() == "[]"
 
 
-def test_cupy_slot_names_what_is_missing():
-    from braidpy.backends import cupy as slot
+# ------------------------------------------------------------------ CuPy, with a stand-in
 
-    assert "GPU I" in slot.__doc__
-    with pytest.raises(NotImplementedError, match=r"braidpy\._cuda"):
-        slot.CupyBackend()
+
+@pytest.fixture
+def fake_cp(monkeypatch):
+    """tests/fake_cupy.py as the module ``cupy`` (NumPy behind arrays that refuse
+    ``__array__``; pinned blocks are bytearrays that it records)."""
+    import fake_cupy
+
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy)
+    monkeypatch.setattr(fake_cupy, "__name__", "cupy")
+    for log in (fake_cupy.pinned_allocations, fake_cupy.gets, fake_cupy.sets):
+        log.clear()
+    return fake_cupy
+
+
+def cupy_backend(fake_cp, device=0):
+    from braidpy.backends.cupy import CupyBackend
+
+    return CupyBackend(fake_cp.cuda.Device(device))  # its own free list of pinned blocks
+
+
+def in_pinned_block(fake_cp, a):
+    return any(np.shares_memory(a, np.frombuffer(b, dtype=np.uint8))
+               for b in fake_cp.pinned_allocations)
+
+
+def test_importing_the_cupy_backend_imports_no_cupy():
+    code = ("import sys, braidpy.backends.cupy as c, numpy as np, braidpy.backends as b; "
+            "b.backend_for(np.zeros(1)); print(c.is_cupy_array(np.zeros(1)), "
+            "'cupy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env=dict(os.environ, PYTHONWARNINGS="error"))
+    assert out.stdout.split() == ["False", "False"]
+
+
+@pytest.mark.parametrize("name", ["float64", "float32"])
+@pytest.mark.parametrize("shape", [(), (0,), (7,), (3, 5), (2, 3, 4)])
+def test_cupy_round_trip_is_bitwise_through_pinned_memory(fake_cp, name, shape):
+    u0 = sample(name, shape)
+    u = fake_cp.asarray(u0)
+    backend = cupy_backend(fake_cp)
+    buf = backend.pack(u)
+    assert bytes(buf[:4]) == wire.MAGIC and buf[6] == wire.CUDA == 2
+    assert wire.decode(buf).device_kind == wire.CUDA and wire.decode(buf).shape == shape
+    assert in_pinned_block(fake_cp, buf)  # the message itself lies in pinned memory
+    if u0.size:  # get(out=) wrote the payload there
+        head = 8 + 8 * len(shape)
+        assert fake_cp.gets[-1] == (buf.ctypes.data + head, len(buf) - head)
+    back = backend.unpack(bytearray(buf))
+    assert isinstance(back, fake_cp.ndarray) and back.dtype == u0.dtype
+    assert same_bits(fake_cp.host(back), u0)
+
+
+def test_cupy_states_round_trip_through_app_defaults(fake_cp):
+    class CupyApp(Fresh):
+        array_namespace = fake_cp
+
+    app = CupyApp()
+    u0 = sample("float64", (4, 3))
+    buf = app.bufpack(fake_cp.asarray(u0))
+    assert buf[6] == wire.CUDA and in_pinned_block(fake_cp, buf)
+    back = app.bufunpack(bytearray(buf))
+    assert isinstance(back, fake_cp.ndarray) and same_bits(fake_cp.host(back), u0)
+    with pytest.raises(TypeError, match="set array_namespace and array_device"):
+        Fresh().bufpack(fake_cp.asarray(u0))  # a CuPy state, a NumPy receiver
+
+
+def test_cupy_unpack_lands_on_the_backends_device(fake_cp):
+    backend = cupy_backend(fake_cp, device=1)
+    back = backend.unpack(backend.pack(fake_cp.asarray(np.arange(3.0))))
+    assert back.device.id == 1 and fake_cp.sets[-1][0] == 1
+
+
+def test_a_cpu_senders_message_is_refused_by_the_cupy_receiver(fake_cp):
+    with pytest.raises(ValueError, match=r"^braidpy message: the sender's array lived on a "
+                                         r"CPU device \(device kind 1\).*cupy on <CUDA Device 0>"
+                                         r".*places arrays on CUDA.*array_namespace"):
+        cupy_backend(fake_cp).unpack(np_backend.pack(np.ones(3)))
+    with pytest.raises(ValueError, match=r"lived on a CUDA device \(device kind 2\).*numpy"):
+        np_backend.unpack(cupy_backend(fake_cp).pack(fake_cp.asarray(np.ones(3))))
+
+
+def test_cupy_messages_in_flight_never_share_a_block(fake_cp):
+    backend = cupy_backend(fake_cp)
+    us = [np.full((5, 2), k, dtype=np.float64) for k in (1.0, 2.0, 3.0, 4.0)]
+    m1 = backend.pack(fake_cp.asarray(us[0]))
+    held = memoryview(backend.pack(fake_cp.asarray(us[1]))).cast("B")  # as TimeComm.post
+    gc.collect()  # the message object is gone; the memoryview an Isend holds is not
+    m3 = backend.pack(fake_cp.asarray(us[2]))
+    m4 = backend.pack(fake_cp.asarray(us[3]))
+    views = [m1, np.frombuffer(held, dtype=np.uint8), m3, m4]
+    for i, a in enumerate(views):
+        for b in views[i + 1:]:
+            assert not np.shares_memory(a, b)
+    for u, m in zip(us, views):
+        assert same_bits(fake_cp.host(backend.unpack(m)), u)  # none was overwritten
+
+
+def test_pinned_blocks_are_reused_after_release(fake_cp):
+    backend = cupy_backend(fake_cp)
+    u = fake_cp.asarray(np.arange(6.0))
+    m = backend.pack(u)
+    address = m.ctypes.data
+    assert backend.blocks.allocated == 1 and backend.blocks.free_blocks() == 0
+    del m
+    gc.collect()
+    assert backend.blocks.free_blocks() == 1
+    again = backend.pack(u)
+    assert again.ctypes.data == address and backend.blocks.allocated == 1
+    other = backend.pack(fake_cp.asarray(np.arange(7.0)))  # another size: another block
+    assert backend.blocks.allocated == 2 and not np.shares_memory(again, other)
+    assert len(fake_cp.pinned_allocations) == 2
+
+
+def test_backend_for_picks_the_cupy_backend(fake_cp):
+    from braidpy.backends.cupy import CupyBackend
+
+    u = fake_cp.asarray(np.ones(3))
+    b = backend_for(u)
+    assert isinstance(b, CupyBackend) and isinstance(b, Backend)
+    assert b.name == "cupy" and b.device_kind == wire.CUDA and b.device.id == 0
+    assert backend_for(u.copy()) is b
+    assert backend_for_namespace(fake_cp) is b and backend_for_namespace(fake_cp, 0) is b
+    assert backend_for_namespace(fake_cp, "cuda:1").device.id == 1
+    assert backends.stack([u, u]).shape == (2, 3)
+    with pytest.raises(TypeError, match="array_device for CuPy"):
+        backend_for_namespace(fake_cp, "device1")
+
+
+def test_two_ranks_with_cupy_states_send_through_pinned_blocks(tmp_path, fake_cp):
+    """A 2-rank solve with (stand-in) CuPy states: every message between the ranks is
+    packed by CupyBackend into pinned blocks; the results equal the serial run's."""
+    from backend_cases import run_cupy
+    from test_mpi import MPIEXEC, TIMEOUT
+
+    out = tmp_path / "cupy.json"
+    env = dict(os.environ, PYTHONWARNINGS="error", OMP_NUM_THREADS="1")
+    cmd = [MPIEXEC, "-n", "2", sys.executable, str(HERE / "mpi_cupy_driver.py"), str(out),
+           "2", "fake"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=env)
+    assert proc.returncode == 0, f"{cmd} failed:\n{proc.stdout}\n{proc.stderr}"
+    got = json.loads(out.read_text())
+    assert got["size"] == 2
+    par, ser = got["solve"], run_cupy(None, fake_cp)
+    assert par["kinds"] == ser["kinds"] == ["fake_cupy"]  # states stayed (stand-in) CuPy
+    assert all(n >= 1 for n in par["pinned_blocks"])  # both ranks sent through pinned blocks
+    assert par["iterations"] == ser["iterations"] > 1
+    np.testing.assert_allclose(par["residuals"], ser["residuals"], rtol=1e-12, atol=0)
+    assert par["values"] == ser["values"] and par["final"] == ser["final"]
+
+
+@pytest.mark.parametrize("a, b", [(1.0, 1.0), (-1.0, 1.0), (2.5, -0.5), (0.0, 3.0),
+                                  (1.0, 0.0), (-3.0, 2.0)])
+def test_cupy_vector_operations_match_numpy_bitwise(fake_cp, a, b):
+    x0, y0 = RNG.standard_normal(9), RNG.standard_normal(9)
+    x, y = fake_cp.asarray(x0), fake_cp.asarray(y0)
+    backend = cupy_backend(fake_cp)
+    backend.sum(a, x, b, y)
+    ref = y0.copy()
+    np_backend.sum(a, x0, b, ref)
+    assert same_bits(fake_cp.host(y), ref)
+    backend.sum(a, x, b, x)  # x is y
+    np_backend.sum(a, x0, b, x0)
+    assert same_bits(fake_cp.host(x), x0)
+    c = backend.clone(x)
+    assert c is not x and same_bits(fake_cp.host(c), x0)
+    assert backend.norm(x) == np_backend.norm(x0)
 
 
 # ------------------------------------------------------------------ array-api-strict
@@ -524,6 +687,13 @@ def test_forged_messages_fail_the_array_api_receiver_too(case):
     with pytest.raises(ValueError, match=r"^braidpy message: .*" + match):
         with imports_refused(own_submodules=True):
             receiver.unpack(buf)
+
+
+@pytest.mark.parametrize("case", sorted(c for c in FORGED if c != "data from a GPU"))
+def test_forged_messages_fail_the_cupy_receiver_too(fake_cp, case):
+    buf, match = FORGED[case]
+    with pytest.raises(ValueError, match=r"^braidpy message: "):
+        cupy_backend(fake_cp).unpack(buf)
 
 
 def test_a_message_naming_a_module_imports_nothing(tmp_path, monkeypatch):

@@ -1,8 +1,8 @@
 """The GPU suite (``pytest -m gpu``): CuPy states on a real device. Every test here is
 skipped, with the reason, where CuPy or a CUDA device is missing (any exception while
 probing counts as missing); CuPy is imported only by the probe. The cuDNN tests also
-need braidpy._cuda and cuDNN 9 (braidpy.cuda_info()['cudnn']). Not yet run on real
-hardware (README, "GPU status")."""
+need braidpy._cuda and cuDNN 9 (braidpy.cuda_info()['cudnn']); the 2-rank test needs
+mpi4py. Not yet run on real hardware (README, "GPU status")."""
 
 import importlib
 import importlib.util
@@ -198,6 +198,60 @@ def test_error_contract_with_cupy_states(cp):
 
     with pytest.raises(braidpy.DivergenceError):
         braidpy.solve(Diverging(cp, np.float64, batched=False), 0.0, 4.0, 256, **OPTIONS)
+
+
+# ------------------------------------------------------------------ rank messages
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("shape", [(), (0,), (1001,), (3, 257), (2, 3, 4)])
+def test_cupy_backend_round_trip_through_pinned_memory(cp, dtype, shape):
+    from braidpy.backends import backend_for, wire
+    from braidpy.backends.cupy import CupyBackend
+
+    rng = np.random.default_rng(20261130)
+    u0 = np.asarray(rng.standard_normal(shape)).astype(dtype)
+    u = cp.asarray(u0)
+    backend = backend_for(u)
+    assert isinstance(backend, CupyBackend) and backend.device_kind == wire.CUDA
+    buf = backend.pack(u)
+    assert buf[6] == wire.CUDA
+    attrs = cp.cuda.runtime.pointerGetAttributes(buf.ctypes.data)
+    assert attrs.type == 1  # cudaMemoryTypeHost: page-locked host memory
+    with cp.cuda.Stream():  # unpack on a non-default current stream
+        back = backend.unpack(bytearray(buf))
+        cp.cuda.get_current_stream().synchronize()
+    assert isinstance(back, cp.ndarray) and back.dtype == dtype and back.shape == shape
+    assert back.device == u.device and to_host(back).tobytes() == u0.tobytes()
+    view = cp.asarray(np.arange(24.0)).reshape(4, 6)[:, ::2]  # strided on the device
+    assert np.array_equal(to_host(backend.unpack(backend.pack(view))), to_host(view))
+
+
+def test_two_ranks_with_cupy_states_send_through_the_cupy_backend(cp, tmp_path):
+    """A 2-rank MGRIT solve with CuPy states: the messages between ranks are packed by
+    CupyBackend into pinned blocks; the results equal the serial run's."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("mpi4py")
+    from backend_cases import run_cupy
+    from test_mpi import MPIEXEC, TIMEOUT
+
+    out = tmp_path / "cupy.json"
+    driver = Path(__file__).resolve().parent / "mpi_cupy_driver.py"
+    cmd = [MPIEXEC, "-n", "2", sys.executable, str(driver), str(out), "2", "real"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, f"{cmd} failed:\n{proc.stdout}\n{proc.stderr}"
+    par, ser = json.loads(out.read_text())["solve"], run_cupy(None, cp)
+    assert par["kinds"] == ser["kinds"] == ["cupy"]
+    assert all(n >= 1 for n in par["pinned_blocks"])
+    assert par["iterations"] == ser["iterations"] > 1
+    np.testing.assert_allclose(par["residuals"], ser["residuals"], rtol=1e-12, atol=0)
+    np.testing.assert_allclose(par["values"], ser["values"], rtol=1e-14, atol=0)
 
 
 # ------------------------------------------------------------------ cuDNN convolutions

@@ -5,11 +5,12 @@ module              arrays
 ==================  ===========================================================
 ``numpy``           ``numpy.ndarray`` (the compiled core's fast paths mirror it)
 ``array_api``       anything array-api-compat knows: objects with
-                    ``__array_namespace__`` (array-api-strict, CuPy, ...), and
-                    PyTorch, JAX, Dask through its wrappers
+                    ``__array_namespace__`` (array-api-strict, ...), and JAX,
+                    Dask through its wrappers (CuPy and torch have their own)
 ``torch``           ``torch.Tensor`` (picked for tensors once torch is loaded;
                     this package never imports torch itself)
-``cupy``            empty slot for the CUDA backend of a later issue ("GPU I")
+``cupy``            ``cupy.ndarray`` (picked for CuPy arrays once CuPy is loaded;
+                    rank messages through pinned host blocks)
 ``wire``            the fixed binary header every packed array carries
 ==================  ===========================================================
 
@@ -83,8 +84,9 @@ def _not_an_array(u: Any, what: str) -> TypeError:
 
 
 def backend_for(u: Any, what: str = "braidpy") -> Backend:
-    """The backend of a local array ``u``: NumPy for ``numpy.ndarray``, the array-API
-    backend (on u's namespace and device) for arrays array-api-compat knows; a
+    """The backend of a local array ``u``: NumPy for ``numpy.ndarray``, CuPy's for
+    ``cupy.ndarray``, torch's for tensors, the array-API backend (on u's namespace and
+    device) for other arrays array-api-compat knows; a
     TypeError naming u's type and ``what`` (the calling operation) otherwise.
 
     Examples
@@ -105,6 +107,10 @@ def backend_for(u: Any, what: str = "braidpy") -> Backend:
 
     if torch_backend.is_tensor(u):
         return torch_backend.for_array(u)
+    from . import cupy as cupy_backend  # imports no CuPy: looks in sys.modules
+
+    if cupy_backend.is_cupy_array(u):
+        return cupy_backend.for_array(u)
     from . import array_api
 
     try:
@@ -121,8 +127,9 @@ def backend_for(u: Any, what: str = "braidpy") -> Backend:
 
 def backend_for_namespace(xp: Any = None, device: Any = None) -> Backend:
     """The backend that builds arrays of namespace ``xp`` on ``device``: NumPy for
-    ``xp=None`` or NumPy; otherwise the array-API backend (``device=None``: the
-    namespace's default device).
+    ``xp=None`` or NumPy; CuPy's for CuPy (or array-api-compat's CuPy wrapper), torch's
+    for torch; otherwise the array-API backend (``device=None``: the namespace's default
+    device).
 
     Examples
     --------
@@ -141,6 +148,10 @@ def backend_for_namespace(xp: Any = None, device: Any = None) -> Backend:
         from . import torch as torch_backend
 
         return torch_backend.for_namespace(sys.modules["torch"], device)
+    if getattr(xp, "__name__", None) in ("cupy", "array_api_compat.cupy"):
+        from . import cupy as cupy_backend
+
+        return cupy_backend.for_namespace(device)
     from . import array_api
 
     return array_api.for_namespace(xp, device)

@@ -1,4 +1,4 @@
-"""Array-API backend: any namespace array-api-compat knows (CuPy, PyTorch, array-api-strict, ...).
+"""Array-API backend: any namespace array-api-compat knows (array-api-strict, JAX, ...).
 
 States stay on their device. The only host copy is the explicit one in :meth:`pack`
 (the wire format carries host bytes), and :meth:`unpack` places the data on the
@@ -108,16 +108,7 @@ class ArrayApiBackend:
     def unpack(self, buf: Any) -> Any:
         """A new array of this namespace on this backend's device; ValueError for
         anything malformed or for data this backend cannot place."""
-        msg = wire.decode(buf)
-        kind = self.device_kind
-        if msg.device_kind != kind:
-            raise ValueError(
-                f"braidpy message: the sender's array lived on a "
-                f"{wire.DEVICE_KINDS[msg.device_kind]} device (device kind "
-                f"{msg.device_kind}), but this rank's backend ({self.name} on "
-                f"{self.device!r}) places arrays on {wire.DEVICE_KINDS.get(kind, kind)}; give "
-                f"your App class the array_namespace and array_device of its states so that "
-                f"every rank builds the same kind of array")
+        msg = wire.decode_for(buf, self.device_kind, f"{self.name} on {self.device!r}")
         dtype = getattr(self.xp, msg.dtype_name, None)
         if dtype is None:
             raise ValueError(f"braidpy message: dtype {msg.dtype_name} (code {msg.dtype_code}) "

@@ -30,8 +30,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["MAGIC", "VERSION", "MAX_NDIM", "DTYPES", "DEVICE_KINDS", "CPU", "Message",
-           "dtype_code", "encode", "decode", "to_numpy"]
+__all__ = ["MAGIC", "VERSION", "MAX_NDIM", "DTYPES", "DEVICE_KINDS", "CPU", "CUDA", "Message",
+           "dtype_code", "wire_dtype", "header", "encode", "decode", "decode_for", "to_numpy"]
 
 MAGIC = b"BRPY"
 VERSION = 1
@@ -54,6 +54,7 @@ DEVICE_KINDS: dict[int, str] = {
     15: "WebGPU", 16: "Hexagon", 17: "MAIA",
 }
 CPU = 1
+CUDA = 2
 
 # Little-endian dtype per code, and the code of each dtype without its byte order
 # ("f8", "c16", "b1", ...: int64 and longlong, say, are one dtype here).
@@ -96,21 +97,33 @@ def dtype_code(dtype) -> int:
                     f"bufpack/bufunpack in your App for other types)")
 
 
+def wire_dtype(dtype) -> np.dtype:
+    """The dtype a message's payload has for arrays of ``dtype``: the same type,
+    little-endian (TypeError, as :func:`dtype_code`, for a dtype outside the table)."""
+    return _WIRE_DTYPE[dtype_code(dtype)]
+
+
+def header(dtype, shape: tuple[int, ...], device_kind: int = CPU) -> bytes:
+    """The ``8 + 8*ndim`` header bytes of a message carrying an array of ``dtype`` and
+    ``shape`` that lived on a device of kind ``device_kind``; the payload follows it."""
+    code = dtype_code(dtype)
+    if device_kind not in DEVICE_KINDS:
+        raise ValueError(f"bufpack: unknown device kind {device_kind}")
+    ndim = len(shape)
+    if ndim > MAX_NDIM:
+        raise ValueError(f"bufpack: arrays of {ndim} dimensions cannot be sent; the "
+                         f"wire format carries at most {MAX_NDIM}")
+    return _FIXED.pack(MAGIC, VERSION, code, device_kind, ndim) + _SHAPE[ndim].pack(*shape)
+
+
 def encode(host: np.ndarray, device_kind: int = CPU) -> bytes:
     """Header + C-order little-endian data of a host array, in one new buffer.
 
     ``device_kind`` records where the sender's array lived (before it was copied to
     host memory for the message).
     """
-    code = dtype_code(host.dtype)
-    if device_kind not in DEVICE_KINDS:
-        raise ValueError(f"bufpack: unknown device kind {device_kind}")
-    if host.ndim > MAX_NDIM:
-        raise ValueError(f"bufpack: arrays of {host.ndim} dimensions cannot be sent; the "
-                         f"wire format carries at most {MAX_NDIM}")
-    head = (_FIXED.pack(MAGIC, VERSION, code, device_kind, host.ndim)
-            + _SHAPE[host.ndim].pack(*host.shape))
-    wire = _WIRE_DTYPE[code]
+    head = header(host.dtype, host.shape, device_kind)
+    wire = _WIRE_DTYPE[dtype_code(host.dtype)]
     if host.dtype == wire and host.flags.c_contiguous:  # the common case: one copy
         return b"".join((head, host.reshape(-1).view(np.uint8).data))
     # Strided or byte-swapped: C order and little-endian first (0-d stays 0-d).
@@ -158,6 +171,21 @@ def decode(buf) -> Message:
         raise _fail(f"payload length {n - head} bytes does not match shape {shape} of "
                     f"{DTYPES[code]} ({size * itemsize} bytes)")
     return Message(code, kind, shape, mv[head:])
+
+
+def decode_for(buf, device_kind: int, receiver: str) -> Message:
+    """:func:`decode`, then refuse a message whose sender's array lived on another kind
+    of device than ``device_kind``, where the receiving backend (described by
+    ``receiver``, e.g. ``"cupy on <CUDA Device 0>"``) places arrays."""
+    msg = decode(buf)
+    if msg.device_kind != device_kind:
+        raise _fail(
+            f"the sender's array lived on a {DEVICE_KINDS[msg.device_kind]} device (device "
+            f"kind {msg.device_kind}), but this rank's backend ({receiver}) places arrays on "
+            f"{DEVICE_KINDS.get(device_kind, device_kind)}; give your App class the "
+            f"array_namespace and array_device of its states so that every rank builds the "
+            f"same kind of array")
+    return msg
 
 
 def to_numpy(msg: Message) -> np.ndarray:
