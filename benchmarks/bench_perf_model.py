@@ -89,7 +89,8 @@ def worker(spec: dict) -> None:
             iters.append((g.primal.iterations, g.adjoint.iterations))
     solver.close()
     if rank == 0:
-        print("RESULT " + json.dumps({"times": times, "cpu": cpus, "iterations": iters}), flush=True)
+        print("RESULT " + json.dumps({"times": times, "cpu": cpus, "iterations": iters}),
+              flush=True)
 
 
 def measure(spec: dict, nranks: int) -> dict:
@@ -123,17 +124,20 @@ def main(argv=None) -> None:
         worker(json.loads(args.worker))
         return
 
-    from braidpy.perf.calibrate import calibrate
-    from braidpy.perf.calibration import load_calibration, save_calibration
+    from braidpy.perf.calibration import load_calibration
     from braidpy.perf.model import NetSpec, Strategy, predict
     from braidpy.perf.schedule import Cycle
 
     if args.calibration:
         cal = load_calibration(args.calibration)
-    else:
-        cal = calibrate([f"dense:{args.width}"], samples=(args.samples // 4, args.samples))
+    else:  # the command line, with the workers' thread settings
         path = os.path.join(tempfile.gettempdir(), "braidpy-bench-calibration.json")
-        save_calibration(cal, path)
+        env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+        subprocess.run([sys.executable, "-m", "braidpy", "calibrate", "-o", path, "-q",
+                        "--layer", f"dense:{args.width}", "--samples", "16", "128",
+                        str(args.samples), str(4 * args.samples), "--rows", "1", "4", "16",
+                        "64"], check=True, env=env)
+        cal = load_calibration(path)
         print(f"calibrated now ({path})")
     net = NetSpec("dense", (args.width,), args.layers, args.samples)
     settings = SETTINGS[:1] if args.quick else SETTINGS
@@ -164,6 +168,17 @@ def main(argv=None) -> None:
                              error_wall=shared / wall - 1, iterations=its))
             print(f"{name:24s} {P:2d} {t:9.4f} {pred:10.4f} {err:+6.0%} {wall:9.4f} "
                   f"{shared:10.4f} {shared / wall - 1:+6.0%}  {its}", flush=True)
+    # Speedups over the same setting on one rank: drifts of the machine's speed
+    # between the calibration and the runs cancel; the schedule model remains.
+    one = {r["setting"]: r for r in rows if r["P"] == 1}
+    print(f"\n{'setting':24s} {'P':>2s} {'measured speedup':>17s} {'model':>6s}")
+    for r in rows:
+        base = one.get(r["setting"])
+        if r["P"] > 1 and base is not None:
+            r["speedup"] = base["cpu"] / r["cpu"]
+            r["speedup_model"] = base["predicted"] / r["predicted"]
+            print(f"{r['setting']:24s} {r['P']:2d} {r['speedup']:16.2f}x "
+                  f"{r['speedup_model']:5.2f}x")
     worst = max(abs(r["error"]) for r in rows)
     within = sum(abs(r["error"]) <= 0.25 for r in rows)
     within_wall = sum(abs(r["error_wall"]) <= 0.25 for r in rows)

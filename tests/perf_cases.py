@@ -1,8 +1,6 @@
 """Shared cases of the performance-model tests: MGRIT settings whose step calls the
 schedule model (braidpy.perf.schedule) must count exactly as a real solve does."""
 
-import numpy as np
-
 import braidpy
 from braidpy.perf.schedule import Cycle
 
@@ -31,9 +29,6 @@ _OPTS = ("max_levels", "cfactor", "nrelax", "skip", "fmg", "seq_soln")
 
 def options_of(fields, iterations):
     opts = {k: v for k, v in fields.items() if k in _OPTS}
-    if isinstance(opts.get("cfactor"), dict):
-        c = dict(opts["cfactor"])
-        opts["cfactor"] = c
     opts.update(max_iter=iterations, abs_tol=0.0, batch=bool(fields.get("batched")),
                 skip=bool(fields.get("skip", False)))
     return opts
@@ -59,5 +54,3 @@ def model_counts(fields, iterations, nranks):
                                                       "step_batch_items")}
             for p in progs]
 
-
-__all__ = ["CASES", "run_counts", "model_counts", "np"]

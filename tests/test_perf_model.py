@@ -74,11 +74,18 @@ def test_missing_and_malformed_files(tmp_path):
         load_calibration(str(bad))
 
 
+def test_cost_fit_interpolates_over_samples_then_rows():
+    fit = CostFit.fit([(1, 10, 1.0), (1, 1000, 3.0), (4, 10, 2.0), (4, 1000, 30.0)])
+    assert fit.seconds(4, 1000) == pytest.approx(30.0)
+    assert fit.seconds(2, 10) == pytest.approx(math.sqrt(2.0))  # log-log: halfway
+    assert fit.seconds(8, 1000) == pytest.approx(60.0)
+
+
 def test_cost_fit_interpolates_its_points():
     fit = CostFit.fit([(1, 10, 1.0), (1, 100, 2.0), (1, 1000, 20.0)])
     assert fit.seconds(1, 10) == pytest.approx(1.0)
     assert fit.seconds(1, 100) == pytest.approx(2.0)
-    assert fit.seconds(2, 50) == pytest.approx(2.0)  # rows x samples is the work
+    assert fit.seconds(2, 100) == pytest.approx(4.0)  # more rows than measured: in proportion
     assert fit.seconds(1, 2000) == pytest.approx(40.0)  # proportional beyond
     assert fit.seconds(1, 1) == pytest.approx(1.0)  # the fixed cost below
     assert 2.0 < fit.seconds(1, 300) < 20.0

@@ -4,7 +4,10 @@ Per layer type and shape: the step, state-adjoint and parameter-gradient calls o
 :mod:`braidpy.nn`'s layers, plain and batched (rows = states per call), at a few sample
 counts, each the median of repeats, fitted as ``a + b * rows * samples``
 (:class:`braidpy.perf.calibration.CostFit`); the cost of one step callback through the
-compiled core; and the alpha-beta parameters of point-to-point messages (ping-pong) and
+compiled core; the factors by which two real gradients exceed what the fits predict, for plain
+and for batched calls (:func:`calibrate_sweep`: what calling a layer from inside a
+solve adds); and the
+alpha-beta parameters of point-to-point messages (ping-pong) and
 of allreduce when run under ``mpiexec`` with two or more ranks. With one rank there is
 no network to measure: the file then carries documented defaults marked
 ``"assumed: ..."`` (shared-memory MPI on one node), which ``braidpy plan`` reports.
@@ -12,6 +15,7 @@ no network to measure: the file then carries documented defaults marked
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import platform
 import time
@@ -22,7 +26,8 @@ import numpy as np
 from .calibration import Calibration, CostFit, LayerCosts, Link, layer_name
 
 __all__ = ["DEFAULT_LAYERS", "ASSUMED_P2P", "ASSUMED_ALLREDUCE", "parse_layer",
-           "DEFAULT_SAMPLES", "time_call", "calibrate_layer", "calibrate_callback", "calibrate_network",
+           "DEFAULT_SAMPLES", "time_call", "calibrate_layer", "calibrate_callback",
+           "calibrate_sweep", "calibrate_network",
            "calibrate"]
 
 #: Layers measured by default: Peaks' dense width 8 (paper 002, sec. 4.1), the digits
@@ -196,6 +201,62 @@ def calibrate_callback(ntime: int = 2000, repeats: int = 5) -> Tuple[float, floa
     return callback, max(short - callback, 0.0)
 
 
+def calibrate_sweep(cal: Calibration, layer: LayerCosts, samples: int, nlayers: int = 32,
+                    repeats: int = 3) -> Tuple[float, float]:
+    """(sweep, sweep_batched) of ``layer``: the factors by which two real gradients of a
+    ``nlayers``-layer ResNet of this layer exceed what the fits predict — a serial one
+    (one level: plain calls forward and back, then the gradients in one batched call)
+    and a two-level one-shot (1, 1) with cf 4 (batched relaxation) — solved for the
+    factor of plain calls and the factor of batched calls and vector work."""
+    from ..adjoint import GradientSolver
+    from ..nn import ResNet, ResNetApp
+    from .model import NetSpec, Strategy, predict
+    from .schedule import Cycle
+
+    shape = layer.shape
+    input_shape = shape if layer.kind == "conv" else (shape[0],)
+    net = ResNet(input_shape, 2, width=shape[0], nlayers=nlayers, kernel=layer.kernel)
+    params = net.init_params(seed=5, scale=0.1)
+    rng = np.random.default_rng(9)
+    X = rng.standard_normal((samples,) + tuple(input_shape))
+    C = np.eye(2)[rng.integers(0, 2, samples)]
+    spec = NetSpec(layer.kind, shape, nlayers, samples, kernel=layer.kernel,
+                   features=int(np.prod(input_shape)), nclasses=2)
+
+    def run(levels: int) -> Tuple[float, float, float, float]:
+        """Measured CPU seconds and the predicted parts (plain, batched, the rest)."""
+        app = ResNetApp(net, params, X, C)
+        solver = GradientSolver(app, 0.0, net.T, nlayers, oneshot=(1, 1),
+                                primal={"max_levels": levels, "cfactor": 4})
+        solver.evaluate()
+        out = []
+        for _ in range(repeats):
+            start = time.process_time()
+            solver.evaluate()
+            out.append(time.process_time() - start)
+        solver.close()
+        s = Strategy(1, 1, 1, Cycle(ntime=nlayers, max_levels=levels, cfactor=4,
+                                    batched=True), (1, 1))
+
+        def with_factors(single: float, batched: float) -> float:
+            lc = dataclasses.replace(layer, sweep=single, sweep_batched=batched)
+            return predict(spec, s, dataclasses.replace(cal, layers=(lc,))).seconds
+        rest = with_factors(0.0, 0.0)
+        return (min(out), with_factors(1.0, 0.0) - rest, with_factors(0.0, 1.0) - rest,
+                rest)
+
+    m1, s1, b1, r1 = run(1)
+    m2, s2, b2, r2 = run(2)
+    det = s1 * b2 - s2 * b1
+    if abs(det) < 1e-12 * max(s1 * b2, 1e-300):
+        single = batched = (m1 + m2 - r1 - r2) / (s1 + b1 + s2 + b2)
+    else:  # Cramer's rule
+        single = ((m1 - r1) * b2 - (m2 - r2) * b1) / det
+        batched = (s1 * (m2 - r2) - s2 * (m1 - r1)) / det
+    # Keep them physical: noise on a shared machine can push one out of range.
+    return float(np.clip(single, 0.25, 8.0)), float(np.clip(batched, 0.25, 8.0))
+
+
 def _fit_link(sizes: Sequence[int], seconds: Sequence[float]) -> Tuple[float, float]:
     fit = CostFit.fit([(1, n, t) for n, t in zip(sizes, seconds)])
     return fit.a, fit.b
@@ -257,6 +318,14 @@ def calibrate(layers: Sequence[str] = DEFAULT_LAYERS, *, comm: Any = None,
     p2p, ar = calibrate_network(comm)
     host = {"machine": platform.machine(), "python": platform.python_version(),
             "processor": platform.processor(), "numpy": np.__version__}
-    return Calibration(tuple(fits), callback, p2p, ar, solve_s=solve_s,
-                       nranks=1 if comm is None else comm.Get_size(), device="cpu",
-                       host=host)
+    cal = Calibration(tuple(fits), callback, p2p, ar, solve_s=solve_s,
+                      nranks=1 if comm is None else comm.Get_size(), device="cpu",
+                      host=host)
+    swept = []
+    for lc in cal.layers:
+        say(f"serial gradient of {lc.name}")
+        n = sorted({p[1] for p in lc.costs["fwd"].points})
+        single, batched = calibrate_sweep(cal, lc, n[len(n) // 2],
+                                          repeats=max(repeats // 2, 1))
+        swept.append(dataclasses.replace(lc, sweep=single, sweep_batched=batched))
+    return dataclasses.replace(cal, layers=tuple(swept))

@@ -11,7 +11,7 @@ Layout (version 1)::
      "callback_s": 4e-6,                  # core -> Python cost of one step callback
      "solve_s": 2e-4,                     # one Core.solve besides its steps
      "layers": [{"name": "dense-w8", "kind": "dense", "shape": [8],
-                 "kernel": 1, "costs": {
+                 "kernel": 1, "sweep": 1.3, "sweep_batched": 1.8, "costs": {
                      "fwd":  {"a": ..., "b": ..., "points": [[rows, samples, s], ...]},
                      "adj":  {...}, "grad": {...}, "vec": {...}}}, ...],
      "network": {"p2p": {"alpha": s, "beta": s_per_byte, "source": "measured"},
@@ -33,7 +33,8 @@ import math
 from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 __all__ = ["FORMAT", "VERSION", "KINDS", "CostFit", "LayerCosts", "Link", "Calibration",
-           "CalibrationError", "calibration_from_json", "load_calibration", "save_calibration", "layer_name",
+           "CalibrationError", "calibration_from_json", "load_calibration",
+           "save_calibration", "layer_name",
            "layer_flops"]
 
 FORMAT = "braidpy-calibration"
@@ -57,27 +58,20 @@ class CostFit:
     points: Tuple[Tuple[int, int, float], ...] = ()
 
     def seconds(self, rows: int, samples: float) -> float:
-        """Seconds of a call on ``rows * samples`` sample-states: interpolated between
-        the measured points (log-log, which follows cache effects that a straight line
-        misses), proportional beyond the largest, the smallest's below it; the linear
-        fit where no points were kept."""
-        x = float(rows) * float(samples)
+        """Seconds of a call advancing ``rows`` states of ``samples`` samples: the
+        measured points interpolated log-log, first over samples at each measured row
+        count, then over rows (proportional beyond the largest, the smallest's value
+        below it); the linear fit where no points were kept. Interpolating the points,
+        not the line, follows the cache: the cost per sample grows with a call's size."""
         if not self.points:
-            return self.a + self.b * x
-        by_x: Dict[float, List[float]] = {}
-        for r, s, t in self.points:
-            by_x.setdefault(float(r * s), []).append(t)
-        xs = sorted(by_x)
-        ts = [sum(by_x[v]) / len(by_x[v]) for v in xs]
-        if x <= xs[0]:
-            return ts[0]
-        if x >= xs[-1]:
-            return ts[-1] * x / xs[-1]
-        for k in range(1, len(xs)):
-            if x <= xs[k]:
-                f = math.log(x / xs[k - 1]) / math.log(xs[k] / xs[k - 1])
-                return math.exp(math.log(ts[k - 1]) * (1 - f) + math.log(ts[k]) * f)
-        return ts[-1]  # not reached
+            return self.a + self.b * float(rows) * float(samples)
+        grid: Dict[int, Dict[float, List[float]]] = {}
+        for r, n, t in self.points:
+            grid.setdefault(int(r), {}).setdefault(float(n), []).append(t)
+        rs = sorted(grid)
+        at = [_interpolate({n: sum(ts) / len(ts) for n, ts in grid[r].items()},
+                           float(samples)) for r in rs]
+        return _interpolate(dict(zip(map(float, rs), at)), float(rows))
 
     @staticmethod
     def fit(points: Sequence[Tuple[int, int, float]]) -> "CostFit":
@@ -103,15 +97,37 @@ class CostFit:
         return CostFit(a, b, tuple((int(r), int(s), float(t)) for r, s, t in points))
 
 
+def _interpolate(table: Mapping[float, float], x: float) -> float:
+    """Log-log interpolation in {x: y}; proportional above the largest x, flat below
+    the smallest."""
+    xs = sorted(table)
+    ys = [table[v] for v in xs]
+    if x <= xs[0]:
+        return ys[0]
+    if x >= xs[-1]:
+        return ys[-1] * x / xs[-1]
+    for k in range(1, len(xs)):
+        if x <= xs[k]:
+            f = math.log(x / xs[k - 1]) / math.log(xs[k] / xs[k - 1])
+            return math.exp(math.log(max(ys[k - 1], 1e-15)) * (1 - f) +
+                            math.log(max(ys[k], 1e-15)) * f)
+    return ys[-1]  # not reached
+
+
 @dataclasses.dataclass(frozen=True)
 class LayerCosts:
-    """The fits of one layer type and shape."""
+    """The fits of one layer type and shape. ``sweep`` and ``sweep_batched`` multiply
+    the fitted cost of plain calls, and of batched calls and vector work, inside a solve
+    (status objects, wrappers, gathers of stacked states, states not in cache): fitted
+    by :func:`braidpy.perf.calibrate.calibrate_sweep` to two real gradients."""
 
     name: str
     kind: str  # "dense" or "conv"
     shape: Tuple[int, ...]  # (width,) or (channels, H, W)
     kernel: int
     costs: Mapping[str, CostFit]
+    sweep: float = 1.0
+    sweep_batched: float = 1.0
 
     @property
     def flops(self) -> float:
@@ -168,7 +184,8 @@ class Calibration:
             "host": dict(self.host), "callback_s": self.callback_s,
             "solve_s": self.solve_s,
             "layers": [{"name": lc.name, "kind": lc.kind, "shape": list(lc.shape),
-                        "kernel": lc.kernel,
+                        "kernel": lc.kernel, "sweep": lc.sweep,
+                        "sweep_batched": lc.sweep_batched,
                         "costs": {k: {"a": f.a, "b": f.b,
                                       "points": [list(p) for p in f.points]}
                                   for k, f in lc.costs.items()}}
@@ -264,7 +281,9 @@ def calibration_from_json(data: Any) -> Calibration:
         costs = {k: _fit(_field(costs_raw, k, f"{where}.costs"), f"{where}.costs.{k}")
                  for k in KINDS}
         name = lr.get("name", layer_name(kind, shape, kernel))
-        layers.append(LayerCosts(str(name), kind, tuple(shape), kernel, costs))
+        sweeps = [_number(lr, k, where, low=1e-3) if k in lr else 1.0
+                  for k in ("sweep", "sweep_batched")]
+        layers.append(LayerCosts(str(name), kind, tuple(shape), kernel, costs, *sweeps))
     net = _field(data, "network", "calibration")
     nranks = _field(net, "nranks", "network")
     if isinstance(nranks, bool) or not isinstance(nranks, int) or nranks < 1:
@@ -274,16 +293,17 @@ def calibration_from_json(data: Any) -> Calibration:
     return Calibration(tuple(layers), _number(data, "callback_s", "calibration"),
                        _link(_field(net, "p2p", "network"), "network.p2p"),
                        _link(_field(net, "allreduce", "network"), "network.allreduce"),
-                       _number(data, "solve_s", "calibration"), nranks, str(device), host if isinstance(host, Mapping) else {})
+                       _number(data, "solve_s", "calibration"), nranks, str(device),
+                       host if isinstance(host, Mapping) else {})
 
 
 def load_calibration(path: str) -> Calibration:
     """Read and validate a calibration file (JSON), naming the bad field or the file.
 
-    >>> load_calibration("/no/such/file.json")
+    >>> load_calibration("/no/such/file.json")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    braidpy.perf.calibration.CalibrationError: calibration file '/no/such/file.json' not found (write one with braidpy calibrate -o FILE)
+    braidpy.perf.calibration.CalibrationError: calibration file '/no/such/file.json' not found ...
     """
     try:
         with open(path, encoding="utf-8") as f:

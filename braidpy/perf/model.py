@@ -25,7 +25,8 @@ from .calibration import Calibration, Link
 from .schedule import Cycle, Op, Timeline, block_ranges, simulate, solve_program
 
 __all__ = ["NetSpec", "Strategy", "Prediction", "predict", "allreduce_seconds",
-           "memory_per_rank", "check_strategy", "serial_seconds", "NETWORKS", "network_spec", "PARAM_COPIES"]
+           "memory_per_rank", "check_strategy", "serial_seconds", "NETWORKS", "network_spec",
+           "PARAM_COPIES"]
 
 #: Copies of the parameter vector a rank holds: parameters, gradient, and L-BFGS's
 #: (braidpy.train's default optimizer) direction and 2 x 10 history vectors.
@@ -36,7 +37,8 @@ PARAM_COPIES = 24
 class NetSpec:
     """A ResNet and its batch: ``kind`` 'dense' (shape (width,)) or 'conv' (shape
     (channels, H, W), kernel k), ``nlayers`` residual layers, ``samples`` per gradient,
-    ``features`` inputs and ``nclasses`` outputs (for the parameter count)."""
+    ``features`` inputs and ``nclasses`` outputs (for the parameter count); ``params``
+    overrides that count (0: computed from the shapes)."""
 
     kind: str
     shape: Tuple[int, ...]
@@ -45,6 +47,7 @@ class NetSpec:
     kernel: int = 3
     features: int = 2
     nclasses: int = 5
+    params: int = 0
 
     def __post_init__(self):
         if self.kind not in ("dense", "conv"):
@@ -65,6 +68,8 @@ class NetSpec:
 
     @property
     def nparams(self) -> int:
+        if self.params:
+            return self.params
         c = self.shape[0]
         per = c * c + c if self.kind == "dense" else c * c * self.kernel ** 2 + c
         opening = self.features * c + c
@@ -88,12 +93,13 @@ def network_spec(text: str, samples: Optional[int] = None) -> NetSpec:
     """A NetSpec from a name of :data:`NETWORKS` or 'dense:WIDTH:LAYERS' /
     'conv:CxHxW:LAYERS[:K]'; ``samples`` overrides the batch.
 
-    >>> network_spec("dense:8:64", samples=100)
-    NetSpec(kind='dense', shape=(8,), nlayers=64, samples=100, kernel=3, features=2, nclasses=5)
-    >>> network_spec("dense:8")
+    >>> spec = network_spec("dense:8:64", samples=100)
+    >>> spec.kind, spec.shape, spec.nlayers, spec.samples
+    ('dense', (8,), 64, 100)
+    >>> network_spec("dense:8")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    ValueError: network 'dense:8': expected a name (peaks, peaks-1024, mnist, mnist-1024, conv4096), dense:WIDTH:LAYERS or conv:CxHxW:LAYERS[:K]
+    ValueError: network 'dense:8': expected a name (peaks, ...), dense:WIDTH:LAYERS or ...
     """
     if text in NETWORKS:
         spec = NETWORKS[text]
@@ -244,8 +250,10 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
         if op.kind == "work":
             return op.seconds * share
         if op.kind == "vec":
-            return share * op.rows * costs["vec"].seconds(1, samples / s.space)
-        work = costs[op.tag].seconds(op.rows, samples * scale / s.space)
+            return share * op.rows * costs["vec"].seconds(1, samples / s.space) * \
+                layer.sweep_batched
+        work = costs[op.tag].seconds(op.rows, samples * scale / s.space) * \
+            (layer.sweep_batched if op.batch else layer.sweep)
         return share * (work + cal.callback_s) + halo(op.rows)
 
     def message(op: Op) -> float:
@@ -262,7 +270,8 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
     mirrored = [(N - hi, N - lo) for lo, hi in reversed(ranges)]
     adjoint = solve_program(s.cycle, P, m2, tag="adj", ranges=mirrored,
                             world=list(range(P - 1, -1, -1)), stream="adjoint", cold=s.cold)
-    head = costs["grad"].seconds(1, samples * scale / s.space)  # classifier / opening, ~ a layer
+    # The opening and the classifier cost about a layer's gradient call each.
+    head = costs["grad"].seconds(1, samples * scale / s.space) * layer.sweep
     progs: List[List[Op]] = []
     solve = Op("work", "solve", seconds=cal.solve_s)  # Core.solve's own Python
     for p in range(P):

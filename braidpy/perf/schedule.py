@@ -19,8 +19,8 @@ Examples
 --------
 >>> cyc = Cycle(ntime=8, max_levels=2, cfactor=2)
 >>> progs = solve_program(cyc, nranks=1, iterations=1)
->>> program_counts(progs[0])["step"]        # FCF 8 + F to the C-points 8 + coarse 4 + 4, final F 4
-24
+>>> program_counts(progs[0])["step"]  # FCF 8, F-sweep to the C-points 8, coarse 4 + 4, final 4
+28
 """
 
 from __future__ import annotations
@@ -68,9 +68,10 @@ class Cycle:
     ----------
     ntime : int
         Fine intervals (layers).
-    max_levels, min_coarse, cfactor, nrelax, skip, fmg, fmg_vcycles, nfmg,
-    seq_soln, final_fc_relax
+    max_levels, min_coarse, cfactor, nrelax : int
         As in :class:`braidpy.Options` (``cfactor`` and ``nrelax`` may be per level).
+    skip, fmg, fmg_vcycles, nfmg, seq_soln, final_fc_relax
+        As in :class:`braidpy.Options`.
     batched : bool
         Whether the app has a batched step and ``Options.batch`` is on: F-relaxation
         then advances all chains of a rank in lock-step, one call per position.
