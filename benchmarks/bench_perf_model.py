@@ -16,7 +16,8 @@ The machine this was written on has 2 shared cores: with 4 ranks the model is to
 simple assumption, not of the schedule.
 
     python benchmarks/bench_perf_model.py [--calibration FILE] [--plot FILE.png]
-        [--repeats R] [--quick] [--ranks 1 2 4] [--cores 2]
+        [--json FILE] [--repeats R] [--quick] [--ranks 1 2 4] [--cores 2]
+    python benchmarks/bench_perf_model.py --from-json RUN1.json RUN2.json ... [--plot ...]
 """
 
 from __future__ import annotations
@@ -119,9 +120,16 @@ def main(argv=None) -> None:
     p.add_argument("--samples", type=int, default=1000)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--quick", action="store_true", help="one setting, 2 repeats")
+    p.add_argument("--from-json", nargs="+", metavar="FILE",
+                   help="measure nothing: the medians of earlier --json outputs")
     args = p.parse_args(argv)
     if args.worker:
         worker(json.loads(args.worker))
+        return
+    if args.from_json:
+        rows = aggregate(args.from_json)
+        print(f"medians over {len(args.from_json)} runs")
+        report(rows, args.cores, args.json, args.plot)
         return
 
     from braidpy.perf.calibration import load_calibration
@@ -145,8 +153,6 @@ def main(argv=None) -> None:
     rows = []
     print(f"dense ResNet width {args.width}, {args.layers} layers, {args.samples} samples;"
           f" {args.cores} cores; median of {repeats} gradients")
-    print(f"{'setting':24s} {'P':>2s} {'cpu s':>9s} {'model s':>10s} {'error':>6s} "
-          f"{'wall s':>9s} {'model s':>10s} {'error':>6s}  iterations")
     for name, levels, cf, skip, mode, m in settings:
         for P in args.ranks:
             if levels == 1 and P > 1:
@@ -166,8 +172,35 @@ def main(argv=None) -> None:
             rows.append(dict(setting=name, P=P, cpu=t, wall=wall, predicted=pred,
                              predicted_shared=shared, error=err,
                              error_wall=shared / wall - 1, iterations=its))
-            print(f"{name:24s} {P:2d} {t:9.4f} {pred:10.4f} {err:+6.0%} {wall:9.4f} "
-                  f"{shared:10.4f} {shared / wall - 1:+6.0%}  {its}", flush=True)
+            print(f"measured {name} at P = {P}", file=sys.stderr, flush=True)
+    report(rows, args.cores, args.json, args.plot)
+
+
+def aggregate(paths):
+    """The median of each (setting, P) over several --json outputs."""
+    runs = [json.load(open(path)) for path in paths]
+    keys = [(r["setting"], r["P"]) for r in runs[0]]
+    out = []
+    for key in keys:
+        same = [r for run in runs for r in run if (r["setting"], r["P"]) == key]
+        row = dict(same[0])
+        for field in ("cpu", "wall", "predicted", "predicted_shared"):
+            row[field] = statistics.median(r[field] for r in same)
+        row["error"] = row["predicted"] / row["cpu"] - 1
+        row["error_wall"] = row["predicted_shared"] / row["wall"] - 1
+        row["runs"] = len(same)
+        out.append(row)
+    return out
+
+
+def report(rows, cores, json_path=None, plot=None):
+    """Print the table, the speedups and the summary; write JSON and the PNG."""
+    print(f"{'setting':24s} {'P':>2s} {'cpu s':>9s} {'model s':>10s} {'error':>6s} "
+          f"{'wall s':>9s} {'model s':>10s} {'error':>6s}  iterations")
+    for r in rows:
+        print(f"{r['setting']:24s} {r['P']:2d} {r['cpu']:9.4f} {r['predicted']:10.4f} "
+              f"{r['error']:+6.0%} {r['wall']:9.4f} {r['predicted_shared']:10.4f} "
+              f"{r['error_wall']:+6.0%}  {tuple(r['iterations'])}")
     # Speedups over the same setting on one rank: drifts of the machine's speed
     # between the calibration and the runs cancel; the schedule model remains.
     one = {r["setting"]: r for r in rows if r["P"] == 1}
@@ -183,19 +216,20 @@ def main(argv=None) -> None:
     within = sum(abs(r["error"]) <= 0.25 for r in rows)
     within_wall = sum(abs(r["error_wall"]) <= 0.25 for r in rows)
     print(f"CPU time within 25%: {within} of {len(rows)} (worst {worst:+.0%}); wall time "
-          f"(model with ranks sharing {args.cores} cores): {within_wall} of {len(rows)}")
-    if args.json:
-        with open(args.json, "w") as f:
+          f"(model with ranks sharing {cores} cores): {within_wall} of {len(rows)}")
+    if json_path:
+        with open(json_path, "w") as f:
             json.dump(rows, f, indent=1)
-    if args.plot:
+    if plot:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import NullFormatter
         fig, ax = plt.subplots(figsize=(5, 5))
         for P, marker in zip(sorted({r["P"] for r in rows}), "osD^v"):
             pts = [r for r in rows if r["P"] == P]
             ax.scatter([r["cpu"] for r in pts], [r["predicted"] for r in pts],
-                       marker=marker, label=f"P = {P}")
+                       marker=marker, label=f"P = {P}", zorder=3)
         lo = min(min(r["cpu"], r["predicted"]) for r in rows) * 0.8
         hi = max(max(r["cpu"], r["predicted"]) for r in rows) * 1.2
         ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
@@ -203,11 +237,12 @@ def main(argv=None) -> None:
                         color="0.9", label="±25 %")
         ax.set(xscale="log", yscale="log", xlabel="measured CPU s / gradient (slowest rank)",
                ylabel="predicted s / gradient", title="braidpy.perf: predicted vs measured")
-        ax.legend()
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_minor_formatter(NullFormatter())
+        ax.legend(loc="lower right")
         fig.tight_layout()
-        fig.savefig(args.plot, dpi=120)
-        print(f"wrote {args.plot}")
-
+        fig.savefig(plot, dpi=120)
+        print(f"wrote {plot}")
 
 if __name__ == "__main__":
     main()

@@ -300,6 +300,18 @@ def calibrate_network(comm: Any, sizes: Sequence[int] = (8, 1024, 65536, 1048576
             Link(a2, b2, f"measured on {comm.Get_size()} ranks, per tree round"))
 
 
+def _gpu_note() -> str:
+    """What the file says about GPUs: the layer costs here are the host's."""
+    from .. import cuda_info
+
+    info = cuda_info()
+    if info.get("devices", 0):
+        return (f"{info['devices']} GPU(s) found; this calibration measures CPU layer "
+                f"costs only")
+    why = info.get("error") or info.get("import_error") or "no device"
+    return f"no GPU ({why}): GPU costs not measured"
+
+
 def calibrate(layers: Sequence[str] = DEFAULT_LAYERS, *, comm: Any = None,
               samples: Sequence[int] = DEFAULT_SAMPLES, rows: Sequence[int] = (1, 4, 16),
               repeats: int = 5, min_time: float = 5e-3,
@@ -317,7 +329,8 @@ def calibrate(layers: Sequence[str] = DEFAULT_LAYERS, *, comm: Any = None,
     say("network")
     p2p, ar = calibrate_network(comm)
     host = {"machine": platform.machine(), "python": platform.python_version(),
-            "processor": platform.processor(), "numpy": np.__version__}
+            "processor": platform.processor(), "numpy": np.__version__,
+            "gpu": _gpu_note()}
     cal = Calibration(tuple(fits), callback, p2p, ar, solve_s=solve_s,
                       nranks=1 if comm is None else comm.Get_size(), device="cpu",
                       host=host)
