@@ -279,6 +279,20 @@ def test_calibrate_bad_input_names_the_value(tmp_path):
     assert proc.returncode == 1 and "No such file or directory" in proc.stderr
 
 
+def test_calibrate_under_mpi_measures_the_network(tmp_path):
+    from test_mpi import MPIEXEC
+
+    out = tmp_path / "c.json"
+    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "braidpy", "calibrate",
+                           "-o", str(out), "--layer", "dense:2", "--samples", "2", "--rows",
+                           "1", "2", "--repeats", "1", "-q"],
+                          capture_output=True, text=True, env=ENV, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    cal = load_calibration(str(out))
+    assert cal.nranks == 2
+    assert cal.p2p.source == "measured" and cal.allreduce.source.startswith("measured")
+
+
 def test_calibrate_writes_a_file_plan_reads(tmp_path):
     out = tmp_path / "c.json"
     proc = cli("calibrate", "-o", out, "--layer", "dense:2", "--samples", "2", "--rows", "1",

@@ -172,8 +172,7 @@ def calibrate_callback(ntime: int = 2000, repeats: int = 5) -> Tuple[float, floa
     """(seconds the compiled core spends around one Python step callback, seconds of
     one :meth:`braidpy.Core.solve` besides its steps): sequential solves of a step that
     only reads its layer's weights, of ``ntime`` steps and of one."""
-    from .._app import App
-    from .._solver import Core
+    from .. import App, Core
 
     weights = np.zeros((ntime + 1, 1))
 
@@ -288,7 +287,9 @@ def calibrate_network(comm: Any, sizes: Sequence[int] = (8, 1024, 65536, 1048576
         for _ in range(repeats):
             comm.Allreduce(buf, out)
         ar.append((time.perf_counter() - start) / repeats)
-    p2p = comm.bcast(p2p, root=0)
+    times = np.asarray(p2p, dtype=np.float64)  # rank 0's ping-pong times, to everyone
+    comm.Bcast(times, root=0)
+    p2p = times.tolist()
     from mpi4py import MPI
     slowest = np.empty(len(ar))
     comm.Allreduce(np.asarray(ar), slowest, op=MPI.MAX)  # the allreduce ends on the last

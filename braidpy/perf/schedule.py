@@ -216,13 +216,13 @@ class _Writer:
         if count > 0:
             self.ops.append(Op("vec", self.tag, l, count))
 
-    def send(self, l: int, dst: int, what: str) -> None:
+    def msg_out(self, l: int, dst: int, what: str) -> None:
         self.ops.append(Op("send", f"{self.stream}/{what}{l}", l, 1, self.peer(dst)))
 
-    def recv(self, l: int, src: int, what: str) -> None:
+    def msg_in(self, l: int, src: int, what: str) -> None:
         self.ops.append(Op("recv", f"{self.stream}/{what}{l}", l, 1, self.peer(src)))
 
-    def allreduce(self, what: str) -> None:
+    def collective(self, what: str) -> None:
         self.ops.append(Op("allreduce", f"{self.stream}/{what}"))
 
     # -- relaxation (relax.cpp)
@@ -253,7 +253,7 @@ class _Writer:
         left, right = L.neighbours(self.rank)
         cf = L.cf
         if send_right and L.is_c(hi):
-            self.send(l, right, what)
+            self.msg_out(l, right, what)
 
         def run_chain(s: int) -> None:
             next_c = (s // cf + 1) * cf
@@ -261,7 +261,7 @@ class _Writer:
             for _ in range(s + 1, stop + 1):
                 self.step(l)
             if send_right and stop == hi and not L.is_c(hi):
-                self.send(l, right, what)
+                self.msg_out(l, right, what)
             if end and next_c <= hi:
                 self.step(l)
 
@@ -277,7 +277,7 @@ class _Writer:
             self.vec(l, 1)
             run_chain(c)
         if recv_left:
-            self.recv(l, left, what)
+            self.msg_in(l, left, what)
             if not L.is_c(lo):
                 run_chain(lo - 1)
             else:
@@ -290,7 +290,7 @@ class _Writer:
         left, right = L.neighbours(self.rank)
         cf = L.cf
         if send_right and L.is_c(hi):
-            self.send(l, right, what)
+            self.msg_out(l, right, what)
         base: List[int] = []
         kfirst: List[int] = []
         klast: List[int] = []
@@ -314,14 +314,14 @@ class _Writer:
             if not active:
                 continue
             if not received and active[0] == 0:
-                self.recv(l, left, what)
+                self.msg_in(l, left, what)
                 received = True
             self.step(l, len(active), True)
             for r in active:
                 if send_right and base[r] + k == hi and not L.is_c(hi):
-                    self.send(l, right, what)
+                    self.msg_out(l, right, what)
         if not received:
-            self.recv(l, left, what)
+            self.msg_in(l, left, what)
         if rows_out is not None:
             rows_out.extend(base)
 
@@ -352,17 +352,17 @@ class _Writer:
         self.vec(l, 2 * npts)  # residuals at the fine C-points
         self.vec(l + 1, 2 * npts)  # injection: v and the coarse guess
         if right >= 0:
-            self.send(l + 1, right, "inject")
+            self.msg_out(l + 1, right, "inject")
         nparts = chi - clo + (1 if left >= 0 else 0)
         if self.batched and nparts >= 2:
             if left >= 0:
-                self.recv(l + 1, left, "inject")
+                self.msg_in(l + 1, left, "inject")
             self.step(l + 1, nparts, True)
         else:
             for _ in range(chi, clo, -1):
                 self.step(l + 1)
             if left >= 0:
-                self.recv(l + 1, left, "inject")
+                self.msg_in(l + 1, left, "inject")
                 self.step(l + 1)
         self.vec(l + 1, 2 * nparts)  # tau
 
@@ -418,13 +418,13 @@ class _Writer:
         c_last = (hi // cf) * cf
         sent = False
         if send_right and L.is_c(hi):
-            self.send(0, right, "final")
+            self.msg_out(0, right, "final")
             sent = True
         if send_right and not sent and c_last >= lo and (left >= 0 or c_first < c_last):
             # The interval reaching the last owned point, ahead of the others, once more.
             for _ in range(c_last + 1, hi + 1):
                 self.step(0)
-            self.send(0, right, "final")
+            self.msg_out(0, right, "final")
             sent = True
 
         def chain(s: int) -> None:
@@ -433,11 +433,11 @@ class _Writer:
             for _ in range(s + 1, stop + 1):
                 self.step(0)
             if send_right and not sent and stop == hi:
-                self.send(0, right, "final")
+                self.msg_out(0, right, "final")
                 sent = True
 
         if left >= 0:
-            self.recv(0, left, "final")
+            self.msg_in(0, left, "final")
             if not L.is_c(lo):
                 chain(lo - 1)
         for c in range(c_first, hi + 1, cf):
@@ -497,14 +497,14 @@ def solve_program(cycle: Cycle, nranks: int, iterations: int, *, tag: str = "fwd
             w.vec(0, nc)  # init
             if cycle.seq_soln:
                 w.seq_sweep()
-        w.allreduce("agree")
+        w.collective("agree")
         if nl > 1:
             for k in range(iterations):
                 skip_down = k == 0 and cycle.skip and cold and not cycle.seq_soln
                 w.cycle(skip_down, cycle.fmg and cycle.nfmg != k, cycle.fmg_vcycles)
-                w.allreduce("top")
+                w.collective("top")
         w.final_relax(cycle.final_fc_relax)
-        w.allreduce("agree")
+        w.collective("agree")
         progs[to_world[q]] = w.ops
     return progs
 
@@ -592,7 +592,6 @@ def simulate(programs: Sequence[Sequence[Op]], cost: CostFn, message: MessageFn,
                 snap = dict(path[p])
                 snap["comm"] = snap.get("comm", 0.0) + dt
                 queues[qk].append((t[p] + dt, snap))
-                busy[p]["comm"] += 0.0
                 if qk in blocked:
                     r = blocked.pop(qk)
                     heapq.heappush(ready, (t[r], r))
