@@ -26,7 +26,13 @@ from .schedule import Cycle, Op, Timeline, block_ranges, simulate, solve_program
 
 __all__ = ["NetSpec", "Strategy", "Prediction", "predict", "allreduce_seconds",
            "memory_per_rank", "check_strategy", "serial_seconds", "NETWORKS", "network_spec",
-           "PARAM_COPIES"]
+           "PARAM_COPIES", "AGREEMENTS_PER_GRADIENT"]
+
+#: Small collectives per gradient outside the compiled core (braidpy's Python-level
+#: agreements on success or failure, gathers of the owned ranges and of the objective,
+#: step-count allreduces), counted with cProfile on a 2-rank gradient of the trainer's
+#: evaluator; each costs a small allreduce over the layer ranks.
+AGREEMENTS_PER_GRADIENT = 21
 
 #: Copies of the parameter vector a rank holds: parameters, gradient, and L-BFGS's
 #: (braidpy.train's default optimizer) direction and 2 x 10 history vectors.
@@ -294,6 +300,7 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
                 ops += [Op("step", "grad", 0, 1)] * steps
         if p == 0:
             ops.append(Op("work", "head", seconds=head))  # the opening's gradient
+        ops += [Op("allreduce", "agreement")] * AGREEMENTS_PER_GRADIENT
         progs.append(ops)
     tl = simulate(progs, cost, message, reduce)
     grad_bytes = 8.0 * net.nparams
