@@ -16,6 +16,9 @@ for the data source on top; an option given on the command line wins.
 Bad options exit with status 2 and a usage message naming the value; an error during
 training prints one message and exits with status 1.
 
+``braidpy calibrate -o FILE`` and ``braidpy plan --calibration FILE ...`` measure this
+machine and rank process grids by predicted time per gradient (:mod:`braidpy.perf`).
+
 Examples
 --------
 >>> args = resolve(build_parser().parse_args(["train", "peaks", "--layers", "64"]))
@@ -46,6 +49,7 @@ from . import __version__
 from .nn import OPENINGS, ResNet, activation_names
 from .parallel import ProcessGrid, world
 from .parallel.collectives import bcast_bytes
+from .perf import commands as _perf_commands
 from .train import MODES, OPTIMIZERS, TrainConfig, Trainer, training_options
 from .train import checkpoint as _checkpoint
 from .train.presets import PRESETS, preset
@@ -238,7 +242,8 @@ def _add_verbosity(p: Any) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``braidpy`` argument parser (commands ``train``, ``evaluate``, ``predict``).
+    """The ``braidpy`` argument parser (commands ``train``, ``evaluate``, ``predict``,
+    ``calibrate``, ``plan``).
 
     Options that have library defaults parse to None when not given; :func:`resolve`
     fills them in from the preset."""
@@ -385,6 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--delimiter", default=",", metavar="SEP",
                    help="column separator of a text INPUT; 'space' for any whitespace")
     _add_verbosity(r)
+    _perf_commands.add_commands(commands)  # calibrate, plan (braidpy.perf)
     return parser
 
 
@@ -837,6 +843,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         if args.command == "train":
             return _train(args, argv)
+        if args.command in _perf_commands.COMMANDS:
+            return _perf_commands.run(args)
         return _evaluate(args) if args.command == "evaluate" else _predict(args)
     except KeyboardInterrupt:
         if _rank() == 0:

@@ -1,0 +1,248 @@
+"""Predicted vs measured seconds per gradient: the performance model (braidpy.perf) checked.
+
+For each setting (layer ranks P, MGRIT levels, cfactor, skip, one-shot (m1, m2) or exact
+to tolerance) this script times braidpy's layer-parallel gradient (the trainer's
+LayerParallelEvaluator.gradient: opening, primal MGRIT, classifier, adjoint MGRIT,
+per-layer gradients, allreduce) on a Peaks-sized dense ResNet, under
+``mpiexec -n P`` for P > 1, and prints it beside the model's prediction from a
+calibration file (``braidpy calibrate``; made here when none is given). Settings with
+``skip`` time cold evaluations (both solves reset before each gradient: skip applies only
+to a cold start), the others warm ones as in training. Exact mode is predicted with the
+iteration counts the run measured (the model predicts time per iteration, not
+convergence). Writes a PNG of predicted vs measured with ``--plot``.
+
+The machine this was written on has 2 shared cores: with 4 ranks the model is told so
+(``cores``) and scales compute by ranks / cores; read those rows as a check of that
+simple assumption, not of the schedule.
+
+    python benchmarks/bench_perf_model.py [--calibration FILE] [--plot FILE.png]
+        [--json FILE] [--repeats R] [--quick] [--ranks 1 2 4] [--cores 2]
+    python benchmarks/bench_perf_model.py --from-json RUN1.json RUN2.json ... [--plot ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# (name, levels, cfactor, skip, mode, (m1, m2)); ntime is --layers.
+SETTINGS = [
+    ("L2 cf4 m2/2", 2, 4, False, "oneshot", (2, 2)),
+    ("L2 cf2 m2/2", 2, 2, False, "oneshot", (2, 2)),
+    ("L3 cf2 m1/1", 3, 2, False, "oneshot", (1, 1)),
+    ("L3 cf4 m2/2", 3, 4, False, "oneshot", (2, 2)),
+    ("L2 cf4 skip cold m2/2", 2, 4, True, "oneshot", (2, 2)),
+    ("L2 cf4 exact", 2, 4, False, "exact", None),
+    ("serial", 1, 4, False, "oneshot", (1, 1)),
+]
+
+
+def worker(spec: dict) -> None:
+    """Time spec['repeats'] gradients on this communicator; rank 0 prints RESULT."""
+    from mpi4py import MPI
+
+    from braidpy.adjoint import GradientSolver
+    from braidpy.nn import ResNet, ResNetApp
+
+    comm = MPI.COMM_WORLD
+    rank = comm.Get_rank()
+    width, layers, samples = spec["width"], spec["layers"], spec["samples"]
+    net = ResNet((2,), 5, width=width, nlayers=layers)
+    params = net.init_params(seed=3, scale=0.1)
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((samples, 2))
+    C = np.eye(5)[rng.integers(0, 5, samples)]
+    app = ResNetApp(net, params, X, C)
+    opts = dict(max_levels=spec["levels"], cfactor=spec["cf"], skip=spec["skip"],
+                abs_tol=1e-7, storage="final")
+    oneshot = tuple(spec["m"]) if spec["mode"] == "oneshot" else None
+    solver = GradientSolver(app, 0.0, net.T, layers, comm=comm if comm.Get_size() > 1
+                            else None, primal=opts, oneshot=oneshot)
+    times, cpus, iters = [], [], []
+    for k in range(spec["repeats"] + 1):
+        params += 1e-4  # a new parameter, as after an optimizer step
+        if spec["skip"]:
+            solver.reset()
+        comm.Barrier()
+        start, cpu = time.perf_counter(), time.process_time()
+        if rank == 0:
+            solver.primal_core.set_initial_condition(app.initial_state())
+        g = solver.evaluate()
+        grad = np.zeros(net.nparams)
+        comm.Allreduce(MPI.IN_PLACE, grad)
+        cpu = time.process_time() - cpu  # before the barrier: MPICH spins in it
+        comm.Barrier()
+        wall = time.perf_counter() - start
+        cpu = comm.allreduce(cpu, op=MPI.MAX)
+        if k:  # the first is a warm-up (and exact mode's cold start)
+            times.append(wall)
+            cpus.append(cpu)
+            iters.append((g.primal.iterations, g.adjoint.iterations))
+    solver.close()
+    if rank == 0:
+        print("RESULT " + json.dumps({"times": times, "cpu": cpus, "iterations": iters}),
+              flush=True)
+
+
+def measure(spec: dict, nranks: int) -> dict:
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    cmd = [sys.executable, __file__, "--worker", json.dumps(spec)]
+    if nranks > 1:
+        cmd = ["mpiexec", "-n", str(nranks)] + cmd
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    if out.returncode:
+        raise RuntimeError(out.stderr)
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")][-1]
+    return json.loads(line[7:])
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    p.add_argument("--calibration", help="braidpy calibrate's file (default: measure now)")
+    p.add_argument("--plot", help="write predicted vs measured to this PNG")
+    p.add_argument("--json", help="write the table as JSON here")
+    p.add_argument("--ranks", type=int, nargs="+", default=[1, 2, 4])
+    p.add_argument("--cores", type=int, default=os.cpu_count() or 1,
+                   help="cores of this machine (ranks beyond share them)")
+    p.add_argument("--layers", type=int, default=64)
+    p.add_argument("--width", type=int, default=8)
+    p.add_argument("--samples", type=int, default=1000)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--quick", action="store_true", help="one setting, 2 repeats")
+    p.add_argument("--from-json", nargs="+", metavar="FILE",
+                   help="measure nothing: the medians of earlier --json outputs")
+    args = p.parse_args(argv)
+    if args.worker:
+        worker(json.loads(args.worker))
+        return
+    if args.from_json:
+        rows = aggregate(args.from_json)
+        print(f"medians over {len(args.from_json)} runs")
+        report(rows, args.cores, args.json, args.plot)
+        return
+
+    from braidpy.perf.calibration import load_calibration
+    from braidpy.perf.model import NetSpec, Strategy, predict
+    from braidpy.perf.schedule import Cycle
+
+    if args.calibration:
+        cal = load_calibration(args.calibration)
+    else:  # the command line, with the workers' thread settings
+        path = os.path.join(tempfile.gettempdir(), "braidpy-bench-calibration.json")
+        env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+        subprocess.run([sys.executable, "-m", "braidpy", "calibrate", "-o", path, "-q",
+                        "--layer", f"dense:{args.width}", "--samples", "16", "128",
+                        str(args.samples), str(4 * args.samples), "--rows", "1", "4", "16",
+                        "64"], check=True, env=env)
+        cal = load_calibration(path)
+        print(f"calibrated now ({path})")
+    net = NetSpec("dense", (args.width,), args.layers, args.samples)
+    settings = SETTINGS[:1] if args.quick else SETTINGS
+    repeats = 2 if args.quick else args.repeats
+    rows = []
+    print(f"dense ResNet width {args.width}, {args.layers} layers, {args.samples} samples;"
+          f" {args.cores} cores; median of {repeats} gradients")
+    for name, levels, cf, skip, mode, m in settings:
+        for P in args.ranks:
+            if levels == 1 and P > 1:
+                continue
+            spec = dict(width=args.width, layers=args.layers, samples=args.samples,
+                        levels=levels, cf=cf, skip=skip, mode=mode, m=m, repeats=repeats)
+            res = measure(spec, P)
+            t = statistics.median(res["cpu"])
+            wall = statistics.median(res["times"])
+            its = tuple(int(statistics.median(x)) for x in zip(*res["iterations"]))
+            cyc = Cycle(ntime=args.layers, max_levels=levels, cfactor=cf, skip=skip,
+                        batched=True)
+            s = Strategy(1, 1, P, cyc, its, mode, cold=skip)
+            pred = predict(net, s, cal).seconds
+            shared = predict(net, s, cal, cores=args.cores).seconds
+            err = pred / t - 1
+            rows.append(dict(setting=name, P=P, cpu=t, wall=wall, predicted=pred,
+                             predicted_shared=shared, error=err,
+                             error_wall=shared / wall - 1, iterations=its))
+            print(f"measured {name} at P = {P}", file=sys.stderr, flush=True)
+    report(rows, args.cores, args.json, args.plot)
+
+
+def aggregate(paths):
+    """The median of each (setting, P) over several --json outputs."""
+    runs = [json.load(open(path)) for path in paths]
+    keys = [(r["setting"], r["P"]) for r in runs[0]]
+    out = []
+    for key in keys:
+        same = [r for run in runs for r in run if (r["setting"], r["P"]) == key]
+        row = dict(same[0])
+        for field in ("cpu", "wall", "predicted", "predicted_shared"):
+            row[field] = statistics.median(r[field] for r in same)
+        row["error"] = row["predicted"] / row["cpu"] - 1
+        row["error_wall"] = row["predicted_shared"] / row["wall"] - 1
+        row["runs"] = len(same)
+        out.append(row)
+    return out
+
+
+def report(rows, cores, json_path=None, plot=None):
+    """Print the table, the speedups and the summary; write JSON and the PNG."""
+    print(f"{'setting':24s} {'P':>2s} {'cpu s':>9s} {'model s':>10s} {'error':>6s} "
+          f"{'wall s':>9s} {'model s':>10s} {'error':>6s}  iterations")
+    for r in rows:
+        print(f"{r['setting']:24s} {r['P']:2d} {r['cpu']:9.4f} {r['predicted']:10.4f} "
+              f"{r['error']:+6.0%} {r['wall']:9.4f} {r['predicted_shared']:10.4f} "
+              f"{r['error_wall']:+6.0%}  {tuple(r['iterations'])}")
+    # Speedups over the same setting on one rank: drifts of the machine's speed
+    # between the calibration and the runs cancel; the schedule model remains.
+    one = {r["setting"]: r for r in rows if r["P"] == 1}
+    print(f"\n{'setting':24s} {'P':>2s} {'measured speedup':>17s} {'model':>6s}")
+    for r in rows:
+        base = one.get(r["setting"])
+        if r["P"] > 1 and base is not None:
+            r["speedup"] = base["cpu"] / r["cpu"]
+            r["speedup_model"] = base["predicted"] / r["predicted"]
+            print(f"{r['setting']:24s} {r['P']:2d} {r['speedup']:16.2f}x "
+                  f"{r['speedup_model']:5.2f}x")
+    worst = max(abs(r["error"]) for r in rows)
+    within = sum(abs(r["error"]) <= 0.25 for r in rows)
+    within_wall = sum(abs(r["error_wall"]) <= 0.25 for r in rows)
+    print(f"CPU time within 25%: {within} of {len(rows)} (worst {worst:+.0%}); wall time "
+          f"(model with ranks sharing {cores} cores): {within_wall} of {len(rows)}")
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(rows, f, indent=1)
+    if plot:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.ticker import NullFormatter
+        fig, ax = plt.subplots(figsize=(5, 5))
+        for P, marker in zip(sorted({r["P"] for r in rows}), "osD^v"):
+            pts = [r for r in rows if r["P"] == P]
+            ax.scatter([r["cpu"] for r in pts], [r["predicted"] for r in pts],
+                       marker=marker, label=f"P = {P}", zorder=3)
+        lo = min(min(r["cpu"], r["predicted"]) for r in rows) * 0.8
+        hi = max(max(r["cpu"], r["predicted"]) for r in rows) * 1.2
+        ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
+        ax.fill_between([lo, hi], [lo * 0.75, hi * 0.75], [lo * 1.25, hi * 1.25],
+                        color="0.9", label="±25 %")
+        ax.set(xscale="log", yscale="log", xlabel="measured CPU s / gradient (slowest rank)",
+               ylabel="predicted s / gradient", title="braidpy.perf: predicted vs measured")
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_minor_formatter(NullFormatter())
+        ax.legend(loc="lower right")
+        fig.tight_layout()
+        fig.savefig(plot, dpi=120)
+        print(f"wrote {plot}")
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,30 @@
+"""Performance model and strategy chooser for layer-parallel training.
+
+Modules, one job each: :mod:`~braidpy.perf.calibration`, the calibration file (versioned
+JSON, validated on loading); :mod:`~braidpy.perf.calibrate`, measuring it
+(``braidpy calibrate``); :mod:`~braidpy.perf.schedule`, the task graph of MGRIT solves
+rank by rank and its critical path; :mod:`~braidpy.perf.model`, time and memory per
+gradient on a data x space x layers grid; :mod:`~braidpy.perf.plan`, ranking every grid
+and MGRIT setting (``braidpy plan``). See docs/performance.md.
+"""
+
+from __future__ import annotations
+
+from .calibration import (
+    Calibration,
+    CalibrationError,
+    CostFit,
+    LayerCosts,
+    Link,
+    load_calibration,
+    save_calibration,
+)
+from .model import NETWORKS, NetSpec, Prediction, Strategy, network_spec, predict, serial_seconds
+from .plan import CLUSTERS, Plan, factorizations, format_plan, plan
+from .schedule import Cycle, Op, Timeline, hierarchy, program_counts, simulate, solve_program
+
+__all__ = ["Calibration", "CalibrationError", "CostFit", "LayerCosts", "Link",
+           "load_calibration", "save_calibration", "NETWORKS", "NetSpec", "Prediction",
+           "Strategy", "network_spec", "predict", "serial_seconds", "CLUSTERS", "Plan",
+           "factorizations", "format_plan", "plan", "Cycle", "Op", "Timeline", "hierarchy",
+           "program_counts", "simulate", "solve_program"]

@@ -1,0 +1,345 @@
+"""Measure the costs of the performance model on this machine (``braidpy calibrate``).
+
+Per layer type and shape: the step, state-adjoint and parameter-gradient calls of
+:mod:`braidpy.nn`'s layers, plain and batched (rows = states per call), at a few sample
+counts, each the median of repeats, fitted as ``a + b * rows * samples``
+(:class:`braidpy.perf.calibration.CostFit`); the cost of one step callback through the
+compiled core; the factors by which two real gradients exceed what the fits predict, for plain
+and for batched calls (:func:`calibrate_sweep`: what calling a layer from inside a
+solve adds); and the
+alpha-beta parameters of point-to-point messages (ping-pong) and
+of allreduce when run under ``mpiexec`` with two or more ranks. With one rank there is
+no network to measure: the file then carries documented defaults marked
+``"assumed: ..."`` (shared-memory MPI on one node), which ``braidpy plan`` reports.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import platform
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .calibration import Calibration, CostFit, LayerCosts, Link, layer_name
+
+__all__ = ["DEFAULT_LAYERS", "ASSUMED_P2P", "ASSUMED_ALLREDUCE", "parse_layer",
+           "DEFAULT_SAMPLES", "time_call", "calibrate_layer", "calibrate_callback",
+           "calibrate_sweep", "calibrate_network",
+           "calibrate"]
+
+#: Layers measured by default: Peaks' dense width 8 (paper 002, sec. 4.1), the digits
+#: preset's conv net and an MNIST-sized conv layer.
+DEFAULT_LAYERS = ("dense:8", "dense:32", "conv:4x8x8:3", "conv:8x28x28:3")
+#: Samples per state measured by default (capped per layer, see calibrate_layer).
+DEFAULT_SAMPLES = (16, 256, 4096)
+
+#: Used when no second rank exists to measure against: intra-node shared-memory MPI
+#: (MPICH's typical small-message latency and memory-copy bandwidth).
+ASSUMED_P2P = Link(2e-6, 1.0 / 5e9, "assumed: one rank, no network measured "
+                                    "(shared-memory MPI: 2 us, 5 GB/s)")
+ASSUMED_ALLREDUCE = Link(4e-6, 1.0 / 5e9, "assumed: one rank, no network measured "
+                                          "(shared-memory MPI: 4 us, 5 GB/s)")
+
+
+def parse_layer(text: str) -> Tuple[str, Tuple[int, ...], int]:
+    """'dense:WIDTH' or 'conv:CxHxW[:KERNEL]' as (kind, shape, kernel).
+
+    >>> parse_layer("conv:8x28x28:3")
+    ('conv', (8, 28, 28), 3)
+    >>> parse_layer("dense:0")
+    Traceback (most recent call last):
+    ...
+    ValueError: layer 'dense:0': sizes must be positive ints (dense:WIDTH or conv:CxHxW[:K])
+    """
+    parts = text.split(":")
+    bad = ValueError(f"layer {text!r}: sizes must be positive ints (dense:WIDTH or "
+                     f"conv:CxHxW[:K])")
+    try:
+        if parts[0] == "dense" and len(parts) == 2:
+            shape: Tuple[int, ...] = (int(parts[1]),)
+            kernel = 1
+        elif parts[0] == "conv" and len(parts) in (2, 3):
+            shape = tuple(int(x) for x in parts[1].split("x"))
+            kernel = int(parts[2]) if len(parts) == 3 else 3
+            if len(shape) != 3:
+                raise bad
+        else:
+            raise ValueError(f"layer {text!r}: expected dense:WIDTH or conv:CxHxW[:K]")
+    except ValueError as exc:
+        if exc is bad or str(exc).startswith("layer"):
+            raise
+        raise bad from None
+    if min(shape) < 1 or kernel < 1:
+        raise bad
+    return parts[0], shape, kernel
+
+
+def time_call(fn: Callable[[], Any], repeats: int = 5, min_time: float = 5e-3) -> float:
+    """CPU seconds of one call of ``fn``: the fastest of ``repeats`` repeats, each
+    looping until min_time passes. CPU time and the fastest, because on a shared machine
+    wall time carries other processes' time slices, which are no cost of the call."""
+    fn()  # warm up
+    out = []
+    for _ in range(repeats):
+        n, start = 0, time.process_time()
+        while True:
+            fn()
+            n += 1
+            elapsed = time.process_time() - start
+            if elapsed >= min_time:
+                break
+        out.append(elapsed / n)
+    return min(out)
+
+
+def calibrate_layer(kind: str, shape: Sequence[int], kernel: int = 3, *,
+                    samples: Sequence[int] = DEFAULT_SAMPLES, rows: Sequence[int] = (1, 4, 16),
+                    repeats: int = 5, min_time: float = 5e-3) -> LayerCosts:
+    """Fits of the step, adjoint, gradient and vector costs of one layer."""
+    from ..nn import ResNet
+
+    shape = tuple(int(s) for s in shape)
+    width = shape[0]
+    input_shape: Tuple[int, ...] = (width,) if kind == "dense" else shape
+    net = ResNet(input_shape, 2, width=width, nlayers=max(rows), kernel=kernel)
+    layer = net.layer
+    v = net.views(net.init_params(seed=7, scale=0.1))
+    rng = np.random.default_rng(11)
+    # Keep the largest call near 4 M numbers: big enough to see the per-sample cost.
+    per = max(rows) * int(np.prod(net.state_shape))
+    samples = sorted({max(1, min(int(s), 4_000_000 // per)) for s in samples})
+    pts: Dict[str, List[Tuple[int, int, float]]] = {k: [] for k in ("fwd", "adj", "grad",
+                                                                   "vec")}
+    h = 0.1
+    for s in samples:
+        state = (s,) + net.state_shape
+        for r in rows:
+            # A pool of distinct inputs, used in turn: in a sweep every call reads states
+            # it has not touched for a while, so a hot cache would flatter the cost.
+            shape_r = state if r == 1 else (r,) + state
+            npool = int(min(8, max(2, (16 << 20) // (8 * 2 * int(np.prod(shape_r))))))
+            pool = [(rng.standard_normal(shape_r), rng.standard_normal(shape_r))
+                    for _ in range(npool)]
+            turn = [0]
+
+            def nxt():
+                turn[0] = (turn[0] + 1) % npool
+                return pool[turn[0]]
+            K: Any
+            b: Any
+            hh: Any
+            fwd: Callable[..., Any]
+            adj: Callable[..., Any]
+            grad: Callable[..., Any]
+            if r == 1:
+                K, b, hh = v["K"][0, ...], v["b"][0, ...], h
+                fwd, adj, grad = layer.forward, layer.adjoint, layer.gradient
+            else:
+                K, b, hh = v["K"][:r, ...], v["b"][:r, ...], np.full(r, h)
+                fwd, adj, grad = (layer.forward_batched, layer.adjoint_batched,
+                                  layer.gradient_batched)
+
+            def call_fwd(fwd=fwd, K=K, b=b, hh=hh) -> None:
+                fwd(nxt()[0], K, b, hh)
+
+            def call_adj(adj=adj, K=K, b=b, hh=hh) -> None:
+                u, w = nxt()
+                adj(w, u, K, b, hh)
+
+            def call_grad(grad=grad, K=K, b=b, hh=hh) -> None:
+                u, w = nxt()
+                grad(w, u, K, b, hh)
+            calls = {"fwd": call_fwd, "adj": call_adj, "grad": call_grad}
+            for name, fn in calls.items():
+                pts[name].append((r, s, time_call(fn, repeats, min_time)))
+            if r == 1:
+                # A copy plus an axpy into a new array: what the core does per point
+                # besides stepping (clone, sum).
+                def vec() -> None:
+                    u, w = nxt()
+                    tmp = u.copy()
+                    np.multiply(tmp, 0.5, out=tmp)
+                    np.add(tmp, w, out=tmp)
+                pts["vec"].append((1, s, time_call(vec, repeats, min_time) / 2))
+    costs = {k: CostFit.fit(p) for k, p in pts.items()}
+    return LayerCosts(layer_name(kind, shape, kernel), kind, shape, kernel, costs)
+
+
+def calibrate_callback(ntime: int = 2000, repeats: int = 5) -> Tuple[float, float]:
+    """(seconds the compiled core spends around one Python step callback, seconds of
+    one :meth:`braidpy.Core.solve` besides its steps): sequential solves of a step that
+    only reads its layer's weights, of ``ntime`` steps and of one."""
+    from .. import App, Core
+
+    weights = np.zeros((ntime + 1, 1))
+
+    class Nothing(App):  # reads its layer's weights as ResNetApp.step does
+        def init(self, t):
+            return np.zeros(1)
+
+        def step(self, u, t0, t1, status):
+            weights[status.fine_index, ...]
+            return None
+
+    def per_solve(n: int) -> float:
+        core = Core(Nothing(), 0.0, 1.0, n, options={"max_levels": 1})
+        out = []
+        core.solve()
+        for _ in range(repeats):
+            start = time.process_time()
+            core.solve()
+            out.append(time.process_time() - start)
+        core.close()
+        return min(out)
+
+    long, short = per_solve(ntime), per_solve(1)
+    callback = max(long - short, 0.0) / (ntime - 1)
+    return callback, max(short - callback, 0.0)
+
+
+def calibrate_sweep(cal: Calibration, layer: LayerCosts, samples: int, nlayers: int = 32,
+                    repeats: int = 3) -> Tuple[float, float]:
+    """(sweep, sweep_batched) of ``layer``: the factors by which two real gradients of a
+    ``nlayers``-layer ResNet of this layer exceed what the fits predict — a serial one
+    (one level: plain calls forward and back, then the gradients in one batched call)
+    and a two-level one-shot (1, 1) with cf 4 (batched relaxation) — solved for the
+    factor of plain calls and the factor of batched calls and vector work."""
+    from ..adjoint import GradientSolver
+    from ..nn import ResNet, ResNetApp
+    from .model import NetSpec, Strategy, predict
+    from .schedule import Cycle
+
+    shape = layer.shape
+    input_shape = shape if layer.kind == "conv" else (shape[0],)
+    net = ResNet(input_shape, 2, width=shape[0], nlayers=nlayers, kernel=layer.kernel)
+    params = net.init_params(seed=5, scale=0.1)
+    rng = np.random.default_rng(9)
+    X = rng.standard_normal((samples,) + tuple(input_shape))
+    C = np.eye(2)[rng.integers(0, 2, samples)]
+    spec = NetSpec(layer.kind, shape, nlayers, samples, kernel=layer.kernel,
+                   features=int(np.prod(input_shape)), nclasses=2)
+
+    def run(levels: int) -> Tuple[float, float, float, float]:
+        """Measured CPU seconds and the predicted parts (plain, batched, the rest)."""
+        app = ResNetApp(net, params, X, C)
+        solver = GradientSolver(app, 0.0, net.T, nlayers, oneshot=(1, 1),
+                                primal={"max_levels": levels, "cfactor": 4})
+        solver.evaluate()
+        out = []
+        for _ in range(repeats):
+            start = time.process_time()
+            solver.evaluate()
+            out.append(time.process_time() - start)
+        solver.close()
+        s = Strategy(1, 1, 1, Cycle(ntime=nlayers, max_levels=levels, cfactor=4,
+                                    batched=True), (1, 1))
+
+        def with_factors(single: float, batched: float) -> float:
+            lc = dataclasses.replace(layer, sweep=single, sweep_batched=batched)
+            return predict(spec, s, dataclasses.replace(cal, layers=(lc,))).seconds
+        rest = with_factors(0.0, 0.0)
+        return (min(out), with_factors(1.0, 0.0) - rest, with_factors(0.0, 1.0) - rest,
+                rest)
+
+    m1, s1, b1, r1 = run(1)
+    m2, s2, b2, r2 = run(2)
+    det = s1 * b2 - s2 * b1
+    if abs(det) < 1e-12 * max(s1 * b2, 1e-300):
+        single = batched = (m1 + m2 - r1 - r2) / (s1 + b1 + s2 + b2)
+    else:  # Cramer's rule
+        single = ((m1 - r1) * b2 - (m2 - r2) * b1) / det
+        batched = (s1 * (m2 - r2) - s2 * (m1 - r1)) / det
+    # Keep them physical: noise on a shared machine can push one out of range.
+    return float(np.clip(single, 0.25, 8.0)), float(np.clip(batched, 0.25, 8.0))
+
+
+def _fit_link(sizes: Sequence[int], seconds: Sequence[float]) -> Tuple[float, float]:
+    fit = CostFit.fit([(1, n, t) for n, t in zip(sizes, seconds)])
+    return fit.a, fit.b
+
+
+def calibrate_network(comm: Any, sizes: Sequence[int] = (8, 1024, 65536, 1048576),
+                      repeats: int = 20) -> Tuple[Link, Link]:
+    """alpha-beta of ping-pong between ranks 0 and 1 and of an allreduce over ``comm``
+    (collective). One rank (or no comm): the assumed defaults."""
+    if comm is None or comm.Get_size() < 2:
+        return ASSUMED_P2P, ASSUMED_ALLREDUCE
+    rank = comm.Get_rank()
+    p2p, ar = [], []
+    for n in sizes:
+        buf = np.zeros(max(n // 8, 1))
+        out = np.empty_like(buf)
+        comm.Barrier()
+        start = time.perf_counter()
+        for _ in range(repeats):
+            if rank == 0:
+                comm.Send(buf, dest=1, tag=7)
+                comm.Recv(buf, source=1, tag=7)
+            elif rank == 1:
+                comm.Recv(buf, source=0, tag=7)
+                comm.Send(buf, dest=0, tag=7)
+        p2p.append((time.perf_counter() - start) / (2 * repeats))
+        comm.Barrier()
+        start = time.perf_counter()
+        for _ in range(repeats):
+            comm.Allreduce(buf, out)
+        ar.append((time.perf_counter() - start) / repeats)
+    times = np.asarray(p2p, dtype=np.float64)  # rank 0's ping-pong times, to everyone
+    comm.Bcast(times, root=0)
+    p2p = times.tolist()
+    from mpi4py import MPI
+    slowest = np.empty(len(ar))
+    comm.Allreduce(np.asarray(ar), slowest, op=MPI.MAX)  # the allreduce ends on the last
+    ar = slowest.tolist()
+    a1, b1 = _fit_link(sizes, p2p)
+    rounds = max(1, math.ceil(math.log2(comm.Get_size())))
+    a2, b2 = _fit_link(sizes, [t / rounds for t in ar])  # per round of a tree
+    return (Link(a1, b1, "measured"),
+            Link(a2, b2, f"measured on {comm.Get_size()} ranks, per tree round"))
+
+
+def _gpu_note() -> str:
+    """What the file says about GPUs: the layer costs here are the host's."""
+    from .. import cuda_info
+
+    info = cuda_info()
+    if info.get("devices", 0):
+        return (f"{info['devices']} GPU(s) found; this calibration measures CPU layer "
+                f"costs only")
+    why = info.get("error") or info.get("import_error") or "no device"
+    return f"no GPU ({why}): GPU costs not measured"
+
+
+def calibrate(layers: Sequence[str] = DEFAULT_LAYERS, *, comm: Any = None,
+              samples: Sequence[int] = DEFAULT_SAMPLES, rows: Sequence[int] = (1, 4, 16),
+              repeats: int = 5, min_time: float = 5e-3,
+              log: Optional[Callable[[str], None]] = None) -> Calibration:
+    """Measure everything (see the module docstring); ``comm`` for the network part."""
+    say = log or (lambda _msg: None)
+    fits = []
+    for text in layers:
+        kind, shape, kernel = parse_layer(text)
+        say(f"layer {text}")
+        fits.append(calibrate_layer(kind, shape, kernel, samples=samples, rows=rows,
+                                    repeats=repeats, min_time=min_time))
+    say("callback")
+    callback, solve_s = calibrate_callback()
+    say("network")
+    p2p, ar = calibrate_network(comm)
+    host = {"machine": platform.machine(), "python": platform.python_version(),
+            "processor": platform.processor(), "numpy": np.__version__,
+            "gpu": _gpu_note()}
+    cal = Calibration(tuple(fits), callback, p2p, ar, solve_s=solve_s,
+                      nranks=1 if comm is None else comm.Get_size(), device="cpu",
+                      host=host)
+    swept = []
+    for lc in cal.layers:
+        say(f"serial gradient of {lc.name}")
+        n = sorted({p[1] for p in lc.costs["fwd"].points})
+        single, batched = calibrate_sweep(cal, lc, n[len(n) // 2],
+                                          repeats=max(repeats // 2, 1))
+        swept.append(dataclasses.replace(lc, sweep=single, sweep_batched=batched))
+    return dataclasses.replace(cal, layers=tuple(swept))

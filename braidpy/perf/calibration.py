@@ -1,0 +1,331 @@
+"""The calibration file: measured costs as versioned plain JSON, validated on loading.
+
+``braidpy calibrate -o FILE`` writes one (:mod:`braidpy.perf.calibrate`);
+``braidpy plan --calibration FILE`` reads it. The file is JSON only (never pickle), and
+:func:`load_calibration` checks every field, naming the first bad one.
+
+Layout (version 1)::
+
+    {"format": "braidpy-calibration", "version": 1,
+     "host": {...}, "device": "cpu",
+     "callback_s": 4e-6,                  # core -> Python cost of one step callback
+     "solve_s": 2e-4,                     # one Core.solve besides its steps
+     "layers": [{"name": "dense-w8", "kind": "dense", "shape": [8],
+                 "kernel": 1, "sweep": 1.3, "sweep_batched": 1.8, "costs": {
+                     "fwd":  {"a": ..., "b": ..., "points": [[rows, samples, s], ...]},
+                     "adj":  {...}, "grad": {...}, "vec": {...}}}, ...],
+     "network": {"p2p": {"alpha": s, "beta": s_per_byte, "source": "measured"},
+                 "allreduce": {"alpha": ..., "beta": ..., "source": "assumed: ..."},
+                 "nranks": 1}}
+
+A call advancing ``rows`` states of ``samples`` samples each costs about ``a + b * rows
+* samples`` seconds (a least-squares fit: ``a`` the fixed cost of a call, ``b`` the
+cost per sample and state; seed 001's per-layer cost model, Dryden et al. sec. 4.1,
+with batching as one more dimension of the work); the model interpolates the measured
+points themselves, which also follow the cache (:meth:`CostFit.seconds`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Any, Dict, List, Mapping, Sequence, Tuple
+
+__all__ = ["FORMAT", "VERSION", "KINDS", "CostFit", "LayerCosts", "Link", "Calibration",
+           "CalibrationError", "calibration_from_json", "load_calibration",
+           "save_calibration", "layer_name",
+           "layer_flops"]
+
+FORMAT = "braidpy-calibration"
+VERSION = 1
+#: What each layer cost fit measures: a step, a state adjoint, a parameter gradient,
+#: and a vector operation (copy or axpy) of one state.
+KINDS = ("fwd", "adj", "grad", "vec")
+
+
+class CalibrationError(ValueError):
+    """A calibration file that cannot be used; the message names the bad field."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CostFit:
+    """Seconds of one call, fitted as ``a + b * rows * samples`` to ``points``
+    ((rows, samples, seconds), measured)."""
+
+    a: float
+    b: float
+    points: Tuple[Tuple[int, int, float], ...] = ()
+
+    def seconds(self, rows: int, samples: float) -> float:
+        """Seconds of a call advancing ``rows`` states of ``samples`` samples: the
+        measured points interpolated log-log, first over samples at each measured row
+        count, then over rows (proportional beyond the largest, the smallest's value
+        below it); the linear fit where no points were kept. Interpolating the points,
+        not the line, follows the cache: the cost per sample grows with a call's size."""
+        if not self.points:
+            return self.a + self.b * float(rows) * float(samples)
+        grid: Dict[int, Dict[float, List[float]]] = {}
+        for r, n, t in self.points:
+            grid.setdefault(int(r), {}).setdefault(float(n), []).append(t)
+        rs = sorted(grid)
+        at = [_interpolate({n: sum(ts) / len(ts) for n, ts in grid[r].items()},
+                           float(samples)) for r in rs]
+        return _interpolate(dict(zip(map(float, rs), at)), float(rows))
+
+    @staticmethod
+    def fit(points: Sequence[Tuple[int, int, float]]) -> "CostFit":
+        """Least squares of seconds against rows * samples, weighted by 1 / seconds^2 so
+        that small and large calls fit equally well in relative terms (a, b >= 0)."""
+        xs = [float(r * s) for r, s, _ in points]
+        ys = [float(t) for _, _, t in points]
+        if not xs:
+            raise ValueError("no points to fit")
+        ws = [1.0 / max(y, 1e-12) ** 2 for y in ys]
+        sw = sum(ws)
+        mx = sum(w * x for w, x in zip(ws, xs)) / sw
+        my = sum(w * y for w, y in zip(ws, ys)) / sw
+        sxx = sum(w * (x - mx) ** 2 for w, x in zip(ws, xs))
+        b = sum(w * (x - mx) * (y - my) for w, x, y in zip(ws, xs, ys)) / sxx if sxx else 0.0
+        if b < 0.0:
+            b = 0.0
+        a = my - b * mx
+        if a < 0.0:  # refit through the origin
+            a = 0.0
+            b = sum(w * x * y for w, x, y in zip(ws, xs, ys)) / sum(w * x * x
+                                                                  for w, x in zip(ws, xs))
+        return CostFit(a, b, tuple((int(r), int(s), float(t)) for r, s, t in points))
+
+
+def _interpolate(table: Mapping[float, float], x: float) -> float:
+    """Log-log interpolation in {x: y}; proportional above the largest x, flat below
+    the smallest."""
+    xs = sorted(table)
+    ys = [table[v] for v in xs]
+    if x <= xs[0]:
+        return ys[0]
+    if x >= xs[-1]:
+        return ys[-1] * x / xs[-1]
+    for k in range(1, len(xs)):
+        if x <= xs[k]:
+            f = math.log(x / xs[k - 1]) / math.log(xs[k] / xs[k - 1])
+            return math.exp(math.log(max(ys[k - 1], 1e-15)) * (1 - f) +
+                            math.log(max(ys[k], 1e-15)) * f)
+    return ys[-1]  # not reached
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerCosts:
+    """The fits of one layer type and shape. ``sweep`` and ``sweep_batched`` multiply
+    the fitted cost of plain calls, and of batched calls and vector work, inside a solve
+    (status objects, wrappers, gathers of stacked states, states not in cache): fitted
+    by :func:`braidpy.perf.calibrate.calibrate_sweep` to two real gradients."""
+
+    name: str
+    kind: str  # "dense" or "conv"
+    shape: Tuple[int, ...]  # (width,) or (channels, H, W)
+    kernel: int
+    costs: Mapping[str, CostFit]
+    sweep: float = 1.0
+    sweep_batched: float = 1.0
+
+    @property
+    def flops(self) -> float:
+        return layer_flops(self.kind, self.shape, self.kernel)
+
+
+@dataclasses.dataclass(frozen=True)
+class Link:
+    """alpha-beta cost of a message of n bytes: alpha + beta * n."""
+
+    alpha: float
+    beta: float
+    source: str  # "measured" or "assumed: why"
+
+    def seconds(self, nbytes: float) -> float:
+        return self.alpha + self.beta * nbytes
+
+
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+    """Everything ``braidpy plan`` needs about the machine."""
+
+    layers: Tuple[LayerCosts, ...]
+    callback_s: float
+    p2p: Link
+    allreduce: Link
+    solve_s: float = 0.0
+    nranks: int = 1
+    device: str = "cpu"
+    host: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def layer(self, kind: str, shape: Sequence[int], kernel: int = 3
+              ) -> Tuple[LayerCosts, float]:
+        """The fits for a layer and the factor to scale their per-sample cost by: 1 for
+        a calibrated shape, else the ratio of multiply-adds to the nearest calibrated
+        layer of the same kind (a documented approximation)."""
+        shape = tuple(int(s) for s in shape)
+        same = [lc for lc in self.layers if lc.kind == kind]
+        if not same:
+            known = sorted({lc.kind for lc in self.layers})
+            raise CalibrationError(f"the calibration has no {kind} layers (it has: "
+                                   f"{', '.join(known) or 'none'}); run braidpy calibrate "
+                                   f"--layer {kind}:...")
+        for lc in same:
+            if lc.shape == shape and (kind == "dense" or lc.kernel == kernel):
+                return lc, 1.0
+        want = layer_flops(kind, shape, kernel)
+        near = min(same, key=lambda lc: abs(math.log(lc.flops / want)))
+        return near, want / near.flops
+
+    def to_json(self) -> Dict[str, Any]:
+        return {
+            "format": FORMAT, "version": VERSION, "device": self.device,
+            "host": dict(self.host), "callback_s": self.callback_s,
+            "solve_s": self.solve_s,
+            "layers": [{"name": lc.name, "kind": lc.kind, "shape": list(lc.shape),
+                        "kernel": lc.kernel, "sweep": lc.sweep,
+                        "sweep_batched": lc.sweep_batched,
+                        "costs": {k: {"a": f.a, "b": f.b,
+                                      "points": [list(p) for p in f.points]}
+                                  for k, f in lc.costs.items()}}
+                       for lc in self.layers],
+            "network": {"p2p": dataclasses.asdict(self.p2p),
+                        "allreduce": dataclasses.asdict(self.allreduce),
+                        "nranks": self.nranks},
+        }
+
+
+def layer_name(kind: str, shape: Sequence[int], kernel: int) -> str:
+    """'dense-w8' or 'conv-c8-28x28-k3'."""
+    if kind == "dense":
+        return f"dense-w{shape[0]}"
+    return f"conv-c{shape[0]}-{shape[1]}x{shape[2]}-k{kernel}"
+
+
+def layer_flops(kind: str, shape: Sequence[int], kernel: int) -> float:
+    """Multiply-adds of one step for one sample (dense: width^2; conv: C^2 k^2 H W)."""
+    if kind == "dense":
+        return float(shape[0]) ** 2
+    c, h, w = shape
+    return float(c * c * kernel * kernel * h * w)
+
+
+# ------------------------------------------------------------------ loading
+def _field(obj: Any, key: str, where: str) -> Any:
+    if not isinstance(obj, Mapping):
+        raise CalibrationError(f"{where} must be an object, got {type(obj).__name__}")
+    if key not in obj:
+        raise CalibrationError(f"missing field {where}.{key}")
+    return obj[key]
+
+
+def _number(obj: Any, key: str, where: str, *, low: float = 0.0) -> float:
+    v = _field(obj, key, where)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+            or v < low:
+        raise CalibrationError(f"field {where}.{key} must be a finite number >= {low}, "
+                               f"got {v!r}")
+    return float(v)
+
+
+def _link(obj: Any, where: str) -> Link:
+    source = _field(obj, "source", where)
+    if not isinstance(source, str):
+        raise CalibrationError(f"field {where}.source must be a string, got {source!r}")
+    return Link(_number(obj, "alpha", where), _number(obj, "beta", where), source)
+
+
+def _fit(obj: Any, where: str) -> CostFit:
+    pts = obj.get("points", []) if isinstance(obj, Mapping) else []
+    if not isinstance(pts, list) or not all(
+            isinstance(p, list) and len(p) == 3 and
+            all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in p)
+            for p in pts):
+        raise CalibrationError(f"field {where}.points must be a list of [rows, samples, "
+                               f"seconds]")
+    return CostFit(_number(obj, "a", where), _number(obj, "b", where),
+                   tuple((int(r), int(s), float(t)) for r, s, t in pts))
+
+
+def calibration_from_json(data: Any) -> Calibration:
+    """A :class:`Calibration` from parsed JSON, or CalibrationError naming the field."""
+    fmt = _field(data, "format", "calibration")
+    if fmt != FORMAT:
+        raise CalibrationError(f"field calibration.format is {fmt!r}, expected {FORMAT!r}")
+    version = _field(data, "version", "calibration")
+    if version != VERSION:
+        raise CalibrationError(f"field calibration.version is {version!r}; this braidpy "
+                               f"reads version {VERSION} (run braidpy calibrate again)")
+    layers_raw = _field(data, "layers", "calibration")
+    if not isinstance(layers_raw, list) or not layers_raw:
+        raise CalibrationError("field calibration.layers must be a non-empty list")
+    layers: List[LayerCosts] = []
+    for i, lr in enumerate(layers_raw):
+        where = f"layers[{i}]"
+        kind = _field(lr, "kind", where)
+        if kind not in ("dense", "conv"):
+            raise CalibrationError(f"field {where}.kind must be 'dense' or 'conv', got "
+                                   f"{kind!r}")
+        shape = _field(lr, "shape", where)
+        need = 1 if kind == "dense" else 3
+        if not isinstance(shape, list) or len(shape) != need or not all(
+                isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in shape):
+            raise CalibrationError(f"field {where}.shape must be {need} positive ints, got "
+                                   f"{shape!r}")
+        kernel = _field(lr, "kernel", where)
+        if isinstance(kernel, bool) or not isinstance(kernel, int) or kernel < 1:
+            raise CalibrationError(f"field {where}.kernel must be an int >= 1, got "
+                                   f"{kernel!r}")
+        costs_raw = _field(lr, "costs", where)
+        costs = {k: _fit(_field(costs_raw, k, f"{where}.costs"), f"{where}.costs.{k}")
+                 for k in KINDS}
+        name = lr.get("name", layer_name(kind, shape, kernel))
+        sweeps = [_number(lr, k, where, low=1e-3) if k in lr else 1.0
+                  for k in ("sweep", "sweep_batched")]
+        layers.append(LayerCosts(str(name), kind, tuple(shape), kernel, costs, *sweeps))
+    net = _field(data, "network", "calibration")
+    nranks = _field(net, "nranks", "network")
+    if isinstance(nranks, bool) or not isinstance(nranks, int) or nranks < 1:
+        raise CalibrationError(f"field network.nranks must be an int >= 1, got {nranks!r}")
+    device = data.get("device", "cpu")
+    host = data.get("host", {})
+    return Calibration(tuple(layers), _number(data, "callback_s", "calibration"),
+                       _link(_field(net, "p2p", "network"), "network.p2p"),
+                       _link(_field(net, "allreduce", "network"), "network.allreduce"),
+                       _number(data, "solve_s", "calibration"), nranks, str(device),
+                       host if isinstance(host, Mapping) else {})
+
+
+def load_calibration(path: str) -> Calibration:
+    """Read and validate a calibration file (JSON), naming the bad field or the file.
+
+    >>> load_calibration("/no/such/file.json")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    braidpy.perf.calibration.CalibrationError: calibration file '/no/such/file.json' not found ...
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise CalibrationError(f"calibration file {path!r} not found (write one with "
+                               f"braidpy calibrate -o FILE)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CalibrationError(f"calibration file {path!r} cannot be read: {exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CalibrationError(f"calibration file {path!r} is not JSON: {exc}") from None
+    try:
+        return calibration_from_json(data)
+    except CalibrationError as exc:
+        raise CalibrationError(f"calibration file {path!r}: {exc}") from None
+
+
+def save_calibration(cal: Calibration, path: str) -> None:
+    """Write ``cal`` as JSON (what :func:`load_calibration` reads)."""
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(cal.to_json(), f, indent=1)
+        f.write("\n")
+

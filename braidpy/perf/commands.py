@@ -1,0 +1,172 @@
+"""The ``braidpy calibrate`` and ``braidpy plan`` subcommands (added to braidpy.cli)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, List
+
+from .calibrate import DEFAULT_LAYERS, DEFAULT_SAMPLES, calibrate, parse_layer
+from .calibration import load_calibration, save_calibration
+from .model import NETWORKS, network_spec
+from .plan import CLUSTERS, format_plan, plan
+
+__all__ = ["COMMANDS", "add_commands", "run"]
+
+COMMANDS = ("calibrate", "plan")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an int >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an int >= 1, got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
+def _layer(text: str) -> str:
+    try:
+        parse_layer(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _network(text: str) -> str:
+    try:
+        network_spec(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def add_commands(commands: Any) -> None:
+    """Add the subcommands to braidpy.cli's subparsers."""
+    c = commands.add_parser(
+        "calibrate", help="measure layer, callback and network costs for braidpy plan",
+        description="Measure what the performance model needs on this machine: per-layer "
+                    "step, adjoint and gradient costs (plain and batched, several sample "
+                    "counts), the core's cost per callback and per solve, and (under "
+                    "mpiexec with 2+ ranks) point-to-point and allreduce alpha-beta; with "
+                    "one rank the network costs are written as assumed defaults, marked so."
+                    " Writes versioned JSON.")
+    c.set_defaults(usage_error=c.error)
+    c.add_argument("-o", "--output", required=True, metavar="FILE",
+                   help="where to write the calibration (JSON)")
+    c.add_argument("--layer", action="append", type=_layer, metavar="SPEC",
+                   help="dense:WIDTH or conv:CxHxW[:K]; repeat for more (default: "
+                        f"{' '.join(DEFAULT_LAYERS)})")
+    c.add_argument("--samples", type=_positive_int, nargs="+", metavar="N",
+                   default=list(DEFAULT_SAMPLES), help="samples per state to measure at")
+    c.add_argument("--rows", type=_positive_int, nargs="+", metavar="R", default=[1, 4, 16],
+                   help="states per batched call to measure at (1: plain calls)")
+    c.add_argument("--repeats", type=_positive_int, default=5, metavar="R")
+    _verbosity(c)
+
+    p = commands.add_parser(
+        "plan", help="rank data x space x layer splits and MGRIT settings by predicted time",
+        description="Predict seconds per gradient for every factorization P = data x space "
+                    "x layers and MGRIT setting from a calibration file, and print the best "
+                    "with the parts of their critical path. Splits that need more memory "
+                    "per rank than --memory are rejected.")
+    p.set_defaults(usage_error=p.error)
+    p.add_argument("--calibration", required=True, metavar="FILE",
+                   help="written by braidpy calibrate")
+    p.add_argument("--network", required=True, type=_network, metavar="SPEC",
+                   help=f"{', '.join(NETWORKS)}, dense:WIDTH:LAYERS or conv:CxHxW:LAYERS[:K]")
+    p.add_argument("--batch", type=_positive_int, metavar="N",
+                   help="samples per gradient (default: the named network's)")
+    p.add_argument("-P", "--procs", type=_positive_int, required=True, metavar="N",
+                   help="processes (or GPUs)")
+    p.add_argument("--interconnect", choices=("calibrated",) + tuple(CLUSTERS),
+                   default="calibrated", help="network costs: the calibration's or a "
+                                              "documented cluster's")
+    p.add_argument("--memory", type=_positive_float, metavar="GIB",
+                   help="memory per rank in GiB (default: no limit)")
+    p.add_argument("--levels", type=_positive_int, nargs="+", default=[2, 3, 4], metavar="L")
+    p.add_argument("--cfactors", type=_positive_int, nargs="+", default=[2, 4, 8, 16],
+                   metavar="C")
+    p.add_argument("--mode", choices=("oneshot", "exact"), default="oneshot")
+    p.add_argument("--m1", type=_positive_int, default=2, metavar="M",
+                   help="one-shot primal iterations (exact: assumed primal iterations)")
+    p.add_argument("--m2", type=_positive_int, default=2, metavar="M",
+                   help="one-shot adjoint iterations (exact: assumed adjoint iterations)")
+    p.add_argument("--cores", type=_positive_int, metavar="N",
+                   help="cores available (more ranks share them; default: one each)")
+    p.add_argument("--top", type=_positive_int, default=5, metavar="K")
+    p.add_argument("--json", action="store_true", help="print the ranking as JSON")
+    _verbosity(p)
+
+
+def _verbosity(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-q", "--quiet", action="store_true", help="errors only")
+    p.add_argument("-v", "--verbose", action="count", default=0, help="more output")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``calibrate`` or ``plan``; errors propagate to braidpy.cli (status 1)."""
+    return _calibrate(args) if args.command == "calibrate" else _plan(args)
+
+
+def _world() -> Any:
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        return None
+    return MPI.COMM_WORLD if MPI.COMM_WORLD.Get_size() > 1 else None
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    comm = _world()
+    rank = 0 if comm is None else comm.Get_rank()
+    layers: List[str] = args.layer or list(DEFAULT_LAYERS)
+    say = (lambda m: print(f"braidpy calibrate: {m}", file=sys.stderr, flush=True)) \
+        if rank == 0 and not args.quiet else None
+    if rank == 0:
+        cal = calibrate(layers, comm=comm, samples=args.samples, rows=args.rows,
+                        repeats=args.repeats, log=say)
+        save_calibration(cal, args.output)
+        if not args.quiet:
+            print(f"wrote {args.output}: {len(cal.layers)} layers; network "
+                  f"p2p {cal.p2p.source}, allreduce {cal.allreduce.source}")
+    else:
+        from .calibrate import calibrate_network
+        calibrate_network(comm)  # the other ranks only take part in the network part
+    return 0
+
+
+def _plan(args: argparse.Namespace) -> int:
+    cal = load_calibration(args.calibration)
+    net = network_spec(args.network, args.batch)
+    link = None if args.interconnect == "calibrated" else CLUSTERS[args.interconnect]
+    iterations = (args.m1, args.m2)
+    result = plan(net, args.procs, cal, memory=None if args.memory is None else
+                  args.memory * 2**30, network=link, cores=args.cores,
+                  levels=args.levels, cfactors=args.cfactors, iterations=iterations,
+                  mode=args.mode)
+    if args.json:
+        print(json.dumps({"serial_s": result.serial, "ranked": [
+            {"data": p.strategy.data, "space": p.strategy.space, "layers": p.strategy.layers,
+             "max_levels": p.strategy.cycle.max_levels,
+             "cfactor": p.strategy.cycle.cfactor_at(0), "seconds": p.seconds,
+             "memory_bytes": p.memory, "parts": p.parts, "notes": p.notes}
+            for p in result.ranked[:args.top]],
+            "rejected": [[s.label(), why] for s, why in result.rejected]}, indent=1))
+        return 0
+    print(f"{args.network}: {net.kind} {'x'.join(map(str, net.shape))}, {net.nlayers} "
+          f"layers, {net.samples} samples; P = {args.procs}; network: {args.interconnect}")
+    print(format_plan(result, args.top))
+    return 0

@@ -1,0 +1,326 @@
+"""Time and memory per gradient of a ResNet on a data x space x layers process grid.
+
+One gradient of braidpy's layer-parallel trainer (braidpy.train.evaluate's
+LayerParallelEvaluator) is: the opening layer on the first layer rank, a primal MGRIT
+solve, the classifier's loss and gradient on the last rank, an adjoint MGRIT solve on
+the mirrored grid, the parameter gradients of every owned layer, and an allreduce of
+the gradient over the layer ranks. With data parallelism, each of the D groups does
+this for its share of the batch and the gradients are averaged by an allreduce over the
+groups; with spatial parallelism (conv layers), each of the S ranks of a group holds a
+band of image rows, divides the layer work by S and exchanges a halo with its two
+neighbours per layer call (paper 001, Dryden et al., sec. 3-4).
+
+The layer-parallel part is the critical path of the task graph of
+:mod:`braidpy.perf.schedule`; everything else adds alpha-beta message costs (paper 004,
+Gibiansky, for the ring allreduce: ``2 (P-1) alpha + 2 (P-1)/P n beta``) to it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Dict, List, Optional, Tuple
+
+from .calibration import Calibration, Link
+from .schedule import Cycle, Op, Timeline, block_ranges, simulate, solve_program
+
+__all__ = ["NetSpec", "Strategy", "Prediction", "predict", "allreduce_seconds",
+           "memory_per_rank", "check_strategy", "serial_seconds", "NETWORKS", "network_spec",
+           "PARAM_COPIES", "AGREEMENTS_PER_GRADIENT"]
+
+#: Small collectives per gradient outside the compiled core (braidpy's Python-level
+#: agreements on success or failure, gathers of the owned ranges and of the objective,
+#: step-count allreduces), counted with cProfile on a 2-rank gradient of the trainer's
+#: evaluator; each costs a small allreduce over the layer ranks.
+AGREEMENTS_PER_GRADIENT = 21
+
+#: Copies of the parameter vector a rank holds: parameters, gradient, and L-BFGS's
+#: (braidpy.train's default optimizer) direction and 2 x 10 history vectors.
+PARAM_COPIES = 24
+
+
+@dataclasses.dataclass(frozen=True)
+class NetSpec:
+    """A ResNet and its batch: ``kind`` 'dense' (shape (width,)) or 'conv' (shape
+    (channels, H, W), kernel k), ``nlayers`` residual layers, ``samples`` per gradient,
+    ``features`` inputs and ``nclasses`` outputs (for the parameter count); ``params``
+    overrides that count (0: computed from the shapes)."""
+
+    kind: str
+    shape: Tuple[int, ...]
+    nlayers: int
+    samples: int
+    kernel: int = 3
+    features: int = 2
+    nclasses: int = 5
+    params: int = 0
+
+    def __post_init__(self):
+        if self.kind not in ("dense", "conv"):
+            raise ValueError(f"network kind must be 'dense' or 'conv', got {self.kind!r}")
+        need = 1 if self.kind == "dense" else 3
+        if len(self.shape) != need or min(self.shape) < 1:
+            raise ValueError(f"network shape {self.shape!r}: {self.kind} needs {need} "
+                             f"positive sizes")
+        for name in ("nlayers", "samples", "kernel", "features", "nclasses"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"network {name} must be an int >= 1, got {v!r}")
+
+    @property
+    def numbers(self) -> int:
+        """Numbers in one sample's state."""
+        return math.prod(self.shape)
+
+    @property
+    def nparams(self) -> int:
+        if self.params:
+            return self.params
+        c = self.shape[0]
+        per = c * c + c if self.kind == "dense" else c * c * self.kernel ** 2 + c
+        opening = self.features * c + c
+        return self.nlayers * per + opening + self.numbers * self.nclasses + self.nclasses
+
+
+#: The seed papers' configurations (paper 002 sec. 4: Peaks and MNIST; paper 000: the
+#: 4096-layer conv ResNet), by name.
+NETWORKS: Dict[str, NetSpec] = {
+    "peaks": NetSpec("dense", (8,), 32, 5000, features=2, nclasses=5),
+    "peaks-1024": NetSpec("dense", (8,), 1024, 5000, features=2, nclasses=5),
+    "mnist": NetSpec("conv", (8, 28, 28), 32, 1000, kernel=3, features=784, nclasses=10),
+    "mnist-1024": NetSpec("conv", (8, 28, 28), 1024, 1000, kernel=3, features=784,
+                          nclasses=10),
+    "conv4096": NetSpec("conv", (8, 28, 28), 4096, 100, kernel=3, features=784,
+                        nclasses=10),
+}
+
+
+def network_spec(text: str, samples: Optional[int] = None) -> NetSpec:
+    """A NetSpec from a name of :data:`NETWORKS` or 'dense:WIDTH:LAYERS' /
+    'conv:CxHxW:LAYERS[:K]'; ``samples`` overrides the batch.
+
+    >>> spec = network_spec("dense:8:64", samples=100)
+    >>> spec.kind, spec.shape, spec.nlayers, spec.samples
+    ('dense', (8,), 64, 100)
+    >>> network_spec("dense:8")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: network 'dense:8': expected a name (peaks, ...), dense:WIDTH:LAYERS or ...
+    """
+    if text in NETWORKS:
+        spec = NETWORKS[text]
+    else:
+        parts = text.split(":")
+        bad = ValueError(f"network {text!r}: expected a name ({', '.join(NETWORKS)}), "
+                         f"dense:WIDTH:LAYERS or conv:CxHxW:LAYERS[:K]")
+        try:
+            if parts[0] == "dense" and len(parts) == 3:
+                spec = NetSpec("dense", (int(parts[1]),), int(parts[2]), 1)
+            elif parts[0] == "conv" and len(parts) in (3, 4):
+                shape = tuple(int(x) for x in parts[1].split("x"))
+                k = int(parts[3]) if len(parts) == 4 else 3
+                spec = NetSpec("conv", shape, int(parts[2]), 1, kernel=k,
+                               features=math.prod(shape), nclasses=10)
+            else:
+                raise bad
+        except ValueError as exc:
+            raise bad if exc is bad or "invalid literal" in str(exc) else \
+                ValueError(f"network {text!r}: {exc}") from None
+    if samples is not None:
+        spec = dataclasses.replace(spec, samples=samples)
+    return spec
+
+
+@dataclasses.dataclass(frozen=True)
+class Strategy:
+    """A process grid and MGRIT setting: ``data`` x ``space`` x ``layers`` ranks;
+    ``cycle`` the MGRIT settings (max_levels 1 = serial propagation); ``iterations``
+    (primal, adjoint) per gradient: one-shot's (m1, m2), or measured/assumed counts of
+    exact mode; ``cold`` both solves start cold (skip applies) instead of warm as in
+    training."""
+
+    data: int
+    space: int
+    layers: int
+    cycle: Cycle
+    iterations: Tuple[int, int] = (2, 2)
+    mode: str = "oneshot"
+    cold: bool = False
+
+    @property
+    def nprocs(self) -> int:
+        return self.data * self.space * self.layers
+
+    def label(self) -> str:
+        c = self.cycle
+        mg = "serial" if c.max_levels == 1 else \
+            f"L{c.max_levels} cf{c.cfactor_at(0)}{' skip' if c.skip else ''}" \
+            f"{' fmg' if c.fmg else ''}"
+        it = f"m{self.iterations[0]}/{self.iterations[1]}" if self.mode == "oneshot" else \
+            f"it{self.iterations[0]}/{self.iterations[1]}"
+        return f"{self.data}x{self.space}x{self.layers} {mg} {it}"
+
+
+@dataclasses.dataclass
+class Prediction:
+    """Predicted seconds per gradient with the parts of its critical path, and the
+    memory per rank."""
+
+    strategy: Strategy
+    seconds: float
+    parts: Dict[str, float]
+    memory: float
+    timeline: Timeline
+    notes: List[str]
+
+
+def allreduce_seconds(nbytes: float, nprocs: int, p2p: Link, small: Link) -> float:
+    """An allreduce of ``nbytes`` over ``nprocs`` ranks: the cheaper of a binomial tree
+    (``ceil(log2 P)`` rounds of the allreduce link, which is per round) and the ring
+    (``2 (P-1) alpha + 2 (P-1)/P n beta``, paper 004)."""
+    if nprocs <= 1:
+        return 0.0
+    rounds = math.ceil(math.log2(nprocs))
+    tree = rounds * small.seconds(nbytes)
+    ring = 2 * (nprocs - 1) * p2p.alpha + 2 * (nprocs - 1) / nprocs * nbytes * p2p.beta
+    return min(tree, ring)
+
+
+def memory_per_rank(net: NetSpec, s: Strategy) -> float:
+    """Bytes per rank: every owned fine state of the primal (storage 'final', what the
+    adjoint reads), the adjoint's C-points, u, v and tau on the coarse levels, the
+    batched block and (conv) its im2col workspace, and PARAM_COPIES parameter vectors."""
+    state = 8.0 * math.ceil(net.samples / s.data) * net.numbers / s.space
+    owned = math.ceil((net.nlayers + 1) / s.layers)
+    cf = s.cycle.cfactor_at(0) if s.cycle.max_levels > 1 else owned + 1
+    coarse = 0.0
+    n = owned / cf
+    for l in range(1, s.cycle.max_levels):
+        coarse += 3 * n
+        n /= max(s.cycle.cfactor_at(l), 2)
+    chains = max(owned / cf, 1.0) if s.cycle.batched else 1.0
+    work = chains * (2 + (net.kernel ** 2 if net.kind == "conv" else 0))
+    states = (owned + 1) + owned / cf + coarse + work
+    return states * state + PARAM_COPIES * 8.0 * net.nparams
+
+
+def check_strategy(net: NetSpec, s: Strategy) -> List[str]:
+    """Why the grid cannot run this network (empty: it can)."""
+    why = []
+    if s.data > net.samples:
+        why.append(f"{s.data} data groups for {net.samples} samples")
+    if s.space > 1 and net.kind != "conv":
+        why.append("spatial parallelism needs conv layers")
+    if s.space > 1 and net.kind == "conv" and net.shape[1] < s.space * net.kernel:
+        why.append(f"{s.space} row bands of a {net.shape[1]}-row image are thinner than "
+                   f"the kernel")
+    if s.layers > net.nlayers + 1:
+        why.append(f"{s.layers} layer ranks for {net.nlayers + 1} layer points")
+    if s.layers > 1 and s.cycle.max_levels == 1:
+        why.append("layer ranks with one MGRIT level (serial propagation)")
+    return why
+
+
+def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] = None,
+            small: Optional[Link] = None, cores: Optional[int] = None) -> Prediction:
+    """Seconds per gradient of ``net`` with strategy ``s`` and the calibrated costs.
+
+    ``p2p`` and ``small`` replace the calibration's network (e.g. a cluster's);
+    ``cores`` models oversubscription: with more ranks than cores, every computation
+    takes ``ranks / cores`` times longer (the ranks share the cores).
+    """
+    why = check_strategy(net, s)
+    if why:
+        raise ValueError(f"strategy {s.label()}: " + "; ".join(why))
+    p2p = p2p or cal.p2p
+    small = small or cal.allreduce
+    notes: List[str] = []
+    layer, scale = cal.layer(net.kind, net.shape, net.kernel)
+    if scale != 1.0:
+        notes.append(f"costs scaled x{scale:.3g} from {layer.name} by multiply-adds")
+    share = 1.0
+    if cores is not None and s.nprocs > cores:
+        share = s.nprocs / cores
+        notes.append(f"{s.nprocs} ranks on {cores} cores: compute x{share:.2g}")
+    samples = math.ceil(net.samples / s.data)
+    state_bytes = 8.0 * samples * net.numbers / s.space
+    costs = layer.costs
+
+    def halo(rows: int) -> float:
+        if s.space == 1:
+            return 0.0
+        c, _, w = net.shape
+        return p2p.seconds(8.0 * samples * rows * c * (net.kernel // 2) * w)
+
+    def cost(op: Op) -> float:
+        if op.kind == "work":
+            return op.seconds * share
+        if op.kind == "vec":
+            return share * op.rows * costs["vec"].seconds(1, samples / s.space) * \
+                layer.sweep_batched
+        work = costs[op.tag].seconds(op.rows, samples * scale / s.space) * \
+            (layer.sweep_batched if op.batch else layer.sweep)
+        return share * (work + cal.callback_s) + halo(op.rows)
+
+    def message(op: Op) -> float:
+        return p2p.seconds(state_bytes)
+
+    def reduce(op: Op, n: int) -> float:
+        return allreduce_seconds(24.0, n, p2p, small)
+
+    P = s.layers
+    N = net.nlayers
+    m1, m2 = s.iterations
+    primal = solve_program(s.cycle, P, m1, tag="fwd", stream="primal", cold=s.cold)
+    ranges = block_ranges(N + 1, P)
+    mirrored = [(N - hi, N - lo) for lo, hi in reversed(ranges)]
+    adjoint = solve_program(s.cycle, P, m2, tag="adj", ranges=mirrored,
+                            world=list(range(P - 1, -1, -1)), stream="adjoint", cold=s.cold)
+    # The opening and the classifier cost about a layer's gradient call each.
+    head = costs["grad"].seconds(1, samples * scale / s.space) * layer.sweep
+    progs: List[List[Op]] = []
+    solve = Op("work", "solve", seconds=cal.solve_s)  # Core.solve's own Python
+    for p in range(P):
+        ops: List[Op] = []
+        if p == 0:
+            ops.append(Op("work", "head", seconds=head))  # the opening layer
+        ops.append(solve)
+        ops += primal[p]
+        if p == P - 1:
+            ops.append(Op("work", "head", seconds=2 * head))  # classifier loss + gradient
+        ops.append(Op("allreduce", "objective"))
+        ops.append(solve)
+        ops += adjoint[p]
+        lo, hi = ranges[p]
+        steps = hi - lo + 1 - (1 if lo == 0 else 0)  # step n belongs to t_{n+1}'s rank
+        if steps > 0:
+            if s.cycle.batched:
+                ops.append(Op("step", "grad", 0, steps, batch=True))
+            else:
+                ops += [Op("step", "grad", 0, 1)] * steps
+        if p == 0:
+            ops.append(Op("work", "head", seconds=head))  # the opening's gradient
+        ops += [Op("allreduce", "agreement")] * AGREEMENTS_PER_GRADIENT
+        progs.append(ops)
+    tl = simulate(progs, cost, message, reduce)
+    grad_bytes = 8.0 * net.nparams
+    layer_ar = allreduce_seconds(grad_bytes, P, p2p, small)
+    data_ar = allreduce_seconds(grad_bytes, s.data, p2p, small)
+    space_ar = allreduce_seconds(8.0 * net.nparams / max(N, 1), s.space, p2p, small) * \
+        (N if s.space > 1 else 0)
+    parts = {k: v for k, v in tl.path.items()}
+    parts["allreduce(layers)"] = layer_ar
+    parts["allreduce(data)"] = data_ar
+    if s.space > 1:
+        parts["allreduce(space)"] = space_ar
+    total = tl.makespan + layer_ar + data_ar + space_ar
+    if p2p.source.startswith("assumed") and s.nprocs > 1:
+        notes.append("network costs assumed (" + p2p.source + ")")
+    return Prediction(s, total, parts, memory_per_rank(net, s), tl, notes)
+
+
+def serial_seconds(net: NetSpec, cal: Calibration) -> float:
+    """One process, serial propagation (max_levels 1): the reference of speedups."""
+    s = Strategy(1, 1, 1, Cycle(ntime=net.nlayers, max_levels=1, batched=True), (1, 1))
+    return predict(net, s, cal).seconds
+

@@ -1,0 +1,134 @@
+"""Rank every process grid and MGRIT setting for a network (``braidpy plan``).
+
+For P processes, every factorization P = data x space x layers that the network allows
+(:func:`braidpy.perf.model.predict` says why one does not) is combined with every
+MGRIT setting of a small menu (levels, cfactor), predicted, and sorted by seconds per
+gradient; splits whose memory per rank exceeds the limit are rejected. This is the
+strategy selection of paper 001 (Dryden et al., sec. 5) by exhaustive search: the grid
+is small (divisors of P times a dozen MGRIT settings).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+from .calibration import Calibration, Link
+from .model import NetSpec, Prediction, Strategy, check_strategy, predict, serial_seconds
+from .schedule import Cycle, hierarchy
+
+__all__ = ["CLUSTERS", "Plan", "factorizations", "candidates", "plan", "format_plan"]
+
+#: Documented cluster networks (point-to-point alpha-beta; the allreduce link is the
+#: same per tree round). 25 Gb/s Ethernet with kernel TCP: about 25 us and 3.1 GB/s;
+#: 100 Gb/s InfiniBand EDR with RDMA: about 1.5 us and 12.5 GB/s (typical MPI
+#: ping-pong figures; see docs/performance.md).
+CLUSTERS: Dict[str, Link] = {
+    "ethernet-25g": Link(25e-6, 1.0 / 3.125e9, "assumed: 25 Gb/s Ethernet, 25 us"),
+    "infiniband-100g": Link(1.5e-6, 1.0 / 12.5e9, "assumed: 100 Gb/s InfiniBand, 1.5 us"),
+}
+
+
+def factorizations(P: int) -> List[Tuple[int, int, int]]:
+    """Every (data, space, layers) with data * space * layers = P.
+
+    >>> factorizations(4)
+    [(1, 1, 4), (1, 2, 2), (1, 4, 1), (2, 1, 2), (2, 2, 1), (4, 1, 1)]
+    """
+    if isinstance(P, bool) or not isinstance(P, int) or P < 1:
+        raise ValueError(f"P must be an int >= 1, got {P!r}")
+    out = []
+    for d in range(1, P + 1):
+        if P % d:
+            continue
+        for s in range(1, P // d + 1):
+            if (P // d) % s == 0:
+                out.append((d, s, P // d // s))
+    return out
+
+
+def candidates(net: NetSpec, P: int, *, levels: Sequence[int] = (2, 3, 4),
+               cfactors: Sequence[int] = (2, 4, 8, 16), iterations: Tuple[int, int] = (2, 2),
+               mode: str = "oneshot", batched: bool = True) -> Iterable[Strategy]:
+    """Every strategy to try: each factorization with each MGRIT setting (a single
+    layer rank propagates serially: one level)."""
+    for d, s, l in factorizations(P):
+        if l == 1:
+            yield Strategy(d, s, 1, Cycle(ntime=net.nlayers, max_levels=1, batched=batched),
+                           (1, 1), mode)
+            continue
+        seen = set()
+        for L in levels:
+            for cf in cfactors:
+                cyc = Cycle(ntime=net.nlayers, max_levels=L, cfactor=cf, batched=batched)
+                real = len(hierarchy(cyc, 1))
+                if real < 2 or (real, cf) in seen:
+                    continue  # too few layers for this many levels: already tried
+                seen.add((real, cf))
+                yield Strategy(d, s, l, dataclasses.replace(cyc, max_levels=real),
+                               iterations, mode)
+        if not seen:  # too few layers for any coarse level: rejected, with the reason
+            yield Strategy(d, s, l, Cycle(ntime=net.nlayers, max_levels=1, batched=batched),
+                           iterations, mode)
+
+
+@dataclasses.dataclass
+class Plan:
+    """Ranked predictions, the rejected strategies with the reason, and the serial
+    one-process time (the reference of speedups)."""
+
+    ranked: List[Prediction]
+    rejected: List[Tuple[Strategy, str]]
+    serial: float
+
+
+def plan(net: NetSpec, P: int, cal: Calibration, *, memory: Optional[float] = None,
+         network: Optional[Link] = None, cores: Optional[int] = None,
+         **menu) -> Plan:
+    """Predict every candidate (see :func:`candidates`), fastest first.
+
+    ``memory``: bytes per rank available (None: no limit); ``network``: a cluster
+    link replacing the calibration's (e.g. :data:`CLUSTERS`); ``menu``: passed to
+    :func:`candidates`.
+    """
+    ranked: List[Prediction] = []
+    rejected: List[Tuple[Strategy, str]] = []
+    least = float("inf")  # the least memory per rank of a split that did not fit
+    for s in candidates(net, P, **menu):
+        why = check_strategy(net, s)
+        if why:
+            rejected.append((s, "; ".join(why)))
+            continue
+        pred = predict(net, s, cal, p2p=network, small=network, cores=cores)
+        if memory is not None and pred.memory > memory:
+            least = min(least, pred.memory)
+            rejected.append((s, f"needs {pred.memory / 2**30:.3g} GiB per rank, more than "
+                                f"{memory / 2**30:.3g} GiB"))
+            continue
+        ranked.append(pred)
+    if not ranked:
+        if memory is not None and least < float("inf"):
+            raise ValueError(f"no strategy for P={P} fits in {memory / 2**30:.3g} GiB per "
+                             f"rank (memory): the smallest needs {least / 2**30:.3g} GiB")
+        reasons = sorted({part for _, why in rejected for part in why.split("; ")})
+        raise ValueError(f"no strategy for P={P} can run {net.kind} x {net.nlayers} layers: "
+                         + "; ".join(reasons))
+    ranked.sort(key=lambda p: p.seconds)
+    return Plan(ranked, rejected, serial_seconds(net, cal))
+
+
+def format_plan(p: Plan, top: int = 5) -> str:
+    """The best ``top`` strategies with their breakdown, as text."""
+    lines = [f"{'rank':>4s}  {'data x space x layers, MGRIT':34s} {'s/gradient':>11s} "
+             f"{'speedup':>8s} {'GiB/rank':>9s}  critical path"]
+    for i, pred in enumerate(p.ranked[:top], 1):
+        parts = ", ".join(f"{k} {v * 1e3:.3g} ms" for k, v in
+                          sorted(pred.parts.items(), key=lambda kv: -kv[1]) if v > 0)
+        lines.append(f"{i:4d}  {pred.strategy.label():34s} {pred.seconds:11.4g} "
+                     f"{p.serial / pred.seconds:7.2f}x {pred.memory / 2**30:9.3g}  {parts}")
+    notes = sorted({n for pred in p.ranked[:top] for n in pred.notes})
+    for n in notes:
+        lines.append(f"note: {n}")
+    lines.append(f"{len(p.ranked)} strategies ranked, {len(p.rejected)} rejected; serial "
+                 f"on one process: {p.serial:.4g} s/gradient")
+    return "\n".join(lines)

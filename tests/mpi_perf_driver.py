@@ -1,0 +1,25 @@
+"""Step counts of every rank for the cases of perf_cases.py (rank 0 writes JSON)."""
+
+import json
+import sys
+
+
+def main(nranks, path):
+    from mpi4py import MPI
+
+    from mpi_world import expect_world
+    from perf_cases import CASES, run_counts
+
+    comm = MPI.COMM_WORLD
+    expect_world(comm, nranks)
+    out = {}
+    for name, fields, iterations in CASES:
+        counts, owned = run_counts(fields, iterations, comm)
+        out[name] = comm.gather({"counts": counts, "owned": owned}, root=0)
+    if comm.Get_rank() == 0:
+        with open(path, "w") as f:
+            json.dump(out, f)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

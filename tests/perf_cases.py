@@ -1,0 +1,56 @@
+"""Shared cases of the performance-model tests: MGRIT settings whose step calls the
+schedule model (braidpy.perf.schedule) must count exactly as a real solve does."""
+
+import braidpy
+from braidpy.perf.schedule import Cycle
+
+from apps import BatchedDecay, Decay
+
+# (name, Cycle fields, iterations): every phase of the cycle at least once.
+CASES = [
+    ("2lev-cf2", dict(ntime=16, max_levels=2, cfactor=2), 3),
+    ("2lev-cf4-skip", dict(ntime=16, max_levels=2, cfactor=4, skip=True), 3),
+    ("3lev-cf2", dict(ntime=24, max_levels=3, cfactor=2), 2),
+    ("3lev-cf3-skip", dict(ntime=27, max_levels=3, cfactor=3, skip=True), 2),
+    ("3lev-F-relax", dict(ntime=32, max_levels=3, cfactor=2, nrelax=0), 2),
+    ("4lev-FCFCF", dict(ntime=37, max_levels=4, cfactor=2, nrelax=2), 2),
+    ("fmg", dict(ntime=32, max_levels=4, cfactor=2, fmg=True), 2),
+    ("fmg-skip", dict(ntime=30, max_levels=3, cfactor=2, fmg=True, skip=True), 2),
+    ("percf", dict(ntime=40, max_levels=3, cfactor={0: 4, 1: 2}), 2),
+    ("seq-soln", dict(ntime=20, max_levels=2, cfactor=4, seq_soln=True), 2),
+    ("2lev-cf4-batched", dict(ntime=32, max_levels=2, cfactor=4, batched=True), 2),
+    ("3lev-batched-skip", dict(ntime=27, max_levels=3, cfactor=3, skip=True,
+                               batched=True), 2),
+    ("fmg-batched", dict(ntime=33, max_levels=3, cfactor=2, fmg=True, batched=True), 2),
+]
+
+_OPTS = ("max_levels", "cfactor", "nrelax", "skip", "fmg", "seq_soln")
+
+
+def options_of(fields, iterations):
+    opts = {k: v for k, v in fields.items() if k in _OPTS}
+    opts.update(max_iter=iterations, abs_tol=0.0, batch=bool(fields.get("batched")),
+                skip=bool(fields.get("skip", False)))
+    return opts
+
+
+def run_counts(fields, iterations, comm=None):
+    """Step counts of this rank in a real solve: (counts, owned range)."""
+    app = BatchedDecay() if fields.get("batched") else Decay()
+    core = braidpy.Core(app, 0.0, 1.0, fields["ntime"], comm=comm,
+                        options=options_of(fields, iterations))
+    core.solve()
+    c = core.counts()
+    out = {k: int(c.get(k, 0)) for k in ("step", "step_batch", "step_batch_items")}
+    owned = core.owned
+    core.close()
+    return out, (owned.start, owned.stop - 1)
+
+
+def model_counts(fields, iterations, nranks):
+    from braidpy.perf.schedule import program_counts, solve_program
+    progs = solve_program(Cycle(**fields), nranks, iterations, cold=True)
+    return [{k: program_counts(p).get(k, 0) for k in ("step", "step_batch",
+                                                      "step_batch_items")}
+            for p in progs]
+

@@ -1,0 +1,321 @@
+"""braidpy.perf: the calibration file, the model per gradient, the plan, and the
+calibrate / plan command line, with a made-up calibration (no clocks are read)."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from braidpy.perf import (CLUSTERS, Calibration, CalibrationError, CostFit, Cycle,
+                          LayerCosts, Link, NetSpec, Strategy, factorizations,
+                          load_calibration, network_spec, plan, predict, save_calibration)
+from braidpy.perf.calibration import calibration_from_json
+from braidpy.perf.model import allreduce_seconds, memory_per_rank
+from braidpy.perf.schedule import program_counts, solve_program
+
+ENV = dict(os.environ, PYTHONWARNINGS="error", OMP_NUM_THREADS="1")
+
+
+def flat(seconds):
+    """A fit without points: every call costs ``seconds`` whatever its size."""
+    return CostFit(seconds, 0.0)
+
+
+def made_up(step=1.0, vec=0.0, callback=0.0, solve=0.0, alpha=0.0, beta=0.0):
+    layers = (LayerCosts("dense-w4", "dense", (4,), 1,
+                         {"fwd": flat(step), "adj": flat(step), "grad": flat(step),
+                          "vec": flat(vec)}),
+              LayerCosts("conv-c2-8x8-k3", "conv", (2, 8, 8), 3,
+                         {"fwd": CostFit(0.0, 1e-3), "adj": CostFit(0.0, 1e-3),
+                          "grad": CostFit(0.0, 1e-3), "vec": flat(0.0)}))
+    link = Link(alpha, beta, "assumed: test")
+    return Calibration(layers, callback, link, link, solve_s=solve)
+
+
+# ------------------------------------------------------------ the file
+def test_calibration_round_trip(tmp_path):
+    cal = made_up(step=2e-4, vec=1e-6, callback=1e-6, solve=1e-4, alpha=1e-6, beta=1e-9)
+    path = tmp_path / "cal.json"
+    save_calibration(cal, str(path))
+    assert load_calibration(str(path)) == cal
+    assert json.loads(path.read_text())["version"] == 1
+
+
+@pytest.mark.parametrize("mutate,message", [
+    (lambda d: d.pop("layers"), "missing field calibration.layers"),
+    (lambda d: d.update(version=7), "calibration.version is 7"),
+    (lambda d: d.update(format="pickle"), "calibration.format is 'pickle'"),
+    (lambda d: d.update(callback_s=-1), "calibration.callback_s must be a finite number"),
+    (lambda d: d["layers"][0].update(kind="lstm"), "layers[0].kind must be 'dense' or 'conv'"),
+    (lambda d: d["layers"][1].update(shape=[2, 8]), "layers[1].shape must be 3 positive ints"),
+    (lambda d: d["layers"][0]["costs"].pop("adj"), "missing field layers[0].costs.adj"),
+    (lambda d: d["layers"][0]["costs"]["fwd"].update(a="fast"),
+     "layers[0].costs.fwd.a must be a finite number"),
+    (lambda d: d["network"]["p2p"].pop("alpha"), "missing field network.p2p.alpha"),
+    (lambda d: d["network"].update(nranks=0), "network.nranks must be an int >= 1"),
+])
+def test_a_bad_field_is_named(mutate, message):
+    data = made_up().to_json()
+    mutate(data)
+    with pytest.raises(CalibrationError, match=message.replace("[", r"\[").replace("]", r"\]")
+                       .replace(".", r"\.")):
+        calibration_from_json(data)
+
+
+def test_missing_and_malformed_files(tmp_path):
+    with pytest.raises(CalibrationError, match="not found"):
+        load_calibration(str(tmp_path / "none.json"))
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(CalibrationError, match="is not JSON"):
+        load_calibration(str(bad))
+
+
+def test_cost_fit_interpolates_over_samples_then_rows():
+    fit = CostFit.fit([(1, 10, 1.0), (1, 1000, 3.0), (4, 10, 2.0), (4, 1000, 30.0)])
+    assert fit.seconds(4, 1000) == pytest.approx(30.0)
+    assert fit.seconds(2, 10) == pytest.approx(math.sqrt(2.0))  # log-log: halfway
+    assert fit.seconds(8, 1000) == pytest.approx(60.0)
+
+
+def test_cost_fit_interpolates_its_points():
+    fit = CostFit.fit([(1, 10, 1.0), (1, 100, 2.0), (1, 1000, 20.0)])
+    assert fit.seconds(1, 10) == pytest.approx(1.0)
+    assert fit.seconds(1, 100) == pytest.approx(2.0)
+    assert fit.seconds(2, 100) == pytest.approx(4.0)  # more rows than measured: in proportion
+    assert fit.seconds(1, 2000) == pytest.approx(40.0)  # proportional beyond
+    assert fit.seconds(1, 1) == pytest.approx(1.0)  # the fixed cost below
+    assert 2.0 < fit.seconds(1, 300) < 20.0
+    assert fit.a >= 0 and fit.b > 0
+
+
+def test_uncalibrated_shapes_scale_by_multiply_adds():
+    cal = made_up()
+    layer, scale = cal.layer("conv", (4, 8, 8), 3)
+    assert layer.name == "conv-c2-8x8-k3" and scale == 4.0
+    with pytest.raises(CalibrationError, match="no conv layers"):
+        Calibration(cal.layers[:1], 0.0, cal.p2p, cal.allreduce).layer("conv", (2, 8, 8))
+
+
+# ----------------------------------------------------------- the model
+def strategy(P, L=2, cf=2, its=(1, 1), data=1, space=1, batched=False):
+    return Strategy(data, space, P, Cycle(ntime=8, max_levels=L, cfactor=cf,
+                                          batched=batched), its)
+
+
+def test_one_gradient_by_hand():
+    # N 8, cf 2, 2 levels, one rank, unit costs, one-shot (1, 1): opening 1, primal 28
+    # (test_perf_schedule; warm: no initial-guess work), classifier 2, adjoint 28,
+    # 8 gradient steps, opening gradient 1.
+    net = NetSpec("dense", (4,), 8, 10)
+    pred = predict(net, strategy(1), made_up())
+    assert pred.seconds == 1 + 28 + 2 + 28 + 8 + 1
+    assert pred.parts["fwd"] == 28 and pred.parts["adj"] == 28 and pred.parts["grad"] == 8
+
+
+def test_two_ranks_by_hand():
+    # Primal on 2 ranks (points 0..4, 5..8): 16 (test_perf_schedule), after rank 0's
+    # opening (1) and the allreduce that holds rank 1 until then: 17; the classifier on
+    # rank 1: 19. The adjoint runs on the mirrored layout, points 0..3 (rank 1) and
+    # 4..8 (rank 0): FC sweeps 5 + 5 on the larger block, its 3 coarse steps (13), the
+    # coarse relay from rank 1, ready at 8, 3 more steps (16), then the final sweep
+    # waits for rank 1's early step and message (17) and takes 2 steps: 19 (38). Last,
+    # rank 0's 4 gradient steps and the opening's gradient: 43; rank 1's end at 42, and
+    # the Python-level agreements that close a gradient hold it until 43.
+    net = NetSpec("dense", (4,), 8, 10)
+    pred = predict(net, strategy(2), made_up())
+    assert pred.seconds == 43
+    assert pred.timeline.finish == [43, 43]
+
+
+def test_network_costs_enter_per_message_and_allreduce():
+    net = NetSpec("dense", (4,), 8, 10)
+    fast = predict(net, strategy(2), made_up()).seconds
+    slow = predict(net, strategy(2), made_up(alpha=0.5)).seconds
+    # 5 messages on the critical path of each solve, allreduces: 3 per solve + objective
+    # + the gradient's (each 0.5 per tree round; the ring is dearer for 2 ranks).
+    assert slow > fast + 2 * 5 * 0.5
+    assert allreduce_seconds(8e6, 1, Link(1, 1, "x"), Link(1, 1, "x")) == 0.0
+    ring = allreduce_seconds(8e6, 8, Link(1e-6, 1e-9, "x"), Link(1e-6, 1e-9, "x"))
+    assert ring == pytest.approx(2 * 7 * 1e-6 + 2 * 7 / 8 * 8e6 * 1e-9)
+
+
+def test_data_parallel_divides_the_samples():
+    cal = made_up()
+    net = NetSpec("conv", (2, 8, 8), 8, 64)
+    one = predict(net, strategy(1), cal)
+    four = predict(net, strategy(1, data=4), cal)
+    assert four.parts["fwd"] == pytest.approx(one.parts["fwd"] / 4)
+    two_space = predict(net, strategy(1, space=2), cal)
+    assert two_space.parts["fwd"] == pytest.approx(one.parts["fwd"] / 2)
+
+
+def test_oversubscription_scales_compute():
+    net = NetSpec("dense", (4,), 8, 10)
+    assert predict(net, strategy(2), made_up(), cores=1).seconds == pytest.approx(
+        2 * predict(net, strategy(2), made_up()).seconds)
+
+
+def test_memory_grows_with_the_samples_and_shrinks_with_ranks():
+    net = NetSpec("dense", (8,), 64, 1000)
+    m1 = memory_per_rank(net, strategy(1))
+    assert memory_per_rank(NetSpec("dense", (8,), 64, 2000), strategy(1)) > m1
+    assert memory_per_rank(net, Strategy(1, 1, 4, Cycle(ntime=64), (1, 1))) < m1
+
+
+def test_infeasible_strategies_say_why():
+    net = NetSpec("dense", (4,), 8, 10)
+    with pytest.raises(ValueError, match="spatial parallelism needs conv layers"):
+        predict(net, strategy(1, space=2), made_up())
+    with pytest.raises(ValueError, match="20 data groups for 10 samples"):
+        predict(net, strategy(1, data=20), made_up())
+
+
+# ------------------------------------------------------------ the plan
+def test_factorizations():
+    assert factorizations(1) == [(1, 1, 1)]
+    assert len(factorizations(12)) == 18
+    with pytest.raises(ValueError, match="P must be an int >= 1, got 0"):
+        factorizations(0)
+
+
+def test_plan_ranks_fastest_first_and_rejects_what_does_not_fit():
+    net = NetSpec("dense", (4,), 64, 16)
+    result = plan(net, 4, made_up(step=1e-3, alpha=1e-6))
+    times = [p.seconds for p in result.ranked]
+    assert times == sorted(times)
+    assert any("spatial" in why for _, why in result.rejected)
+    assert result.ranked[0].seconds < result.ranked[-1].seconds
+    assert {p.strategy.data for p in result.ranked} == {1, 2, 4}
+    roomy = max(p.memory for p in result.ranked)
+    tight = min(p.memory for p in result.ranked)
+    limited = plan(net, 4, made_up(step=1e-3), memory=(roomy + tight) / 2)
+    assert len(limited.ranked) < len(result.ranked)
+    with pytest.raises(ValueError, match=r"no strategy for P=4 fits in .* GiB per rank"):
+        plan(net, 4, made_up(), memory=tight / 2)
+
+
+def test_named_networks_and_specs():
+    assert network_spec("peaks").nlayers == 32
+    assert network_spec("conv:8x28x28:4096", samples=100).samples == 100
+    with pytest.raises(ValueError, match="network 'resnet50'"):
+        network_spec("resnet50")
+    with pytest.raises(ValueError, match="network 'dense:x:4'"):
+        network_spec("dense:x:4")
+    assert set(CLUSTERS) == {"ethernet-25g", "infiniband-100g"}
+
+
+def test_the_skip_saves_the_first_down_sweep():
+    warm = solve_program(Cycle(ntime=64, skip=True), 1, 1, cold=False)
+    cold = solve_program(Cycle(ntime=64, skip=True), 1, 1, cold=True)
+    assert program_counts(cold[0])["step"] < program_counts(warm[0])["step"]
+
+
+# ---------------------------------------------------------- command line
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "braidpy", *map(str, args)],
+                          capture_output=True, text=True, env=ENV, timeout=120)
+
+
+def in_process(capsys, *args):
+    """(status, stdout, stderr) of braidpy.cli.main in this process (plan reads files
+    only, so no subprocess is needed)."""
+    from braidpy.cli import main
+
+    try:
+        status = main([str(a) for a in args])
+    except SystemExit as exc:  # argparse: bad options
+        status = exc.code
+    out = capsys.readouterr()
+    return status, out.out, out.err
+
+
+def test_plan_prints_the_best(tmp_path, capsys):
+    path = tmp_path / "cal.json"
+    save_calibration(made_up(step=1e-4, alpha=1e-6, beta=1e-9), str(path))
+    status, out, err = in_process(capsys, "plan", "--calibration", path, "--network",
+                                  "dense:4:32", "--batch", "64", "-P", "4", "--top", "3")
+    assert status == 0, err
+    assert "1x1x4" in out and "speedup" in out
+    assert "network costs assumed" in out
+    status, out, err = in_process(capsys, "plan", "--calibration", path, "--network",
+                                  "dense:4:32", "-P", "2", "--json", "--interconnect",
+                                  "infiniband-100g")
+    assert status == 0, err
+    assert json.loads(out)["ranked"][0]["seconds"] > 0
+    proc = cli("plan", "--calibration", path, "--network", "dense:4:32", "-P", "2")
+    assert proc.returncode == 0, proc.stderr  # and as a command
+
+
+@pytest.mark.parametrize("args,status,message", [
+    (["--calibration", "{missing}", "--network", "peaks", "-P", "2"], 1,
+     "calibration file '{missing}' not found"),
+    (["--calibration", "{bad}", "--network", "peaks", "-P", "2"], 1, "is not JSON"),
+    (["--calibration", "{old}", "--network", "peaks", "-P", "2"], 1,
+     "field calibration.version is 0"),
+    (["--calibration", "{good}", "--network", "peaks", "-P", "0"], 2,
+     "argument -P/--procs: expected an int >= 1, got '0'"),
+    (["--calibration", "{good}", "--network", "peaks", "-P", "two"], 2,
+     "expected an int >= 1, got 'two'"),
+    (["--calibration", "{good}", "--network", "dense:8", "-P", "2"], 2,
+     "network 'dense:8': expected a name"),
+    (["--calibration", "{good}", "--network", "dense:4:2", "--batch", "1", "-P", "64"], 1,
+     "no strategy for P=64 can run dense x 2 layers"),
+    (["--calibration", "{good}", "--network", "peaks", "-P", "2", "--memory", "1e-9"], 1,
+     "no strategy for P=2 fits in"),
+    (["--calibration", "{dense}", "--network", "mnist", "-P", "2"], 1,
+     "the calibration has no conv layers"),
+])
+def test_plan_bad_input_names_the_value(tmp_path, capsys, args, status, message):
+    files = {"missing": str(tmp_path / "missing.json"), "bad": str(tmp_path / "bad.json"),
+             "old": str(tmp_path / "old.json"), "good": str(tmp_path / "good.json"),
+             "dense": str(tmp_path / "dense.json")}
+    (tmp_path / "bad.json").write_text("[1, 2")
+    old = made_up().to_json()
+    old["version"] = 0
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    save_calibration(made_up(), files["good"])
+    cal = made_up()
+    save_calibration(Calibration(cal.layers[:1], 0.0, cal.p2p, cal.allreduce), files["dense"])
+    got, out, err = in_process(capsys, "plan", *[a.format(**files) for a in args])
+    assert got == status, out + err
+    assert message.format(**files) in err
+
+
+def test_calibrate_bad_input_names_the_value(tmp_path):
+    proc = cli("calibrate", "-o", tmp_path / "c.json", "--layer", "conv:8x28")
+    assert proc.returncode == 2
+    assert "layer 'conv:8x28'" in proc.stderr
+    proc = cli("calibrate", "--layer", "dense:8")
+    assert proc.returncode == 2 and "-o/--output" in proc.stderr
+    proc = cli("calibrate", "-o", tmp_path / "no" / "dir" / "c.json", "--layer", "dense:2",
+               "--samples", "1", "--rows", "1", "--repeats", "1")
+    assert proc.returncode == 1 and "No such file or directory" in proc.stderr
+
+
+def test_calibrate_under_mpi_measures_the_network(tmp_path):
+    from test_mpi import MPIEXEC
+
+    out = tmp_path / "c.json"
+    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "braidpy", "calibrate",
+                           "-o", str(out), "--layer", "dense:2", "--samples", "2", "--rows",
+                           "1", "2", "--repeats", "1", "-q"],
+                          capture_output=True, text=True, env=ENV, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    cal = load_calibration(str(out))
+    assert cal.nranks == 2
+    assert cal.p2p.source == "measured" and cal.allreduce.source.startswith("measured")
+
+
+def test_calibrate_writes_a_file_plan_reads(tmp_path):
+    out = tmp_path / "c.json"
+    proc = cli("calibrate", "-o", out, "--layer", "dense:2", "--samples", "2", "--rows", "1",
+               "2", "--repeats", "1", "-q")
+    assert proc.returncode == 0, proc.stderr
+    cal = load_calibration(str(out))
+    assert cal.layers[0].name == "dense-w2" and cal.nranks == 1
+    assert cal.p2p.source.startswith("assumed")  # one rank: no network measured
+    assert all(math.isfinite(f.a) for f in cal.layers[0].costs.values())
