@@ -50,6 +50,7 @@ from .nn import OPENINGS, ResNet, activation_names
 from .parallel import ProcessGrid, world
 from .parallel.collectives import bcast_bytes
 from .perf import commands as _perf_commands
+from .perf.auto import choose_grid, training_spec
 from .train import MODES, OPTIMIZERS, TrainConfig, Trainer, training_options
 from .train import checkpoint as _checkpoint
 from .train.presets import PRESETS, preset
@@ -179,9 +180,11 @@ def _device(text: str) -> str:
     raise argparse.ArgumentTypeError(f"expected cpu, cuda or cuda:N, got {text!r}")
 
 
-def _grid(text: str) -> Tuple[int, int, int]:
+def _grid(text: str) -> Any:
     """--grid D,S,L: three positive integers (that D·S·L is the rank count, and S = 1,
-    are checked when the grid is built)."""
+    are checked when the grid is built), or auto (the performance model chooses)."""
+    if text == "auto":
+        return text
     parts = text.split(",")
     try:
         shape = tuple(int(p) for p in parts)
@@ -189,7 +192,8 @@ def _grid(text: str) -> Tuple[int, int, int]:
         shape = ()
     if len(shape) != 3 or min(shape) < 1:
         raise argparse.ArgumentTypeError(
-            f"expected D,S,L (data, space, layer ranks: three integers >= 1), got {text!r}")
+            f"expected D,S,L (data, space, layer ranks: three integers >= 1) or auto, "
+            f"got {text!r}")
     return shape  # type: ignore[return-value]
 
 
@@ -290,7 +294,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--grid", type=_grid, metavar="D,S,L",
                    help="under mpiexec -n P: D data groups (each trains on its shard of "
                         "every batch) x S space (must be 1) x L layer ranks, D*S*L = P "
-                        "(default 1,1,P)")
+                        "(default 1,1,P); auto: the fastest grid the performance model "
+                        "predicts from --calibration")
+    g.add_argument("--calibration", metavar="FILE",
+                   help="with --grid auto: the machine's costs, from braidpy calibrate -o "
+                        "FILE (docs/performance.md)")
     g.add_argument("--mode", choices=MODES,
                    help="serial backpropagation, exact MGRIT gradients, or one-shot "
                         f"(m1 state and m2 adjoint iterations per step) {_default('mode')}")
@@ -568,6 +576,8 @@ def _setup(args: argparse.Namespace, comm: Any, error: Callable[[str], None]):
         net = make_network(args, *train)
     except (ImportError, RuntimeError, ValueError) as exc:  # --device cuda without CuPy/GPU
         error(_describe(exc))
+    if args.grid == "auto":
+        args.grid = _auto_grid(args, net, train, comm, error)
     try:
         grid = None if args.grid is None else check_training_grid(ProcessGrid(comm, *args.grid))
     except ValueError as exc:
@@ -582,6 +592,31 @@ def _setup(args: argparse.Namespace, comm: Any, error: Callable[[str], None]):
     except (OSError, ValueError) as exc:
         error(_describe(exc))
     return trainer, what
+
+
+# Space ranks training can use (check_training_grid): 1 until the layers split image rows.
+TRAINING_MAX_SPACE = 1
+
+
+def _auto_grid(args: argparse.Namespace, net: ResNet, train: Any, comm: Any,
+               error: Callable[[str], None]) -> Tuple[int, int, int]:
+    """--grid auto: the model's fastest grid for this network, batch and MGRIT setting."""
+    if not args.calibration:
+        error("--grid auto needs --calibration FILE (write one with: braidpy calibrate -o "
+              "FILE)")
+    samples = args.batch or int(train[0].shape[0])
+    spec = training_spec(net.kind, net.input_shape, net.width, net.nlayers, samples,
+                         net.nclasses, net.kernel if net.kind == "conv" else None,
+                         net.nparams)
+    try:
+        choice = choose_grid(spec, comm, args.calibration, levels=args.levels,
+                             cfactor=args.cf, mode=args.mode, iterations=(args.m1, args.m2),
+                             max_space=TRAINING_MAX_SPACE)
+    except ValueError as exc:
+        error(f"--grid auto: {exc}")
+    if comm is None or comm.Get_rank() == 0:
+        logger.info("%s", choice.summary)
+    return choice.shape
 
 
 class _Outputs:

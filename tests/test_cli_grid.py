@@ -9,13 +9,13 @@ from test_cli import TINY, cli, ok, read_log
 from braidpy.cli import build_parser
 
 
-@pytest.mark.parametrize("value", ["2,1", "auto", "0,1,1", "1,1,x", "2,1,1,1"])
+@pytest.mark.parametrize("value", ["2,1", "Auto", "0,1,1", "1,1,x", "2,1,1,1"])
 def test_a_malformed_grid_is_a_usage_error_naming_the_value(value, capsys):
     with pytest.raises(SystemExit) as info:
         build_parser().parse_args(["train", "peaks", "--grid", value])
     assert info.value.code == 2
-    assert (f"--grid: expected D,S,L (data, space, layer ranks: three integers >= 1), "
-            f"got {value!r}") in capsys.readouterr().err
+    assert (f"--grid: expected D,S,L (data, space, layer ranks: three integers >= 1) or "
+            f"auto, got {value!r}") in capsys.readouterr().err
 
 
 def test_a_grid_that_does_not_fit_the_ranks_is_a_usage_error():

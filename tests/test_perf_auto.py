@@ -1,0 +1,122 @@
+"""braidpy train --grid auto: the grid the performance model predicts fastest, with
+made-up calibrations whose best grid is known, and on the command line under MPI."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from mpi_launch import MPIEXEC
+from test_perf_model import made_up
+
+from braidpy.perf import Calibration, CostFit, LayerCosts, Link
+
+from braidpy.perf import save_calibration
+from braidpy.perf.auto import choose_grid, decide_grid, training_spec
+
+
+def dense_spec(samples, nlayers=32):
+    return training_spec("dense", (2,), 4, nlayers, samples, 5, None, 0)
+
+
+def test_training_spec_describes_the_network():
+    dense = training_spec("dense", (2,), 8, 32, 100, 5, None, 1234)
+    assert (dense.kind, dense.shape, dense.nlayers, dense.samples, dense.features,
+            dense.nparams) == ("dense", (8,), 32, 100, 2, 1234)
+    conv = training_spec("conv", (1, 8, 8), 4, 16, 50, 10, 3, 999)
+    assert (conv.kind, conv.shape, conv.kernel, conv.features, conv.nclasses) == \
+        ("conv", (4, 8, 8), 3, 64, 10)
+
+
+def per_sample(seconds):
+    """Dense layer calls costing ``seconds`` per sample, nothing else costs anything."""
+    fit = CostFit(0.0, seconds)
+    layers = (LayerCosts("dense-w4", "dense", (4,), 1,
+                         {"fwd": fit, "adj": fit, "grad": fit, "vec": CostFit(0.0, 0.0)}),)
+    free = Link(0.0, 0.0, "assumed: test")
+    return Calibration(layers, 0.0, free, free, solve_s=0.0)
+
+
+def test_costs_per_sample_and_free_messages_choose_data_groups(tmp_path):
+    # Splitting the batch divides all the work with no MGRIT overhead: data wins.
+    path = tmp_path / "cal.json"
+    save_calibration(per_sample(1e-6), str(path))
+    for p in (2, 4):
+        choice = decide_grid(dense_spec(64), p, str(path), levels=2, cfactor=4,
+                             mode="oneshot", iterations=(2, 2))
+        assert choice.shape == (p, 1, 1), choice.summary
+
+
+def test_costs_per_call_choose_layer_ranks(tmp_path):
+    # A call costs the same for any batch: data groups save nothing, layer ranks do.
+    path = tmp_path / "cal.json"
+    save_calibration(made_up(step=1e-3), str(path))
+    one = choose_grid(dense_spec(64), None, str(path), levels=2, cfactor=4,
+                      mode="oneshot", iterations=(2, 2))
+    assert one.shape == (1, 1, 1)  # one rank: the only grid
+    choice = decide_grid(dense_spec(64, nlayers=256), 4, str(path), levels=2, cfactor=8,
+                         mode="oneshot", iterations=(2, 2))
+    # 1x1x4 and 2x1x2 tie (the coarse grid dominates both); 4x1x1 is 2.4x slower.
+    assert choice.shape in ((1, 1, 4), (2, 1, 2)), choice.summary
+    assert "predicted 215 ms per gradient, 2.40x one process" in choice.summary
+
+
+def test_one_sample_cannot_be_split_over_data_groups(tmp_path):
+    path = tmp_path / "cal.json"
+    save_calibration(made_up(step=1e-3), str(path))
+    choice = decide_grid(dense_spec(1), 2, str(path), levels=2, cfactor=4,
+                         mode="oneshot", iterations=(2, 2))
+    assert choice.shape == (1, 1, 2)
+
+
+def test_serial_mode_keeps_one_layer_rank_and_space_stays_within_the_limit(tmp_path):
+    path = tmp_path / "cal.json"
+    save_calibration(made_up(step=1e-3), str(path))
+    serial = decide_grid(dense_spec(64), 4, str(path), levels=2, cfactor=4,
+                         mode="serial", iterations=(2, 2))
+    assert serial.shape == (4, 1, 1)
+    conv = training_spec("conv", (1, 8, 8), 2, 32, 64, 10, 3, 0)
+    for p in (2, 4):
+        assert decide_grid(conv, p, str(path), levels=2, cfactor=4, mode="oneshot",
+                           iterations=(2, 2)).shape[1] == 1
+
+
+def test_exact_mode_says_its_iterations_are_assumed(tmp_path):
+    path = tmp_path / "cal.json"
+    save_calibration(made_up(step=1e-3), str(path))
+    choice = decide_grid(dense_spec(64), 2, str(path), levels=2, cfactor=4,
+                         mode="exact", iterations=(3, 3))
+    assert "iterations assumed" in choice.summary
+
+
+def test_bad_calibration_files_name_the_file(tmp_path):
+    with pytest.raises(ValueError, match="calibration file '.*none.json' not found"):
+        choose_grid(dense_spec(64), None, str(tmp_path / "none.json"), levels=2, cfactor=4,
+                    mode="oneshot", iterations=(2, 2))
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2")
+    with pytest.raises(ValueError, match="is not JSON"):
+        choose_grid(dense_spec(64), None, str(bad), levels=2, cfactor=4, mode="oneshot",
+                    iterations=(2, 2))
+
+
+def run_train(nranks, *args, timeout=240):
+    cmd = [MPIEXEC, "-n", str(nranks), sys.executable, "-m", "braidpy", "train", "peaks",
+           "--samples", "200", "--iterations", "2", "-v", *map(str, args)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def test_grid_auto_on_the_command_line_under_mpi(tmp_path):
+    path = tmp_path / "cal.json"
+    save_calibration(per_sample(1e-6), str(path))  # the best for 2 ranks: 2 data groups
+    log = tmp_path / "log.json"
+    proc = run_train(2, "--grid", "auto", "--calibration", path, "--log", log)
+    assert proc.returncode == 0, proc.stderr
+    assert "--grid auto chose" in proc.stderr + proc.stdout
+    header = json.loads(log.read_text().splitlines()[0])
+    assert header["ranks"] == 2 and header["grid"] == [2, 1, 1]
+    # A missing file: a usage error on every rank, no rank left waiting.
+    proc = run_train(2, "--grid", "auto", "--calibration", tmp_path / "none.json", timeout=60)
+    assert proc.returncode == 2 and "none.json' not found" in proc.stderr
+    proc = run_train(2, "--grid", "auto", timeout=60)
+    assert proc.returncode == 2 and "--grid auto needs --calibration FILE" in proc.stderr
