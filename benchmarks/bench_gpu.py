@@ -1,23 +1,39 @@
-"""GPU skeleton: MGRIT vs the serial layer loop for a deep narrow ResNet, on CuPy if it can.
+"""GPU: MGRIT vs the serial layer loop for a deep narrow ResNet, on CuPy if it can.
 
-Network: N = 4096 layers u <- u + h tanh(u K_n^T + b_n), width 8, batch 32, T = 2, its own
-weights per layer (a fixed deterministic pattern, no seed). Serial: a loop over the
-layers. braidpy: braidpy.solve with cfactor 64, 2 levels, F-relaxation, max_iter 2 and
-abs_tol 0 (the forward of one-shot training), batched (step_stacked: one batched matmul
-per step position). Timings are min over repeats of build + solve, synchronized.
+Network: N = 4096 layers u <- u + h tanh(u K_n^T + b_n), width 8, T = 2, its own
+weights per layer (a fixed deterministic pattern, no seed), batch 1 and 32.
 
-Where CuPy or a GPU is missing it says so and runs the same comparison with NumPy, so
-that the script itself is exercised everywhere; its GPU numbers have not been taken
-yet (README, "GPU status").
+Forward (issue 14's targets): a loop over the layers on CuPy ("serial") against
+braidpy.solve with cfactor 64, 2 levels, F-relaxation, batched (step_stacked: one
+batched matmul per step position), (a) 2 iterations (abs_tol 0: the forward of one-shot
+training) and (b) to a 1e-8 relative residual drop.
+
+Gradient: braidpy.nn.ResNet (dense, tanh, same width, depth, T; a dense opening and a
+softmax classifier over 4 classes) on the device: the serial forward + backward
+(``ResNet.loss_and_gradient``) against the one-shot (2, 2) gradient of
+braidpy.GradientSolver (cfactor 64, 2 levels, F-relaxation); and PyTorch's
+autograd through the same residual loop on the same GPU, when torch sees it (the
+reference a user would pick instead).
+
+Timings are min over repeats, synchronized, wall clock. Where CuPy or a GPU is missing
+it says so and runs the same comparisons with NumPy, so that the script itself is
+exercised everywhere.
 
 Conv (--conv): the k-th step of m intervals of a conv ResNet (MNIST size, 8 channels,
-batch 32, 3x3, tanh), four ways: cuDNN as ONE grouped convolution over the intervals
+batch 32, 3x3, tanh; float64 and float32), four ways: cuDNN as ONE grouped convolution over the intervals
 (the "cudnn" backend's batched step), cuDNN interval by interval on one stream, cuDNN
 interval by interval with the intervals split over S CUDA streams (one per block of
 layers, seed paper 000), and the array-API im2col path; plus PyTorch's grouped conv2d
-when torch imports. Needs CuPy, a GPU and cuDNN; otherwise it says which is missing.
+when torch sees the GPU; and the adjoint and parameter-gradient calls, grouped cuDNN vs
+im2col. Needs CuPy, a GPU and cuDNN; otherwise it says which is missing.
 
-Run: python benchmarks/bench_gpu.py [--layers N] [--repeats R] [--conv [--intervals M]]
+Conv network (--conv-net): a conv ResNet (28x28 input, 8 channels, N = 1024 layers,
+batch 32 and 256, tanh, float64) on the device: serial forward + backward against the
+one-shot (2, 2) gradient, with the cuDNN backend and with array-API im2col, and
+PyTorch's autograd through the same conv residual loop.
+
+Run: python benchmarks/bench_gpu.py [--layers N] [--batches 1 32] [--repeats R]
+     [--conv [--intervals M]] [--conv-net [--conv-layers N] [--conv-batches B ...]]
 """
 
 from __future__ import annotations
@@ -32,7 +48,7 @@ import numpy as np
 
 import braidpy
 
-WIDTH, BATCH, TSTOP = 8, 32, 2.0
+WIDTH, BATCH, TSTOP, CFACTOR = 8, 32, 2.0, 64
 
 
 def array_module():
@@ -86,9 +102,11 @@ def serial(xp, K, b, u0, n):
     return u
 
 
-def mgrit(xp, K, b, u0, n):
-    r = braidpy.solve(ResNet(xp, K, b, u0), 0.0, TSTOP, n, max_levels=2, cfactor=64, nrelax=0,
-                      max_iter=2, abs_tol=0.0, access_level=0)
+def mgrit(xp, K, b, u0, n, **stop):
+    """braidpy.solve of the ResNet; ``stop``: max_iter 2 and abs_tol 0 unless given."""
+    stop = {"max_iter": 2, "abs_tol": 0.0, **stop}
+    r = braidpy.solve(ResNet(xp, K, b, u0), 0.0, TSTOP, n, max_levels=2, cfactor=CFACTOR,
+                      nrelax=0, access_level=0, **stop)
     sync(xp)
     return r
 
@@ -112,53 +130,220 @@ def conv_steps(xp, args):
         print(f"conv: the cuDNN comparison needs CuPy, a GPU and cuDNN: {why}")
         return
     m, C, H = args.intervals, 8, 28
-    rng = np.random.default_rng(20261125)
-    U = xp.asarray(rng.standard_normal((m, BATCH, C, H, H)))
-    Ks = xp.asarray(rng.standard_normal((m, C, C, 3, 3)) / 9)
-    bs = xp.asarray(0.1 * rng.standard_normal((m, C)))
-    hs = xp.asarray(np.full(m, 1.0 / m))
     os.environ[STREAMS_ENV] = str(args.streams)
     cudnn, im2col = ConvLayer(C, 3, "tanh", backend="cudnn"), ConvLayer(C, 3, "tanh",
                                                                          backend="array-api")
     streams = ConvLayer(C, 3, "tanh", backend="cudnn-streams")
+    torch = _torch_cuda()
+    for dtype in ("float64", "float32"):
+        rng = np.random.default_rng(20261125)
+        U = xp.asarray(rng.standard_normal((m, BATCH, C, H, H)), dtype=dtype)
+        Wt = xp.asarray(rng.standard_normal((m, BATCH, C, H, H)), dtype=dtype)
+        Ks = xp.asarray(rng.standard_normal((m, C, C, 3, 3)) / 9, dtype=dtype)
+        bs = xp.asarray(0.1 * rng.standard_normal((m, C)), dtype=dtype)
+        hs = xp.asarray(np.full(m, 1.0 / m), dtype=dtype)
 
-    def per_interval():
-        return [cudnn.forward(U[i], Ks[i], bs[i], hs[i]) for i in range(m)]
+        def per_interval():
+            return [cudnn.forward(U[i], Ks[i], bs[i], hs[i]) for i in range(m)]
 
-    cases = {"cuDNN grouped (1 call)": lambda: cudnn.forward_batched(U, Ks, bs, hs),
-             "cuDNN per interval": per_interval,
-             f"cuDNN per interval, {args.streams} streams": lambda: streams.forward_batched(
-                 U, Ks, bs, hs),
-             "array-API im2col": lambda: im2col.forward_batched(U, Ks, bs, hs)}
+        cases = {"forward, cuDNN grouped (1 call)": lambda: cudnn.forward_batched(U, Ks, bs, hs),
+                 "forward, cuDNN per interval": per_interval,
+                 f"forward, cuDNN per interval, {args.streams} streams":
+                     lambda: streams.forward_batched(U, Ks, bs, hs),
+                 "forward, array-API im2col": lambda: im2col.forward_batched(U, Ks, bs, hs),
+                 "adjoint, cuDNN grouped": lambda: cudnn.adjoint_batched(Wt, U, Ks, bs, hs),
+                 "adjoint, array-API im2col": lambda: im2col.adjoint_batched(Wt, U, Ks, bs, hs),
+                 "gradient, cuDNN grouped": lambda: cudnn.gradient_batched(Wt, U, Ks, bs, hs),
+                 "gradient, array-API im2col":
+                     lambda: im2col.gradient_batched(Wt, U, Ks, bs, hs)}
+        if torch is not None:
+            tU = torch.as_tensor(U.transpose(1, 0, 2, 3, 4).reshape(BATCH, m * C, H, H),
+                                 device="cuda")
+            tK = torch.as_tensor(Ks.reshape(m * C, C, 3, 3), device="cuda")
+            cases["forward, PyTorch grouped conv2d (conv only)"] = \
+                lambda: torch.nn.functional.conv2d(tU, tK, padding=1, groups=m)
+
+        def timed(fn):
+            fn()  # plans, algorithms and pools warmed
+            sync(xp)
+            return best(lambda: (fn(), sync(xp)), args.repeats)
+
+        times = {name: timed(fn) for name, fn in cases.items()}
+        base = times["forward, cuDNN grouped (1 call)"]
+        print(f"conv calls over {m} intervals, batch {BATCH}, {C} channels, {H}x{H}, 3x3, "
+              f"tanh, {dtype}:")
+        for name, t in times.items():
+            print(f"  {name:50s} {t * 1e3:9.3f} ms  ({t / base:.2f}x grouped forward)",
+                  flush=True)
+
+
+def conv_network(xp, args):
+    """A conv ResNet (MNIST size): serial fwd+bwd vs one-shot (2,2), per conv backend."""
+    from braidpy.adjoint import GradientSolver
+    from braidpy.nn import ResNet as Net
+    from braidpy.nn import ResNetApp
+
+    n, nclasses, C = args.conv_layers, 10, 8
+    device = None if xp is np else "cuda"
+    backends = ["cudnn", "array-api"] if xp is not np else ["numpy"]
+    for batch in args.conv_batches:
+        rng = np.random.default_rng(9)
+        X = xp.asarray(rng.standard_normal((batch, 1, 28, 28)))
+        Cl = xp.asarray(np.eye(nclasses)[rng.integers(0, nclasses, batch)])
+        line = f"conv ResNet N={n}, {C} channels, 28x28, batch {batch}, float64:"
+        for backend in backends:
+            net = Net((1, 28, 28), nclasses, width=C, nlayers=n, T=TSTOP, activation="tanh",
+                      device=device, backend=None if backend == "numpy" else backend)
+            params = net.init_params(seed=7)
+            app = ResNetApp(net, params, X, Cl)
+
+            def serial_grad():
+                net.loss_and_gradient(params, X, Cl)
+                sync(xp)
+
+            def oneshot_grad():
+                GradientSolver(app, 0.0, net.T, n, oneshot=(2, 2),
+                               primal=dict(max_levels=2, cfactor=CFACTOR, nrelax=0)).evaluate()
+                sync(xp)
+
+            oneshot_grad()
+            serial_grad()
+            t_serial, t_oneshot = best(serial_grad, args.repeats), best(oneshot_grad,
+                                                                        args.repeats)
+            line += (f"\n  {backend}: serial fwd+bwd {t_serial * 1e3:.1f} ms, one-shot (2,2) "
+                     f"{t_oneshot * 1e3:.1f} ms ({t_serial / t_oneshot:.2f}x serial)")
+        torch = _torch_cuda() if xp is not np else None
+        if torch is not None:
+            t_torch = best(lambda: _torch_conv_fwd_bwd(torch, n, C, batch), args.repeats)
+            line += f"\n  PyTorch serial fwd+bwd {t_torch * 1e3:.1f} ms"
+        print(line, flush=True)
+
+
+def _torch_conv_fwd_bwd(torch, n, C, batch):
+    """PyTorch autograd through u <- u + h tanh(conv(u, K_n) + b_n), float64, on the GPU."""
+    key = ("conv", n, batch)
+    if key not in _TORCH_NETS:
+        gen = torch.Generator().manual_seed(7)
+        K = (torch.randn(n, C, C, 3, 3, generator=gen, dtype=torch.float64)
+             / (3 * C ** 0.5)).cuda().requires_grad_()
+        b = torch.zeros(n, C, dtype=torch.float64, device="cuda", requires_grad=True)
+        u0 = torch.randn(batch, C, 28, 28, generator=gen, dtype=torch.float64).cuda()
+        _TORCH_NETS[key] = (K, b, u0)
+    K, b, u0 = _TORCH_NETS[key]
+    h = TSTOP / n
+    K.grad = b.grad = None
+    u = u0
+    for k in range(n):
+        u = u + h * torch.tanh(torch.nn.functional.conv2d(u, K[k], b[k], padding=1))
+    (u * u).sum().backward()
+    torch.cuda.synchronize()
+
+
+def forward(xp, n, batch, repeats):
+    """Serial loop vs MGRIT (2 iterations; to a 1e-8 relative drop), one batch size."""
+    K, b = weights(xp, n)
+    u0 = xp.asarray(np.cos(np.arange(batch * WIDTH)).reshape(batch, WIDTH))
+    mgrit(xp, K, b, u0, n)  # warm-up: kernels compiled, pools filled
+    t_serial = best(lambda: serial(xp, K, b, u0, n), repeats)
+    t_two = best(lambda: mgrit(xp, K, b, u0, n), repeats)
+    tol = dict(max_iter=100, abs_tol=0.0, rel_tol=1e-8)
+    iters = mgrit(xp, K, b, u0, n, **tol).iterations
+    t_tol = best(lambda: mgrit(xp, K, b, u0, n, **tol), repeats)
+    print(f"forward N={n} width {WIDTH} batch {batch}: serial {t_serial * 1e3:.1f} ms; MGRIT "
+          f"2 iterations {t_two * 1e3:.1f} ms ({t_serial / t_two:.2f}x serial); to a 1e-8 "
+          f"relative drop ({iters} iterations) {t_tol * 1e3:.1f} ms "
+          f"({t_serial / t_tol:.2f}x serial)", flush=True)
+
+
+def _torch_cuda():
+    """torch, if it imports and sees a GPU (else None and a printed reason)."""
     try:
         torch = importlib.import_module("torch")
-        tU = torch.as_tensor(U.transpose(1, 0, 2, 3, 4).reshape(BATCH, m * C, H, H),
-                             device="cuda")
-        tK = torch.as_tensor(Ks.reshape(m * C, C, 3, 3), device="cuda")
-        cases["PyTorch grouped conv2d (conv only)"] = lambda: torch.nn.functional.conv2d(
-            tU, tK, padding=1, groups=m)
+        if not torch.cuda.is_available():
+            raise RuntimeError("torch.cuda.is_available() is False")
+        return torch
     except Exception as exc:  # noqa: BLE001 - the reference is optional
-        print(f"conv: no PyTorch reference ({type(exc).__name__}: {exc})")
+        print(f"  (no PyTorch GPU reference: {type(exc).__name__}: {exc})")
+        return None
 
-    def timed(fn):
-        fn()  # plans, algorithms and pools warmed
+
+def gradient(xp, n, batch, repeats):
+    """Serial forward+backward vs one-shot (2,2) MGRIT gradient (+ PyTorch's autograd)."""
+    from braidpy.adjoint import GradientSolver
+    from braidpy.nn import ResNet as Net
+    from braidpy.nn import ResNetApp
+
+    nclasses = 4
+    device = None if xp is np else "cuda"
+    net = Net((WIDTH,), nclasses, width=WIDTH, nlayers=n, T=TSTOP, activation="tanh",
+              device=device)
+    params = net.init_params(seed=7)
+    rng = np.random.default_rng(8)
+    X = xp.asarray(rng.standard_normal((batch, WIDTH)))
+    C = xp.asarray(np.eye(nclasses)[rng.integers(0, nclasses, batch)])
+
+    def serial_grad():
+        _, g = net.loss_and_gradient(params, X, C)
         sync(xp)
-        return best(lambda: (fn(), sync(xp)), args.repeats)
+        return g
 
-    times = {name: timed(fn) for name, fn in cases.items()}
-    base = times["cuDNN grouped (1 call)"]
-    print(f"conv step of {m} intervals, batch {BATCH}, {C} channels, {H}x{H}, 3x3, float64:")
-    for name, t in times.items():
-        print(f"  {name:40s} {t * 1e3:9.3f} ms  ({t / base:.2f}x grouped)")
+    app = ResNetApp(net, params, X, C)
+
+    def oneshot_grad():
+        g = GradientSolver(app, 0.0, net.T, n, oneshot=(2, 2),
+                           primal=dict(max_levels=2, cfactor=CFACTOR, nrelax=0)).evaluate()
+        sync(xp)
+        return g
+
+    oneshot_grad()  # warm-up
+    t_serial = best(serial_grad, repeats)
+    t_oneshot = best(oneshot_grad, repeats)
+    line = (f"gradient N={n} width {WIDTH} batch {batch}: serial fwd+bwd "
+            f"{t_serial * 1e3:.1f} ms; one-shot (2,2) {t_oneshot * 1e3:.1f} ms "
+            f"({t_serial / t_oneshot:.2f}x serial)")
+    torch = _torch_cuda() if xp is not np else None
+    if torch is not None:
+        t_torch = best(lambda: _torch_fwd_bwd(torch, n, batch), repeats)
+        line += (f"; PyTorch serial fwd+bwd {t_torch * 1e3:.1f} ms "
+                 f"({t_torch / t_oneshot:.2f}x one-shot)")
+    print(line, flush=True)
+
+
+_TORCH_NETS = {}
+
+
+def _torch_fwd_bwd(torch, n, batch):
+    """PyTorch autograd through u <- u + h tanh(u K^T + b) on the GPU, float64."""
+    key = (n, batch)
+    if key not in _TORCH_NETS:
+        gen = torch.Generator().manual_seed(7)
+        K = (torch.randn(n, WIDTH, WIDTH, generator=gen, dtype=torch.float64)
+             / WIDTH ** 0.5).cuda().requires_grad_()
+        b = torch.zeros(n, WIDTH, dtype=torch.float64, device="cuda", requires_grad=True)
+        u0 = torch.randn(batch, WIDTH, generator=gen, dtype=torch.float64).cuda()
+        _TORCH_NETS[key] = (K, b, u0)
+    K, b, u0 = _TORCH_NETS[key]
+    h = TSTOP / n
+    K.grad = b.grad = None
+    u = u0
+    for k in range(n):
+        u = u + h * torch.tanh(u @ K[k].T + b[k])
+    (u * u).sum().backward()
+    torch.cuda.synchronize()
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--layers", type=int, default=4096)
+    p.add_argument("--batches", type=int, nargs="+", default=[1, BATCH])
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--conv", action="store_true", help="the cuDNN conv step comparison")
     p.add_argument("--intervals", type=int, default=64, help="--conv: intervals m")
     p.add_argument("--streams", type=int, default=4, help="--conv: streams (layer blocks)")
+    p.add_argument("--conv-net", action="store_true",
+                   help="a conv ResNet's one-shot gradient vs serial fwd+bwd, per backend")
+    p.add_argument("--conv-layers", type=int, default=1024, help="--conv-net: layers")
+    p.add_argument("--conv-batches", type=int, nargs="+", default=[32, 256])
     args = p.parse_args(argv)
     xp, where = array_module()
     info = braidpy.cuda_info()
@@ -167,13 +352,12 @@ def main(argv=None):
     if args.conv:
         conv_steps(xp, args)
         return
-    n = args.layers
-    K, b = weights(xp, n)
-    u0 = xp.asarray(np.cos(np.arange(BATCH * WIDTH)).reshape(BATCH, WIDTH))
-    t_serial = best(lambda: serial(xp, K, b, u0, n), args.repeats)
-    t_mgrit = best(lambda: mgrit(xp, K, b, u0, n), args.repeats)
-    print(f"N={n} width {WIDTH} batch {BATCH}: serial {t_serial * 1e3:.1f} ms, MGRIT 2 iterations "
-          f"{t_mgrit * 1e3:.1f} ms, serial / MGRIT {t_serial / t_mgrit:.2f}x")
+    if args.conv_net:
+        conv_network(xp, args)
+        return
+    for batch in args.batches:
+        forward(xp, args.layers, batch, args.repeats)
+        gradient(xp, args.layers, batch, args.repeats)
 
 
 if __name__ == "__main__":

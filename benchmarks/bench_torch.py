@@ -1,6 +1,6 @@
 """braidpy.torch: LayerParallel's one-shot gradient vs plain torch forward+backward, one process.
 
-Network: N blocks F_n(x) = tanh(Linear_n(x)), width 8, float64, CPU, T = 2, its
+Network: N blocks F_n(x) = tanh(Linear_n(x)), width 8, float64, T = 2, its
 own random weights per layer (torch's default Linear initialisation, fixed seed);
 x <- x + h F_n(x). Loss: sum of the output times fixed random weights.
 
@@ -13,10 +13,11 @@ call as one torch call per layer over the stacked block parameters (baddbmm for 
 Linear), "vmap" as one torch.func.vmap (grouped=False), "per-block" the same with
 batch=False. Each timing is one forward + backward from zeroed gradients, after
 two warm-up calls, in the process's CPU time (--clock wall: elapsed time); min over
-repeats (median in brackets). The sides alternate within each repeat. ratio = serial / LayerParallel (> 1: LayerParallel is faster).
+repeats (median in brackets). The sides alternate within each repeat. --device cuda
+runs everything on the GPU and times wall clock after torch.cuda.synchronize(). ratio = serial / LayerParallel (> 1: LayerParallel is faster).
 
 Run: python benchmarks/bench_torch.py [--layers 1024 4096] [--batches 1 32] [--repeats R]
-     [--per-block] [--cfactor C] [--clock cpu|wall]
+     [--per-block] [--cfactor C] [--clock cpu|wall] [--device cpu|cuda]
 """
 
 from __future__ import annotations
@@ -46,23 +47,30 @@ def parse_args(argv=None):
                    help="cpu: this process's CPU time (default; with one torch thread it "
                         "equals the wall time on an idle machine and ignores other jobs' "
                         "load), wall: elapsed time")
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda (wall clock)")
     p.add_argument("--quick", action="store_true", help="smoke run: N 256, 1 repeat")
     return p.parse_args(argv)
 
 
-def blocks_of(n, width):
+def blocks_of(n, width, device="cpu"):
     torch.manual_seed(SEED)
     return [torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.Tanh()).double()
-            for _ in range(n)]
+            .to(device) for _ in range(n)]
 
 
 CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
 
 
-def timed(fn, clock):
+def timed(fn, clock, device):
     start = clock()
     fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
     return clock() - start
+
+
+def device_name(device):
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
 
 
 def main(argv=None):
@@ -70,15 +78,18 @@ def main(argv=None):
     if args.quick:
         args.layers, args.repeats = [256], 1
     torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        args.clock = "wall"  # the CPU clock misses the GPU's work
     rows = []
     for n in args.layers:
         for batch in args.batches:
-            blocks = blocks_of(n, args.width)
+            blocks = blocks_of(n, args.width, device)
             h = 2.0 / n
             x = torch.randn(batch, args.width, dtype=torch.float64,
-                            generator=torch.Generator().manual_seed(SEED))
+                            generator=torch.Generator().manual_seed(SEED)).to(device)
             wts = torch.randn(batch, args.width, dtype=torch.float64,
-                              generator=torch.Generator().manual_seed(SEED + 1))
+                              generator=torch.Generator().manual_seed(SEED + 1)).to(device)
 
             def serial():
                 for b in blocks:
@@ -105,7 +116,7 @@ def main(argv=None):
                 fn()
             for _ in range(args.repeats):
                 for name, fn in sides.items():
-                    times[name].append(timed(fn, CLOCKS[args.clock]))
+                    times[name].append(timed(fn, CLOCKS[args.clock], device))
             stats = {name: min_median(t) for name, t in times.items()}
             for name in nets:
                 mn, md = stats[name]
@@ -116,7 +127,8 @@ def main(argv=None):
                 net.close()
     print_table(["N", "batch", "LayerParallel", "serial torch fwd+bwd",
                  "LayerParallel one-shot (2,2)", "serial / LP", "path"], rows,
-                title=f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), "
+                title=f"torch {torch.__version__} on {device_name(device)}, "
+                      f"{torch.get_num_threads()} thread(s), "
                       f"{args.clock} time, width "
                       f"{args.width}, float64, cfactor {args.cfactor}, 2 levels, F-relaxation")
 

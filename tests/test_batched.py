@@ -195,3 +195,35 @@ def test_resnet_gradient_matches_hand_written_backprop(batch):
     assert app.gradient_batches == 1
     assert (g.primal.counts["step_batch"] > 0) == batch, g.primal.counts
     assert (g.adjoint.counts["step_batch"] > 0) == batch, g.adjoint.counts
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 5, 48])
+def test_gradient_calls_are_chunked_by_bytes_with_the_same_gradients(chunk_rows):
+    """GradientSolver.gradient_chunk_bytes splits the final step_gradient_batch into
+    calls of at most that many bytes of adjoint rows, each row with its own step's
+    primal state, and the gradients equal hand-written backprop whatever the split."""
+    from braidpy.adjoint import GradientSolver
+
+    class Recorded(DenseResNet):
+        def __init__(self, n):
+            super().__init__(n)
+            self.calls = []
+
+        def step_gradient_batch(self, W, U, t0s, t1s, status):
+            self.calls.append(status.fine_indices.tolist())
+            assert len(W) == len(U) == len(t0s) == status.batch_size
+            return super().step_gradient_batch(W, U, t0s, t1s, status)
+
+    n = 48
+    app = Recorded(n)
+    solver = GradientSolver(app, 0.0, 1.0, n, primal=dict(cfactor=4, abs_tol=1e-13))
+    solver.gradient_chunk_bytes = chunk_rows * app.u0.nbytes
+    g = solver.evaluate()
+    assert [len(c) for c in app.calls] == [chunk_rows] * (n // chunk_rows) + \
+        ([n % chunk_rows] if n % chunk_rows else [])
+    assert sum(app.calls, []) == list(range(n))
+    objective, grads = _resnet_backprop(DenseResNet(n), g.primal.times)
+    for k in range(n):
+        dK, db = g.gradients[k]
+        np.testing.assert_allclose(dK, grads[k][0], rtol=1e-9, atol=1e-12, err_msg=str(k))
+        np.testing.assert_allclose(db, grads[k][1], rtol=1e-9, atol=1e-12, err_msg=str(k))

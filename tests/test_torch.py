@@ -159,7 +159,11 @@ def test_batched_equals_per_block(oneshot):
             assert sum(calls.values()) == 0, calls
     for other in out[1:]:
         for a, b in zip(out[0], other):
-            assert torch.allclose(a, b, rtol=1e-14, atol=1e-17), float((a - b).abs().max())
+            # To 1e-14 of the tensor's size: grouped, vmap and per-block matmuls may sum
+            # in different orders (which one differs by CPU: 4e-16 seen on an entry of
+            # 0.02 on one machine, bitwise equal on another).
+            err = float((a - b).abs().max() / b.abs().max())
+            assert err < 1e-14, err
 
 
 class Branchy(torch.nn.Module):

@@ -44,8 +44,8 @@ def serial_reference(blocks, t_final, x):
 
 
 def loss_weights(u):
-    g = torch.Generator().manual_seed(SEED)
-    return torch.randn(u.shape, generator=g, dtype=u.dtype)
+    g = torch.Generator().manual_seed(SEED)  # drawn on the host: the same on every device
+    return torch.randn(u.shape, generator=g, dtype=u.dtype).to(u.device)
 
 
 def rel(a, b):

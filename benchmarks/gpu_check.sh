@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Everything braidpy runs on a GPU, in one command, on a machine with an NVIDIA GPU,
+# nvcc, CuPy and (for the conv rows) cuDNN: build in place, the GPU test suite, the GPU
+# benchmarks and a short --device cuda training. Each step has its own time limit and
+# log; a failing step does not stop the next. Logs go to $OUT (default ./gpu-check).
+#
+#   bash benchmarks/gpu_check.sh            # about 5 minutes on one H100/H200
+#   STEPS="pytest-gpu bench-gpu-conv" bash benchmarks/gpu_check.sh   # some steps only
+#
+# Python packages braidpy needs that the machine lacks can be dropped as wheels into
+# .whl/ (installed with --no-deps into /tmp/gpu-check-site first).
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu-check}
+mkdir -p "$OUT"
+PY=${PYTHON:-python3}
+export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
+# The 2-rank test launches the machine's mpiexec; Open MPI refuses root without these.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+STEPS=${STEPS:-pytest-gpu bench-gpu bench-gpu-conv bench-gpu-conv-net bench-torch-cuda \
+train-digits-cuda train-digits28-cuda}
+
+step() {  # step NAME SECONDS COMMAND...: run, log to $OUT/NAME.log, report the status
+    local name=$1 limit=$2
+    shift 2
+    case " $STEPS " in *" $name "*) ;; *) return 0 ;; esac
+    local start=$SECONDS
+    timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+    local rc=$?
+    echo "== $name: rc=$rc in $((SECONDS - start)) s" | tee -a "$OUT/summary.log"
+    tail -n 25 "$OUT/$name.log"
+}
+
+if compgen -G ".whl/*.whl" >/dev/null; then
+    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/gpu-check-site .whl/*.whl
+    export PYTHONPATH=/tmp/gpu-check-site PATH=/tmp/gpu-check-site/bin:$PATH
+fi
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+
+{
+    date -u
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+    nvcc --version | tail -n 2
+    echo "mpiexec: $(command -v mpiexec) $(mpiexec --version 2>&1 | head -n 1)"
+    $PY -c "import sys, numpy, cupy; print(sys.version.split()[0], 'numpy', numpy.__version__, 'cupy', cupy.__version__)"
+    $PY -c "import torch; print('torch', torch.__version__, torch.cuda.is_available())"
+} 2>&1 | tee "$OUT/summary.log"
+
+STEPS="build $STEPS" step build 300 env BRAIDPY_CUDA=ON CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+    $PY setup.py -q build_ext --inplace
+$PY -c "import braidpy, json; print(json.dumps(braidpy.cuda_info(), indent=1))" \
+    2>&1 | tee -a "$OUT/summary.log"
+
+# Deprecation warnings of the machine's own package versions are not braidpy's failures.
+step pytest-gpu 240 $PY -m pytest -m gpu -ra -p no:cacheprovider -W ignore::DeprecationWarning \
+    -W ignore::FutureWarning tests/test_gpu.py
+step bench-gpu 150 $PY benchmarks/bench_gpu.py
+step bench-gpu-conv 60 $PY benchmarks/bench_gpu.py --conv
+step bench-gpu-conv-net 120 $PY benchmarks/bench_gpu.py --conv-net
+step bench-torch-cuda 150 $PY benchmarks/bench_torch.py --device cuda --repeats 3
+step train-digits-cuda 120 $PY -m braidpy train digits --device cuda --iterations 20
+# An MNIST-size conv ResNet (28x28, 8 channels): scikit-learn's digits scaled 3x and
+# padded to 28x28, through the FILE source.
+$PY - <<'PYEOF'
+import numpy as np
+from sklearn.datasets import load_digits
+d = load_digits()
+X = np.pad(np.kron(d.images / 16.0, np.ones((1, 3, 3))), ((0, 0), (2, 2), (2, 2)))[:, None]
+np.save("/tmp/digits28.npy", X)
+np.save("/tmp/digits28_labels.npy", d.target)
+PYEOF
+step train-digits28-cuda 120 $PY -m braidpy train /tmp/digits28.npy \
+    --labels /tmp/digits28_labels.npy --device cuda --width 8 --layers 32 --optimizer adam \
+    --lr 0.005 --batch 64 --iterations 40
+cat "$OUT/summary.log"
