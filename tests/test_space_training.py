@@ -10,7 +10,6 @@ from mpi_launch import launch
 from space_cases import conv, gradient_case, resume_serially, training_case
 
 from braidpy.parallel import ProcessGrid
-from braidpy.train import TrainConfig, Trainer
 from braidpy.train.spatial_training import check_space_grid, max_space
 
 SHAPES = {2: ["1x2x1"], 4: ["1x2x2", "2x2x1", "1x4x1"]}

@@ -11,7 +11,14 @@ neighbours. This module does that for braidpy.nn's "same"-padded cross-correlati
   boundary strips are computed once they have arrived. The outermost bands get zero
   halos, which is the zero padding of the whole image.
 - :func:`conv2d_weight_vjp_rows`, backward filter: each band's part of the sum over
-  pixels (computed with the forward halo), then a sum over the space communicator.
+  pixels (computed with the forward halo: :func:`conv2d_weight_vjp_band`), then a sum
+  over the space communicator.
+- :func:`rows_with_halo`: the rows around a band of an image every rank holds (the
+  input data), for a convolution of the band without messages.
+
+:class:`RowSplit`'s :attr:`~RowSplit.tags` and :meth:`~RowSplit.wait` are the halo's
+message tags and wait; :class:`braidpy.train.spatial_training.SpaceChannel` varies the
+tags per evaluation and stops waiting when a space peer reports a failure.
 
 Each result equals the single-process computation up to the order of the
 floating-point sums: the convolutions of interior rows are bitwise equal, and the filter
