@@ -55,6 +55,7 @@ from .train import MODES, OPTIMIZERS, TrainConfig, Trainer, training_options
 from .train import checkpoint as _checkpoint
 from .train.presets import PRESETS, preset
 from .train.sharded import check_training_grid
+from .train.spatial_training import max_space
 from .train.progress import CsvLog, JsonLog, Progress, summary, summary_lines
 
 __all__ = ["build_parser", "main", "resolve"]
@@ -579,7 +580,8 @@ def _setup(args: argparse.Namespace, comm: Any, error: Callable[[str], None]):
     if args.grid == "auto":
         args.grid = _auto_grid(args, net, train, comm, error)
     try:
-        grid = None if args.grid is None else check_training_grid(ProcessGrid(comm, *args.grid))
+        grid = None if args.grid is None else \
+            check_training_grid(ProcessGrid(comm, *args.grid), net, args.mode)
     except ValueError as exc:
         error(f"--grid {','.join(map(str, args.grid))}: {exc}")
     try:
@@ -592,10 +594,6 @@ def _setup(args: argparse.Namespace, comm: Any, error: Callable[[str], None]):
     except (OSError, ValueError) as exc:
         error(_describe(exc))
     return trainer, what
-
-
-# Space ranks training can use (check_training_grid): 1 until the layers split image rows.
-TRAINING_MAX_SPACE = 1
 
 
 def _auto_grid(args: argparse.Namespace, net: ResNet, train: Any, comm: Any,
@@ -611,7 +609,8 @@ def _auto_grid(args: argparse.Namespace, net: ResNet, train: Any, comm: Any,
     try:
         choice = choose_grid(spec, comm, args.calibration, levels=args.levels,
                              cfactor=args.cf, mode=args.mode, iterations=(args.m1, args.m2),
-                             max_space=TRAINING_MAX_SPACE)
+                             # conv networks split image rows (exact, oneshot)
+                             max_space=max_space(net, args.mode))
     except ValueError as exc:
         error(f"--grid auto: {exc}")
     if comm is None or comm.Get_rank() == 0:

@@ -65,7 +65,7 @@ def main():
         cases = run_cases(grid, checkpoint, f"{prefix}{name}.ckpt")
         result[name] = {case: COMM.gather(value) for case, value in cases.items()}
         grid.free()
-    if nranks > 1:  # the Trainer refuses a grid with space > 1
+    if nranks > 1:  # the Trainer refuses a grid with space > 1 for a dense network
         from braidpy.train import Trainer
 
         grid = ProcessGrid(COMM, 1, nranks, 1)

@@ -1,5 +1,5 @@
-"""``braidpy train --grid D,S,L`` (issue 16): data x layers training from the command
-line, and the errors for grids that cannot train."""
+"""``braidpy train --grid D,S,L`` (issue 16): data x space x layers training from the
+command line, and the errors for grids that cannot train."""
 
 import json
 
@@ -25,11 +25,24 @@ def test_a_grid_that_does_not_fit_the_ranks_is_a_usage_error():
             "communicator of 1 rank") in proc.stderr
 
 
-def test_a_grid_with_space_is_refused_under_mpi():
+def test_a_grid_with_space_is_refused_for_a_dense_network_under_mpi():
     proc = cli("train", "peaks", *TINY, "--grid", "1,2,1", nranks=2)
     assert proc.returncode == 2, proc.stderr
     assert "--grid 1,2,1: training on the grid data 1 x space 2 x layers 1" in proc.stderr
-    assert "needs space=1" in proc.stderr
+    assert "the network is dense (input shape (2,)): it has no rows to split" in proc.stderr
+
+
+def test_digits_trains_on_two_space_ranks_as_on_one_process(tmp_path):
+    short = ["--iterations", "2", "--validate-every", "1", "--quiet"]
+    split, one = tmp_path / "split.jsonl", tmp_path / "one.jsonl"
+    ok("train", "digits", *short, "--grid", "1,2,1", "--log", split, nranks=2)
+    ok("train", "digits", *short, "--log", one)
+    (h2, steps2, _), (_, steps1, _) = read_log(split), read_log(one)
+    assert (h2["grid"], h2["ranks"]) == ([1, 2, 1], 2)
+    assert len(steps2) == len(steps1) == 2
+    for a, b in zip(steps2, steps1):  # the same training to rounding
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-10, abs=0)
+        assert a["val_accuracy"] == b["val_accuracy"]
 
 
 def test_data_groups_train_as_the_layer_ranks_do_and_the_checkpoint_resumes_serially(

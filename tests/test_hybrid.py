@@ -166,12 +166,12 @@ def test_a_failure_on_one_rank_stops_every_rank_in_the_same_step(run, where, wha
                     assert message.startswith(what), message
 
 
-def test_training_refuses_a_grid_with_space(run):
+def test_training_refuses_a_grid_with_space_for_a_dense_network(run):
     nranks, res, _ = run
-    if nranks > 1:
+    if nranks > 1:  # conv networks split rows: test_space_training.py
         assert res["space_refused"].startswith(
             f"training on the grid data 1 x space {nranks} x layers 1")
-        assert "needs space=1" in res["space_refused"]
+        assert "the network is dense" in res["space_refused"]
 
 
 def test_grid_and_comm_are_not_both_given():

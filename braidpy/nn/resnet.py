@@ -66,6 +66,16 @@ class ResNetApp(App):
         """u_0 = opening(X) for the current parameters (a new array)."""
         return self.net.open(self.params, self.X)
 
+    def opening_gradient(self, w0: Any) -> Dict[str, Any]:
+        """{name: gradient} of the opening's parameters for the adjoint w0 = dJ/du_0 of
+        the current batch (see :meth:`braidpy.nn.ResNet.opening_gradient`)."""
+        return self.net.opening_gradient(self.params, self.X, w0)
+
+    def classifier_state(self, u: Any) -> Any:
+        """The state the classifier reads for the final state ``u``: ``u`` itself (an
+        app whose states are parts of the image joins them here)."""
+        return u
+
     # ------------------------------------------------------------- primal
     def init(self, t: float) -> Any:
         n = self._index.get(float(t))

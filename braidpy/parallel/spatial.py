@@ -11,7 +11,14 @@ neighbours. This module does that for braidpy.nn's "same"-padded cross-correlati
   boundary strips are computed once they have arrived. The outermost bands get zero
   halos, which is the zero padding of the whole image.
 - :func:`conv2d_weight_vjp_rows`, backward filter: each band's part of the sum over
-  pixels (computed with the forward halo), then a sum over the space communicator.
+  pixels (computed with the forward halo: :func:`conv2d_weight_vjp_band`), then a sum
+  over the space communicator.
+- :func:`rows_with_halo`: the rows around a band of an image every rank holds (the
+  input data), for a convolution of the band without messages.
+
+:class:`RowSplit`'s :attr:`~RowSplit.tags` and :meth:`~RowSplit.wait` are the halo's
+message tags and wait; :class:`braidpy.train.spatial_training.SpaceChannel` varies the
+tags per evaluation and stops waiting when a space peer reports a failure.
 
 Each result equals the single-process computation up to the order of the
 floating-point sums: the convolutions of interior rows are bitwise equal, and the filter
@@ -36,7 +43,8 @@ from ..nn.conv import conv2d, conv2d_input_vjp, conv2d_weight_vjp
 from .collectives import allgatherv
 from .comm import mpi, rank_size
 
-__all__ = ["RowSplit", "conv2d_rows", "conv2d_input_vjp_rows", "conv2d_weight_vjp_rows"]
+__all__ = ["RowSplit", "conv2d_rows", "conv2d_input_vjp_rows", "conv2d_weight_vjp_rows",
+           "conv2d_weight_vjp_band", "rows_with_halo"]
 
 _TAG_UP, _TAG_DOWN = 31, 32  # a band's top rows travel up, its bottom rows down
 
@@ -60,6 +68,17 @@ class RowSplit:
         starts = [s * base + min(s, extra) for s in range(self.size + 1)]
         self.height = int(height)
         self.rows: List[range] = [range(starts[s], starts[s + 1]) for s in range(self.size)]
+
+    @property
+    def tags(self) -> tuple:
+        """The MPI tags of halo rows travelling up and down (a subclass may vary them,
+        e.g. per evaluation, so that a message left over from a failed one never matches)."""
+        return (_TAG_UP, _TAG_DOWN)
+
+    def wait(self, requests: List[Any], keep: Any = ()) -> None:
+        """Wait for this rank's halo sends and receives (``keep``: their buffers, which a
+        subclass that stops waiting early must keep alive)."""
+        mpi().Request.Waitall(requests)
 
     @property
     def mine(self) -> range:
@@ -104,20 +123,22 @@ class _Halo:
             raise ValueError(f"bands of {thinnest} rows are thinner than the kernel radius "
                              f"{r}: use fewer space ranks for {split.height} rows")
         MPI = mpi()
+        up, down = split.tags
         send_up = np.ascontiguousarray(x[:, :, :r])
         send_down = np.ascontiguousarray(x[:, :, -r:])
-        self._keep = (send_up, send_down)  # alive until the sends complete
+        self._split = split
+        self._keep = (send_up, send_down, self.above, self.below)  # alive until done
         if s > 0:
-            self._requests += [comm.Isend([send_up, MPI.DOUBLE], s - 1, _TAG_UP),
-                               comm.Irecv([self.above, MPI.DOUBLE], s - 1, _TAG_DOWN)]
+            self._requests += [comm.Isend([send_up, MPI.DOUBLE], s - 1, up),
+                               comm.Irecv([self.above, MPI.DOUBLE], s - 1, down)]
         if s < split.size - 1:
-            self._requests += [comm.Isend([send_down, MPI.DOUBLE], s + 1, _TAG_DOWN),
-                               comm.Irecv([self.below, MPI.DOUBLE], s + 1, _TAG_UP)]
+            self._requests += [comm.Isend([send_down, MPI.DOUBLE], s + 1, down),
+                               comm.Irecv([self.below, MPI.DOUBLE], s + 1, up)]
 
     def wait(self) -> None:
         if self._requests:
-            mpi().Request.Waitall(self._requests)
-            self._requests = []
+            requests, self._requests = self._requests, []
+            self._split.wait(requests, self._keep)
 
 
 def _radius(K: np.ndarray) -> int:
@@ -157,12 +178,13 @@ def conv2d_input_vjp_rows(g: np.ndarray, K: np.ndarray, split: RowSplit) -> np.n
     return _correlate_rows("conv2d_input_vjp_rows", g, K, split, conv2d_input_vjp)
 
 
-def conv2d_weight_vjp_rows(g: np.ndarray, x: np.ndarray, k: int,
+def conv2d_weight_vjp_band(g: np.ndarray, x: np.ndarray, k: int,
                            split: RowSplit) -> np.ndarray:
-    """``conv2d_weight_vjp(G, X, k)`` of the whole image, on every rank, from this rank's
-    rows ``g`` and ``x`` (collective: a sum over the space communicator)."""
-    _check_band("conv2d_weight_vjp_rows", x, split)
-    _check_band("conv2d_weight_vjp_rows", g, split)
+    """This band's part of ``conv2d_weight_vjp(G, X, k)``: the sum over this rank's
+    output pixels only (collective for the halo of ``x``; no sum over ranks). Summed
+    over the space communicator it is the whole image's filter gradient."""
+    _check_band("conv2d_weight_vjp_band", x, split)
+    _check_band("conv2d_weight_vjp_band", g, split)
     x = np.ascontiguousarray(x, dtype=np.float64)
     r = (int(k) - 1) // 2
     halo = _Halo(x, r, split)
@@ -171,7 +193,14 @@ def conv2d_weight_vjp_rows(g: np.ndarray, x: np.ndarray, k: int,
     # g is zero on the halo rows: only this band's output pixels count here.
     gext = np.zeros(g.shape[:2] + ext.shape[2:], dtype=np.float64)
     gext[:, :, r:r + g.shape[2]] = g
-    part = conv2d_weight_vjp(gext, ext, k)
+    return conv2d_weight_vjp(gext, ext, k)
+
+
+def conv2d_weight_vjp_rows(g: np.ndarray, x: np.ndarray, k: int,
+                           split: RowSplit) -> np.ndarray:
+    """``conv2d_weight_vjp(G, X, k)`` of the whole image, on every rank, from this rank's
+    rows ``g`` and ``x`` (collective: a sum over the space communicator)."""
+    part = conv2d_weight_vjp_band(g, x, k, split)
     if split.size == 1:
         return part
     part = np.ascontiguousarray(part)
@@ -179,3 +208,22 @@ def conv2d_weight_vjp_rows(g: np.ndarray, x: np.ndarray, k: int,
     split.comm.Allreduce(part, total, op=mpi().SUM)
     return total
 
+
+
+def rows_with_halo(image: Any, rows: range, r: int) -> Any:
+    """Rows ``rows.start - r .. rows.stop + r - 1`` of a whole (batch, C, H, W) image that
+    this rank holds entirely (the input data), zero beyond the image: what a "same"
+    correlation of radius r needs for those rows, with no messages. A "same"
+    correlation of the result, cropped by r rows at each end, is the image's for
+    ``rows``.
+
+    >>> x = np.arange(4.0).reshape(1, 1, 4, 1)
+    >>> rows_with_halo(x, range(0, 2), 1)[0, 0, :, 0].tolist()
+    [0.0, 0.0, 1.0, 2.0]
+    """
+    n, c, h, w = image.shape
+    lo, hi = rows.start - r, rows.stop + r
+    out = np.zeros((n, c, hi - lo, w), dtype=np.result_type(image, np.float64))
+    a, b = max(lo, 0), min(hi, h)
+    out[:, :, a - lo:b - lo] = image[:, :, a:b]
+    return out

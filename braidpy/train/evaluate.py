@@ -138,11 +138,15 @@ class LayerParallelEvaluator:
     oneshot : (m1, m2), optional
         Run exactly m1 primal and m2 adjoint iterations per gradient, warm-started
         (simultaneous training). None: solve both to tolerance ("exact" mode).
+    make_app : callable, optional
+        ``make_app(net, params, X, C)`` builds the MGRIT app of a batch (default
+        :class:`~braidpy.nn.ResNetApp`; :mod:`braidpy.train.spatial_training` gives
+        apps whose states are bands of image rows).
     """
 
     def __init__(self, net: ResNet, params: np.ndarray, X: Any, C: Any, *, comm: Any = None,
                  mgrit: Union[Options, Mapping[str, Any], None] = None,
-                 oneshot: Optional[Tuple[int, int]] = None):
+                 oneshot: Optional[Tuple[int, int]] = None, make_app: Any = None):
         self.net = net
         self.params = params
         self.placement = placement_of(params)
@@ -154,7 +158,8 @@ class LayerParallelEvaluator:
             raise ValueError(
                 "rel_tol is measured against each solve's first residual, which is tiny when "
                 "training warm-starts from the previous step; give abs_tol instead")
-        self.app = ResNetApp(net, params, X, C)
+        self.make_app = ResNetApp if make_app is None else make_app
+        self.app = self.make_app(net, params, X, C)
         self.solver: Optional[GradientSolver] = None
         self._batch_shape = tuple(X.shape)
         self._validation: Dict[Tuple[int, ...], Tuple[ResNetApp, Core]] = {}
@@ -224,7 +229,7 @@ class LayerParallelEvaluator:
         for n, (dK, db) in result.gradients.items():
             g["K"][n, ...], g["b"][n, ...] = dK, db
         if result.initial_adjoint is not None:
-            for name, value in net.opening_gradient(self.params, X, result.initial_adjoint).items():
+            for name, value in self.app.opening_gradient(result.initial_adjoint).items():
                 g[name][...] = value
         if net.nlayers in solver.primal_core.owned:
             g["W"][...] = self.app.classifier_grad["W"]
@@ -276,7 +281,7 @@ class LayerParallelEvaluator:
                     average.add(key, np.zeros(size) if piece is None else host(piece))
             opening: Dict[str, Any] = {}
             if result.initial_adjoint is not None:
-                opening = net.opening_gradient(self.params, X, result.initial_adjoint)
+                opening = self.app.opening_gradient(result.initial_adjoint)
         average.point("the opening's gradient")
         for name, value in opening.items():
             average.add(name, host(value))
@@ -308,7 +313,7 @@ class LayerParallelEvaluator:
             self.params[...] = params
         key = tuple(X.shape)
         if key not in self._validation:
-            app = ResNetApp(self.net, self.params, X, C)
+            app = self.make_app(self.net, self.params, X, C)
             # To tolerance, also in one-shot mode.
             opts = self.options.replace(max_iter=Options().max_iter)
             core = Core(app, 0.0, self.net.T, self.net.nlayers, comm=self.comm, options=opts)
@@ -316,7 +321,7 @@ class LayerParallelEvaluator:
         app, core = self._validation[key]
         app.set_batch(X, C)
         core.reset_guess()
-        final = core.solve().final
+        final = app.classifier_state(core.solve().final)
         v = self.net.views(self.params)
         return float(classifier_accuracy(final, C, v["W"], v["mu"]))
 

@@ -36,6 +36,7 @@ from ..parallel.collectives import allgatherv, allreduce_int, gather_arrays
 from ..parallel.comm import rank_size
 from ..parallel.data import GradientAverager, shard_of
 from ..parallel.grid import ProcessGrid
+from .spatial_training import check_space_grid
 
 __all__ = ["AveragingRound", "DataParallelEvaluator", "check_training_grid",
            "shard_warm_state"]
@@ -43,16 +44,18 @@ __all__ = ["AveragingRound", "DataParallelEvaluator", "check_training_grid",
 logger = logging.getLogger("braidpy.train")
 
 
-def check_training_grid(grid: Any) -> ProcessGrid:
-    """``grid`` if training can run on it (a ProcessGrid with space 1), else a ValueError."""
+def check_training_grid(grid: Any, net: Any = None, mode: str = "oneshot") -> ProcessGrid:
+    """``grid`` if training can run on it, else a ValueError naming the grid and why.
+
+    Space ranks (``grid.space > 1``) need a network whose image rows can be split
+    (:func:`braidpy.train.spatial_training.check_space_grid`); without ``net`` only
+    the grid itself is checked.
+    """
     if not isinstance(grid, ProcessGrid):
         raise TypeError(f"grid must be a braidpy.parallel.ProcessGrid, got "
                         f"{type(grid).__name__}")
-    if grid.space != 1:
-        raise ValueError(
-            f"training on the grid {grid.describe()} needs space=1: the ResNet's layers "
-            f"are not split over image rows yet (braidpy.parallel.spatial has the "
-            f"convolutions); use --grid D,1,L")
+    if net is not None:
+        check_space_grid(grid, net, mode)
     return grid
 
 
@@ -159,7 +162,8 @@ class DataParallelEvaluator:
     inner : SerialEvaluator or LayerParallelEvaluator
         Built on ``grid.layers_comm`` with a batch of this group's shard's shape.
     grid : ProcessGrid
-        With space 1 (:func:`check_training_grid`).
+        Any grid training can run (:func:`check_training_grid`); with space > 1,
+        ``inner`` is a :class:`~braidpy.train.spatial_training.SpaceParallelEvaluator`.
     batch : int
         Samples of every batch (all groups together).
     overlap : bool

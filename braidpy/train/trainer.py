@@ -24,6 +24,7 @@ from .optim import make_optimizer
 from .progress import format_step, progress_bar, summary, summary_lines
 from .regularize import Regularizer
 from .sharded import DataParallelEvaluator, check_training_grid, shard_warm_state
+from .spatial_training import space_evaluator
 
 __all__ = ["TrainConfig", "Trainer", "MODES", "DataMismatchError", "data_fingerprint",
            "network_spec"]
@@ -185,10 +186,12 @@ class Trainer:
     params : array, optional
         Initial parameters (default: ``net.init_params(config.seed, config.init_scale)``).
     grid : braidpy.parallel.ProcessGrid, optional
-        Data × layers parallel training (instead of ``comm``; space must be 1): each
-        data group evaluates its shard of every batch over its layer communicator, and
-        loss and gradient are averaged over the data groups weighted by shard size
+        Data × space × layers parallel training (instead of ``comm``): each data group
+        evaluates its shard of every batch over its layer communicator, and loss and
+        gradient are averaged over the data groups weighted by shard size
         (:mod:`braidpy.train.sharded`). Validation shards the validation set likewise.
+        With space > 1 (conv networks, modes exact and oneshot) each space rank holds a
+        band of image rows of every state (:mod:`braidpy.train.spatial_training`).
 
     Notes
     -----
@@ -211,7 +214,7 @@ class Trainer:
         if grid is not None:
             if comm is not None:
                 raise ValueError("give either comm (layers only) or grid, not both")
-            check_training_grid(grid)
+            check_training_grid(grid, net, self.config.mode)
         self.grid = grid
         # Agreement, progress and checkpoints span every rank; solves the layer group.
         self.comm = comm if grid is None else (grid.comm if grid.size > 1 else None)
@@ -256,6 +259,10 @@ class Trainer:
         self.evaluator: Any
         if cfg.mode == "serial":
             self.evaluator = SerialEvaluator(net, layers_comm)
+        elif grid is not None and grid.space > 1:  # bands of image rows per space rank
+            oneshot = (cfg.m1, cfg.m2) if cfg.mode == "oneshot" else None
+            self.evaluator = space_evaluator(net, grid, self.params, X0, C0,
+                                             mgrit=cfg.mgrit, oneshot=oneshot)
         else:
             oneshot = (cfg.m1, cfg.m2) if cfg.mode == "oneshot" else None
             self.evaluator = LayerParallelEvaluator(net, self.params, X0, C0,
