@@ -85,8 +85,16 @@ class ResNet(braidpy.App):
 
     def step_stacked(self, U, t0s, t1s, status):
         s = status.fine_slice
-        h = self.xp.asarray(t1s - t0s).reshape(-1, 1, 1)
-        U += h * self.xp.tanh(U @ self.K[s].transpose(0, 2, 1) + self.b[s][:, None, :])
+        U += self._steps(t1s - t0s) * self.xp.tanh(U @ self.K[s].transpose(0, 2, 1)
+                                                   + self.b[s][:, None, :])
+
+    def _steps(self, hs):
+        """hs as an (m, 1, 1) device array, copied to the device once per distinct set."""
+        cache = self.__dict__.setdefault("_hs", {})
+        key = hs.tobytes()
+        if key not in cache:
+            cache[key] = self.xp.asarray(hs).reshape(-1, 1, 1)
+        return cache[key]
 
 
 def sync(xp):
@@ -102,10 +110,10 @@ def serial(xp, K, b, u0, n):
     return u
 
 
-def mgrit(xp, K, b, u0, n, **stop):
+def mgrit(xp, K, b, u0, n, levels=2, cfactor=CFACTOR, **stop):
     """braidpy.solve of the ResNet; ``stop``: max_iter 2 and abs_tol 0 unless given."""
     stop = {"max_iter": 2, "abs_tol": 0.0, **stop}
-    r = braidpy.solve(ResNet(xp, K, b, u0), 0.0, TSTOP, n, max_levels=2, cfactor=CFACTOR,
+    r = braidpy.solve(ResNet(xp, K, b, u0), 0.0, TSTOP, n, max_levels=levels, cfactor=cfactor,
                       nrelax=0, access_level=0, **stop)
     sync(xp)
     return r
@@ -239,20 +247,23 @@ def _torch_conv_fwd_bwd(torch, n, C, batch):
     torch.cuda.synchronize()
 
 
-def forward(xp, n, batch, repeats):
-    """Serial loop vs MGRIT (2 iterations; to a 1e-8 relative drop), one batch size."""
+def forward(xp, n, batch, repeats, hierarchies=((2, CFACTOR),)):
+    """Serial loop vs MGRIT (2 iterations; to a 1e-8 relative drop), one batch size,
+    for each (levels, cfactor)."""
     K, b = weights(xp, n)
     u0 = xp.asarray(np.cos(np.arange(batch * WIDTH)).reshape(batch, WIDTH))
     mgrit(xp, K, b, u0, n)  # warm-up: kernels compiled, pools filled
     t_serial = best(lambda: serial(xp, K, b, u0, n), repeats)
-    t_two = best(lambda: mgrit(xp, K, b, u0, n), repeats)
-    tol = dict(max_iter=100, abs_tol=0.0, rel_tol=1e-8)
-    iters = mgrit(xp, K, b, u0, n, **tol).iterations
-    t_tol = best(lambda: mgrit(xp, K, b, u0, n, **tol), repeats)
-    print(f"forward N={n} width {WIDTH} batch {batch}: serial {t_serial * 1e3:.1f} ms; MGRIT "
-          f"2 iterations {t_two * 1e3:.1f} ms ({t_serial / t_two:.2f}x serial); to a 1e-8 "
-          f"relative drop ({iters} iterations) {t_tol * 1e3:.1f} ms "
-          f"({t_serial / t_tol:.2f}x serial)", flush=True)
+    for levels, cf in hierarchies:
+        h = dict(levels=levels, cfactor=cf)
+        t_two = best(lambda: mgrit(xp, K, b, u0, n, **h), repeats)
+        tol = dict(max_iter=100, abs_tol=0.0, rel_tol=1e-8, **h)
+        iters = mgrit(xp, K, b, u0, n, **tol).iterations
+        t_tol = best(lambda: mgrit(xp, K, b, u0, n, **tol), repeats)
+        print(f"forward N={n} width {WIDTH} batch {batch}, {levels} levels cf {cf}: serial "
+              f"{t_serial * 1e3:.1f} ms; MGRIT 2 iterations {t_two * 1e3:.1f} ms "
+              f"({t_serial / t_two:.2f}x serial); to a 1e-8 relative drop ({iters} "
+              f"iterations) {t_tol * 1e3:.1f} ms ({t_serial / t_tol:.2f}x serial)", flush=True)
 
 
 def _torch_cuda():
@@ -337,6 +348,9 @@ def main(argv=None):
     p.add_argument("--layers", type=int, default=4096)
     p.add_argument("--batches", type=int, nargs="+", default=[1, BATCH])
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--hierarchies", nargs="+", default=[f"2:{CFACTOR}"],
+                   metavar="LEVELS:CF", help="forward: MGRIT hierarchies to time")
+    p.add_argument("--forward-only", action="store_true", help="skip the gradient rows")
     p.add_argument("--conv", action="store_true", help="the cuDNN conv step comparison")
     p.add_argument("--intervals", type=int, default=64, help="--conv: intervals m")
     p.add_argument("--streams", type=int, default=4, help="--conv: streams (layer blocks)")
@@ -355,9 +369,11 @@ def main(argv=None):
     if args.conv_net:
         conv_network(xp, args)
         return
+    hierarchies = [tuple(int(v) for v in h.split(":")) for h in args.hierarchies]
     for batch in args.batches:
-        forward(xp, args.layers, batch, args.repeats)
-        gradient(xp, args.layers, batch, args.repeats)
+        forward(xp, args.layers, batch, args.repeats, hierarchies)
+        if not args.forward_only:
+            gradient(xp, args.layers, batch, args.repeats)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@
 #
 #   bash benchmarks/gpu_check.sh            # about 5 minutes on one H100/H200
 #   STEPS="pytest-gpu bench-gpu-conv" bash benchmarks/gpu_check.sh   # some steps only
+#   BENCH_GPU_ARGS="--hierarchies 2:64 3:16" ...                      # options of a step
 #
 # Python packages braidpy needs that the machine lacks can be dropped as wheels into
 # .whl/ (installed with --no-deps into /tmp/gpu-check-site first).
@@ -56,7 +57,7 @@ $PY -c "import braidpy, json; print(json.dumps(braidpy.cuda_info(), indent=1))" 
 # Deprecation warnings of the machine's own package versions are not braidpy's failures.
 step pytest-gpu 240 $PY -m pytest -m gpu -ra -p no:cacheprovider -W ignore::DeprecationWarning \
     -W ignore::FutureWarning tests/test_gpu.py
-step bench-gpu 150 $PY benchmarks/bench_gpu.py
+step bench-gpu 150 $PY benchmarks/bench_gpu.py ${BENCH_GPU_ARGS:-}
 step bench-gpu-conv 60 $PY benchmarks/bench_gpu.py --conv
 step bench-gpu-conv-net 120 $PY benchmarks/bench_gpu.py --conv-net
 step bench-torch-cuda 150 $PY benchmarks/bench_torch.py --device cuda --repeats 3

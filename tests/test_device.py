@@ -148,6 +148,30 @@ def test_resnet_app_solve_on_device1(kind):
     close(got.final, ref.final)
 
 
+def test_batched_step_sizes_go_to_the_device_once_per_distinct_set(monkeypatch):
+    """A solve's batched calls reuse the step sizes already on the device: a sweep
+    repeats a few sets, and a host-to-device copy per call cost more than the kernels
+    on a GPU. Same answer as without the cache (the copies counted)."""
+    import braidpy.nn.resnet as resnet
+
+    copies = []
+    original = resnet._on_device_of
+
+    def counted(U, a, xp_):
+        copies.append(np.asarray(a).tobytes())
+        return original(U, a, xp_)
+
+    monkeypatch.setattr(resnet, "_on_device_of", counted)
+    net, dnet, X, C = nets("dense")
+    p, dp = net.init_params(seed=SEED), dnet.init_params(seed=SEED)
+    opts = dict(cfactor=4, max_levels=2, abs_tol=1e-12)
+    ref = braidpy.solve(ResNetApp(net, p, X, C), 0.0, net.T, net.nlayers, **opts)
+    got = braidpy.solve(ResNetApp(dnet, dp, on1(X), on1(C)), 0.0, net.T, net.nlayers, **opts)
+    assert got.counts["step_batch"] > len(copies) > 0
+    assert len(set(copies)) == len(copies)  # each distinct set copied once
+    close(got.final, ref.final)
+
+
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("batch", [True, False])
 def test_gradient_on_device1(kind, batch):

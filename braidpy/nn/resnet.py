@@ -26,6 +26,10 @@ from .network import ResNet
 
 __all__ = ["ResNetApp"]
 
+#: Distinct sets of batched step sizes kept on the device per app (a two-level
+#: hierarchy uses a handful; the cache is emptied when full).
+_STEP_CACHE_SIZE = 256
+
 
 class ResNetApp(App):
     """MGRIT app of a ResNet for one batch (X, C) and parameters ``params``.
@@ -43,7 +47,8 @@ class ResNetApp(App):
 
     def __init__(self, net: ResNet, params: Any, X: Any, C: Any = None):
         self.net = net
-        self.layer = net.layer
+        # The layer object (DenseLayer, ConvLayer, or a subclass app's wrapper of one).
+        self.layer: Any = net.layer
         self.params = params
         where = placement_of(params)
         if not where.is_host:  # states received from other ranks are built there too
@@ -100,12 +105,20 @@ class ResNetApp(App):
         return self.layer.forward_batched(U, v["K"][sl, ...], v["b"][sl, ...],
                                           self._steps(t0s, t1s, U))
 
-    @staticmethod
-    def _steps(t0s: Any, t1s: Any, U: Any) -> Any:
+    def _steps(self, t0s: Any, t1s: Any, U: Any) -> Any:
         hs = t1s - t0s  # the same float64 subtraction as t1 - t0 in step()
-        if not isinstance(U, np.ndarray):  # e.g. CuPy: step sizes on the state's device
-            hs = _on_device_of(U, hs, _namespace(U))
-        return hs
+        if isinstance(U, np.ndarray):
+            return hs
+        # On a device (e.g. CuPy) the step sizes go there once per distinct set: every
+        # sweep repeats the same few, and a host-to-device copy per batched call costs
+        # more than the call's kernels on a narrow network.
+        key = (hs.tobytes(), str(U.dtype), str(getattr(U, "device", "")))
+        cache = self.__dict__.setdefault("_device_steps", {})
+        if key not in cache:
+            if len(cache) >= _STEP_CACHE_SIZE:
+                cache.clear()
+            cache[key] = _on_device_of(U, hs, _namespace(U))
+        return cache[key]
 
     # ------------------------------------------------------------ adjoint
     def step_adjoint_batch(self, W: Any, U: Any, t0s: Any, t1s: Any, status: Any) -> Any:

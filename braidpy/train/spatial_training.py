@@ -214,7 +214,7 @@ class SpaceChannel(RowSplit):
             total += p
         return total
 
-    def gather(self, band: np.ndarray) -> np.ndarray:
+    def join_bands(self, band: np.ndarray) -> np.ndarray:
         """The whole (batch, C, H, W) image from every rank's band of rows."""
         band = np.asarray(band, dtype=np.float64)
         n, c, _, w = band.shape
@@ -305,17 +305,17 @@ class SpaceSplitResNetApp(ResNetApp):
 
     def classifier_state(self, u: Any) -> Any:
         with self.channel.guard():
-            return self.channel.gather(u)
+            return self.channel.join_bands(u)
 
     def terminal_objective(self, u: Any) -> float:
         with self.channel.guard():
             v = self._views
-            return float(classifier_loss(self.channel.gather(u), self.C, v["W"], v["mu"]))
+            return float(classifier_loss(self.channel.join_bands(u), self.C, v["W"], v["mu"]))
 
     def terminal_gradient(self, u: Any) -> Any:
         with self.channel.guard():
             v = self._views
-            _, du, dW, dmu = classifier_gradient(self.channel.gather(u), self.C, v["W"],
+            _, du, dW, dmu = classifier_gradient(self.channel.join_bands(u), self.C, v["W"],
                                                  v["mu"])
             if self.channel.rank != 0:  # counted once in the sum over the group
                 dW, dmu = np.zeros_like(dW), np.zeros_like(dmu)
@@ -433,7 +433,7 @@ class SpaceParallelEvaluator:
         out: Dict[str, Any] = {"batch_shape": mine["batch_shape"]}
         for part in ("primal", "adjoint"):
             states = mine.get(part, {})
-            out[part] = {n: self.channel.gather(states[n]) for n in sorted(states)}
+            out[part] = {n: self.channel.join_bands(states[n]) for n in sorted(states)}
         return out
 
     def load_warm_state(self, state: Mapping[str, Any]) -> None:
