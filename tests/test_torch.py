@@ -24,6 +24,38 @@ def test_exact_gradients_equal_serial_autograd(kind):
     assert errors["path"] == "grouped" and errors["halo"] == []
 
 
+@pytest.mark.parametrize("batch", [True, False])
+@pytest.mark.parametrize("oneshot", [None, (2, 2)])
+def test_numpy_states_equal_torch_states(monkeypatch, batch, oneshot):
+    """CPU float inputs run on NumPy states sharing the tensors' memory (the core's own
+    vector operations); torch tensors as states (what other devices take) give the same
+    network to rounding, and the exact gradients equal serial autograd either way."""
+    import braidpy.torch._layer_parallel as lp_module
+
+    x = torch.randn(5, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(SEED))
+    out = {}
+    for kind in ("numpy", "torch"):
+        if kind == "torch":
+            monkeypatch.setattr(lp_module, "takes_host_states", lambda x: False)
+        blocks = dense_blocks(32, 4)
+        net = LayerParallel(blocks, 2.0, batch=batch, cfactor=4, max_levels=3,
+                            abs_tol=1e-13, oneshot=oneshot)
+        xg = x.clone().requires_grad_()
+        y = net(xg)
+        assert net.state_kind == kind
+        (y * loss_weights(y)).sum().backward()
+        grads = torch.cat([p.grad.reshape(-1) for p in net.parameters()])
+        out[kind] = (y.detach(), xg.grad, grads)
+        if oneshot is None:
+            ref_out, ref_dx, ref_dp = serial_reference(blocks, 2.0, x)
+            ref = torch.cat([g.reshape(-1) for per in ref_dp for g in per])
+            assert rel(y.detach(), ref_out) < 1e-12
+            assert rel(xg.grad, ref_dx) < 1e-10 and rel(grads, ref) < 1e-10
+        net.close()
+    for a, b in zip(out["numpy"], out["torch"]):
+        assert rel(a, b) < 1e-13, rel(a, b)
+
+
 def test_float32_states_stay_float32():
     blocks = dense_blocks(8, 4, dtype=torch.float32)
     x = torch.randn(3, 4, generator=torch.Generator().manual_seed(SEED))

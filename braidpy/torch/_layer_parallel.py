@@ -14,6 +14,7 @@ from ..parallel.agree import agreed
 from ..parallel.collectives import bcast_bytes
 from ..parallel.comm import rank_size
 from ._app import BlocksApp
+from ._host import HostBlocksApp, takes_host_states
 from ._halo import HaloPlan, needed_layers, own_layers
 
 __all__ = ["LayerParallel", "DEFAULTS"]
@@ -122,8 +123,11 @@ class LayerParallel(torch.nn.Module):
         if not isinstance(grouped, bool):
             raise TypeError(f"grouped must be True or False, got {grouped!r}")
         self._app = BlocksApp(batch=opts.batch, grouped=grouped)
+        # CPU float inputs: NumPy states sharing the tensors' memory (the core's own
+        # vector operations); other devices and dtypes: torch tensors as states.
+        self._host_app = HostBlocksApp(self._app)
         self._gs_options: Dict[str, Any] = dict(primal=opts, adjoint=adjoint, oneshot=oneshot)
-        self._gradient_solver = self._new_solver()
+        self._gradient_solver = self._new_solver(host=True)
         # One solver (and warm start) per input signature; the first is built here to
         # learn the layer split, and given to the first signature seen.
         self._solvers: "OrderedDict[Tuple[Any, ...], GradientSolver]" = OrderedDict()
@@ -168,6 +172,14 @@ class LayerParallel(torch.nn.Module):
     @property
     def batch_path_reason(self) -> str:
         return self._app.path_reason
+
+    @property
+    def state_kind(self) -> str:
+        """What the MGRIT core holds as layer states for the latest input: ``"numpy"``
+        (float64/float32 CPU inputs: NumPy arrays sharing memory with the tensors, so
+        the core runs its own vector operations) or ``"torch"`` (other devices and
+        dtypes: the tensors, with torch vector operations)."""
+        return "numpy" if self._host else "torch"
 
     @property
     def batch_calls(self) -> Dict[str, int]:
@@ -232,9 +244,13 @@ class LayerParallel(torch.nn.Module):
                                  f"return a tensor of its input's shape and dtype")
         # A new shape: its own solver (a braidpy Core keeps one state shape), so that
         # the warm starts of other shapes (training batches, say) stay as they are.
+        host = takes_host_states(x)
         solver, self._unused = self._unused, None
+        if solver is not None and (solver.app is self._host_app) != host:
+            solver.close()  # built for the other kind of states (collective, like forward)
+            solver = None
         if solver is None:
-            solver = self._new_solver()
+            solver = self._new_solver(host)
             if solver.primal_core.owned != self._owned:  # pragma: no cover - invariant
                 raise RuntimeError("braidpy.torch: a new solver split the layers differently")
         self._solvers[signature] = solver
@@ -244,9 +260,15 @@ class LayerParallel(torch.nn.Module):
             old.close()
         self._gradient_solver, self._signature = solver, signature
 
-    def _new_solver(self) -> GradientSolver:
-        return GradientSolver(self._app, 0.0, self.t_final, self.depth, comm=self.comm,
+    def _new_solver(self, host: bool) -> GradientSolver:
+        app = self._host_app if host else self._app
+        return GradientSolver(app, 0.0, self.t_final, self.depth, comm=self.comm,
                               **self._gs_options)
+
+    @property
+    def _host(self) -> bool:
+        """Whether the current solver's states are NumPy views (see :mod:`._host`)."""
+        return self._gradient_solver.app is self._host_app
 
     def _refresh_params(self, device: torch.device) -> None:
         app = self._app
@@ -272,13 +294,15 @@ class LayerParallel(torch.nn.Module):
         app = self._app
         app.x = x.detach()
         if self._signature in self._warm and self._first:
-            self._gradient_solver.primal_core.set_initial_condition(app.x)
+            x0 = self._host_app.state_of(app.x) if self._host else app.x
+            self._gradient_solver.primal_core.set_initial_condition(x0)
         self._generation += 1
         self._primal = None
         self._primal = self._gradient_solver.solve_primal()
         self._warm.add(self._signature)
         self.last_forward = self._primal
-        return self._primal.final
+        final = self._primal.final
+        return self._host_app.tensor_of(final) if self._host else final
 
     # ------------------------------------------------------------ backward
     def _backward_solve(self, generation: int, grad_out: torch.Tensor,
@@ -298,7 +322,10 @@ class LayerParallel(torch.nn.Module):
             gn = found.get(n, {})
             for name, p in self._named[n]:
                 grads.append(gn[name] if name in gn else torch.zeros_like(p))
-        dx = self._broadcast_from_first(g.initial_adjoint) if want_x else None
+        w0 = g.initial_adjoint
+        if self._host:
+            w0 = self._host_app.tensor_of(w0)
+        dx = self._broadcast_from_first(w0) if want_x else None
         return dx, grads
 
     def _broadcast_from_first(self, w0: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
