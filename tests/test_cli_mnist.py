@@ -27,7 +27,7 @@ def test_quick_preset_of_the_28x28_sources():
         args = parse(source, "--data", "x") if source == "mnist" else parse(source)
         assert (args.width, args.layers, args.optimizer, args.batch, args.shuffle,
                 args.validate_every) == (8, 16, "adam", 64, True, 10), source
-        assert args.lr == 0.005
+        assert (args.lr, args.iterations, args.mode) == (0.005, 40, "oneshot")
 
 
 def test_mnist_trains_validates_and_evaluates(folder, tmp_path):
@@ -102,7 +102,7 @@ def test_mnist_folder_missing_a_file_names_it(folder, tmp_path, missing):
      "--validation-samples 21: the t10k files hold only 20 images"),
 ])
 def test_mnist_bad_options(folder, extra, message):
-    args = ["train", "mnist", *extra]
+    args = ["train", "mnist", *extra, *SMALL]  # SMALL: quick if it wrongly trains
     if "--data" not in extra:
         args += ["--data", folder]
     proc = cli(*args)
