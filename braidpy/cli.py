@@ -1,6 +1,6 @@
 """The ``braidpy`` command line: ``braidpy train``, ``braidpy evaluate``, ``braidpy predict``.
 
-``braidpy train peaks|digits|FILE [options]`` trains a ResNet serially or layer-parallel
+``braidpy train peaks|digits|digits28|mnist|FILE [options]`` trains a ResNet serially or layer-parallel
 (exact MGRIT gradients or one-shot) with :class:`braidpy.train.Trainer`, showing
 progress and optionally writing JSON-lines and CSV logs, checkpoints and a plot.
 ``braidpy evaluate CHECKPOINT DATA`` reports the loss and accuracy of a checkpoint's
@@ -62,18 +62,21 @@ __all__ = ["build_parser", "main", "resolve"]
 
 logger = logging.getLogger("braidpy.cli")
 
-SOURCES = ("peaks", "digits")
+SOURCES = ("peaks", "digits", "digits28", "mnist")
 
 EPILOG = """\
 examples:
   braidpy train peaks                                  one-shot, 32 layers, L-BFGS
   braidpy train digits                                 8-layer conv net, Adam, < 1 min
   braidpy train digits --preset paper                  32 layers, full-batch L-BFGS
+  braidpy train mnist --data DIR                       MNIST IDX files in DIR (none downloaded)
+  braidpy train digits28                               the digits at MNIST's 28x28 size
   braidpy train peaks --layers 128 --plot out/training.png --log out/log.jsonl
   mpiexec -n 4 braidpy train peaks --layers 256 --mode exact --tol 1e-8
   braidpy train X.npy --labels y.csv --validation-fraction 0.1 --opening replicate
   braidpy train peaks --checkpoint run.ckpt --iterations 200 --resume
   braidpy evaluate run.ckpt peaks
+  braidpy evaluate mnist.ckpt mnist --data DIR         the t10k images (--split validation)
   braidpy predict run.ckpt X.npy -o classes.csv
 """
 
@@ -210,10 +213,10 @@ def _default(option: str) -> str:
     show = lambda v: "none" if v is None else ("on" if v is True else "off" if v is False  # noqa: E731
                                                 else f"{v:g}" if isinstance(v, float) else v)
     parts = [f"{show(base)}"]
-    for source in ("digits",):
+    for source, label in (("digits", "digits"), ("mnist", "mnist, digits28")):
         v = preset("quick", source)[key]
         if v != base:
-            parts.append(f"{source}: {show(v)}")
+            parts.append(f"{label}: {show(v)}")
     paper = preset("paper", "digits")[key]
     if paper != preset("quick", "digits")[key]:
         parts.append(f"--preset paper: {show(paper)}")
@@ -224,18 +227,23 @@ def _add_source_args(p: argparse.ArgumentParser) -> None:
     """The data-source options shared by train and evaluate."""
     g = p.add_argument_group("data")
     g.add_argument("--data", metavar="DIR", help="peaks: read the reference files "
-                   "(features_training.dat, ...) from DIR instead of generating points")
+                   "(features_training.dat, ...) from DIR instead of generating points; "
+                   "mnist (needed): the folder of the four MNIST IDX files")
     g.add_argument("--samples", type=_int_at_least(1), metavar="N",
-                   help="peaks: generated training points (default 5000)")
+                   help="peaks: generated training points (default 5000); mnist: a "
+                        "random subset of N training images, drawn with --seed (default "
+                        "all)")
     g.add_argument("--validation-samples", type=_int_at_least(0), metavar="N",
-                   help="peaks: generated validation points (default 200)")
+                   help="peaks: generated validation points (default 200); mnist: a "
+                        "random subset of N t10k images, drawn with --seed (default all; "
+                        "0: no validation)")
     g.add_argument("--labels", metavar="FILE", help="FILE source: class ids or one-hot rows")
     g.add_argument("--delimiter", default=",", metavar="SEP",
                    help="FILE source: column separator of text files; 'space' for any "
                         "whitespace (default ',')")
     g.add_argument("--validation-fraction", type=_float_in(0.0, 1.0), default=0.2,
-                   metavar="F", help="digits and FILE: share held out for validation, split "
-                   "with --seed (default 0.2)")
+                   metavar="F", help="digits, digits28 and FILE: share held out for "
+                   "validation, split with --seed (default 0.2)")
 
 
 def _add_verbosity(p: Any) -> None:
@@ -264,13 +272,14 @@ def build_parser() -> argparse.ArgumentParser:
                     "Defaults: the library's, with the preset for the data source on top.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.set_defaults(usage_error=p.error)  # errors found after parsing show this usage line
-    p.add_argument("source", metavar="peaks|digits|FILE",
-                   help="data: the Peaks level sets, scikit-learn's 8x8 digits, or a "
-                        "features file (.npy, one-array .npz, or text, one sample per row) "
-                        "with --labels")
+    p.add_argument("source", metavar="peaks|digits|digits28|mnist|FILE",
+                   help="data: the Peaks level sets, scikit-learn's 8x8 digits, the same "
+                        "digits scaled to 28x28, MNIST from its IDX files (--data DIR), or "
+                        "a features file (.npy, one-array .npz, or text, one sample per "
+                        "row) with --labels")
     p.add_argument("--preset", choices=tuple(PRESETS), default="quick",
                    help="quick: runs in seconds to a minute (digits: shallow conv net, "
-                        "Adam); paper: the paper's setup (32 layers, width 8, full-batch "
+                        "Adam; mnist, digits28: 16 layers of 8 channels, Adam); paper: the paper's setup (32 layers, width 8, full-batch "
                         "L-BFGS) for every source (default quick)")
     _add_source_args(p)
 
@@ -318,11 +327,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--optimizer", choices=tuple(OPTIMIZERS),
                    help=f"L-BFGS with Armijo backtracking, Adam or SGD {_default('optimizer')}")
     g.add_argument("--lr", type=POSITIVE, help="(initial) step size (default: the "
-                   "optimizer's, lbfgs 1, adam 0.01, sgd 0.1; digits: 0.02)")
+                   "optimizer's, lbfgs 1, adam 0.01, sgd 0.1; digits: 0.02; mnist, "
+                   "digits28: 0.005)")
     g.add_argument("--momentum", type=_float_in(0.0, 1.0), metavar="B",
                    help="sgd momentum (default 0.9)")
     g.add_argument("--batch", type=_int_at_least(1), metavar="N",
-                   help="samples per step (default all; digits: 100)")
+                   help="samples per step (default all; digits: 100; mnist, "
+                        "digits28: 64)")
     g.add_argument("--shuffle", action=argparse.BooleanOptionalAction,
                    help=f"new random batch order every epoch {_default('shuffle')}")
     g.add_argument("--iterations", type=_int_at_least(1), metavar="N",
@@ -372,8 +383,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "data set is split as in training (the checkpoint's --seed).")
     e.set_defaults(usage_error=e.error)
     e.add_argument("checkpoint", metavar="CHECKPOINT")
-    e.add_argument("source", metavar="peaks|digits|FILE",
-                   help="data, as for `braidpy train` (FILE with --labels)")
+    e.add_argument("source", metavar="peaks|digits|digits28|mnist|FILE",
+                   help="data, as for `braidpy train` (FILE with --labels, mnist with "
+                        "--data DIR; mnist's validation split is the t10k images)")
     e.add_argument("--split", choices=("validation", "train", "all"), default="validation",
                    help="which part of the data (default validation)")
     e.add_argument("--best", action="store_true",
@@ -427,16 +439,26 @@ def _check_source_options(args: argparse.Namespace, error: Callable[[str], None]
     if source not in SOURCES and not Path(source).is_file():
         error(f"data source {source!r} is neither {' nor '.join(SOURCES)} nor an "
               f"existing file")
-    for option, value, fits in (("--data", args.data, source == "peaks"),
-                                ("--samples", args.samples, source == "peaks" and not args.data),
-                                ("--validation-samples", args.validation_samples,
-                                 source == "peaks" and not args.data),
+    subsets = source == "mnist" or (source == "peaks" and not args.data)
+    for option, value, fits in (("--data", args.data, source in ("peaks", "mnist")),
+                                ("--samples", args.samples, subsets),
+                                ("--validation-samples", args.validation_samples, subsets),
                                 ("--labels", args.labels, source not in SOURCES)):
         if value is not None and not fits:
             error(f"{option} does not apply to data source {source!r}"
                   + (" with --data" if args.data and source == "peaks" else ""))
     if source not in SOURCES and args.labels is None:
         error(f"features file {source!r} needs --labels FILE")
+    if source == "mnist":
+        from .data import MNIST_FILES
+
+        if args.data is None:
+            error(f"data source 'mnist' needs --data DIR, a folder with the MNIST IDX files "
+                  f"{', '.join(MNIST_FILES)} (each may be gzipped, .gz); braidpy downloads "
+                  f"nothing. Without them, 'digits28' trains on generated 28x28 digits")
+        if not Path(args.data).is_dir():
+            error(f"--data {args.data}: no such folder (it should hold the MNIST IDX files "
+                  f"{', '.join(MNIST_FILES)})")
 
 
 def _check_train_options(args: argparse.Namespace, error: Callable[[str], None]) -> None:
@@ -495,6 +517,32 @@ def _split(X: np.ndarray, C: np.ndarray, fraction: float, seed: int) -> Tuple[Pa
     return (X[train], C[train]), ((X[val], C[val]) if nval else None)
 
 
+def _subset(pair: Pair, n: Optional[int], seed: int, option: str, what: str) -> Pair:
+    """``n`` samples of ``pair`` drawn at random with ``seed`` (kept in file order), or
+    all of them when ``n`` is None."""
+    X, C = pair
+    if n is None:
+        return X, C
+    if n > X.shape[0]:
+        raise ValueError(f"{option} {n}: the {what} hold only {X.shape[0]} images")
+    keep = np.sort(np.random.default_rng(seed).permutation(X.shape[0])[:n])
+    return X[keep], C[keep]
+
+
+def _mnist(args: argparse.Namespace) -> Tuple[Pair, Optional[Pair], str]:
+    """MNIST from --data: the train files for training, t10k for validation, either
+    subsampled by --samples / --validation-samples (seeded with --seed, --seed + 1)."""
+    from . import data
+
+    sets = data.mnist(args.data)
+    train = _subset(sets["train"], args.samples, args.seed, "--samples", "training files")
+    val: Optional[Pair] = _subset(sets["test"], args.validation_samples, args.seed + 1,
+                                  "--validation-samples", "t10k files")
+    if val is not None and val[0].shape[0] == 0:
+        val = None
+    return train, val, f"MNIST from {args.data}"
+
+
 def load_source(args: argparse.Namespace) -> Tuple[Pair, Optional[Pair], str]:
     """(training pair, validation pair or None, description) of the data source."""
     from . import data
@@ -507,12 +555,16 @@ def load_source(args: argparse.Namespace) -> Tuple[Pair, Optional[Pair], str]:
         nval = 200 if args.validation_samples is None else args.validation_samples
         val = data.peaks(nval, args.seed + 1) if nval else None
         return train, val, f"peaks (generated, seed {args.seed})"
-    if args.source == "digits":
+    if args.source in ("digits", "digits28"):
         if args.validation_fraction >= 1:
             raise ValueError("--validation-fraction must be < 1")
-        d = data.digits(args.validation_fraction, args.seed)
+        loader = data.digits if args.source == "digits" else data.digits28
+        d = loader(args.validation_fraction, args.seed)
         val = d["validation"] if d["validation"][0].shape[0] else None
-        return d["train"], val, "scikit-learn digits"
+        return d["train"], val, "scikit-learn digits" + (
+            " scaled to 28x28" if args.source == "digits28" else "")
+    if args.source == "mnist":
+        return _mnist(args)
     # None = any whitespace (documented by load_arrays, though its hint says str).
     delimiter = None if args.delimiter == "space" else args.delimiter
     X, C = data.load_arrays(args.source, args.labels,

@@ -60,7 +60,7 @@ def test_help_lists_the_options():
     for option in ("--width", "--layers", "--mode", "--m1", "--levels", "--cf", "--tol",
                    "--optimizer", "--tikhonov", "--ddt", "--classifier-reg", "--patience",
                    "--target-accuracy", "--checkpoint", "--resume", "--log", "--plot",
-                   "--quiet", "peaks|digits|FILE"):
+                   "--quiet", "peaks|digits|digits28|mnist|FILE"):
         assert option in proc.stdout, option
     top = ok("--help").stdout
     assert "train" in top and "evaluate" in top and "predict" in top

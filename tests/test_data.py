@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import re
 import struct
 import subprocess
 import sys
@@ -282,6 +283,99 @@ def test_mnist_small_files(tmp_path: Path) -> None:
 def test_mnist_missing_file(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="train-images-idx3-ubyte"):
         data.mnist(tmp_path)
+
+
+@pytest.mark.parametrize("suffix", ["", ".gz"])
+@pytest.mark.parametrize(("code", "dtype"), IDX_CASES)
+def test_save_idx_writes_the_spec_bytes_and_round_trips(
+    tmp_path: Path, code: int, dtype: str, suffix: str
+) -> None:
+    rng = np.random.default_rng(SEED_B)
+    low = -100 if dtype[0] in "if" else 0
+    # Three different sizes: a transposed or reordered axis changes the bytes.
+    array = rng.uniform(low, 100, size=(3, 4, 5)).astype(dtype)
+    for given in (array, array.astype(array.dtype.newbyteorder(">")), array[:, ::-1, :]):
+        path = data.save_idx(tmp_path / f"s.idx{suffix}", given)
+        assert path == tmp_path / f"s.idx{suffix}"
+        ref = tmp_path / f"ref.idx{suffix}"
+        write_idx(ref, np.asarray(given), code)  # the test's own writer of the spec
+        opener = gzip.open if suffix else open
+        with opener(path, "rb") as a, opener(ref, "rb") as b:
+            assert a.read() == b.read()
+        back = data.load_idx(path)
+        assert back.dtype == np.dtype(dtype) and back.shape == given.shape
+        np.testing.assert_array_equal(back, given)
+
+
+def test_save_idx_one_dimension_and_repeatable_gzip(tmp_path: Path) -> None:
+    labels = np.array([7, 0, 3], dtype=np.uint8)
+    first = data.save_idx(tmp_path / "a-idx1-ubyte.gz", labels).read_bytes()
+    assert data.save_idx(tmp_path / "a-idx1-ubyte.gz", labels).read_bytes() == first
+    raw = gzip.decompress(first)
+    assert raw == bytes([0, 0, 0x08, 1, 0, 0, 0, 3, 7, 0, 3])
+    np.testing.assert_array_equal(data.load_idx(tmp_path / "a-idx1-ubyte.gz"), labels)
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    (np.arange(3, dtype=np.int64), "cannot hold dtype int64"),
+    (np.zeros(3, dtype=bool), "cannot hold dtype bool"),
+    (np.zeros(3, dtype=np.complex128), "cannot hold dtype complex128"),
+    (np.zeros(3, dtype=np.uint16), "cannot hold dtype uint16"),
+    (np.array(5, dtype=np.uint8), "got an array of shape ()"),
+    ([1, 2, 3], "needs a numpy array, got list"),
+])
+def test_save_idx_bad_input_names_the_value(tmp_path: Path, value, message) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        data.save_idx(tmp_path / "bad.idx", value)
+    assert not (tmp_path / "bad.idx").exists()
+
+
+def write_mnist_folder(folder: Path, ntrain: int = 60, ntest: int = 20):
+    """A tiny MNIST folder from digits28 (train images gzipped); returns the arrays."""
+    sets = data.digits28(validation_fraction=0.2, seed=SEED_A)
+    written = {}
+    for split, prefix, n in (("train", "train", ntrain), ("validation", "t10k", ntest)):
+        X, Y = sets[split][0][:n], sets[split][1][:n]
+        images = np.rint(255 * X[:, 0]).astype(np.uint8)
+        labels = Y.argmax(axis=1).astype(np.uint8)
+        suffix = ".gz" if prefix == "train" else ""
+        data.save_idx(folder / f"{prefix}-images-idx3-ubyte{suffix}", images)
+        data.save_idx(folder / f"{prefix}-labels-idx1-ubyte", labels)
+        written[prefix] = (images, labels)
+    return written
+
+
+def test_mnist_reads_what_save_idx_wrote(tmp_path: Path) -> None:
+    written = write_mnist_folder(tmp_path)
+    assert written["train"][0].shape == (60, 28, 28)
+    assert written["t10k"][0].shape == (20, 28, 28)
+    sets = data.mnist(tmp_path)
+    for split, prefix in (("train", "train"), ("test", "t10k")):
+        images, labels = written[prefix]
+        X, Y = sets[split]
+        assert X.shape == (images.shape[0], 1, 28, 28) and X.dtype == np.float64
+        np.testing.assert_array_equal(X[:, 0], images / 255.0)
+        np.testing.assert_array_equal(Y, data.one_hot(labels, 10))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        n + (".gz" if n == "train-images-idx3-ubyte" else "") for n in data.MNIST_FILES)
+
+
+def test_digits28_is_digits_scaled_and_padded() -> None:
+    small, big = data.digits(0.25, SEED_B), data.digits28(0.25, SEED_B)
+    for split in ("train", "validation"):
+        (x, y), (X, Y) = small[split], big[split]
+        assert X.shape == (x.shape[0], 1, 28, 28) and X.dtype == np.float64
+        np.testing.assert_array_equal(Y, y)
+        for i, j in ((0, 0), (1, 6), (7, 3)):  # pixel (i, j) fills a 3 x 3 block
+            block = X[:, 0, 2 + 3 * i:5 + 3 * i, 2 + 3 * j:5 + 3 * j]
+            np.testing.assert_array_equal(block, np.broadcast_to(
+                x[:, 0, i, j, None, None], block.shape))
+        np.testing.assert_array_equal(X[:, :, 2:26, 2:26],
+                                      np.kron(x, np.ones((3, 3))))  # the GPU run's recipe
+        assert not X[:, :, :2].any() and not X[:, :, 26:].any()
+        assert not X[:, :, :, :2].any() and not X[:, :, :, 26:].any()
+    with pytest.raises(ValueError, match=r"8 x 8 images, got shape \(28, 28\)"):
+        data.upscale28(np.zeros((28, 28)))
 
 
 # --------------------------------------------------------------------------- user arrays

@@ -12,7 +12,7 @@ import numpy as np
 from ._files import PathLike
 from ._helpers import one_hot
 
-__all__ = ["load_idx", "mnist"]
+__all__ = ["MNIST_FILES", "load_idx", "mnist", "save_idx"]
 
 # IDX type codes (LeCun's MNIST page): unsigned byte, signed byte, short, int, float,
 # double; multi-byte values are big-endian.
@@ -29,6 +29,12 @@ _MNIST_FILES = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
     "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
 }
+
+#: The four MNIST file names :func:`mnist` reads (each may also be gzipped, ``.gz``).
+MNIST_FILES = tuple(name for pair in _MNIST_FILES.values() for name in pair)
+
+# The type code of each storable dtype (native or big-endian alike).
+_IDX_CODES = {dtype.newbyteorder("="): code for code, dtype in _IDX_DTYPES.items()}
 
 
 def load_idx(path: PathLike) -> np.ndarray:
@@ -78,6 +84,73 @@ def load_idx(path: PathLike) -> np.ndarray:
         )
     data = np.frombuffer(raw, dtype=dtype, offset=header).reshape(shape)
     return data.astype(dtype.newbyteorder("="))
+
+
+def save_idx(path: PathLike, array: Any) -> Path:
+    """Write an array as an IDX file (the MNIST format), the inverse of :func:`load_idx`.
+
+    The type code follows the array's dtype: ``uint8`` 0x08, ``int8`` 0x09, ``int16``
+    0x0B, ``int32`` 0x0C, ``float32`` 0x0D, ``float64`` 0x0E; the dimensions and the
+    data are written big-endian, in C order. A name ending in ``.gz`` is gzipped (with
+    no time stamp, so the same array gives the same bytes). Nothing is converted: give
+    MNIST images and labels as ``uint8``, e.g. ``np.rint(255 * X).astype(np.uint8)``.
+
+    Parameters
+    ----------
+    path : str or path
+        The file to write (its folder must exist).
+    array : ndarray
+        At least one dimension, each below 2**32, of one of the six dtypes above.
+
+    Returns
+    -------
+    Path
+        ``path``.
+
+    Raises
+    ------
+    ValueError
+        If the dtype has no IDX type code (the message names it and the six that do),
+        or the array has no dimensions, more than 255, or one of 2**32 or more.
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> folder = tempfile.mkdtemp()
+    >>> x = np.arange(6, dtype=np.uint8).reshape(2, 3)
+    >>> back = load_idx(save_idx(os.path.join(folder, "x-idx2-ubyte.gz"), x))
+    >>> back.dtype, back.tolist()
+    (dtype('uint8'), [[0, 1, 2], [3, 4, 5]])
+    """
+    path = Path(path)
+    if not isinstance(array, np.ndarray):
+        raise ValueError(f"{path}: save_idx needs a numpy array, got {type(array).__name__} "
+                         f"(numpy would choose its dtype; give one, e.g. np.asarray(x, "
+                         f"dtype=np.uint8))")
+    code = _IDX_CODES.get(array.dtype.newbyteorder("="))
+    if code is None or array.dtype.kind not in "iuf":
+        names = ", ".join(str(d.newbyteorder("=")) for d in _IDX_DTYPES.values())
+        raise ValueError(f"{path}: IDX files cannot hold dtype {array.dtype} "
+                         f"(their types: {names}); convert the array, e.g. "
+                         f"array.astype(np.uint8) for MNIST images and labels")
+    if not 1 <= array.ndim <= 255:
+        raise ValueError(f"{path}: an IDX file holds 1 to 255 dimensions, got an array of "
+                         f"shape {array.shape}")
+    if max(array.shape) >= 2**32:
+        raise ValueError(f"{path}: IDX dimensions are 32-bit; shape {array.shape} has one "
+                         f"of 2**32 or more")
+    big = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder(">"))
+    payload = struct.pack(f">HBB{array.ndim}I", 0, code, array.ndim, *array.shape)
+    if path.name.endswith(".gz"):
+        with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0,
+                                                    filename="") as fh:
+            fh.write(payload)
+            fh.write(big.tobytes())
+    else:
+        with open(path, "wb") as fh:
+            fh.write(payload)
+            fh.write(big.tobytes())
+    return path
 
 
 def _find_idx(folder: Path, name: str) -> Path:

@@ -11,7 +11,9 @@ abs_tol 1e-9). A preset lays a few values over them:
 * ``"quick"`` (the command line's default): the same for ``peaks`` and data files; for
   ``digits`` a shallow conv net (8 layers of 4 channels) trained with Adam on shuffled
   batches of 100 for 40 steps, validated every 10 — under a minute on 2 shared cores,
-  about 97 % validation accuracy.
+  about 97 % validation accuracy. For the 28 x 28 sources ``mnist`` and ``digits28``:
+  16 layers of 8 channels, Adam with lr 0.005 on shuffled batches of 64, 40 steps,
+  validated every 10 (3-5 s a step on 2 shared cores; digits28 about 95 % at step 40).
 
 Examples
 --------
@@ -20,6 +22,11 @@ Examples
 (8, 4, 'adam', 100, 'oneshot')
 >>> preset("paper", "digits")["nlayers"], preset("paper", "digits")["optimizer"]
 (32, 'lbfgs')
+>>> s = preset("quick", "mnist")
+>>> s["nlayers"], s["width"], s["optimizer"], s["lr"], s["batch_size"], s["iterations"]
+(16, 8, 'adam', 0.005, 64, 40)
+>>> preset("quick", "digits28") == s
+True
 """
 
 from __future__ import annotations
@@ -37,6 +44,12 @@ __all__ = ["PRESETS", "NETWORK_KEYS", "library_defaults", "preset"]
 #: The ResNet constructor arguments a preset sets.
 NETWORK_KEYS = ("width", "nlayers", "T", "activation", "opening", "kernel")
 
+# The quick preset of the 28 x 28 sources (mnist, digits28): a conv net of 16 layers of
+# 8 channels, Adam on shuffled batches of 64, validated every 10 steps.
+_MNIST_QUICK: Dict[str, Any] = {
+    "width": 8, "nlayers": 16, "optimizer": "adam", "lr": 0.005, "batch_size": 64,
+    "shuffle": True, "iterations": 40, "validate_every": 10}
+
 #: Values laid over the library defaults, per preset and data source ("*": any source).
 PRESETS: Dict[str, Dict[str, Dict[str, Any]]] = {
     "paper": {"*": {"width": 8, "nlayers": 32}},
@@ -45,6 +58,8 @@ PRESETS: Dict[str, Dict[str, Dict[str, Any]]] = {
         "digits": {"width": 4, "nlayers": 8, "optimizer": "adam", "lr": 0.02,
                    "batch_size": 100, "shuffle": True, "iterations": 40,
                    "validate_every": 10},
+        "mnist": _MNIST_QUICK,
+        "digits28": _MNIST_QUICK,
     },
 }
 
