@@ -159,3 +159,21 @@ def run_cupy(comm, cp):
                 values=[v for _, v, _ in rows], kinds=sorted({k for _, _, k in rows}),
                 final=result.final.get().tolist(),
                 pinned_blocks=[blocks] if comm is None else comm.allgather(blocks))
+
+
+def peaks_training(where=None, iterations=5):
+    """A short one-shot Adam training on Peaks (dense ResNet, mini-batches, shuffled),
+    on the host or where ``where`` (ResNet's xp=/device= keywords) puts it: (the losses,
+    the final parameters as a host array). The GPU suite runs it on CUDA, test_device on
+    array-api-strict's second device; both compare with the host run."""
+    from braidpy.data import peaks
+    from braidpy.nn import ResNet
+    from braidpy.train import TrainConfig, Trainer
+
+    X, C = peaks(200, seed=20261126)
+    net = ResNet((2,), C.shape[1], width=8, nlayers=16, T=5.0, **(where or {}))
+    config = TrainConfig(mode="oneshot", optimizer="adam", iterations=iterations,
+                         batch_size=50, shuffle=True, mgrit=dict(cfactor=4, abs_tol=1e-12))
+    trainer = Trainer(net, (X, C), None, config)
+    trainer.run()
+    return [r["loss"] for r in trainer.history], np.asarray(trainer.state()["params"])

@@ -213,6 +213,16 @@ def test_three_training_steps_on_device1_equal_numpy(mode, optimizer):
             close(got, want)
 
 
+def test_short_peaks_training_on_device1_equals_numpy():
+    """The GPU suite's Peaks training (tests/test_gpu.py) on device1: bitwise equal."""
+    from backend_cases import peaks_training
+
+    host_losses, host_params = peaks_training()
+    losses, params = peaks_training(ON_DEVICE1)
+    assert losses == host_losses
+    np.testing.assert_array_equal(params, host_params)
+
+
 def test_checkpoint_of_a_device_run_resumes_on_the_device(tmp_path):
     # The state comes back to the host (a NumPy checkpoint) and goes to the device again:
     # 2 steps, saved, then 2 more equal 4 uninterrupted steps.

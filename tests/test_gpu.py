@@ -384,6 +384,18 @@ def test_cudnn_streams_equals_grouped_cudnn(cp, cudnn):
         conv_close(got, to_host(want), np.float64)
 
 
+def test_short_peaks_training_on_the_gpu_equals_numpy(cp):
+    """Five one-shot Adam steps on Peaks with the network on CUDA: the same losses and
+    parameters as on the host, to rounding (test_device runs the same on
+    array-api-strict's second device, where it is bitwise)."""
+    from backend_cases import peaks_training
+
+    host_losses, host_params = peaks_training()
+    losses, params = peaks_training(dict(device="cuda"))
+    np.testing.assert_allclose(losses, host_losses, rtol=1e-10)
+    np.testing.assert_allclose(params, host_params, rtol=1e-8, atol=1e-10)
+
+
 # ------------------------------------------------------------ braidpy.torch on CUDA
 
 @pytest.fixture(scope="module")
