@@ -1,9 +1,10 @@
-"""Time per gradient of data x layers training on every grid of P ranks (issue 16).
+"""Time per gradient of data x space x layers training on every grid of P ranks (issue 16).
 
     mpiexec -n P python benchmarks/bench_grids.py [--repeats R] [--quick]
         [--problems digits peaks] [--mode oneshot|exact]
 
-For every grid D x 1 x L with D * L = P, on two problems:
+For every grid D x S x L with D * S * L = P that the problem can train on (space
+ranks split a conv network's image rows, so S > 1 only for digits), on two problems:
 
 - digits: scikit-learn's 8x8 digits, conv ResNet of 32 layers x 4 channels, batches of
   200 images;
@@ -98,13 +99,18 @@ def main() -> None:
     p = comm.Get_size()
     repeats = 2 if args.quick else args.repeats
     rows = []
+    from braidpy.train.spatial_training import max_space
+
     for name in args.problems:
-        for data in [d for d in range(1, p + 1) if p % d == 0]:
-            grid = ProcessGrid(comm if p > 1 else None, data, 1, p // data)
+        most_space = max_space(problem(name, True)[0], args.mode)
+        shapes = [(d, s, p // (d * s)) for d in range(1, p + 1) if p % d == 0
+                  for s in range(1, p // d + 1) if (p // d) % s == 0 and s <= most_space]
+        for data, space, layers in shapes:
+            grid = ProcessGrid(comm if p > 1 else None, data, space, layers)
             for overlap in (True, False):
                 times, wait, agree, calls = time_gradients(
                     comm, grid, name, args.mode, overlap, repeats, args.quick)
-                rows.append([name, f"{data}x1x{p // data}", "on" if overlap else "off",
+                rows.append([name, f"{data}x{space}x{layers}", "on" if overlap else "off",
                              f"{min(times) * 1e3:.1f}",
                              f"{statistics.median(times) * 1e3:.1f}",
                              f"{100 * wait:.1f}%", f"{100 * agree:.1f}%", calls])
@@ -113,7 +119,7 @@ def main() -> None:
         print(f"P = {p} ranks, mode {args.mode}; min / median over {repeats} repeats")
         print_table(["problem", "grid DxSxL", "overlap", "ms min", "ms median", "wait",
                      "agree", "steps"], rows,
-                    "time per gradient of one batch on every data x layers grid")
+                    "time per gradient of one batch on every data x space x layers grid")
 
 
 if __name__ == "__main__":
