@@ -58,16 +58,16 @@ def failing_case(grid, where, victim, config):
         def on_step(record):
             if record["iteration"] == 3:
                 raise Boom("on_step failed")
-    elif where == "gradient" and mine:
-        inner, calls = trainer.evaluator.inner, [0]
-        gradient = inner.gradient
+    elif where == "gradient" and mine:  # inside the second step's gradient
+        target, name = (trainer.net, "loss_and_gradient") if config.mode == "serial" else \
+            (trainer.evaluator.inner.app, "step_gradient_batch")
+        original = getattr(target, name)
 
         def failing(*args, **kwargs):
-            calls[0] += 1
-            if calls[0] == 2:
+            if trainer.iteration >= 1:
                 raise Boom("gradient failed")
-            return gradient(*args, **kwargs)
-        inner.gradient = failing
+            return original(*args, **kwargs)
+        setattr(target, name, failing)
     start = time.perf_counter()
     try:
         trainer.run(on_step)

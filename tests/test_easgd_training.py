@@ -20,7 +20,7 @@ from braidpy.train import TrainConfig, Trainer
 def sync(request, tmp_path_factory):
     nranks = request.param
     folder = tmp_path_factory.mktemp(f"easgd-train{nranks}")
-    return nranks, launch("mpi_easgd_train_driver.py", nranks, folder, folder)
+    return nranks, launch("mpi_easgd_train_driver.py", nranks, folder, folder, timeout=90)
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +82,7 @@ def test_a_failing_group_stops_every_rank_in_the_same_step(sync):
 @pytest.fixture(scope="module")
 def asynchronous(tmp_path_factory):
     folder = tmp_path_factory.mktemp("easgd-async")
-    return launch("mpi_easgd_train_driver.py", 3, folder, folder)
+    return launch("mpi_easgd_train_driver.py", 3, folder, folder, timeout=90)
 
 
 def test_async_training_replays_in_the_order_the_centre_served(asynchronous):
