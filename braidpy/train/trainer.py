@@ -310,6 +310,7 @@ class Trainer:
         self.history: List[Dict[str, Any]] = []
         self.best: Dict[str, Any] = {"accuracy": None, "iteration": None, "params": None}
         self._stale = 0
+        self.stop_reason: Optional[str] = None
         self.data_fingerprint = data_fingerprint((self.X, self.C), self.validation)
         X0, C0 = self._peek_batch()
         if grid is not None:  # the solvers see one shard
@@ -669,6 +670,7 @@ class Trainer:
         self.rng.bit_generator.state = state["rng"]
         self.optimizer.load_state_dict(self.placement.tree_from_host(state["optimizer"]))
         if self.elastic:  # this group's own velocity (the state's is rank 0's)
+            assert self.grid is not None
             velocity = state["easgd_groups"]["velocity"][self.grid.coords[0]]
             self.optimizer.velocity = None if velocity is None else \
                 np.array(velocity, dtype=np.float64)
