@@ -52,6 +52,7 @@ from .parallel.collectives import bcast_bytes
 from .perf import commands as _perf_commands
 from .perf.auto import choose_grid, training_spec
 from .train import MODES, OPTIMIZERS, TrainConfig, Trainer, training_options
+from .train.optim import ELASTIC
 from .train import checkpoint as _checkpoint
 from .train.presets import PRESETS, preset
 from .train.sharded import check_training_grid
@@ -73,6 +74,7 @@ examples:
   braidpy train digits28                               the digits at MNIST's 28x28 size
   braidpy train peaks --layers 128 --plot out/training.png --log out/log.jsonl
   mpiexec -n 4 braidpy train peaks --layers 256 --mode exact --tol 1e-8
+  mpiexec -n 2 braidpy train digits --grid 2,1,1 --optimizer easgd --rho 1 --tau 2
   braidpy train X.npy --labels y.csv --validation-fraction 0.1 --opening replicate
   braidpy train peaks --checkpoint run.ckpt --iterations 200 --resume
   braidpy evaluate run.ckpt peaks
@@ -86,7 +88,8 @@ SETTINGS = {
     "width": "width", "layers": "nlayers", "T": "T", "activation": "activation",
     "opening": "opening", "kernel": "kernel", "init_scale": "init_scale", "mode": "mode",
     "m1": "m1", "m2": "m2", "levels": "max_levels", "cf": "cfactor", "tol": "abs_tol",
-    "optimizer": "optimizer", "lr": "lr", "momentum": "momentum", "batch": "batch_size",
+    "optimizer": "optimizer", "lr": "lr", "momentum": "momentum", "rho": "rho", "tau": "tau",
+    "batch": "batch_size",
     "shuffle": "shuffle", "iterations": "iterations", "seed": "seed",
     "tikhonov": "tikhonov", "ddt": "ddt", "classifier_reg": "classifier_reg",
     "validate_every": "validate_every", "patience": "patience",
@@ -303,7 +306,8 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("layer parallelism")
     g.add_argument("--grid", type=_grid, metavar="D,S,L",
                    help="under mpiexec -n P: D data groups (each trains on its shard of "
-                        "every batch) x S space (must be 1) x L layer ranks, D*S*L = P "
+                        "every batch) x S space (bands of a conv network's image rows) x "
+                        "L layer ranks, D*S*L = P "
                         "(default 1,1,P); auto: the fastest grid the performance model "
                         "predicts from --calibration")
     g.add_argument("--calibration", metavar="FILE",
@@ -325,12 +329,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = p.add_argument_group("optimization")
     g.add_argument("--optimizer", choices=tuple(OPTIMIZERS),
-                   help=f"L-BFGS with Armijo backtracking, Adam or SGD {_default('optimizer')}")
+                   help="L-BFGS with Armijo backtracking, Adam, SGD, or elastic averaging "
+                        "SGD over the data groups of --grid D,S,L (D >= 2): easgd "
+                        "(synchronous, deterministic) or easgd-async (grid D,1,1: the last "
+                        f"rank is the centre, the others workers) {_default('optimizer')}")
     g.add_argument("--lr", type=POSITIVE, help="(initial) step size (default: the "
-                   "optimizer's, lbfgs 1, adam 0.01, sgd 0.1; digits: 0.02; mnist, "
-                   "digits28: 0.005)")
+                   "optimizer's, lbfgs 1, adam 0.01, sgd 0.1, easgd 0.05; digits: 0.02; "
+                   "mnist, digits28: 0.005)")
     g.add_argument("--momentum", type=_float_in(0.0, 1.0), metavar="B",
-                   help="sgd momentum (default 0.9)")
+                   help="sgd momentum (default 0.9); easgd momentum (MEASGD, default 0)")
+    g.add_argument("--rho", type=POSITIVE, metavar="R",
+                   help="easgd: elastic strength; lr * rho * D must be < 1 (default 1)")
+    g.add_argument("--tau", type=_int_at_least(1), metavar="T",
+                   help="easgd: steps between elastic pulls (communications) (default 1)")
     g.add_argument("--batch", type=_int_at_least(1), metavar="N",
                    help="samples per step (default all; digits: 100; mnist, "
                         "digits28: 64)")
@@ -471,8 +482,20 @@ def _check_train_options(args: argparse.Namespace, error: Callable[[str], None])
         error(f"--checkpoint {args.checkpoint!r} is a directory; give a file name")
     if args.resume and not Path(args.checkpoint).is_file():
         error(f"--resume: no checkpoint file {args.checkpoint!r}")
-    if args.momentum is not None and args.optimizer != "sgd":
-        error(f"--momentum applies to --optimizer sgd, not {args.optimizer!r}")
+    if args.momentum is not None and args.optimizer not in ("sgd",) + ELASTIC:
+        error(f"--momentum applies to --optimizer sgd, easgd or easgd-async, not "
+              f"{args.optimizer!r}")
+    for option in ("rho", "tau"):
+        if getattr(args, option) is not None and args.optimizer not in ELASTIC:
+            error(f"--{option} applies to --optimizer easgd or easgd-async, not "
+                  f"{args.optimizer!r}")
+    if args.optimizer in ELASTIC and args.grid is None:
+        error(f"--optimizer {args.optimizer} couples data groups: give --grid D,S,L with "
+              f"D >= 2 data groups (under mpiexec -n P, D*S*L = P)")
+    if args.optimizer == "easgd-async" and (args.checkpoint or args.resume):
+        error(f"--{'resume' if args.resume else 'checkpoint'} with --optimizer easgd-async: "
+              "asynchronous EASGD cannot resume exactly (its updates depend on the order "
+              "messages reach the centre); use --optimizer easgd for checkpoints")
     if args.plot:
         try:
             import matplotlib  # noqa: F401
@@ -588,7 +611,8 @@ def make_config(args: argparse.Namespace) -> TrainConfig:
     return TrainConfig(
         mode=args.mode, m1=args.m1, m2=args.m2,
         mgrit=training_options(dict(max_levels=args.levels, cfactor=args.cf, abs_tol=args.tol)),
-        optimizer=args.optimizer, lr=args.lr, momentum=args.momentum, batch_size=args.batch,
+        optimizer=args.optimizer, lr=args.lr, momentum=args.momentum, rho=args.rho,
+        tau=args.tau, batch_size=args.batch,
         shuffle=args.shuffle, iterations=args.iterations, tikhonov=args.tikhonov,
         ddt=args.ddt, classifier_reg=args.classifier_reg, seed=args.seed,
         init_scale=args.init_scale, validate_every=args.validate_every,
@@ -774,7 +798,9 @@ def _train(args: argparse.Namespace, argv: List[str]) -> int:
         # Non-finite numbers are caught by the trainer ("diverged") and by MGRIT
         # (DivergenceError) and reported once; numpy's warnings would repeat per rank.
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            trainer.run(on_step=lambda record: _on_root(comm, lambda: outputs.step(record)))
+            # Asynchronous EASGD workers report without waiting for each other.
+            trainer.run(on_step=lambda record: _on_root(trainer.step_comm,
+                                                        lambda: outputs.step(record)))
         result = summary(trainer.history, trainer.best, trainer.stop_reason)
         result["wall_seconds"] = time.perf_counter() - started
         _on_root(comm, lambda: outputs.finish(result))

@@ -9,7 +9,9 @@ A checkpoint is a zip archive in NumPy's ``.npz`` layout, written atomically:
   (the optimizer step), ``epoch``, ``position`` and ``order`` (the batch order),
   ``rng`` (the NumPy bit generator's state), ``optimizer`` (its state),
   ``data_fingerprint`` (of the training and validation data), ``history``, ``best``,
-  ``stale`` and ``warm`` (the MGRIT states and adjoints at the fine C-points).
+  ``stale`` and ``warm`` (the MGRIT states and adjoints at the fine C-points); with
+  synchronous EASGD also ``easgd_groups`` (every data group's parameters and velocity;
+  ``params`` is then the centre variable).
 * ``a0.npy``, ``a1.npy``, …: every array of that state, in NumPy's ``.npy`` format. The
   header refers to them as ``{"__array__": "a0"}``.
 

@@ -99,7 +99,8 @@ class SyncEASGD:
         _, self.groups = rank_size(comm)
         if self.lr * self.rho * self.groups >= 1.0:
             raise ValueError(f"lr * rho * groups = {self.lr * self.rho * self.groups:g} must "
-                             f"be < 1 (the centre update would not contract)")
+                             f"be < 1 (the centre update would not contract; lr {self.lr:g}, "
+                             f"rho {self.rho:g}, {self.groups} data group(s))")
         self.center: Optional[np.ndarray] = None
         self.velocity: Optional[np.ndarray] = None
         self.steps = 0
@@ -169,7 +170,7 @@ class AsyncEASGD:
     BraidError. So no rank waits for a rank that has stopped.
     """
 
-    name = "async-easgd"
+    name = "easgd-async"
     needs_objective = False
 
     def __init__(self, comm: Any, lr: float = 0.05, rho: float = 1.0, tau: int = 1,
@@ -191,6 +192,9 @@ class AsyncEASGD:
         self.comm = comm.Dup()
         self._stopped = False
         self.velocity: Optional[np.ndarray] = None
+        # Workers: the W̄ of the latest exchange (None before the first); the centre:
+        # the final W̄ once serve returns.
+        self.center: Optional[np.ndarray] = None
         self.steps = 0
         self.exchanges = 0
         self.served: List[int] = []  # centre: the worker of each update, in order
@@ -218,7 +222,8 @@ class AsyncEASGD:
         self.steps += 1
         elastic = None
         if self.steps % self.tau == 0:
-            elastic = self.rho * (params - self._exchange(params))
+            self.center = self._exchange(params)
+            elastic = self.rho * (params - self.center)
         _local_step(params, grad, self.lr, self.momentum, self.velocity)
         if elastic is not None:
             params -= self.lr * elastic
@@ -234,7 +239,17 @@ class AsyncEASGD:
             self._stopped = True
             raise BraidError(f"training stopped: worker rank {int(reply[0]) - 1} failed "
                              f"(asynchronous EASGD)")
-        return reply[1:].reshape(params.shape)
+        return reply[1:].reshape(params.shape).copy()
+
+    def state_dict(self) -> Dict[str, Any]:
+        """Refused: a run's numbers depend on the order the centre served the workers,
+        so no saved state continues it exactly."""
+        raise ValueError("asynchronous EASGD cannot be checkpointed: its updates depend on "
+                         "the order messages reach the centre, so no saved state resumes "
+                         "it exactly (use the optimizer easgd for checkpoints)")
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.state_dict()  # raises
 
     @contextmanager
     def session(self) -> Iterator["AsyncEASGD"]:
@@ -302,4 +317,5 @@ class AsyncEASGD:
         if failed is not None:
             raise BraidError(f"training stopped: worker rank {failed} failed "
                              f"(asynchronous EASGD)")
+        self.center = center
         return center

@@ -19,8 +19,9 @@ from typing import Any, Callable, Dict, List, Optional
 import numpy as np
 
 from .._device import namespace, vector_norm
+from .easgd import AsyncEASGD, SyncEASGD
 
-__all__ = ["SGD", "Adam", "LBFGS", "make_optimizer", "OPTIMIZERS"]
+__all__ = ["SGD", "Adam", "LBFGS", "make_optimizer", "OPTIMIZERS", "ELASTIC"]
 
 Objective = Callable[[np.ndarray], float]
 
@@ -220,12 +221,34 @@ class LBFGS:
         self.prev_grad = _loaded(state.get("prev_grad"))
 
 
-OPTIMIZERS = {"sgd": SGD, "adam": Adam, "lbfgs": LBFGS}
+OPTIMIZERS: Dict[str, Any] = {"sgd": SGD, "adam": Adam, "lbfgs": LBFGS,
+                              "easgd": SyncEASGD, "easgd-async": AsyncEASGD}
+
+#: The optimizers that couple data groups elastically instead of averaging their
+#: gradients (seed paper 003): they take the data communicator as ``comm``.
+ELASTIC = ("easgd", "easgd-async")
 
 
-def make_optimizer(name: str, **kwargs: Any):
-    """An optimizer by name ('sgd', 'adam', 'lbfgs'); kwargs with value None are dropped."""
-    cls = OPTIMIZERS.get(str(name).lower())
+def make_optimizer(name: str, comm: Any = None, **kwargs: Any):
+    """An optimizer by name ('sgd', 'adam', 'lbfgs', 'easgd', 'easgd-async'); kwargs with
+    value None are dropped. ``comm``: the data communicator of the elastic optimizers
+    (:mod:`braidpy.train.easgd`); the others take none.
+
+    >>> make_optimizer("easgd", lr=0.1, rho=2.0).rho
+    2.0
+    >>> make_optimizer("sgd", comm=object())
+    Traceback (most recent call last):
+    ...
+    ValueError: optimizer 'sgd' takes no communicator (only easgd, easgd-async do)
+    """
+    key = str(name).lower()
+    cls = OPTIMIZERS.get(key)
     if cls is None:
         raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
-    return cls(**{k: v for k, v in kwargs.items() if v is not None})
+    kwargs = {k: v for k, v in kwargs.items() if v is not None}
+    if key in ELASTIC:
+        kwargs["comm"] = comm
+    elif comm is not None:
+        raise ValueError(f"optimizer {name!r} takes no communicator (only "
+                         f"{', '.join(ELASTIC)} do)")
+    return cls(**kwargs)

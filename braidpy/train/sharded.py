@@ -38,8 +38,8 @@ from ..parallel.data import GradientAverager, shard_of
 from ..parallel.grid import ProcessGrid
 from .spatial_training import check_space_grid
 
-__all__ = ["AveragingRound", "DataParallelEvaluator", "check_training_grid",
-           "shard_warm_state"]
+__all__ = ["AveragingRound", "DataParallelEvaluator", "WorkerShardEvaluator",
+           "check_training_grid", "shard_warm_state"]
 
 logger = logging.getLogger("braidpy.train")
 
@@ -170,11 +170,18 @@ class DataParallelEvaluator:
         Start reductions while backward work remains (default) or only at the end.
     bucket : int
         Entries per reduction.
+    average : bool
+        Average the gradient over the data groups (default). False (elastic averaging,
+        :mod:`braidpy.train.easgd`): :meth:`gradient` returns this group's own shard
+        loss and gradient, and its ``stats["shard_weight"]`` is the group's weight for
+        :meth:`mean_over_groups`; the groups still agree over the whole grid after the
+        gradient, so a failure in one group stops every rank there.
     """
 
     def __init__(self, inner: Any, grid: ProcessGrid, batch: int, *, overlap: bool = True,
-                 bucket: int = 2**16):
+                 bucket: int = 2**16, average: bool = True):
         check_training_grid(grid)
+        self.average = bool(average)
         self.inner = inner
         self.batch = int(batch)
         self.grid = grid
@@ -200,6 +207,13 @@ class DataParallelEvaluator:
 
     def gradient(self, params: Any, X: Any, C: Any) -> Tuple[float, Any, Dict[str, Any]]:
         Xs, Cs, weight = self._part(X, C)
+        if not self.average:  # this group's own shard: no reduction
+            before = self.inner.step_calls
+            with agreed(self.world, "the gradient"):
+                loss, grad, stats = self.inner.gradient(params, Xs, Cs)
+            self._count(before)
+            stats["shard_weight"] = weight
+            return loss, grad, stats
         rnd = AveragingRound(self.world, self.data_comm, weight, overlap=self.overlap,
                              bucket=self.bucket)
         before = self.inner.step_calls
@@ -217,6 +231,20 @@ class DataParallelEvaluator:
         for v in values.tolist():
             total += v
         return total / self.ngroups
+
+    def mean_over_groups(self, values: Sequence[float],
+                         weights: Optional[Sequence[float]] = None) -> List[float]:
+        """``sum_d weights_d * values_d / D`` of each of ``values`` (one number per
+        group each), summed in group order: the same bits on every rank (collective
+        over the data communicator). With the ``shard_weight`` of :meth:`gradient` as
+        weight, a loss becomes the sample-weighted mean over the batch."""
+        w = np.ones(len(values)) if weights is None else np.asarray(weights, np.float64)
+        mine = np.asarray(values, dtype=np.float64) * w
+        every = allgatherv(self.data_comm, mine, np.float64).reshape(self.ngroups, -1)
+        total = np.zeros(len(values))
+        for row in every:
+            total += row
+        return (total / self.ngroups).tolist()
 
     def loss(self, params: Any, X: Any, C: Any) -> float:
         Xs, Cs, weight = self._part(X, C)
@@ -269,6 +297,48 @@ class DataParallelEvaluator:
                                 getattr(self.inner, "batch_shape", None))
         if mine is not None:
             self.inner.load_warm_state(mine)
+
+
+class WorkerShardEvaluator:
+    """An evaluator on one worker's shard of every batch, with no collectives between
+    workers (asynchronous EASGD: the workers step at their own pace). Validation and
+    the objective see what they are given, whole.
+
+    Parameters
+    ----------
+    inner : SerialEvaluator or LayerParallelEvaluator
+        Built with a batch of this worker's shard's shape.
+    nshards, index : int
+        Every batch is split into ``nshards`` (:func:`~braidpy.parallel.data.shard_of`);
+        this worker takes shard ``index``.
+    """
+
+    def __init__(self, inner: Any, nshards: int, index: int):
+        self.inner, self.nshards, self.index = inner, int(nshards), int(index)
+        self.mode = inner.mode
+
+    @property
+    def step_calls(self) -> int:
+        return self.inner.step_calls
+
+    def _part(self, X: Any, C: Any) -> Tuple[Any, Any]:
+        rows = shard_of(X.shape[0], self.nshards, self.index)
+        return X[rows.start:rows.stop], C[rows.start:rows.stop]
+
+    def gradient(self, params: Any, X: Any, C: Any) -> Tuple[float, Any, Dict[str, Any]]:
+        return self.inner.gradient(params, *self._part(X, C))
+
+    def loss(self, params: Any, X: Any, C: Any) -> float:
+        return self.inner.loss(params, *self._part(X, C))
+
+    def accuracy(self, params: Any, X: Any, C: Any) -> float:
+        return self.inner.accuracy(params, X, C)
+
+    def warm_state(self) -> Dict[str, Any]:
+        return self.inner.warm_state()
+
+    def load_warm_state(self, state: Mapping[str, Any]) -> None:
+        self.inner.load_warm_state(state)
 
 
 def shard_warm_state(state: Mapping[str, Any], ngroups: int, group: int,

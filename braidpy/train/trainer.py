@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import time
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
@@ -15,15 +17,17 @@ from .._options import Options
 from ..nn.network import ResNet
 from ..parallel.agree import agreed
 from ..parallel.interrupts import deferred_interrupts
+from ..parallel.collectives import gather_arrays
 from ..parallel.comm import rank_size
 from ..parallel.data import shard_of
 from ..parallel.grid import ProcessGrid
 from . import checkpoint as _checkpoint
 from .evaluate import LayerParallelEvaluator, SerialEvaluator, training_options
-from .optim import make_optimizer
+from .optim import ELASTIC, OPTIMIZERS, make_optimizer
 from .progress import format_step, progress_bar, summary, summary_lines
 from .regularize import Regularizer
-from .sharded import DataParallelEvaluator, check_training_grid, shard_warm_state
+from .sharded import (DataParallelEvaluator, WorkerShardEvaluator, check_training_grid,
+                      shard_warm_state)
 from .spatial_training import space_evaluator
 
 __all__ = ["TrainConfig", "Trainer", "MODES", "DataMismatchError", "data_fingerprint",
@@ -51,8 +55,13 @@ class TrainConfig:
         max_levels 2, abs_tol 1e-9 (see braidpy.train.training_options); becomes
         an Options, validated here once.
     optimizer : str
-        'lbfgs', 'adam' or 'sgd'; lr, momentum, memory as they apply
-        (None: the optimizer's default).
+        'lbfgs', 'adam', 'sgd', or the elastic averaging SGD of seed paper 003 over the
+        data groups of a grid: 'easgd' (synchronous, deterministic) or 'easgd-async' (a
+        centre rank and workers; see :mod:`braidpy.train.easgd` and docs/parallel.md);
+        lr, momentum, memory, rho, tau as they apply (None: the optimizer's default).
+    rho, tau : float, int or None
+        EASGD's elastic strength (> 0) and communication period (>= 1); only with the
+        optimizers 'easgd' and 'easgd-async'.
     batch_size : int or None
         Samples per step (None: the whole training set, as in the paper). A
         short last batch of an epoch is dropped (warm-started states keep one shape).
@@ -84,6 +93,8 @@ class TrainConfig:
     lr: Optional[float] = None
     momentum: Optional[float] = None
     memory: Optional[int] = None
+    rho: Optional[float] = None
+    tau: Optional[int] = None
     batch_size: Optional[int] = None
     shuffle: bool = False
     iterations: int = 100
@@ -117,6 +128,7 @@ class TrainConfig:
                 not isinstance(self.init_scale, (int, float, np.floating)) or \
                 not np.isfinite(self.init_scale) or self.init_scale < 0:
             raise ValueError(f"init_scale must be a finite number >= 0, got {self.init_scale!r}")
+        self._check_optimizer()
         if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
             raise ValueError(f"target_accuracy must be in (0, 1], got {self.target_accuracy!r}")
         self.mgrit: Options = training_options(self.mgrit)
@@ -124,6 +136,31 @@ class TrainConfig:
             raise ValueError(
                 "rel_tol is measured against each solve's first residual, which is tiny when "
                 "training warm-starts from the previous step; give abs_tol instead")
+
+
+    def _check_optimizer(self) -> None:
+        """The optimizer's name and the options that only some optimizers take."""
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"unknown optimizer {self.optimizer!r}; choose one of "
+                             f"{', '.join(OPTIMIZERS)}")
+        elastic = self.optimizer in ELASTIC
+        for name in ("rho", "tau"):
+            if getattr(self, name) is not None and not elastic:
+                raise ValueError(f"{name} applies to the optimizers {' and '.join(ELASTIC)}, "
+                                 f"not {self.optimizer!r}")
+        rho, tau = self.rho, self.tau
+        if rho is not None and (isinstance(rho, bool) or
+                                not isinstance(rho, (int, float, np.floating)) or
+                                not np.isfinite(rho) or rho <= 0):
+            raise ValueError(f"rho must be a number > 0, got {rho!r}")
+        if tau is not None and (isinstance(tau, bool) or not isinstance(tau, int) or tau < 1):
+            raise ValueError(f"tau must be an int >= 1, got {tau!r}")
+        if self.memory is not None and self.optimizer != "lbfgs":
+            raise ValueError(f"memory applies to the optimizer lbfgs, not {self.optimizer!r}")
+        if self.optimizer == "easgd-async" and self.checkpoint:
+            raise ValueError("optimizer 'easgd-async' cannot write checkpoints: its updates "
+                             "depend on the order messages reach the centre, so no checkpoint "
+                             "resumes it exactly; leave checkpoint out or use 'easgd'")
 
 
 def network_spec(net: ResNet) -> Dict[str, Any]:
@@ -192,11 +229,26 @@ class Trainer:
         (:mod:`braidpy.train.sharded`). Validation shards the validation set likewise.
         With space > 1 (conv networks, modes exact and oneshot) each space rank holds a
         band of image rows of every state (:mod:`braidpy.train.spatial_training`).
+        With the optimizer 'easgd' the groups do not average gradients: each steps on
+        its own shard's gradient and the elastic term couples it to the centre variable
+        (:mod:`braidpy.train.easgd`); with 'easgd-async' the grid is D x 1 x 1, its
+        last rank is the centre and the others are workers, each on its own
+        1/(D-1) of every batch.
 
     Notes
     -----
     After :meth:`run`, ``params`` holds the trained parameters, ``history`` one record per
     step and ``best`` the best validation accuracy with its parameters.
+
+    Elastic averaging (optimizers 'easgd', 'easgd-async'): ``params`` are this data
+    group's own W_i and :attr:`model_params` the centre W̄, the model that validation,
+    ``best`` and the checkpoint's ``params`` use. A step's ``loss`` and ``objective``
+    are the batch's mean over the groups (each shard at its own group's W_i, weighted
+    by its samples) and ``gradient_norm`` the root mean square of the groups' gradient
+    norms: the same numbers on every rank. Asynchronous workers report their own
+    shard's numbers (no collectives between them), and ``model_params`` is the W̄ of
+    their latest exchange until the run ends; then every rank holds the centre's
+    final W̄.
 
     The network's :attr:`~braidpy.nn.ResNet.placement` (``ResNet(..., device="cuda")``)
     decides where training computes: the data are copied there once, and parameters,
@@ -232,6 +284,13 @@ class Trainer:
             raise ValueError(f"params must have shape ({net.nparams},), got "
                              f"{getattr(params, 'shape', None)}")
         self.placement = where = net.placement
+        self.elastic = cfg.optimizer in ELASTIC
+        self.asynchronous = cfg.optimizer == "easgd-async"
+        if self.elastic:
+            self._check_elastic(grid, where)
+        # Per-step agreement: every rank, except asynchronous workers (they never wait
+        # for each other; the centre's protocol stops them all when one fails).
+        self.step_comm = None if self.asynchronous else self.comm
         self.params = where.from_host(params)
         # The data on the device once; batches are gathered there (index arrays go over).
         self._device_data = None if where.is_host else (
@@ -239,6 +298,9 @@ class Trainer:
         self._device_validation = None if where.is_host or self.validation is None else (
             where.from_host(self.validation[0]), where.from_host(self.validation[1]))
         self.optimizer = make_optimizer(cfg.optimizer, **self._optimizer_args())
+        # Asynchronous EASGD: the grid's last rank is the centre (rank 0 a worker, which
+        # prints); the workers split every batch among themselves.
+        self.is_centre = self.asynchronous and self.optimizer.is_centre
         self.regularizer = Regularizer(net, cfg.tikhonov, cfg.ddt, cfg.classifier_reg)
         self.rng = np.random.default_rng(cfg.seed)
         self.iteration = 0
@@ -248,12 +310,14 @@ class Trainer:
         self.history: List[Dict[str, Any]] = []
         self.best: Dict[str, Any] = {"accuracy": None, "iteration": None, "params": None}
         self._stale = 0
+        self.stop_reason: Optional[str] = None
         self.data_fingerprint = data_fingerprint((self.X, self.C), self.validation)
         X0, C0 = self._peek_batch()
         if grid is not None:  # the solvers see one shard
-            rows = shard_of(X0.shape[0], grid.data, grid.coords[0])
+            rows = shard_of(X0.shape[0], *self._shard())
             X0, C0 = X0[rows.start:rows.stop], C0[rows.start:rows.stop]
-            if self.validation is not None and self.validation[0].shape[0] < grid.data:
+            if self.validation is not None and not self.asynchronous and \
+                    self.validation[0].shape[0] < grid.data:
                 raise ValueError(f"{self.validation[0].shape[0]} validation samples cannot "
                                  f"feed {grid.data} data groups (each needs at least one)")
         self.evaluator: Any
@@ -268,18 +332,61 @@ class Trainer:
             self.evaluator = LayerParallelEvaluator(net, self.params, X0, C0,
                                                     comm=layers_comm, mgrit=cfg.mgrit,
                                                     oneshot=oneshot)
-        if grid is not None:
+        if self.asynchronous:
+            self.evaluator = WorkerShardEvaluator(self.evaluator, *self._shard())
+        elif grid is not None:
             batch = min(cfg.batch_size or self.X.shape[0], self.X.shape[0])
-            self.evaluator = DataParallelEvaluator(self.evaluator, grid, batch)
+            self.evaluator = DataParallelEvaluator(self.evaluator, grid, batch,
+                                                   average=not self.elastic)
+
+    def _check_elastic(self, grid: Optional[ProcessGrid], where: Any) -> None:
+        """EASGD needs data groups to couple (and, asynchronously, one rank each)."""
+        name = self.config.optimizer
+        if grid is None or grid.data < 2:
+            raise ValueError(
+                f"optimizer {name!r} couples data groups elastically, but "
+                + ("no grid was given" if grid is None else
+                   f"the grid {'x'.join(map(str, grid.shape))} has data=1")
+                + ": give a grid with data >= 2 (Trainer(grid=ProcessGrid(comm, D, S, L)), "
+                  "command line --grid D,S,L), or use the optimizer 'sgd'")
+        if self.asynchronous and (grid.space, grid.layers) != (1, 1):
+            raise ValueError(
+                f"optimizer 'easgd-async' runs one rank per data group (a centre and "
+                f"{grid.data - 1} worker(s)), so the grid must be D x 1 x 1, got data "
+                f"{grid.data} x space {grid.space} x layers {grid.layers}")
+        if not where.is_host:
+            raise ValueError(f"optimizer {name!r} runs on the host (the EASGD messages are "
+                             f"NumPy arrays); train with device cpu")
+
+    def _shard(self) -> Tuple[int, int]:
+        """(shards of every batch, this rank's shard): one per data group, or one per
+        asynchronous worker (the centre is given the first one's shape)."""
+        assert self.grid is not None
+        if self.asynchronous:
+            workers = self.grid.data - 1
+            return workers, min(self.grid.coords[0], workers - 1)
+        return self.grid.data, self.grid.coords[0]
 
     def _optimizer_args(self) -> Dict[str, Any]:
         cfg = self.config
         args: Dict[str, Any] = {"lr": cfg.lr}
-        if cfg.optimizer == "sgd":
+        if cfg.optimizer in ("sgd",) + ELASTIC:
             args["momentum"] = cfg.momentum
         if cfg.optimizer == "lbfgs":
             args["memory"] = cfg.memory
+        if self.elastic:
+            assert self.grid is not None
+            args.update(rho=cfg.rho, tau=cfg.tau, comm=self.grid.data_comm)
+            if self.asynchronous:
+                args["centre"] = self.grid.data - 1
         return args
+
+    @property
+    def model_params(self) -> Any:
+        """The parameters that stand for the model: the centre W̄ with EASGD (once
+        there is one), else :attr:`params`."""
+        center = getattr(self.optimizer, "center", None) if self.elastic else None
+        return self.params if center is None else center
 
     @property
     def rank(self) -> int:
@@ -340,12 +447,17 @@ class Trainer:
         reg, reg_grad = self.regularizer(self.params)
         total = loss + reg
         grad = grad + reg_grad
+        gradient_norm = vector_norm(grad)
+        if "shard_weight" in stats:  # synchronous EASGD: each group's own numbers
+            loss, reg, square = self.evaluator.mean_over_groups(
+                [loss, reg, gradient_norm ** 2], [stats.pop("shard_weight"), 1.0, 1.0])
+            gradient_norm = math.sqrt(square)
         objective = self._objective(X, C) if self.optimizer.needs_objective else None
         info = self.optimizer.step(self.params, total, grad, objective)
         self.iteration += 1
         record: Dict[str, Any] = {
             "iteration": self.iteration, "epoch": self.epoch, "loss": loss,
-            "objective": total, "gradient_norm": vector_norm(grad),
+            "objective": loss + reg, "gradient_norm": gradient_norm,
             "step_size": info["step_size"], "line_search_trials": info["trials"],
         }
         record.update(stats)
@@ -355,12 +467,12 @@ class Trainer:
         if self.validation is not None and cfg.validate_every and \
                 self.iteration % cfg.validate_every == 0:
             before = time.perf_counter()
-            acc = self.evaluator.accuracy(self.params, *self._validation_data())
+            acc = self._accuracy(self.model_params)
             record["val_accuracy"] = acc
             record["validation_seconds"] = time.perf_counter() - before
             if self.best["accuracy"] is None or acc > self.best["accuracy"]:
                 self.best = {"accuracy": acc, "iteration": self.iteration,
-                             "params": self.placement.copy(self.params)}
+                             "params": self.placement.copy(self.model_params)}
                 self._stale = 0
             else:
                 self._stale += 1
@@ -369,6 +481,20 @@ class Trainer:
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("%s", format_step(record, cfg.iterations))
         return record
+
+    def _accuracy(self, params: Any) -> float:
+        """Validation accuracy at ``params``. The evaluators work on :attr:`params` in
+        place (the MGRIT apps hold it), so other parameters (EASGD's centre) are
+        copied in for the validation and this group's own put back after."""
+        data = self._validation_data()
+        if params is self.params:
+            return self.evaluator.accuracy(self.params, *data)
+        own = self.placement.copy(self.params)
+        self.params[...] = params
+        try:
+            return self.evaluator.accuracy(self.params, *data)
+        finally:
+            self.params[...] = own
 
     def should_stop(self) -> Optional[str]:
         """Why training stops now, or None."""
@@ -396,24 +522,18 @@ class Trainer:
         """
         cfg = self.config
         bar = progress_bar(cfg.iterations, initial=self.iteration) \
-            if progress and self.rank == 0 else None
+            if progress and self.rank == 0 and not self.is_centre else None
         try:
             # Ctrl-C on one rank stops every rank at the next agreement point (in a
             # solve, or after the step's report below) instead of stranding the others.
             with deferred_interrupts():
-                self.stop_reason = self.should_stop() if self.history else None
-                while self.stop_reason is None:
-                    record = self.step()
-                    with agreed(self.comm, "reporting the training step"):
-                        if bar is not None:
-                            bar.update(record)
-                        if on_step is not None:
-                            on_step(record)
-                    if cfg.checkpoint and self.iteration % cfg.checkpoint_every == 0:
-                        self.save(cfg.checkpoint)
-                    self.stop_reason = self.should_stop()
-                if cfg.checkpoint and self.iteration % cfg.checkpoint_every != 0:
-                    self.save(cfg.checkpoint)
+                if self.is_centre:  # asynchronous EASGD's centre serves the workers
+                    self.stop_reason = "served"
+                    self.optimizer.serve(self.placement.to_host(self.params))
+                else:
+                    self._train(on_step, bar)
+                if self.asynchronous:  # every rank takes the centre's final W̄
+                    self._share_final_centre()
         finally:
             if bar is not None:
                 bar.close()
@@ -422,18 +542,46 @@ class Trainer:
                 summary(self.history, self.best, self.stop_reason))))
         return self.history
 
+    def _train(self, on_step: Optional[Callable[[Dict[str, Any]], None]], bar: Any) -> None:
+        """The steps of :meth:`run` (an asynchronous worker's inside its session)."""
+        cfg = self.config
+        with self.optimizer.session() if self.asynchronous else nullcontext():
+            self.stop_reason = self.should_stop() if self.history else None
+            while self.stop_reason is None:
+                record = self.step()
+                with agreed(self.step_comm, "reporting the training step"):
+                    if bar is not None:
+                        bar.update(record)
+                    if on_step is not None:
+                        on_step(record)
+                if cfg.checkpoint and self.iteration % cfg.checkpoint_every == 0:
+                    self.save(cfg.checkpoint)
+                self.stop_reason = self.should_stop()
+            if cfg.checkpoint and self.iteration % cfg.checkpoint_every != 0:
+                self.save(cfg.checkpoint)
+
+    def _share_final_centre(self) -> None:
+        """Asynchronous EASGD after every worker's session ended well: the centre's
+        final W̄ to every rank (collective over the data communicator)."""
+        assert self.grid is not None
+        center = self.placement.to_host(self.model_params) if self.is_centre else \
+            np.empty(self.net.nparams)
+        center = np.ascontiguousarray(center, dtype=np.float64)
+        self.grid.data_comm.Bcast(center, root=self.grid.data - 1)
+        self.optimizer.center = center
+
     # ------------------------------------------------------------ checkpoints
     def state(self) -> Dict[str, Any]:
         """Everything needed to continue exactly (collective: call on every rank); the
         arrays as NumPy arrays on the host."""
         host = self.placement.tree_to_host
-        return {
+        state = {
             "config": self._comparable_config(), "nparams": self.net.nparams,
             "architecture": self.net.describe(),
             "iteration": self.iteration, "epoch": self.epoch, "position": self._position,
             "order": None if self._order is None else self._order.copy(),
             "rng": self.rng.bit_generator.state,
-            "params": self.placement.to_host(self.params),
+            "params": self.placement.to_host(self.model_params),
             "optimizer": host(self.optimizer.state_dict()), "history": list(self.history),
             "best": host(dict(self.best)), "stale": self._stale,
             "warm": self.evaluator.warm_state(),
@@ -441,6 +589,24 @@ class Trainer:
             "data": self._data_shapes(),
             "network": network_spec(self.net),
         }
+        if self.elastic:
+            state["easgd_groups"] = self._elastic_groups()
+        return state
+
+    def _elastic_groups(self) -> Dict[str, Any]:
+        """Synchronous EASGD: every data group's own W_i and velocity, complete on rank
+        0 (collective over the data communicator; ``params`` holds the centre)."""
+        assert self.grid is not None
+        velocity = self.optimizer.velocity
+        mine = {0: self.placement.to_host(self.params),
+                1: np.zeros(0) if velocity is None else self.placement.to_host(velocity)}
+        d = self.grid.coords[0]
+        got = gather_arrays(self.grid.data_comm, {2 * d + k: a for k, a in mine.items()},
+                            root=0) or {}
+        groups = range(self.grid.data)
+        return {"params": [got.get(2 * g) for g in groups],
+                "velocity": [None if velocity is None else got.get(2 * g + 1)
+                             for g in groups]}
 
     def _data_shapes(self) -> Dict[str, Any]:
         """Sizes of the data, for messages about a checkpoint of other data."""
@@ -496,13 +662,18 @@ class Trainer:
                 f"({sizes(state.get('data'))}), this run's is {self.data_fingerprint} "
                 f"({sizes(self._data_shapes())}); to continue on the new data anyway, pass "
                 f"allow_new_data=True (command line: --resume-on-new-data)")
-        self.params[...] = self.placement.from_host(state["params"])
+        self.params[...] = self.placement.from_host(self._own_params(state))
         self.iteration, self.epoch = int(state["iteration"]), int(state["epoch"])
         self._position = int(state["position"])
         self._order = None if state["order"] is None else np.array(state["order"])
         self.rng = np.random.default_rng()
         self.rng.bit_generator.state = state["rng"]
         self.optimizer.load_state_dict(self.placement.tree_from_host(state["optimizer"]))
+        if self.elastic:  # this group's own velocity (the state's is rank 0's)
+            assert self.grid is not None
+            velocity = state["easgd_groups"]["velocity"][self.grid.coords[0]]
+            self.optimizer.velocity = None if velocity is None else \
+                np.array(velocity, dtype=np.float64)
         logger.info("resumed at step %d (checkpoint data fingerprint %s)", self.iteration,
                     theirs_fp)
         self.history = list(state["history"])
@@ -521,6 +692,26 @@ class Trainer:
             self._order, self._position = None, 0
             self.best = {"accuracy": None, "iteration": None, "params": None}
             self._stale = 0
+
+    def _own_params(self, state: Mapping[str, Any]) -> Any:
+        """The parameters this rank continues from: the checkpoint's, or with EASGD its
+        data group's own W_i (the checkpoint's ``params`` are the centre)."""
+        groups = state.get("easgd_groups")
+        if not self.elastic:
+            if groups is not None:
+                raise ValueError("checkpoint was written by EASGD (one parameter vector per "
+                                 "data group); resume it with the optimizer easgd")
+            return state["params"]
+        assert self.grid is not None
+        if self.asynchronous:
+            raise ValueError("optimizer 'easgd-async' cannot resume a checkpoint: its "
+                             "updates depend on the order messages reach the centre")
+        if groups is None or len(groups.get("params", [])) != self.grid.data:
+            have = "none" if groups is None else len(groups.get("params", []))
+            raise ValueError(f"checkpoint holds the parameters of {have} EASGD data "
+                             f"group(s); this grid has {self.grid.data} (resume EASGD on a "
+                             f"grid with the same number of data groups)")
+        return groups["params"][self.grid.coords[0]]
 
     def resume(self, path: str, *, allow_new_data: bool = False) -> None:
         """Continue from the checkpoint file ``path`` (see :meth:`load_state`)."""
