@@ -229,22 +229,9 @@ def conv_network(xp, args):
 
 def _torch_conv_fwd_bwd(torch, n, C, batch):
     """PyTorch autograd through u <- u + h tanh(conv(u, K_n) + b_n), float64, on the GPU."""
-    key = ("conv", n, batch)
-    if key not in _TORCH_NETS:
-        gen = torch.Generator().manual_seed(7)
-        K = (torch.randn(n, C, C, 3, 3, generator=gen, dtype=torch.float64)
-             / (3 * C ** 0.5)).cuda().requires_grad_()
-        b = torch.zeros(n, C, dtype=torch.float64, device="cuda", requires_grad=True)
-        u0 = torch.randn(batch, C, 28, 28, generator=gen, dtype=torch.float64).cuda()
-        _TORCH_NETS[key] = (K, b, u0)
-    K, b, u0 = _TORCH_NETS[key]
-    h = TSTOP / n
-    K.grad = b.grad = None
-    u = u0
-    for k in range(n):
-        u = u + h * torch.tanh(torch.nn.functional.conv2d(u, K[k], b[k], padding=1))
-    (u * u).sum().backward()
-    torch.cuda.synchronize()
+    _torch_residual_fwd_bwd(
+        torch, ("conv", n, batch), (n, C, C, 3, 3), 3 * C ** 0.5, (batch, C, 28, 28),
+        lambda u, K, b: torch.nn.functional.conv2d(u, K, b, padding=1))
 
 
 def forward(xp, n, batch, repeats, hierarchies=((2, CFACTOR),)):
@@ -325,20 +312,26 @@ _TORCH_NETS = {}
 
 def _torch_fwd_bwd(torch, n, batch):
     """PyTorch autograd through u <- u + h tanh(u K^T + b) on the GPU, float64."""
-    key = (n, batch)
+    _torch_residual_fwd_bwd(torch, (n, batch), (n, WIDTH, WIDTH), WIDTH ** 0.5,
+                            (batch, WIDTH), lambda u, K, b: u @ K.T + b)
+
+
+def _torch_residual_fwd_bwd(torch, key, kshape, scale, ushape, layer):
+    """u <- u + h tanh(layer(u, K_n, b_n)) over kshape[0] layers, then backward of
+    |u|^2 (weights and input made once per key, fixed seed)."""
+    n = kshape[0]
     if key not in _TORCH_NETS:
         gen = torch.Generator().manual_seed(7)
-        K = (torch.randn(n, WIDTH, WIDTH, generator=gen, dtype=torch.float64)
-             / WIDTH ** 0.5).cuda().requires_grad_()
-        b = torch.zeros(n, WIDTH, dtype=torch.float64, device="cuda", requires_grad=True)
-        u0 = torch.randn(batch, WIDTH, generator=gen, dtype=torch.float64).cuda()
-        _TORCH_NETS[key] = (K, b, u0)
+        K = (torch.randn(kshape, generator=gen, dtype=torch.float64) / scale).cuda()
+        b = torch.zeros(n, kshape[1], dtype=torch.float64, device="cuda", requires_grad=True)
+        u0 = torch.randn(ushape, generator=gen, dtype=torch.float64).cuda()
+        _TORCH_NETS[key] = (K.requires_grad_(), b, u0)
     K, b, u0 = _TORCH_NETS[key]
     h = TSTOP / n
     K.grad = b.grad = None
     u = u0
     for k in range(n):
-        u = u + h * torch.tanh(u @ K[k].T + b[k])
+        u = u + h * torch.tanh(layer(u, K[k], b[k]))
     (u * u).sum().backward()
     torch.cuda.synchronize()
 

@@ -7,23 +7,15 @@ import time
 
 import numpy as np
 
-from braidpy.nn import ResNet
+# 5 x 6 images: bands of 3+2 rows on 2 space ranks, 2+1+1+1 on 4
+from hybrid_cases import conv  # noqa: F401 - also used by test_space_training
+
 from braidpy.train import TrainConfig, Trainer
 
 # Tight enough that MGRIT reaches rounding: the split image must give the whole image's
 # gradient to rounding.
 EXACT = dict(cfactor=2, max_levels=3, abs_tol=1e-14)
 ONESHOT = dict(cfactor=2, max_levels=2, abs_tol=1e-9)
-
-
-def conv(batch=5, nlayers=8, seed=4):
-    """5 x 6 images: bands of 3+2 rows on 2 space ranks, 2+1+1+1 on 4."""
-    rng = np.random.default_rng(seed)
-    X = rng.standard_normal((batch, 1, 5, 6))
-    C = np.eye(4)[rng.integers(0, 4, size=batch)]
-    net = ResNet((1, 5, 6), 4, width=3, nlayers=nlayers, T=1.0, activation="smooth_relu",
-                 opening="conv", kernel=3)
-    return net, X, C
 
 
 def digest(a):
