@@ -4,7 +4,8 @@
 
 Rank 0 is the centre; every other rank minimises 0.5 * |W - c_rank|^2. Case "train":
 every worker trains to the end. Case "failure": the last worker raises after a few
-steps. Rank 0 writes each rank's outcome and numbers as JSON.
+steps. Case "centre failure": the centre raises while serving its 5th update. Rank 0
+writes each rank's outcome and numbers as JSON.
 """
 
 import json
@@ -28,8 +29,24 @@ class Boom(RuntimeError):
     pass
 
 
-def run(fail_at=None):
+class FailingLog(list):
+    """The centre's record of served workers, raising at its n-th entry: a failure
+    inside the centre's loop, right after it has replied to a worker."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.n = n
+
+    def append(self, item):
+        if len(self) + 1 == self.n:
+            raise Boom("centre failed on purpose")
+        super().append(item)
+
+
+def run(fail_at=None, centre_fails_at=None):
     opt = AsyncEASGD(COMM, lr=0.1, rho=0.5, tau=1)
+    if centre_fails_at is not None and opt.is_centre:
+        opt.served = FailingLog(centre_fails_at)
     out = {"rank": COMM.rank}
     try:
         if opt.is_centre:
@@ -53,7 +70,8 @@ def run(fail_at=None):
 
 def main():
     expect_world(COMM, sys.argv[1])
-    out = {"train": COMM.gather(run()), "failure": COMM.gather(run(fail_at=20))}
+    out = {"train": COMM.gather(run()), "failure": COMM.gather(run(fail_at=20)),
+           "centre failure": COMM.gather(run(centre_fails_at=5))}
     if COMM.rank == 0:
         Path(sys.argv[2]).write_text(json.dumps(out))
 

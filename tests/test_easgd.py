@@ -117,6 +117,17 @@ def test_an_async_worker_failing_stops_every_rank(async_run):
         assert f"worker rank {failed} failed" in r["outcome"][1]
 
 
+def test_the_async_centre_failing_stops_every_rank(async_run):
+    """The centre raising inside its serving loop answers every worker "stop" (none is
+    left waiting for it) and then raises its own exception."""
+    nranks, res = async_run
+    records = res["centre failure"]
+    assert records[0]["outcome"] == ["Boom", "centre failed on purpose"], records
+    for r in records[1:]:
+        assert r["outcome"][0] == "BraidError", records
+        assert "the centre rank 0 failed" in r["outcome"][1]
+
+
 def test_async_options_are_checked():
     from braidpy.train.easgd import AsyncEASGD
 

@@ -167,7 +167,9 @@ class AsyncEASGD:
     with "stop", and the worker raises :class:`braidpy.BraidError` naming the failed
     rank. Workers that already finished learn it when they leave their session: the
     centre answers every "done" once all workers have ended. The centre raises the same
-    BraidError. So no rank waits for a rank that has stopped.
+    BraidError. If the centre itself fails while serving, it keeps answering "stop"
+    until every worker has ended and then raises its own exception; the workers raise
+    BraidError naming the centre. So no rank waits for a rank that has stopped.
     """
 
     name = "easgd-async"
@@ -237,8 +239,7 @@ class AsyncEASGD:
         self.exchanges += 1
         if reply[0] != 0.0:
             self._stopped = True
-            raise BraidError(f"training stopped: worker rank {int(reply[0]) - 1} failed "
-                             f"(asynchronous EASGD)")
+            raise BraidError(self._stopped_by(int(reply[0]) - 1))
         return reply[1:].reshape(params.shape).copy()
 
     def state_dict(self) -> Dict[str, Any]:
@@ -266,8 +267,11 @@ class AsyncEASGD:
         final = np.empty(1)
         self.comm.Recv(final, self.centre, _FINAL)
         if final[0] != 0.0:
-            raise BraidError(f"training stopped: worker rank {int(final[0]) - 1} failed "
-                             f"(asynchronous EASGD)")
+            raise BraidError(self._stopped_by(int(final[0]) - 1))
+
+    def _stopped_by(self, rank: int) -> str:
+        who = "the centre" if rank == self.centre else "worker"
+        return f"training stopped: {who} rank {rank} failed (asynchronous EASGD)"
 
     # ------------------------------------------------------------------- centre
     def serve(self, center: np.ndarray) -> np.ndarray:
@@ -284,36 +288,53 @@ class AsyncEASGD:
         active = set(range(self.size)) - {self.centre}
         finished: List[int] = []
         failed: Optional[int] = None
+        own_error: Optional[BaseException] = None
         incoming = np.empty(flat.size)
         reply = np.empty(flat.size + 1)
         status = MPI.Status()
         while active:
-            self.comm.Probe(MPI.ANY_SOURCE, MPI.ANY_TAG, status)
-            source, tag = status.Get_source(), status.Get_tag()
-            if tag == _UPDATE:
-                self.comm.Recv(incoming, source, _UPDATE)
-                reply[0] = 0.0 if failed is None else failed + 1.0
-                reply[1:] = flat
-                self.comm.Send(reply, source, _REPLY)
-                if failed is None:
-                    flat += self.lr * self.rho * (incoming - flat)
-                    self.exchanges += 1
-                    self.served.append(source)
-                else:  # told to stop: it raises and ends
+            owed: Optional[int] = None  # a worker waiting for this update's reply
+            try:
+                self.comm.Probe(MPI.ANY_SOURCE, MPI.ANY_TAG, status)
+                source, tag = status.Get_source(), status.Get_tag()
+                if tag == _UPDATE:
+                    self.comm.Recv(incoming, source, _UPDATE)
+                    owed = source
+                    reply[0] = 0.0 if failed is None else failed + 1.0
+                    reply[1:] = flat
+                    self.comm.Send(reply, source, _REPLY)
+                    owed = None
+                    if failed is None:
+                        flat += self.lr * self.rho * (incoming - flat)
+                        self.exchanges += 1
+                        self.served.append(source)
+                    else:  # told to stop: it raises and ends
+                        active.discard(source)
+                elif tag in (_DONE, _FAILED):
+                    self.comm.Recv(np.empty(0), source, tag)
                     active.discard(source)
-            elif tag in (_DONE, _FAILED):
-                self.comm.Recv(np.empty(0), source, tag)
-                active.discard(source)
-                if tag == _DONE:
-                    finished.append(source)
-                elif failed is None:
-                    failed = source
-            else:
-                raise BraidError(f"asynchronous EASGD: unexpected message tag {tag} from "
-                                 f"rank {source}")
+                    if tag == _DONE:
+                        finished.append(source)
+                    elif failed is None:
+                        failed = source
+                else:
+                    raise BraidError(f"asynchronous EASGD: unexpected message tag {tag} "
+                                     f"from rank {source}")
+            except BaseException as exc:  # noqa: BLE001 - re-raised once the workers know
+                if own_error is not None:
+                    raise
+                # The centre failed: from now on every worker is answered "stop" (as after
+                # a worker's failure), so none waits for a centre that has gone.
+                own_error, failed = exc, self.centre
+                if owed is not None:
+                    reply[0] = failed + 1.0
+                    self.comm.Send(reply, owed, _REPLY)
+                    active.discard(owed)
         verdict = np.array([0.0 if failed is None else failed + 1.0])
         for worker in finished:
             self.comm.Send(verdict, worker, _FINAL)
+        if own_error is not None:
+            raise own_error
         if failed is not None:
             raise BraidError(f"training stopped: worker rank {failed} failed "
                              f"(asynchronous EASGD)")
