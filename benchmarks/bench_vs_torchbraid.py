@@ -99,7 +99,7 @@ def run_worker(args, side: str, n: int, batch: int, ranks: int, python: Path) ->
            "--cfactor", str(args.cfactor), "--repeats", str(args.repeats)]
     if args.check:
         cmd.append("--check")
-    if ranks > 1:
+    if ranks > 1 and side != "serial":
         cmd = [mpiexec_for(python), "-n", str(ranks), *cmd, "--mpi"]
     env = dict(os.environ, **SUBPROCESS_ENV)
     if side != "torchbraid":  # braidpy from this checkout, whatever the caller's path
@@ -114,12 +114,12 @@ def run_worker(args, side: str, n: int, batch: int, ranks: int, python: Path) ->
 
 
 def plan(args) -> list:
-    """(N, batch, ranks, sides): serial torch once per (N, batch), on one process."""
+    """(N, batch, ranks, sides): serial torch (always one process) once per (N, batch)."""
     runs = []
     for n in args.layers:
         for batch in args.batches:
-            for ranks in args.ranks:
-                sides = SIDES if ranks == 1 else SIDES[1:]
+            for j, ranks in enumerate(args.ranks):
+                sides = SIDES if j == 0 else SIDES[1:]
                 runs.append((n, batch, ranks, sides))
     return runs
 
@@ -142,7 +142,7 @@ def main(argv=None) -> None:
                 results[key] = r
     rows, versions = [], {}
     for n, batch, ranks, _ in plan(args):
-        serial = min_median(results[(n, batch, 1, "serial")][args.clock])
+        serial = min_median(results[(n, batch, args.ranks[0], "serial")][args.clock])
         for side in ("braidpy", "torchbraid"):
             r = results[(n, batch, ranks, side)]
             versions.setdefault(side, r.get("version", ""))
