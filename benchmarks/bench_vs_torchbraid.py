@@ -1,0 +1,173 @@
+"""braidpy.torch vs torchbraid: one-shot forward+backward of the same network, CPU.
+
+Network (both sides and plain torch, _worker_torch.py): N residual blocks
+F_n(x) = tanh(Linear_n(x)), width 8, float64, T = 2, x <- x + (T/N) F_n(x), the
+same weights on every side (one seed; torchbraid's layers get them copied in);
+loss sum(y * wts) with fixed random wts.
+
+Matched MGRIT settings: cfactor 16, 2 levels, F-relaxation (braidpy nrelax=0;
+torchbraid setNumRelax(0)), exactly 2 iterations in each forward and 2 in each
+backward, warm-started from the previous call (braidpy oneshot=(2, 2); torchbraid
+setFwdMaxIters(2) / setBwdMaxIters(2): it keeps XBraid's grid between calls).
+torchbraid keeps its default skip=0: with XBraid's skip=1 a warm-started call skips
+the first down-cycle's relaxation and the one-shot gradient stops improving from call
+to call (error 6.4e-3 after 1 to 6 calls at N = 1024), while braidpy's skip only
+applies to cold starts. Differences that remain: torchbraid's forward always ends
+with an extra F-relaxation (XBraid's final FC relax), and it moves vectors between
+ranks with its own buffers; braidpy's default final_fc_relax=False.
+
+Each (N, batch, ranks, side) runs in a fresh process (_worker_torch.py): serial
+torch and braidpy with this interpreter, torchbraid with the venv's
+(benchmarks/setup_torchbraid_env.sh builds it; BRAIDPY_TORCHBRAID_VENV says where,
+default ~/.cache/braidpy/torchbraid-venv), under that venv's mpiexec for 2 ranks
+(the same MPICH wheel version on both sides). One torch thread, OMP_NUM_THREADS=1.
+Two untimed warm-up calls, then --repeats timed calls (zero_grad + forward +
+backward); CPU time of the process and wall time, the slowest rank's under MPI;
+tables show min [median] over all rounds' calls. --rounds repeats the whole plan in
+fresh processes, the sides' order reversed every other round. --check adds each
+layer-parallel side's gradient error against plain autograd on the same blocks:
+after the timed one-shot calls, and for a converged solve (abs_tol 1e-12).
+
+Run: bash benchmarks/setup_torchbraid_env.sh TORCHBRAID_SRC XBRAID_SRC   (once)
+     python benchmarks/bench_vs_torchbraid.py [--layers 1024 4096] [--batches 1 32]
+         [--ranks 1 2] [--repeats R] [--rounds K] [--check] [--clock cpu|wall] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from _report import min_median, print_table, seconds
+
+HERE = Path(__file__).resolve().parent
+WORKER = HERE / "_worker_torch.py"
+DEFAULT_VENV = Path.home() / ".cache" / "braidpy" / "torchbraid-venv"
+SUBPROCESS_ENV = {
+    "OMP_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+}
+SIDES = ["serial", "braidpy", "torchbraid"]
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--layers", type=int, nargs="+", default=[1024, 4096])
+    p.add_argument("--batches", type=int, nargs="+", default=[1, 32])
+    p.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--cfactor", type=int, default=16)
+    p.add_argument("--repeats", type=int, default=3, help="timed calls per process")
+    p.add_argument("--rounds", type=int, default=1, help="fresh processes per side")
+    p.add_argument("--check", action="store_true",
+                   help="gradient errors against autograd (one-shot and converged)")
+    p.add_argument("--clock", choices=["cpu", "wall"], default="cpu")
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds per subprocess")
+    p.add_argument("--quick", action="store_true", help="smoke run: N 256, batch 1, 1 rank")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.layers, args.batches, args.ranks, args.repeats = [256], [1], [1], 1
+    return args
+
+
+def venv_python() -> Path:
+    venv = Path(os.environ.get("BRAIDPY_TORCHBRAID_VENV", DEFAULT_VENV)).expanduser()
+    python = venv / "bin" / "python"
+    if not python.exists():
+        sys.exit(f"no torchbraid virtualenv at {venv}: run `bash "
+                 f"{HERE / 'setup_torchbraid_env.sh'} TORCHBRAID_SRC XBRAID_SRC` "
+                 f"(or set BRAIDPY_TORCHBRAID_VENV)")
+    return python
+
+
+def mpiexec_for(python: Path) -> str:
+    """The mpiexec beside an interpreter (same MPI as its mpi4py), else the one on PATH."""
+    beside = python.parent / "mpiexec"
+    found = str(beside) if beside.exists() else shutil.which("mpiexec")
+    if found is None:
+        sys.exit("mpiexec not found: install an MPI (e.g. pip install mpich)")
+    return found
+
+
+def run_worker(args, side: str, n: int, batch: int, ranks: int, python: Path) -> dict:
+    cmd = [str(python), str(WORKER), "--side", side, "--layers", str(n), "--batch", str(batch),
+           "--cfactor", str(args.cfactor), "--repeats", str(args.repeats)]
+    if args.check:
+        cmd.append("--check")
+    if ranks > 1 and side != "serial":
+        cmd = [mpiexec_for(python), "-n", str(ranks), *cmd, "--mpi"]
+    env = dict(os.environ, **SUBPROCESS_ENV)
+    if side != "torchbraid":  # braidpy from this checkout, whatever the caller's path
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent),
+                                                          env.get("PYTHONPATH")]))
+    proc = subprocess.run(cmd, cwd=HERE, env=env, capture_output=True, text=True,
+                          timeout=args.timeout, check=False)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        sys.exit(f"worker failed ({' '.join(cmd)}):\n{proc.stdout}\n{proc.stderr}")
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def plan(args) -> list:
+    """(N, batch, ranks, sides): serial torch (always one process) once per (N, batch)."""
+    runs = []
+    for n in args.layers:
+        for batch in args.batches:
+            for j, ranks in enumerate(args.ranks):
+                sides = SIDES if j == 0 else SIDES[1:]
+                runs.append((n, batch, ranks, sides))
+    return runs
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    tb_python = venv_python()
+    results: dict = {}
+    for k in range(args.rounds):
+        for n, batch, ranks, sides in plan(args):
+            for side in sides if k % 2 == 0 else sides[::-1]:
+                print(f"round {k + 1}/{args.rounds}: {side} N={n} batch={batch} "
+                      f"ranks={ranks}", file=sys.stderr, flush=True)
+                python = tb_python if side == "torchbraid" else Path(sys.executable)
+                r = run_worker(args, side, n, batch, ranks, python)
+                key = (n, batch, ranks, side)
+                if key in results:
+                    r["cpu"] = results[key]["cpu"] + r["cpu"]
+                    r["wall"] = results[key]["wall"] + r["wall"]
+                results[key] = r
+    rows, versions = [], {}
+    for n, batch, ranks, _ in plan(args):
+        serial = min_median(results[(n, batch, args.ranks[0], "serial")][args.clock])
+        for side in ("braidpy", "torchbraid"):
+            r = results[(n, batch, ranks, side)]
+            versions.setdefault(side, r.get("version", ""))
+            lo, med = min_median(r[args.clock])
+            row = [n, batch, ranks, side, f"{seconds(lo)} [{seconds(med)}]",
+                   f"{seconds(serial[0])} [{seconds(serial[1])}]", f"{serial[0] / lo:.2f}x"]
+            if side == "torchbraid":
+                b_lo = min_median(results[(n, batch, ranks, "braidpy")][args.clock])[0]
+                row.append(f"{lo / b_lo:.2f}x")
+            else:
+                row.append("")
+            if args.check:
+                row += [f"{r['err_oneshot']:.1e}", f"{r['err_converged']:.1e}"]
+            rows.append(row)
+    headers = ["N", "batch", "ranks", "side", "one-shot (2,2) fwd+bwd", "serial torch",
+               "serial / side", "torchbraid / braidpy"]
+    if args.check:
+        headers += ["grad err one-shot", "grad err converged"]
+    torch_version = results[next(iter(results))]["torch"]
+    print_table(headers, rows,
+                title=f"{args.clock} time, min [median] of {args.rounds} x {args.repeats} calls; "
+                      f"torch {torch_version}, torchbraid {versions.get('torchbraid', '?')}, "
+                      f"1 torch thread per rank; width 8, float64, cfactor {args.cfactor}, "
+                      f"2 levels, F-relaxation")
+
+
+if __name__ == "__main__":
+    main()
