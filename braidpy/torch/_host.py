@@ -6,8 +6,10 @@ call), a few microseconds each and thousands per gradient. A float64 or float32 
 tensor and a NumPy array can share memory (``torch.from_numpy``, ``Tensor.numpy``), so
 :class:`HostBlocksApp` hands the core NumPy arrays and its blocks torch views of them:
 the core then runs its own clone/sum/norm, stacked blocks with row views and its
-C++ message packing, and no state is copied at the boundary. The torch work is the
-wrapped :class:`~braidpy.torch._app.BlocksApp`'s, unchanged.
+C++ message packing. The blocks read the core's states through shared memory (no
+conversion copies); a batched step's result is written into the core's block once, as
+with torch states. The torch work is the wrapped
+:class:`~braidpy.torch._app.BlocksApp`'s, unchanged.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ class HostBlocksApp(App):
     """The app of :class:`~braidpy.torch._app.BlocksApp` ``inner`` with NumPy states.
 
     Vector operations and messages are :class:`braidpy.App`'s defaults (so the core
-    runs them itself); every step converts by sharing memory, never by copying.
+    runs them itself); the blocks see the states through shared memory.
     """
 
     def __init__(self, inner: BlocksApp):
