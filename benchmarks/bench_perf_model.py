@@ -11,12 +11,22 @@ to a cold start), the others warm ones as in training. Exact mode is predicted w
 iteration counts the run measured (the model predicts time per iteration, not
 convergence). Writes a PNG of predicted vs measured with ``--plot``.
 
+The model assumes every rank has a core to itself. On a machine shared with other jobs
+a rank is now and then descheduled while runnable, and its partner spins in MPI
+meanwhile, which inflates both wall and CPU time. So each gradient also records how
+long each rank waited in the run queue (Linux ``/proc/self/schedstat``) and, with no
+more ranks than cores, only *clean* gradients count: those during which no rank waited
+more than 2 % of the gradient for a core (up to ``--max-tries`` gradients are run to
+get ``--repeats`` clean ones; the table says how many were clean). Their wall time is
+compared with the model. With no clean gradient the row falls back to all of them and
+is marked.
+
 The machine this was written on has 2 shared cores: with 4 ranks the model is told so
 (``cores``) and scales compute by ranks / cores; read those rows as a check of that
-simple assumption, not of the schedule.
+simple assumption, not of the schedule (they are never clean: ranks share cores).
 
     python benchmarks/bench_perf_model.py [--calibration FILE] [--plot FILE.png]
-        [--json FILE] [--repeats R] [--quick] [--ranks 1 2 4] [--cores 2]
+        [--json FILE] [--repeats R] [--max-tries T] [--quick] [--ranks 1 2 4] [--cores 2]
     python benchmarks/bench_perf_model.py --from-json RUN1.json RUN2.json ... [--plot ...]
 """
 
@@ -47,12 +57,26 @@ SETTINGS = [
 ]
 
 
+def _clean(res: dict):
+    """(wall times, CPU times, iterations) of the clean gradients of a worker's RESULT
+    (all of them where none was clean or no filter applied) and the clean count."""
+    if not res.get("filter", False):
+        return res["times"], res["cpu"], res["iterations"], len(res["times"])
+    from braidpy.perf.runqueue import clean_indices
+
+    keep = clean_indices(res["times"], res["delays"])
+    idx = keep or list(range(len(res["times"])))
+    pick = lambda xs: [xs[i] for i in idx]  # noqa: E731
+    return pick(res["times"]), pick(res["cpu"]), pick(res["iterations"]), len(keep)
+
+
 def worker(spec: dict) -> None:
     """Time spec['repeats'] gradients on this communicator; rank 0 prints RESULT."""
     from mpi4py import MPI
 
     from braidpy.adjoint import GradientSolver
     from braidpy.nn import ResNet, ResNetApp
+    from braidpy.perf.runqueue import CLEAN_SHARE, run_delay
 
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
@@ -68,29 +92,40 @@ def worker(spec: dict) -> None:
     oneshot = tuple(spec["m"]) if spec["mode"] == "oneshot" else None
     solver = GradientSolver(app, 0.0, net.T, layers, comm=comm if comm.Get_size() > 1
                             else None, primal=opts, oneshot=oneshot)
-    times, cpus, iters = [], [], []
-    for k in range(spec["repeats"] + 1):
+    times, cpus, iters, delays = [], [], [], []
+    clean = 0
+    for k in range(spec["tries"] + 1):
         params += 1e-4  # a new parameter, as after an optimizer step
         if spec["skip"]:
             solver.reset()
         comm.Barrier()
-        start, cpu = time.perf_counter(), time.process_time()
+        start, cpu, queued = time.perf_counter(), time.process_time(), run_delay()
         if rank == 0:
             solver.primal_core.set_initial_condition(app.initial_state())
         g = solver.evaluate()
         grad = np.zeros(net.nparams)
         comm.Allreduce(MPI.IN_PLACE, grad)
         cpu = time.process_time() - cpu  # before the barrier: MPICH spins in it
+        queued = run_delay() - queued
         comm.Barrier()
         wall = time.perf_counter() - start
-        cpu = comm.allreduce(cpu, op=MPI.MAX)
+        # The same values on every rank, so that every rank stops at the same gradient.
+        most = np.array([cpu, queued, wall])
+        comm.Allreduce(MPI.IN_PLACE, most, op=MPI.MAX)
+        cpu, queued, wall = most.tolist()
         if k:  # the first is a warm-up (and exact mode's cold start)
+            ok = not spec["filter"] or queued <= CLEAN_SHARE * wall
+            clean += ok
             times.append(wall)
             cpus.append(cpu)
+            delays.append(queued)
             iters.append((g.primal.iterations, g.adjoint.iterations))
+            if (clean if spec["filter"] else k) >= spec["repeats"]:
+                break
     solver.close()
     if rank == 0:
-        print("RESULT " + json.dumps({"times": times, "cpu": cpus, "iterations": iters}),
+        print("RESULT " + json.dumps({"times": times, "cpu": cpus, "iterations": iters,
+                                      "delays": delays, "filter": spec["filter"]}),
               flush=True)
 
 
@@ -119,6 +154,8 @@ def main(argv=None) -> None:
     p.add_argument("--width", type=int, default=8)
     p.add_argument("--samples", type=int, default=1000)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--max-tries", type=int, default=40,
+                   help="gradients at most to get --repeats clean ones (ranks <= cores)")
     p.add_argument("--quick", action="store_true", help="one setting, 2 repeats")
     p.add_argument("--from-json", nargs="+", metavar="FILE",
                    help="measure nothing: the medians of earlier --json outputs")
@@ -158,20 +195,27 @@ def main(argv=None) -> None:
             if levels == 1 and P > 1:
                 continue
             spec = dict(width=args.width, layers=args.layers, samples=args.samples,
-                        levels=levels, cf=cf, skip=skip, mode=mode, m=m, repeats=repeats)
+                        levels=levels, cf=cf, skip=skip, mode=mode, m=m, repeats=repeats,
+                        tries=max(args.max_tries, repeats), filter=P <= args.cores)
             res = measure(spec, P)
-            t = statistics.median(res["cpu"])
-            wall = statistics.median(res["times"])
-            its = tuple(int(statistics.median(x)) for x in zip(*res["iterations"]))
+            walls, cpus, its_all, nclean = _clean(res)
+            cpu = statistics.median(cpus)
+            wall = statistics.median(walls)
+            # Clean gradients: the wall time (no rank lost its core); otherwise, as
+            # before, the slowest rank's CPU time (waits spin in MPICH, so they count).
+            t = wall if res["filter"] and nclean else cpu
+            its = tuple(int(statistics.median(x)) for x in zip(*its_all))
             cyc = Cycle(ntime=args.layers, max_levels=levels, cfactor=cf, skip=skip,
                         batched=True)
             s = Strategy(1, 1, P, cyc, its, mode, cold=skip)
             pred = predict(net, s, cal).seconds
             shared = predict(net, s, cal, cores=args.cores).seconds
-            err = pred / t - 1
-            rows.append(dict(setting=name, P=P, cpu=t, wall=wall, predicted=pred,
-                             predicted_shared=shared, error=err,
-                             error_wall=shared / wall - 1, iterations=its))
+            err = pred / t - 1  # t: what "measured" means for this row
+            rows.append(dict(setting=name, P=P, cpu=cpu, wall=wall, measured=t,
+                             predicted=pred, predicted_shared=shared, error=err,
+                             error_wall=shared / wall - 1, iterations=its, clean=nclean,
+                             tries=len(res["times"]), filtered=res["filter"],
+                             queued=statistics.median(res["delays"])))
             print(f"measured {name} at P = {P}", file=sys.stderr, flush=True)
     report(rows, args.cores, args.json, args.plot)
 
@@ -183,10 +227,14 @@ def aggregate(paths):
     out = []
     for key in keys:
         same = [r for run in runs for r in run if (r["setting"], r["P"]) == key]
+        for r in same:  # files of before the clean filter compared CPU time
+            r.setdefault("measured", r["cpu"])
         row = dict(same[0])
-        for field in ("cpu", "wall", "predicted", "predicted_shared"):
+        for field in ("cpu", "wall", "measured", "predicted", "predicted_shared"):
             row[field] = statistics.median(r[field] for r in same)
-        row["error"] = row["predicted"] / row["cpu"] - 1
+        row["clean"] = sum(r.get("clean", 0) for r in same)
+        row["tries"] = sum(r.get("tries", 0) for r in same)
+        row["error"] = row["predicted"] / row["measured"] - 1
         row["error_wall"] = row["predicted_shared"] / row["wall"] - 1
         row["runs"] = len(same)
         out.append(row)
@@ -195,12 +243,19 @@ def aggregate(paths):
 
 def report(rows, cores, json_path=None, plot=None):
     """Print the table, the speedups and the summary; write JSON and the PNG."""
-    print(f"{'setting':24s} {'P':>2s} {'cpu s':>9s} {'model s':>10s} {'error':>6s} "
-          f"{'wall s':>9s} {'model s':>10s} {'error':>6s}  iterations")
+    print("measured: wall s of the clean gradients (no rank waited for a core), else the "
+          "slowest rank's CPU s (marked *)")
+    print(f"{'setting':24s} {'P':>2s} {'measured':>9s} {'model s':>10s} {'error':>6s} "
+          f"{'clean':>7s} {'cpu s':>8s} {'wall s':>9s} {'model s':>10s} {'error':>6s}  "
+          f"iterations")
     for r in rows:
-        print(f"{r['setting']:24s} {r['P']:2d} {r['cpu']:9.4f} {r['predicted']:10.4f} "
-              f"{r['error']:+6.0%} {r['wall']:9.4f} {r['predicted_shared']:10.4f} "
-              f"{r['error_wall']:+6.0%}  {tuple(r['iterations'])}")
+        r.setdefault("measured", r["cpu"])
+        mark = "" if r.get("filtered") and r.get("clean") else "*"
+        clean = f"{r.get('clean', 0)}/{r.get('tries', 0)}" if r.get("filtered") else "-"
+        print(f"{r['setting']:24s} {r['P']:2d} {r['measured']:8.4f}{mark:1s} "
+              f"{r['predicted']:10.4f} {r['error']:+6.0%} {clean:>7s} {r['cpu']:8.4f} "
+              f"{r['wall']:9.4f} {r['predicted_shared']:10.4f} {r['error_wall']:+6.0%}  "
+              f"{tuple(r['iterations'])}")
     # Speedups over the same setting on one rank: drifts of the machine's speed
     # between the calibration and the runs cancel; the schedule model remains.
     one = {r["setting"]: r for r in rows if r["P"] == 1}
@@ -208,14 +263,14 @@ def report(rows, cores, json_path=None, plot=None):
     for r in rows:
         base = one.get(r["setting"])
         if r["P"] > 1 and base is not None:
-            r["speedup"] = base["cpu"] / r["cpu"]
+            r["speedup"] = base["measured"] / r["measured"]
             r["speedup_model"] = base["predicted"] / r["predicted"]
             print(f"{r['setting']:24s} {r['P']:2d} {r['speedup']:16.2f}x "
                   f"{r['speedup_model']:5.2f}x")
     worst = max(abs(r["error"]) for r in rows)
     within = sum(abs(r["error"]) <= 0.25 for r in rows)
     within_wall = sum(abs(r["error_wall"]) <= 0.25 for r in rows)
-    print(f"CPU time within 25%: {within} of {len(rows)} (worst {worst:+.0%}); wall time "
+    print(f"measured within 25%: {within} of {len(rows)} (worst {worst:+.0%}); wall time "
           f"(model with ranks sharing {cores} cores): {within_wall} of {len(rows)}")
     if json_path:
         with open(json_path, "w") as f:
@@ -228,14 +283,14 @@ def report(rows, cores, json_path=None, plot=None):
         fig, ax = plt.subplots(figsize=(5, 5))
         for P, marker in zip(sorted({r["P"] for r in rows}), "osD^v"):
             pts = [r for r in rows if r["P"] == P]
-            ax.scatter([r["cpu"] for r in pts], [r["predicted"] for r in pts],
+            ax.scatter([r["measured"] for r in pts], [r["predicted"] for r in pts],
                        marker=marker, label=f"P = {P}", zorder=3)
-        lo = min(min(r["cpu"], r["predicted"]) for r in rows) * 0.8
-        hi = max(max(r["cpu"], r["predicted"]) for r in rows) * 1.2
+        lo = min(min(r["measured"], r["predicted"]) for r in rows) * 0.8
+        hi = max(max(r["measured"], r["predicted"]) for r in rows) * 1.2
         ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
         ax.fill_between([lo, hi], [lo * 0.75, hi * 0.75], [lo * 1.25, hi * 1.25],
                         color="0.9", label="±25 %")
-        ax.set(xscale="log", yscale="log", xlabel="measured CPU s / gradient (slowest rank)",
+        ax.set(xscale="log", yscale="log", xlabel="measured s / gradient (clean wall, else slowest CPU)",
                ylabel="predicted s / gradient", title="braidpy.perf: predicted vs measured")
         for axis in (ax.xaxis, ax.yaxis):
             axis.set_minor_formatter(NullFormatter())

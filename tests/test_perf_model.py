@@ -310,6 +310,65 @@ def test_calibrate_under_mpi_measures_the_network(tmp_path):
     assert cal.p2p.source == "measured" and cal.allreduce.source.startswith("measured")
 
 
+class _SlowFirstBatch:
+    """A two-rank communicator (this is rank 0) whose first ``slow`` sends of every
+    message size each take 5 ms: a partner descheduled by other jobs."""
+
+    def __init__(self, slow):
+        self.slow, self.sends, self.size = slow, 0, None
+
+    def Get_size(self):
+        return 2
+
+    def Get_rank(self):
+        return 0
+
+    def Barrier(self):
+        pass
+
+    def Send(self, buf, dest, tag):
+        if buf.size != self.size:
+            self.size, self.sends = buf.size, 0
+        self.sends += 1
+        if self.sends <= self.slow:
+            import time
+            time.sleep(5e-3)
+
+    def Recv(self, buf, source, tag):
+        pass
+
+    def Allreduce(self, send, recv, op=None):
+        recv[...] = send
+
+    def Bcast(self, buf, root=0):
+        pass
+
+
+def test_network_calibration_keeps_the_fastest_batch():
+    pytest.importorskip("mpi4py")
+    from braidpy.perf.calibrate import calibrate_network
+
+    # 4 batches of 10 round trips per size; the first batch's sends take 5 ms each:
+    # 2.5 ms per message in it, about 0 in the three others. The fastest batch is kept,
+    # so alpha is far below 2.5 ms (a mean over all batches would give 0.625 ms).
+    p2p, _ = calibrate_network(_SlowFirstBatch(slow=10), sizes=(8, 1024, 65536),
+                               repeats=10, batches=4)
+    assert p2p.source == "measured" and p2p.alpha < 1e-4
+
+
+def test_clean_samples_are_those_that_waited_at_most_two_percent():
+    from braidpy.perf.runqueue import CLEAN_SHARE, clean_indices, run_delay
+
+    assert CLEAN_SHARE == 0.02
+    # 2 % of 100 ms is 2 ms; of 50 ms, 1 ms: waits of 0, 2 and 1 ms pass, 2.1 ms fails.
+    assert clean_indices([0.1, 0.1, 0.1, 0.05], [0.0, 0.002, 0.0021, 0.001]) == [0, 1, 3]
+    assert clean_indices([0.1], [0.05], share=0.5) == [0]
+    with pytest.raises(ValueError, match="2 wall times for 1 delays"):
+        clean_indices([0.1, 0.1], [0.0])
+    first = run_delay()
+    assert 0.0 <= first <= run_delay()
+
+
 def test_calibrate_writes_a_file_plan_reads(tmp_path):
     out = tmp_path / "c.json"
     proc = cli("calibrate", "-o", out, "--layer", "dense:2", "--samples", "2", "--rows", "1",

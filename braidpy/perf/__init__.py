@@ -5,7 +5,9 @@ JSON, validated on loading); :mod:`~braidpy.perf.calibrate`, measuring it
 (``braidpy calibrate``); :mod:`~braidpy.perf.schedule`, the task graph of MGRIT solves
 rank by rank and its critical path; :mod:`~braidpy.perf.model`, time and memory per
 gradient on a data x space x layers grid; :mod:`~braidpy.perf.plan`, ranking every grid
-and MGRIT setting (``braidpy plan``). See docs/performance.md.
+and MGRIT setting (``braidpy plan``); :mod:`~braidpy.perf.runqueue`, the time a process
+waited for a core (which timed samples a shared machine left clean). See
+docs/performance.md.
 """
 
 from __future__ import annotations

@@ -262,9 +262,12 @@ def _fit_link(sizes: Sequence[int], seconds: Sequence[float]) -> Tuple[float, fl
 
 
 def calibrate_network(comm: Any, sizes: Sequence[int] = (8, 1024, 65536, 1048576),
-                      repeats: int = 20) -> Tuple[Link, Link]:
+                      repeats: int = 20, batches: int = 5) -> Tuple[Link, Link]:
     """alpha-beta of ping-pong between ranks 0 and 1 and of an allreduce over ``comm``
-    (collective). One rank (or no comm): the assumed defaults."""
+    (collective). One rank (or no comm): the assumed defaults. Each size is timed in
+    ``batches`` batches of ``repeats`` and the fastest batch kept, as :func:`time_call`
+    keeps the fastest repeat: on a shared machine a rank descheduled by other jobs only
+    adds time (its partner spins meanwhile), which is no cost of the network."""
     if comm is None or comm.Get_size() < 2:
         return ASSUMED_P2P, ASSUMED_ALLREDUCE
     rank = comm.Get_rank()
@@ -272,21 +275,25 @@ def calibrate_network(comm: Any, sizes: Sequence[int] = (8, 1024, 65536, 1048576
     for n in sizes:
         buf = np.zeros(max(n // 8, 1))
         out = np.empty_like(buf)
-        comm.Barrier()
-        start = time.perf_counter()
-        for _ in range(repeats):
-            if rank == 0:
-                comm.Send(buf, dest=1, tag=7)
-                comm.Recv(buf, source=1, tag=7)
-            elif rank == 1:
-                comm.Recv(buf, source=0, tag=7)
-                comm.Send(buf, dest=0, tag=7)
-        p2p.append((time.perf_counter() - start) / (2 * repeats))
-        comm.Barrier()
-        start = time.perf_counter()
-        for _ in range(repeats):
-            comm.Allreduce(buf, out)
-        ar.append((time.perf_counter() - start) / repeats)
+        best_p2p = best_ar = math.inf
+        for _ in range(batches):
+            comm.Barrier()
+            start = time.perf_counter()
+            for _ in range(repeats):
+                if rank == 0:
+                    comm.Send(buf, dest=1, tag=7)
+                    comm.Recv(buf, source=1, tag=7)
+                elif rank == 1:
+                    comm.Recv(buf, source=0, tag=7)
+                    comm.Send(buf, dest=0, tag=7)
+            best_p2p = min(best_p2p, (time.perf_counter() - start) / (2 * repeats))
+            comm.Barrier()
+            start = time.perf_counter()
+            for _ in range(repeats):
+                comm.Allreduce(buf, out)
+            best_ar = min(best_ar, (time.perf_counter() - start) / repeats)
+        p2p.append(best_p2p)
+        ar.append(best_ar)
     times = np.asarray(p2p, dtype=np.float64)  # rank 0's ping-pong times, to everyone
     comm.Bcast(times, root=0)
     p2p = times.tolist()
