@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-from typing import Tuple
+from typing import Dict, Optional, Tuple
 
 __all__ = ["keep_freed_memory", "M_TRIM_THRESHOLD", "M_MMAP_THRESHOLD", "MMAP_LIMIT"]
 
@@ -32,7 +32,7 @@ M_MMAP_THRESHOLD = -3
 #: on 64-bit hosts in older versions): a 4 GiB state is not kept after it is freed.
 MMAP_LIMIT = 32 * 2 ** 20
 
-_state = {"done": None}
+_state: Dict[str, Optional[Tuple[bool, str]]] = {"done": None}
 
 
 def keep_freed_memory(trim_bytes: int = 2 ** 30, mmap_bytes: int = MMAP_LIMIT
@@ -41,8 +41,9 @@ def keep_freed_memory(trim_bytes: int = 2 ** 30, mmap_bytes: int = MMAP_LIMIT
 
     Honours thresholds already set by the environment (``MALLOC_TRIM_THRESHOLD_``,
     ``MALLOC_MMAP_THRESHOLD_``): then nothing is changed."""
-    if _state["done"] is not None:
-        return _state["done"]
+    done = _state["done"]
+    if done is not None:
+        return done
     import os
 
     if "MALLOC_TRIM_THRESHOLD_" in os.environ or "MALLOC_MMAP_THRESHOLD_" in os.environ:
