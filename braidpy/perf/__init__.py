@@ -6,12 +6,15 @@ JSON, validated on loading); :mod:`~braidpy.perf.calibrate`, measuring it
 rank by rank and its critical path; :mod:`~braidpy.perf.model`, time and memory per
 gradient on a data x space x layers grid; :mod:`~braidpy.perf.plan`, ranking every grid
 and MGRIT setting (``braidpy plan``); :mod:`~braidpy.perf.runqueue`, the time a process
-waited for a core (which timed samples a shared machine left clean). See
+waited for a core (which timed samples a shared machine left clean);
+:mod:`~braidpy.perf.allocator`, glibc's allocator set to keep freed memory (the regime
+the calibration measures). See
 docs/performance.md.
 """
 
 from __future__ import annotations
 
+from .allocator import keep_freed_memory
 from .calibration import (
     Calibration,
     CalibrationError,
@@ -29,4 +32,4 @@ __all__ = ["Calibration", "CalibrationError", "CostFit", "LayerCosts", "Link",
            "load_calibration", "save_calibration", "NETWORKS", "NetSpec", "Prediction",
            "Strategy", "network_spec", "predict", "serial_seconds", "CLUSTERS", "Plan",
            "factorizations", "format_plan", "plan", "Cycle", "Op", "Timeline", "hierarchy",
-           "program_counts", "simulate", "solve_program"]
+           "program_counts", "simulate", "solve_program", "keep_freed_memory"]

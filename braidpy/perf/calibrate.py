@@ -11,6 +11,9 @@ alpha-beta parameters of point-to-point messages (ping-pong) and
 of allreduce when run under ``mpiexec`` with two or more ranks. With one rank there is
 no network to measure: the file then carries documented defaults marked
 ``"assumed: ..."`` (shared-memory MPI on one node), which ``braidpy plan`` reports.
+Everything is measured with glibc's allocator keeping freed memory
+(:mod:`braidpy.perf.allocator`, noted in the file's ``host.allocator``): otherwise
+large batched calls pay page faults whose number depends on the process's history.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .allocator import keep_freed_memory
 from .calibration import Calibration, CostFit, LayerCosts, Link, layer_name
 
 __all__ = ["DEFAULT_LAYERS", "ASSUMED_P2P", "ASSUMED_ALLREDUCE", "parse_layer",
@@ -326,6 +330,9 @@ def calibrate(layers: Sequence[str] = DEFAULT_LAYERS, *, comm: Any = None,
               log: Optional[Callable[[str], None]] = None) -> Calibration:
     """Measure everything (see the module docstring); ``comm`` for the network part."""
     say = log or (lambda _msg: None)
+    # Large temporaries reused, not faulted in again: the regime of a long run
+    # (braidpy.perf.allocator; runs the model is to predict should do the same).
+    _, allocator = keep_freed_memory()
     fits = []
     for text in layers:
         kind, shape, kernel = parse_layer(text)
@@ -338,7 +345,7 @@ def calibrate(layers: Sequence[str] = DEFAULT_LAYERS, *, comm: Any = None,
     p2p, ar = calibrate_network(comm)
     host = {"machine": platform.machine(), "python": platform.python_version(),
             "processor": platform.processor(), "numpy": np.__version__,
-            "gpu": _gpu_note()}
+            "gpu": _gpu_note(), "allocator": allocator}
     cal = Calibration(tuple(fits), callback, p2p, ar, solve_s=solve_s,
                       nranks=1 if comm is None else comm.Get_size(), device="cpu",
                       host=host)
