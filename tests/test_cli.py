@@ -252,6 +252,8 @@ def test_serial_run_writes_a_json_lines_log(tmp_path):
     assert header["config"]["mode"] == "oneshot" and header["config"]["iterations"] == 3
     assert header["network"]["layers"] == 8 and "8 x dense 8" in header["architecture"]
     assert (header["train_samples"], header["validation_samples"], header["ranks"]) == (100, 50, 1)
+    # braidpy train keeps freed memory (braidpy.perf.allocator) and logs how
+    assert header["allocator"].startswith("glibc trim threshold 1073741824 B"), header
     assert [r["iteration"] for r in steps] == [1, 2, 3]
     assert steps[-1]["loss"] < steps[0]["loss"]
     assert all(r["steps"] > 0 for r in steps)
