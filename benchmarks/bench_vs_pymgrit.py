@@ -49,15 +49,14 @@ Run: bash benchmarks/setup_pymgrit_env.sh   (once)
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 from _problems import count_levels
 from _report import min_median, print_table, seconds
+from _sidecar import THREAD_ENV, mpiexec_for, run_for_result
+from _sidecar import venv_python as sidecar_python
 
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "_worker.py"
@@ -65,9 +64,7 @@ DEFAULT_VENV = Path.home() / ".cache" / "braidpy" / "pymgrit-venv"
 SUBPROCESS_ENV = {
     "MALLOC_MMAP_THRESHOLD_": str(1 << 30),
     "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
-    "OMP_NUM_THREADS": "1",
-    "OPENBLAS_NUM_THREADS": "1",
-    "MKL_NUM_THREADS": "1",
+    **THREAD_ENV,
 }
 SCALAR_GOAL, HEAT_GOAL = 5.0, 1.0
 
@@ -100,21 +97,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def venv_python() -> Path:
-    venv = Path(os.environ.get("BRAIDPY_PYMGRIT_VENV", DEFAULT_VENV)).expanduser()
-    python = venv / "bin" / "python"
-    if not python.exists():
-        sys.exit(f"no PyMGRIT virtualenv at {venv}: run `bash {HERE / 'setup_pymgrit_env.sh'}` "
-                 f"(or set BRAIDPY_PYMGRIT_VENV)")
-    return python
-
-
-def mpiexec_for(python: Path) -> str:
-    """The mpiexec beside an interpreter (same MPI as its mpi4py), else the one on PATH."""
-    beside = python.parent / "mpiexec"
-    found = str(beside) if beside.exists() else shutil.which("mpiexec")
-    if found is None:
-        sys.exit("mpiexec not found: install an MPI (e.g. pip install mpich)")
-    return found
+    return sidecar_python("BRAIDPY_PYMGRIT_VENV", DEFAULT_VENV,
+                          f"bash {HERE / 'setup_pymgrit_env.sh'}")
 
 
 def worker_command(args, side: str, problem: str, ranks: int, python: Path,
@@ -139,12 +123,7 @@ def run_worker(args, side: str, problem: str, ranks: int, python: Path, first: b
     """Run one side in a subprocess; its RESULT line as a dict."""
     cmd = worker_command(args, side, problem, ranks, python, first)
     env = dict(os.environ, **SUBPROCESS_ENV)
-    proc = subprocess.run(cmd, cwd=HERE, env=env, capture_output=True, text=True,
-                          timeout=args.timeout, check=False)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    if proc.returncode != 0 or not lines:
-        sys.exit(f"worker failed ({' '.join(cmd)}):\n{proc.stdout}\n{proc.stderr}")
-    return json.loads(lines[-1][len("RESULT "):])
+    return run_for_result(cmd, env, args.timeout)
 
 
 def plan(args) -> list:

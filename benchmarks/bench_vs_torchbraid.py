@@ -36,23 +36,18 @@ Run: bash benchmarks/setup_torchbraid_env.sh TORCHBRAID_SRC XBRAID_SRC   (once)
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 from _report import min_median, print_table, seconds
+from _sidecar import THREAD_ENV, mpiexec_for, run_for_result
+from _sidecar import venv_python as sidecar_python
 
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "_worker_torch.py"
 DEFAULT_VENV = Path.home() / ".cache" / "braidpy" / "torchbraid-venv"
-SUBPROCESS_ENV = {
-    "OMP_NUM_THREADS": "1",
-    "OPENBLAS_NUM_THREADS": "1",
-    "MKL_NUM_THREADS": "1",
-}
+SUBPROCESS_ENV = dict(THREAD_ENV)
 SIDES = ["serial", "braidpy", "torchbraid"]
 
 
@@ -76,22 +71,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def venv_python() -> Path:
-    venv = Path(os.environ.get("BRAIDPY_TORCHBRAID_VENV", DEFAULT_VENV)).expanduser()
-    python = venv / "bin" / "python"
-    if not python.exists():
-        sys.exit(f"no torchbraid virtualenv at {venv}: run `bash "
-                 f"{HERE / 'setup_torchbraid_env.sh'} TORCHBRAID_SRC XBRAID_SRC` "
-                 f"(or set BRAIDPY_TORCHBRAID_VENV)")
-    return python
-
-
-def mpiexec_for(python: Path) -> str:
-    """The mpiexec beside an interpreter (same MPI as its mpi4py), else the one on PATH."""
-    beside = python.parent / "mpiexec"
-    found = str(beside) if beside.exists() else shutil.which("mpiexec")
-    if found is None:
-        sys.exit("mpiexec not found: install an MPI (e.g. pip install mpich)")
-    return found
+    return sidecar_python("BRAIDPY_TORCHBRAID_VENV", DEFAULT_VENV,
+                          f"bash {HERE / 'setup_torchbraid_env.sh'} TORCHBRAID_SRC XBRAID_SRC")
 
 
 def run_worker(args, side: str, n: int, batch: int, ranks: int, python: Path) -> dict:
@@ -105,12 +86,7 @@ def run_worker(args, side: str, n: int, batch: int, ranks: int, python: Path) ->
     if side != "torchbraid":  # braidpy from this checkout, whatever the caller's path
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent),
                                                           env.get("PYTHONPATH")]))
-    proc = subprocess.run(cmd, cwd=HERE, env=env, capture_output=True, text=True,
-                          timeout=args.timeout, check=False)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    if proc.returncode != 0 or not lines:
-        sys.exit(f"worker failed ({' '.join(cmd)}):\n{proc.stdout}\n{proc.stderr}")
-    return json.loads(lines[-1][len("RESULT "):])
+    return run_for_result(cmd, env, args.timeout)
 
 
 def plan(args) -> list:
