@@ -70,6 +70,12 @@ class BlocksApp(App):
         self._backend = torch_backend.for_namespace(torch, device)
         self.array_device = self._backend.device
 
+    @property
+    def backend(self) -> Any:
+        """The torch backend of the states' device (set by :meth:`set_device`): packs and
+        unpacks rank messages."""
+        return self._backend
+
     def check_batchable(self) -> None:
         """Decide once whether the local blocks can share batched calls (same class, same
         printed configuration, same parameter and buffer names, shapes and dtypes), and

@@ -274,7 +274,7 @@ class LayerParallel(torch.nn.Module):
         app = self._app
         own = {n: {k: p.detach() for k, p in self._named[n]} for n in self.layers}
         app.set_device(device)
-        halo = self._halo.exchange(own, app._backend, self._halo_shapes)
+        halo = self._halo.exchange(own, app.backend, self._halo_shapes)
         app.params = {**own, **halo}
         app.buffers = self._block_buffers
         app.restack()
@@ -332,7 +332,7 @@ class LayerParallel(torch.nn.Module):
         """w0 (on the rank owning t_0, rank 0) on every rank."""
         if self._wire is None:
             return w0  # type: ignore[return-value]
-        backend = self._app._backend
+        backend = self._app.backend
         packed = None
         with agreed(self._wire, "packing the input gradient"):
             if self.rank == 0:
