@@ -44,11 +44,13 @@ def test_layer_parallel_under_mpi(nranks, launched, serial_losses):
         results = [rank[str(nranks)] for rank in group]
         for r, res in enumerate(results):
             # Exact-mode gradients equal serial autograd through the same blocks.
-            for kind in ("dense", "conv"):
+            # CPU inputs on NumPy states; forced torch states (CUDA's kind) likewise.
+            for kind, states in (("dense", "numpy"), ("conv", "numpy"),
+                                 ("dense-torch-states", "torch")):
                 e = res[kind]
                 assert e["output"] < 1e-12 and e["dx"] < 1e-10 and e["params"] < 1e-10, \
                     (r, kind, e)
-                assert e["path"] == "grouped"
+                assert e["path"] == "grouped" and e["states"] == states, (r, kind, e)
             # A block failing on one rank: its exception there, BraidError elsewhere.
             name, message, owns, usable = res["failing"]
             if owns:

@@ -75,6 +75,7 @@ def exact_case(comm, kind, depth, **options):
             errors["params"] = max(errors["params"], rel(p.grad, r))
     errors["nparams"] = sum(p.numel() for p in net.parameters())
     errors["path"] = net.batch_path
+    errors["states"] = net.state_kind
     errors["halo"] = net.halo_layers
     errors["iterations"] = [net.last_forward.iterations, net.last_backward.iterations]
     net.close()
@@ -143,8 +144,22 @@ def adam_peaks(comm, steps=20, depth=8, width=4, oneshot=None):
     return losses
 
 
+def torch_states_case(comm):
+    """The dense case with torch tensors as the core's states (what CUDA inputs take):
+    rank messages go through braidpy.backends.torch instead of NumPy's."""
+    import braidpy.torch._layer_parallel as lp_module
+
+    original = lp_module.takes_host_states
+    lp_module.takes_host_states = lambda x: False
+    try:
+        return exact_case(comm, "dense", 16, max_levels=3)
+    finally:
+        lp_module.takes_host_states = original
+
+
 CASES = {
     "dense": lambda comm: exact_case(comm, "dense", 16, max_levels=3),
+    "dense-torch-states": torch_states_case,
     "conv": lambda comm: exact_case(comm, "conv", 8),
     "failing": failing_case,
     "adam": adam_peaks,
