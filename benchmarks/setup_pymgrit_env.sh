@@ -10,28 +10,15 @@
 #   PYTHON                 interpreter to base the venv on (default: python3)
 #   BRAIDPY_PYMGRIT_VENV   where to create it (default: ~/.cache/braidpy/pymgrit-venv)
 set -euo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
 
 PYTHON="${1:-python3}"
 VENV="${BRAIDPY_PYMGRIT_VENV:-$HOME/.cache/braidpy/pymgrit-venv}"
 
-mpich_version="$("$PYTHON" - <<'EOF'
-from importlib import metadata
-try:
-    print(metadata.version("mpich"))
-except metadata.PackageNotFoundError:
-    print("")
-EOF
-)"
-mpich_req="mpich"
-if [[ -n "$mpich_version" ]]; then
-  mpich_req="mpich==$mpich_version"
-fi
-
-if [[ ! -x "$VENV/bin/python" ]]; then
-  mkdir -p "$(dirname "$VENV")"
-  "$PYTHON" -m venv "$VENV"
-fi
-"$VENV/bin/python" -m pip install --quiet --upgrade pip
+# shellcheck source=_sidecar_venv.sh
+source "$HERE/_sidecar_venv.sh"
+mpich_req="$(mpich_requirement "$PYTHON")"
+make_venv "$PYTHON" "$VENV"
 "$VENV/bin/python" -m pip install --quiet "numpy<2.4" scipy "$mpich_req" mpi4py "pymgrit==1.0.6"
 
 "$VENV/bin/python" - <<'EOF'

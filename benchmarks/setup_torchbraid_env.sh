@@ -27,6 +27,7 @@
 #   BRAIDPY_TORCHBRAID_VENV     where to create it (default: ~/.cache/braidpy/torchbraid-venv)
 #   BRAIDPY_TORCHBRAID_BUILD    build directory (default: a new temporary directory)
 set -euo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
 
 TB_SRC="${1:-${TORCHBRAID_SRC:-}}"
 XB_SRC="${2:-${XBRAID_SRC:-}}"
@@ -81,24 +82,10 @@ fi
 sed -i 's/<float\[:size\]> (buffer+start\*get_bytes(float))/<double[:size]> (buffer+start*get_bytes(float))/' \
   src/torchbraid/torchbraid_callbacks.pyx
 
-mpich_version="$("$PYTHON" - <<'EOF'
-from importlib import metadata
-try:
-    print(metadata.version("mpich"))
-except metadata.PackageNotFoundError:
-    print("")
-EOF
-)"
-mpich_req="mpich"
-if [[ -n "$mpich_version" ]]; then
-  mpich_req="mpich==$mpich_version"
-fi
-
-if [[ ! -x "$VENV/bin/python" ]]; then
-  mkdir -p "$(dirname "$VENV")"
-  "$PYTHON" -m venv "$VENV"
-fi
-"$VENV/bin/python" -m pip install --quiet --upgrade pip
+# shellcheck source=_sidecar_venv.sh
+source "$HERE/_sidecar_venv.sh"
+mpich_req="$(mpich_requirement "$PYTHON")"
+make_venv "$PYTHON" "$VENV"
 "$VENV/bin/python" -m pip install --quiet "$mpich_req" mpi4py numpy "Cython>=0.29.32" \
   setuptools wheel "torch==2.13.0"
 # The venv's mpicc (from the mpich wheel) compiles XBraid and the extensions; no
