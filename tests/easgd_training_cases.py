@@ -1,10 +1,9 @@
 """EASGD in training (issue 16 item 3): cases run under mpiexec by
 tests/mpi_easgd_train_driver.py, and the NumPy reference of test_easgd_training.py."""
 
-import time
 
 import numpy as np
-from hybrid_cases import EXACT, dense
+from hybrid_cases import EXACT, dense, run_recording_failure
 
 from braidpy.parallel.data import shard_of
 from braidpy.train import TrainConfig, Trainer
@@ -68,13 +67,7 @@ def failing_case(grid, where, victim, config):
                 raise Boom("gradient failed")
             return original(*args, **kwargs)
         setattr(target, name, failing)
-    start = time.perf_counter()
-    try:
-        trainer.run(on_step)
-        outcome = ["none", "", trainer.iteration]
-    except Exception as exc:  # noqa: BLE001 - recorded for the test
-        outcome = [type(exc).__name__, str(exc), trainer.iteration]
-    return outcome + [time.perf_counter() - start]
+    return run_recording_failure(trainer, on_step)
 
 
 def async_case(grid):

@@ -113,13 +113,25 @@ def error_case(grid, where, victim):
         def failing_accuracy(*args):
             raise Boom("accuracy failed")
         evaluate.classifier_accuracy = failing_accuracy
+    try:
+        return run_recording_failure(trainer, on_step)
+    finally:
+        evaluate.classifier_accuracy = classifier_accuracy
+
+
+def run_recording_failure(trainer, on_step=None):
+    """trainer.run(on_step) as [exception name or "none", message, steps done, seconds]."""
     start = time.perf_counter()
     try:
         trainer.run(on_step)
         outcome = ["none", "", trainer.iteration]
     except Exception as exc:  # noqa: BLE001 - recorded for the test
         outcome = [type(exc).__name__, str(exc), trainer.iteration]
-    finally:
-        evaluate.classifier_accuracy = classifier_accuracy
-    outcome.append(time.perf_counter() - start)
-    return outcome
+    return outcome + [time.perf_counter() - start]
+
+
+def grids(res):
+    """(grid shape, cases) of a driver's results, keyed "DxSxL"."""
+    for name, cases in res.items():
+        if "x" in name:
+            yield tuple(map(int, name.split("x"))), cases

@@ -6,7 +6,7 @@ count runs every grid and case)."""
 
 import numpy as np
 import pytest
-from hybrid_cases import PROBLEMS, TRAININGS, dense, training_case
+from hybrid_cases import PROBLEMS, TRAININGS, dense, grids, training_case
 from mpi_launch import launch
 
 from braidpy.parallel import ProcessGrid
@@ -41,12 +41,6 @@ def run(request, serial, tmp_path_factory):
     res = launch("mpi_hybrid_driver.py", nranks, folder, serial["checkpoint"],
                  folder / "saved-")
     return nranks, res, folder
-
-
-def grids(res):
-    for name, cases in res.items():
-        if "x" in name:
-            yield tuple(map(int, name.split("x"))), cases
 
 
 def test_every_grid_ran_and_the_ranks_really_ran_together(run):

@@ -6,6 +6,7 @@ tests/mpi_space_driver.py (one launch per rank count runs every grid and case)."
 
 import numpy as np
 import pytest
+from hybrid_cases import grids
 from mpi_launch import launch
 from space_cases import conv, gradient_case, resume_serially, training_case
 
@@ -27,12 +28,6 @@ def run(request, tmp_path_factory):
     nranks = request.param
     folder = tmp_path_factory.mktemp(f"space{nranks}")
     return nranks, launch("mpi_space_driver.py", nranks, folder, folder / "saved-"), folder
-
-
-def grids(res):
-    for name, cases in res.items():
-        if "x" in name:
-            yield tuple(map(int, name.split("x"))), cases
 
 
 def test_every_grid_ran_and_the_ranks_really_ran_together(run):
