@@ -290,8 +290,8 @@ class GradientSolver:
             if top >= lo:
                 # Steps n = N-1-m, ascending; row k is w_{n_k + 1} = adjoint value at m.
                 ns = np.arange(N - 1 - top, N - lo, dtype=np.int64)
-                first = self._final_adjoints(top, top)
-                size = _chunk_size(len(ns), _nbytes(first), self.gradient_chunk_bytes)
+                size = _chunk_size(len(ns), _nbytes(core.stored(top)),
+                                   self.gradient_chunk_bytes)
                 for a in range(0, len(ns), size):
                     self._gradient_chunk(ns[a:a + size], top - a, adjoint.iterations)
 
@@ -346,10 +346,10 @@ class GradientSolver:
         return total, w_final
 
 
-def _nbytes(block: Any) -> Optional[int]:
-    """Bytes of one row of a stacked block (None where the array does not say)."""
-    total = getattr(block, "nbytes", None)
-    return None if total is None or len(block) == 0 else int(total) // len(block)
+def _nbytes(state: Any) -> Optional[int]:
+    """Bytes of one state (None where the array does not say)."""
+    total = getattr(state, "nbytes", None)
+    return None if total is None else int(total)
 
 
 def _chunk_size(nsteps: int, row_bytes: Optional[int], limit: int) -> int:
