@@ -36,14 +36,16 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from _perf_validation import (calibrate_now, clean_sample, dump, run_worker,  # noqa: E402
+                              signed_worst, within)
 
 # (name, levels, cfactor, skip, mode, (m1, m2)); ntime is --layers.
 SETTINGS = [
@@ -55,19 +57,6 @@ SETTINGS = [
     ("L2 cf4 exact", 2, 4, False, "exact", None),
     ("serial", 1, 4, False, "oneshot", (1, 1)),
 ]
-
-
-def _clean(res: dict):
-    """(wall times, CPU times, iterations) of the clean gradients of a worker's RESULT
-    (all of them where none was clean or no filter applied) and the clean count."""
-    if not res.get("filter", False):
-        return res["times"], res["cpu"], res["iterations"], len(res["times"])
-    from braidpy.perf.runqueue import clean_indices
-
-    keep = clean_indices(res["times"], res["delays"])
-    idx = keep or list(range(len(res["times"])))
-    pick = lambda xs: [xs[i] for i in idx]  # noqa: E731
-    return pick(res["times"]), pick(res["cpu"]), pick(res["iterations"]), len(keep)
 
 
 def worker(spec: dict) -> None:
@@ -134,15 +123,7 @@ def worker(spec: dict) -> None:
 
 
 def measure(spec: dict, nranks: int) -> dict:
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-    cmd = [sys.executable, __file__, "--worker", json.dumps(spec)]
-    if nranks > 1:
-        cmd = ["mpiexec", "-n", str(nranks)] + cmd
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
-    if out.returncode:
-        raise RuntimeError(out.stderr)
-    line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")][-1]
-    return json.loads(line[7:])
+    return run_worker(__file__, spec, nranks)
 
 
 def main(argv=None) -> None:
@@ -183,15 +164,14 @@ def main(argv=None) -> None:
 
     if args.calibration:
         cal = load_calibration(args.calibration)
-    else:  # the command line, with the workers' thread settings
-        path = os.path.join(tempfile.gettempdir(), "braidpy-bench-calibration.json")
-        env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-        subprocess.run([sys.executable, "-m", "braidpy", "calibrate", "-o", path, "-q",
-                        "--layer", f"dense:{args.width}", "--samples", "16", "128",
-                        str(args.samples), str(4 * args.samples), "--rows", "1", "4", "16",
-                        "64"], check=True, env=env)
+    else:  # the command line, with the workers' thread settings; the network measured
+        # between two ranks where the run uses two or more
+        path = calibrate_now([f"dense:{args.width}"],
+                             [16, 128, args.samples, 4 * args.samples], [1, 4, 16, 64],
+                             2 if max(args.ranks) > 1 and args.cores > 1 else 1,
+                             "braidpy-bench-calibration.json")
         cal = load_calibration(path)
-        print(f"calibrated now ({path})")
+        print(f"calibrated now ({path}; network: {cal.p2p.source})")
     net = NetSpec("dense", (args.width,), args.layers, args.samples)
     settings = SETTINGS[:1] if args.quick else SETTINGS
     repeats = 2 if args.quick else args.repeats
@@ -207,7 +187,7 @@ def main(argv=None) -> None:
                         tries=max(args.max_tries, repeats), filter=P <= args.cores,
                         faults=args.allocator_default)
             res = measure(spec, P)
-            walls, cpus, its_all, nclean = _clean(res)
+            walls, cpus, its_all, nclean = clean_sample(res)
             cpu = statistics.median(cpus)
             wall = statistics.median(walls)
             # Clean gradients: the wall time (no rank lost its core); otherwise, as
@@ -276,14 +256,12 @@ def report(rows, cores, json_path=None, plot=None):
             r["speedup_model"] = base["predicted"] / r["predicted"]
             print(f"{r['setting']:24s} {r['P']:2d} {r['speedup']:16.2f}x "
                   f"{r['speedup_model']:5.2f}x")
-    worst = max(abs(r["error"]) for r in rows)
-    within = sum(abs(r["error"]) <= 0.25 for r in rows)
-    within_wall = sum(abs(r["error_wall"]) <= 0.25 for r in rows)
-    print(f"measured within 25%: {within} of {len(rows)} (worst {worst:+.0%}); wall time "
-          f"(model with ranks sharing {cores} cores): {within_wall} of {len(rows)}")
+    errors = [r["error"] for r in rows]
+    print(f"measured within 25%: {within(errors)} of {len(rows)} (worst "
+          f"{signed_worst(errors):+.0%}); wall time (model with ranks sharing {cores} "
+          f"cores): {within([r['error_wall'] for r in rows])} of {len(rows)}")
     if json_path:
-        with open(json_path, "w") as f:
-            json.dump(rows, f, indent=1)
+        dump(rows, json_path)
     if plot:
         import matplotlib
         matplotlib.use("Agg")
@@ -299,7 +277,8 @@ def report(rows, cores, json_path=None, plot=None):
         ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
         ax.fill_between([lo, hi], [lo * 0.75, hi * 0.75], [lo * 1.25, hi * 1.25],
                         color="0.9", label="±25 %")
-        ax.set(xscale="log", yscale="log", xlabel="measured s / gradient (clean wall, else slowest CPU)",
+        ax.set(xscale="log", yscale="log",
+               xlabel="measured s / gradient (clean wall, else slowest CPU)",
                ylabel="predicted s / gradient", title="braidpy.perf: predicted vs measured")
         for axis in (ax.xaxis, ax.yaxis):
             axis.set_minor_formatter(NullFormatter())

@@ -47,6 +47,30 @@ def test_costs_per_sample_and_free_messages_choose_data_groups(tmp_path):
         assert choice.shape == (p, 1, 1), choice.summary
 
 
+def test_one_layer_rank_is_predicted_with_the_mgrit_setting_training_runs(tmp_path):
+    # The Trainer runs its MGRIT setting on a single layer rank too (not serial
+    # propagation, which serial mode alone uses): the choice is predicted as run.
+    from braidpy.perf import load_calibration
+    from braidpy.perf.model import Strategy, predict
+    from braidpy.perf.schedule import Cycle
+
+    path = tmp_path / "cal.json"
+    save_calibration(per_sample(1e-6), str(path))
+    cal = load_calibration(str(path))
+    spec = dense_spec(64)
+    choice = decide_grid(spec, 2, str(path), levels=2, cfactor=4, mode="oneshot",
+                         iterations=(2, 2))
+    assert choice.shape == (2, 1, 1)
+    mgrit = Strategy(2, 1, 1, Cycle(ntime=32, max_levels=2, cfactor=4), (2, 2))
+    serial = Strategy(2, 1, 1, Cycle(ntime=32, max_levels=1), (1, 1))
+    assert choice.seconds == pytest.approx(predict(spec, mgrit, cal).seconds, rel=1e-12)
+    assert predict(spec, serial, cal).seconds < 0.9 * choice.seconds
+    chosen_serial = decide_grid(spec, 2, str(path), levels=2, cfactor=4, mode="serial",
+                                iterations=(2, 2))
+    assert chosen_serial.seconds == pytest.approx(predict(spec, serial, cal).seconds,
+                                                  rel=1e-12)
+
+
 def test_costs_per_call_choose_layer_ranks(tmp_path):
     # A call costs the same for any batch: data groups save nothing, layer ranks do.
     path = tmp_path / "cal.json"

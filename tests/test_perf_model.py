@@ -150,7 +150,13 @@ def test_data_parallel_divides_the_samples():
     four = predict(net, strategy(1, data=4), cal)
     assert four.parts["fwd"] == pytest.approx(one.parts["fwd"] / 4)
     two_space = predict(net, strategy(1, space=2), cal)
-    assert two_space.parts["fwd"] == pytest.approx(one.parts["fwd"] / 2)
+    # Each of 2 space ranks steps its 4 rows and a halo row either side, on the padded
+    # grid: 8 of the image's 10 padded rows; the adjoint, with halos of 2 rows, all 10.
+    assert two_space.parts["fwd"] == pytest.approx(one.parts["fwd"] * 0.8)
+    assert two_space.parts["adj"] == pytest.approx(one.parts["adj"])
+    tall = NetSpec("conv", (2, 64, 8), 8, 64)
+    assert predict(tall, strategy(1, space=2), cal).parts["fwd"] == pytest.approx(
+        predict(tall, strategy(1), cal).parts["fwd"] * (32 + 4) / 66)
 
 
 def test_oversubscription_scales_compute():
@@ -172,6 +178,12 @@ def test_infeasible_strategies_say_why():
         predict(net, strategy(1, space=2), made_up())
     with pytest.raises(ValueError, match="20 data groups for 10 samples"):
         predict(net, strategy(1, data=20), made_up())
+    # Space splits as training allows them: bands no thinner than the kernel radius.
+    conv = NetSpec("conv", (2, 8, 8), 8, 16, kernel=5)
+    predict(conv, strategy(1, space=4), made_up())  # bands of 2 rows, radius 2
+    with pytest.raises(ValueError, match="8 row bands of a 8-row image are thinner than "
+                                         "the kernel radius 2"):
+        predict(conv, strategy(1, space=8), made_up())
 
 
 # ------------------------------------------------------------ the plan

@@ -44,7 +44,7 @@ from .collectives import allgatherv
 from .comm import mpi, rank_size
 
 __all__ = ["RowSplit", "conv2d_rows", "conv2d_input_vjp_rows", "conv2d_weight_vjp_rows",
-           "conv2d_weight_vjp_band", "rows_with_halo"]
+           "conv2d_weight_vjp_band", "rows_with_halo", "rows_extended", "zero_rows"]
 
 _TAG_UP, _TAG_DOWN = 31, 32  # a band's top rows travel up, its bottom rows down
 
@@ -108,24 +108,25 @@ def _check_band(fn: str, x: np.ndarray, split: RowSplit) -> None:
 
 
 class _Halo:
-    """The r rows above and below this rank's band, exchanged without blocking."""
+    """The r rows above and below this rank's band, exchanged without blocking. ``x``
+    is (..., C, rows, W): one image batch, or several (a leading interval axis)."""
 
     def __init__(self, x: np.ndarray, r: int, split: RowSplit):
-        n, c, _, w = x.shape
-        self.above = np.zeros((n, c, r, w), dtype=x.dtype)  # zero: the image's padding
-        self.below = np.zeros((n, c, r, w), dtype=x.dtype)
+        shape = x.shape[:-2] + (r, x.shape[-1])
+        self.above = np.zeros(shape, dtype=x.dtype)  # zero: the image's padding
+        self.below = np.zeros(shape, dtype=x.dtype)
         self._requests: List[Any] = []
         s, comm = split.rank, split.comm
         if r == 0 or split.size == 1:
             return
         thinnest = min(len(rows) for rows in split.rows)
         if thinnest < r:  # every rank sees the same split: all raise together
-            raise ValueError(f"bands of {thinnest} rows are thinner than the kernel radius "
-                             f"{r}: use fewer space ranks for {split.height} rows")
+            raise ValueError(f"bands of {thinnest} rows are thinner than the halo of {r} "
+                             f"rows: use fewer space ranks for {split.height} rows")
         MPI = mpi()
         up, down = split.tags
-        send_up = np.ascontiguousarray(x[:, :, :r])
-        send_down = np.ascontiguousarray(x[:, :, -r:])
+        send_up = np.ascontiguousarray(x[..., :r, :])
+        send_down = np.ascontiguousarray(x[..., -r:, :])
         self._split = split
         self._keep = (send_up, send_down, self.above, self.below)  # alive until done
         if s > 0:
@@ -139,6 +140,26 @@ class _Halo:
         if self._requests:
             requests, self._requests = self._requests, []
             self._split.wait(requests, self._keep)
+
+    def extended(self, x: np.ndarray) -> np.ndarray:
+        """x with its halo rows above and below (waits for them)."""
+        self.wait()
+        return np.concatenate([self.above, x, self.below], axis=-2)
+
+
+def rows_extended(x: np.ndarray, r: int, split: RowSplit) -> np.ndarray:
+    """This rank's band ``x`` (..., C, rows, W) with the r rows of its neighbours' bands
+    above and below (zero beyond the image), for a "same" correlation of the band whose
+    rows r..-r are the whole image's (collective over ``split.comm``; every band must
+    have at least r rows)."""
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    return _Halo(x, r, split).extended(x)
+
+
+def zero_rows(x: Any, r: int) -> np.ndarray:
+    """``x`` (..., rows, W) with r zero rows above and below."""
+    pad = [(0, 0)] * (np.ndim(x) - 2) + [(r, r), (0, 0)]
+    return np.pad(np.asarray(x, dtype=np.float64), pad)
 
 
 def _radius(K: np.ndarray) -> int:
@@ -154,9 +175,7 @@ def _correlate_rows(fn: str, x: np.ndarray, K: np.ndarray, split: RowSplit, op) 
     if r == 0:
         return op(x, K)
     if m < 2 * r:  # a band thinner than the kernel: wait, then one extended block
-        halo.wait()
-        ext = np.concatenate([halo.above, x, halo.below], axis=2)
-        return op(ext, K)[:, :, r:-r]
+        return op(halo.extended(x), K)[:, :, r:-r]
     out = op(x, K)  # rows r..m-r-1 are final already; the halos are on their way
     halo.wait()
     top = op(np.concatenate([halo.above, x[:, :, :2 * r]], axis=2), K)
@@ -187,9 +206,7 @@ def conv2d_weight_vjp_band(g: np.ndarray, x: np.ndarray, k: int,
     _check_band("conv2d_weight_vjp_band", g, split)
     x = np.ascontiguousarray(x, dtype=np.float64)
     r = (int(k) - 1) // 2
-    halo = _Halo(x, r, split)
-    halo.wait()
-    ext = np.concatenate([halo.above, x, halo.below], axis=2)
+    ext = _Halo(x, r, split).extended(x)
     # g is zero on the halo rows: only this band's output pixels count here.
     gext = np.zeros(g.shape[:2] + ext.shape[2:], dtype=np.float64)
     gext[:, :, r:r + g.shape[2]] = g

@@ -59,8 +59,10 @@ def decide_grid(spec: NetSpec, nprocs: int, calibration: str, *, levels: int, cf
     cal = load_calibration(calibration)
     serial = mode == "serial"
     model_mode = "exact" if mode == "exact" else "oneshot"
+    # The Trainer runs its MGRIT setting on a single layer rank too (serial mode
+    # propagates serially on every grid).
     result = plan(spec, nprocs, cal, levels=(levels,), cfactors=(cfactor,),
-                  iterations=iterations, mode=model_mode)
+                  iterations=iterations, mode=model_mode, mgrit_on_one_rank=not serial)
     usable = [p for p in result.ranked if p.strategy.space <= max_space
               and (not serial or p.strategy.layers == 1)]
     if not usable:

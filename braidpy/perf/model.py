@@ -24,7 +24,7 @@ from typing import Dict, List, Optional, Tuple
 from .calibration import Calibration, Link
 from .schedule import Cycle, Op, Timeline, block_ranges, simulate, solve_program
 
-__all__ = ["NetSpec", "Strategy", "Prediction", "predict", "allreduce_seconds",
+__all__ = ["NetSpec", "Strategy", "Prediction", "predict", "allreduce_seconds", "band_share",
            "memory_per_rank", "check_strategy", "serial_seconds", "NETWORKS", "network_spec",
            "PARAM_COPIES", "AGREEMENTS_PER_GRADIENT"]
 
@@ -211,14 +211,38 @@ def check_strategy(net: NetSpec, s: Strategy) -> List[str]:
         why.append(f"{s.data} data groups for {net.samples} samples")
     if s.space > 1 and net.kind != "conv":
         why.append("spatial parallelism needs conv layers")
-    if s.space > 1 and net.kind == "conv" and net.shape[1] < s.space * net.kernel:
+    # as training allows (braidpy.train.spatial_training.max_space): bands of at least
+    # the kernel radius, and at least one row
+    radius = max(net.kernel // 2, 1)
+    if s.space > 1 and net.kind == "conv" and net.shape[1] // s.space < radius:
         why.append(f"{s.space} row bands of a {net.shape[1]}-row image are thinner than "
-                   f"the kernel")
+                   f"the kernel radius {radius}")
     if s.layers > net.nlayers + 1:
         why.append(f"{s.layers} layer ranks for {net.nlayers + 1} layer points")
     if s.layers > 1 and s.cycle.max_levels == 1:
         why.append("layer ranks with one MGRIT level (serial propagation)")
     return why
+
+
+def band_share(net: NetSpec, space: int, tag: str) -> float:
+    """The share of a whole image's layer call that one of ``space`` ranks computes: a
+    conv layer's call runs on the (thickest) band extended by the halo rows it needs
+    (the kernel radius r; 2r for the state adjoint, which needs act'(z) around the
+    band), and the convolution's work goes with the zero-padded rows (the band's + 2r,
+    the image's + 2r). So splitting small images gains little: 8 rows over 2 ranks
+    leave each 0.8 (step) to 1.0 (adjoint) of the work. 1 / space where not conv.
+
+    >>> band_share(NetSpec("conv", (4, 8, 8), 32, 100), 2, "fwd")
+    0.8
+    >>> round(band_share(NetSpec("conv", (8, 28, 28), 32, 100), 2, "fwd"), 3)
+    0.6
+    """
+    if space == 1 or net.kind != "conv":
+        return 1.0 / space
+    height, r = net.shape[1], net.kernel // 2
+    band = -(-height // space)
+    halo = 2 * r if tag == "adj" else r
+    return (band + 2 * halo + 2 * r) / (height + 2 * r)
 
 
 def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] = None,
@@ -246,11 +270,17 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
     state_bytes = 8.0 * samples * net.numbers / s.space
     costs = layer.costs
 
-    def halo(rows: int) -> float:
+    def halo(op: Op) -> float:
+        """The halo rows of a call's intervals: one message per neighbour (the adjoint:
+        2r rows of u and r of w, two messages)."""
         if s.space == 1:
             return 0.0
         c, _, w = net.shape
-        return p2p.seconds(8.0 * samples * rows * c * (net.kernel // 2) * w)
+        row = 8.0 * samples * op.rows * c * w
+        r = net.kernel // 2
+        if op.tag == "adj":
+            return p2p.seconds(2 * r * row) + p2p.seconds(r * row)
+        return p2p.seconds(r * row)
 
     def cost(op: Op) -> float:
         if op.kind == "work":
@@ -258,9 +288,10 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
         if op.kind == "vec":
             return share * op.rows * costs["vec"].seconds(1, samples / s.space) * \
                 layer.sweep_batched
-        work = costs[op.tag].seconds(op.rows, samples * scale / s.space) * \
+        work = costs[op.tag].seconds(op.rows, samples * scale * band_share(net, s.space,
+                                                                           op.tag)) * \
             (layer.sweep_batched if op.batch else layer.sweep)
-        return share * (work + cal.callback_s) + halo(op.rows)
+        return share * (work + cal.callback_s) + halo(op)
 
     def message(op: Op) -> float:
         return p2p.seconds(state_bytes)
@@ -276,14 +307,17 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
     mirrored = [(N - hi, N - lo) for lo, hi in reversed(ranges)]
     adjoint = solve_program(s.cycle, P, m2, tag="adj", ranges=mirrored,
                             world=list(range(P - 1, -1, -1)), stream="adjoint", cold=s.cold)
-    # The opening and the classifier cost about a layer's gradient call each.
-    head = costs["grad"].seconds(1, samples * scale / s.space) * layer.sweep
+    # The opening and the classifier cost about a layer's gradient call each; with
+    # space ranks the opening runs on the band, the classifier on the gathered image.
+    opening = costs["grad"].seconds(1, samples * scale * band_share(net, s.space, "fwd")) * \
+        layer.sweep
+    head = costs["grad"].seconds(1, samples * scale) * layer.sweep
     progs: List[List[Op]] = []
     solve = Op("work", "solve", seconds=cal.solve_s)  # Core.solve's own Python
     for p in range(P):
         ops: List[Op] = []
         if p == 0:
-            ops.append(Op("work", "head", seconds=head))  # the opening layer
+            ops.append(Op("work", "head", seconds=opening))  # the opening layer
         ops.append(solve)
         ops += primal[p]
         if p == P - 1:
@@ -299,15 +333,15 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
             else:
                 ops += [Op("step", "grad", 0, 1)] * steps
         if p == 0:
-            ops.append(Op("work", "head", seconds=head))  # the opening's gradient
+            ops.append(Op("work", "head", seconds=opening))  # the opening's gradient
         ops += [Op("allreduce", "agreement")] * AGREEMENTS_PER_GRADIENT
         progs.append(ops)
     tl = simulate(progs, cost, message, reduce)
     grad_bytes = 8.0 * net.nparams
     layer_ar = allreduce_seconds(grad_bytes, P, p2p, small)
     data_ar = allreduce_seconds(grad_bytes, s.data, p2p, small)
-    space_ar = allreduce_seconds(8.0 * net.nparams / max(N, 1), s.space, p2p, small) * \
-        (N if s.space > 1 else 0)
+    # the bands' gradient parts, summed over the space group once per gradient
+    space_ar = allreduce_seconds(grad_bytes, s.space, p2p, small)
     parts = {k: v for k, v in tl.path.items()}
     parts["allreduce(layers)"] = layer_ar
     parts["allreduce(data)"] = data_ar

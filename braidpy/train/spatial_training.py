@@ -48,8 +48,8 @@ from ..nn.layers import classifier_gradient, classifier_loss
 from ..nn.network import ResNet
 from ..nn.resnet import ResNetApp
 from ..parallel.comm import free_quietly, mpi, rank_size
-from ..parallel.spatial import (RowSplit, conv2d_input_vjp_rows, conv2d_rows,
-                                conv2d_weight_vjp_band, rows_with_halo)
+from ..parallel.spatial import (RowSplit, conv2d_input_vjp_rows, conv2d_rows, rows_extended,
+                                rows_with_halo, zero_rows)
 from .evaluate import LayerParallelEvaluator
 
 __all__ = ["SpaceChannel", "SpaceSplitConvLayer", "SpaceSplitResNetApp",
@@ -248,34 +248,63 @@ class SpaceSplitConvLayer:
         self.channel = channel
         self.kernel = layer.kernel
         self.activation: Activation = layer.activation
+        self._radius = (layer.kernel - 1) // 2
+        self._thinnest = min(len(rows) for rows in channel.rows)
 
-    def _z(self, u: Any, K: Any, b: Any) -> Any:
-        return conv2d_rows(u, K, self.channel) + np.reshape(b, (-1, 1, 1))
-
+    # Every call exchanges one halo (for all the intervals of a batched call) and runs
+    # the whole layer's own kernel on the band extended by it: a "same" correlation of
+    # the extended band is exact on the band's rows. The adjoint needs act'(z) on the r
+    # rows around the band too, hence u's halo of 2r rows; bands thinner than that take
+    # the adjoint of parallel.spatial's strip convolutions instead, interval by interval.
     def forward(self, u: Any, K: Any, b: Any, h: Any) -> Any:
-        return u + h * self.activation.value(self._z(u, K, b))
-
-    def _g(self, w: Any, u: Any, K: Any, b: Any, h: Any) -> Any:
-        return h * (w * self.activation.derivative(self._z(u, K, b)))
+        return self._forward(self.inner.forward, u, K, b, h)
 
     def adjoint(self, w: Any, u: Any, K: Any, b: Any, h: Any) -> Any:
-        return w + conv2d_input_vjp_rows(self._g(w, u, K, b, h), K, self.channel)
+        if self._thinnest < 2 * self._radius:
+            return self._adjoint_strips(w, u, K, b, h)
+        return self._adjoint(self.inner.adjoint, w, u, K, b, h)
 
     def gradient(self, w: Any, u: Any, K: Any, b: Any, h: Any) -> Tuple[Any, Any]:
-        g = self._g(w, u, K, b, h)
-        return (conv2d_weight_vjp_band(g, u, self.kernel, self.channel),
-                np.sum(g, axis=(0, 2, 3)))
+        return self._gradient(self.inner.gradient, w, u, K, b, h)
 
     def forward_batched(self, U: Any, Ks: Any, bs: Any, hs: Any) -> Any:
-        return np.stack([self.forward(U[i], Ks[i], bs[i], hs[i]) for i in range(len(U))])
+        return self._forward(self.inner.forward_batched, U, Ks, bs, hs)
 
     def adjoint_batched(self, W: Any, U: Any, Ks: Any, bs: Any, hs: Any) -> Any:
-        return np.stack([self.adjoint(W[i], U[i], Ks[i], bs[i], hs[i])
-                         for i in range(len(U))])
+        if self._thinnest < 2 * self._radius:
+            return np.stack([self._adjoint_strips(W[i], U[i], Ks[i], bs[i], hs[i])
+                             for i in range(len(U))])
+        return self._adjoint(self.inner.adjoint_batched, W, U, Ks, bs, hs)
 
     def gradient_batched(self, W: Any, U: Any, Ks: Any, bs: Any, hs: Any) -> Tuple[Any, Any]:
-        pairs = [self.gradient(W[i], U[i], Ks[i], bs[i], hs[i]) for i in range(len(U))]
-        return np.stack([d for d, _ in pairs]), np.stack([e for _, e in pairs])
+        return self._gradient(self.inner.gradient_batched, W, U, Ks, bs, hs)
+
+    def _forward(self, call: Any, U: Any, *params: Any) -> Any:
+        r = self._radius
+        if r == 0:
+            return call(U, *params)
+        ext = rows_extended(U, r, self.channel)
+        return np.ascontiguousarray(call(ext, *params)[..., r:-r, :])
+
+    def _adjoint(self, call: Any, W: Any, U: Any, *params: Any) -> Any:
+        r = self._radius
+        if r == 0:
+            return call(W, U, *params)
+        ext_u = rows_extended(U, 2 * r, self.channel)
+        ext_w = zero_rows(rows_extended(W, r, self.channel), r)
+        return np.ascontiguousarray(call(ext_w, ext_u, *params)[..., 2 * r:-2 * r, :])
+
+    def _gradient(self, call: Any, W: Any, U: Any, *params: Any) -> Tuple[Any, Any]:
+        r = self._radius
+        if r == 0:
+            return call(W, U, *params)
+        # W zero on the halo rows: only this band's output pixels count here.
+        return call(zero_rows(W, r), rows_extended(U, r, self.channel), *params)
+
+    def _adjoint_strips(self, w: Any, u: Any, K: Any, b: Any, h: Any) -> Any:
+        z = conv2d_rows(u, K, self.channel) + np.reshape(b, (-1, 1, 1))
+        g = h * (w * self.activation.derivative(z))
+        return w + conv2d_input_vjp_rows(g, K, self.channel)
 
 
 # ---------------------------------------------------------------------------- app

@@ -1,0 +1,75 @@
+"""What bench_perf_model.py and bench_perf_grids.py share: a worker under mpiexec, the
+clean-gradient filter, the calibration made for the run, and the error summary.
+
+A worker is the calling script run again as ``SCRIPT --worker JSON`` (under
+``mpiexec -n P`` for P > 1); its rank 0 prints one line ``RESULT {json}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from typing import Dict, List, Sequence, Tuple
+
+#: One thread per rank: the model gives every rank one core.
+WORKER_ENV = dict(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+
+
+def run_worker(script: str, spec: dict, nranks: int, timeout: float = 900) -> dict:
+    """Run ``script --worker spec`` on ``nranks`` ranks; rank 0's RESULT as a dict."""
+    env = dict(os.environ, **WORKER_ENV)
+    cmd = [sys.executable, script, "--worker", json.dumps(spec)]
+    if nranks > 1:
+        cmd = ["mpiexec", "-n", str(nranks)] + cmd
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    if out.returncode:
+        raise RuntimeError(f"{' '.join(cmd[:4])}... failed:\n{out.stderr[-4000:]}")
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")][-1]
+    return json.loads(line[7:])
+
+
+def clean_sample(res: dict) -> Tuple[List[float], List[float], list, int]:
+    """(wall times, CPU times, extras, clean count) of the clean gradients of a worker's
+    result (all of them where none was clean or no filter applied). ``res`` has lists
+    ``times``, ``cpu``, ``delays``, ``extra`` and the bool ``filter``."""
+    extra = res.get("extra", res.get("iterations", [None] * len(res["times"])))
+    if not res.get("filter", False):
+        return res["times"], res["cpu"], extra, len(res["times"])
+    from braidpy.perf.runqueue import clean_indices
+
+    keep = clean_indices(res["times"], res["delays"])
+    idx = keep or list(range(len(res["times"])))
+    return ([res["times"][i] for i in idx], [res["cpu"][i] for i in idx],
+            [extra[i] for i in idx], len(keep))
+
+
+def calibrate_now(layers: Sequence[str], samples: Sequence[int], rows: Sequence[int],
+                  ranks: int, name: str) -> str:
+    """Run ``braidpy calibrate`` for these layers (under ``mpiexec -n ranks`` when
+    ranks > 1, so that the network is measured, not assumed); the file's path."""
+    path = os.path.join(tempfile.gettempdir(), name)
+    cmd = [sys.executable, "-m", "braidpy", "calibrate", "-o", path, "-q"]
+    for layer in layers:
+        cmd += ["--layer", layer]
+    cmd += ["--samples", *map(str, samples), "--rows", *map(str, rows)]
+    if ranks > 1:
+        cmd = ["mpiexec", "-n", str(ranks)] + cmd
+    subprocess.run(cmd, check=True, env=dict(os.environ, **WORKER_ENV))
+    return path
+
+
+def signed_worst(errors: Sequence[float]) -> float:
+    """The error of largest magnitude, with its sign."""
+    return max(errors, key=abs)
+
+
+def within(errors: Sequence[float], bound: float = 0.25) -> int:
+    return sum(abs(e) <= bound for e in errors)
+
+
+def dump(rows: List[Dict], path: str) -> None:
+    with open(path, "w") as f:
+        json.dump(rows, f, indent=1)
