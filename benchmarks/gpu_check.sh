@@ -7,6 +7,8 @@
 #   bash benchmarks/gpu_check.sh            # about 5 minutes on one H100/H200
 #   STEPS="pytest-gpu bench-gpu-conv" bash benchmarks/gpu_check.sh   # some steps only
 #   BENCH_GPU_ARGS="--hierarchies 2:64 3:16" ...                      # options of a step
+#   STEPS="perf-cpu" bash benchmarks/gpu_check.sh   # the performance model's validation
+#       at 1-8 ranks on the machine's CPU cores (not in the default steps: ~4 minutes)
 #
 # Python packages braidpy needs that the machine lacks can be dropped as wheels into
 # .whl/ (installed with --no-deps into /tmp/gpu-check-site first).
@@ -20,7 +22,7 @@ export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 STEPS=${STEPS:-pytest-gpu bench-gpu bench-gpu-conv bench-gpu-conv-net bench-torch-cuda \
-train-digits-cuda train-digits28-cuda}
+train-digits-cuda train-digits28-cuda calibrate-gpu}
 
 step() {  # step NAME SECONDS COMMAND...: run, log to $OUT/NAME.log, report the status
     local name=$1 limit=$2
@@ -75,4 +77,14 @@ PYEOF
 step train-digits28-cuda 120 $PY -m braidpy train /tmp/digits28.npy \
     --labels /tmp/digits28_labels.npy --device cuda --width 8 --layers 32 --optimizer adam \
     --lr 0.005 --batch 64 --iterations 40
+# The performance model's GPU costs (issue 17): layer calls timed on the GPU, then the
+# best splits of a 1024-layer MNIST-size conv ResNet over 4-64 GPUs with them.
+step calibrate-gpu 200 bash -c "$PY -m braidpy calibrate --device cuda -o '$OUT/cal-gpu.json' \
+    --layer dense:8 --layer conv:8x28x28:3 -v && for P in 4 16 64; do $PY -m braidpy plan \
+    --calibration '$OUT/cal-gpu.json' --network mnist-1024 --batch 32 -P \$P \
+    --interconnect ethernet-25g --top 3; done"
+# Predicted vs measured on this machine's CPU cores, 1 to 8 ranks (a core each).
+step perf-cpu 400 bash -c "$PY benchmarks/bench_perf_model.py --ranks 1 2 4 8 \
+    --json '$OUT/perf-model.json' && $PY benchmarks/bench_perf_grids.py --ranks 1 2 4 \
+    --json '$OUT/perf-grids.json'"
 cat "$OUT/summary.log"

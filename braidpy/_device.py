@@ -78,6 +78,14 @@ class Placement:
     def __repr__(self) -> str:
         return f"Placement({self.name!r})"
 
+    def synchronize(self) -> None:
+        """Wait until the work queued on this device is done (CuPy: the device's
+        ``synchronize``; devices without one, the host included, run synchronously
+        as far as Python can tell). For timing device work by wall clock."""
+        sync = getattr(self.device, "synchronize", None)
+        if callable(sync):
+            sync()
+
     def zeros(self, shape: Any, dtype: Any = None) -> Any:
         """float64 (or ``dtype``) zeros on this device."""
         if self.is_host:

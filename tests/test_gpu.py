@@ -442,3 +442,18 @@ def test_torch_layer_parallel_on_the_gpu_equals_serial_autograd(torch_cuda, kind
     assert results["cuda"][3] == results["cpu"][3] == "grouped"
     for a, b in zip(results["cuda"][:3], results["cpu"][:3]):
         assert rel(a, b) < 1e-12
+
+
+def test_calibrate_on_the_gpu_writes_device_costs(cp, tmp_path):
+    """braidpy calibrate --device cuda: layer costs timed on the GPU (wall clock,
+    synchronized) and a file naming the device that braidpy plan reads."""
+    from braidpy.perf import load_calibration, save_calibration
+    from braidpy.perf.calibrate import calibrate
+
+    cal = calibrate(["dense:8"], samples=(16, 256), rows=(1, 4), repeats=2, device="cuda")
+    assert cal.device == "cuda:0"
+    fwd = cal.layers[0].costs["fwd"]
+    assert fwd.a > 0 or fwd.b > 0
+    assert 0.25 <= cal.layers[0].sweep <= 8.0
+    save_calibration(cal, str(tmp_path / "gpu.json"))
+    assert load_calibration(str(tmp_path / "gpu.json")).device == "cuda:0"

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from braidpy.perf import (CLUSTERS, Calibration, CalibrationError, CostFit, Cycle,
@@ -390,3 +391,54 @@ def test_calibrate_writes_a_file_plan_reads(tmp_path):
     assert cal.layers[0].name == "dense-w2" and cal.nranks == 1
     assert cal.p2p.source.startswith("assumed")  # one rank: no network measured
     assert all(math.isfinite(f.a) for f in cal.layers[0].costs.values())
+
+
+def test_calibrate_on_a_device_keeps_the_numbers_there(tmp_path):
+    """calibrate(device=...) on array-api-strict's device1, whose arrays refuse any
+    conversion to NumPy: a hidden host copy in the layer, vector or sweep timing would
+    raise. The file names the device; every fit is finite and the factors in range."""
+    xp = pytest.importorskip("array_api_strict")
+    from braidpy._device import placement
+    from braidpy.perf import save_calibration
+    from braidpy.perf.calibrate import calibrate
+
+    where = placement(xp.Device("device1"), xp)
+    cal = calibrate(["dense:3", "conv:2x5x5:3"], samples=(2, 4), rows=(1, 2), repeats=1,
+                    min_time=1e-4, device=where)
+    assert cal.device == where.name and "device1" in cal.device
+    assert cal.host["gpu"].startswith(f"layer costs measured on {where.name}")
+    for lc in cal.layers:
+        assert all(math.isfinite(f.a) and math.isfinite(f.b) for f in lc.costs.values())
+        assert 0.25 <= lc.sweep <= 8.0 and 0.25 <= lc.sweep_batched <= 8.0
+    save_calibration(cal, str(tmp_path / "dev.json"))
+    assert load_calibration(str(tmp_path / "dev.json")).device == where.name
+
+
+def test_device_messages_are_copied_through_the_host():
+    """With a device, each ping-pong message leaves the device and comes back to it."""
+    pytest.importorskip("mpi4py")
+    from braidpy._device import HOST
+    from braidpy.perf.calibrate import calibrate_network
+
+    class Counting(type(HOST)):
+        def __init__(self):
+            super().__init__(np, "fake", "fake:0")
+            self.to, self.back = 0, 0
+
+        @property
+        def is_host(self):
+            return False
+
+        def to_host(self, a):
+            self.to += 1
+            return np.array(a, copy=True)
+
+        def from_host(self, a, dtype="float64"):
+            self.back += 1
+            return np.array(a, copy=True)
+
+    where = Counting()
+    calibrate_network(_SlowFirstBatch(slow=0), sizes=(8, 1024), repeats=3, batches=2,
+                      where=where)
+    # rank 0 sends and receives once per round trip: 2 sizes x 2 batches x 3 round trips
+    assert where.to == 12 and where.back == 12 + 2  # + each size's first upload

@@ -26,6 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .._device import HOST, Placement, placement
 from .allocator import keep_freed_memory
 from .calibration import Calibration, CostFit, LayerCosts, Link, layer_name
 
@@ -81,34 +82,47 @@ def parse_layer(text: str) -> Tuple[str, Tuple[int, ...], int]:
     return parts[0], shape, kernel
 
 
-def time_call(fn: Callable[[], Any], repeats: int = 5, min_time: float = 5e-3) -> float:
-    """CPU seconds of one call of ``fn``: the fastest of ``repeats`` repeats, each
-    looping until min_time passes. CPU time and the fastest, because on a shared machine
-    wall time carries other processes' time slices, which are no cost of the call."""
+def time_call(fn: Callable[[], Any], repeats: int = 5, min_time: float = 5e-3,
+              where: Placement = HOST) -> float:
+    """Seconds of one call of ``fn``: the fastest of ``repeats`` repeats, each looping
+    until min_time passes. On the host CPU time, because on a shared machine wall time
+    carries other processes' time slices, which are no cost of the call; on a device
+    (``where``) wall time up to the end of the queued work, which is what it costs."""
+    if where.is_host:
+        clock: Callable[[], float] = time.process_time
+        done: Callable[[], None] = lambda: None  # noqa: E731
+    else:
+        clock, done = time.perf_counter, where.synchronize
     fn()  # warm up
+    done()
     out = []
     for _ in range(repeats):
-        n, start = 0, time.process_time()
+        n, start = 0, clock()
         while True:
             fn()
             n += 1
-            elapsed = time.process_time() - start
-            if elapsed >= min_time:
-                break
+            if n & 7 == 0 or clock() - start >= min_time:  # a device: sync now and then
+                done()
+                elapsed = clock() - start
+                if elapsed >= min_time:
+                    break
         out.append(elapsed / n)
     return min(out)
 
 
 def calibrate_layer(kind: str, shape: Sequence[int], kernel: int = 3, *,
                     samples: Sequence[int] = DEFAULT_SAMPLES, rows: Sequence[int] = (1, 4, 16),
-                    repeats: int = 5, min_time: float = 5e-3) -> LayerCosts:
-    """Fits of the step, adjoint, gradient and vector costs of one layer."""
+                    repeats: int = 5, min_time: float = 5e-3,
+                    where: Placement = HOST) -> LayerCosts:
+    """Fits of the step, adjoint, gradient and vector costs of one layer, with its
+    numbers on ``where`` (the host, or a device: then timed by the wall clock)."""
     from ..nn import ResNet
 
     shape = tuple(int(s) for s in shape)
     width = shape[0]
     input_shape: Tuple[int, ...] = (width,) if kind == "dense" else shape
-    net = ResNet(input_shape, 2, width=width, nlayers=max(rows), kernel=kernel)
+    net = ResNet(input_shape, 2, width=width, nlayers=max(rows), kernel=kernel,
+                 device=None if where.is_host else where)
     layer = net.layer
     v = net.views(net.init_params(seed=7, scale=0.1))
     rng = np.random.default_rng(11)
@@ -125,8 +139,8 @@ def calibrate_layer(kind: str, shape: Sequence[int], kernel: int = 3, *,
             # it has not touched for a while, so a hot cache would flatter the cost.
             shape_r = state if r == 1 else (r,) + state
             npool = int(min(8, max(2, (16 << 20) // (8 * 2 * int(np.prod(shape_r))))))
-            pool = [(rng.standard_normal(shape_r), rng.standard_normal(shape_r))
-                    for _ in range(npool)]
+            pool = [(where.from_host(rng.standard_normal(shape_r)),
+                     where.from_host(rng.standard_normal(shape_r))) for _ in range(npool)]
             turn = [0]
 
             def nxt():
@@ -142,7 +156,7 @@ def calibrate_layer(kind: str, shape: Sequence[int], kernel: int = 3, *,
                 K, b, hh = v["K"][0, ...], v["b"][0, ...], h
                 fwd, adj, grad = layer.forward, layer.adjoint, layer.gradient
             else:
-                K, b, hh = v["K"][:r, ...], v["b"][:r, ...], np.full(r, h)
+                K, b, hh = v["K"][:r, ...], v["b"][:r, ...], where.from_host(np.full(r, h))
                 fwd, adj, grad = (layer.forward_batched, layer.adjoint_batched,
                                   layer.gradient_batched)
 
@@ -158,16 +172,16 @@ def calibrate_layer(kind: str, shape: Sequence[int], kernel: int = 3, *,
                 grad(w, u, K, b, hh)
             calls = {"fwd": call_fwd, "adj": call_adj, "grad": call_grad}
             for name, fn in calls.items():
-                pts[name].append((r, s, time_call(fn, repeats, min_time)))
+                pts[name].append((r, s, time_call(fn, repeats, min_time, where)))
             if r == 1:
                 # A copy plus an axpy into a new array: what the core does per point
                 # besides stepping (clone, sum).
                 def vec() -> None:
                     u, w = nxt()
-                    tmp = u.copy()
-                    np.multiply(tmp, 0.5, out=tmp)
-                    np.add(tmp, w, out=tmp)
-                pts["vec"].append((1, s, time_call(vec, repeats, min_time) / 2))
+                    tmp = where.copy(u)
+                    tmp *= 0.5
+                    tmp += w
+                pts["vec"].append((1, s, time_call(vec, repeats, min_time, where) / 2))
     costs = {k: CostFit.fit(p) for k, p in pts.items()}
     return LayerCosts(layer_name(kind, shape, kernel), kind, shape, kernel, costs)
 
@@ -205,7 +219,7 @@ def calibrate_callback(ntime: int = 2000, repeats: int = 5) -> Tuple[float, floa
 
 
 def calibrate_sweep(cal: Calibration, layer: LayerCosts, samples: int, nlayers: int = 32,
-                    repeats: int = 3) -> Tuple[float, float]:
+                    repeats: int = 3, where: Placement = HOST) -> Tuple[float, float]:
     """(sweep, sweep_batched) of ``layer``: the factors by which two real gradients of a
     ``nlayers``-layer ResNet of this layer exceed what the fits predict — a serial one
     (one level: plain calls forward and back, then the gradients in one batched call)
@@ -218,25 +232,30 @@ def calibrate_sweep(cal: Calibration, layer: LayerCosts, samples: int, nlayers: 
 
     shape = layer.shape
     input_shape = shape if layer.kind == "conv" else (shape[0],)
-    net = ResNet(input_shape, 2, width=shape[0], nlayers=nlayers, kernel=layer.kernel)
+    net = ResNet(input_shape, 2, width=shape[0], nlayers=nlayers, kernel=layer.kernel,
+                 device=None if where.is_host else where)
     params = net.init_params(seed=5, scale=0.1)
     rng = np.random.default_rng(9)
-    X = rng.standard_normal((samples,) + tuple(input_shape))
-    C = np.eye(2)[rng.integers(0, 2, samples)]
+    X = where.from_host(rng.standard_normal((samples,) + tuple(input_shape)))
+    C = where.from_host(np.eye(2)[rng.integers(0, 2, samples)])
+    clock = time.process_time if where.is_host else time.perf_counter
     spec = NetSpec(layer.kind, shape, nlayers, samples, kernel=layer.kernel,
                    features=int(np.prod(input_shape)), nclasses=2)
 
     def run(levels: int) -> Tuple[float, float, float, float]:
-        """Measured CPU seconds and the predicted parts (plain, batched, the rest)."""
+        """Measured seconds (CPU; wall on a device) and the predicted parts (plain,
+        batched, the rest)."""
         app = ResNetApp(net, params, X, C)
         solver = GradientSolver(app, 0.0, net.T, nlayers, oneshot=(1, 1),
                                 primal={"max_levels": levels, "cfactor": 4})
         solver.evaluate()
+        where.synchronize()
         out = []
         for _ in range(repeats):
-            start = time.process_time()
+            start = clock()
             solver.evaluate()
-            out.append(time.process_time() - start)
+            where.synchronize()
+            out.append(clock() - start)
         solver.close()
         s = Strategy(1, 1, 1, Cycle(ntime=nlayers, max_levels=levels, cfactor=4,
                                     batched=True), (1, 1))
@@ -266,12 +285,15 @@ def _fit_link(sizes: Sequence[int], seconds: Sequence[float]) -> Tuple[float, fl
 
 
 def calibrate_network(comm: Any, sizes: Sequence[int] = (8, 1024, 65536, 1048576),
-                      repeats: int = 20, batches: int = 5) -> Tuple[Link, Link]:
+                      repeats: int = 20, batches: int = 5,
+                      where: Placement = HOST) -> Tuple[Link, Link]:
     """alpha-beta of ping-pong between ranks 0 and 1 and of an allreduce over ``comm``
     (collective). One rank (or no comm): the assumed defaults. Each size is timed in
     ``batches`` batches of ``repeats`` and the fastest batch kept, as :func:`time_call`
     keeps the fastest repeat: on a shared machine a rank descheduled by other jobs only
-    adds time (its partner spins meanwhile), which is no cost of the network."""
+    adds time (its partner spins meanwhile), which is no cost of the network. With
+    ``where`` a device, each ping-pong message starts and ends on the device: copied to
+    the host, sent, received, copied back (the allreduce stays host to host)."""
     if comm is None or comm.Get_size() < 2:
         return ASSUMED_P2P, ASSUMED_ALLREDUCE
     rank = comm.Get_rank()
@@ -279,17 +301,29 @@ def calibrate_network(comm: Any, sizes: Sequence[int] = (8, 1024, 65536, 1048576
     for n in sizes:
         buf = np.zeros(max(n // 8, 1))
         out = np.empty_like(buf)
+        on_device = None if where.is_host else where.from_host(buf)
+
+        def send(dest: int) -> None:
+            comm.Send(buf if on_device is None else where.to_host(on_device), dest=dest,
+                      tag=7)
+
+        def recv(source: int) -> None:
+            nonlocal on_device
+            comm.Recv(buf, source=source, tag=7)
+            if on_device is not None:
+                on_device = where.from_host(buf)
+                where.synchronize()
         best_p2p = best_ar = math.inf
         for _ in range(batches):
             comm.Barrier()
             start = time.perf_counter()
             for _ in range(repeats):
                 if rank == 0:
-                    comm.Send(buf, dest=1, tag=7)
-                    comm.Recv(buf, source=1, tag=7)
+                    send(1)
+                    recv(1)
                 elif rank == 1:
-                    comm.Recv(buf, source=0, tag=7)
-                    comm.Send(buf, dest=0, tag=7)
+                    recv(0)
+                    send(0)
             best_p2p = min(best_p2p, (time.perf_counter() - start) / (2 * repeats))
             comm.Barrier()
             start = time.perf_counter()
@@ -312,10 +346,12 @@ def calibrate_network(comm: Any, sizes: Sequence[int] = (8, 1024, 65536, 1048576
             Link(a2, b2, f"measured on {comm.Get_size()} ranks, per tree round"))
 
 
-def _gpu_note() -> str:
-    """What the file says about GPUs: the layer costs here are the host's."""
+def _gpu_note(where: Placement) -> str:
+    """What the file says about GPUs: whose layer costs it holds."""
     from .. import cuda_info
 
+    if not where.is_host:
+        return f"layer costs measured on {where.name} (wall clock, synchronized)"
     info = cuda_info()
     if info.get("devices", 0):
         return (f"{info['devices']} GPU(s) found; this calibration measures CPU layer "
@@ -327,8 +363,13 @@ def _gpu_note() -> str:
 def calibrate(layers: Sequence[str] = DEFAULT_LAYERS, *, comm: Any = None,
               samples: Sequence[int] = DEFAULT_SAMPLES, rows: Sequence[int] = (1, 4, 16),
               repeats: int = 5, min_time: float = 5e-3,
-              log: Optional[Callable[[str], None]] = None) -> Calibration:
-    """Measure everything (see the module docstring); ``comm`` for the network part."""
+              log: Optional[Callable[[str], None]] = None, device: Any = None) -> Calibration:
+    """Measure everything (see the module docstring); ``comm`` for the network part;
+    ``device`` where the layers' numbers live (None: the host; ``"cuda"``, or a
+    :class:`~braidpy._device.Placement`): the layer, vector and sweep costs are then
+    that device's, and a message between ranks includes its copies to and from the
+    host (CuPy states cross ranks through host buffers)."""
+    where = placement(device)
     say = log or (lambda _msg: None)
     # Large temporaries reused, not faulted in again: the regime of a long run
     # (braidpy.perf.allocator; runs the model is to predict should do the same).
@@ -338,22 +379,22 @@ def calibrate(layers: Sequence[str] = DEFAULT_LAYERS, *, comm: Any = None,
         kind, shape, kernel = parse_layer(text)
         say(f"layer {text}")
         fits.append(calibrate_layer(kind, shape, kernel, samples=samples, rows=rows,
-                                    repeats=repeats, min_time=min_time))
+                                    repeats=repeats, min_time=min_time, where=where))
     say("callback")
     callback, solve_s = calibrate_callback()
     say("network")
-    p2p, ar = calibrate_network(comm)
+    p2p, ar = calibrate_network(comm, where=where)
     host = {"machine": platform.machine(), "python": platform.python_version(),
             "processor": platform.processor(), "numpy": np.__version__,
-            "gpu": _gpu_note(), "allocator": allocator}
+            "gpu": _gpu_note(where), "allocator": allocator}
     cal = Calibration(tuple(fits), callback, p2p, ar, solve_s=solve_s,
-                      nranks=1 if comm is None else comm.Get_size(), device="cpu",
+                      nranks=1 if comm is None else comm.Get_size(), device=where.name,
                       host=host)
     swept = []
     for lc in cal.layers:
         say(f"serial gradient of {lc.name}")
         n = sorted({p[1] for p in lc.costs["fwd"].points})
         single, batched = calibrate_sweep(cal, lc, n[len(n) // 2],
-                                          repeats=max(repeats // 2, 1))
+                                          repeats=max(repeats // 2, 1), where=where)
         swept.append(dataclasses.replace(lc, sweep=single, sweep_batched=batched))
     return dataclasses.replace(cal, layers=tuple(swept))

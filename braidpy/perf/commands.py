@@ -74,6 +74,10 @@ def add_commands(commands: Any) -> None:
     c.add_argument("--rows", type=_positive_int, nargs="+", metavar="R", default=[1, 4, 16],
                    help="states per batched call to measure at (1: plain calls)")
     c.add_argument("--repeats", type=_positive_int, default=5, metavar="R")
+    c.add_argument("--device", default="cpu", metavar="cpu|cuda|cuda:N",
+                   help="where the layers' numbers live: the host (default, CPU time) or a "
+                        "CUDA GPU through CuPy (wall time, synchronized; messages include "
+                        "the copies to and from the host)")
     _verbosity(c)
 
     p = commands.add_parser(
@@ -130,6 +134,11 @@ def _world() -> Any:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
+    from .._device import placement
+
+    # Every rank resolves the device first (the same environment fails alike on every
+    # rank, before any collective).
+    where = placement(args.device)
     comm = _world()
     rank = 0 if comm is None else comm.Get_rank()
     layers: List[str] = args.layer or list(DEFAULT_LAYERS)
@@ -137,14 +146,14 @@ def _calibrate(args: argparse.Namespace) -> int:
         if rank == 0 and not args.quiet else None
     if rank == 0:
         cal = calibrate(layers, comm=comm, samples=args.samples, rows=args.rows,
-                        repeats=args.repeats, log=say)
+                        repeats=args.repeats, log=say, device=where)
         save_calibration(cal, args.output)
         if not args.quiet:
             print(f"wrote {args.output}: {len(cal.layers)} layers; network "
                   f"p2p {cal.p2p.source}, allreduce {cal.allreduce.source}")
     else:
         from .calibrate import calibrate_network
-        calibrate_network(comm)  # the other ranks only take part in the network part
+        calibrate_network(comm, where=where)  # the other ranks: the network part only
     return 0
 
 
