@@ -165,11 +165,7 @@ def conv_steps(xp, args):
                  "gradient, array-API im2col":
                      lambda: im2col.gradient_batched(Wt, U, Ks, bs, hs)}
         if torch is not None:
-            tU = torch.as_tensor(U.transpose(1, 0, 2, 3, 4).reshape(BATCH, m * C, H, H),
-                                 device="cuda")
-            tK = torch.as_tensor(Ks.reshape(m * C, C, 3, 3), device="cuda")
-            cases["forward, PyTorch grouped conv2d (conv only)"] = \
-                lambda: torch.nn.functional.conv2d(tU, tK, padding=1, groups=m)
+            cases.update(_torch_conv_cases(torch, U, Wt, Ks, bs, hs, m, C, H))
 
         def timed(fn):
             fn()  # plans, algorithms and pools warmed
@@ -177,12 +173,54 @@ def conv_steps(xp, args):
             return best(lambda: (fn(), sync(xp)), args.repeats)
 
         times = {name: timed(fn) for name, fn in cases.items()}
+        if torch is not None:
+            torch.backends.cudnn.allow_tf32 = True  # PyTorch's default again
         base = times["forward, cuDNN grouped (1 call)"]
         print(f"conv calls over {m} intervals, batch {BATCH}, {C} channels, {H}x{H}, 3x3, "
               f"tanh, {dtype}:")
         for name, t in times.items():
             print(f"  {name:50s} {t * 1e3:9.3f} ms  ({t / base:.2f}x grouped forward)",
                   flush=True)
+
+
+def _torch_conv_cases(torch, U, Wt, Ks, bs, hs, m, C, H, device="cuda"):
+    """PyTorch's calls for the same shapes, as references (issue 15's "within 1.5x of
+    PyTorch"): the grouped conv alone with TF32 allowed (PyTorch's default for cuDNN
+    convolutions) and not (braidpy's cuDNN calls use FMA math: like for like); the whole
+    step u + h tanh(conv(u) + b) from braidpy's (m, batch, C, H, W) layout and back; and
+    the gradient call's two convolutions (backward data and backward filter)."""
+    F = torch.nn.functional
+    tU = torch.as_tensor(U.transpose(1, 0, 2, 3, 4).reshape(BATCH, m * C, H, H),
+                         device=device)
+    tW = torch.as_tensor(Wt.transpose(1, 0, 2, 3, 4).reshape(BATCH, m * C, H, H),
+                         device=device)
+    tK = torch.as_tensor(Ks.reshape(m * C, C, 3, 3), device=device)
+    tb = torch.as_tensor(bs.reshape(m * C), device=device)
+    th = torch.as_tensor(hs, device=device).reshape(m, 1, 1, 1, 1)
+    tU5 = torch.as_tensor(U, device=device)
+
+    def conv(tf32):
+        def run():
+            torch.backends.cudnn.allow_tf32 = tf32
+            return F.conv2d(tU, tK, padding=1, groups=m)
+        return run
+
+    def step():
+        torch.backends.cudnn.allow_tf32 = False
+        x = tU5.permute(1, 0, 2, 3, 4).reshape(BATCH, m * C, H, H)
+        z = torch.tanh(F.conv2d(x, tK, tb, padding=1, groups=m))
+        return tU5 + th * z.reshape(BATCH, m, C, H, H).permute(1, 0, 2, 3, 4)
+
+    def gradient_convs():
+        torch.backends.cudnn.allow_tf32 = False
+        dx = torch.nn.grad.conv2d_input(tU.shape, tK, tW, padding=1, groups=m)
+        dk = torch.nn.grad.conv2d_weight(tU, tK.shape, tW, padding=1, groups=m)
+        return dx, dk
+
+    return {"forward, PyTorch grouped conv2d (conv only, TF32 allowed)": conv(True),
+            "forward, PyTorch grouped conv2d (conv only, no TF32)": conv(False),
+            "forward, PyTorch whole step, braidpy's layout (no TF32)": step,
+            "backward data + filter, PyTorch grouped (no TF32)": gradient_convs}
 
 
 def conv_network(xp, args):
