@@ -7,6 +7,7 @@ A worker is the calling script run again as ``SCRIPT --worker JSON`` (under
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -16,6 +17,20 @@ from typing import Dict, List, Sequence, Tuple
 
 #: One thread per rank: the model gives every rank one core.
 WORKER_ENV = dict(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+
+
+def common_arguments(p: argparse.ArgumentParser) -> None:
+    """The options both validation benchmarks take (the worker's, the calibration,
+    ranks and cores, repeats with the clean filter's budget, JSON output)."""
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    p.add_argument("--calibration", help="braidpy calibrate's file (default: measure now)")
+    p.add_argument("--json", help="write the rows as JSON here")
+    p.add_argument("--ranks", type=int, nargs="+", default=[1, 2, 4])
+    p.add_argument("--cores", type=int, default=os.cpu_count() or 1,
+                   help="cores of this machine (ranks beyond share them)")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--max-tries", type=int, default=40,
+                   help="gradients at most to get --repeats clean ones (ranks <= cores)")
 
 
 def run_worker(script: str, spec: dict, nranks: int, timeout: float = 900) -> dict:

@@ -38,8 +38,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from _perf_validation import (calibrate_now, clean_sample, dump, run_worker,  # noqa: E402
-                              signed_worst, within)
+from _perf_validation import (calibrate_now, clean_sample, common_arguments,  # noqa: E402
+                              dump, run_worker, signed_worst, within)
 
 LAYERS, LEVELS, CFACTOR, M = 32, 2, 4, (2, 2)
 #: problem -> (calibrated layer, samples per gradient)
@@ -123,17 +123,9 @@ def worker(spec: dict) -> None:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--worker", help=argparse.SUPPRESS)
-    p.add_argument("--calibration", help="braidpy calibrate's file (default: measure now)")
-    p.add_argument("--ranks", type=int, nargs="+", default=[1, 2, 4])
-    p.add_argument("--cores", type=int, default=os.cpu_count() or 1,
-                   help="cores of this machine (ranks beyond share them)")
+    common_arguments(p)
     p.add_argument("--problems", nargs="+", choices=sorted(PROBLEMS),
                    default=["digits", "peaks"])
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--max-tries", type=int, default=40,
-                   help="gradients at most to get --repeats clean ones (ranks <= cores)")
-    p.add_argument("--json", help="write the rows as JSON here")
     args = p.parse_args(argv)
     if args.worker:
         worker(json.loads(args.worker))

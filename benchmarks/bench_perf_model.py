@@ -44,8 +44,8 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from _perf_validation import (calibrate_now, clean_sample, dump, run_worker,  # noqa: E402
-                              signed_worst, within)
+from _perf_validation import (calibrate_now, clean_sample, common_arguments,  # noqa: E402
+                              dump, run_worker, signed_worst, within)
 
 # (name, levels, cfactor, skip, mode, (m1, m2)); ntime is --layers.
 SETTINGS = [
@@ -128,19 +128,11 @@ def measure(spec: dict, nranks: int) -> dict:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--worker", help=argparse.SUPPRESS)
-    p.add_argument("--calibration", help="braidpy calibrate's file (default: measure now)")
+    common_arguments(p)
     p.add_argument("--plot", help="write predicted vs measured to this PNG")
-    p.add_argument("--json", help="write the table as JSON here")
-    p.add_argument("--ranks", type=int, nargs="+", default=[1, 2, 4])
-    p.add_argument("--cores", type=int, default=os.cpu_count() or 1,
-                   help="cores of this machine (ranks beyond share them)")
     p.add_argument("--layers", type=int, default=64)
     p.add_argument("--width", type=int, default=8)
     p.add_argument("--samples", type=int, default=1000)
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--max-tries", type=int, default=40,
-                   help="gradients at most to get --repeats clean ones (ranks <= cores)")
     p.add_argument("--quick", action="store_true", help="one setting, 2 repeats")
     p.add_argument("--allocator-default", action="store_true",
                    help="leave glibc's allocator as it is in the gradients (it returns "
