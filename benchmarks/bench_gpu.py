@@ -289,6 +289,38 @@ def forward(xp, n, batch, repeats, hierarchies=((2, CFACTOR),)):
               f"{t_serial * 1e3:.1f} ms; MGRIT 2 iterations {t_two * 1e3:.1f} ms "
               f"({t_serial / t_two:.2f}x serial); to a 1e-8 relative drop ({iters} "
               f"iterations) {t_tol * 1e3:.1f} ms ({t_serial / t_tol:.2f}x serial)", flush=True)
+        print("  " + time_split(xp, K, b, u0, n, **h), flush=True)
+
+
+def time_split(xp, K, b, u0, n, **h):
+    """Where 2 MGRIT iterations spend their time: host time inside the step callbacks
+    (their launches, not synchronized) and the rest (the core, its vector operations on
+    the device paths, waiting for the device), with the core's operation counts."""
+    spent = {"step": 0.0, "step_stacked": 0.0}
+
+    class Timed(ResNet):
+        def step(self, *a):
+            start = time.perf_counter()
+            super().step(*a)
+            spent["step"] += time.perf_counter() - start
+
+        def step_stacked(self, *a):
+            start = time.perf_counter()
+            super().step_stacked(*a)
+            spent["step_stacked"] += time.perf_counter() - start
+
+    stop = {"max_iter": 2, "abs_tol": 0.0}
+    start = time.perf_counter()
+    r = braidpy.solve(Timed(xp, K, b, u0), 0.0, TSTOP, n, max_levels=h.get("levels", 2),
+                      cfactor=h.get("cfactor", CFACTOR), nrelax=0, access_level=0, **stop)
+    sync(xp)
+    total = time.perf_counter() - start
+    c = r.counts
+    rest = total - spent["step"] - spent["step_stacked"]
+    return (f"time split of 2 iterations, {total * 1e3:.1f} ms: step {spent['step'] * 1e3:.1f}"
+            f" ms ({c['step']} calls), step_stacked {spent['step_stacked'] * 1e3:.1f} ms "
+            f"({c['step_batch']} calls), the rest {rest * 1e3:.1f} ms (clone {c['clone']}, "
+            f"sum {c['sum']}, norm {c['norm']})")
 
 
 def _torch_cuda():
