@@ -10,7 +10,10 @@ then the average over the data groups), beside the model's prediction
 
 - digits: a conv ResNet of 32 layers x 4 channels on 8x8 images (scikit-learn's
   digits), 200 images per gradient; any space split (bands of at least one row);
-- peaks: the paper's dense ResNet (width 8, 32 layers), 2000 points per gradient.
+- peaks: the paper's dense ResNet (width 8, 32 layers), 2000 points per gradient;
+- digits28 (only when named in --problems): the digits scaled to MNIST's 28x28, a conv
+  ResNet of 16 layers x 8 channels (the mnist quick preset's), 32 images per gradient:
+  bands thick enough for space splits to pay.
 
 MGRIT: 2 levels, cfactor 4, one-shot m1 = m2 = 2, warm-started as in training; the
 activation is ResNet's default (smoothed ReLU), the one ``braidpy calibrate`` measures.
@@ -41,9 +44,10 @@ sys.path.insert(0, HERE)
 from _perf_validation import (calibrate_now, clean_sample, common_arguments,  # noqa: E402
                               dump, run_worker, signed_worst, within)
 
-LAYERS, LEVELS, CFACTOR, M = 32, 2, 4, (2, 2)
-#: problem -> (calibrated layer, samples per gradient)
-PROBLEMS = {"digits": ("conv:4x8x8:3", 200), "peaks": ("dense:8", 2000)}
+LEVELS, CFACTOR, M = 2, 4, (2, 2)
+#: problem -> (calibrated layer, samples per gradient, residual layers)
+PROBLEMS = {"digits": ("conv:4x8x8:3", 200, 32), "peaks": ("dense:8", 2000, 32),
+            "digits28": ("conv:8x28x28:3", 32, 16)}
 
 
 def problem(name: str):
@@ -53,14 +57,19 @@ def problem(name: str):
     from braidpy import data
     from braidpy.nn import ResNet
 
-    samples = PROBLEMS[name][1]
+    _, samples, layers = PROBLEMS[name]
+    if name == "digits28":
+        X, C = data.digits28(seed=1)["train"]
+        net = ResNet((1, 28, 28), 10, width=8, nlayers=layers, T=5.0, opening="conv",
+                     kernel=3)
+        return net, np.ascontiguousarray(X[:samples]), np.ascontiguousarray(C[:samples])
     if name == "digits":
         X, C = data.digits(seed=1)["train"]
-        net = ResNet((1, 8, 8), 10, width=4, nlayers=LAYERS, T=5.0, opening="conv",
+        net = ResNet((1, 8, 8), 10, width=4, nlayers=layers, T=5.0, opening="conv",
                      kernel=3)
         return net, np.ascontiguousarray(X[:samples]), np.ascontiguousarray(C[:samples])
     X, C = data.peaks(samples, seed=1)
-    return ResNet((2,), 5, width=8, nlayers=LAYERS, T=5.0), X, C
+    return ResNet((2,), 5, width=8, nlayers=layers, T=5.0), X, C
 
 
 def grids(name: str, nprocs: int):
@@ -139,7 +148,7 @@ def main(argv=None) -> None:
     if args.calibration:
         cal = load_calibration(args.calibration)
     else:
-        samples = sorted({s // k for _, s in PROBLEMS.values() for k in (1, 2, 4)})
+        samples = sorted({PROBLEMS[n][1] // k for n in args.problems for k in (1, 2, 4)})
         path = calibrate_now([PROBLEMS[n][0] for n in args.problems], samples,
                              [1, 4, 16, 32], 2 if max(args.ranks) > 1 and args.cores > 1
                              else 1, "braidpy-bench-grids-calibration.json")
@@ -155,7 +164,7 @@ def main(argv=None) -> None:
                                   PROBLEMS[res["problem"]][1], net.nclasses,
                                   net.kernel if net.kind == "conv" else None, net.nparams)
             d, s, lr = res["grid"]
-            cyc = Cycle(ntime=LAYERS, max_levels=LEVELS, cfactor=CFACTOR, batched=True)
+            cyc = Cycle(ntime=net.nlayers, max_levels=LEVELS, cfactor=CFACTOR, batched=True)
             pred = predict(nspec, Strategy(d, s, lr, cyc, M, "oneshot"), cal,
                            cores=args.cores).seconds
             walls, cpus, _, nclean = clean_sample(res)
