@@ -88,3 +88,33 @@ def within(errors: Sequence[float], bound: float = 0.25) -> int:
 def dump(rows: List[Dict], path: str) -> None:
     with open(path, "w") as f:
         json.dump(rows, f, indent=1)
+
+
+def plot_predicted_vs_measured(rows: List[Dict], measured: str, path: str,
+                               xlabel: str) -> None:
+    """Predicted against measured seconds (``rows[i][measured]``), one marker per rank
+    count, the diagonal and the ±25 % band, log-log, written as a PNG."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
+
+    fig, ax = plt.subplots(figsize=(5, 5))
+    for P, marker in zip(sorted({r["P"] for r in rows}), "osD^v"):
+        pts = [r for r in rows if r["P"] == P]
+        ax.scatter([r[measured] for r in pts], [r["predicted"] for r in pts],
+                   marker=marker, label=f"P = {P}", zorder=3)
+    lo = min(min(r[measured], r["predicted"]) for r in rows) * 0.8
+    hi = max(max(r[measured], r["predicted"]) for r in rows) * 1.2
+    ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
+    ax.fill_between([lo, hi], [lo * 0.75, hi * 0.75], [lo * 1.25, hi * 1.25],
+                    color="0.9", label="±25 %")
+    ax.set(xscale="log", yscale="log", xlabel=xlabel, ylabel="predicted s / gradient",
+           title="braidpy.perf: predicted vs measured")
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_minor_formatter(NullFormatter())
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    print(f"wrote {path}")

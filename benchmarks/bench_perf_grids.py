@@ -26,7 +26,9 @@ it for a core); rows with more ranks than cores are predicted with the ranks sha
 the cores (compute x ranks / cores) and compared by wall time (marked ``*``).
 
     python benchmarks/bench_perf_grids.py [--ranks 1 2 4] [--calibration FILE]
-        [--repeats R] [--max-tries T] [--json FILE] [--problems digits peaks]
+        [--repeats R] [--max-tries T] [--json FILE] [--plot FILE.png]
+        [--problems digits peaks digits28]
+    python benchmarks/bench_perf_grids.py --from-json RUN1.json ... [--plot FILE.png]
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from _perf_validation import (calibrate_now, clean_sample, common_arguments,  # noqa: E402
-                              dump, run_worker, signed_worst, within)
+                              dump, plot_predicted_vs_measured, run_worker, signed_worst,
+                              within)
 
 LEVELS, CFACTOR, M = 2, 4, (2, 2)
 #: problem -> (calibrated layer, samples per gradient, residual layers)
@@ -135,9 +138,16 @@ def main(argv=None) -> None:
     common_arguments(p)
     p.add_argument("--problems", nargs="+", choices=sorted(PROBLEMS),
                    default=["digits", "peaks"])
+    p.add_argument("--plot", help="write predicted vs measured to this PNG")
+    p.add_argument("--from-json", nargs="+", metavar="FILE",
+                   help="measure nothing: report (and plot) the rows of earlier --json runs")
     args = p.parse_args(argv)
     if args.worker:
         worker(json.loads(args.worker))
+        return
+    if args.from_json:
+        rows = [r for path in args.from_json for r in json.load(open(path))]
+        report(rows, args.json, args.plot)
         return
 
     from braidpy.perf.auto import training_spec
@@ -174,10 +184,10 @@ def main(argv=None) -> None:
                              error=pred / wall - 1, clean=nclean, tries=len(res["times"]),
                              filtered=res["filter"]))
         print(f"measured P = {P}", file=sys.stderr, flush=True)
-    report(rows, args.json)
+    report(rows, args.json, args.plot)
 
 
-def report(rows, json_path=None) -> None:
+def report(rows, json_path=None, plot=None) -> None:
     print("measured: median wall s of the clean gradients (no rank waited for a core); "
           "* = more ranks than cores (all gradients, model with shared cores)")
     print(f"{'problem':8s} {'grid':7s} {'P':>2s} {'measured':>9s} {'model s':>9s} "
@@ -191,6 +201,8 @@ def report(rows, json_path=None) -> None:
     print(f"within 25%: {within(errors)} of {len(rows)} (worst {signed_worst(errors):+.0%})")
     if json_path:
         dump(rows, json_path)
+    if plot:
+        plot_predicted_vs_measured(rows, "wall", plot, "measured s / gradient (median wall)")
 
 
 if __name__ == "__main__":

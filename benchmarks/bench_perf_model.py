@@ -45,7 +45,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from _perf_validation import (calibrate_now, clean_sample, common_arguments,  # noqa: E402
-                              dump, run_worker, signed_worst, within)
+                              dump, plot_predicted_vs_measured, run_worker, signed_worst,
+                              within)
 
 # (name, levels, cfactor, skip, mode, (m1, m2)); ntime is --layers.
 SETTINGS = [
@@ -255,29 +256,9 @@ def report(rows, cores, json_path=None, plot=None):
     if json_path:
         dump(rows, json_path)
     if plot:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.ticker import NullFormatter
-        fig, ax = plt.subplots(figsize=(5, 5))
-        for P, marker in zip(sorted({r["P"] for r in rows}), "osD^v"):
-            pts = [r for r in rows if r["P"] == P]
-            ax.scatter([r["measured"] for r in pts], [r["predicted"] for r in pts],
-                       marker=marker, label=f"P = {P}", zorder=3)
-        lo = min(min(r["measured"], r["predicted"]) for r in rows) * 0.8
-        hi = max(max(r["measured"], r["predicted"]) for r in rows) * 1.2
-        ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
-        ax.fill_between([lo, hi], [lo * 0.75, hi * 0.75], [lo * 1.25, hi * 1.25],
-                        color="0.9", label="±25 %")
-        ax.set(xscale="log", yscale="log",
-               xlabel="measured s / gradient (clean wall, else slowest CPU)",
-               ylabel="predicted s / gradient", title="braidpy.perf: predicted vs measured")
-        for axis in (ax.xaxis, ax.yaxis):
-            axis.set_minor_formatter(NullFormatter())
-        ax.legend(loc="lower right")
-        fig.tight_layout()
-        fig.savefig(plot, dpi=120)
-        print(f"wrote {plot}")
+        plot_predicted_vs_measured(rows, "measured", plot,
+                                   "measured s / gradient (clean wall, else slowest CPU)")
+
 
 if __name__ == "__main__":
     main()
