@@ -93,8 +93,8 @@ SETTINGS = {
     "batch": "batch_size",
     "shuffle": "shuffle", "iterations": "iterations", "seed": "seed",
     "tikhonov": "tikhonov", "ddt": "ddt", "classifier_reg": "classifier_reg",
-    "validate_every": "validate_every", "patience": "patience",
-    "target_accuracy": "target_accuracy", "checkpoint_every": "checkpoint_every",
+    "validate_every": "validate_every", "validation_solve": "validation_solve",
+    "patience": "patience", "target_accuracy": "target_accuracy", "checkpoint_every": "checkpoint_every",
 }
 
 
@@ -363,6 +363,10 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("stopping")
     g.add_argument("--validate-every", type=_int_at_least(0), metavar="K",
                    help=f"steps between validations, 0: never {_default('validate_every')}")
+    g.add_argument("--validation-solve", choices=("sequential", "mgrit"),
+                   help="validation's forward pass: layer by layer across the layer ranks "
+                        "(exact; the least work) or MGRIT to --tol (parallel; pays with "
+                        f"many layer ranks) {_default('validation_solve')}")
     g.add_argument("--patience", type=_int_at_least(0), metavar="K",
                    help="stop after this many validations without improvement (default 0: "
                         "never)")
@@ -617,7 +621,7 @@ def make_config(args: argparse.Namespace) -> TrainConfig:
         shuffle=args.shuffle, iterations=args.iterations, tikhonov=args.tikhonov,
         ddt=args.ddt, classifier_reg=args.classifier_reg, seed=args.seed,
         init_scale=args.init_scale, validate_every=args.validate_every,
-        patience=args.patience, target_accuracy=args.target_accuracy,
+        validation_solve=args.validation_solve, patience=args.patience, target_accuracy=args.target_accuracy,
         checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every)
 
 

@@ -59,6 +59,25 @@ def test_accuracy_and_loss_agree_with_serial():
     assert ev.loss(p, X, C) == pytest.approx(net.loss(p, X, C), rel=1e-11)
 
 
+def test_validation_is_the_exact_forward_pass_unless_mgrit_is_asked_for():
+    """validation 'sequential' (the default) propagates layer by layer: the serial
+    accuracy exactly, whatever MGRIT's tolerance; 'mgrit' solves to that tolerance (here
+    a loose one, whose final states are off enough to change some predictions)."""
+    net, X, C = dense_problem(nlayers=16, batch=300)
+    p = net.init_params(seed=5, scale=1.0)
+    loose = dict(cfactor=4, max_levels=2, abs_tol=1e6)
+    exact = net.accuracy(p, X, C)
+    sequential = LayerParallelEvaluator(net, p.copy(), X, C, mgrit=loose)
+    assert sequential.accuracy(p, X, C) == exact
+    mgrit = LayerParallelEvaluator(net, p.copy(), X, C, mgrit=loose, validation="mgrit")
+    assert mgrit.accuracy(p, X, C) != exact
+    with pytest.raises(ValueError, match="validation must be one of sequential, mgrit, got "
+                                         "'fast'"):
+        LayerParallelEvaluator(net, p.copy(), X, C, validation="fast")
+    with pytest.raises(ValueError, match="validation_solve must be one of sequential, mgrit"):
+        TrainConfig(validation_solve="exact")
+
+
 def test_regularizer_gradient_matches_finite_differences():
     net, _, _ = dense_problem(nlayers=7)
     reg = Regularizer(net, tikhonov=0.3, ddt=0.7, classifier=0.2)

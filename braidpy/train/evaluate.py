@@ -32,7 +32,11 @@ from ..nn.layers import accuracy as classifier_accuracy
 from ..nn.network import ResNet
 from ..nn.resnet import ResNetApp
 
-__all__ = ["SerialEvaluator", "LayerParallelEvaluator", "training_options", "TRAINING_DEFAULTS"]
+__all__ = ["SerialEvaluator", "LayerParallelEvaluator", "training_options", "TRAINING_DEFAULTS",
+           "VALIDATION_SOLVES"]
+
+#: How validation propagates (TrainConfig.validation_solve): layer by layer, or MGRIT.
+VALIDATION_SOLVES = ("sequential", "mgrit")
 
 #: MGRIT options of training that differ from braidpy.Options' defaults.
 TRAINING_DEFAULTS: Dict[str, Any] = {"cfactor": 4, "max_levels": 2, "abs_tol": 1e-9}
@@ -142,11 +146,19 @@ class LayerParallelEvaluator:
         ``make_app(net, params, X, C)`` builds the MGRIT app of a batch (default
         :class:`~braidpy.nn.ResNetApp`; :mod:`braidpy.train.spatial_training` gives
         apps whose states are bands of image rows).
+    validation : str
+        How :meth:`accuracy` propagates: 'sequential' (one level, layer by layer across
+        the ranks: exact) or 'mgrit' (these options, to tolerance, from a cold start).
     """
 
     def __init__(self, net: ResNet, params: np.ndarray, X: Any, C: Any, *, comm: Any = None,
                  mgrit: Union[Options, Mapping[str, Any], None] = None,
-                 oneshot: Optional[Tuple[int, int]] = None, make_app: Any = None):
+                 oneshot: Optional[Tuple[int, int]] = None, make_app: Any = None,
+                 validation: str = "sequential"):
+        if validation not in VALIDATION_SOLVES:
+            raise ValueError(f"validation must be one of {', '.join(VALIDATION_SOLVES)}, "
+                             f"got {validation!r}")
+        self.validation = validation
         self.net = net
         self.params = params
         self.placement = placement_of(params)
@@ -307,15 +319,19 @@ class LayerParallelEvaluator:
         return value
 
     def accuracy(self, params, X, C) -> float:
-        """Accuracy by an MGRIT forward solve to tolerance, started cold (so the
-        answer depends on the parameters only)."""
+        """Accuracy of the final states of a forward solve: sequential (one level: the
+        exact forward pass, layer by layer across the ranks) or, with validation
+        'mgrit', MGRIT to tolerance started cold; either way the answer depends on the
+        parameters only, and is the same on any number of ranks."""
         if params is not self.params:
             self.params[...] = params
         key = tuple(X.shape)
         if key not in self._validation:
             app = self.make_app(self.net, self.params, X, C)
-            # To tolerance, also in one-shot mode.
-            opts = self.options.replace(max_iter=Options().max_iter)
+            if self.validation == "sequential":  # one level: propagation, no iterations
+                opts = self.options.replace(max_levels=1)
+            else:  # to tolerance, also in one-shot mode
+                opts = self.options.replace(max_iter=Options().max_iter)
             core = Core(app, 0.0, self.net.T, self.net.nlayers, comm=self.comm, options=opts)
             self._validation[key] = (app, core)
         app, core = self._validation[key]

@@ -481,8 +481,8 @@ class SpaceParallelEvaluator:
 
 
 def space_evaluator(net: ResNet, grid: Any, params: Any, X: Any, C: Any, *,
-                    mgrit: Any = None, oneshot: Optional[Tuple[int, int]] = None
-                    ) -> SpaceParallelEvaluator:
+                    mgrit: Any = None, oneshot: Optional[Tuple[int, int]] = None,
+                    validation: str = "sequential") -> SpaceParallelEvaluator:
     """The evaluator of one data group's shard on ``grid`` (space > 1): MGRIT over
     ``grid.layers_comm`` on bands of rows split over ``grid.space_comm`` (collective
     over the space group)."""
@@ -492,5 +492,5 @@ def space_evaluator(net: ResNet, grid: Any, params: Any, X: Any, C: Any, *,
         return SpaceSplitResNetApp(net_, params_, X_, C_, channel=channel)
 
     inner = LayerParallelEvaluator(net, params, X, C, comm=grid.layers_comm, mgrit=mgrit,
-                                   oneshot=oneshot, make_app=make_app)
+                                   oneshot=oneshot, make_app=make_app, validation=validation)
     return SpaceParallelEvaluator(inner, channel)

@@ -22,7 +22,8 @@ from ..parallel.comm import rank_size
 from ..parallel.data import shard_of
 from ..parallel.grid import ProcessGrid
 from . import checkpoint as _checkpoint
-from .evaluate import LayerParallelEvaluator, SerialEvaluator, training_options
+from .evaluate import (VALIDATION_SOLVES, LayerParallelEvaluator, SerialEvaluator,
+                       training_options)
 from .optim import ELASTIC, OPTIMIZERS, make_optimizer
 from .progress import format_step, progress_bar, summary, summary_lines
 from .regularize import Regularizer
@@ -77,6 +78,12 @@ class TrainConfig:
         Scale of the initial residual-layer weights.
     validate_every : int
         Steps between validations (0: never).
+    validation_solve : str
+        How validation propagates the images through the layers: 'sequential' (the
+        default; one MGRIT level, i.e. layer by layer across the layer ranks: the exact
+        forward pass, the same bits on any rank count) or 'mgrit' (the training's MGRIT
+        setting solved to tolerance from a cold start: parallel over the layer ranks,
+        several times the work; worth it only with many layer ranks).
     patience : int
         Stop after this many validations without a better accuracy (0: never).
     target_accuracy : float or None
@@ -104,6 +111,7 @@ class TrainConfig:
     seed: int = 1
     init_scale: float = 0.1
     validate_every: int = 1
+    validation_solve: str = "sequential"
     patience: int = 0
     target_accuracy: Optional[float] = None
     checkpoint: Optional[str] = None
@@ -129,6 +137,9 @@ class TrainConfig:
                 not np.isfinite(self.init_scale) or self.init_scale < 0:
             raise ValueError(f"init_scale must be a finite number >= 0, got {self.init_scale!r}")
         self._check_optimizer()
+        if self.validation_solve not in VALIDATION_SOLVES:
+            raise ValueError(f"validation_solve must be one of "
+                             f"{', '.join(VALIDATION_SOLVES)}, got {self.validation_solve!r}")
         if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
             raise ValueError(f"target_accuracy must be in (0, 1], got {self.target_accuracy!r}")
         self.mgrit: Options = training_options(self.mgrit)
@@ -326,12 +337,14 @@ class Trainer:
         elif grid is not None and grid.space > 1:  # bands of image rows per space rank
             oneshot = (cfg.m1, cfg.m2) if cfg.mode == "oneshot" else None
             self.evaluator = space_evaluator(net, grid, self.params, X0, C0,
-                                             mgrit=cfg.mgrit, oneshot=oneshot)
+                                             mgrit=cfg.mgrit, oneshot=oneshot,
+                                             validation=cfg.validation_solve)
         else:
             oneshot = (cfg.m1, cfg.m2) if cfg.mode == "oneshot" else None
             self.evaluator = LayerParallelEvaluator(net, self.params, X0, C0,
                                                     comm=layers_comm, mgrit=cfg.mgrit,
-                                                    oneshot=oneshot)
+                                                    oneshot=oneshot,
+                                                    validation=cfg.validation_solve)
         if self.asynchronous:
             self.evaluator = WorkerShardEvaluator(self.evaluator, *self._shard())
         elif grid is not None:
@@ -644,7 +657,7 @@ class Trainer:
                              f"{self.net.describe()!r}")
         mine, theirs = self._comparable_config(), dict(state["config"])
         for key in ("iterations", "checkpoint", "checkpoint_every", "patience",
-                    "target_accuracy", "validate_every"):
+                    "target_accuracy", "validate_every", "validation_solve"):
             mine.pop(key, None)
             theirs.pop(key, None)
         if mine != theirs:
