@@ -378,11 +378,13 @@ def gradient(xp, n, batch, repeats):
     t_serial = best(serial_grad, repeats)
     t_oneshot = best(oneshot_grad, repeats)
     t_reused = best(oneshot_reused, repeats)
+    split = gradient_split(xp, reused)
     reused.close()
     line = (f"gradient N={n} width {WIDTH} batch {batch}: serial fwd+bwd "
             f"{t_serial * 1e3:.1f} ms; one-shot (2,2) new solver {t_oneshot * 1e3:.1f} ms "
             f"({t_serial / t_oneshot:.2f}x serial), solver reused as in training "
             f"{t_reused * 1e3:.1f} ms ({t_serial / t_reused:.2f}x serial)")
+    line += "\n  " + split
     torch = _torch_cuda() if xp is not np else None
     if torch is not None:
         t_torch = best(lambda: _torch_fwd_bwd(torch, n, batch), repeats)
@@ -392,6 +394,25 @@ def gradient(xp, n, batch, repeats):
 
 
 _TORCH_NETS = {}
+
+
+def gradient_split(xp, solver):
+    """Where one reused one-shot gradient spends its time (synchronized between the
+    parts): the primal solve, the objective, the adjoint solve with the gradients."""
+    marks = []
+
+    def mark(*_):
+        sync(xp)
+        marks.append(time.perf_counter())
+
+    mark()
+    primal = solver.solve_primal()
+    mark()
+    solver.solve_adjoint(primal, after_objective=mark)
+    mark()
+    t0, t1, t2, t3 = marks
+    return (f"reused one-shot gradient split: primal {(t1 - t0) * 1e3:.1f} ms, objective "
+            f"{(t2 - t1) * 1e3:.1f} ms, adjoint and gradients {(t3 - t2) * 1e3:.1f} ms")
 
 
 def _torch_fwd_bwd(torch, n, batch):
