@@ -20,12 +20,13 @@ it says so and runs the same comparisons with NumPy, so that the script itself i
 exercised everywhere.
 
 Conv (--conv): the k-th step of m intervals of a conv ResNet (MNIST size, 8 channels,
-batch 32, 3x3, tanh; float64 and float32), four ways: cuDNN as ONE grouped convolution over the intervals
-(the "cudnn" backend's batched step), cuDNN interval by interval on one stream, cuDNN
-interval by interval with the intervals split over S CUDA streams (one per block of
-layers, seed paper 000), and the array-API im2col path; plus PyTorch's grouped conv2d
-when torch sees the GPU; and the adjoint and parameter-gradient calls, grouped cuDNN vs
-im2col. Needs CuPy, a GPU and cuDNN; otherwise it says which is missing.
+batch 32, 3x3, tanh; float64 and float32), four ways: cuDNN as ONE grouped convolution
+over the intervals (the "cudnn" backend's batched step), cuDNN interval by interval on
+one stream, cuDNN interval by interval with the intervals split over S CUDA streams (one
+per block of layers, seed paper 000), and the array-API im2col path; and the adjoint and
+parameter-gradient calls, grouped cuDNN vs im2col. When torch sees the GPU, PyTorch's
+references: its grouped conv2d with and without TF32, its whole step from braidpy's
+layout, and its backward data + filter. Needs CuPy, a GPU and cuDNN; otherwise it says which is missing.
 
 Conv network (--conv-net): a conv ResNet (28x28 input, 8 channels, N = 1024 layers,
 batch 32 and 256, tanh, float64) on the device: serial forward + backward against the
