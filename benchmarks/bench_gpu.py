@@ -26,7 +26,8 @@ one stream, cuDNN interval by interval with the intervals split over S CUDA stre
 per block of layers, seed paper 000), and the array-API im2col path; and the adjoint and
 parameter-gradient calls, grouped cuDNN vs im2col. When torch sees the GPU, PyTorch's
 references: its grouped conv2d with and without TF32, its whole step from braidpy's
-layout, and its backward data + filter. Needs CuPy, a GPU and cuDNN; otherwise it says which is missing.
+layout, and its backward data + filter. Needs CuPy, a GPU and cuDNN; otherwise it says
+which is missing.
 
 Conv network (--conv-net): a conv ResNet (28x28 input, 8 channels, N = 1024 layers,
 batch 32 and 256, tanh, float64) on the device: serial forward + backward against the
