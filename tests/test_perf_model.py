@@ -442,3 +442,26 @@ def test_device_messages_are_copied_through_the_host():
                       where=where)
     # rank 0 sends and receives once per round trip: 2 sizes x 2 batches x 3 round trips
     assert where.to == 12 and where.back == 12 + 2  # + each size's first upload
+
+
+def test_predictions_beyond_the_calibrated_calls_say_so():
+    """A prediction whose calls are larger than any calibrated one (more states per
+    batched call, more samples) notes that they were extrapolated, and how to
+    calibrate them; within the calibrated range it says nothing."""
+    pts = tuple((r, n, 1e-6 * r * n) for r in (1, 4) for n in (10, 100))
+    fit = CostFit(0.0, 1e-6, pts)
+    layer = LayerCosts("dense-w4", "dense", (4,), 1,
+                       {"fwd": fit, "adj": fit, "grad": fit, "vec": CostFit(0.0, 0.0)})
+    link = Link(0.0, 0.0, "measured")
+    cal = Calibration((layer,), 0.0, link, link, solve_s=0.0)
+    def batched(ntime):
+        return Strategy(1, 1, 1, Cycle(ntime=ntime, max_levels=2, cfactor=2, batched=True),
+                        (1, 1))
+
+    small = predict(NetSpec("dense", (4,), 4, 100), batched(4), cal)
+    assert not any("extrapolated" in n for n in small.notes)
+    big = predict(NetSpec("dense", (4,), 64, 1000), batched(64), cal)
+    assert "calls of up to 64 states extrapolated from the calibrated 4 (braidpy calibrate " \
+           "--rows ... 64)" in big.notes
+    assert "1000 samples per call extrapolated from the calibrated 100 (braidpy calibrate " \
+           "--samples ... 1000)" in big.notes

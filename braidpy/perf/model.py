@@ -21,7 +21,7 @@ import dataclasses
 import math
 from typing import Dict, List, Optional, Tuple
 
-from .calibration import Calibration, Link
+from .calibration import Calibration, LayerCosts, Link
 from .schedule import Cycle, Op, Timeline, block_ranges, simulate, solve_program
 
 __all__ = ["NetSpec", "Strategy", "Prediction", "predict", "allreduce_seconds", "band_share",
@@ -337,6 +337,8 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
         ops += [Op("allreduce", "agreement")] * AGREEMENTS_PER_GRADIENT
         progs.append(ops)
     tl = simulate(progs, cost, message, reduce)
+    notes += _extrapolation_notes(layer, progs, samples * scale * band_share(net, s.space,
+                                                                             "fwd"))
     grad_bytes = 8.0 * net.nparams
     layer_ar = allreduce_seconds(grad_bytes, P, p2p, small)
     data_ar = allreduce_seconds(grad_bytes, s.data, p2p, small)
@@ -351,6 +353,26 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
     if p2p.source.startswith("assumed") and s.nprocs > 1:
         notes.append("network costs assumed (" + p2p.source + ")")
     return Prediction(s, total, parts, memory_per_rank(net, s), tl, notes)
+
+
+def _extrapolation_notes(layer: LayerCosts, progs: List[List[Op]], samples: float) -> List[str]:
+    """Notes where the predicted calls lie beyond the calibrated ones (their costs then
+    scale proportionally from the largest measured call, which a real call may not)."""
+    points = layer.costs["fwd"].points
+    if not points:
+        return []
+    most_rows = max(op.rows for ops in progs for op in ops if op.kind == "step")
+    out = []
+    calibrated_rows = max(r for r, _, _ in points)
+    if most_rows > 2 * calibrated_rows:
+        out.append(f"calls of up to {most_rows} states extrapolated from the calibrated "
+                   f"{calibrated_rows} (braidpy calibrate --rows ... {most_rows})")
+    calibrated_samples = max(n for _, n, _ in points)
+    if samples > 2 * calibrated_samples:
+        out.append(f"{samples:.4g} samples per call extrapolated from the calibrated "
+                   f"{calibrated_samples} (braidpy calibrate --samples ... "
+                   f"{math.ceil(samples)})")
+    return out
 
 
 def serial_seconds(net: NetSpec, cal: Calibration) -> float:
