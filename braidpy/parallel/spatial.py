@@ -116,6 +116,8 @@ class _Halo:
         self.above = np.zeros(shape, dtype=x.dtype)  # zero: the image's padding
         self.below = np.zeros(shape, dtype=x.dtype)
         self._requests: List[Any] = []
+        self._split = split
+        self._keep: tuple = ()
         s, comm = split.rank, split.comm
         if r == 0 or split.size == 1:
             return
@@ -127,7 +129,6 @@ class _Halo:
         up, down = split.tags
         send_up = np.ascontiguousarray(x[..., :r, :])
         send_down = np.ascontiguousarray(x[..., -r:, :])
-        self._split = split
         self._keep = (send_up, send_down, self.above, self.below)  # alive until done
         if s > 0:
             self._requests += [comm.Isend([send_up, MPI.DOUBLE], s - 1, up),
@@ -137,9 +138,15 @@ class _Halo:
                                comm.Irecv([self.below, MPI.DOUBLE], s + 1, up)]
 
     def wait(self) -> None:
-        if self._requests:
-            requests, self._requests = self._requests, []
-            self._split.wait(requests, self._keep)
+        requests, keep = self.take_requests()
+        if requests:
+            self._split.wait(requests, keep)
+
+    def take_requests(self) -> tuple:
+        """(the pending requests, the buffers they use), for the caller to wait on; the
+        halo then counts as waited for."""
+        requests, self._requests = self._requests, []
+        return requests, self._keep
 
     def extended(self, x: np.ndarray) -> np.ndarray:
         """x with its halo rows above and below (waits for them)."""
@@ -147,13 +154,29 @@ class _Halo:
         return np.concatenate([self.above, x, self.below], axis=-2)
 
 
-def rows_extended(x: np.ndarray, r: int, split: RowSplit) -> np.ndarray:
+def rows_extended(x: np.ndarray, r: int, split: RowSplit, *more: Any) -> Any:
     """This rank's band ``x`` (..., C, rows, W) with the r rows of its neighbours' bands
     above and below (zero beyond the image), for a "same" correlation of the band whose
     rows r..-r are the whole image's (collective over ``split.comm``; every band must
-    have at least r rows)."""
-    x = np.ascontiguousarray(x, dtype=np.float64)
-    return _Halo(x, r, split).extended(x)
+    have at least r rows).
+
+    ``more``: further (band, radius) pairs, whose halos travel at the same time (every
+    rank posts them in the same order, and MPI keeps messages of one sender and tag in
+    order); then the extended bands are returned as a list, ``x``'s first."""
+    bands = [(np.ascontiguousarray(x, dtype=np.float64), r)] + \
+        [(np.ascontiguousarray(b, dtype=np.float64), int(rb)) for b, rb in more]
+    halos = [_Halo(b, rb, split) for b, rb in bands]
+    # One wait for all of them: a wait that stops early (a failed space peer) then
+    # keeps every pending buffer alive, not only the first halo's.
+    requests, keep = [], []
+    for h in halos:
+        reqs, kept = h.take_requests()
+        requests += reqs
+        keep.append(kept)
+    if requests:
+        split.wait(requests, tuple(keep))
+    out = [np.concatenate([h.above, b, h.below], axis=-2) for h, (b, _) in zip(halos, bands)]
+    return out if more else out[0]
 
 
 def zero_rows(x: Any, r: int) -> np.ndarray:

@@ -290,9 +290,9 @@ class SpaceSplitConvLayer:
         r = self._radius
         if r == 0:
             return call(W, U, *params)
-        ext_u = rows_extended(U, 2 * r, self.channel)
-        ext_w = zero_rows(rows_extended(W, r, self.channel), r)
-        return np.ascontiguousarray(call(ext_w, ext_u, *params)[..., 2 * r:-2 * r, :])
+        ext_u, ext_w = rows_extended(U, 2 * r, self.channel, (W, r))  # both halos at once
+        return np.ascontiguousarray(call(zero_rows(ext_w, r), ext_u, *params)
+                                    [..., 2 * r:-2 * r, :])
 
     def _gradient(self, call: Any, W: Any, U: Any, *params: Any) -> Tuple[Any, Any]:
         r = self._radius
