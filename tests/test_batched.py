@@ -53,6 +53,34 @@ def test_step_batch_exception_is_reraised_and_core_stays_usable(when):
     assert core.solve().iterations > 1
 
 
+@pytest.mark.parametrize("storage, access_level", [("all", 1), ("final", 1), ("C", 2)])
+def test_lockstep_keeps_each_step_positions_values_in_one_block(storage, access_level):
+    """The values a lock-step sweep keeps (stored F-points, the final sweep's access
+    values) are copied per step position in one clone_block (row views of one new
+    block), not one clone per point: on a GPU each clone is an allocation and a launch.
+    The values themselves are the unbatched run's (test_batched_equals_unbatched)."""
+    seen = {}
+
+    class Watched(BatchedDecay):
+        def access(self, u, status):
+            seen[status.index] = u
+
+    n, cf = 64, 8
+    opts = dict(cfactor=cf, max_levels=2, abs_tol=1e-12, storage=storage,
+                access_level=access_level)
+    core = braidpy.Core(Watched(), 0.0, 5.0, n, **opts)
+    core.solve()
+    kept = ({i: core.stored(i) for i in range(1, n) if i % cf} if storage != "C"
+            else {i: seen[i] for i in range(1, n) if i % cf})
+    for k in range(1, cf):  # position k of chains c = 0, cf, 2cf, ...: one block
+        rows = [kept[c + k] for c in range(0, n, cf)]
+        assert rows[0].base is not None
+        assert all(r.base is rows[0].base for r in rows), k
+    assert kept[1].base is not kept[2].base
+    unbatched = braidpy.Core(Decay(), 0.0, 5.0, n, batch=False, **opts).solve()
+    assert np.array_equal(core.solve().final, unbatched.final)
+
+
 def test_step_batch_returning_wrong_count_raises():
     class Bad(Decay):
         def step_batch(self, us, t0s, t1s, status):

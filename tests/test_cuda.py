@@ -241,6 +241,56 @@ def test_device_paths_converge_like_numpy(host_ops):
     np.testing.assert_allclose(host_of(fake.final), ref.final, rtol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_stored_block_of_device_states_is_one_device_array(host_ops, dtype):
+    """Core.stored_block stacks CUDA states on the device (one gather kernel into a new
+    array of their kind): NumPy's stacked values, any stride; None where one is missing."""
+    def core(wrap, storage="all"):
+        c = braidpy.Core(Decay(wrap, dtype), 0.0, 2.0, 64, storage=storage,
+                         **dict(OPTIONS, max_iter=2))
+        c.solve()
+        return c
+
+    fake, ref = core(FakeDeviceArray), core(lambda a: a)
+    for args in ((0, 65), (64, 0, -3), (5, 9)):
+        block = fake.stored_block(*args)
+        assert isinstance(block, FakeDeviceArray) and block.host.dtype == dtype
+        assert np.array_equal(block.host, np.stack([ref.stored(i)
+                                                    for i in range(*args)])), args
+    assert core(FakeDeviceArray, storage="C").stored_block(0, 65) is None
+
+
+class ForeignDeviceArray(FakeDeviceArray):
+    """A CUDA array braidpy cannot allocate more of (no __array_namespace__, not CuPy):
+    PyTorch's CUDA tensors are such arrays."""
+
+    __array_namespace__ = None
+
+    def __getattribute__(self, name):
+        if name == "__array_namespace__":
+            raise AttributeError(name)
+        return super().__getattribute__(name)
+
+
+def test_stored_block_of_arrays_braidpy_cannot_allocate_is_none(host_ops):
+    """The device path stacks only arrays it can allocate like (CuPy, array API); others
+    get None (gather them with stored), never an error (a GPU run of braidpy.torch once
+    raised here)."""
+    def wrap(a):
+        return ForeignDeviceArray(a)
+
+    assert not hasattr(wrap(np.ones(2)), "__array_namespace__")
+    app = Decay(wrap, np.float64, batched=False)
+    app.clone = lambda u: ForeignDeviceArray(u.host.copy())  # as braidpy.torch's apps do
+    app.sum = lambda a, x, b, y: y.host.__setitem__(..., a * x.host + b * y.host)
+    app.norm = lambda u: float(np.linalg.norm(u.host))
+    core = braidpy.Core(app, 0.0, 2.0, 16, storage="all", batch=False,
+                        **dict(OPTIONS, max_iter=2))
+    core.solve()
+    assert isinstance(core.stored(3), ForeignDeviceArray)
+    assert core.stored_block(0, 17) is None
+
+
 def test_without_a_provider_cuda_states_take_the_python_defaults():
     """What the device paths above replace: braidpy.backends' defaults, which the fake
     arrays do not support (so the passing runs above did take the device paths)."""

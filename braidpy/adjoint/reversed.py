@@ -79,7 +79,8 @@ class ReversedApp(App):
         lo = max(owned.start - 1, 0)
         self.trajectory_start = lo
         if lo < owned.stop:
-            # One copy in C++ for float64 NumPy states; a gather of the states otherwise.
+            # One copy in C++ for float64 NumPy states and CUDA arrays (one kernel); a
+            # gather of the states otherwise.
             self.trajectory = self.primal.stored_block(lo, owned.stop)
             if self.trajectory is None:
                 self.trajectory = backends.stack([self.primal.stored(n)

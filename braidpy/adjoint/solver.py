@@ -299,9 +299,8 @@ class GradientSolver:
         """The final adjoint values at indices m_hi down to m_lo, stacked."""
         core = self.adjoint_core
         W = core.stored_block(m_hi, m_lo - 1, -1)
-        if W is None:
-            W = backends.stack([self.app.clone(core.stored(m))
-                                for m in range(m_hi, m_lo - 1, -1)])
+        if W is None:  # stacking copies: the stored values stay the core's
+            W = backends.stack([core.stored(m) for m in range(m_hi, m_lo - 1, -1)])
         return W
 
     def _gradient_chunk(self, ns: np.ndarray, m_hi: int, iterations: int) -> None:

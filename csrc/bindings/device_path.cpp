@@ -89,6 +89,15 @@ PyObject* new_array(PyObject* like, const std::vector<std::int64_t>& shape) {
   return out;
 }
 
+// Whether new_array can allocate like u (braidpy.backends.cupy.new_array's rule: a CuPy
+// array, or one with __array_namespace__). Other CUDA arrays (e.g. PyTorch's tensors)
+// take the Python paths.
+bool allocatable_like(PyObject* u) {
+  const char* name = Py_TYPE(u)->tp_name;
+  if (std::strncmp(name, "cupy.", 5) == 0) return true;
+  return PyObject_HasAttrString(u, "__array_namespace__") == 1;
+}
+
 bool same_layout(const CudaArrayView& a, const CudaArrayView& b) {
   return a.dtype == b.dtype && a.shape == b.shape;
 }
@@ -181,7 +190,8 @@ PyObject* host_device_ops_capsule() {
 DevicePath device_clone(PyObject* u, PyObject** out) {
   CudaArrayView U, V;
   const DeviceOps* ops;
-  if (!cuda_array_view(u, U) || (ops = device_ops()) == nullptr) return DevicePath::kNo;
+  if (!cuda_array_view(u, U) || (ops = device_ops()) == nullptr || !allocatable_like(u))
+    return DevicePath::kNo;
   PyObject* v = new_array(u, U.shape);
   if (v == nullptr) return DevicePath::kFailed;
   if (!cuda_array_view(v, V) || !same_layout(U, V) || V.readonly) {
@@ -225,12 +235,13 @@ DevicePath device_norms(PyObject* const* us, Py_ssize_t n, double* out) {
               "norm");
 }
 
-DevicePath device_clone_block(PyObject* const* srcs, Py_ssize_t n, PyObject** block,
-                              PyObject** rows) {
+DevicePath device_stack(PyObject* const* srcs, Py_ssize_t n, PyObject** block) {
   PyObject* first = nullptr;
   for (Py_ssize_t k = 0; k < n && first == nullptr; ++k) first = srcs[k];
   CudaArrayView F, v;
-  if (first == nullptr || !cuda_array_view(first, F) || F.shape.empty()) return DevicePath::kNo;
+  if (first == nullptr || !cuda_array_view(first, F) || F.shape.empty() ||
+      !allocatable_like(first))
+    return DevicePath::kNo;
   std::vector<const void*> ptrs(static_cast<std::size_t>(n), nullptr);
   for (Py_ssize_t k = 0; k < n; ++k) {
     if (srcs[k] == nullptr) continue;
@@ -254,6 +265,15 @@ DevicePath device_clone_block(PyObject* const* srcs, Py_ssize_t n, PyObject** bl
     Py_DECREF(B);
     return r;
   }
+  *block = B;
+  return DevicePath::kDone;
+}
+
+DevicePath device_clone_block(PyObject* const* srcs, Py_ssize_t n, PyObject** block,
+                              PyObject** rows) {
+  PyObject* B = nullptr;
+  const DevicePath r = device_stack(srcs, n, &B);
+  if (r != DevicePath::kDone) return r;
   for (Py_ssize_t k = 0; k < n; ++k) {  // B[k] (any type's __getitem__, not sq_item)
     PyObject* index = PyLong_FromSsize_t(k);
     rows[k] = index ? PyObject_GetItem(B, index) : nullptr;

@@ -29,6 +29,9 @@ DevicePath device_clone(PyObject* u, PyObject** out);
 DevicePath device_sum(double a, PyObject* x, double b, PyObject* y);
 // out[k] = ||us[k]|| for n states of one dtype and size: one kernel, one copy back.
 DevicePath device_norms(PyObject* const* us, Py_ssize_t n, double* out);
+// The states srcs[k] stacked into one new device array (n, *shape) in one kernel (null
+// sources leave their row unwritten); the device path of Core.stored_block.
+DevicePath device_stack(PyObject* const* srcs, Py_ssize_t n, PyObject** block);
 // As fast_clone_block (array_fast.hpp) for device arrays: one block, row views.
 DevicePath device_clone_block(PyObject* const* srcs, Py_ssize_t n, PyObject** block,
                               PyObject** rows);

@@ -258,8 +258,14 @@ class PySolver {
       srcs.push_back(static_cast<PyObject*>(u));
     }
     PyObject* out = nullptr;
-    if (!fast_stack(srcs.data(), static_cast<Py_ssize_t>(srcs.size()), &out)) return py::none();
-    return py::reinterpret_steal<py::object>(out);
+    const auto n = static_cast<Py_ssize_t>(srcs.size());
+    if (fast_stack(srcs.data(), n, &out)) return py::reinterpret_steal<py::object>(out);
+    if (n > 0) {  // CUDA arrays: one gather kernel
+      const braidpy::DevicePath p = braidpy::device_stack(srcs.data(), n, &out);
+      if (p == braidpy::DevicePath::kFailed) throw py::error_already_set();
+      if (p == braidpy::DevicePath::kDone) return py::reinterpret_steal<py::object>(out);
+    }
+    return py::none();
   }
 
   py::object final_value() const {

@@ -277,11 +277,17 @@ void Solver::final_lockstep() {
   const bool keep = opts_.access_level >= 1;
   std::vector<Vec> kept(static_cast<std::size_t>(hi - lo + 1), nullptr);
   const Exchange x{msg_tag(0, kMsgRelax) + 1000, L.right >= 0, L.left >= 0};
+  auto keep_rows = [&](Vec* rows, const Index* pts, Index m) {
+    if (store_final_f()) store_rows(rows, pts, m);
+    if (!keep) return;
+    std::vector<Vec> copies(static_cast<std::size_t>(m), nullptr);
+    clone_rows(rows, m, copies.data());
+    for (Index k = 0; k < m; ++k) kept[pts[k] - lo] = copies[k];
+  };
   lockstep_chains(
-      0, x, false, true,
+      0, x, false, true, keep_rows,
       [&](Index i, Vec& w) {
-        if (store_final_f()) set_slot(L.u, L.slot(i), ops_.clone(w));
-        if (keep || i == n) kept[i - lo] = ops_.clone(w);
+        if (!keep && i == n) kept[i - lo] = ops_.clone(w);
       },
       nullptr);
 

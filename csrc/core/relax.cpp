@@ -111,7 +111,8 @@ bool Solver::batch_sweep(const Level& L, bool recv_left) const {
 // first needs it (keep_left: a copy goes to left_boundary_). on_step sees each
 // new value before it is sent right; on_done sees the block before it is freed.
 void Solver::lockstep_chains(int l, const Exchange& x, bool with_tau, bool keep_left,
-                             const PointHook& on_step, const ChainsHook& on_done) {
+                             const RowsHook& on_rows, const PointHook& on_step,
+                             const ChainsHook& on_done) {
   Level& L = levels_[l];
   const Index lo = L.own.lo, hi = L.own.hi, cf = L.cf;
 
@@ -159,6 +160,7 @@ void Solver::lockstep_chains(int l, const Exchange& x, bool with_tau, bool keep_
     if (!received && a == 0) receive();
     for (Index r = a; r < b; ++r) pts[r] = base[r] + k;
     step_batch_on(L, l, block, a, &rows[a], &pts[a], b - a, with_tau);
+    if (on_rows) on_rows(&rows[a], &pts[a], b - a);
     for (Index r = a; r < b; ++r) {
       const Index i = pts[r];
       on_step(i, rows[r]);
@@ -182,7 +184,6 @@ void Solver::lockstep(int l, const Exchange& x, const PointHook& on_point, const
   const bool store_f = l == 0 && opts_.store_all;
 
   auto after_step = [&](Index i, Vec& w) {
-    if (store_f) set_slot(L.u, L.slot(i), ops_.clone(w));
     if (on_point) on_point(i, w);
   };
   // The chains that reach an owned C-point (a contiguous range of rows) end together.
@@ -202,8 +203,27 @@ void Solver::lockstep(int l, const Exchange& x, const PointHook& on_point, const
     for (Index r = e0; r < e1; ++r) end->take(cs[r], rows[r]);
     info_.phase = phase;
   };
-  lockstep_chains(l, x, true, false, after_step,
-                  end != nullptr ? ChainsHook(ends) : ChainsHook());
+  lockstep_chains(l, x, true, false,
+                  store_f ? RowsHook([&](Vec* rows, const Index* pts, Index n) {
+                    store_rows(rows, pts, n);
+                  })
+                          : RowsHook(),
+                  after_step, end != nullptr ? ChainsHook(ends) : ChainsHook());
+}
+
+void Solver::clone_rows(Vec* rows, Index n, Vec* out) {
+  if (std::find(rows, rows + n, nullptr) != rows + n) {  // a failed solve's null rows
+    for (Index k = 0; k < n; ++k) out[k] = ops_.clone(rows[k]);
+    return;
+  }
+  ops_.free(ops_.clone_block(rows, n, out));  // the copies keep their block alive
+}
+
+void Solver::store_rows(Vec* rows, const Index* pts, Index n) {
+  Level& L = levels_[0];
+  std::vector<Vec> copies(static_cast<std::size_t>(n), nullptr);
+  clone_rows(rows, n, copies.data());
+  for (Index k = 0; k < n; ++k) set_slot(L.u, L.slot(pts[k]), copies[k]);
 }
 
 // One F-sweep followed by a Jacobi C-sweep: every C-point c > 0 becomes the

@@ -1,5 +1,7 @@
 // Restriction by injection with FAS right-hand sides (XBraid restrict.c and
 // residual.c); the fine residual norm is measured here on level 0.
+#include <algorithm>
+
 #include "solver.hpp"
 
 namespace braid {
@@ -44,11 +46,7 @@ void Solver::restrict_to(int l) {
 
   // 2. Inject C-points: v_j = u_{j*cf}; the coarse guess is v at C-points.
   if (C.own.empty()) { C.has_tau = true; return; }
-  for (Index j = C.own.lo; j <= C.own.hi; ++j) {
-    const Index s = C.slot(j);
-    set_slot(C.v, s, ops_.clone(L.u[L.slot(j * L.cf)]));
-    if (C.is_c(j)) set_slot(C.u, s, ops_.clone(C.v[s]));
-  }
+  inject(l);
 
   // 3. tau_j = (v_j - Phi_c(v_{j-1})) + r_{j*cf}, v_{lo-1} from the left.
   info_.phase = kPhaseResidual;
@@ -96,12 +94,32 @@ void Solver::inject_all() {
     Level& L = levels_[l];
     Level& C = levels_[l + 1];
     C.has_tau = false;
-    for (Index j = C.own.lo; j <= C.own.hi; ++j) {
-      const Index s = C.slot(j);
-      set_slot(C.v, s, ops_.clone(L.u[L.slot(j * L.cf)]));
-      if (C.is_c(j)) set_slot(C.u, s, ops_.clone(C.v[s]));
-    }
+    inject(l);
   }
+}
+
+// v_j = u_{j*cf} for every owned coarse point j, and u_j = v_j at coarse C-points: two
+// clone_block calls (one block each for array states) instead of a clone per point.
+void Solver::inject(int l) {
+  Level& L = levels_[l];
+  Level& C = levels_[l + 1];
+  std::vector<Vec> from, copies;
+  std::vector<Index> js;
+  for (Index j = C.own.lo; j <= C.own.hi; ++j) {
+    from.push_back(L.u[L.slot(j * L.cf)]);
+    js.push_back(j);
+  }
+  const auto copy_to = [&](std::vector<Vec>& slots) {
+    copies.assign(from.size(), nullptr);
+    clone_rows(from.data(), static_cast<Index>(from.size()), copies.data());
+    for (std::size_t k = 0; k < js.size(); ++k) set_slot(slots, C.slot(js[k]), copies[k]);
+  };
+  copy_to(C.v);
+  from.clear();
+  js.erase(std::remove_if(js.begin(), js.end(), [&](Index j) { return !C.is_c(j); }),
+           js.end());
+  for (Index j : js) from.push_back(C.v[C.slot(j)]);
+  if (!js.empty()) copy_to(C.u);
 }
 
 }  // namespace braid

@@ -86,6 +86,8 @@ class Solver {
   };
   // Lock-step chains at the end: rows[r] (row r of block) is chain r, from C-point base[r].
   using ChainsHook = std::function<void(Vec block, Vec* rows, const Index* base, Index m)>;
+  // After each lock-step batch: rows[k] now holds the value at fine point pts[k], k < n.
+  using RowsHook = std::function<void(Vec* rows, const Index* pts, Index n)>;
 
   // relax.cpp
   void step_on(Level& L, int l, Vec& u, Index i, bool with_tau);  // u: t_{i-1} -> t_i
@@ -108,13 +110,21 @@ class Solver {
   // Whether level l's F-sweep has at least two independent chains to batch.
   bool batch_sweep(const Level& L, bool recv_left) const;
   // The chain loop both lock-step sweeps share (relax.cpp).
+  // on_rows (may be empty) sees each batch's rows before on_step sees them one by one.
   void lockstep_chains(int l, const Exchange& x, bool with_tau, bool keep_left,
-                       const PointHook& on_step, const ChainsHook& on_done);
+                       const RowsHook& on_rows, const PointHook& on_step,
+                       const ChainsHook& on_done);
+  // Independent copies out[k] of rows[k], k < n, made in one clone_block call (for
+  // array states one new block whose row views the copies are, not n allocations).
+  void clone_rows(Vec* rows, Index n, Vec* out);
+  // Level 0 keeps rows[k] (copied) as the stored value of fine point pts[k].
+  void store_rows(Vec* rows, const Index* pts, Index n);
   void fc_relax(int l);
   void relax(int l);
   // restrict.cpp
   void restrict_to(int l);  // level l -> l+1, computes ||r|| on level 0
   void inject_all();        // skipped first down-sweep
+  void inject(int l);       // level l's C-values to level l+1 (v, and u at its C-points)
   // interp.cpp
   void interp_from(int l);  // level l -> l-1
   void clean(int l);

@@ -1,0 +1,66 @@
+"""Do this machine's cores scale? k processes each run the same NumPy work at once.
+
+The performance model (docs/performance.md) gives every rank a core of its own. On a
+virtual machine the cores it reports may be hyperthreads or share a host core, and then
+no schedule can be predicted from one core's costs. This measures that directly: the
+same work (the residual layer steps of a width-8 dense ResNet on 1000 samples, like
+bench_perf_model.py's) in 1, 2, 4, ... processes started together, no MPI. A process
+count whose time per process stays near the one-process time has cores to match.
+
+Run: python benchmarks/cpu_scaling.py [--processes 1 2 4 8] [--steps 4000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import time
+
+
+def work(steps: int, start, out) -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(os.getpid())
+    u = rng.standard_normal((1000, 8))
+    K = rng.standard_normal((8, 8)) / 8
+    start.wait()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        u += 0.01 * np.tanh(u @ K)
+    out.put(time.perf_counter() - t0)
+
+
+def run(k: int, steps: int) -> list:
+    ctx = mp.get_context("fork")
+    start, out = ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=work, args=(steps, start, out)) for _ in range(k)]
+    for p in procs:
+        p.start()
+    time.sleep(0.2)
+    start.set()
+    times = [out.get() for _ in procs]
+    for p in procs:
+        p.join()
+    return times
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--processes", type=int, nargs="+", default=[1, 2, 4, 8])
+    p.add_argument("--steps", type=int, default=4000)
+    args = p.parse_args(argv)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    print(f"{os.cpu_count()} cores reported; {args.steps} steps of u += h tanh(u K), "
+          f"u 1000x8, per process")
+    base = None
+    for k in args.processes:
+        times = run(k, args.steps)
+        mean = sum(times) / len(times)
+        base = base or mean
+        print(f"  {k:3d} processes at once: {mean * 1e3:8.1f} ms each (max "
+              f"{max(times) * 1e3:.1f}); {mean / base:.2f}x one process's time", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,181 @@
+"""GPU: where the host time of braidpy's small-state GPU runs goes (a diagnostic).
+
+bench_gpu.py's deep narrow ResNet is bound by host latency, not by the GPU: a width-8
+layer is a few hundred flops. This script measures the pieces, so that a change can be
+aimed at the largest one:
+
+1. per-call host costs on CuPy (microseconds, synchronized after each loop): a CuPy
+   in-place add of 8 numbers (one kernel launch), reading ``__cuda_array_interface__``
+   (the core's device paths read it for every operand), ``cupy.empty``, a no-op Python
+   method call;
+2. the core's own vector operations on the device paths: 2 MGRIT iterations of the
+   N = 4096 ResNet with no-op steps (every clone, sum and norm still runs), per
+   operation, against the same run on NumPy states;
+3. the pieces of the grouped cuDNN conv step (``forward_batched``: pack the intervals
+   into channel groups, the grouped convolution, unpack + bias, activation, step size,
+   residual update), float32 and float64, with PyTorch's bare grouped conv (no TF32) for
+   reference.
+
+Run: python benchmarks/gpu_overheads.py [--calls 2000]
+(on a machine without a GPU it says so and stops).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+import braidpy
+from bench_gpu import BATCH, CFACTOR, TSTOP, WIDTH, ResNet, _torch_cuda, array_module, sync
+
+
+def per_call_us(xp, fn, calls):
+    """Host microseconds per call of fn (min of 3 loops of ``calls``, synchronized)."""
+    best = float("inf")
+    for _ in range(3):
+        sync(xp)
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        sync(xp)
+        best = min(best, (time.perf_counter() - start) / calls)
+    return best * 1e6
+
+
+def host_costs(xp, calls):
+    x, y = xp.ones((1, WIDTH)), xp.ones((1, WIDTH))
+
+    class Noop:
+        def call(self):
+            return None
+
+    from braidpy.backends.cupy import new_array
+    noop = Noop()
+    rows = {"CuPy y += x (8 numbers, one launch)": lambda: y.__iadd__(x),
+            "x.__cuda_array_interface__": lambda: x.__cuda_array_interface__,
+            "cupy.empty((1, 8))": lambda: xp.empty((1, WIDTH)),
+            "braidpy.backends.cupy.new_array": lambda: new_array(x, (1, WIDTH)),
+            "no-op Python method call": noop.call}
+    print("per-call host cost, microseconds:")
+    for name, fn in rows.items():
+        print(f"  {name:45s} {per_call_us(xp, fn, calls):8.2f}", flush=True)
+
+
+class NoopSteps(ResNet):
+    """The bench's ResNet with steps that do nothing: only the core's work is left."""
+
+    def step(self, u, t0, t1, status):
+        return None
+
+    def step_stacked(self, U, t0s, t1s, status):
+        return None
+
+
+def core_ops(xp, n=4096):
+    """Per-operation cost of the core's clone/sum/norm on xp's states (no-op steps)."""
+    def run(mod):
+        K = mod.zeros((1, WIDTH, WIDTH))
+        u0 = mod.ones((1, WIDTH))
+        app = NoopSteps(mod, K, K[0], u0)
+        best = None
+        for _ in range(3):
+            start = time.perf_counter()
+            r = braidpy.solve(app, 0.0, TSTOP, n, max_levels=2, cfactor=CFACTOR, nrelax=0,
+                              access_level=0, max_iter=2, abs_tol=0.0, timings=True)
+            sync(mod)
+            wall = time.perf_counter() - start
+            if best is None or wall < best[0]:
+                best = (wall, r)
+        wall, r = best
+        c, t = r.counts, r.timings
+        callbacks = sum(v for k, v in t.items() if k not in ("total", "communication"))
+        ops = c["clone"] + c["sum"] + c["norm"]
+        return wall, callbacks, ops, c
+
+    print(f"the core's vector operations, 2 MGRIT iterations, N={n}, cf {CFACTOR}, no-op steps:")
+    for name, mod in (("NumPy", np), ("CuPy", xp)) if xp is not np else (("NumPy", np),):
+        wall, cb, ops, c = run(mod)
+        print(f"  {name}: {wall * 1e3:.2f} ms, of which callbacks {cb * 1e3:.2f} ms; "
+              f"{ops} operations (clone {c['clone']}, sum {c['sum']}, norm {c['norm']}) "
+              f"+ {c['step'] + c['step_batch']} step calls: "
+              f"{(wall - cb) / ops * 1e6:.2f} us per operation", flush=True)
+
+
+def conv_split(xp, calls):
+    from braidpy.nn import conv_backends as cb
+
+    why = cb.cudnn_unavailable()
+    if why is not None:
+        print(f"conv split: needs cuDNN: {why}")
+        return
+    torch = _torch_cuda()
+    for dtype in ("float32", "float64"):
+        rows = _conv_pieces(xp, dtype, torch)
+        print(f"conv step pieces, {M} intervals, batch {BATCH}, {C} channels, {H}x{H}, "
+              f"{dtype} (ms per call):")
+        for name, fn in rows.items():
+            fn()
+            print(f"  {name:45s} {per_call_us(xp, fn, max(calls // 100, 10)) / 1e3:8.3f}",
+                  flush=True)
+        if torch is not None:
+            torch.backends.cudnn.allow_tf32 = True
+
+
+M, C, H = 64, 8, 28  # intervals, channels, image side of the conv pieces
+
+
+def _conv_pieces(xp, dtype, torch):
+    """{name: call} for the pieces of one grouped cuDNN forward step in ``dtype``."""
+    from braidpy.nn import ConvLayer
+    from braidpy.nn import conv_backends as cb
+    from braidpy.nn.activations import get_activation
+
+    act = get_activation("tanh")
+    layer = ConvLayer(C, 3, "tanh", backend="cudnn")
+    rng = np.random.default_rng(1)
+    U = xp.asarray(rng.standard_normal((M, BATCH, C, H, H)), dtype=dtype)
+    Ks = xp.asarray(rng.standard_normal((M, C, C, 3, 3)) / 9, dtype=dtype)
+    bs = xp.asarray(0.1 * rng.standard_normal((M, C)), dtype=dtype)
+    hs = xp.asarray(np.full(M, 1.0 / M), dtype=dtype)
+    X = cb.pack_intervals(U)
+    Kg = xp.reshape(Ks, (M * C, C, 3, 3))  # the grouped filter (a view)
+    Y = cb.conv2d_cudnn(X, Kg, M)
+    Z = cb.unpack_intervals(Y, M) + xp.reshape(bs, (M, 1, C, 1, 1))
+    A = act.value(Z)
+    S = xp.reshape(hs, (M, 1, 1, 1, 1)) * A
+    rows = {"pack_intervals (transposing copy)":
+            lambda: xp.ascontiguousarray(cb.pack_intervals(U)),
+            "grouped cudnn conv (incl. workspace, output)": lambda: cb.conv2d_cudnn(X, Kg, M),
+            "unpack + bias": lambda: cb.unpack_intervals(Y, M) + xp.reshape(bs, (M, 1, C, 1, 1)),
+            "tanh": lambda: act.value(Z),
+            "h * tanh": lambda: xp.reshape(hs, (M, 1, 1, 1, 1)) * A,
+            "U + h tanh": lambda: U + S,
+            "whole forward_batched (cudnn)": lambda: layer.forward_batched(U, Ks, bs, hs)}
+    if torch is not None:
+        tX, tK = torch.as_tensor(X, device="cuda"), torch.as_tensor(Kg, device="cuda")
+
+        def torch_conv():
+            torch.backends.cudnn.allow_tf32 = False
+            return torch.nn.functional.conv2d(tX, tK, padding=1, groups=M)
+        rows["PyTorch grouped conv2d alone (no TF32)"] = torch_conv
+    return rows
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--calls", type=int, default=2000)
+    args = p.parse_args(argv)
+    xp, where = array_module()
+    print(where)
+    if xp is np:
+        core_ops(xp)
+        return
+    host_costs(xp, args.calls)
+    core_ops(xp)
+    conv_split(xp, args.calls)
+
+
+if __name__ == "__main__":
+    main()
