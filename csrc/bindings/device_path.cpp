@@ -104,6 +104,8 @@ bool same_layout(const CudaArrayView& a, const CudaArrayView& b) {
 
 // ------------------------------------------------------------ host provider
 
+HostOpCalls host_calls;  // what the host provider was asked to "launch"
+
 template <class T>
 void host_sum_t(double a, const void* x, double b, void* y, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i)
@@ -113,8 +115,25 @@ void host_sum_t(double a, const void* x, double b, void* y, std::int64_t n) {
 
 int host_sum(int dtype, double a, const void* x, double b, void* y, std::int64_t n,
              std::uintptr_t) {
+  ++host_calls.sum;
   if (dtype == kDeviceF64) host_sum_t<double>(a, x, b, y, n);
   else host_sum_t<float>(a, x, b, y, n);
+  return 0;
+}
+
+template <class T>
+void host_sum_rows_t(double a, const void* const* xs, double b, void* const* ys,
+                     std::int64_t nrows, std::int64_t len) {
+  for (std::int64_t i = 0; i < nrows * len; ++i)
+    kern::axpby_rows_at(i, static_cast<T>(a), reinterpret_cast<const T* const*>(xs),
+                        static_cast<T>(b), reinterpret_cast<T* const*>(ys), len);
+}
+
+int host_sum_rows(int dtype, double a, const void* const* xs, double b, void* const* ys,
+                  std::int64_t nrows, std::int64_t len, std::uintptr_t) {
+  ++host_calls.sum_rows;
+  if (dtype == kDeviceF64) host_sum_rows_t<double>(a, xs, b, ys, nrows, len);
+  else host_sum_rows_t<float>(a, xs, b, ys, nrows, len);
   return 0;
 }
 
@@ -126,18 +145,21 @@ void host_gather_t(const void* const* srcs, std::int64_t nrows, std::int64_t len
 
 int host_gather(int dtype, const void* const* srcs, std::int64_t nrows, std::int64_t len,
                 void* block, std::uintptr_t) {
+  ++host_calls.gather;
   if (dtype == kDeviceF64) host_gather_t<double>(srcs, nrows, len, block);
   else host_gather_t<float>(srcs, nrows, len, block);
   return 0;
 }
 
 int host_copy(const void* src, void* dst, std::int64_t bytes, std::uintptr_t) {
+  ++host_calls.copy;
   if (src != dst) std::memmove(dst, src, static_cast<std::size_t>(bytes));
   return 0;
 }
 
 int host_row_norms(int dtype, const void* const* rows, std::int64_t nrows, std::int64_t len,
                    double* out, std::uintptr_t) {
+  ++host_calls.row_norms;
   for (std::int64_t r = 0; r < nrows; ++r)
     out[r] = dtype == kDeviceF64 ? kern::row_norm_host(static_cast<const double*>(rows[r]), len)
                                  : kern::row_norm_host(static_cast<const float*>(rows[r]), len);
@@ -147,8 +169,9 @@ int host_row_norms(int dtype, const void* const* rows, std::int64_t nrows, std::
 const char* host_error_name(int) { return "hostError"; }
 const char* host_error_string(int) { return "host device ops do not fail"; }
 
-const DeviceOps kHostOps = {kDeviceOpsAbi, host_sum,        host_gather,       host_copy,
-                            host_row_norms, host_error_name, host_error_string};
+const DeviceOps kHostOps = {kDeviceOpsAbi,   host_sum,        host_sum_rows,
+                            host_gather,     host_copy,       host_row_norms,
+                            host_error_name, host_error_string};
 
 }  // namespace
 
@@ -163,6 +186,7 @@ const DeviceOps* device_ops() {
 }
 
 bool set_device_ops(PyObject* c) {
+  host_calls = HostOpCalls{};
   Py_XDECREF(given_capsule);
   given_capsule = nullptr;
   given = nullptr;
@@ -182,6 +206,8 @@ bool set_device_ops(PyObject* c) {
   }
   return true;
 }
+
+HostOpCalls& host_device_op_calls() { return host_calls; }
 
 PyObject* host_device_ops_capsule() {
   return PyCapsule_New(const_cast<DeviceOps*>(&kHostOps), kDeviceOpsCapsule, nullptr);
@@ -218,6 +244,35 @@ DevicePath device_sum(double a, PyObject* x, double b, PyObject* y) {
   if (xs != ys && xs < ys + bytes && ys < xs + bytes) return DevicePath::kNo;  // overlap
   if ((ops = device_ops()) == nullptr) return DevicePath::kNo;
   return done(ops, ops->sum(Y.dtype, a, X.data, b, Y.data, Y.size, Y.stream), "sum");
+}
+
+DevicePath device_sums(double a, PyObject* const* xs, double b, PyObject* const* ys,
+                       Py_ssize_t n) {
+  if (n < 1) return DevicePath::kNo;
+  std::vector<const void*> xp(static_cast<std::size_t>(n));
+  std::vector<void*> yp(static_cast<std::size_t>(n));
+  CudaArrayView first, X, Y;
+  for (Py_ssize_t k = 0; k < n; ++k) {
+    if (xs[k] == nullptr || ys[k] == nullptr || !cuda_array_view(ys[k], Y) || Y.readonly)
+      return DevicePath::kNo;
+    if (xs[k] == ys[k]) X = Y;
+    else if (!cuda_array_view(xs[k], X)) return DevicePath::kNo;
+    if (k == 0) first = Y;
+    if (X.dtype != first.dtype || Y.dtype != first.dtype || X.size != first.size ||
+        Y.size != first.size)
+      return DevicePath::kNo;
+    const auto* xb = static_cast<const char*>(X.data);
+    const auto* yb = static_cast<const char*>(Y.data);
+    const std::int64_t bytes = Y.size * Y.itemsize();
+    if (xb != yb && xb < yb + bytes && yb < xb + bytes) return DevicePath::kNo;  // overlap
+    xp[static_cast<std::size_t>(k)] = X.data;
+    yp[static_cast<std::size_t>(k)] = Y.data;
+  }
+  const DeviceOps* ops = device_ops();
+  if (ops == nullptr) return DevicePath::kNo;
+  return done(ops, ops->sum_rows(first.dtype, a, xp.data(), b, yp.data(), n, first.size,
+                                 first.stream),
+              "sum");
 }
 
 DevicePath device_norms(PyObject* const* us, Py_ssize_t n, double* out) {

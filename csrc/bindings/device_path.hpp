@@ -24,9 +24,19 @@ bool set_device_ops(PyObject* choice);
 // A capsule of DeviceOps that run kernels.hpp on host memory (tests run the
 // device paths on the CPU with fake arrays whose interface points at host memory).
 PyObject* host_device_ops_capsule();
+// Tests: the host provider's calls per operation since the last set_device_ops (so a
+// test sees how many launches a solve would make on a GPU).
+struct HostOpCalls {
+  long long sum = 0, sum_rows = 0, gather = 0, copy = 0, row_norms = 0;
+};
+HostOpCalls& host_device_op_calls();
 
 DevicePath device_clone(PyObject* u, PyObject** out);
 DevicePath device_sum(double a, PyObject* x, double b, PyObject* y);
+// ys[k] <- a*xs[k] + b*ys[k], k < n, in one kernel: every pair CUDA arrays of one dtype
+// and size (the caller promises the pairs are independent).
+DevicePath device_sums(double a, PyObject* const* xs, double b, PyObject* const* ys,
+                       Py_ssize_t n);
 // out[k] = ||us[k]|| for n states of one dtype and size: one kernel, one copy back.
 DevicePath device_norms(PyObject* const* us, Py_ssize_t n, double* out);
 // The states srcs[k] stacked into one new device array (n, *shape) in one kernel (null

@@ -413,6 +413,16 @@ PYBIND11_MODULE(_core, m) {
         if (!braidpy::set_device_ops(choice.ptr()))
           throw py::type_error("_use_device_ops: expected a device_ops capsule, None or False");
       }, py::arg("choice"));
+  m.def("_host_device_op_calls", []() {
+    const auto& c = braidpy::host_device_op_calls();
+    py::dict d;
+    d["sum"] = c.sum;
+    d["sum_rows"] = c.sum_rows;
+    d["gather"] = c.gather;
+    d["copy"] = c.copy;
+    d["row_norms"] = c.row_norms;
+    return d;
+  });
   m.def("_host_device_ops",
         []() { return py::reinterpret_steal<py::object>(braidpy::host_device_ops_capsule()); });
 }

@@ -258,6 +258,21 @@ void PyOps::sum(double a, Vec x, double b, Vec y) {
   Py_XDECREF(r);
 }
 
+void PyOps::sums(double a, const Vec* xs, double b, const Vec* ys, braid::Index n) {
+  if (failed_) return;
+  if (fast_sum_ && n > 1) {  // CUDA states: every pair in one kernel
+    const DevicePath p = device_sums(a, reinterpret_cast<PyObject* const*>(xs), b,
+                                     reinterpret_cast<PyObject* const*>(ys),
+                                     static_cast<Py_ssize_t>(n));
+    if (p != DevicePath::kNo) {
+      counted(kSum, n);
+      if (p == DevicePath::kFailed) capture_current_error(kSum);
+      return;
+    }
+  }
+  for (braid::Index k = 0; k < n; ++k) sum(a, xs[k], b, ys[k]);
+}
+
 double PyOps::norm(Vec u) {
   if (failed_) return 0.0;
   double value = 0.0;

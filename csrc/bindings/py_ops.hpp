@@ -45,6 +45,7 @@ class PyOps final : public braid::Ops {
   void norms(const Vec* us, braid::Index n, double* out) override;
   void access(Vec u, const CallInfo& info) override;
   void free(Vec u) override { Py_XDECREF(static_cast<PyObject*>(u)); }
+  void sums(double a, const Vec* xs, double b, const Vec* ys, braid::Index n) override;
   void progress(int iteration, double rnorm, bool has_rnorm) override;
   bool failed() const override { return failed_; }
 

@@ -65,6 +65,11 @@ class Ops {
   virtual Vec clone(Vec u) = 0;
   // y <- a*x + b*y, in place; x may be y.
   virtual void sum(double a, Vec x, double b, Vec y) = 0;
+  // ys[k] <- a*xs[k] + b*ys[k], k < n: independent pairs (no ys[k] is another pair's
+  // x or y), so one call may do them all (one kernel for a device's states).
+  virtual void sums(double a, const Vec* xs, double b, const Vec* ys, Index n) {
+    for (Index k = 0; k < n; ++k) sum(a, xs[k], b, ys[k]);
+  }
   virtual double norm(Vec u) = 0;
   // out[k] = norm(us[k]), k < n: the residual norms of one evaluation in one
   // call (a device block's row norms in one kernel). Same values as norm().

@@ -73,7 +73,15 @@ void Solver::restrict_to(int l) {
     Vec block = ops_.clone_block(srcs.data(), nparts, gs.data());
     ops_.free(left);
     step_batch_on(C, l + 1, block, 0, gs.data(), js.data(), nparts, false);
-    for (Index k = 0; k < nparts; ++k) add_coarse_part(js[k], gs[k]);
+    // add_coarse_part for every part, each of its two sums in one call
+    std::vector<Vec> vs, taus;
+    for (Index j : js) {
+      vs.push_back(C.v[C.slot(j)]);
+      taus.push_back(C.tau[C.slot(j)]);
+    }
+    ops_.sums(1.0, vs.data(), -1.0, gs.data(), nparts);
+    ops_.sums(1.0, gs.data(), 1.0, taus.data(), nparts);
+    for (Vec g : gs) ops_.free(g);
     ops_.free(block);
   } else {
     // From the right, so that the left neighbour's message is waited for last.

@@ -11,7 +11,7 @@
 namespace braidpy {
 
 constexpr const char* kDeviceOpsCapsule = "braidpy._cuda.device_ops";
-constexpr int kDeviceOpsAbi = 1;
+constexpr int kDeviceOpsAbi = 2;
 
 enum DeviceDtype : int { kDeviceF64 = 1, kDeviceF32 = 2 };
 
@@ -24,6 +24,10 @@ struct DeviceOps {
   // y <- a*x + b*y on n elements (x == y allowed; a, b rounded to the dtype).
   int (*sum)(int dtype, double a, const void* x, double b, void* y, std::int64_t n,
              std::uintptr_t stream);
+  // ys[r] <- a*xs[r] + b*ys[r], r < nrows, rows of len elements, in one kernel (pairs
+  // independent: no ys[r] overlaps another pair's rows).
+  int (*sum_rows)(int dtype, double a, const void* const* xs, double b, void* const* ys,
+                  std::int64_t nrows, std::int64_t len, std::uintptr_t stream);
   // block[r] <- srcs[r] (null: zeros), r < nrows, rows of len elements.
   int (*gather)(int dtype, const void* const* srcs, std::int64_t nrows, std::int64_t len,
                 void* block, std::uintptr_t stream);

@@ -36,6 +36,14 @@ __global__ void axpby_kernel(T a, const T* x, T b, T* y, Index n) {
 }
 
 template <class T>
+__global__ void axpby_rows_kernel(T a, const T* const* xs, T b, T* const* ys, Index len,
+                                  Index n) {
+  for (Index i = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<Index>(gridDim.x) * blockDim.x)
+    kern::axpby_rows_at(i, a, xs, b, ys, len);
+}
+
+template <class T>
 __global__ void gather_kernel(const T* const* srcs, Index len, T* block, Index n) {
   for (Index i = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<Index>(gridDim.x) * blockDim.x)
@@ -118,6 +126,35 @@ int op_sum(int dtype, double a, const void* x, double b, void* y, std::int64_t n
                              : sum_t<float>(a, x, b, y, n, as_stream(stream));
 }
 
+template <class T>
+int sum_rows_t(double a, void* table, double b, Index nrows, Index len, cudaStream_t s) {
+  T* const* xs = static_cast<T* const*>(table);  // the table: nrows x pointers, then ys
+  T* const* ys = xs + nrows;
+  const Index n = nrows * len;
+  axpby_rows_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<T>(a), xs,
+                                                          static_cast<T>(b), ys, len, n);
+  return launched();
+}
+
+int op_sum_rows(int dtype, double a, const void* const* xs, double b, void* const* ys,
+                std::int64_t nrows, std::int64_t len, std::uintptr_t stream) {
+  cudaError_t e = static_cast<cudaError_t>(check_device());
+  if (e != cudaSuccess || nrows == 0 || len == 0) return e;
+  const cudaStream_t s = as_stream(stream);
+  const std::size_t half = static_cast<std::size_t>(nrows) * sizeof(void*);
+  std::vector<const void*> table(2 * static_cast<std::size_t>(nrows));  // xs, then ys
+  for (Index r = 0; r < nrows; ++r) {
+    table[static_cast<std::size_t>(r)] = xs[r];
+    table[static_cast<std::size_t>(nrows + r)] = ys[r];
+  }
+  void* dev = nullptr;
+  if ((e = static_cast<cudaError_t>(reserve(2 * half, s, &dev))) != cudaSuccess) return e;
+  e = cudaMemcpyAsync(dev, table.data(), 2 * half, cudaMemcpyHostToDevice, s);
+  if (e != cudaSuccess) return e;
+  return dtype == kDeviceF64 ? sum_rows_t<double>(a, dev, b, nrows, len, s)
+                             : sum_rows_t<float>(a, dev, b, nrows, len, s);
+}
+
 int op_gather(int dtype, const void* const* srcs, std::int64_t nrows, std::int64_t len,
               void* block, std::uintptr_t stream) {
   cudaError_t e = static_cast<cudaError_t>(check_device());
@@ -175,8 +212,8 @@ const char* op_error_string(int code) {
   return cudaGetErrorString(static_cast<cudaError_t>(code));
 }
 
-const DeviceOps kOps = {kDeviceOpsAbi, op_sum,         op_gather,      op_copy,
-                        op_row_norms,  op_error_name,  op_error_string};
+const DeviceOps kOps = {kDeviceOpsAbi, op_sum,        op_sum_rows,    op_gather,
+                        op_copy,       op_row_norms,  op_error_name,  op_error_string};
 
 }  // namespace
 

@@ -40,6 +40,16 @@ BRAIDPY_HD inline void axpby_at(Index i, T a, const T* x, T b, T* y) {
   y[i] = axpby_value(a, x[i], b, y[i]);
 }
 
+// Element i of the batched sum ys[r] <- a*xs[r] + b*ys[r] over rows of len elements:
+// the element of axpby_at in pair r (the pairs' rows never overlap; xs[r] may be ys[r]).
+template <class T>
+BRAIDPY_HD inline void axpby_rows_at(Index i, T a, const T* const* xs, T b, T* const* ys,
+                                     Index len) {
+  const Index r = i / len;
+  const Index j = i - r * len;
+  ys[r][j] = axpby_value(a, xs[r][j], b, ys[r][j]);
+}
+
 // Element i of a stacked block of nrows rows of len elements: row r copies
 // srcs[r], or is zero where srcs[r] is null (a placeholder row).
 template <class T>

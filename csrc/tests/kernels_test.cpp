@@ -87,6 +87,39 @@ void test_axpby(const char* type) {
   report(bit_equal(x, x0), std::string("axpby<") + type + "> leaves x alone");
 }
 
+// What axpby_rows_kernel computes: every element of every pair, pairs of separate rows
+// (one pair with x is y), against the single-pair reference row by row.
+template <class T>
+void test_axpby_rows(const char* type) {
+  const double cases[][2] = {{1.0, -1.0}, {1.0, 1.0}, {-1.0, 1.0}, {0.3, 1.0}, {2.5, -0.25}};
+  for (Index len : {Index(1), Index(8), Index(301)}) {
+    for (const auto& ab : cases) {
+      const Index nrows = 3;
+      std::vector<std::vector<T>> x, y, want;
+      for (Index r = 0; r < nrows; ++r) {
+        x.push_back(values<T>(len, 0.5 + r));
+        y.push_back(values<T>(len, 2.0 + 3 * r));
+      }
+      const T* xs[3] = {x[0].data(), x[1].data(), y[2].data()};  // pair 2: x is y
+      T* ys[3] = {y[0].data(), y[1].data(), y[2].data()};
+      for (Index r = 0; r < nrows; ++r) {
+        want.push_back(y[static_cast<std::size_t>(r)]);
+        reference_axpby(static_cast<T>(ab[0]), x[static_cast<std::size_t>(r)],
+                        static_cast<T>(ab[1]), want.back(), r == 2);
+      }
+      for (Index i = 0; i < nrows * len; ++i)
+        kern::axpby_rows_at(i, static_cast<T>(ab[0]), xs, static_cast<T>(ab[1]), ys, len);
+      bool ok = true;
+      for (Index r = 0; r < nrows; ++r)
+        ok = ok && bit_equal(y[static_cast<std::size_t>(r)], want[static_cast<std::size_t>(r)]);
+      char what[128];
+      std::snprintf(what, sizeof what, "axpby_rows<%s> 3 pairs of %lld a=%g b=%g", type,
+                    static_cast<long long>(len), ab[0], ab[1]);
+      report(ok, what);
+    }
+  }
+}
+
 // What gather_kernel computes: every element of the block.
 template <class T>
 void test_gather(const char* type) {
@@ -178,6 +211,8 @@ void test_norms(const char* type) {
 int main() {
   test_axpby<double>("double");
   test_axpby<float>("float");
+  test_axpby_rows<double>("double");
+  test_axpby_rows<float>("float");
   test_gather<double>("double");
   test_gather<float>("float");
   test_norms<double>("double");
