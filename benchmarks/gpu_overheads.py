@@ -13,8 +13,8 @@ aimed at the largest one:
    operation, against the same run on NumPy states;
 3. the pieces of the grouped cuDNN conv step (``forward_batched``: pack the intervals
    into channel groups, the grouped convolution, unpack + bias, activation, step size,
-   residual update), float32 and float64, with PyTorch's bare grouped conv (no TF32) for
-   reference.
+   residual update, and the last four fused in one kernel as forward_batched runs them),
+   float32 and float64, with PyTorch's bare grouped conv (no TF32) for reference.
 
 Run: python benchmarks/gpu_overheads.py [--calls 2000]
 (on a machine without a GPU it says so and stops).
@@ -152,6 +152,8 @@ def _conv_pieces(xp, dtype, torch):
             "tanh": lambda: act.value(Z),
             "h * tanh": lambda: xp.reshape(hs, (M, 1, 1, 1, 1)) * A,
             "U + h tanh": lambda: U + S,
+            "fused epilogue (the four above in one kernel)":
+            lambda: cb.fused_epilogue(U, Y, bs, hs, act),
             "whole forward_batched (cudnn)": lambda: layer.forward_batched(U, Ks, bs, hs)}
     if torch is not None:
         tX, tK = torch.as_tensor(X, device="cuda"), torch.as_tensor(Kg, device="cuda")

@@ -202,6 +202,14 @@ class StandIn:
                                                     x[:, g * cin:(g + 1) * cin], k)
                                   for g in range(groups)], axis=0)
 
+    def step_epilogue(self, U, Y, b, h, out, act):
+        """The fused kernel's contract: out = U + h * act(unpack(Y) + b)."""
+        assert all(a.flags.c_contiguous for a in (U, Y, b, h, out)) and act in (1, 2)
+        self.calls.append(("epilogue", act))
+        Z = cb.unpack_intervals(Y, U.shape[0]) + b.reshape(U.shape[0], 1, -1, 1, 1)
+        a = np.tanh(Z) if act == 1 else np.where(Z > 0, Z, 0.0)
+        out[...] = U + h.reshape(-1, 1, 1, 1, 1) * a
+
     def conv_backward_bias(self, dy, db):
         assert db.shape == (1, dy.shape[1], 1, 1)
         self.calls.append(("backward_bias", 1))
@@ -237,7 +245,8 @@ def test_cudnn_kernels_wiring_equals_the_numpy_kernels(stand_in, act):
     stand_in.calls.clear()
     np.testing.assert_allclose(layer.forward_batched(U, Ks, bs, hs),
                                ref.forward_batched(U, Ks, bs, hs), **close)
-    assert stand_in.calls == [("forward", m)]  # one grouped call for all m intervals
+    # one grouped call for all m intervals, then one fused epilogue
+    assert stand_in.calls == [("forward", m), ("epilogue", {"tanh": 1, "relu": 2}[act])]
     stand_in.calls.clear()
     np.testing.assert_allclose(layer.adjoint_batched(W, U, Ks, bs, hs),
                                ref.adjoint_batched(W, U, Ks, bs, hs), **close)
@@ -248,6 +257,27 @@ def test_cudnn_kernels_wiring_equals_the_numpy_kernels(stand_in, act):
         np.testing.assert_allclose(g, w, **close)
     assert got[0].shape == Ks.shape and got[1].shape == bs.shape
     assert stand_in.calls == [("forward", m), ("backward_filter", m), ("backward_bias", 1)]
+
+
+def test_the_fused_epilogue_is_only_for_braidpys_own_activations(stand_in):
+    """A user activation named like braidpy's runs the array code (its own function);
+    braidpy's tanh with a bias of another dtype too."""
+    from braidpy.nn.activations import Activation, tanh_derivative
+
+    def my_tanh(x):
+        return np.tanh(x) * 1.0
+
+    mine = Activation("tanh", my_tanh, tanh_derivative)
+    rng = np.random.default_rng(SEED + 4)
+    U, Ks = rng.standard_normal((2, 1, 3, 4, 4)), rng.standard_normal((2, 3, 3, 3, 3)) / 5
+    bs, hs = rng.standard_normal((2, 3)), np.array([0.5, 0.25])
+    want = ConvLayer(3, 3, "tanh", backend="numpy").forward_batched(U, Ks, bs, hs)
+    got = ConvLayer(3, 3, mine, xp=CUPY).forward_batched(U, Ks, bs, hs)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+    assert stand_in.calls == [("forward", 2)]
+    stand_in.calls.clear()
+    got = ConvLayer(3, 3, "tanh", xp=CUPY).forward_batched(U, Ks, bs.astype(np.float32), hs)
+    assert stand_in.calls == [("forward", 2)]
 
 
 def test_cudnn_kernels_check_shapes_first(stand_in):

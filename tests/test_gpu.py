@@ -327,6 +327,29 @@ def test_cudnn_grouped_over_intervals_equals_per_interval_calls(cp, cudnn, dtype
     print(f"grouped rows bitwise equal to per-interval calls ({np.dtype(dtype)}): {bitwise}")
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("act", ["tanh", "relu"])
+def test_fused_step_epilogue_equals_the_array_code_bitwise(cp, cudnn, dtype, act):
+    """braidpy._cuda's one-kernel epilogue of a batched conv step gives the bits of the
+    unfused CuPy operations (unpack + bias, activation, step size, residual update), on
+    strided bias rows (a coarse level's parameter slice) too."""
+    from braidpy.nn import conv_backends as cb
+    from braidpy.nn.activations import get_activation
+
+    rng = np.random.default_rng(20261127)
+    m, N, C = 6, 3, 4
+    U = cp.asarray(rng.standard_normal((m, N, C, 7, 5)), dtype=dtype)
+    Y = cp.asarray(rng.standard_normal((N, m * C, 7, 5)), dtype=dtype)
+    bs = cp.asarray(rng.standard_normal((2 * m, C)), dtype=dtype)[::2]
+    hs = cp.asarray(rng.uniform(0.1, 0.5, m), dtype=dtype)
+    a = get_activation(act)
+    want = U + hs.reshape(m, 1, 1, 1, 1) * a.value(cb.unpack_intervals(Y, m)
+                                                   + bs.reshape(m, 1, C, 1, 1))
+    got = cb.fused_epilogue(U, Y, bs, hs, a)
+    assert got is not None and got.dtype == dtype
+    assert bool(cp.array_equal(got, want))
+
+
 def test_cuda_conv_layers_choose_cudnn_and_match_numpy(cp, cudnn):
     from braidpy.nn import ConvLayer
 

@@ -38,7 +38,7 @@ from .activations import Activation, ActivationLike, get_activation
 from .conv import check_step, check_steps
 
 __all__ = ["ENV", "STREAMS_ENV", "cudnn_unavailable", "is_cupy", "pack_intervals",
-           "unpack_intervals", "conv2d_cudnn", "conv2d_input_vjp_cudnn",
+           "unpack_intervals", "fused_epilogue", "conv2d_cudnn", "conv2d_input_vjp_cudnn",
            "conv2d_weight_vjp_cudnn", "bias_grad_cudnn", "stream_count"]
 
 #: The environment variable that overrides the default conv backend of new layers.
@@ -249,9 +249,41 @@ def _forward_batched(U: Any, Ks: Any, bs: Any, hs: Any, act: ActivationLike) -> 
     hs = check_steps("conv_forward_batched", U, Ks, bs, _as_steps(hs, U))
     xp = _namespace(U)
     m, _, C = _shape(U)[:3]
-    Z = unpack_intervals(conv2d_cudnn(pack_intervals(U), _grouped(Ks, xp), m), m) \
-        + xp.reshape(bs, (m, 1, C, 1, 1))
-    return U + xp.reshape(hs, (m, 1, 1, 1, 1)) * get_activation(act).value(Z)
+    Y = conv2d_cudnn(pack_intervals(U), _grouped(Ks, xp), m)
+    a = get_activation(act)
+    fused = fused_epilogue(U, Y, bs, hs, a)
+    if fused is not None:
+        return fused
+    Z = unpack_intervals(Y, m) + xp.reshape(bs, (m, 1, C, 1, 1))
+    return U + xp.reshape(hs, (m, 1, 1, 1, 1)) * a.value(Z)
+
+
+#: braidpy._cuda's codes of the activations its fused step epilogue computes.
+_FUSED = {"tanh": 1, "relu": 2}
+
+
+def fused_epilogue(U: Any, Y: Any, bs: Any, hs: Any, act: Activation) -> Optional[Any]:
+    """U + hs * act(unpack(Y) + bs) of a batched forward step in ONE kernel of
+    braidpy._cuda (the same operations, so the same bits, as the array code: the pack's
+    unpacking, bias, activation, step size and residual update would each be a pass
+    over the states), or None where it does not apply (an activation other than
+    braidpy's own tanh and relu, mixed dtypes): then the caller runs the array code.
+
+    Y is the grouped convolution's output (N, m C, H, W), U the stacked states
+    (m, N, C, H, W), bs (m, C), hs (m,), all CuPy arrays on one device.
+    """
+    from . import activations
+
+    code = _FUSED.get(act.name)
+    if code is None or act.value is not getattr(activations, act.name):
+        return None
+    xp = _namespace(U)
+    if len({str(x.dtype) for x in (U, Y, bs, hs)}) != 1:
+        return None
+    U, Y, bs, hs = (_contiguous(x, xp) for x in (U, Y, bs, hs))
+    out = xp.empty(_shape(U), dtype=U.dtype)
+    _cuda().step_epilogue(U, Y, bs, hs, out, code)
+    return out
 
 
 def _adjoint_batched(W: Any, U: Any, Ks: Any, bs: Any, hs: Any, act: ActivationLike) -> Any:

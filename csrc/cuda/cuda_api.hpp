@@ -22,6 +22,12 @@ int device_properties(int dev, char* name, int name_len, int* major, int* minor)
 int check_device();
 // cudaGetDevice: the device cuDNN handles are made for.
 int current_device(int* dev);
+// out <- U + h * act(Y + b) for a batched conv step (kern::step_epilogue_at): U, out of
+// m*N*C*HW elements, Y the grouped convolution's output, b (m, C), h (m); dtype a
+// DeviceDtype, act a kern::StepActivation. One kernel on `stream`.
+int step_epilogue(int dtype, int act, const void* U, const void* Y, const void* b,
+                  const void* h, void* out, std::int64_t m, std::int64_t N, std::int64_t C,
+                  std::int64_t HW, std::uintptr_t stream);
 
 }  // namespace cuda
 }  // namespace braidpy

@@ -44,6 +44,14 @@ __global__ void axpby_rows_kernel(T a, const T* const* xs, T b, T* const* ys, In
 }
 
 template <class T>
+__global__ void step_epilogue_kernel(const T* U, const T* Y, const T* b, const T* h, int act,
+                                     Index m, Index N, Index C, Index HW, T* out, Index n) {
+  for (Index i = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<Index>(gridDim.x) * blockDim.x)
+    kern::step_epilogue_at(i, U, Y, b, h, act, m, N, C, HW, out);
+}
+
+template <class T>
 __global__ void gather_kernel(const T* const* srcs, Index len, T* block, Index n) {
   for (Index i = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<Index>(gridDim.x) * blockDim.x)
@@ -220,6 +228,26 @@ const DeviceOps kOps = {kDeviceOpsAbi, op_sum,        op_sum_rows,    op_gather,
 const DeviceOps* device_ops() { return &kOps; }
 
 int runtime_version(int* version) { return cudaRuntimeGetVersion(version); }
+
+int step_epilogue(int dtype, int act, const void* U, const void* Y, const void* b,
+                  const void* h, void* out, std::int64_t m, std::int64_t N, std::int64_t C,
+                  std::int64_t HW, std::uintptr_t stream) {
+  cudaError_t e = static_cast<cudaError_t>(check_device());
+  const Index n = m * N * C * HW;
+  if (e != cudaSuccess || n == 0) return e;
+  const cudaStream_t s = as_stream(stream);
+  if (dtype == kDeviceF64)
+    step_epilogue_kernel<double><<<blocks_for(n), kThreads, 0, s>>>(
+        static_cast<const double*>(U), static_cast<const double*>(Y),
+        static_cast<const double*>(b), static_cast<const double*>(h), act, m, N, C, HW,
+        static_cast<double*>(out), n);
+  else
+    step_epilogue_kernel<float><<<blocks_for(n), kThreads, 0, s>>>(
+        static_cast<const float*>(U), static_cast<const float*>(Y),
+        static_cast<const float*>(b), static_cast<const float*>(h), act, m, N, C, HW,
+        static_cast<float*>(out), n);
+  return launched();
+}
 
 int driver_version(int* version) { return cudaDriverGetVersion(version); }
 

@@ -50,6 +50,35 @@ BRAIDPY_HD inline void axpby_rows_at(Index i, T a, const T* const* xs, T b, T* c
   ys[r][j] = axpby_value(a, xs[r][j], b, ys[r][j]);
 }
 
+// Activations the fused conv-step epilogue knows (braidpy.nn.activations' tanh and relu;
+// relu as where(z > 0, z, 0): NaN gives 0).
+enum StepActivation : int { kActTanh = 1, kActRelu = 2 };
+
+template <class T>
+BRAIDPY_HD inline T activate(int act, T z) {
+  return act == kActTanh ? std::tanh(z) : (z > T(0) ? z : T(0));
+}
+
+// Element i of a batched conv step's epilogue, out = U + h * act(Z), Z = Y + b: U and
+// out (m, N, C, HW) in braidpy's interval-major layout, Y the grouped convolution's
+// (N, m*C, HW) output (channel block iv is interval iv), b (m, C), h (m). The
+// operations and their order are those of the unfused array code (Y+b, act, h*a, U+s),
+// one rounding each (built without FMA contraction), so the bits are the same.
+template <class T>
+BRAIDPY_HD inline void step_epilogue_at(Index i, const T* U, const T* Y, const T* b,
+                                        const T* h, int act, Index m, Index N, Index C,
+                                        Index HW, T* out) {
+  const Index p = i % HW;
+  Index r = i / HW;
+  const Index c = r % C;
+  r /= C;
+  const Index n = r % N;
+  const Index iv = r / N;
+  const T z = Y[((n * m + iv) * C + c) * HW + p] + b[iv * C + c];
+  const T s = h[iv] * activate(act, z);
+  out[i] = U[i] + s;
+}
+
 // Element i of a stacked block of nrows rows of len elements: row r copies
 // srcs[r], or is zero where srcs[r] is null (a placeholder row).
 template <class T>

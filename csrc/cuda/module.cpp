@@ -13,6 +13,7 @@
 #include "../bindings/cuda_array.hpp"
 #include "cuda_api.hpp"
 #include "cudnn_bindings.hpp"
+#include "kernels.hpp"
 
 namespace py = pybind11;
 
@@ -133,6 +134,29 @@ PYBIND11_MODULE(_cuda, m) {
         check(cuda::device_ops()->gather(B.dtype, ptrs.data(), n, len, B.data, B.stream),
               "gather");
       }, py::arg("srcs"), py::arg("block"), "block[r] <- srcs[r] (None: zeros) on the GPU.");
+  m.def("step_epilogue", [](py::handle U, py::handle Y, py::handle b, py::handle h,
+                            py::handle out, int act) {
+        const char* where = "step_epilogue";
+        const CudaArrayView u = view(U, where, false), y = view(Y, where, false),
+                            bv = view(b, where, false), hv = view(h, where, false),
+                            o = view(out, where, true);
+        if (act != kern::kActTanh && act != kern::kActRelu)
+          throw py::value_error("step_epilogue: act must be 1 (tanh) or 2 (relu), got " +
+                                std::to_string(act));
+        if (u.shape.size() != 5 || y.shape.size() != 4)
+          throw py::value_error("step_epilogue: U must be (m, N, C, H, W) and Y (N, m*C, H, W)");
+        const std::int64_t m = u.shape[0], N = u.shape[1], C = u.shape[2];
+        const std::int64_t HW = u.shape[3] * u.shape[4];
+        if (y.shape != std::vector<std::int64_t>{N, m * C, u.shape[3], u.shape[4]} ||
+            bv.size != m * C || hv.size != m || o.shape != u.shape)
+          throw py::value_error("step_epilogue: Y, b, h or out does not match U's shape");
+        for (const CudaArrayView* v : {&y, &bv, &hv, &o})
+          if (v->dtype != u.dtype) throw py::value_error("step_epilogue: dtypes differ");
+        check(cuda::step_epilogue(u.dtype, act, u.data, y.data, bv.data, hv.data, o.data, m, N,
+                                  C, HW, o.stream),
+              where);
+      }, py::arg("U"), py::arg("Y"), py::arg("b"), py::arg("h"), py::arg("out"), py::arg("act"),
+      "out <- U + h * act(Y + b) of a batched conv step in one kernel (see kernels.hpp).");
   m.def("row_norms", [](py::sequence rows) {
         std::vector<const void*> ptrs;
         int dtype = 0;

@@ -120,6 +120,35 @@ void test_axpby_rows(const char* type) {
   }
 }
 
+// What step_epilogue_kernel computes, against the unfused operations written out with
+// 5-d indices: Z = unpack(Y) + b, A = act(Z), S = h * A, out = U + S (one rounding each).
+template <class T>
+void test_step_epilogue(const char* type) {
+  const Index m = 3, N = 2, C = 4, H = 3, W = 5, HW = H * W, total = m * N * C * HW;
+  const std::vector<T> U = values<T>(total, 0.3), Y = values<T>(total, 1.1),
+                       b = values<T>(m * C, 2.2), h = values<T>(m, 0.7);
+  for (int act : {kern::kActTanh, kern::kActRelu}) {
+    std::vector<T> out(static_cast<std::size_t>(total), T(-7)), want(out.size());
+    for (Index i = 0; i < total; ++i)
+      kern::step_epilogue_at(i, U.data(), Y.data(), b.data(), h.data(), act, m, N, C, HW,
+                             out.data());
+    for (Index iv = 0; iv < m; ++iv)
+      for (Index n = 0; n < N; ++n)
+        for (Index c = 0; c < C; ++c)
+          for (Index p = 0; p < HW; ++p) {
+            const T z = Y[static_cast<std::size_t>(((n * m + iv) * C + c) * HW + p)] +
+                        b[static_cast<std::size_t>(iv * C + c)];
+            const T a = act == kern::kActTanh ? static_cast<T>(std::tanh(z))
+                                              : (z > T(0) ? z : T(0));
+            const T s = h[static_cast<std::size_t>(iv)] * a;
+            const std::size_t i = static_cast<std::size_t>(((iv * N + n) * C + c) * HW + p);
+            want[i] = U[i] + s;
+          }
+    report(bit_equal(out, want), std::string("step_epilogue<") + type + "> " +
+                                     (act == kern::kActTanh ? "tanh" : "relu"));
+  }
+}
+
 // What gather_kernel computes: every element of the block.
 template <class T>
 void test_gather(const char* type) {
@@ -215,6 +244,8 @@ int main() {
   test_axpby_rows<float>("float");
   test_gather<double>("double");
   test_gather<float>("float");
+  test_step_epilogue<double>("double");
+  test_step_epilogue<float>("float");
   test_norms<double>("double");
   test_norms<float>("float");
   std::printf("%s: %d failed\n", failures ? "FAILED" : "PASSED", failures);
