@@ -8,6 +8,8 @@ The suite on a real GPU is tests/test_gpu.py (``pytest -m gpu``)."""
 import importlib.util
 import os
 import shutil
+import sys
+import types
 
 import numpy as np
 import pytest
@@ -304,6 +306,40 @@ def test_stored_block_of_arrays_braidpy_cannot_allocate_is_none(host_ops):
     core.solve()
     assert isinstance(core.stored(3), ForeignDeviceArray)
     assert core.stored_block(0, 17) is None
+
+
+class CupyLikeArray(ForeignDeviceArray):
+    """What CuPy's arrays look like to the device paths: a Python-level class (its
+    tp_name is the bare "ndarray"), of module cupy, without __array_namespace__."""
+
+    __module__ = "cupy._core.core"
+    device = types.SimpleNamespace(id=0)  # CuPy's Device (the backend's key)
+
+    def __getitem__(self, key):
+        return CupyLikeArray(self.host[key])
+
+    def copy(self):
+        return CupyLikeArray(self.host.copy())
+
+
+CupyLikeArray.__name__ = CupyLikeArray.__qualname__ = "ndarray"
+
+
+def test_cupy_arrays_take_the_device_paths(host_ops, monkeypatch):
+    """CuPy's own arrays (recognised by their type's module, as new_array does) take the
+    device paths: one H200 run took the Python defaults for every clone (140 ms of a
+    60 ms solve) when the check looked for a "cupy." type name."""
+    fake_cupy = types.ModuleType("cupy")
+    fake_cupy.empty = lambda shape, dtype: CupyLikeArray(np.empty(shape, dtype))
+    fake_cupy.ndarray = CupyLikeArray
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy)
+    assert not hasattr(CupyLikeArray(np.ones(2)), "__array_namespace__")
+    got = solve(CupyLikeArray, np.float64)
+    ref = solve(lambda a: a, np.float64)
+    calls = _core._host_device_op_calls()
+    assert calls["gather"] > 0 and calls["sum"] > 0
+    assert np.array_equal(host_of(got.final), ref.final)
+    assert got.counts == ref.counts
 
 
 def test_without_a_provider_cuda_states_take_the_python_defaults():

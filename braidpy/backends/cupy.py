@@ -243,13 +243,23 @@ def for_namespace(device: Any = None) -> CupyBackend:
     return _backend(dev)
 
 
+def can_allocate_like(like: Any) -> bool:
+    """Whether :func:`new_array` can allocate like ``like``: a CuPy array (its type's
+    module is CuPy's), or any array with ``__array_namespace__``. The compiled core asks
+    once per type before it takes a device path (PyTorch's CUDA tensors: no)."""
+    return _is_cupy_type(type(like)) or hasattr(like, "__array_namespace__")
+
+
+def _is_cupy_type(cls: type) -> bool:
+    return str(getattr(cls, "__module__", "")).partition(".")[0] == "cupy"
+
+
 def new_array(like: Any, shape: Tuple[int, ...]) -> Any:
     """An uninitialised array of ``like``'s kind and dtype on its device, of ``shape``:
     ``cupy.empty`` for CuPy arrays (its memory pool, current device), else the array's
     ``__array_namespace__().empty``. The compiled core's device blocks come from here.
     """
-    top = type(like).__module__.partition(".")[0]
-    if top == "cupy":
+    if _is_cupy_type(type(like)):
         xp: Any = importlib.import_module("cupy")
     elif hasattr(like, "__array_namespace__"):
         xp = like.__array_namespace__()

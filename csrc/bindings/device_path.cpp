@@ -89,13 +89,28 @@ PyObject* new_array(PyObject* like, const std::vector<std::int64_t>& shape) {
   return out;
 }
 
-// Whether new_array can allocate like u (braidpy.backends.cupy.new_array's rule: a CuPy
-// array, or one with __array_namespace__). Other CUDA arrays (e.g. PyTorch's tensors)
-// take the Python paths.
+// Whether new_array can allocate like u: braidpy.backends.cupy.can_allocate_like, asked
+// once per type (the last type is kept, as has_cuda_array_interface does). Other CUDA
+// arrays (e.g. PyTorch's tensors) take the Python paths.
 bool allocatable_like(PyObject* u) {
-  const char* name = Py_TYPE(u)->tp_name;
-  if (std::strncmp(name, "cupy.", 5) == 0) return true;
-  return PyObject_HasAttrString(u, "__array_namespace__") == 1;
+  static PyTypeObject* last = nullptr;  // owned, so that its address is not reused
+  static bool last_ok = false;
+  PyTypeObject* type = Py_TYPE(u);
+  if (type == last) return last_ok;
+  PyObject* mod = PyImport_ImportModule("braidpy.backends.cupy");
+  PyObject* r = mod ? PyObject_CallMethod(mod, "can_allocate_like", "O", u) : nullptr;
+  const int ok = r ? PyObject_IsTrue(r) : -1;
+  Py_XDECREF(r);
+  Py_XDECREF(mod);
+  if (ok < 0) {  // cannot tell: the Python paths, and ask again next time
+    PyErr_Clear();
+    return false;
+  }
+  Py_INCREF(reinterpret_cast<PyObject*>(type));
+  Py_XDECREF(reinterpret_cast<PyObject*>(last));
+  last = type;
+  last_ok = ok == 1;
+  return last_ok;
 }
 
 bool same_layout(const CudaArrayView& a, const CudaArrayView& b) {
