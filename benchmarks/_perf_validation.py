@@ -15,8 +15,13 @@ import sys
 import tempfile
 from typing import Dict, List, Sequence, Tuple
 
-#: One thread per rank: the model gives every rank one core.
-WORKER_ENV = dict(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+#: One thread per rank: the model gives every rank one core. The model also assumes a
+#: message arrives while its sender computes; Open MPI delivers only messages under its
+#: shared-memory eager limit that way (README "Running under MPI"), so the workers raise
+#: it above the states' size (MPICH ignores these).
+WORKER_ENV = dict(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
+                  OMPI_MCA_btl_vader_eager_limit="131072",
+                  OMPI_MCA_btl_vader_max_send_size="131072")
 
 
 def common_arguments(p: argparse.ArgumentParser) -> None:
