@@ -5,6 +5,8 @@
 # log; a failing step does not stop the next. Logs go to $OUT (default ./gpu-check).
 #
 #   bash benchmarks/gpu_check.sh            # about 5 minutes on one H100/H200
+#   (benchmarks/build_for_gpu_machine.sh first, here, and carrying its two .so files
+#   saves the build: about 85 s of the device time)
 #   STEPS="pytest-gpu bench-gpu-conv" bash benchmarks/gpu_check.sh   # some steps only
 #   BENCH_GPU_ARGS="--hierarchies 2:64 3:16" ...                      # options of a step
 #   STEPS="perf-cpu" bash benchmarks/gpu_check.sh   # the performance model's validation
@@ -23,8 +25,8 @@ export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
 # The 2-rank test launches the machine's mpiexec; Open MPI refuses root without these.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
-STEPS=${STEPS:-pytest-gpu bench-gpu bench-gpu-conv bench-gpu-conv-net bench-torch-cuda \
-train-digits-cuda train-digits28-cuda calibrate-gpu}
+STEPS=${STEPS:-pytest-gpu bench-gpu bench-gpu-conv gpu-overheads bench-gpu-conv-net \
+bench-torch-cuda train-digits-cuda train-digits28-cuda calibrate-gpu}
 
 step() {  # step NAME SECONDS COMMAND...: run, log to $OUT/NAME.log, report the status
     local name=$1 limit=$2
@@ -53,8 +55,22 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
     $PY -c "import torch; print('torch', torch.__version__, torch.cuda.is_available())"
 } 2>&1 | tee "$OUT/summary.log"
 
-STEPS="build $STEPS" step build 300 env BRAIDPY_CUDA=ON CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
-    $PY setup.py -q build_ext --inplace
+# Extensions built beforehand for this Python (benchmarks/build_for_gpu_machine.sh, carried
+# with the run) are used when newer than every source; else build here.
+prebuilt() {
+    local tag so
+    tag=$($PY -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))") || return 1
+    for so in braidpy/_core$tag braidpy/_cuda$tag; do
+        [ -f "$so" ] || return 1
+        [ -z "$(find csrc CMakeLists.txt setup.py -newer "$so" -type f | head -n 1)" ] || return 1
+    done
+}
+if prebuilt && $PY -c "import braidpy._core, braidpy._cuda" 2>/dev/null; then
+    echo "== build: skipped (prebuilt extensions, newer than the sources)" | tee -a "$OUT/summary.log"
+else
+    STEPS="build $STEPS" step build 300 env BRAIDPY_CUDA=ON CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+        $PY setup.py -q build_ext --inplace
+fi
 $PY -c "import braidpy, json; print(json.dumps(braidpy.cuda_info(), indent=1))" \
     2>&1 | tee -a "$OUT/summary.log"
 
@@ -63,6 +79,7 @@ step pytest-gpu 240 $PY -m pytest -m gpu -ra -p no:cacheprovider -W ignore::Depr
     -W ignore::FutureWarning tests/test_gpu.py
 step bench-gpu 150 $PY benchmarks/bench_gpu.py ${BENCH_GPU_ARGS:-}
 step bench-gpu-conv 60 $PY benchmarks/bench_gpu.py --conv
+step gpu-overheads 60 bash -c "cd benchmarks && $PY gpu_overheads.py"
 step bench-gpu-conv-net 120 $PY benchmarks/bench_gpu.py --conv-net
 step bench-torch-cuda 150 $PY benchmarks/bench_torch.py --device cuda --repeats 3
 step train-digits-cuda 120 $PY -m braidpy train digits --device cuda --iterations 20
