@@ -11,7 +11,8 @@ aimed at the largest one:
 2. the core's own vector operations on the device paths: 2 MGRIT iterations of the
    N = 4096 ResNet with no-op steps (every clone, sum and norm still runs), per
    operation, against the same run on NumPy states;
-3. the pieces of the grouped cuDNN conv step (``forward_batched``: pack the intervals
+3. braidpy.nn's dense layer calls against the same operations inline;
+4. the pieces of the grouped cuDNN conv step (``forward_batched``: pack the intervals
    into channel groups, the grouped convolution, unpack + bias, activation, step size,
    residual update, and the last four fused in one kernel as forward_batched runs them),
    float32 and float64, with PyTorch's bare grouped conv (no TF32) for reference.
@@ -103,6 +104,40 @@ def core_ops(xp, n=4096):
               f"{(wall - cb) / ops * 1e6:.2f} us per operation", flush=True)
 
 
+def layer_calls(xp, calls):
+    """braidpy.nn's dense layer calls (the array-API path on a device) against the same
+    operations written inline with xp: what the layer adds per call. (braidpy calibrate
+    --device cuda measured 0.63 ms of fixed cost per dense:8 call on an H200, several
+    times bench_gpu.py's inline serial step.)"""
+    from braidpy.nn import DenseLayer
+
+    rng = np.random.default_rng(2)
+    layer = DenseLayer(WIDTH, "tanh")
+    m = 64
+    U = xp.asarray(rng.standard_normal((m, 1, WIDTH)))
+    W = xp.asarray(rng.standard_normal((m, 1, WIDTH)))
+    Ks = xp.asarray(rng.standard_normal((m, WIDTH, WIDTH)) / WIDTH)
+    bs = xp.asarray(rng.standard_normal((m, WIDTH)))
+    hs = xp.asarray(np.full(m, 1 / 2048))
+    u, K, b = U[0], Ks[0], bs[0]
+    h3 = xp.reshape(hs, (m, 1, 1))
+    rows = {"DenseLayer.forward, one state": lambda: layer.forward(u, K, b, 0.01),
+            "inline u + h tanh(u K^T + b), one state":
+            lambda: u + 0.01 * xp.tanh(u @ K.T + b),
+            f"DenseLayer.forward_batched, {m} states":
+            lambda: layer.forward_batched(U, Ks, bs, hs),
+            f"inline forward, {m} states":
+            lambda: U + h3 * xp.tanh(U @ xp.swapaxes(Ks, 1, 2) + bs[:, None, :]),
+            f"DenseLayer.adjoint_batched, {m} states":
+            lambda: layer.adjoint_batched(W, U, Ks, bs, hs),
+            f"DenseLayer.gradient_batched, {m} states":
+            lambda: layer.gradient_batched(W, U, Ks, bs, hs)}
+    print("braidpy.nn dense layer calls (width 8, tanh), microseconds per call:")
+    for name, fn in rows.items():
+        fn()
+        print(f"  {name:45s} {per_call_us(xp, fn, calls):8.2f}", flush=True)
+
+
 def conv_split(xp, calls):
     from braidpy.nn import conv_backends as cb
 
@@ -173,9 +208,11 @@ def main(argv=None):
     print(where)
     if xp is np:
         core_ops(xp)
+        layer_calls(xp, args.calls)
         return
     host_costs(xp, args.calls)
     core_ops(xp)
+    layer_calls(xp, args.calls)
     conv_split(xp, args.calls)
 
 
