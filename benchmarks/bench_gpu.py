@@ -144,7 +144,7 @@ def conv_steps(xp, args):
     cudnn, im2col = ConvLayer(C, 3, "tanh", backend="cudnn"), ConvLayer(C, 3, "tanh",
                                                                          backend="array-api")
     streams = ConvLayer(C, 3, "tanh", backend="cudnn-streams")
-    torch = _torch_cuda()
+    torch = torch_cuda()
     for dtype in ("float64", "float32"):
         rng = np.random.default_rng(20261125)
         U = xp.asarray(rng.standard_normal((m, BATCH, C, H, H)), dtype=dtype)
@@ -260,7 +260,7 @@ def conv_network(xp, args):
                                                                         args.repeats)
             line += (f"\n  {backend}: serial fwd+bwd {t_serial * 1e3:.1f} ms, one-shot (2,2) "
                      f"{t_oneshot * 1e3:.1f} ms ({t_serial / t_oneshot:.2f}x serial)")
-        torch = _torch_cuda() if xp is not np else None
+        torch = torch_cuda() if xp is not np else None
         if torch is not None:
             t_torch = best(lambda: _torch_conv_fwd_bwd(torch, n, C, batch), args.repeats)
             line += f"\n  PyTorch serial fwd+bwd {t_torch * 1e3:.1f} ms"
@@ -325,7 +325,7 @@ def time_split(xp, K, b, u0, n, **h):
             f"sum {c['sum']}, norm {c['norm']})")
 
 
-def _torch_cuda():
+def torch_cuda():
     """torch, if it imports and sees a GPU (else None and a printed reason)."""
     try:
         torch = importlib.import_module("torch")
@@ -387,7 +387,7 @@ def gradient(xp, n, batch, repeats):
             f"({t_serial / t_oneshot:.2f}x serial), solver reused as in training "
             f"{t_reused * 1e3:.1f} ms ({t_serial / t_reused:.2f}x serial)")
     line += "\n  " + split
-    torch = _torch_cuda() if xp is not np else None
+    torch = torch_cuda() if xp is not np else None
     if torch is not None:
         t_torch = best(lambda: _torch_fwd_bwd(torch, n, batch), repeats)
         line += (f"; PyTorch serial fwd+bwd {t_torch * 1e3:.1f} ms "

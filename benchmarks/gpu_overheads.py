@@ -29,7 +29,7 @@ import time
 import numpy as np
 
 import braidpy
-from bench_gpu import BATCH, CFACTOR, TSTOP, WIDTH, ResNet, _torch_cuda, array_module, sync
+from bench_gpu import BATCH, CFACTOR, TSTOP, WIDTH, ResNet, torch_cuda, array_module, sync
 
 
 def per_call_us(xp, fn, calls):
@@ -145,7 +145,7 @@ def conv_split(xp, calls):
     if why is not None:
         print(f"conv split: needs cuDNN: {why}")
         return
-    torch = _torch_cuda()
+    torch = torch_cuda()
     for dtype in ("float32", "float64"):
         rows = _conv_pieces(xp, dtype, torch)
         print(f"conv step pieces, {M} intervals, batch {BATCH}, {C} channels, {H}x{H}, "

@@ -34,7 +34,7 @@ import os
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ._common import _as_steps, _namespace, _permute, _shape
-from .activations import Activation, ActivationLike, get_activation
+from .activations import Activation, ActivationLike, get_activation, relu, tanh
 from .conv import check_step, check_steps
 
 __all__ = ["ENV", "STREAMS_ENV", "cudnn_unavailable", "is_cupy", "pack_intervals",
@@ -258,8 +258,8 @@ def _forward_batched(U: Any, Ks: Any, bs: Any, hs: Any, act: ActivationLike) -> 
     return U + xp.reshape(hs, (m, 1, 1, 1, 1)) * a.value(Z)
 
 
-#: braidpy._cuda's codes of the activations its fused step epilogue computes.
-_FUSED = {"tanh": 1, "relu": 2}
+#: braidpy._cuda's codes of the activation functions its fused step epilogue computes.
+_FUSED: Dict[Callable[[Any], Any], int] = {tanh: 1, relu: 2}
 
 
 def fused_epilogue(U: Any, Y: Any, bs: Any, hs: Any, act: Activation) -> Optional[Any]:
@@ -272,10 +272,8 @@ def fused_epilogue(U: Any, Y: Any, bs: Any, hs: Any, act: Activation) -> Optiona
     Y is the grouped convolution's output (N, m C, H, W), U the stacked states
     (m, N, C, H, W), bs (m, C), hs (m,), all CuPy arrays on one device.
     """
-    from . import activations
-
-    code = _FUSED.get(act.name)
-    if code is None or act.value is not getattr(activations, act.name):
+    code = _FUSED.get(act.value)  # braidpy's own functions, not look-alikes
+    if code is None:
         return None
     xp = _namespace(U)
     if len({str(x.dtype) for x in (U, Y, bs, hs)}) != 1:
