@@ -24,15 +24,17 @@ batch 32, 3x3, tanh; float64 and float32), four ways: cuDNN as ONE grouped convo
 over the intervals (the "cudnn" backend's batched step), cuDNN interval by interval on
 one stream, cuDNN interval by interval with the intervals split over S CUDA streams (one
 per block of layers, seed paper 000), and the array-API im2col path; and the adjoint and
-parameter-gradient calls, grouped cuDNN vs im2col. When torch sees the GPU, PyTorch's
+parameter-gradient calls, grouped cuDNN vs im2col vs braidpy's direct kernels
+("cuda-direct": a step of every interval in one kernel). When torch sees the GPU, PyTorch's
 references: its grouped conv2d with and without TF32, its whole step from braidpy's
 layout, and its backward data + filter. Needs CuPy, a GPU and cuDNN; otherwise it says
 which is missing.
 
 Conv network (--conv-net): a conv ResNet (28x28 input, 8 channels, N = 1024 layers,
 batch 32 and 256, tanh, float64) on the device: serial forward + backward against the
-one-shot (2, 2) gradient, with the cuDNN backend and with array-API im2col, and
-PyTorch's autograd through the same conv residual loop.
+one-shot (2, 2) gradient (2 levels, each --conv-cfactors), with the cuda-direct, cuDNN
+and array-API im2col backends, and PyTorch's autograd through the same conv residual
+loop.
 
 Run: python benchmarks/bench_gpu.py [--layers N] [--batches 1 32] [--repeats R]
      [--conv [--intervals M]] [--conv-net [--conv-layers N] [--conv-batches B ...]]
@@ -144,6 +146,7 @@ def conv_steps(xp, args):
     cudnn, im2col = ConvLayer(C, 3, "tanh", backend="cudnn"), ConvLayer(C, 3, "tanh",
                                                                          backend="array-api")
     streams = ConvLayer(C, 3, "tanh", backend="cudnn-streams")
+    direct = ConvLayer(C, 3, "tanh", backend="cuda-direct")
     torch = torch_cuda()
     for dtype in ("float64", "float32"):
         rng = np.random.default_rng(20261125)
@@ -165,7 +168,10 @@ def conv_steps(xp, args):
                  "adjoint, array-API im2col": lambda: im2col.adjoint_batched(Wt, U, Ks, bs, hs),
                  "gradient, cuDNN grouped": lambda: cudnn.gradient_batched(Wt, U, Ks, bs, hs),
                  "gradient, array-API im2col":
-                     lambda: im2col.gradient_batched(Wt, U, Ks, bs, hs)}
+                     lambda: im2col.gradient_batched(Wt, U, Ks, bs, hs),
+                 "forward, cuda-direct (1 kernel)": lambda: direct.forward_batched(U, Ks, bs, hs),
+                 "adjoint, cuda-direct": lambda: direct.adjoint_batched(Wt, U, Ks, bs, hs),
+                 "gradient, cuda-direct": lambda: direct.gradient_batched(Wt, U, Ks, bs, hs)}
         if torch is not None:
             cases.update(_torch_conv_cases(torch, U, Wt, Ks, bs, hs, m, C, H))
 
@@ -233,7 +239,7 @@ def conv_network(xp, args):
 
     n, nclasses, C = args.conv_layers, 10, 8
     device = None if xp is np else "cuda"
-    backends = ["cudnn", "array-api"] if xp is not np else ["numpy"]
+    backends = ["cuda-direct", "cudnn", "array-api"] if xp is not np else ["numpy"]
     for batch in args.conv_batches:
         rng = np.random.default_rng(9)
         X = xp.asarray(rng.standard_normal((batch, 1, 28, 28)))
@@ -249,17 +255,19 @@ def conv_network(xp, args):
                 net.loss_and_gradient(params, X, Cl)
                 sync(xp)
 
-            def oneshot_grad():
+            def oneshot_grad(cf):
                 GradientSolver(app, 0.0, net.T, n, oneshot=(2, 2),
-                               primal=dict(max_levels=2, cfactor=CFACTOR, nrelax=0)).evaluate()
+                               primal=dict(max_levels=2, cfactor=cf, nrelax=0)).evaluate()
                 sync(xp)
 
-            oneshot_grad()
             serial_grad()
-            t_serial, t_oneshot = best(serial_grad, args.repeats), best(oneshot_grad,
-                                                                        args.repeats)
-            line += (f"\n  {backend}: serial fwd+bwd {t_serial * 1e3:.1f} ms, one-shot (2,2) "
-                     f"{t_oneshot * 1e3:.1f} ms ({t_serial / t_oneshot:.2f}x serial)")
+            t_serial = best(serial_grad, args.repeats)
+            line += f"\n  {backend}: serial fwd+bwd {t_serial * 1e3:.1f} ms"
+            for cf in args.conv_cfactors:
+                oneshot_grad(cf)
+                t_oneshot = best(lambda: oneshot_grad(cf), args.repeats)
+                line += (f"; one-shot (2,2) cf {cf} {t_oneshot * 1e3:.1f} ms "
+                         f"({t_serial / t_oneshot:.2f}x serial)")
         torch = torch_cuda() if xp is not np else None
         if torch is not None:
             t_torch = best(lambda: _torch_conv_fwd_bwd(torch, n, C, batch), args.repeats)
@@ -458,6 +466,8 @@ def main(argv=None):
                    help="a conv ResNet's one-shot gradient vs serial fwd+bwd, per backend")
     p.add_argument("--conv-layers", type=int, default=1024, help="--conv-net: layers")
     p.add_argument("--conv-batches", type=int, nargs="+", default=[32, 256])
+    p.add_argument("--conv-cfactors", type=int, nargs="+", default=[CFACTOR],
+                   help="--conv-net: coarsening factors of the one-shot gradient (2 levels)")
     args = p.parse_args(argv)
     xp, where = array_module()
     info = braidpy.cuda_info()

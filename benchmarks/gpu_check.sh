@@ -80,7 +80,7 @@ step pytest-gpu 240 $PY -m pytest -m gpu -ra -p no:cacheprovider -W ignore::Depr
 step bench-gpu 150 $PY benchmarks/bench_gpu.py ${BENCH_GPU_ARGS:-}
 step bench-gpu-conv 60 $PY benchmarks/bench_gpu.py --conv
 step gpu-overheads 60 bash -c "cd benchmarks && $PY gpu_overheads.py"
-step bench-gpu-conv-net 120 $PY benchmarks/bench_gpu.py --conv-net
+step bench-gpu-conv-net 240 $PY benchmarks/bench_gpu.py --conv-net --conv-cfactors 64 16
 step bench-torch-cuda 150 $PY benchmarks/bench_torch.py --device cuda --repeats 3
 step train-digits-cuda 120 $PY -m braidpy train digits --device cuda --iterations 20
 # An MNIST-size conv ResNet (28x28, 8 channels): scikit-learn's digits scaled 3x and

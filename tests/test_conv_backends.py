@@ -63,7 +63,7 @@ def test_the_environment_variable_overrides_the_default_not_the_argument(monkeyp
     assert DenseLayer(2).backend == "numpy"  # conv layers only
     monkeypatch.setenv(cb.ENV, "cuda")
     with pytest.raises(ValueError, match=r"BRAIDPY_CONV_BACKEND='cuda': unknown conv kernel "
-                                         r"backend 'cuda'; choose one of 'array-api', "
+                                         r"backend 'cuda'; choose one of 'array-api', 'cuda-direct', "
                                          r"'cudnn', 'cudnn-streams', 'numpy'"):
         ConvLayer(2, 3)
     monkeypatch.setattr(cb, "cudnn_unavailable", lambda: "no usable GPU (test)")

@@ -41,6 +41,9 @@ Optional backends
     batched steps are one grouped convolution over the intervals. Listed by
     ``backend_names(kind, optional=True)`` where it can run; naming it elsewhere raises a
     ValueError saying why (no compiled module, no cuDNN, no GPU).
+``"cuda-direct"`` (conv only, :mod:`braidpy.nn.conv_direct`)
+    braidpy's own direct convolution kernels (``braidpy._cuda``, no cuDNN): a step of
+    every interval, bias, activation and residual update included, in one kernel.
 ``"cudnn-streams"`` (conv only)
     The same cuDNN calls, the batched steps interval by interval with one CUDA stream
     per block of intervals (``BRAIDPY_CUDNN_STREAMS``, default 4): the alternative to
@@ -55,7 +58,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Optional, Tuple, Union
 
-from . import conv, conv_backends, dense
+from . import conv, conv_backends, conv_direct, dense
 from ._common import _is_numpy
 
 __all__ = ["LayerKernels", "KINDS", "backend_names", "choose_kernels", "select_kernels"]
@@ -148,10 +151,21 @@ def _cudnn_streams() -> Tuple[Optional[LayerKernels], str]:
                         *conv_backends.STREAM_STEPS), ""
 
 
+def _cuda_direct() -> Tuple[Optional[LayerKernels], str]:
+    """The "cuda-direct" conv kernels where braidpy._cuda and a GPU are, else (None, why)."""
+    why = conv_direct.direct_unavailable()
+    if why is not None:
+        return None, why
+    return LayerKernels("conv", "cuda-direct", "braidpy's direct convolution kernels "
+                        "(braidpy._cuda): a step of every interval in one kernel, no cuDNN",
+                        *conv_direct.STEPS), ""
+
+
 # Backends that exist where their library and device do: (kind, name) -> loader.
 _OPTIONAL: Dict[Tuple[str, str], Callable[[], Tuple[Optional[LayerKernels], str]]] = {
     ("conv", "cudnn"): _cudnn,
     ("conv", "cudnn-streams"): _cudnn_streams,
+    ("conv", "cuda-direct"): _cuda_direct,
 }
 
 
@@ -272,9 +286,9 @@ def select_kernels(kind: str, backend: Union[str, LayerKernels, None] = None,
     'numpy'
     >>> select_kernels("conv", "array-api").summary
     'im2col, one matmul over the whole batch and all intervals'
-    >>> select_kernels("conv", "cuda")
+    >>> select_kernels("conv", "cuda")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    ValueError: unknown conv kernel backend 'cuda'; choose one of 'array-api', 'cudnn', 'cudnn-streams', 'numpy'
+    ValueError: unknown conv kernel backend 'cuda'; choose one of 'array-api', 'cuda-direct', ...
     """
     return choose_kernels(kind, backend, xp)[0]

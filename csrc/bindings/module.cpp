@@ -13,6 +13,7 @@
 #include "array_fast.hpp"
 #include "core_options.hpp"
 #include "device_path.hpp"
+#include "host_conv.hpp"
 #include "py_ops.hpp"
 
 namespace py = pybind11;
@@ -425,4 +426,5 @@ PYBIND11_MODULE(_core, m) {
   });
   m.def("_host_device_ops",
         []() { return py::reinterpret_steal<py::object>(braidpy::host_device_ops_capsule()); });
+  braidpy::bind_host_conv(m);
 }

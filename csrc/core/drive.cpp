@@ -88,8 +88,9 @@ void Solver::init_guess() {
     L.cf = L.n + 1;
     f_relax(
         0, kPhaseInit,
-        [&](Index i, Vec& w) {
-          if (i % cf == 0) set_slot(L.u, L.slot(i), ops_.clone(w));
+        [&](Vec* ws, const Index* pts, Index n) {
+          for (Index k = 0; k < n; ++k)
+            if (pts[k] % cf == 0) set_slot(L.u, L.slot(pts[k]), ops_.clone(ws[k]));
         },
         nullptr);
     L.cf = cf;

@@ -8,23 +8,29 @@ void Solver::interp_from(int l) {
   Level& C = levels_[l];
   Level& F = levels_[l - 1];
   if (l == nlevels() - 1 && opts_.relax_only_cg) relax(l);
-  auto correct = [&](Index j, Vec uj) {
-    const Index s = C.slot(j);
-    ops_.sum(1.0, uj, -1.0, C.v[s]);                       // e = u - v (in v)
-    ops_.sum(1.0, C.v[s], 1.0, F.u[F.slot(j * F.cf)]);     // u_fine = e + u_fine
+  // e = u - v (in v) as soon as the sweep has u at j (one call per chain step or
+  // lock-step batch); u_fine += e for every point at the end, in one call.
+  std::vector<Vec> es, fines;
+  auto errors = [&](Vec* us, const Index* js, Index n) {
+    std::vector<Vec> vs(static_cast<std::size_t>(n));
+    for (Index k = 0; k < n; ++k) {
+      vs[static_cast<std::size_t>(k)] = C.v[C.slot(js[k])];
+      es.push_back(vs[static_cast<std::size_t>(k)]);
+      fines.push_back(F.u[F.slot(js[k] * F.cf)]);
+    }
+    ops_.sums(1.0, us, -1.0, vs.data(), n);
   };
-  f_relax(l, kPhaseRelax, [&](Index j, Vec& w) { correct(j, w); }, nullptr);
-  if (!C.own.empty()) {  // the C-points' corrections, each of the two sums in one call
-    std::vector<Vec> us, vs, fine;
+  f_relax(l, kPhaseRelax, errors, nullptr);
+  if (!C.own.empty()) {  // the C-points' errors
+    std::vector<Vec> us;
+    std::vector<Index> js;
     for (Index j = C.c_at_or_after(std::max<Index>(C.own.lo, 1)); j <= C.own.hi; j += C.cf) {
       us.push_back(C.u[C.slot(j)]);
-      vs.push_back(C.v[C.slot(j)]);
-      fine.push_back(F.u[F.slot(j * F.cf)]);
+      js.push_back(j);
     }
-    const auto n = static_cast<Index>(us.size());
-    ops_.sums(1.0, us.data(), -1.0, vs.data(), n);     // e = u - v (in v)
-    ops_.sums(1.0, vs.data(), 1.0, fine.data(), n);    // u_fine = e + u_fine
+    if (!js.empty()) errors(us.data(), js.data(), static_cast<Index>(js.size()));
   }
+  ops_.sums(1.0, es.data(), 1.0, fines.data(), static_cast<Index>(es.size()));
   clean(l);
 }
 

@@ -10,7 +10,14 @@ void Solver::step_on(Level& L, int l, Vec& u, Index i, bool with_tau) {
   info_.level = l;
   info_.set_step(L.step_to(i));
   ops_.step(u, info_);
-  if (with_tau) add_tau(L, i, u);
+  if (with_tau) add_tau(L, &i, &u, 1);
+}
+
+void Solver::add_tau(const Level& L, const Index* pts, Vec* us, Index n) {
+  if (!L.has_tau) return;
+  std::vector<Vec> taus(static_cast<std::size_t>(n));
+  for (Index k = 0; k < n; ++k) taus[static_cast<std::size_t>(k)] = L.tau[L.slot(pts[k])];
+  ops_.sums(1.0, taus.data(), 1.0, us, n);
 }
 
 void Solver::step_batch_on(Level& L, int l, Vec block, Index first, Vec* ws, const Index* pts,
@@ -24,13 +31,12 @@ void Solver::step_batch_on(Level& L, int l, Vec block, Index first, Vec* ws, con
   ops_.step_batch(block, first, ws, n, items_.data(), info_);
   info_.batch = nullptr;
   info_.batch_size = 0;
-  if (with_tau)
-    for (Index k = 0; k < n; ++k) add_tau(L, pts[k], ws[k]);
+  if (with_tau) add_tau(L, pts, ws, n);
 }
 
 // Ranks exchange u at their first point - 1: only where the receiver has an
 // F-point there, or wants every chain end (end).
-void Solver::f_relax(int l, int phase, const PointHook& on_point, const ChainEnd* end) {
+void Solver::f_relax(int l, int phase, const RowsHook& on_points, const ChainEnd* end) {
   Level& L = levels_[l];
   if (L.own.empty()) return;
   info_.phase = phase;
@@ -39,22 +45,22 @@ void Solver::f_relax(int l, int phase, const PointHook& on_point, const ChainEnd
   x.tag = msg_tag(l, kMsgRelax);
   x.send_right = L.right >= 0 && (!L.is_c(L.ranges[L.right].lo) || want_end);
   x.recv_left = L.left >= 0 && (!L.is_c(L.own.lo) || want_end);
-  if (batch_sweep(L, x.recv_left)) lockstep(l, x, on_point, end);
-  else chains(l, x, on_point, end);
+  if (batch_sweep(L, x.recv_left)) lockstep(l, x, on_points, end);
+  else chains(l, x, on_points, end);
 }
 
 inline void Solver::end_chain(Level& L, int l, const ChainEnd& end, Index c, Vec& w) {
   const int phase = info_.phase;
   info_.phase = end.phase;
   step_on(L, l, w, c, end.with_tau);
-  end.take(c, w);
+  end.take(&w, &c, 1);
   info_.phase = phase;
 }
 
 // One chain at a time. Order: the interval that reaches the last owned point
 // runs first so that the right neighbour is served early; the interval needing
 // the left neighbour's value runs last. One working vector at a time.
-void Solver::chains(int l, const Exchange& x, const PointHook& on_point, const ChainEnd* end) {
+void Solver::chains(int l, const Exchange& x, const RowsHook& on_points, const ChainEnd* end) {
   Level& L = levels_[l];
   const Index lo = L.own.lo, hi = L.own.hi, cf = L.cf;
   const bool store_f = l == 0 && opts_.store_all;
@@ -68,7 +74,7 @@ void Solver::chains(int l, const Exchange& x, const PointHook& on_point, const C
     for (Index i = s + 1; i <= stop; ++i) {
       step_on(L, l, w, i, true);
       if (store_f) set_slot(L.u, L.slot(i), ops_.clone(w));
-      if (on_point) on_point(i, w);
+      if (on_points) on_points(&w, &i, 1);
     }
     if (x.send_right && stop == hi && !L.is_c(hi)) comm_.send(L.right, x.tag, w);
     if (end != nullptr && next_c <= hi) end_chain(L, l, *end, next_c, w);
@@ -163,7 +169,7 @@ void Solver::lockstep_chains(int l, const Exchange& x, bool with_tau, bool keep_
     if (on_rows) on_rows(&rows[a], &pts[a], b - a);
     for (Index r = a; r < b; ++r) {
       const Index i = pts[r];
-      on_step(i, rows[r]);
+      if (on_step) on_step(i, rows[r]);
       if (x.send_right && i == hi && !L.is_c(hi)) comm_.send(L.right, x.tag, rows[r]);
     }
   }
@@ -178,14 +184,11 @@ void Solver::lockstep_chains(int l, const Exchange& x, bool with_tau, bool keep_
 // per F-step position (lockstep_chains); the chain ends are stepped together.
 // Holds one working vector per chain, and serves the right neighbour only once
 // every chain has reached the last position: chain by chain stays the default.
-void Solver::lockstep(int l, const Exchange& x, const PointHook& on_point, const ChainEnd* end) {
+void Solver::lockstep(int l, const Exchange& x, const RowsHook& on_points, const ChainEnd* end) {
   Level& L = levels_[l];
   const Index hi = L.own.hi, cf = L.cf;
   const bool store_f = l == 0 && opts_.store_all;
 
-  auto after_step = [&](Index i, Vec& w) {
-    if (on_point) on_point(i, w);
-  };
   // The chains that reach an owned C-point (a contiguous range of rows) end together.
   auto ends = [&](Vec block, Vec* rows, const Index* base, Index m) {
     Index e0 = m, e1 = 0;
@@ -200,15 +203,17 @@ void Solver::lockstep(int l, const Exchange& x, const PointHook& on_point, const
     const int phase = info_.phase;  // as end_chain, all in one step_batch
     info_.phase = end->phase;
     step_batch_on(L, l, block, e0, &rows[e0], &cs[e0], e1 - e0, end->with_tau);
-    for (Index r = e0; r < e1; ++r) end->take(cs[r], rows[r]);
+    end->take(&rows[e0], &cs[e0], e1 - e0);
     info_.phase = phase;
   };
-  lockstep_chains(l, x, true, false,
-                  store_f ? RowsHook([&](Vec* rows, const Index* pts, Index n) {
-                    store_rows(rows, pts, n);
-                  })
-                          : RowsHook(),
-                  after_step, end != nullptr ? ChainsHook(ends) : ChainsHook());
+  RowsHook on_rows = on_points;
+  if (store_f)
+    on_rows = [&](Vec* rows, const Index* pts, Index n) {
+      store_rows(rows, pts, n);
+      if (on_points) on_points(rows, pts, n);
+    };
+  lockstep_chains(l, x, true, false, on_rows, PointHook(),
+                  end != nullptr ? ChainsHook(ends) : ChainsHook());
 }
 
 void Solver::clone_rows(Vec* rows, Index n, Vec* out) {
@@ -231,9 +236,11 @@ void Solver::store_rows(Vec* rows, const Index* pts, Index n) {
 void Solver::fc_relax(int l) {
   Level& L = levels_[l];
   std::vector<Vec> updated(L.u.size(), nullptr);
-  auto keep = [&](Index c, Vec& w) {
-    updated[L.slot(c)] = w;
-    w = nullptr;
+  auto keep = [&](Vec* ws, const Index* cs, Index n) {
+    for (Index k = 0; k < n; ++k) {
+      updated[L.slot(cs[k])] = ws[k];
+      ws[k] = nullptr;
+    }
   };
   const ChainEnd end{kPhaseRelax, true, keep};
   f_relax(l, kPhaseRelax, nullptr, &end);

@@ -17,20 +17,25 @@ void Solver::restrict_to(int l) {
   //    "residual" phase) and turned into the residual
   //    r_c = tau_c - (u_c - Phi(u_{c-1}))   (tau absent: -(u_c - Phi(u_{c-1})))
   //    parked in the coarse tau slot of c/cf.
-  auto residual = [&](Index c, Vec& w) {
-    Vec uc = L.u[L.slot(c)];
+  //    The chains that end together (one lock-step batch) do each sum in one call.
+  auto residuals = [&](Vec* ws, const Index* cs, Index n) {
+    std::vector<Vec> ucs(static_cast<std::size_t>(n)), taus;
+    for (Index k = 0; k < n; ++k) ucs[static_cast<std::size_t>(k)] = L.u[L.slot(cs[k])];
     if (L.has_tau) {
-      ops_.sum(1.0, uc, -1.0, w);
-      ops_.sum(1.0, L.tau[L.slot(c)], -1.0, w);
+      ops_.sums(1.0, ucs.data(), -1.0, ws, n);
+      for (Index k = 0; k < n; ++k) taus.push_back(L.tau[L.slot(cs[k])]);
+      ops_.sums(1.0, taus.data(), -1.0, ws, n);
     } else {
-      ops_.sum(-1.0, uc, 1.0, w);
+      ops_.sums(-1.0, ucs.data(), 1.0, ws, n);
     }
-    const Index s = C.slot(c / L.cf);
-    if (measure) measured.push_back(s);
-    set_slot(C.tau, s, w);
-    w = nullptr;
+    for (Index k = 0; k < n; ++k) {
+      const Index s = C.slot(cs[k] / L.cf);
+      if (measure) measured.push_back(s);
+      set_slot(C.tau, s, ws[k]);
+      ws[k] = nullptr;
+    }
   };
-  const ChainEnd end{kPhaseResidual, false, residual};
+  const ChainEnd end{kPhaseResidual, false, residuals};
   f_relax(l, kPhaseRelax, nullptr, &end);
   if (!measured.empty()) {  // all residual norms of this evaluation in one call
     std::vector<Vec> rs;

@@ -71,13 +71,16 @@ class Solver {
 
  private:
   using PointHook = std::function<void(Index, Vec&)>;  // after each F-point
-  using EndHook = std::function<void(Index, Vec&)>;    // u at C-point c; may take it
+  // After a step of one chain or a batch of chains: rows[k] now holds the value at
+  // point pts[k], k < n (one call per batch, so that a hook can batch its own work).
+  using RowsHook = std::function<void(Vec* rows, const Index* pts, Index n)>;
   // How an F-sweep ends each chain that reaches an owned C-point c > 0: u at c-1
-  // is stepped to c (adding tau if with_tau) in `phase`, then handed to `take`.
+  // is stepped to c (adding tau if with_tau) in `phase`, then handed to `take`
+  // (rows[k]: u at C-point pts[k]; take may take it, setting rows[k] to null).
   struct ChainEnd {
     int phase;
     bool with_tau;
-    EndHook take;
+    RowsHook take;
   };
   // Who an F-sweep talks to: send u at own.hi right, receive u at own.lo-1.
   struct Exchange {
@@ -86,27 +89,25 @@ class Solver {
   };
   // Lock-step chains at the end: rows[r] (row r of block) is chain r, from C-point base[r].
   using ChainsHook = std::function<void(Vec block, Vec* rows, const Index* base, Index m)>;
-  // After each lock-step batch: rows[k] now holds the value at fine point pts[k], k < n.
-  using RowsHook = std::function<void(Vec* rows, const Index* pts, Index n)>;
 
   // relax.cpp
   void step_on(Level& L, int l, Vec& u, Index i, bool with_tau);  // u: t_{i-1} -> t_i
   // Batched step: ws[k]: t_{pts[k]-1} -> t_{pts[k]} in one call.
   void step_batch_on(Level& L, int l, Vec block, Index first, Vec* ws, const Index* pts,
                      Index n, bool with_tau);
-  // Coarse FAS step: Phi(u) + tau (XBraid adds tau after the user step).
-  void add_tau(const Level& L, Index i, Vec u) {
-    if (L.has_tau) ops_.sum(1.0, L.tau[L.slot(i)], 1.0, u);
-  }
+  // Coarse FAS steps: Phi(u) + tau (XBraid adds tau after the user step); us[k] is
+  // the value at point pts[k], all n sums in one call.
+  void add_tau(const Level& L, const Index* pts, Vec* us, Index n);
   // F-relaxation on level l in `phase`: steps every owned F-point from the C-point
-  // on its left; on_point sees each new F-value; end (if any) ends each chain.
+  // on its left; on_points sees the new F-values (one chain's, or one lock-step
+  // batch's); end (if any) ends each chain.
   // Runs chain by chain (chains()), or in lock-step (lockstep()) when the app
   // batches and there are two chains or more.
-  void f_relax(int l, int phase, const PointHook& on_point, const ChainEnd* end);
-  void chains(int l, const Exchange& x, const PointHook& on_point, const ChainEnd* end);
-  // Ends a chain at C-point c: steps w (u at c-1) on to c, then end.take(c, w).
+  void f_relax(int l, int phase, const RowsHook& on_points, const ChainEnd* end);
+  void chains(int l, const Exchange& x, const RowsHook& on_points, const ChainEnd* end);
+  // Ends a chain at C-point c: steps w (u at c-1) on to c, then end.take(w at c).
   void end_chain(Level& L, int l, const ChainEnd& end, Index c, Vec& w);
-  void lockstep(int l, const Exchange& x, const PointHook& on_point, const ChainEnd* end);
+  void lockstep(int l, const Exchange& x, const RowsHook& on_points, const ChainEnd* end);
   // Whether level l's F-sweep has at least two independent chains to batch.
   bool batch_sweep(const Level& L, bool recv_left) const;
   // The chain loop both lock-step sweeps share (relax.cpp).

@@ -29,5 +29,24 @@ int step_epilogue(int dtype, int act, const void* U, const void* Y, const void* 
                   const void* h, void* out, std::int64_t m, std::int64_t N, std::int64_t C,
                   std::int64_t HW, std::uintptr_t stream);
 
+// The direct convolution steps (conv_direct.hpp; shapes there): stacked states of
+// m intervals, N samples, C channels, H x W; kernels k x k (k odd, k <= kConvMaxK).
+struct ConvShape {
+  std::int64_t m, N, C, H, W, k;
+};
+// out <- U + h * act(conv(U, K) + b): a forward step of every interval, one kernel.
+int conv_direct_step(int dtype, int act, const void* U, const void* K, const void* b,
+                     const void* h, void* out, const ConvShape& s, std::uintptr_t stream);
+// G <- h * (W * act'(conv(U, K) + b)): the adjoint's and the gradient's common factor.
+int conv_direct_g(int dtype, int act, const void* W, const void* U, const void* K,
+                  const void* b, const void* h, void* G, const ConvShape& s,
+                  std::uintptr_t stream);
+// out <- W + conv^T(G, K): the adjoint step after conv_direct_g.
+int conv_direct_transpose_add(int dtype, const void* W, const void* G, const void* K,
+                              void* out, const ConvShape& s, std::uintptr_t stream);
+// dK, db <- the parameter gradients from G and U (fixed-order reductions, two kernels).
+int conv_direct_param_grads(int dtype, const void* G, const void* U, void* dK, void* db,
+                            const ConvShape& s, std::uintptr_t stream);
+
 }  // namespace cuda
 }  // namespace braidpy

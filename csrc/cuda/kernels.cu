@@ -3,6 +3,7 @@
 // call's error is returned; nothing here throws or prints.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstring>
 #include <vector>
 
@@ -269,13 +270,20 @@ int device_properties(int dev, char* name, int name_len, int* major, int* minor)
   return cudaSuccess;
 }
 
+// Every device op starts here; once a device has been found the answer is kept (two
+// runtime calls per op were a measurable share of a small-state solve's host time), and
+// a device lost later shows up as the failing call's own error.
 int check_device() {
+  static std::atomic<bool> found{false};
+  if (found.load(std::memory_order_relaxed)) return cudaSuccess;
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) return e;
   if (count == 0) return cudaErrorNoDevice;
   int dev = 0;
-  return cudaGetDevice(&dev);
+  e = cudaGetDevice(&dev);
+  if (e == cudaSuccess) found.store(true, std::memory_order_relaxed);
+  return e;
 }
 
 int current_device(int* dev) {

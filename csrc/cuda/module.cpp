@@ -12,6 +12,7 @@
 
 #include "../bindings/cuda_array.hpp"
 #include "cuda_api.hpp"
+#include "conv_direct_shapes.hpp"
 #include "cudnn_bindings.hpp"
 #include "kernels.hpp"
 
@@ -157,6 +158,81 @@ PYBIND11_MODULE(_cuda, m) {
               where);
       }, py::arg("U"), py::arg("Y"), py::arg("b"), py::arg("h"), py::arg("out"), py::arg("act"),
       "out <- U + h * act(Y + b) of a batched conv step in one kernel (see kernels.hpp).");
+  // The direct convolution steps (conv_direct.hpp), on stacked (m, N, C, H, W) states.
+  struct Operands {
+    std::vector<CudaArrayView> v;
+    kern::ConvDims d;
+  };
+  // Views of arrays (the last `written` are written), the dims from arrays[iU], arrays[iK].
+  auto operands = [](const char* where, std::initializer_list<py::handle> arrays,
+                     std::size_t written, std::size_t iU, std::size_t iK) {
+    Operands o;
+    std::size_t k = 0;
+    for (py::handle a : arrays) o.v.push_back(view(a, where, k++ >= arrays.size() - written));
+    o.d = conv_direct_dims(where, o.v[iU].shape, o.v[iK].shape);
+    for (const CudaArrayView& x : o.v)
+      if (x.dtype != o.v[0].dtype)
+        throw py::value_error(std::string(where) + ": the arrays' dtypes differ");
+    return o;
+  };
+  auto shape = [](const kern::ConvDims& d) { return cuda::ConvShape{d.m, d.N, d.C, d.H, d.W, d.k}; };
+  auto act_code = [](const char* where, int act) {
+    if (act != kern::kActTanh && act != kern::kActRelu)
+      throw py::value_error(std::string(where) + ": act must be 1 (tanh) or 2 (relu), got " +
+                            std::to_string(act));
+  };
+  m.def("conv_direct_step", [=](py::handle U, py::handle K, py::handle b, py::handle h,
+                                py::handle out, int act) {
+        const char* where = "conv_direct_step";
+        act_code(where, act);
+        const Operands o = operands(where, {U, K, b, h, out}, 1, 0, 1);
+        const Shape u = o.v[0].shape;
+        conv_direct_expect_step(where, o.d, o.v[2].shape, o.v[3].shape);
+        conv_direct_expect(where, "out", o.v[4].shape, u);
+        check(cuda::conv_direct_step(o.v[0].dtype, act, o.v[0].data, o.v[1].data, o.v[2].data,
+                                     o.v[3].data, o.v[4].data, shape(o.d), o.v[4].stream),
+              where);
+      }, py::arg("U"), py::arg("K"), py::arg("b"), py::arg("h"), py::arg("out"), py::arg("act"),
+      "out <- U + h * act(conv(U, K) + b), every interval's step in one kernel.");
+  m.def("conv_direct_g", [=](py::handle W, py::handle U, py::handle K, py::handle b,
+                             py::handle h, py::handle G, int act) {
+        const char* where = "conv_direct_g";
+        act_code(where, act);
+        const Operands o = operands(where, {W, U, K, b, h, G}, 1, 1, 2);
+        const Shape u = o.v[1].shape;
+        conv_direct_expect(where, "W", o.v[0].shape, u);
+        conv_direct_expect_step(where, o.d, o.v[3].shape, o.v[4].shape);
+        conv_direct_expect(where, "G", o.v[5].shape, u);
+        check(cuda::conv_direct_g(o.v[0].dtype, act, o.v[0].data, o.v[1].data, o.v[2].data,
+                                  o.v[3].data, o.v[4].data, o.v[5].data, shape(o.d),
+                                  o.v[5].stream),
+              where);
+      }, py::arg("W"), py::arg("U"), py::arg("K"), py::arg("b"), py::arg("h"), py::arg("G"),
+      py::arg("act"), "G <- h * (W * act'(conv(U, K) + b)) in one kernel.");
+  m.def("conv_direct_transpose_add", [=](py::handle W, py::handle G, py::handle K,
+                                         py::handle out) {
+        const char* where = "conv_direct_transpose_add";
+        const Operands o = operands(where, {W, G, K, out}, 1, 1, 2);
+        conv_direct_expect(where, "W", o.v[0].shape, o.v[1].shape);
+        conv_direct_expect(where, "out", o.v[3].shape, o.v[1].shape);
+        check(cuda::conv_direct_transpose_add(o.v[0].dtype, o.v[0].data, o.v[1].data,
+                                              o.v[2].data, o.v[3].data, shape(o.d),
+                                              o.v[3].stream),
+              where);
+      }, py::arg("W"), py::arg("G"), py::arg("K"), py::arg("out"),
+      "out <- W + conv^T(G, K) in one kernel.");
+  m.def("conv_direct_param_grads", [=](py::handle G, py::handle U, py::handle dK,
+                                       py::handle db) {
+        const char* where = "conv_direct_param_grads";
+        const Operands o = operands(where, {G, U, dK, db}, 2, 1, 2);
+        conv_direct_expect(where, "G", o.v[0].shape, o.v[1].shape);
+        conv_direct_expect(where, "db", o.v[3].shape, Shape{o.d.m, o.d.C});
+        check(cuda::conv_direct_param_grads(o.v[0].dtype, o.v[0].data, o.v[1].data,
+                                            o.v[2].data, o.v[3].data, shape(o.d),
+                                            o.v[3].stream),
+              where);
+      }, py::arg("G"), py::arg("U"), py::arg("dK"), py::arg("db"),
+      "dK, db <- the parameter gradients of the steps from G and U (fixed-order sums).");
   m.def("row_norms", [](py::sequence rows) {
         std::vector<const void*> ptrs;
         int dtype = 0;

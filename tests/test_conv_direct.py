@@ -1,0 +1,167 @@
+"""The "cuda-direct" conv backend without a GPU: its kernels' element functions and
+reductions (csrc/cuda/conv_direct.hpp) run on the host as braidpy._core._host_conv, with
+braidpy._cuda's argument names and checks. Swapped in for braidpy._cuda, they run the
+backend's whole wiring on NumPy arrays, checked against braidpy's NumPy conv kernels
+(an independent im2col implementation) and finite differences. The GPU runs the same
+functions in tests/test_gpu.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from braidpy import _core
+from braidpy.nn import ConvLayer, backend_names
+from braidpy.nn import conv_direct as cd
+
+SEED = 20261126
+HOST = _core._host_conv
+
+
+class HostCuda:
+    """braidpy._cuda as the backend sees it: the host twins, and one "device"."""
+
+    conv_direct_step = staticmethod(HOST.conv_direct_step)
+    conv_direct_g = staticmethod(HOST.conv_direct_g)
+    conv_direct_transpose_add = staticmethod(HOST.conv_direct_transpose_add)
+    conv_direct_param_grads = staticmethod(HOST.conv_direct_param_grads)
+
+    @staticmethod
+    def info():
+        return {"devices": 1, "error": None}
+
+
+@pytest.fixture
+def host_cuda(monkeypatch):
+    monkeypatch.setattr(cd, "_cuda", lambda: HostCuda)
+    monkeypatch.delenv("BRAIDPY_CONV_BACKEND", raising=False)
+
+
+def data(m, N, C, H, W, k, dtype=np.float64, seed=SEED):
+    rng = np.random.default_rng(seed)
+    U, Wa = (rng.standard_normal((m, N, C, H, W)).astype(dtype) for _ in range(2))
+    Ks = (rng.standard_normal((m, C, C, k, k)) / (C * k)).astype(dtype)
+    bs = rng.standard_normal((m, C)).astype(dtype)
+    hs = rng.uniform(0.1, 0.5, m).astype(dtype)
+    return Wa, U, Ks, bs, hs
+
+
+def close(got, want, rtol):
+    scale = float(np.max(np.abs(want))) or 1.0
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * scale)
+
+
+@pytest.mark.parametrize("act", ["tanh", "relu"])
+@pytest.mark.parametrize("shape", [(4, 2, 3, 7, 5, 3), (3, 1, 2, 6, 6, 5), (2, 3, 4, 5, 9, 1),
+                                   (1, 2, 3, 4, 4, 7)])
+def test_direct_kernels_equal_the_numpy_kernels(host_cuda, act, shape):
+    """forward, adjoint and parameter gradients, batched and single, float64 to 1e-12
+    (odd sizes, H != W, k from 1 to 7, one interval)."""
+    layer, ref = ConvLayer(shape[2], shape[5], act, backend="cuda-direct"), \
+        ConvLayer(shape[2], shape[5], act, backend="numpy")
+    assert layer.backend == "cuda-direct"
+    Wa, U, Ks, bs, hs = data(*shape)
+    close(layer.forward_batched(U, Ks, bs, hs), ref.forward_batched(U, Ks, bs, hs), 1e-12)
+    close(layer.adjoint_batched(Wa, U, Ks, bs, hs), ref.adjoint_batched(Wa, U, Ks, bs, hs),
+          1e-12)
+    for got, want in zip(layer.gradient_batched(Wa, U, Ks, bs, hs),
+                         ref.gradient_batched(Wa, U, Ks, bs, hs)):
+        assert got.shape == want.shape
+        close(got, want, 1e-12)
+    i, h = shape[0] - 1, float(hs[-1])
+    close(layer.forward(U[i], Ks[i], bs[i], h), ref.forward(U[i], Ks[i], bs[i], h), 1e-12)
+    close(layer.adjoint(Wa[i], U[i], Ks[i], bs[i], h),
+          ref.adjoint(Wa[i], U[i], Ks[i], bs[i], h), 1e-12)
+    for got, want in zip(layer.gradient(Wa[i], U[i], Ks[i], bs[i], h),
+                         ref.gradient(Wa[i], U[i], Ks[i], bs[i], h)):
+        assert got.shape == want.shape
+        close(got, want, 1e-12)
+
+
+def test_float32_kernels_are_float32_and_close(host_cuda):
+    layer, ref = ConvLayer(3, 3, "tanh", backend="cuda-direct"), \
+        ConvLayer(3, 3, "tanh", backend="numpy")
+    args32 = data(3, 2, 3, 6, 5, 3, np.float32)
+    args64 = [a.astype(np.float64) for a in args32]
+    got = layer.forward_batched(*args32[1:])
+    assert got.dtype == np.float32
+    close(got, ref.forward_batched(*args64[1:]), 1e-5)
+    close(layer.adjoint_batched(*args32), ref.adjoint_batched(*args64), 1e-5)
+    for g, w in zip(layer.gradient_batched(*args32), ref.gradient_batched(*args64)):
+        assert g.dtype == np.float32
+        close(g, w, 1e-5)
+
+
+def test_batched_rows_equal_single_interval_calls_bitwise(host_cuda):
+    """Each interval's rows come from the same element functions whatever m is."""
+    layer = ConvLayer(3, 3, "tanh", backend="cuda-direct")
+    Wa, U, Ks, bs, hs = data(5, 2, 3, 6, 7, 3)
+    F = layer.forward_batched(U, Ks, bs, hs)
+    A = layer.adjoint_batched(Wa, U, Ks, bs, hs)
+    dK, db = layer.gradient_batched(Wa, U, Ks, bs, hs)
+    for i in range(5):
+        h = float(hs[i])
+        assert np.array_equal(F[i], layer.forward(U[i], Ks[i], bs[i], h))
+        assert np.array_equal(A[i], layer.adjoint(Wa[i], U[i], Ks[i], bs[i], h))
+        gK, gb = layer.gradient(Wa[i], U[i], Ks[i], bs[i], h)
+        assert np.array_equal(dK[i], gK) and np.array_equal(db[i], gb)
+
+
+def test_adjoint_and_gradient_are_the_forward_steps_derivatives(host_cuda):
+    """Finite differences of <W, forward(U, K, b)> in U, K and b (an independent check of
+    the transposed convolution's indices and the reductions)."""
+    layer = ConvLayer(2, 3, "tanh", backend="cuda-direct")
+    Wa, U, Ks, bs, hs = data(1, 2, 2, 5, 4, 3, seed=SEED + 1)
+    u, w, K, b, h = U[0], Wa[0], Ks[0], bs[0], float(hs[0])
+
+    def f(u_, K_, b_):
+        return float(np.sum(w * layer.forward(u_, K_, b_, h)))
+
+    adj = layer.adjoint(w, u, K, b, h)
+    dK, db = layer.gradient(w, u, K, b, h)
+    eps = 1e-6
+    for arr, grad, index in [(u, adj, (1, 0, 4, 3)), (u, adj, (0, 1, 0, 0)),
+                             (K, dK, (1, 0, 0, 2)), (K, dK, (0, 1, 2, 1)), (b, db, (1,))]:
+        plus, minus = arr.copy(), arr.copy()
+        plus[index] += eps
+        minus[index] -= eps
+        args = {id(u): 0, id(K): 1, id(b): 2}[id(arr)]
+        fp = f(*[plus if k == args else x for k, x in enumerate((u, K, b))])
+        fm = f(*[minus if k == args else x for k, x in enumerate((u, K, b))])
+        assert grad[index] == pytest.approx((fp - fm) / (2 * eps), rel=1e-7, abs=1e-9), index
+
+
+def test_other_activations_and_large_kernels_take_the_array_api_kernels(host_cuda):
+    layer = ConvLayer(2, 9, "smooth_relu", backend="cuda-direct")
+    ref = ConvLayer(2, 9, "smooth_relu", backend="array-api")
+    _, U, Ks, bs, hs = data(2, 1, 2, 5, 5, 9)
+    assert np.array_equal(layer.forward_batched(U, Ks, bs, hs), ref.forward_batched(U, Ks, bs, hs))
+
+
+def test_bad_operands_are_named():
+    _, U, Ks, bs, hs = data(2, 1, 3, 4, 4, 3)
+    out = np.empty_like(U)
+    with pytest.raises(ValueError, match=r"K must be \(m, C, C, k, k\).*got \(2, 3, 3, 2, 2\)"):
+        HOST.conv_direct_step(U, np.zeros((2, 3, 3, 2, 2)), bs, hs, out, 1)
+    with pytest.raises(ValueError, match=r"b must have shape \(2, 3\), got \(3, 3\)"):
+        HOST.conv_direct_step(U, Ks, np.zeros((3, 3)), hs, out, 1)
+    with pytest.raises(ValueError, match=r"h must have shape \(2,\), got \(3,\)"):
+        HOST.conv_direct_step(U, Ks, bs, np.zeros(3), out, 1)
+    with pytest.raises(ValueError, match="act must be 1 .tanh. or 2 .relu., got 3"):
+        HOST.conv_direct_step(U, Ks, bs, hs, out, 3)
+    with pytest.raises(ValueError, match=r"U must be \(m, N, C, H, W\), got \(1, 3, 4, 4\)"):
+        HOST.conv_direct_step(U[0], Ks, bs, hs, out, 1)
+    with pytest.raises(ValueError, match="db must have shape"):
+        HOST.conv_direct_param_grads(U, U, np.empty_like(Ks), np.empty(3), )
+    with pytest.raises(ValueError, match="dtypes differ"):
+        HOST.conv_direct_step(U, Ks.astype(np.float32), bs, hs, out, 1)
+
+
+def test_without_a_gpu_the_backend_says_why():
+    reason = cd.direct_unavailable()
+    if reason is None:
+        pytest.skip("a GPU is present")
+    assert "cuda-direct" not in backend_names("conv", optional=True)
+    with pytest.raises(ValueError, match="'cuda-direct' is not available: " +
+                       reason.split(" (")[0]):
+        ConvLayer(2, 3, backend="cuda-direct")
