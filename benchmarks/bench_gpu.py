@@ -239,7 +239,7 @@ def conv_network(xp, args):
 
     n, nclasses, C = args.conv_layers, 10, 8
     device = None if xp is np else "cuda"
-    backends = ["cuda-direct", "cudnn", "array-api"] if xp is not np else ["numpy"]
+    backends = args.conv_backends if xp is not np else ["numpy"]
     for batch in args.conv_batches:
         rng = np.random.default_rng(9)
         X = xp.asarray(rng.standard_normal((batch, 1, 28, 28)))
@@ -270,6 +270,7 @@ def conv_network(xp, args):
                          f"({t_serial / t_oneshot:.2f}x serial)")
         torch = torch_cuda() if xp is not np else None
         if torch is not None:
+            xp.get_default_memory_pool().free_all_blocks()  # CuPy's cache, for PyTorch
             t_torch = best(lambda: _torch_conv_fwd_bwd(torch, n, C, batch), args.repeats)
             line += f"\n  PyTorch serial fwd+bwd {t_torch * 1e3:.1f} ms"
         print(line, flush=True)
@@ -456,7 +457,7 @@ def main(argv=None):
     p.add_argument("--layers", type=int, default=4096)
     p.add_argument("--batches", type=int, nargs="+", default=[1, BATCH])
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--hierarchies", nargs="+", default=[f"2:{CFACTOR}"],
+    p.add_argument("--hierarchies", nargs="+", default=[f"2:{CFACTOR}", "3:32"],
                    metavar="LEVELS:CF", help="forward: MGRIT hierarchies to time")
     p.add_argument("--forward-only", action="store_true", help="skip the gradient rows")
     p.add_argument("--conv", action="store_true", help="the cuDNN conv step comparison")
@@ -466,6 +467,8 @@ def main(argv=None):
                    help="a conv ResNet's one-shot gradient vs serial fwd+bwd, per backend")
     p.add_argument("--conv-layers", type=int, default=1024, help="--conv-net: layers")
     p.add_argument("--conv-batches", type=int, nargs="+", default=[32, 256])
+    p.add_argument("--conv-backends", nargs="+", default=["cuda-direct", "cudnn", "array-api"],
+                   help="--conv-net: the conv backends to time")
     p.add_argument("--conv-cfactors", type=int, nargs="+", default=[CFACTOR],
                    help="--conv-net: coarsening factors of the one-shot gradient (2 levels)")
     args = p.parse_args(argv)

@@ -17,6 +17,7 @@ import pytest
 from braidpy.nn import ConvLayer, DenseLayer, choose_kernels, conv2d, conv2d_input_vjp, \
     conv2d_weight_vjp
 from braidpy.nn import conv_backends as cb
+from braidpy.nn import conv_direct as cd
 from braidpy.nn import kernels as kn
 
 SEED = 20261125
@@ -32,8 +33,29 @@ def test_numpy_layers_take_numpy_and_say_why(monkeypatch):
     assert layer.backend == "numpy" and layer.backend_choice == "the default for NumPy"
 
 
+def no_direct_kernels(monkeypatch):
+    """As on a machine without braidpy._cuda or a GPU (the direct kernels' default)."""
+    monkeypatch.setattr(cd, "direct_unavailable", lambda: "no usable GPU (test)")
+
+
+def test_cupy_prefers_the_direct_kernels(monkeypatch):
+    """braidpy's direct conv kernels are the CuPy default where they can run (they beat
+    grouped cuDNN on the GPU benchmark), with or without cuDNN."""
+    monkeypatch.delenv(cb.ENV, raising=False)
+    monkeypatch.setattr(cd, "direct_unavailable", lambda: None)
+    for why in ("cuDNN is not available (test)", None):
+        monkeypatch.setattr(cb, "cudnn_unavailable", lambda why=why: why)
+        layer = ConvLayer(2, 3, xp=CUPY)
+        assert layer.backend == "cuda-direct"
+        assert layer.backend_choice == ("the default for CuPy: braidpy._cuda and a GPU are "
+                                        "usable")
+    assert "cuda-direct" in kn.backend_names("conv", optional=True)
+    assert ConvLayer(2, 3, xp=CUPY, backend="cudnn").backend == "cudnn"
+
+
 def test_cupy_without_cudnn_falls_back_to_im2col_with_the_reason(monkeypatch):
     monkeypatch.delenv(cb.ENV, raising=False)
+    no_direct_kernels(monkeypatch)
     monkeypatch.setattr(cb, "cudnn_unavailable", lambda: "cuDNN is not available (test)")
     layer = ConvLayer(2, 3, xp=CUPY)
     assert layer.backend == "array-api"
@@ -45,11 +67,13 @@ def test_cupy_without_cudnn_falls_back_to_im2col_with_the_reason(monkeypatch):
     assert DenseLayer(2, xp=CUPY).backend == "array-api"
 
 
-def test_cupy_with_cudnn_takes_cudnn(monkeypatch):
+def test_cupy_with_cudnn_and_without_the_direct_kernels_takes_cudnn(monkeypatch):
     monkeypatch.delenv(cb.ENV, raising=False)
+    no_direct_kernels(monkeypatch)
     monkeypatch.setattr(cb, "cudnn_unavailable", lambda: None)
     layer = ConvLayer(2, 3, xp=CUPY)
-    assert layer.backend == "cudnn" and "cuDNN and a GPU are usable" in layer.backend_choice
+    assert layer.backend == "cudnn"
+    assert layer.backend_choice == "the default for CuPy without braidpy's direct kernels"
     assert "cudnn" in kn.backend_names("conv", optional=True)
     assert "cudnn" not in kn.backend_names("dense", optional=True)
 
@@ -221,6 +245,7 @@ def stand_in(monkeypatch):
     fake = StandIn()
     monkeypatch.setattr(cb, "_cuda", lambda: fake)
     monkeypatch.delenv(cb.ENV, raising=False)
+    no_direct_kernels(monkeypatch)
     return fake
 
 

@@ -53,10 +53,13 @@ def close(got, want, rtol):
 
 @pytest.mark.parametrize("act", ["tanh", "relu"])
 @pytest.mark.parametrize("shape", [(4, 2, 3, 7, 5, 3), (3, 1, 2, 6, 6, 5), (2, 3, 4, 5, 9, 1),
-                                   (1, 2, 3, 4, 4, 7)])
+                                   (1, 2, 3, 4, 4, 7), (2, 1, 3, 20, 33, 3),
+                                   (2, 1, 17, 3, 4, 3), (1, 1, 16, 5, 6, 7)])
 def test_direct_kernels_equal_the_numpy_kernels(host_cuda, act, shape):
     """forward, adjoint and parameter gradients, batched and single, float64 to 1e-12
-    (odd sizes, H != W, k from 1 to 7, one interval)."""
+    (odd sizes, H != W, k from 1 to 7, one interval; planes over several tiles with
+    partial ones; C = 17 and a 16-channel 7x7 kernel take the element kernels, the
+    others the tiled ones)."""
     layer, ref = ConvLayer(shape[2], shape[5], act, backend="cuda-direct"), \
         ConvLayer(shape[2], shape[5], act, backend="numpy")
     assert layer.backend == "cuda-direct"

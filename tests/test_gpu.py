@@ -350,11 +350,12 @@ def test_fused_step_epilogue_equals_the_array_code_bitwise(cp, cudnn, dtype, act
     assert bool(cp.array_equal(got, want))
 
 
-def test_cuda_conv_layers_choose_cudnn_and_match_numpy(cp, cudnn):
+def test_cuda_conv_layers_default_to_the_direct_kernels_and_cudnn_matches_numpy(cp, cudnn):
     from braidpy.nn import ConvLayer
 
-    layer = ConvLayer(4, 3, "tanh", xp=cp)
-    assert layer.backend == "cudnn", layer.backend_choice
+    default = ConvLayer(4, 3, "tanh", xp=cp)
+    assert default.backend == "cuda-direct", default.backend_choice
+    layer = ConvLayer(4, 3, "tanh", xp=cp, backend="cudnn")
     ref = ConvLayer(4, 3, "tanh", backend="numpy")
     rng = np.random.default_rng(20261127)
     m = 6
@@ -376,7 +377,7 @@ def test_conv_resnet_gradient_on_the_gpu_equals_numpy(cp, cudnn):
 
     rng = np.random.default_rng(20261128)
     args, kw = ((1, 8, 8), 3), dict(width=4, nlayers=8, activation="tanh")
-    net, dnet = ResNet(*args, **kw), ResNet(*args, **kw, device="cuda")
+    net, dnet = ResNet(*args, **kw), ResNet(*args, **kw, device="cuda", backend="cudnn")
     assert dnet.layer.backend == "cudnn", dnet.layer.backend_choice
     X = rng.standard_normal((5, 1, 8, 8))
     C = np.eye(3)[rng.integers(0, 3, 5)]

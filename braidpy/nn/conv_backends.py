@@ -9,9 +9,11 @@ CuPy's memory pool, descriptors and algorithms cached per shape in C++.
 
 The choice is made once per layer object (:func:`braidpy.nn.kernels.choose_kernels`): an
 explicit ``backend`` argument wins, then the environment variable ``BRAIDPY_CONV_BACKEND``,
-then the default for the layer's namespace: "numpy" for NumPy, "cudnn" for CuPy when
-cuDNN and a GPU are usable (else "array-api", with the reason kept in the layer's
-``backend_choice``), "array-api" for any other namespace.
+then the default for the layer's namespace: "numpy" for NumPy; for CuPy braidpy's own
+direct kernels ("cuda-direct", :mod:`braidpy.nn.conv_direct`: faster than grouped cuDNN
+on the GPU benchmark) where a GPU is usable, else "cudnn" when cuDNN is, else
+"array-api" (with the reason kept in the layer's ``backend_choice``); "array-api" for any
+other namespace.
 
 A second backend, ``"cudnn-streams"``, runs the batched steps interval by interval
 instead, the intervals split into blocks with one CUDA stream per block (seed paper 000's

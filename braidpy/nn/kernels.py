@@ -30,8 +30,9 @@ Choosing
 ``backend`` name (or a :class:`LayerKernels` of the right kind) wins; then, for conv
 layers, the environment variable ``BRAIDPY_CONV_BACKEND``; otherwise the array namespace
 the layer will compute in decides: NumPy, or none given, gives "numpy"; CuPy gives
-"cudnn" for conv layers when cuDNN and a GPU are usable and "array-api" otherwise (the
-reason is kept: ``layer.backend_choice``); any other namespace gives "array-api".
+"cuda-direct" for conv layers when braidpy._cuda and a GPU are usable, else "cudnn" when
+cuDNN is, else "array-api" (the reason is kept: ``layer.backend_choice``); any other
+namespace gives "array-api".
 :func:`select_kernels` returns the kernel set alone.
 
 Optional backends
@@ -41,9 +42,10 @@ Optional backends
     batched steps are one grouped convolution over the intervals. Listed by
     ``backend_names(kind, optional=True)`` where it can run; naming it elsewhere raises a
     ValueError saying why (no compiled module, no cuDNN, no GPU).
-``"cuda-direct"`` (conv only, :mod:`braidpy.nn.conv_direct`)
+``"cuda-direct"`` (conv only, :mod:`braidpy.nn.conv_direct`; the default on CuPy)
     braidpy's own direct convolution kernels (``braidpy._cuda``, no cuDNN): a step of
-    every interval, bias, activation and residual update included, in one kernel.
+    every interval, bias, activation and residual update included, in one kernel. On
+    an H200 its batched float64 forward step took a quarter of cuDNN's grouped call.
 ``"cudnn-streams"`` (conv only)
     The same cuDNN calls, the batched steps interval by interval with one CUDA stream
     per block of intervals (``BRAIDPY_CUDNN_STREAMS``, default 4): the alternative to
@@ -202,9 +204,14 @@ def _default_name(kind: str, xp: Any) -> Tuple[str, str]:
     if xp is None or _is_numpy(xp):
         return "numpy", "the default for NumPy"
     if kind == "conv" and conv_backends.is_cupy(xp):
+        # braidpy's direct kernels beat cuDNN's grouped convolution on the GPU benchmark
+        # (bench_gpu.py --conv, README): the default wherever braidpy._cuda has a GPU
+        _, why_not_direct = _cuda_direct()
+        if not why_not_direct:
+            return "cuda-direct", "the default for CuPy: braidpy._cuda and a GPU are usable"
         _, why_not = _cudnn()
         if not why_not:
-            return "cudnn", "the default for CuPy: cuDNN and a GPU are usable"
+            return "cudnn", "the default for CuPy without braidpy's direct kernels"
         return "array-api", f"cuDNN not used ({why_not}); im2col on CuPy instead"
     return "array-api", "the default for a non-NumPy namespace"
 

@@ -64,8 +64,14 @@ void check_act(const char* where, int act) {
                           std::to_string(act));
 }
 
+// Each mode takes the path the GPU takes for these dims: the tiled kernels' emulation
+// (conv_tiled_host) or the element functions.
 template <class T>
 void step(Host& h, int act) {
+  if (kern::conv_tiled(h.d, sizeof(T)))
+    return kern::conv_tiled_host(kern::kConvStep, in<T>(h.a[0]), in<T>(h.a[1]), h.d,
+                                 in<T>(h.a[0]), static_cast<const T*>(nullptr), in<T>(h.a[2]),
+                                 in<T>(h.a[3]), act, out<T>(h.a[4]));
   for (Index i = 0; i < h.d.size(); ++i)
     kern::conv_step_at(i, in<T>(h.a[0]), in<T>(h.a[1]), in<T>(h.a[2]), in<T>(h.a[3]), act, h.d,
                        out<T>(h.a[4]));
@@ -73,6 +79,10 @@ void step(Host& h, int act) {
 
 template <class T>
 void g(Host& h, int act) {
+  if (kern::conv_tiled(h.d, sizeof(T)))
+    return kern::conv_tiled_host(kern::kConvG, in<T>(h.a[1]), in<T>(h.a[2]), h.d,
+                                 static_cast<const T*>(nullptr), in<T>(h.a[0]), in<T>(h.a[3]),
+                                 in<T>(h.a[4]), act, out<T>(h.a[5]));
   for (Index i = 0; i < h.d.size(); ++i)
     kern::conv_step_g_at(i, in<T>(h.a[0]), in<T>(h.a[1]), in<T>(h.a[2]), in<T>(h.a[3]),
                          in<T>(h.a[4]), act, h.d, out<T>(h.a[5]));
@@ -80,6 +90,11 @@ void g(Host& h, int act) {
 
 template <class T>
 void transpose_add(Host& h) {
+  if (kern::conv_tiled(h.d, sizeof(T)))
+    return kern::conv_tiled_host(kern::kConvTransposeAdd, in<T>(h.a[1]), in<T>(h.a[2]), h.d,
+                                 static_cast<const T*>(nullptr), in<T>(h.a[0]),
+                                 static_cast<const T*>(nullptr), static_cast<const T*>(nullptr),
+                                 0, out<T>(h.a[3]));
   for (Index i = 0; i < h.d.size(); ++i)
     kern::conv_transpose_add_at(i, in<T>(h.a[0]), in<T>(h.a[1]), in<T>(h.a[2]), h.d,
                                 out<T>(h.a[3]));

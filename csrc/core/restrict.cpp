@@ -104,9 +104,7 @@ void Solver::restrict_to(int l) {
 // Skipped first down-sweep: fine C-values injected level by level, no tau.
 void Solver::inject_all() {
   for (int l = 0; l + 1 < nlevels(); ++l) {
-    Level& L = levels_[l];
-    Level& C = levels_[l + 1];
-    C.has_tau = false;
+    levels_[l + 1].has_tau = false;
     inject(l);
   }
 }

@@ -44,6 +44,37 @@ __global__ void conv_transpose_add_kernel(const T* Wa, const T* G, const T* K, C
   BRAIDPY_GRID_LOOP(i, d.size()) kern::conv_transpose_add_at(i, Wa, G, K, d, out);
 }
 
+// The tiled kernels (conv_direct.hpp): one block per tile, kern::kTileThreads threads.
+template <class T, int MaxC>
+__global__ void conv_tiled_kernel(int mode, const T* X, const T* K, ConvDims d, const T* U,
+                                  const T* Wa, const T* bias, const T* h, int act, T* out) {
+  extern __shared__ __align__(sizeof(double)) unsigned char raw[];
+  T* smem = reinterpret_cast<T*>(raw);
+  const int t = static_cast<int>(threadIdx.x);
+  const Index b = blockIdx.x;
+  kern::conv_tile_load(X, K, d, b, t, kern::kTileThreads, smem);
+  __syncthreads();
+  kern::conv_tile_finish<T, MaxC>(mode, smem, b, t, d, U, Wa, bias, h, act, out);
+}
+
+// A tiled kernel for C channels: as few accumulators as cover C.
+template <class T>
+int launch_tiled(int mode, const T* X, const T* K, const ConvDims& d, const T* U, const T* Wa,
+                 const T* bias, const T* h, int act, T* out, cudaStream_t st) {
+  const auto blocks = static_cast<unsigned>(kern::conv_tile_blocks(d));
+  const auto bytes = static_cast<std::size_t>(kern::conv_tile_smem(d)) * sizeof(T);
+  if (d.C <= 4)
+    conv_tiled_kernel<T, 4><<<blocks, kern::kTileThreads, bytes, st>>>(mode, X, K, d, U, Wa,
+                                                                      bias, h, act, out);
+  else if (d.C <= 8)
+    conv_tiled_kernel<T, 8><<<blocks, kern::kTileThreads, bytes, st>>>(mode, X, K, d, U, Wa,
+                                                                      bias, h, act, out);
+  else
+    conv_tiled_kernel<T, 16><<<blocks, kern::kTileThreads, bytes, st>>>(mode, X, K, d, U, Wa,
+                                                                       bias, h, act, out);
+  return cudaGetLastError();
+}
+
 // One block of kern::kConvThreads threads per row (iv, o, c, dy) of dK.
 template <class T>
 __global__ void conv_wgrad_kernel(const T* G, const T* U, ConvDims d, T* dK) {
@@ -83,6 +114,17 @@ int conv_direct_step(int dtype, int act, const void* U, const void* K, const voi
   const ConvDims d = dims(s);
   if (e != cudaSuccess || d.size() == 0) return e;
   const cudaStream_t st = as_stream(stream);
+  if (dtype == kDeviceF64 && kern::conv_tiled(d, sizeof(double)))
+    return launch_tiled<double>(kern::kConvStep, static_cast<const double*>(U),
+                                static_cast<const double*>(K), d, static_cast<const double*>(U),
+                                nullptr, static_cast<const double*>(b),
+                                static_cast<const double*>(h), act, static_cast<double*>(out),
+                                st);
+  if (dtype == kDeviceF32 && kern::conv_tiled(d, sizeof(float)))
+    return launch_tiled<float>(kern::kConvStep, static_cast<const float*>(U),
+                               static_cast<const float*>(K), d, static_cast<const float*>(U),
+                               nullptr, static_cast<const float*>(b),
+                               static_cast<const float*>(h), act, static_cast<float*>(out), st);
   if (dtype == kDeviceF64)
     conv_step_kernel<double><<<blocks_for(d.size()), kThreads, 0, st>>>(
         static_cast<const double*>(U), static_cast<const double*>(K),
@@ -103,6 +145,16 @@ int conv_direct_g(int dtype, int act, const void* Wa, const void* U, const void*
   const ConvDims d = dims(s);
   if (e != cudaSuccess || d.size() == 0) return e;
   const cudaStream_t st = as_stream(stream);
+  if (dtype == kDeviceF64 && kern::conv_tiled(d, sizeof(double)))
+    return launch_tiled<double>(kern::kConvG, static_cast<const double*>(U),
+                                static_cast<const double*>(K), d, nullptr,
+                                static_cast<const double*>(Wa), static_cast<const double*>(b),
+                                static_cast<const double*>(h), act, static_cast<double*>(G), st);
+  if (dtype == kDeviceF32 && kern::conv_tiled(d, sizeof(float)))
+    return launch_tiled<float>(kern::kConvG, static_cast<const float*>(U),
+                               static_cast<const float*>(K), d, nullptr,
+                               static_cast<const float*>(Wa), static_cast<const float*>(b),
+                               static_cast<const float*>(h), act, static_cast<float*>(G), st);
   if (dtype == kDeviceF64)
     conv_step_g_kernel<double><<<blocks_for(d.size()), kThreads, 0, st>>>(
         static_cast<const double*>(Wa), static_cast<const double*>(U),
@@ -122,6 +174,16 @@ int conv_direct_transpose_add(int dtype, const void* Wa, const void* G, const vo
   const ConvDims d = dims(s);
   if (e != cudaSuccess || d.size() == 0) return e;
   const cudaStream_t st = as_stream(stream);
+  if (dtype == kDeviceF64 && kern::conv_tiled(d, sizeof(double)))
+    return launch_tiled<double>(kern::kConvTransposeAdd, static_cast<const double*>(G),
+                                static_cast<const double*>(K), d, nullptr,
+                                static_cast<const double*>(Wa), nullptr, nullptr, 0,
+                                static_cast<double*>(out), st);
+  if (dtype == kDeviceF32 && kern::conv_tiled(d, sizeof(float)))
+    return launch_tiled<float>(kern::kConvTransposeAdd, static_cast<const float*>(G),
+                               static_cast<const float*>(K), d, nullptr,
+                               static_cast<const float*>(Wa), nullptr, nullptr, 0,
+                               static_cast<float*>(out), st);
   if (dtype == kDeviceF64)
     conv_transpose_add_kernel<double><<<blocks_for(d.size()), kThreads, 0, st>>>(
         static_cast<const double*>(Wa), static_cast<const double*>(G),

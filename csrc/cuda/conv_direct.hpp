@@ -50,7 +50,8 @@ BRAIDPY_HD inline ConvAt conv_decode(Index i, const ConvDims& d) {
 }
 
 // sum_{c, dy, dx} K[iv, o, c, dy, dx] * X[iv, n, c, y + dy - p, x + dx - p]: output channel
-// o = at.c at (at.y, at.x). Fixed order c, dy, dx; one rounding per operation.
+// o = at.c at (at.y, at.x). Fixed order c, dy, dx; one rounding per operation; a tap
+// outside the plane adds K * 0 (the tiled kernels' zero halo: the same operations).
 template <class T>
 BRAIDPY_HD inline T conv_value(const T* X, const T* K, const ConvAt& at, const ConvDims& d) {
   const Index p = d.k / 2, hw = d.plane();
@@ -60,34 +61,33 @@ BRAIDPY_HD inline T conv_value(const T* X, const T* K, const ConvAt& at, const C
     const T* ks = K + ((at.iv * d.C + at.c) * d.C + c) * d.k * d.k;
     for (Index dy = 0; dy < d.k; ++dy) {
       const Index yy = at.y + dy - p;
-      if (yy < 0 || yy >= d.H) continue;
       for (Index dx = 0; dx < d.k; ++dx) {
         const Index xx = at.x + dx - p;
-        if (xx < 0 || xx >= d.W) continue;
-        acc = acc + ks[dy * d.k + dx] * xs[yy * d.W + xx];
+        const T v = (yy >= 0 && yy < d.H && xx >= 0 && xx < d.W) ? xs[yy * d.W + xx] : T(0);
+        acc = acc + ks[dy * d.k + dx] * v;
       }
     }
   }
   return acc;
 }
 
-// The convolution's transpose (its input VJP): sum_{o, dy, dx} K[iv, o, c, dy, dx] *
-// G[iv, n, o, y - dy + p, x - dx + p] for input channel c = at.c.
+// The convolution's transpose (its input VJP) for input channel c = at.c:
+// sum_{o, e, f} K[iv, o, c, k-1-e, k-1-f] * G[iv, n, o, y + e - p, x + f - p], in that
+// order (the tiled kernel's), zero taps outside the plane as above.
 template <class T>
 BRAIDPY_HD inline T conv_transpose_value(const T* G, const T* K, const ConvAt& at,
                                          const ConvDims& d) {
-  const Index p = d.k / 2, hw = d.plane();
+  const Index p = d.k / 2, hw = d.plane(), k = d.k;
   T acc = T(0);
   for (Index o = 0; o < d.C; ++o) {
     const T* gs = G + ((at.iv * d.N + at.n) * d.C + o) * hw;
-    const T* ks = K + ((at.iv * d.C + o) * d.C + at.c) * d.k * d.k;
-    for (Index dy = 0; dy < d.k; ++dy) {
-      const Index yy = at.y - dy + p;
-      if (yy < 0 || yy >= d.H) continue;
-      for (Index dx = 0; dx < d.k; ++dx) {
-        const Index xx = at.x - dx + p;
-        if (xx < 0 || xx >= d.W) continue;
-        acc = acc + ks[dy * d.k + dx] * gs[yy * d.W + xx];
+    const T* ks = K + ((at.iv * d.C + o) * d.C + at.c) * k * k;
+    for (Index e = 0; e < k; ++e) {
+      const Index yy = at.y + e - p;
+      for (Index f = 0; f < k; ++f) {
+        const Index xx = at.x + f - p;
+        const T v = (yy >= 0 && yy < d.H && xx >= 0 && xx < d.W) ? gs[yy * d.W + xx] : T(0);
+        acc = acc + ks[(k - 1 - e) * k + (k - 1 - f)] * v;
       }
     }
   }
@@ -105,13 +105,27 @@ BRAIDPY_HD inline T activate_derivative(int act, T z) {
   return z > T(0) ? T(1) : T(0);
 }
 
+// The steps' last operations for element i, given its convolution value z (bias not
+// yet added): the element kernels and the tiled kernels share them.
+template <class T>
+BRAIDPY_HD inline void conv_step_finish(Index i, T z, Index iv, Index ch, const T* U,
+                                        const T* b, const T* h, int act, const ConvDims& d,
+                                        T* out) {
+  out[i] = U[i] + h[iv] * activate(act, z + b[iv * d.C + ch]);
+}
+
+template <class T>
+BRAIDPY_HD inline void conv_g_finish(Index i, T z, Index iv, Index ch, const T* Wa, const T* b,
+                                     const T* h, int act, const ConvDims& d, T* G) {
+  G[i] = h[iv] * (Wa[i] * activate_derivative(act, z + b[iv * d.C + ch]));
+}
+
 // Element i of the forward step out = U + h * act(conv(U, K) + b).
 template <class T>
 BRAIDPY_HD inline void conv_step_at(Index i, const T* U, const T* K, const T* b, const T* h,
                                     int act, const ConvDims& d, T* out) {
   const ConvAt at = conv_decode(i, d);
-  const T z = conv_value(U, K, at, d) + b[at.iv * d.C + at.c];
-  out[i] = U[i] + h[at.iv] * activate(act, z);
+  conv_step_finish(i, conv_value(U, K, at, d), at.iv, at.c, U, b, h, act, d, out);
 }
 
 // Element i of G = h * (W * act'(conv(U, K) + b)): the adjoint's and the gradient's
@@ -121,8 +135,7 @@ BRAIDPY_HD inline void conv_step_g_at(Index i, const T* Wa, const T* U, const T*
                                       const T* b, const T* h, int act, const ConvDims& d,
                                       T* G) {
   const ConvAt at = conv_decode(i, d);
-  const T z = conv_value(U, K, at, d) + b[at.iv * d.C + at.c];
-  G[i] = h[at.iv] * (Wa[i] * activate_derivative(act, z));
+  conv_g_finish(i, conv_value(U, K, at, d), at.iv, at.c, Wa, b, h, act, d, G);
 }
 
 // Element i of the adjoint step out = W + conv^T(G, K).
@@ -130,6 +143,150 @@ template <class T>
 BRAIDPY_HD inline void conv_transpose_add_at(Index i, const T* Wa, const T* G, const T* K,
                                              const ConvDims& d, T* out) {
   out[i] = Wa[i] + conv_transpose_value(G, K, conv_decode(i, d), d);
+}
+
+// ------------------------------------------------------------------ the tiled kernels
+//
+// One block per (interval, sample, kTile x kTile tile of the plane), one thread per
+// position of the tile computing all C channels there: the block first copies the
+// tile's input planes with a zero halo of k/2 and the interval's kernel into shared
+// memory (conv_tile_load), then each thread sums (conv_tile_sums) in the element
+// functions' order, so both give the same bits. Used where C <= kTileMaxC and the shared
+// memory fits kTileSmemBytes; the element kernels otherwise.
+
+constexpr int kTile = 16;
+constexpr int kTileThreads = kTile * kTile;
+constexpr int kTileMaxC = 16;
+constexpr Index kTileSmemBytes = 48 * 1024;
+
+BRAIDPY_HD inline Index conv_halo(const ConvDims& d) { return kTile + d.k - 1; }
+
+// Shared memory elements of a block: C halo planes, then C*C*k*k kernel entries.
+BRAIDPY_HD inline Index conv_tile_smem(const ConvDims& d) {
+  return d.C * conv_halo(d) * conv_halo(d) + d.C * d.C * d.k * d.k;
+}
+
+BRAIDPY_HD inline Index conv_tile_blocks(const ConvDims& d) {
+  return d.m * d.N * ((d.H + kTile - 1) / kTile) * ((d.W + kTile - 1) / kTile);
+}
+
+inline bool conv_tiled(const ConvDims& d, Index itemsize) {
+  return d.C <= kTileMaxC && conv_tile_smem(d) * itemsize <= kTileSmemBytes;
+}
+
+// Block b's sample (iv * N + n) and tile origin (y0, x0).
+BRAIDPY_HD inline void conv_tile_origin(Index b, const ConvDims& d, Index* ivn, Index* y0,
+                                        Index* x0) {
+  // 32-bit arithmetic: a grid has fewer than 2^31 blocks
+  const auto tiles_y = static_cast<std::uint32_t>((d.H + kTile - 1) / kTile);
+  const auto tiles_x = static_cast<std::uint32_t>((d.W + kTile - 1) / kTile);
+  auto r = static_cast<std::uint32_t>(b);
+  const std::uint32_t bx = r % tiles_x;
+  r /= tiles_x;
+  *x0 = Index(bx) * kTile;
+  *y0 = Index(r % tiles_y) * kTile;
+  *ivn = r / tiles_y;
+}
+
+// Thread t of nt's share of block b's shared memory: X's C planes of the block's sample
+// over rows y0-p .. y0+kTile-1+p and columns likewise (zeros outside the plane), then
+// the interval's kernel K[iv] as it is.
+template <class T>
+BRAIDPY_HD inline void conv_tile_load(const T* X, const T* K, const ConvDims& d, Index b, int t,
+                                      int nt, T* smem) {
+  Index ivn = 0, y0 = 0, x0 = 0;
+  conv_tile_origin(b, d, &ivn, &y0, &x0);
+  const Index p = d.k / 2, h = conv_halo(d), hh = h * h, hw = d.plane();
+  const T* xs = X + ivn * d.C * hw;
+  // 32-bit index arithmetic (a block's few thousand entries; 64-bit division is slow)
+  const auto h32 = static_cast<std::uint32_t>(h), hh32 = static_cast<std::uint32_t>(hh);
+  for (std::uint32_t e = static_cast<std::uint32_t>(t); e < d.C * hh; e += nt) {
+    const std::uint32_t c = e / hh32, r = e - c * hh32, ry = r / h32;
+    const Index yy = y0 - p + ry, xx = x0 - p + (r - ry * h32);
+    smem[e] = (yy >= 0 && yy < d.H && xx >= 0 && xx < d.W) ? xs[c * hw + yy * d.W + xx] : T(0);
+  }
+  const Index kk = d.C * d.C * d.k * d.k, iv = ivn / d.N;
+  for (Index e = t; e < kk; e += nt) smem[d.C * hh + e] = K[iv * kk + e];
+}
+
+#if defined(__CUDA_ARCH__)  // nvcc's device pass (its host pass gives the pragma to g++)
+#define BRAIDPY_UNROLL _Pragma("unroll")
+#else
+#define BRAIDPY_UNROLL
+#endif
+
+// Thread t's sums at its tile position (row t / kTile, column t % kTile), acc[a] for
+// a < C: forward (Transpose false): a = output channel o, over (c, dy, dx) as conv_value;
+// transpose: a = input channel c, over (o, e, f) as conv_transpose_value. MaxC >= C is
+// the accumulators' count (registers on the GPU).
+template <class T, int MaxC, bool Transpose>
+BRAIDPY_HD inline void conv_tile_sums(const T* smem, const ConvDims& d, int t, T* acc) {
+  const Index h = conv_halo(d), hh = h * h, k = d.k, C = d.C;
+  const T* ks = smem + C * hh;
+  const Index ty = t / kTile, tx = t % kTile;
+  BRAIDPY_UNROLL
+  for (int a = 0; a < MaxC; ++a) acc[a] = T(0);
+  for (Index s = 0; s < C; ++s)
+    for (Index e = 0; e < k; ++e)
+      for (Index f = 0; f < k; ++f) {
+        const T v = smem[s * hh + (ty + e) * h + tx + f];
+        BRAIDPY_UNROLL
+        for (int a = 0; a < MaxC; ++a)
+          if (a < C) {
+            const T w = Transpose ? ks[((s * C + a) * k + (k - 1 - e)) * k + (k - 1 - f)]
+                                  : ks[((a * C + s) * k + e) * k + f];
+            acc[a] = acc[a] + w * v;
+          }
+      }
+}
+
+// Where thread t's results go: element index of channel 0 at its position (add
+// a * H * W for channel a), or -1 when the position is outside the plane.
+BRAIDPY_HD inline Index conv_tile_target(Index b, const ConvDims& d, int t, Index* iv) {
+  Index ivn = 0, y0 = 0, x0 = 0;
+  conv_tile_origin(b, d, &ivn, &y0, &x0);
+  const Index y = y0 + t / kTile, x = x0 + t % kTile;
+  *iv = ivn / d.N;
+  if (y >= d.H || x >= d.W) return -1;
+  return ivn * d.C * d.plane() + y * d.W + x;
+}
+
+// Modes of the tiled kernels.
+enum ConvMode : int { kConvStep = 0, kConvG = 1, kConvTransposeAdd = 2 };
+
+// The tiled kernels' work for thread t of block b, after the block's conv_tile_load of
+// X (U, or G for the transpose): sums, then each channel's epilogue.
+template <class T, int MaxC>
+BRAIDPY_HD inline void conv_tile_finish(int mode, const T* smem, Index b, int t,
+                                        const ConvDims& d, const T* U, const T* Wa,
+                                        const T* bias, const T* h, int act, T* out) {
+  T acc[MaxC];
+  if (mode == kConvTransposeAdd) conv_tile_sums<T, MaxC, true>(smem, d, t, acc);
+  else conv_tile_sums<T, MaxC, false>(smem, d, t, acc);
+  Index iv = 0;
+  const Index i0 = conv_tile_target(b, d, t, &iv);
+  if (i0 < 0) return;
+  BRAIDPY_UNROLL
+  for (int a = 0; a < MaxC; ++a)
+    if (a < d.C) {
+      const Index i = i0 + a * d.plane();
+      if (mode == kConvStep) conv_step_finish(i, acc[a], iv, Index(a), U, bias, h, act, d, out);
+      else if (mode == kConvG) conv_g_finish(i, acc[a], iv, Index(a), Wa, bias, h, act, d, out);
+      else out[i] = Wa[i] + acc[a];
+    }
+}
+
+// The tiled kernels on the host, block by block, each block's threads in two phases
+// (load, then finish) as the GPU's __syncthreads() separates them.
+template <class T>
+inline void conv_tiled_host(int mode, const T* X, const T* K, const ConvDims& d, const T* U,
+                            const T* Wa, const T* bias, const T* h, int act, T* out) {
+  T smem[kTileSmemBytes / sizeof(T)];
+  for (Index b = 0; b < conv_tile_blocks(d); ++b) {
+    for (int t = 0; t < kTileThreads; ++t) conv_tile_load(X, K, d, b, t, kTileThreads, smem);
+    for (int t = 0; t < kTileThreads; ++t)
+      conv_tile_finish<T, kTileMaxC>(mode, smem, b, t, d, U, Wa, bias, h, act, out);
+  }
 }
 
 // Weight gradient dK[iv, o, c, dy, dx] = sum_{n, y, x} G[iv, n, o, y, x] *
@@ -148,8 +305,12 @@ BRAIDPY_HD inline void conv_wgrad_part(const T* G, const T* U, Index row, const 
   const Index p = d.k / 2, hw = d.plane(), positions = d.N * hw;
   double acc[kConvMaxK];
   for (int dx = 0; dx < kConvMaxK; ++dx) acc[dx] = 0.0;
+  // positions < 2^31 (conv_direct_dims checks): 32-bit division, much faster on a GPU
+  const auto hw32 = static_cast<std::uint32_t>(hw), w32 = static_cast<std::uint32_t>(d.W);
   for (Index q = t; q < positions; q += nt) {
-    const Index n = q / hw, yx = q - n * hw, y = yx / d.W, x = yx - y * d.W;
+    const std::uint32_t q32 = static_cast<std::uint32_t>(q), n32 = q32 / hw32;
+    const std::uint32_t yx32 = q32 - n32 * hw32, y32 = yx32 / w32;
+    const Index n = n32, yx = yx32, y = y32, x = yx32 - y32 * w32;
     const Index yy = y + dy - p;
     if (yy < 0 || yy >= d.H) continue;
     const double g = static_cast<double>(G[((iv * d.N + n) * d.C + o) * hw + yx]);
@@ -169,8 +330,10 @@ BRAIDPY_HD inline double conv_bgrad_part(const T* G, Index row, const ConvDims& 
                                          int nt) {
   const Index o = row % d.C, iv = row / d.C, hw = d.plane(), positions = d.N * hw;
   double acc = 0.0;
+  const auto hw32 = static_cast<std::uint32_t>(hw);
   for (Index q = t; q < positions; q += nt) {
-    const Index n = q / hw, yx = q - n * hw;
+    const std::uint32_t q32 = static_cast<std::uint32_t>(q), n32 = q32 / hw32;
+    const Index n = n32, yx = q32 - n32 * hw32;
     acc += static_cast<double>(G[((iv * d.N + n) * d.C + o) * hw + yx]);
   }
   return acc;

@@ -31,6 +31,8 @@ inline kern::ConvDims conv_direct_dims(const char* where, const Shape& U, const 
                                 ", " + std::to_string(C) + ", " + std::to_string(C) +
                                 ", k, k) with k odd and at most " +
                                 std::to_string(kern::kConvMaxK) + ", got " + shape_text(K));
+  if (U[1] * U[3] * U[4] >= (std::int64_t(1) << 31))
+    throw std::invalid_argument(w + ": N * H * W must be below 2^31, got " + shape_text(U));
   return kern::ConvDims{m, U[1], C, U[3], U[4], k};
 }
 
