@@ -12,6 +12,7 @@ import pytest
 
 from braidpy import _core
 from braidpy.nn import ConvLayer, backend_names
+from braidpy.nn.activations import SMOOTH_RELU_EPS, Activation
 from braidpy.nn import conv_direct as cd
 
 SEED = 20261126
@@ -51,7 +52,7 @@ def close(got, want, rtol):
     np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * scale)
 
 
-@pytest.mark.parametrize("act", ["tanh", "relu"])
+@pytest.mark.parametrize("act", ["tanh", "relu", "smooth_relu"])
 @pytest.mark.parametrize("shape", [(4, 2, 3, 7, 5, 3), (3, 1, 2, 6, 6, 5), (2, 3, 4, 5, 9, 1),
                                    (1, 2, 3, 4, 4, 7), (2, 1, 3, 20, 33, 3),
                                    (2, 1, 17, 3, 4, 3), (1, 1, 16, 5, 6, 7)])
@@ -134,11 +135,23 @@ def test_adjoint_and_gradient_are_the_forward_steps_derivatives(host_cuda):
         assert grad[index] == pytest.approx((fp - fm) / (2 * eps), rel=1e-7, abs=1e-9), index
 
 
-def test_other_activations_and_large_kernels_take_the_array_api_kernels(host_cuda):
-    layer = ConvLayer(2, 9, "smooth_relu", backend="cuda-direct")
-    ref = ConvLayer(2, 9, "smooth_relu", backend="array-api")
-    _, U, Ks, bs, hs = data(2, 1, 2, 5, 5, 9)
+@pytest.mark.parametrize("act, k", [(Activation("softsign", lambda x: x / (1 + abs(x)),
+                                                 lambda x: 1 / (1 + abs(x)) ** 2), 3),
+                                      ("tanh", 9)])
+def test_other_activations_and_large_kernels_take_the_array_api_kernels(host_cuda, act, k):
+    """An activation the kernels do not know (even one that looks like theirs) and
+    kernels over 7x7 are computed by the "array-api" kernels, never mistaken."""
+    layer = ConvLayer(2, k, act, backend="cuda-direct")
+    ref = ConvLayer(2, k, act, backend="array-api")
+    W, U, Ks, bs, hs = data(2, 1, 2, 5, 5, k)
     assert np.array_equal(layer.forward_batched(U, Ks, bs, hs), ref.forward_batched(U, Ks, bs, hs))
+    assert np.array_equal(layer.adjoint_batched(W, U, Ks, bs, hs),
+                          ref.adjoint_batched(W, U, Ks, bs, hs))
+
+
+def test_smooth_relu_constant_is_the_kernels():
+    """The kernels' smooth_relu has braidpy's eps compiled in (kSmoothReluEps = 0.1)."""
+    assert SMOOTH_RELU_EPS == 0.1
 
 
 def test_bad_operands_are_named():
@@ -150,8 +163,9 @@ def test_bad_operands_are_named():
         HOST.conv_direct_step(U, Ks, np.zeros((3, 3)), hs, out, 1)
     with pytest.raises(ValueError, match=r"h must have shape \(2,\), got \(3,\)"):
         HOST.conv_direct_step(U, Ks, bs, np.zeros(3), out, 1)
-    with pytest.raises(ValueError, match="act must be 1 .tanh. or 2 .relu., got 3"):
-        HOST.conv_direct_step(U, Ks, bs, hs, out, 3)
+    with pytest.raises(ValueError, match=r"act must be 1 .tanh., 2 .relu. or 3 .smooth_relu., "
+                                         r"got 4"):
+        HOST.conv_direct_step(U, Ks, bs, hs, out, 4)
     with pytest.raises(ValueError, match=r"U must be \(m, N, C, H, W\), got \(1, 3, 4, 4\)"):
         HOST.conv_direct_step(U[0], Ks, bs, hs, out, 1)
     with pytest.raises(ValueError, match="db must have shape"):

@@ -370,15 +370,18 @@ def test_cuda_conv_layers_default_to_the_direct_kernels_and_cudnn_matches_numpy(
     assert cudnn.cudnn_cache()["plans"] >= 1
 
 
-def test_conv_resnet_gradient_on_the_gpu_equals_numpy(cp, cudnn):
-    """Loss and gradient of a small conv ResNet on the GPU (cuDNN layers) equal the NumPy
-    network's to 1e-10."""
+@pytest.mark.parametrize("backend", ["cudnn", "cuda-direct"])
+def test_conv_resnet_gradient_on_the_gpu_equals_numpy(cp, cuda, request, backend):
+    """Loss and gradient of a small conv ResNet on the GPU (cuDNN layers, braidpy's
+    direct kernels) equal the NumPy network's to 1e-10."""
     from braidpy.nn import ResNet
 
+    if backend == "cudnn":
+        request.getfixturevalue("cudnn")  # skips without cuDNN
     rng = np.random.default_rng(20261128)
     args, kw = ((1, 8, 8), 3), dict(width=4, nlayers=8, activation="tanh")
-    net, dnet = ResNet(*args, **kw), ResNet(*args, **kw, device="cuda", backend="cudnn")
-    assert dnet.layer.backend == "cudnn", dnet.layer.backend_choice
+    net, dnet = ResNet(*args, **kw), ResNet(*args, **kw, device="cuda", backend=backend)
+    assert dnet.layer.backend == backend, dnet.layer.backend_choice
     X = rng.standard_normal((5, 1, 8, 8))
     C = np.eye(3)[rng.integers(0, 3, 5)]
     p, dp = net.init_params(seed=20261128), dnet.init_params(seed=20261128)
@@ -409,7 +412,7 @@ def test_cudnn_streams_equals_grouped_cudnn(cp, cudnn):
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("act", ["tanh", "relu"])
+@pytest.mark.parametrize("act", ["tanh", "relu", "smooth_relu"])
 def test_direct_conv_kernels_equal_numpy_and_their_host_twins(cp, cuda, dtype, act):
     """The "cuda-direct" backend (braidpy's own conv kernels): forward, adjoint and
     parameter gradients equal the NumPy kernels (float64 1e-12, float32 1e-5) and the
@@ -438,7 +441,7 @@ def test_direct_conv_kernels_equal_numpy_and_their_host_twins(cp, cuda, dtype, a
     conv_close(db, ref.gradient_batched(*ref_args)[1], dtype)
     twin = np.empty_like(host[1])
     _core._host_conv.conv_direct_step(host[1], host[2], host[3], host[4], twin,
-                                      {"tanh": 1, "relu": 2}[act])
+                                      {"tanh": 1, "relu": 2, "smooth_relu": 3}[act])
     conv_close(F, twin.astype(np.float64), dtype)
     for i in range(m):
         h = hs[i:i + 1].reshape(())
@@ -446,26 +449,6 @@ def test_direct_conv_kernels_equal_numpy_and_their_host_twins(cp, cuda, dtype, a
         assert bool(cp.array_equal(A[i], layer.adjoint(W[i], U[i], Ks[i], bs[i], h)))
         gK, gb = layer.gradient(W[i], U[i], Ks[i], bs[i], h)
         assert bool(cp.array_equal(dK[i], gK)) and bool(cp.array_equal(db[i], gb))
-
-
-def test_conv_resnet_gradient_with_direct_kernels_equals_numpy(cp, cuda):
-    """A small conv ResNet's loss and gradient with the "cuda-direct" layers equal the
-    NumPy network's to 1e-10."""
-    from braidpy.nn import ResNet
-
-    rng = np.random.default_rng(20261131)
-    args, kw = ((1, 8, 8), 3), dict(width=4, nlayers=8, activation="tanh")
-    net = ResNet(*args, **kw)
-    dnet = ResNet(*args, **kw, device="cuda", backend="cuda-direct")
-    assert dnet.layer.backend == "cuda-direct"
-    X = rng.standard_normal((5, 1, 8, 8))
-    C = np.eye(3)[rng.integers(0, 3, 5)]
-    p, dp = net.init_params(seed=20261131), dnet.init_params(seed=20261131)
-    loss, grad = net.loss_and_gradient(p, X, C)
-    dloss, dgrad = dnet.loss_and_gradient(dp, cp.asarray(X), cp.asarray(C))
-    assert float(dloss) == pytest.approx(loss, rel=1e-10)
-    np.testing.assert_allclose(to_host(dgrad), grad, rtol=1e-10,
-                               atol=1e-10 * float(np.max(np.abs(grad))))
 
 
 def test_short_peaks_training_on_the_gpu_equals_numpy(cp):

@@ -7,7 +7,7 @@ kernels run on NumPy, CuPy and array-api-strict arrays alike.
 
 from __future__ import annotations
 
-from typing import Any, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 import numpy as np
 
@@ -107,3 +107,17 @@ def _zeros(shape: tuple, like: Any, xp: Any) -> Any:
         return xp.zeros(shape, dtype=like.dtype, device=like.device)
     except TypeError:  # e.g. CuPy: no device keyword, the current device is like's
         return xp.zeros(shape, dtype=like.dtype)
+
+
+def cuda_module_problem(load: Callable[[], Any]) -> Tuple[Any, Optional[str]]:
+    """(braidpy._cuda as ``load`` imports it, None), or (None, why it is missing)."""
+    try:
+        return load(), None
+    except ImportError as exc:
+        return None, f"braidpy._cuda was not compiled ({exc})"
+
+
+def no_gpu_reason(cuda: Any) -> Optional[str]:
+    """Why braidpy._cuda ``cuda`` sees no usable GPU, or None when it sees one."""
+    found = cuda.info()
+    return None if found["devices"] >= 1 else f"no usable GPU ({found['error']})"

@@ -35,7 +35,7 @@ import importlib
 import os
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ._common import _as_steps, _namespace, _permute, _shape
+from ._common import _as_steps, _namespace, _permute, _shape, cuda_module_problem, no_gpu_reason
 from .activations import Activation, ActivationLike, get_activation, relu, tanh
 from .conv import check_step, check_steps
 
@@ -70,17 +70,13 @@ def cudnn_unavailable() -> Optional[str]:
     >>> reason is None or isinstance(reason, str)
     True
     """
-    try:
-        cuda = _cuda()
-    except ImportError as exc:
-        return f"braidpy._cuda was not compiled ({exc})"
+    cuda, why = cuda_module_problem(_cuda)
+    if cuda is None:
+        return why
     info = cuda.cudnn_info()
     if info["version"] is None:
         return str(info["error"])
-    devices = cuda.info()
-    if devices["devices"] < 1:
-        return f"no usable GPU ({devices['error']})"
-    return None
+    return no_gpu_reason(cuda)
 
 
 # ---------------------------------------------------------------- grouped layout

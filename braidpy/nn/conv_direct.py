@@ -13,7 +13,8 @@ activation, step size and residual update together:
 - parameter gradients: G, then dK and db as fixed-order block reductions: three kernels.
 
 No cuDNN is needed, float64 and float32, odd kernels up to 7x7 (larger ones, and
-activations other than braidpy's own tanh and relu, take the "array-api" kernels).
+activations other than braidpy's own tanh, relu and smooth_relu with its default eps,
+take the "array-api" kernels).
 Every interval's rows are computed by the same element functions whatever m is, so a
 batched call equals the single-interval calls bit for bit.
 
@@ -28,8 +29,8 @@ import importlib
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from . import conv
-from ._common import _as_steps, _namespace, _shape
-from .activations import ActivationLike, get_activation, relu, tanh
+from ._common import _as_steps, _namespace, _shape, cuda_module_problem, no_gpu_reason
+from .activations import ActivationLike, get_activation, relu, smooth_relu, tanh
 from .conv import check_step, check_steps
 
 __all__ = ["direct_unavailable", "STEPS", "MAX_KERNEL"]
@@ -38,7 +39,7 @@ __all__ = ["direct_unavailable", "STEPS", "MAX_KERNEL"]
 MAX_KERNEL = 7
 
 #: braidpy._cuda's codes of the activations the direct kernels compute.
-_CODES: Dict[Callable[[Any], Any], int] = {tanh: 1, relu: 2}
+_CODES: Dict[Callable[[Any], Any], int] = {tanh: 1, relu: 2, smooth_relu: 3}
 
 
 def _cuda() -> Any:
@@ -56,14 +57,8 @@ def direct_unavailable() -> Optional[str]:
     >>> reason is None or isinstance(reason, str)
     True
     """
-    try:
-        cuda = _cuda()
-    except ImportError as exc:
-        return f"braidpy._cuda was not compiled ({exc})"
-    found = cuda.info()
-    if found["devices"] < 1:
-        return f"no usable GPU ({found['error']})"
-    return None
+    cuda, why = cuda_module_problem(_cuda)
+    return why if cuda is None else no_gpu_reason(cuda)
 
 
 def _code(act: ActivationLike, K: Any) -> Optional[int]:

@@ -59,8 +59,9 @@ T* out(py::array& a) {
 }
 
 void check_act(const char* where, int act) {
-  if (act != kern::kActTanh && act != kern::kActRelu)
-    throw py::value_error(std::string(where) + ": act must be 1 (tanh) or 2 (relu), got " +
+  if (act != kern::kActTanh && act != kern::kActRelu && act != kern::kActSmoothRelu)
+    throw py::value_error(std::string(where) +
+                          ": act must be 1 (tanh), 2 (relu) or 3 (smooth_relu), got " +
                           std::to_string(act));
 }
 

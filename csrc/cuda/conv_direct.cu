@@ -3,6 +3,7 @@
 
 #include "conv_direct.hpp"
 #include "cuda_api.hpp"
+#include "launch.hpp"
 
 namespace braidpy {
 namespace cuda {
@@ -12,19 +13,9 @@ namespace {
 using kern::ConvDims;
 using kern::Index;
 
-constexpr int kThreads = 256;
 constexpr Index kMaxBlocks = 8192;
 
-cudaStream_t as_stream(std::uintptr_t s) { return reinterpret_cast<cudaStream_t>(s); }
-
-unsigned blocks_for(Index n) {
-  const Index b = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(b < kMaxBlocks ? b : kMaxBlocks);
-}
-
-#define BRAIDPY_GRID_LOOP(i, n)                                                      \
-  for (Index i = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x; i < (n); \
-       i += static_cast<Index>(gridDim.x) * blockDim.x)
+unsigned blocks_for(Index n) { return cuda::blocks_for(n, kMaxBlocks); }
 
 template <class T>
 __global__ void conv_step_kernel(const T* U, const T* K, const T* b, const T* h, int act,

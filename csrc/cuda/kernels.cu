@@ -9,6 +9,7 @@
 
 #include "cuda_api.hpp"
 #include "kernels.hpp"
+#include "launch.hpp"
 
 namespace braidpy {
 namespace cuda {
@@ -17,45 +18,35 @@ namespace {
 
 using kern::Index;
 
-constexpr int kThreads = 256;
 constexpr Index kMaxBlocks = 4096;
 
-cudaStream_t as_stream(std::uintptr_t s) { return reinterpret_cast<cudaStream_t>(s); }
-
-unsigned blocks_for(Index n) {
-  const Index b = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(b < kMaxBlocks ? b : kMaxBlocks);
-}
+unsigned blocks_for(Index n) { return cuda::blocks_for(n, kMaxBlocks); }
 
 // ------------------------------------------------------------------ kernels
 
 template <class T>
 __global__ void axpby_kernel(T a, const T* x, T b, T* y, Index n) {
-  for (Index i = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<Index>(gridDim.x) * blockDim.x)
+  BRAIDPY_GRID_LOOP(i, n)
     kern::axpby_at(i, a, x, b, y);
 }
 
 template <class T>
 __global__ void axpby_rows_kernel(T a, const T* const* xs, T b, T* const* ys, Index len,
                                   Index n) {
-  for (Index i = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<Index>(gridDim.x) * blockDim.x)
+  BRAIDPY_GRID_LOOP(i, n)
     kern::axpby_rows_at(i, a, xs, b, ys, len);
 }
 
 template <class T>
 __global__ void step_epilogue_kernel(const T* U, const T* Y, const T* b, const T* h, int act,
                                      Index m, Index N, Index C, Index HW, T* out, Index n) {
-  for (Index i = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<Index>(gridDim.x) * blockDim.x)
+  BRAIDPY_GRID_LOOP(i, n)
     kern::step_epilogue_at(i, U, Y, b, h, act, m, N, C, HW, out);
 }
 
 template <class T>
 __global__ void gather_kernel(const T* const* srcs, Index len, T* block, Index n) {
-  for (Index i = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<Index>(gridDim.x) * blockDim.x)
+  BRAIDPY_GRID_LOOP(i, n)
     kern::gather_at(i, srcs, len, block);
 }
 

@@ -50,12 +50,26 @@ BRAIDPY_HD inline void axpby_rows_at(Index i, T a, const T* const* xs, T b, T* c
   ys[r][j] = axpby_value(a, xs[r][j], b, ys[r][j]);
 }
 
-// Activations the fused conv-step epilogue knows (braidpy.nn.activations' tanh and relu;
-// relu as where(z > 0, z, 0): NaN gives 0).
-enum StepActivation : int { kActTanh = 1, kActRelu = 2 };
+// Activations the conv-step kernels know (braidpy.nn.activations' tanh, relu and
+// smooth_relu with its default eps; relu as where(z > 0, z, 0): NaN gives 0). The fused
+// epilogue takes tanh and relu, the direct conv kernels all three.
+enum StepActivation : int { kActTanh = 1, kActRelu = 2, kActSmoothRelu = 3 };
+
+// braidpy.nn.activations.SMOOTH_RELU_EPS.
+constexpr double kSmoothReluEps = 0.1;
+
+// smooth_relu's operations as NumPy does them: s = clip(z, -eps, eps) + eps, then
+// z > eps ? z : s * s / (4 eps); eps and 4 eps rounded to T once (NumPy's weak scalars).
+template <class T>
+BRAIDPY_HD inline T smooth_relu_value(T z) {
+  const T eps = T(kSmoothReluEps);
+  const T s = (z > eps ? eps : (z < -eps ? -eps : z)) + eps;
+  return z > eps ? z : s * s / T(4 * kSmoothReluEps);
+}
 
 template <class T>
 BRAIDPY_HD inline T activate(int act, T z) {
+  if (act == kActSmoothRelu) return smooth_relu_value(z);
   return act == kActTanh ? std::tanh(z) : (z > T(0) ? z : T(0));
 }
 

@@ -177,8 +177,9 @@ PYBIND11_MODULE(_cuda, m) {
   };
   auto shape = [](const kern::ConvDims& d) { return cuda::ConvShape{d.m, d.N, d.C, d.H, d.W, d.k}; };
   auto act_code = [](const char* where, int act) {
-    if (act != kern::kActTanh && act != kern::kActRelu)
-      throw py::value_error(std::string(where) + ": act must be 1 (tanh) or 2 (relu), got " +
+    if (act != kern::kActTanh && act != kern::kActRelu && act != kern::kActSmoothRelu)
+      throw py::value_error(std::string(where) +
+                            ": act must be 1 (tanh), 2 (relu) or 3 (smooth_relu), got " +
                             std::to_string(act));
   };
   m.def("conv_direct_step", [=](py::handle U, py::handle K, py::handle b, py::handle h,
