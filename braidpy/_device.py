@@ -14,7 +14,7 @@ initial parameters, a loaded checkpoint) and :meth:`Placement.to_host` (checkpoi
 from __future__ import annotations
 
 import re
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
