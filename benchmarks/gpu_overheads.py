@@ -107,12 +107,14 @@ def core_ops(xp, n=4096):
 def layer_calls(xp, calls):
     """braidpy.nn's dense layer calls (the array-API path on a device) against the same
     operations written inline with xp: what the layer adds per call. (braidpy calibrate
-    --device cuda measured 0.63 ms of fixed cost per dense:8 call on an H200, several
-    times bench_gpu.py's inline serial step.)"""
+    --device cuda measured 0.27-0.63 ms of fixed cost per dense:8 call on an H200, several
+    times bench_gpu.py's inline serial step; it times the default activation,
+    smooth_relu, which is 11 array-API operations against tanh's one: see
+    docs/performance.md.)"""
     from braidpy.nn import DenseLayer
 
     rng = np.random.default_rng(2)
-    layer = DenseLayer(WIDTH, "tanh")
+    layer, smooth = DenseLayer(WIDTH, "tanh"), DenseLayer(WIDTH, "smooth_relu")
     m = 64
     U = xp.asarray(rng.standard_normal((m, 1, WIDTH)))
     W = xp.asarray(rng.standard_normal((m, 1, WIDTH)))
@@ -122,6 +124,8 @@ def layer_calls(xp, calls):
     u, K, b = U[0], Ks[0], bs[0]
     h3 = xp.reshape(hs, (m, 1, 1))
     rows = {"DenseLayer.forward, one state": lambda: layer.forward(u, K, b, 0.01),
+            "the same, smooth_relu (calibrate's default)":
+            lambda: smooth.forward(u, K, b, 0.01),
             "inline u + h tanh(u K^T + b), one state":
             lambda: u + 0.01 * xp.tanh(u @ K.T + b),
             f"DenseLayer.forward_batched, {m} states":
@@ -132,7 +136,7 @@ def layer_calls(xp, calls):
             lambda: layer.adjoint_batched(W, U, Ks, bs, hs),
             f"DenseLayer.gradient_batched, {m} states":
             lambda: layer.gradient_batched(W, U, Ks, bs, hs)}
-    print("braidpy.nn dense layer calls (width 8, tanh), microseconds per call:")
+    print("braidpy.nn dense layer calls (width 8, tanh unless named), microseconds per call:")
     for name, fn in rows.items():
         fn()
         print(f"  {name:45s} {per_call_us(xp, fn, calls):8.2f}", flush=True)

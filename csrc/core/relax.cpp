@@ -15,6 +15,10 @@ void Solver::step_on(Level& L, int l, Vec& u, Index i, bool with_tau) {
 
 void Solver::add_tau(const Level& L, const Index* pts, Vec* us, Index n) {
   if (!L.has_tau) return;
+  if (n == 1) {  // a sequential sweep's step: no table
+    ops_.sum(1.0, L.tau[L.slot(pts[0])], 1.0, us[0]);
+    return;
+  }
   std::vector<Vec> taus(static_cast<std::size_t>(n));
   for (Index k = 0; k < n; ++k) taus[static_cast<std::size_t>(k)] = L.tau[L.slot(pts[k])];
   ops_.sums(1.0, taus.data(), 1.0, us, n);
