@@ -28,6 +28,9 @@ simple assumption, not of the schedule (they are never clean: ranks share cores)
     python benchmarks/bench_perf_model.py [--calibration FILE] [--plot FILE.png]
         [--json FILE] [--repeats R] [--max-tries T] [--quick] [--ranks 1 2 4] [--cores 2]
     python benchmarks/bench_perf_model.py --from-json RUN1.json RUN2.json ... [--plot ...]
+
+--json FILE.json also keeps each prediction's critical-path parts, and, when the run
+calibrates, FILE.calibration.json the costs the predictions used (for studying a misfit).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import time
@@ -165,6 +169,8 @@ def main(argv=None) -> None:
                              "braidpy-bench-calibration.json")
         cal = load_calibration(path)
         print(f"calibrated now ({path}; network: {cal.p2p.source})")
+        if args.json:  # the costs behind the predictions, for whoever studies a misfit
+            shutil.copyfile(path, os.path.splitext(args.json)[0] + ".calibration.json")
     net = NetSpec("dense", (args.width,), args.layers, args.samples)
     settings = SETTINGS[:1] if args.quick else SETTINGS
     repeats = 2 if args.quick else args.repeats
@@ -190,14 +196,16 @@ def main(argv=None) -> None:
             cyc = Cycle(ntime=args.layers, max_levels=levels, cfactor=cf, skip=skip,
                         batched=True)
             s = Strategy(1, 1, P, cyc, its, mode, cold=skip)
-            pred = predict(net, s, cal).seconds
+            prediction = predict(net, s, cal)
+            pred = prediction.seconds
             shared = predict(net, s, cal, cores=args.cores).seconds
             err = pred / t - 1  # t: what "measured" means for this row
             rows.append(dict(setting=name, P=P, cpu=cpu, wall=wall, measured=t,
                              predicted=pred, predicted_shared=shared, error=err,
                              error_wall=shared / wall - 1, iterations=its, clean=nclean,
                              tries=len(res["times"]), filtered=res["filter"],
-                             queued=statistics.median(res["delays"])))
+                             queued=statistics.median(res["delays"]),
+                             parts=dict(prediction.parts)))
             print(f"measured {name} at P = {P}", file=sys.stderr, flush=True)
     report(rows, args.cores, args.json, args.plot)
 
