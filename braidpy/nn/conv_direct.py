@@ -28,7 +28,6 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from . import conv
 from ._common import _as_steps, _namespace, _shape, cuda_module_problem, no_gpu_reason
 from .activations import ActivationLike, get_activation, relu, smooth_relu, tanh
 from .conv import check_step, check_steps
@@ -68,6 +67,13 @@ def _code(act: ActivationLike, K: Any) -> Optional[int]:
     if k > MAX_KERNEL:
         return None
     return _CODES.get(get_activation(act).value)
+
+
+def _im2col() -> Any:
+    """The "array-api" kernel set: what computes the steps these kernels do not cover."""
+    from .kernels import select_kernels  # (kernels.py imports this module)
+
+    return select_kernels("conv", "array-api")
 
 
 def _c(x: Any, xp: Any) -> Any:
@@ -144,7 +150,7 @@ def _forward(u: Any, K: Any, b: Any, h: Any, act: ActivationLike) -> Any:
     check_step("conv_forward", u, K, b)
     code = _code(act, K)
     if code is None:
-        return conv._api_forward(u, K, b, h, act)
+        return _im2col().forward(u, K, b, h, act)
     return _namespace(u).reshape(_step(*_one(u, K, b, h), code), _shape(u))
 
 
@@ -152,7 +158,7 @@ def _adjoint(w: Any, u: Any, K: Any, b: Any, h: Any, act: ActivationLike) -> Any
     check_step("conv_adjoint", u, K, b, w)
     code = _code(act, K)
     if code is None:
-        return conv._api_adjoint(w, u, K, b, h, act)
+        return _im2col().adjoint(w, u, K, b, h, act)
     xp = _namespace(u)
     U, Ks, bs, hs = _one(u, K, b, h)
     return xp.reshape(_adjoint_of(xp.reshape(w, _shape(U)), U, Ks, bs, hs, code), _shape(u))
@@ -162,7 +168,7 @@ def _gradient(w: Any, u: Any, K: Any, b: Any, h: Any, act: ActivationLike) -> Tu
     check_step("conv_gradient", u, K, b, w)
     code = _code(act, K)
     if code is None:
-        return conv._api_gradient(w, u, K, b, h, act)
+        return _im2col().gradient(w, u, K, b, h, act)
     xp = _namespace(u)
     U, Ks, bs, hs = _one(u, K, b, h)
     dK, db = _gradient_of(xp.reshape(w, _shape(U)), U, Ks, bs, hs, code)
@@ -173,7 +179,7 @@ def _forward_batched(U: Any, Ks: Any, bs: Any, hs: Any, act: ActivationLike) -> 
     hs = check_steps("conv_forward_batched", U, Ks, bs, _as_steps(hs, U))
     code = _code(act, Ks)
     if code is None:
-        return conv._api_forward_batched(U, Ks, bs, hs, act)
+        return _im2col().forward_batched(U, Ks, bs, hs, act)
     return _step(U, Ks, bs, hs, code)
 
 
@@ -181,7 +187,7 @@ def _adjoint_batched(W: Any, U: Any, Ks: Any, bs: Any, hs: Any, act: ActivationL
     hs = check_steps("conv_adjoint_batched", U, Ks, bs, _as_steps(hs, U), W)
     code = _code(act, Ks)
     if code is None:
-        return conv._api_adjoint_batched(W, U, Ks, bs, hs, act)
+        return _im2col().adjoint_batched(W, U, Ks, bs, hs, act)
     return _adjoint_of(W, U, Ks, bs, hs, code)
 
 
@@ -190,7 +196,7 @@ def _gradient_batched(W: Any, U: Any, Ks: Any, bs: Any, hs: Any,
     hs = check_steps("conv_gradient_batched", U, Ks, bs, _as_steps(hs, U), W)
     code = _code(act, Ks)
     if code is None:
-        return conv._api_gradient_batched(W, U, Ks, bs, hs, act)
+        return _im2col().gradient_batched(W, U, Ks, bs, hs, act)
     return _gradient_of(W, U, Ks, bs, hs, code)
 
 
