@@ -24,6 +24,18 @@ WORKER_ENV = dict(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
                   OMPI_MCA_btl_vader_max_send_size="131072")
 
 
+def worker_env() -> dict:
+    """This process's environment with WORKER_ENV: one thread per rank always; Open MPI's
+    limits only where the user has not set them (their choice is what gets measured)."""
+    env = dict(os.environ)
+    for key, value in WORKER_ENV.items():
+        if key.startswith("OMPI_MCA_"):
+            env.setdefault(key, value)
+        else:
+            env[key] = value
+    return env
+
+
 def common_arguments(p: argparse.ArgumentParser) -> None:
     """The options both validation benchmarks take (the worker's, the calibration,
     ranks and cores, repeats with the clean filter's budget, JSON output)."""
@@ -40,7 +52,7 @@ def common_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_worker(script: str, spec: dict, nranks: int, timeout: float = 900) -> dict:
     """Run ``script --worker spec`` on ``nranks`` ranks; rank 0's RESULT as a dict."""
-    env = dict(os.environ, **WORKER_ENV)
+    env = worker_env()
     cmd = [sys.executable, script, "--worker", json.dumps(spec)]
     if nranks > 1:
         cmd = ["mpiexec", "-n", str(nranks)] + cmd
@@ -77,7 +89,7 @@ def calibrate_now(layers: Sequence[str], samples: Sequence[int], rows: Sequence[
     cmd += ["--samples", *map(str, samples), "--rows", *map(str, rows)]
     if ranks > 1:
         cmd = ["mpiexec", "-n", str(ranks)] + cmd
-    subprocess.run(cmd, check=True, env=dict(os.environ, **WORKER_ENV))
+    subprocess.run(cmd, check=True, env=worker_env())
     return path
 
 
