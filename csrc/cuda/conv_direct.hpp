@@ -174,8 +174,10 @@ BRAIDPY_HD inline Index conv_tile_blocks(const ConvDims& d) {
   return d.m * d.N * ((d.H + kTile - 1) / kTile) * ((d.W + kTile - 1) / kTile);
 }
 
+// Whether the tiled kernels take these dims (a grid has fewer than 2^31 blocks).
 inline bool conv_tiled(const ConvDims& d, Index itemsize) {
-  return d.C <= kTileMaxC && conv_tile_smem(d) * itemsize <= kTileSmemBytes;
+  return d.C <= kTileMaxC && conv_tile_smem(d) * itemsize <= kTileSmemBytes &&
+         conv_tile_blocks(d) < (Index(1) << 31);
 }
 
 // Block b's sample (iv * N + n) and tile origin (y0, x0).
