@@ -152,16 +152,24 @@ def no_gpu_here():
         pytest.skip("a GPU is present: the no-GPU behaviour cannot be seen")
 
 
-@pytest.mark.parametrize("call", ["check_device", "sum", "copy", "gather", "row_norms"])
+@pytest.mark.parametrize("call", ["check_device", "sum", "copy", "gather", "row_norms",
+                                  "conv_direct_step", "conv_direct_param_grads"])
 def test_every_entry_point_raises_no_gpu_error_without_a_gpu(call):
     cuda = cuda_module()
     no_gpu_here()
     x, y = FakeDeviceArray(np.ones(4)), FakeDeviceArray(np.zeros((2, 4)))
+    conv = [FakeDeviceArray(np.ones(shape)) for shape in ((1, 1, 2, 3, 3), (1, 2, 2, 3, 3),
+                                                          (1, 2), (1,))]
     calls = {"check_device": lambda: cuda.check_device(),
              "sum": lambda: cuda.sum(2.0, x, 1.0, x),
              "copy": lambda: cuda.copy(x, y[0]),
              "gather": lambda: cuda.gather([x, None], y),
-             "row_norms": lambda: cuda.row_norms([y[0], y[1]])}
+             "row_norms": lambda: cuda.row_norms([y[0], y[1]]),
+             "conv_direct_step": lambda: cuda.conv_direct_step(
+                 *conv, FakeDeviceArray(np.zeros((1, 1, 2, 3, 3))), 1),
+             "conv_direct_param_grads": lambda: cuda.conv_direct_param_grads(
+                 conv[0], conv[0], FakeDeviceArray(np.zeros((1, 2, 2, 3, 3))),
+                 FakeDeviceArray(np.zeros((1, 2))))}
     with pytest.raises(braidpy.NoGPUError, match=r"no usable GPU \(cudaError") as info:
         calls[call]()
     assert info.value.code in (35, 100)  # no driver / no device

@@ -97,118 +97,106 @@ __global__ void conv_bgrad_kernel(const T* G, ConvDims d, T* db) {
 
 ConvDims dims(const ConvShape& s) { return ConvDims{s.m, s.N, s.C, s.H, s.W, s.k}; }
 
+template <class T>
+const T* in(const void* p) {
+  return static_cast<const T*>(p);
+}
+
+// Each mode in precision T: the tiled kernel where it applies, else the element kernel.
+template <class T>
+int step_t(int act, const void* U, const void* K, const void* b, const void* h, void* out,
+           const ConvDims& d, cudaStream_t st) {
+  if (kern::conv_tiled(d, sizeof(T)))
+    return launch_tiled<T>(kern::kConvStep, in<T>(U), in<T>(K), d, in<T>(U), nullptr, in<T>(b),
+                           in<T>(h), act, static_cast<T*>(out), st);
+  conv_step_kernel<T><<<blocks_for(d.size()), kThreads, 0, st>>>(
+      in<T>(U), in<T>(K), in<T>(b), in<T>(h), act, d, static_cast<T*>(out));
+  return cudaGetLastError();
+}
+
+template <class T>
+int g_t(int act, const void* Wa, const void* U, const void* K, const void* b, const void* h,
+        void* G, const ConvDims& d, cudaStream_t st) {
+  if (kern::conv_tiled(d, sizeof(T)))
+    return launch_tiled<T>(kern::kConvG, in<T>(U), in<T>(K), d, nullptr, in<T>(Wa), in<T>(b),
+                           in<T>(h), act, static_cast<T*>(G), st);
+  conv_step_g_kernel<T><<<blocks_for(d.size()), kThreads, 0, st>>>(
+      in<T>(Wa), in<T>(U), in<T>(K), in<T>(b), in<T>(h), act, d, static_cast<T*>(G));
+  return cudaGetLastError();
+}
+
+template <class T>
+int transpose_add_t(const void* Wa, const void* G, const void* K, void* out, const ConvDims& d,
+                    cudaStream_t st) {
+  if (kern::conv_tiled(d, sizeof(T)))
+    return launch_tiled<T>(kern::kConvTransposeAdd, in<T>(G), in<T>(K), d, nullptr, in<T>(Wa),
+                           nullptr, nullptr, 0, static_cast<T*>(out), st);
+  conv_transpose_add_kernel<T><<<blocks_for(d.size()), kThreads, 0, st>>>(
+      in<T>(Wa), in<T>(G), in<T>(K), d, static_cast<T*>(out));
+  return cudaGetLastError();
+}
+
+template <class T>
+int param_grads_t(const void* G, const void* U, void* dK, void* db, const ConvDims& d,
+                  cudaStream_t st) {
+  const auto wrows = static_cast<unsigned>(d.m * d.C * d.C * d.k);
+  const auto brows = static_cast<unsigned>(d.m * d.C);
+  conv_wgrad_kernel<T><<<wrows, kern::kConvThreads, 0, st>>>(in<T>(G), in<T>(U), d,
+                                                              static_cast<T*>(dK));
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return e;
+  conv_bgrad_kernel<T><<<brows, kern::kConvThreads, 0, st>>>(in<T>(G), d, static_cast<T*>(db));
+  return cudaGetLastError();
+}
+
+// The device is usable and there is work: 0 and *go true; else the error (or 0, no work).
+int ready(bool work, bool* go) {
+  const int e = check_device();
+  *go = e == 0 && work;
+  return e;
+}
+
 }  // namespace
 
 int conv_direct_step(int dtype, int act, const void* U, const void* K, const void* b,
                      const void* h, void* out, const ConvShape& s, std::uintptr_t stream) {
-  cudaError_t e = static_cast<cudaError_t>(check_device());
   const ConvDims d = dims(s);
-  if (e != cudaSuccess || d.size() == 0) return e;
-  const cudaStream_t st = as_stream(stream);
-  if (dtype == kDeviceF64 && kern::conv_tiled(d, sizeof(double)))
-    return launch_tiled<double>(kern::kConvStep, static_cast<const double*>(U),
-                                static_cast<const double*>(K), d, static_cast<const double*>(U),
-                                nullptr, static_cast<const double*>(b),
-                                static_cast<const double*>(h), act, static_cast<double*>(out),
-                                st);
-  if (dtype == kDeviceF32 && kern::conv_tiled(d, sizeof(float)))
-    return launch_tiled<float>(kern::kConvStep, static_cast<const float*>(U),
-                               static_cast<const float*>(K), d, static_cast<const float*>(U),
-                               nullptr, static_cast<const float*>(b),
-                               static_cast<const float*>(h), act, static_cast<float*>(out), st);
-  if (dtype == kDeviceF64)
-    conv_step_kernel<double><<<blocks_for(d.size()), kThreads, 0, st>>>(
-        static_cast<const double*>(U), static_cast<const double*>(K),
-        static_cast<const double*>(b), static_cast<const double*>(h), act, d,
-        static_cast<double*>(out));
-  else
-    conv_step_kernel<float><<<blocks_for(d.size()), kThreads, 0, st>>>(
-        static_cast<const float*>(U), static_cast<const float*>(K),
-        static_cast<const float*>(b), static_cast<const float*>(h), act, d,
-        static_cast<float*>(out));
-  return cudaGetLastError();
+  bool go = false;
+  const int e = ready(d.size() > 0, &go);
+  if (!go) return e;
+  return dtype == kDeviceF64 ? step_t<double>(act, U, K, b, h, out, d, as_stream(stream))
+                             : step_t<float>(act, U, K, b, h, out, d, as_stream(stream));
 }
 
 int conv_direct_g(int dtype, int act, const void* Wa, const void* U, const void* K,
                   const void* b, const void* h, void* G, const ConvShape& s,
                   std::uintptr_t stream) {
-  cudaError_t e = static_cast<cudaError_t>(check_device());
   const ConvDims d = dims(s);
-  if (e != cudaSuccess || d.size() == 0) return e;
-  const cudaStream_t st = as_stream(stream);
-  if (dtype == kDeviceF64 && kern::conv_tiled(d, sizeof(double)))
-    return launch_tiled<double>(kern::kConvG, static_cast<const double*>(U),
-                                static_cast<const double*>(K), d, nullptr,
-                                static_cast<const double*>(Wa), static_cast<const double*>(b),
-                                static_cast<const double*>(h), act, static_cast<double*>(G), st);
-  if (dtype == kDeviceF32 && kern::conv_tiled(d, sizeof(float)))
-    return launch_tiled<float>(kern::kConvG, static_cast<const float*>(U),
-                               static_cast<const float*>(K), d, nullptr,
-                               static_cast<const float*>(Wa), static_cast<const float*>(b),
-                               static_cast<const float*>(h), act, static_cast<float*>(G), st);
-  if (dtype == kDeviceF64)
-    conv_step_g_kernel<double><<<blocks_for(d.size()), kThreads, 0, st>>>(
-        static_cast<const double*>(Wa), static_cast<const double*>(U),
-        static_cast<const double*>(K), static_cast<const double*>(b),
-        static_cast<const double*>(h), act, d, static_cast<double*>(G));
-  else
-    conv_step_g_kernel<float><<<blocks_for(d.size()), kThreads, 0, st>>>(
-        static_cast<const float*>(Wa), static_cast<const float*>(U),
-        static_cast<const float*>(K), static_cast<const float*>(b),
-        static_cast<const float*>(h), act, d, static_cast<float*>(G));
-  return cudaGetLastError();
+  bool go = false;
+  const int e = ready(d.size() > 0, &go);
+  if (!go) return e;
+  return dtype == kDeviceF64 ? g_t<double>(act, Wa, U, K, b, h, G, d, as_stream(stream))
+                             : g_t<float>(act, Wa, U, K, b, h, G, d, as_stream(stream));
 }
 
 int conv_direct_transpose_add(int dtype, const void* Wa, const void* G, const void* K,
                               void* out, const ConvShape& s, std::uintptr_t stream) {
-  cudaError_t e = static_cast<cudaError_t>(check_device());
   const ConvDims d = dims(s);
-  if (e != cudaSuccess || d.size() == 0) return e;
-  const cudaStream_t st = as_stream(stream);
-  if (dtype == kDeviceF64 && kern::conv_tiled(d, sizeof(double)))
-    return launch_tiled<double>(kern::kConvTransposeAdd, static_cast<const double*>(G),
-                                static_cast<const double*>(K), d, nullptr,
-                                static_cast<const double*>(Wa), nullptr, nullptr, 0,
-                                static_cast<double*>(out), st);
-  if (dtype == kDeviceF32 && kern::conv_tiled(d, sizeof(float)))
-    return launch_tiled<float>(kern::kConvTransposeAdd, static_cast<const float*>(G),
-                               static_cast<const float*>(K), d, nullptr,
-                               static_cast<const float*>(Wa), nullptr, nullptr, 0,
-                               static_cast<float*>(out), st);
-  if (dtype == kDeviceF64)
-    conv_transpose_add_kernel<double><<<blocks_for(d.size()), kThreads, 0, st>>>(
-        static_cast<const double*>(Wa), static_cast<const double*>(G),
-        static_cast<const double*>(K), d, static_cast<double*>(out));
-  else
-    conv_transpose_add_kernel<float><<<blocks_for(d.size()), kThreads, 0, st>>>(
-        static_cast<const float*>(Wa), static_cast<const float*>(G),
-        static_cast<const float*>(K), d, static_cast<float*>(out));
-  return cudaGetLastError();
+  bool go = false;
+  const int e = ready(d.size() > 0, &go);
+  if (!go) return e;
+  return dtype == kDeviceF64 ? transpose_add_t<double>(Wa, G, K, out, d, as_stream(stream))
+                             : transpose_add_t<float>(Wa, G, K, out, d, as_stream(stream));
 }
 
 int conv_direct_param_grads(int dtype, const void* G, const void* U, void* dK, void* db,
                             const ConvShape& s, std::uintptr_t stream) {
-  cudaError_t e = static_cast<cudaError_t>(check_device());
   const ConvDims d = dims(s);
-  if (e != cudaSuccess || d.m * d.C == 0) return e;
-  const cudaStream_t st = as_stream(stream);
-  const auto wrows = static_cast<unsigned>(d.m * d.C * d.C * d.k);
-  const auto brows = static_cast<unsigned>(d.m * d.C);
-  if (dtype == kDeviceF64) {
-    conv_wgrad_kernel<double><<<wrows, kern::kConvThreads, 0, st>>>(
-        static_cast<const double*>(G), static_cast<const double*>(U), d,
-        static_cast<double*>(dK));
-    if ((e = cudaGetLastError()) != cudaSuccess) return e;
-    conv_bgrad_kernel<double><<<brows, kern::kConvThreads, 0, st>>>(
-        static_cast<const double*>(G), d, static_cast<double*>(db));
-  } else {
-    conv_wgrad_kernel<float><<<wrows, kern::kConvThreads, 0, st>>>(
-        static_cast<const float*>(G), static_cast<const float*>(U), d, static_cast<float*>(dK));
-    if ((e = cudaGetLastError()) != cudaSuccess) return e;
-    conv_bgrad_kernel<float><<<brows, kern::kConvThreads, 0, st>>>(
-        static_cast<const float*>(G), d, static_cast<float*>(db));
-  }
-  return cudaGetLastError();
+  bool go = false;
+  const int e = ready(d.m * d.C > 0, &go);
+  if (!go) return e;
+  return dtype == kDeviceF64 ? param_grads_t<double>(G, U, dK, db, d, as_stream(stream))
+                             : param_grads_t<float>(G, U, dK, db, d, as_stream(stream));
 }
 
 }  // namespace cuda
