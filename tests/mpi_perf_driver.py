@@ -14,8 +14,8 @@ def main(nranks, path):
     expect_world(comm, nranks)
     out = {}
     for name, fields, iterations in CASES:
-        counts, owned = run_counts(fields, iterations, comm)
-        out[name] = comm.gather({"counts": counts, "owned": owned}, root=0)
+        counts, owned, calls = run_counts(fields, iterations, comm)
+        out[name] = comm.gather({"counts": counts, "owned": owned, "calls": calls}, root=0)
     if comm.Get_rank() == 0:
         with open(path, "w") as f:
             json.dump(out, f)

@@ -34,9 +34,32 @@ def options_of(fields, iterations):
     return opts
 
 
+class _Calls:
+    """Records each step call as (batched, states, level): the order the core made them
+    in."""
+
+    def step(self, u, t0, t1, status):
+        self.calls.append((False, 1, status.level))
+        return super().step(u, t0, t1, status)
+
+    def step_stacked(self, U, t0s, t1s, status):
+        self.calls.append((True, int(U.shape[0]), status.level))
+        return super().step_stacked(U, t0s, t1s, status)
+
+
+class RecordingDecay(_Calls, Decay):
+    calls: list
+
+
+class RecordingBatchedDecay(_Calls, BatchedDecay):
+    calls: list
+
+
 def run_counts(fields, iterations, comm=None):
-    """Step counts of this rank in a real solve: (counts, owned range)."""
-    app = BatchedDecay() if fields.get("batched") else Decay()
+    """Step counts of this rank in a real solve: (counts, owned range, calls in order
+    as [batched, states, level])."""
+    app = RecordingBatchedDecay() if fields.get("batched") else RecordingDecay()
+    app.calls = []
     core = braidpy.Core(app, 0.0, 1.0, fields["ntime"], comm=comm,
                         options=options_of(fields, iterations))
     core.solve()
@@ -44,7 +67,7 @@ def run_counts(fields, iterations, comm=None):
     out = {k: int(c.get(k, 0)) for k in ("step", "step_batch", "step_batch_items")}
     owned = core.owned
     core.close()
-    return out, (owned.start, owned.stop - 1)
+    return out, (owned.start, owned.stop - 1), [list(c) for c in app.calls]
 
 
 def model_counts(fields, iterations, nranks):
@@ -53,4 +76,18 @@ def model_counts(fields, iterations, nranks):
     return [{k: program_counts(p).get(k, 0) for k in ("step", "step_batch",
                                                       "step_batch_items")}
             for p in progs]
+
+
+def model_calls(fields, iterations, nranks):
+    """Each rank's step calls in the order the model's simulation runs them, as
+    [batched, states, level] (what run_counts records from the core)."""
+    from braidpy.perf.schedule import simulate, solve_program
+    progs = solve_program(Cycle(**fields), nranks, iterations, cold=True)
+    tl = simulate(progs, lambda op: 1.0 if op.kind == "step" else 0.0, lambda op: 0.0,
+                  lambda op, n: 0.0, record=True)
+    calls = [[] for _ in range(nranks)]
+    for e in tl.events:  # each rank's in program order
+        if e.op.kind == "step":
+            calls[e.rank].append([e.op.batch, e.op.rows, e.op.level])
+    return calls
 

@@ -6,7 +6,7 @@ import pytest
 from braidpy.perf.schedule import (Cycle, Op, block_ranges, hierarchy, program_counts,
                                    simulate, solve_program)
 from mpi_launch import launch
-from perf_cases import CASES, model_counts, run_counts
+from perf_cases import CASES, model_calls, model_counts, run_counts
 
 
 def unit(op):
@@ -131,8 +131,10 @@ def test_bad_cycle_names_the_option():
 # ------------------------------------------- step calls of real solves
 @pytest.mark.parametrize("name,fields,iterations", CASES, ids=[c[0] for c in CASES])
 def test_counts_equal_a_real_solve(name, fields, iterations):
-    real, _ = run_counts(fields, iterations)
+    real, _, calls = run_counts(fields, iterations)
     assert [real] == model_counts(fields, iterations, 1)
+    # call by call, in order: what braidpy.perf.timeline pairs with a measured run
+    assert [calls] == model_calls(fields, iterations, 1)
 
 
 @pytest.mark.parametrize("nranks", [2, 4])
@@ -142,5 +144,7 @@ def test_counts_equal_a_real_solve_per_rank_under_mpi(nranks, tmp_path):
         model = model_counts(fields, iterations, nranks)
         real = [row["counts"] for row in out[name]]
         assert real == model, name
+        assert [row["calls"] for row in out[name]] == model_calls(fields, iterations,
+                                                                  nranks), name
         ranges = [tuple(row["owned"]) for row in out[name]]
         assert ranges == block_ranges(fields["ntime"] + 1, nranks)

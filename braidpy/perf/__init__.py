@@ -27,11 +27,11 @@ from .calibration import (
 from .model import (NETWORKS, NetSpec, Prediction, Strategy, band_share, network_spec, predict,
                     serial_seconds)
 from .plan import CLUSTERS, Plan, factorizations, format_plan, plan
-from .schedule import Cycle, Op, Timeline, hierarchy, program_counts, simulate, solve_program
+from .schedule import Cycle, Event, Op, Timeline, hierarchy, program_counts, simulate, solve_program
 
 __all__ = ["Calibration", "CalibrationError", "CostFit", "LayerCosts", "Link",
            "load_calibration", "save_calibration", "NETWORKS", "NetSpec", "Prediction",
            "Strategy", "network_spec", "predict", "serial_seconds", "band_share", "CLUSTERS",
            "Plan",
-           "factorizations", "format_plan", "plan", "Cycle", "Op", "Timeline", "hierarchy",
+           "factorizations", "format_plan", "plan", "Cycle", "Event", "Op", "Timeline", "hierarchy",
            "program_counts", "simulate", "solve_program", "keep_freed_memory"]

@@ -246,12 +246,14 @@ def band_share(net: NetSpec, space: int, tag: str) -> float:
 
 
 def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] = None,
-            small: Optional[Link] = None, cores: Optional[int] = None) -> Prediction:
+            small: Optional[Link] = None, cores: Optional[int] = None,
+            record: bool = False) -> Prediction:
     """Seconds per gradient of ``net`` with strategy ``s`` and the calibrated costs.
 
     ``p2p`` and ``small`` replace the calibration's network (e.g. a cluster's);
     ``cores`` models oversubscription: with more ranks than cores, every computation
-    takes ``ranks / cores`` times longer (the ranks share the cores).
+    takes ``ranks / cores`` times longer (the ranks share the cores); ``record`` keeps
+    every simulated operation in ``Prediction.timeline.events``.
     """
     why = check_strategy(net, s)
     if why:
@@ -336,7 +338,7 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
             ops.append(Op("work", "head", seconds=opening))  # the opening's gradient
         ops += [Op("allreduce", "agreement")] * AGREEMENTS_PER_GRADIENT
         progs.append(ops)
-    tl = simulate(progs, cost, message, reduce)
+    tl = simulate(progs, cost, message, reduce, record=record)
     notes += _extrapolation_notes(layer, progs, samples * scale * band_share(net, s.space,
                                                                              "fwd"))
     grad_bytes = 8.0 * net.nparams

@@ -31,7 +31,7 @@ from collections import defaultdict, deque
 from typing import Callable, Deque, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 __all__ = ["Cycle", "Op", "Level", "hierarchy", "block_ranges", "solve_program",
-           "program_counts", "simulate", "Timeline", "PHASES"]
+           "program_counts", "simulate", "Timeline", "Event", "PHASES"]
 
 PerLevel = Union[int, Mapping[int, int]]
 
@@ -526,6 +526,18 @@ def program_counts(ops: Sequence[Op], tag: Optional[str] = None) -> Dict[str, in
     return dict(out)
 
 
+@dataclasses.dataclass(frozen=True)
+class Event:
+    """One operation of a simulated rank: it ran (a step, 'vec' or 'work'), waited (a
+    receive until its message arrived, an allreduce until the last rank reached it) or
+    was issued (a send: ``start == end``) from ``start`` to ``end`` seconds."""
+
+    rank: int
+    op: Op
+    start: float
+    end: float
+
+
 @dataclasses.dataclass
 class Timeline:
     """The outcome of :func:`simulate`.
@@ -540,12 +552,16 @@ class Timeline:
         Per rank, seconds spent in each operation kind (step by tag, 'vec', 'comm').
     path : dict
         The critical path split into the same parts (they add up to ``makespan``).
+    events : list of Event
+        Every operation of every rank with its start and end, in the order simulated
+        (only when :func:`simulate` was asked to ``record``; else empty).
     """
 
     makespan: float
     finish: List[float]
     busy: List[Dict[str, float]]
     path: Dict[str, float]
+    events: List[Event] = dataclasses.field(default_factory=list)
 
 
 CostFn = Callable[[Op], float]
@@ -553,14 +569,17 @@ MessageFn = Callable[[Op], float]
 
 
 def simulate(programs: Sequence[Sequence[Op]], cost: CostFn, message: MessageFn,
-             allreduce: Callable[[Op, int], float]) -> Timeline:
+             allreduce: Callable[[Op, int], float], *, record: bool = False) -> Timeline:
     """Run the programs with the given costs: ``cost(op)`` of a 'step', 'vec' or
     'work' operation, ``message(op)`` the time from a send to the matching receive
     (latency plus size over bandwidth), ``allreduce(op, nranks)`` the time of an
     allreduce once the last rank has reached it. Sends do not block (MPI_Isend);
     messages between two ranks with one tag arrive in order (MPI's non-overtaking
-    rule). Returns the :class:`Timeline`, whose ``makespan`` is the critical path.
+    rule). Returns the :class:`Timeline`, whose ``makespan`` is the critical path;
+    ``record`` keeps every operation's start and end in ``Timeline.events`` (to set
+    beside a measured run's, as ``benchmarks/bench_perf_timeline.py`` does).
     """
+    events: List[Event] = []
     n = len(programs)
     t = [0.0] * n
     path: List[Dict[str, float]] = [defaultdict(float) for _ in range(n)]
@@ -582,6 +601,8 @@ def simulate(programs: Sequence[Sequence[Op]], cost: CostFn, message: MessageFn,
             op = ops[pc[p]]
             if op.kind in ("step", "vec", "work"):
                 c = cost(op)
+                if record:
+                    events.append(Event(p, op, t[p], t[p] + c))
                 key = op.tag if op.kind in ("step", "work") else op.kind
                 t[p] += c
                 path[p][key] += c
@@ -592,6 +613,8 @@ def simulate(programs: Sequence[Sequence[Op]], cost: CostFn, message: MessageFn,
                 snap = dict(path[p])
                 snap["comm"] = snap.get("comm", 0.0) + dt
                 queues[qk].append((t[p] + dt, snap))
+                if record:
+                    events.append(Event(p, op, t[p], t[p]))
                 if qk in blocked:
                     r = blocked.pop(qk)
                     heapq.heappush(ready, (t[r], r))
@@ -601,6 +624,8 @@ def simulate(programs: Sequence[Sequence[Op]], cost: CostFn, message: MessageFn,
                     blocked[qk] = p
                     break
                 arrival, snap = queues[qk].popleft()
+                if record:
+                    events.append(Event(p, op, t[p], max(t[p], arrival)))
                 if arrival > t[p]:
                     t[p] = arrival
                     path[p] = defaultdict(float, snap)
@@ -615,6 +640,8 @@ def simulate(programs: Sequence[Sequence[Op]], cost: CostFn, message: MessageFn,
                 snap = dict(path[last])
                 snap["comm"] = snap.get("comm", 0.0) + done - waiting[last][0]
                 for r in list(waiting):
+                    if record:
+                        events.append(Event(r, op, waiting[r][0], done))
                     t[r] = done
                     path[r] = defaultdict(float, snap)
                     reduced[r] += 1
@@ -633,4 +660,5 @@ def simulate(programs: Sequence[Sequence[Op]], cost: CostFn, message: MessageFn,
                            f"{programs[p][pc[p]]} (a schedule bug)")
     end = max(range(n), key=lambda r: t[r]) if n else 0
     return Timeline(makespan=max(t) if n else 0.0, finish=list(t),
-                    busy=[dict(b) for b in busy], path=dict(path[end]) if n else {})
+                    busy=[dict(b) for b in busy], path=dict(path[end]) if n else {},
+                    events=events)
