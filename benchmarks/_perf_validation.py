@@ -93,6 +93,27 @@ def calibrate_now(layers: Sequence[str], samples: Sequence[int], rows: Sequence[
     return path
 
 
+def run_calibration(args: argparse.Namespace, layers: Sequence[str], samples: Sequence[int],
+                    rows: Sequence[int], name: str):
+    """The run's calibration: ``--calibration``'s file, else one made now with
+    :func:`calibrate_now` (the network measured between two ranks where the run uses two
+    or more; its file copied beside ``--json`` as FILE.calibration.json, for whoever
+    studies a misfit)."""
+    import shutil
+
+    from braidpy.perf.calibration import load_calibration
+
+    if args.calibration:
+        return load_calibration(args.calibration)
+    path = calibrate_now(layers, samples, rows,
+                         2 if max(args.ranks) > 1 and args.cores > 1 else 1, name)
+    cal = load_calibration(path)
+    print(f"calibrated now ({path}; network: {cal.p2p.source})")
+    if args.json:
+        shutil.copyfile(path, os.path.splitext(args.json)[0] + ".calibration.json")
+    return cal
+
+
 def signed_worst(errors: Sequence[float]) -> float:
     """The error of largest magnitude, with its sign."""
     return max(errors, key=abs)

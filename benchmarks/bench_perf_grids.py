@@ -43,9 +43,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from _perf_validation import (calibrate_now, clean_sample, common_arguments,  # noqa: E402
-                              dump, plot_predicted_vs_measured, run_worker, signed_worst,
-                              within)
+from _perf_validation import (clean_sample, common_arguments, dump,  # noqa: E402
+                              plot_predicted_vs_measured, run_calibration, run_worker,
+                              signed_worst, within)
 
 LEVELS, CFACTOR, M = 2, 4, (2, 2)
 #: problem -> (calibrated layer, samples per gradient, residual layers)
@@ -151,19 +151,12 @@ def main(argv=None) -> None:
         return
 
     from braidpy.perf.auto import training_spec
-    from braidpy.perf.calibration import load_calibration
     from braidpy.perf.model import Strategy, predict
     from braidpy.perf.schedule import Cycle
 
-    if args.calibration:
-        cal = load_calibration(args.calibration)
-    else:
-        samples = sorted({PROBLEMS[n][1] // k for n in args.problems for k in (1, 2, 4)})
-        path = calibrate_now([PROBLEMS[n][0] for n in args.problems], samples,
-                             [1, 4, 16, 32], 2 if max(args.ranks) > 1 and args.cores > 1
-                             else 1, "braidpy-bench-grids-calibration.json")
-        cal = load_calibration(path)
-        print(f"calibrated now ({path}; network: {cal.p2p.source})")
+    samples = sorted({PROBLEMS[n][1] // k for n in args.problems for k in (1, 2, 4)})
+    cal = run_calibration(args, [PROBLEMS[n][0] for n in args.problems], samples,
+                          [1, 4, 16, 32], "braidpy-bench-grids-calibration.json")
     rows = []
     for P in args.ranks:
         spec = dict(problems=args.problems, repeats=args.repeats,

@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import sys
 import time
@@ -48,9 +47,9 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from _perf_validation import (calibrate_now, clean_sample, common_arguments,  # noqa: E402
-                              dump, plot_predicted_vs_measured, run_worker, signed_worst,
-                              within)
+from _perf_validation import (clean_sample, common_arguments, dump,  # noqa: E402
+                              plot_predicted_vs_measured, run_calibration, run_worker,
+                              signed_worst, within)
 
 # (name, levels, cfactor, skip, mode, (m1, m2)); ntime is --layers.
 SETTINGS = [
@@ -155,22 +154,12 @@ def main(argv=None) -> None:
         report(rows, args.cores, args.json, args.plot)
         return
 
-    from braidpy.perf.calibration import load_calibration
     from braidpy.perf.model import NetSpec, Strategy, predict
     from braidpy.perf.schedule import Cycle
 
-    if args.calibration:
-        cal = load_calibration(args.calibration)
-    else:  # the command line, with the workers' thread settings; the network measured
-        # between two ranks where the run uses two or more
-        path = calibrate_now([f"dense:{args.width}"],
-                             [16, 128, args.samples, 4 * args.samples], [1, 4, 16, 64],
-                             2 if max(args.ranks) > 1 and args.cores > 1 else 1,
-                             "braidpy-bench-calibration.json")
-        cal = load_calibration(path)
-        print(f"calibrated now ({path}; network: {cal.p2p.source})")
-        if args.json:  # the costs behind the predictions, for whoever studies a misfit
-            shutil.copyfile(path, os.path.splitext(args.json)[0] + ".calibration.json")
+    cal = run_calibration(args, [f"dense:{args.width}"],
+                          [16, 128, args.samples, 4 * args.samples], [1, 4, 16, 64],
+                          "braidpy-bench-calibration.json")
     net = NetSpec("dense", (args.width,), args.layers, args.samples)
     settings = SETTINGS[:1] if args.quick else SETTINGS
     repeats = 2 if args.quick else args.repeats

@@ -28,7 +28,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from _perf_validation import calibrate_now, common_arguments, run_worker  # noqa: E402
+from _perf_validation import common_arguments, run_calibration, run_worker  # noqa: E402
 
 
 def worker(spec: dict) -> None:
@@ -90,19 +90,13 @@ def main(argv=None) -> None:
     if args.worker:
         worker(json.loads(args.worker))
         return
-    from braidpy.perf.calibration import load_calibration
     from braidpy.perf.model import NetSpec, Strategy, predict
     from braidpy.perf.schedule import Cycle
     from braidpy.perf.timeline import Call, compare_timelines, format_comparison
 
-    if args.calibration:
-        cal = load_calibration(args.calibration)
-    else:
-        path = calibrate_now([f"dense:{args.width}"],
-                             [16, 128, args.samples, 4 * args.samples], [1, 4, 16, 64],
-                             2 if max(args.ranks) > 1 and args.cores > 1 else 1,
-                             "braidpy-bench-calibration.json")
-        cal = load_calibration(path)
+    cal = run_calibration(args, [f"dense:{args.width}"],
+                          [16, 128, args.samples, 4 * args.samples], [1, 4, 16, 64],
+                          "braidpy-bench-calibration.json")
     net = NetSpec("dense", (args.width,), args.layers, args.samples)
     out = []
     print(f"dense ResNet width {args.width}, {args.layers} layers, {args.samples} samples, "
