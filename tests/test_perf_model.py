@@ -45,7 +45,24 @@ def test_calibration_round_trip(tmp_path):
     assert json.loads(path.read_text())["version"] == 1
 
 
+def test_measured_glue_round_trips_and_older_files_load_without_it(tmp_path):
+    cal = made_up()
+    assert "glue" not in cal.to_json()["layers"][0]  # what older files look like
+    assert cal.layers[0].glue is None and cal.layers[0].vec_scale == cal.layers[0].sweep_batched
+    measured = LayerCosts(**{**cal.layers[0].__dict__, "glue": CostFit(2e-6, 5e-9),
+                             "vec_factor": 1.6, "gradient_s": 3e-4})
+    cal = Calibration((measured,) + cal.layers[1:], cal.callback_s, cal.p2p, cal.allreduce)
+    save_calibration(cal, str(tmp_path / "glue.json"))
+    back = load_calibration(str(tmp_path / "glue.json"))
+    assert back == cal and back.layers[0].vec_scale == 1.6
+
+
 @pytest.mark.parametrize("mutate,message", [
+    (lambda d: d["layers"][0].update(glue={"a": -1.0, "b": 0.0}),
+     "layers[0].glue.a must be a finite number"),
+    (lambda d: d["layers"][0].update(vec_factor=0.0), "layers[0].vec_factor must be a finite"),
+    (lambda d: d["layers"][0].update(gradient_s="slow"),
+     "layers[0].gradient_s must be a finite number"),
     (lambda d: d.pop("layers"), "missing field calibration.layers"),
     (lambda d: d.update(version=7), "calibration.version is 7"),
     (lambda d: d.update(format="pickle"), "calibration.format is 'pickle'"),
@@ -115,6 +132,26 @@ def test_one_gradient_by_hand():
     pred = predict(net, strategy(1), made_up())
     assert pred.seconds == 1 + 28 + 2 + 28 + 8 + 1
     assert pred.parts["fwd"] == 28 and pred.parts["adj"] == 28 and pred.parts["grad"] == 8
+
+
+def test_glue_and_fixed_costs_enter_by_hand():
+    """A measured calibration's glue (before every step call), fixed seconds per
+    gradient and vector factor add exactly what they say to the by-hand gradient."""
+    net = NetSpec("dense", (4,), 8, 10)
+    plain = made_up(vec=0.25)
+    lc = plain.layers[0]
+    glued = Calibration((LayerCosts(**{**lc.__dict__, "glue": CostFit(0.5, 0.0),
+                                       "vec_factor": 2.0, "gradient_s": 3.0}),)
+                        + plain.layers[1:], 0.0, plain.p2p, plain.allreduce)
+    before = predict(net, strategy(1), plain, record=True)
+    after = predict(net, strategy(1), glued, record=True)
+    steps = sum(e.op.kind == "step" for e in after.timeline.events)
+    vec = before.parts["vec"] / lc.sweep_batched
+    assert steps == 28 + 28 + 8
+    assert after.parts["glue"] == 0.5 * steps and after.parts["fixed"] == 3.0
+    assert after.parts["vec"] == pytest.approx(2.0 * vec)
+    assert after.seconds == pytest.approx(before.seconds + 0.5 * steps + 3.0 +
+                                          (2.0 - lc.sweep_batched) * vec)
 
 
 def test_two_ranks_by_hand():
@@ -391,6 +428,12 @@ def test_calibrate_writes_a_file_plan_reads(tmp_path):
     assert cal.layers[0].name == "dense-w2" and cal.nranks == 1
     assert cal.p2p.source.startswith("assumed")  # one rank: no network measured
     assert all(math.isfinite(f.a) for f in cal.layers[0].costs.values())
+    # on the host, what calls inside a solve add is measured call by call
+    lc = cal.layers[0]
+    assert lc.glue is not None and lc.glue.a >= 0 and lc.glue.b >= 0
+    assert lc.glue.seconds(1, 2) > 0  # the core does copy between calls
+    assert 0.25 <= lc.sweep <= 8 and 0.25 <= lc.sweep_batched <= 8
+    assert 0.25 <= lc.vec_scale <= 8 and lc.gradient_s >= 0
 
 
 def test_calibrate_on_a_device_keeps_the_numbers_there(tmp_path):

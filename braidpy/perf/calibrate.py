@@ -4,9 +4,11 @@ Per layer type and shape: the step, state-adjoint and parameter-gradient calls o
 :mod:`braidpy.nn`'s layers, plain and batched (rows = states per call), at a few sample
 counts, each the median of repeats, fitted as ``a + b * rows * samples``
 (:class:`braidpy.perf.calibration.CostFit`); the cost of one step callback through the
-compiled core; the factors by which two real gradients exceed what the fits predict, for plain
-and for batched calls (:func:`calibrate_sweep`: what calling a layer from inside a
-solve adds); and the
+compiled core; what calling a layer from inside a solve adds, from two real gradients:
+on the host their step calls recorded and paired with the model's
+(:func:`calibrate_in_solve`: the calls' own factors, the copies between calls, vector
+work, fixed costs per gradient), on a device the factors by which whole gradients exceed
+what the fits predict (:func:`calibrate_sweep`); and the
 alpha-beta parameters of point-to-point messages (ping-pong) and
 of allreduce when run under ``mpiexec`` with two or more ranks. With one rank there is
 no network to measure: the file then carries documented defaults marked
@@ -32,7 +34,7 @@ from .calibration import Calibration, CostFit, LayerCosts, Link, layer_name
 
 __all__ = ["DEFAULT_LAYERS", "ASSUMED_P2P", "ASSUMED_ALLREDUCE", "parse_layer",
            "DEFAULT_SAMPLES", "time_call", "calibrate_layer", "calibrate_callback",
-           "calibrate_sweep", "calibrate_network",
+           "calibrate_sweep", "calibrate_in_solve", "calibrate_network",
            "calibrate"]
 
 #: Layers measured by default: Peaks' dense width 8 (paper 002, sec. 4.1), the digits
@@ -279,6 +281,104 @@ def calibrate_sweep(cal: Calibration, layer: LayerCosts, samples: int, nlayers: 
     return float(np.clip(single, 0.25, 8.0)), float(np.clip(batched, 0.25, 8.0))
 
 
+#: Bounds on the factors measured inside a solve: noise on a shared machine can push a
+#: ratio of sums out of any physical range.
+_FACTOR_RANGE = (0.25, 8.0)
+
+
+def _ratio(measured: float, model: float, default: float = 1.0) -> float:
+    if model <= 0.0:
+        return default
+    return float(np.clip(measured / model, *_FACTOR_RANGE))
+
+
+def calibrate_in_solve(cal: Calibration, layer: LayerCosts, samples: int,
+                       nlayers: int = 32, repeats: int = 5) -> LayerCosts:
+    """``layer`` with what calling it inside a solve costs, measured on the host: two
+    real gradients of a ``nlayers``-layer ResNet of this layer (serial, and two levels
+    one-shot (1, 1) cf 4 with batched relaxation) record every step call
+    (:func:`braidpy.perf.timeline.recording`; the fastest of ``repeats`` gradients),
+    and the calls are paired with the model's (:func:`braidpy.perf.timeline.paired`).
+
+    * ``sweep``, ``sweep_batched``: the plain and the batched calls' own time against
+      the bare calls' fits (states out of cache);
+    * ``glue``: the gaps between calls where the model has no operation — the core's
+      and the adjoint wrapper's copies of the next call's states — fitted as
+      ``a + b * rows * samples`` of that call (median per state count);
+    * ``vec_factor``: the gaps holding vector work only, less their glue, against the
+      fitted vector costs;
+    * ``gradient_s``: the rest of the gradient (the stretches at the solves' ends and
+      starts, the objective, stacking for the gradient call) beyond what the model has
+      there, seconds per gradient (the mean of the two gradients).
+    """
+    from ..adjoint import GradientSolver
+    from ..nn import ResNet, ResNetApp
+    from .model import NetSpec, Strategy, predict
+    from .schedule import Cycle
+    from .timeline import paired, recording
+
+    shape = layer.shape
+    input_shape = shape if layer.kind == "conv" else (shape[0],)
+    net = ResNet(input_shape, 2, width=shape[0], nlayers=nlayers, kernel=layer.kernel)
+    params = net.init_params(seed=5, scale=0.1)
+    rng = np.random.default_rng(9)
+    X = rng.standard_normal((samples,) + tuple(input_shape))
+    C = np.eye(2)[rng.integers(0, 2, samples)]
+    spec = NetSpec(layer.kind, shape, nlayers, samples, kernel=layer.kernel,
+                   features=int(np.prod(input_shape)), nclasses=2)
+    # The model with bare calls and nothing between them: what the runs are held against.
+    bare = dataclasses.replace(cal, layers=(dataclasses.replace(
+        layer, sweep=1.0, sweep_batched=1.0, glue=None, vec_factor=1.0, gradient_s=0.0),))
+    calls_m = {False: 0.0, True: 0.0}
+    calls_p = {False: 0.0, True: 0.0}
+    gaps: Dict[int, List[float]] = {}
+    vec_gaps: List[Tuple[float, float, int]] = []  # (measured, model vector work, rows)
+    rest: List[float] = []  # measured - modelled outside calls, none- and vec-gaps
+    for levels in (1, 2):
+        app = recording(ResNetApp)(net, params, X, C)
+        solver = GradientSolver(app, 0.0, net.T, nlayers, oneshot=(1, 1),
+                                primal={"max_levels": levels, "cfactor": 4})
+        solver.evaluate()
+        best: Optional[Tuple[float, list]] = None
+        for _ in range(max(repeats, 1)):
+            app.calls = []
+            start = time.perf_counter()
+            solver.evaluate()
+            wall = time.perf_counter() - start
+            if best is None or wall < best[0]:
+                best = (wall, [dataclasses.replace(c, start=c.start - start,
+                                                   end=c.end - start) for c in app.calls])
+        solver.close()
+        assert best is not None
+        wall, calls = best
+        pred = predict(spec, Strategy(1, 1, 1, Cycle(ntime=nlayers, max_levels=levels,
+                                                     cfactor=4, batched=True), (1, 1)),
+                       bare, record=True)
+        [(pairs, rank_gaps)] = paired([calls], pred.timeline.events, wall,
+                                      pred.timeline.makespan)
+        for call, ev in pairs:
+            calls_m[call.batch] += call.end - call.start
+            calls_p[call.batch] += ev.end - ev.start
+        outside = 0.0
+        for gap in rank_gaps:
+            rows = calls[gap.index].rows if gap.index < len(calls) else 1
+            if gap.label == "none":
+                gaps.setdefault(rows, []).append(gap.measured)
+            elif gap.label == "vec":
+                vec_gaps.append((gap.measured, gap.model, rows))
+            else:
+                outside += gap.measured - gap.model
+        rest.append(outside)
+    glue = CostFit.fit([(r, samples, float(np.median(g))) for r, g in sorted(gaps.items())])
+    glue = CostFit(glue.a, glue.b)  # the law, not the points: gaps are single samples
+    vec_m = sum(m - glue.seconds(r, samples) for m, _, r in vec_gaps)
+    vec_p = sum(p for _, p, _ in vec_gaps)
+    return dataclasses.replace(
+        layer, sweep=_ratio(calls_m[False], calls_p[False]),
+        sweep_batched=_ratio(calls_m[True], calls_p[True]), glue=glue,
+        vec_factor=_ratio(vec_m, vec_p), gradient_s=max(float(np.mean(rest)), 0.0))
+
+
 def _fit_link(sizes: Sequence[int], seconds: Sequence[float]) -> Tuple[float, float]:
     fit = CostFit.fit([(1, n, t) for n, t in zip(sizes, seconds)])
     return fit.a, fit.b
@@ -392,9 +492,12 @@ def calibrate(layers: Sequence[str] = DEFAULT_LAYERS, *, comm: Any = None,
                       host=host)
     swept = []
     for lc in cal.layers:
-        say(f"serial gradient of {lc.name}")
+        say(f"gradients of {lc.name}")
         n = sorted({p[1] for p in lc.costs["fwd"].points})
-        single, batched = calibrate_sweep(cal, lc, n[len(n) // 2],
-                                          repeats=max(repeats // 2, 1), where=where)
-        swept.append(dataclasses.replace(lc, sweep=single, sweep_batched=batched))
+        if where.is_host:
+            swept.append(calibrate_in_solve(cal, lc, n[len(n) // 2], repeats=repeats))
+        else:  # calls on a device return before their work is done: whole gradients
+            single, batched = calibrate_sweep(cal, lc, n[len(n) // 2],
+                                              repeats=max(repeats // 2, 1), where=where)
+            swept.append(dataclasses.replace(lc, sweep=single, sweep_batched=batched))
     return dataclasses.replace(cal, layers=tuple(swept))

@@ -11,9 +11,11 @@ Layout (version 1)::
      "callback_s": 4e-6,                  # core -> Python cost of one step callback
      "solve_s": 2e-4,                     # one Core.solve besides its steps
      "layers": [{"name": "dense-w8", "kind": "dense", "shape": [8],
-                 "kernel": 1, "sweep": 1.3, "sweep_batched": 1.8, "costs": {
+                 "kernel": 1, "sweep": 1.0, "sweep_batched": 0.95, "costs": {
                      "fwd":  {"a": ..., "b": ..., "points": [[rows, samples, s], ...]},
-                     "adj":  {...}, "grad": {...}, "vec": {...}}}, ...],
+                     "adj":  {...}, "grad": {...}, "vec": {...}},
+                 "glue": {"a": ..., "b": ..., "points": [...]},   # optional: measured
+                 "vec_factor": 2.1, "gradient_s": 3e-4}, ...],     #   on the host
      "network": {"p2p": {"alpha": s, "beta": s_per_byte, "source": "measured"},
                  "allreduce": {"alpha": ..., "beta": ..., "source": "assumed: ..."},
                  "nranks": 1}}
@@ -30,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from typing import Any, Dict, List, Mapping, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 __all__ = ["FORMAT", "VERSION", "KINDS", "CostFit", "LayerCosts", "Link", "Calibration",
            "CalibrationError", "calibration_from_json", "load_calibration",
@@ -116,10 +118,18 @@ def _interpolate(table: Mapping[float, float], x: float) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class LayerCosts:
-    """The fits of one layer type and shape. ``sweep`` and ``sweep_batched`` multiply
-    the fitted cost of plain calls, and of batched calls and vector work, inside a solve
-    (status objects, wrappers, gathers of stacked states, states not in cache): fitted
-    by :func:`braidpy.perf.calibrate.calibrate_sweep` to two real gradients."""
+    """The fits of one layer type and shape, and what calling them inside a solve adds
+    (:func:`braidpy.perf.calibrate.calibrate_sweep`, from two real gradients).
+
+    ``sweep`` and ``sweep_batched`` multiply the fitted cost of plain and of batched
+    calls. Measured on the host (calibrations with ``glue``), they are the calls' own
+    cost in a solve against the bare calls' (states out of cache), and what lies
+    between calls is modelled apart: ``glue`` seconds before each call (the core's and
+    the adjoint wrapper's copies of its states; ``a + b * rows * samples``),
+    ``vec_factor`` on the vector work, and ``gradient_s`` fixed seconds per gradient
+    (results, objective and agreements between the solves, stacking for the gradient
+    call). Without ``glue`` (files of before, and GPU calibrations) the two factors
+    absorb all of it, and vector work takes ``sweep_batched``."""
 
     name: str
     kind: str  # "dense" or "conv"
@@ -128,6 +138,19 @@ class LayerCosts:
     costs: Mapping[str, CostFit]
     sweep: float = 1.0
     sweep_batched: float = 1.0
+    glue: Optional[CostFit] = None
+    vec_factor: Optional[float] = None
+    gradient_s: float = 0.0
+
+    @property
+    def vec_scale(self) -> float:
+        """The factor on vector work: ``vec_factor``, else ``sweep_batched``."""
+        return self.sweep_batched if self.vec_factor is None else self.vec_factor
+
+    @property
+    def numbers(self) -> int:
+        """Numbers in one sample's state of this layer."""
+        return math.prod(self.shape)
 
     @property
     def flops(self) -> float:
@@ -183,17 +206,26 @@ class Calibration:
             "format": FORMAT, "version": VERSION, "device": self.device,
             "host": dict(self.host), "callback_s": self.callback_s,
             "solve_s": self.solve_s,
-            "layers": [{"name": lc.name, "kind": lc.kind, "shape": list(lc.shape),
-                        "kernel": lc.kernel, "sweep": lc.sweep,
-                        "sweep_batched": lc.sweep_batched,
-                        "costs": {k: {"a": f.a, "b": f.b,
-                                      "points": [list(p) for p in f.points]}
-                                  for k, f in lc.costs.items()}}
-                       for lc in self.layers],
+            "layers": [_layer_json(lc) for lc in self.layers],
             "network": {"p2p": dataclasses.asdict(self.p2p),
                         "allreduce": dataclasses.asdict(self.allreduce),
                         "nranks": self.nranks},
         }
+
+
+def _fit_json(f: CostFit) -> Dict[str, Any]:
+    return {"a": f.a, "b": f.b, "points": [list(p) for p in f.points]}
+
+
+def _layer_json(lc: LayerCosts) -> Dict[str, Any]:
+    out: Dict[str, Any] = {"name": lc.name, "kind": lc.kind, "shape": list(lc.shape),
+                           "kernel": lc.kernel, "sweep": lc.sweep,
+                           "sweep_batched": lc.sweep_batched,
+                           "costs": {k: _fit_json(f) for k, f in lc.costs.items()}}
+    if lc.glue is not None:  # written only when measured: older readers see what they know
+        out.update(glue=_fit_json(lc.glue), vec_factor=lc.vec_scale,
+                   gradient_s=lc.gradient_s)
+    return out
 
 
 def layer_name(kind: str, shape: Sequence[int], kernel: int) -> str:
@@ -281,9 +313,14 @@ def calibration_from_json(data: Any) -> Calibration:
         costs = {k: _fit(_field(costs_raw, k, f"{where}.costs"), f"{where}.costs.{k}")
                  for k in KINDS}
         name = lr.get("name", layer_name(kind, shape, kernel))
-        sweeps = [_number(lr, k, where, low=1e-3) if k in lr else 1.0
-                  for k in ("sweep", "sweep_batched")]
-        layers.append(LayerCosts(str(name), kind, tuple(shape), kernel, costs, *sweeps))
+        sweep, sweep_batched = [_number(lr, k, where, low=1e-3) if k in lr else 1.0
+                                for k in ("sweep", "sweep_batched")]
+        glue = _fit(lr["glue"], f"{where}.glue") if "glue" in lr else None
+        vec_factor = _number(lr, "vec_factor", where, low=1e-3) if "vec_factor" in lr \
+            else None
+        gradient_s = _number(lr, "gradient_s", where) if "gradient_s" in lr else 0.0
+        layers.append(LayerCosts(str(name), kind, tuple(shape), kernel, costs, sweep,
+                                 sweep_batched, glue, vec_factor, gradient_s))
     net = _field(data, "network", "calibration")
     nranks = _field(net, "nranks", "network")
     if isinstance(nranks, bool) or not isinstance(nranks, int) or nranks < 1:

@@ -284,16 +284,33 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
             return p2p.seconds(2 * r * row) + p2p.seconds(r * row)
         return p2p.seconds(r * row)
 
+    # The glue before a call copies states: it goes with the numbers of a rank's state,
+    # in units of the calibrated layer's samples.
+    glue_samples = samples * net.numbers / s.space / layer.numbers
+
     def cost(op: Op) -> float:
         if op.kind == "work":
             return op.seconds * share
         if op.kind == "vec":
             return share * op.rows * costs["vec"].seconds(1, samples / s.space) * \
-                layer.sweep_batched
+                layer.vec_scale
         work = costs[op.tag].seconds(op.rows, samples * scale * band_share(net, s.space,
                                                                            op.tag)) * \
             (layer.sweep_batched if op.batch else layer.sweep)
         return share * (work + cal.callback_s) + halo(op)
+
+    def with_glue(ops: List[Op]) -> List[Op]:
+        """A 'glue' operation before each step: the copies of its states the core and
+        the wrappers make between calls (measured; absent from older calibrations)."""
+        if layer.glue is None:
+            return ops
+        out: List[Op] = []
+        for op in ops:
+            if op.kind == "step":
+                out.append(Op("work", "glue", op.level, op.rows,
+                              seconds=layer.glue.seconds(op.rows, glue_samples)))
+            out.append(op)
+        return out
 
     def message(op: Op) -> float:
         return p2p.seconds(state_bytes)
@@ -304,11 +321,14 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
     P = s.layers
     N = net.nlayers
     m1, m2 = s.iterations
-    primal = solve_program(s.cycle, P, m1, tag="fwd", stream="primal", cold=s.cold)
+    primal = [with_glue(ops) for ops in
+              solve_program(s.cycle, P, m1, tag="fwd", stream="primal", cold=s.cold)]
     ranges = block_ranges(N + 1, P)
     mirrored = [(N - hi, N - lo) for lo, hi in reversed(ranges)]
-    adjoint = solve_program(s.cycle, P, m2, tag="adj", ranges=mirrored,
-                            world=list(range(P - 1, -1, -1)), stream="adjoint", cold=s.cold)
+    adjoint = [with_glue(ops) for ops in
+               solve_program(s.cycle, P, m2, tag="adj", ranges=mirrored,
+                             world=list(range(P - 1, -1, -1)), stream="adjoint",
+                             cold=s.cold)]
     # The opening and the classifier cost about a layer's gradient call each; with
     # space ranks the opening runs on the band, the classifier on the gathered image.
     opening = costs["grad"].seconds(1, samples * scale * band_share(net, s.space, "fwd")) * \
@@ -325,15 +345,17 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
         if p == P - 1:
             ops.append(Op("work", "head", seconds=2 * head))  # classifier loss + gradient
         ops.append(Op("allreduce", "objective"))
+        if layer.gradient_s:  # results, objective, agreements, stacking (measured)
+            ops.append(Op("work", "fixed", seconds=layer.gradient_s))
         ops.append(solve)
         ops += adjoint[p]
         lo, hi = ranges[p]
         steps = hi - lo + 1 - (1 if lo == 0 else 0)  # step n belongs to t_{n+1}'s rank
         if steps > 0:
             if s.cycle.batched:
-                ops.append(Op("step", "grad", 0, steps, batch=True))
+                ops += with_glue([Op("step", "grad", 0, steps, batch=True)])
             else:
-                ops += [Op("step", "grad", 0, 1)] * steps
+                ops += with_glue([Op("step", "grad", 0, 1)] * steps)
         if p == 0:
             ops.append(Op("work", "head", seconds=opening))  # the opening's gradient
         ops += [Op("allreduce", "agreement")] * AGREEMENTS_PER_GRADIENT

@@ -9,8 +9,8 @@ the schedule's calls equal the core's, call for call — and splits the differen
 
 * the calls themselves, by kind (forward, adjoint, gradient; plain or batched), and
 * the gaps between consecutive calls, labelled by the model operations that lie in
-  them ('recv', 'allreduce', 'vec', 'work' or 'none'), plus the stretch before the
-  first call and after the last.
+  them ('recv', 'allreduce', 'vec', work by its tag: 'glue', 'head', 'solve',
+  'fixed'; or 'none'), plus the stretch before the first call and after the last.
 
 A gap measured much longer than modelled points at something the model leaves out
 there (Python-level collectives, message software costs, a slow wake-up); calls
@@ -35,7 +35,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 from .schedule import Event
 
 __all__ = ["Call", "Gap", "Comparison", "compare_timelines", "format_comparison",
-           "recording"]
+           "paired", "recording"]
 
 # The step callbacks a recorded app times: (method, tag, batched, argument whose first
 # axis counts the states of a batched call).
@@ -117,13 +117,49 @@ def recording(app_class: type) -> type:
 
 
 def _label(ops: Sequence[Event]) -> str:
-    kinds = sorted({e.op.kind for e in ops if e.op.kind not in ("send", "step")})
+    # work operations by what they are ('head', 'solve', 'glue', 'fixed')
+    kinds = sorted({e.op.tag if e.op.kind == "work" else e.op.kind for e in ops
+                    if e.op.kind not in ("send", "step")})
     return "+".join(kinds) if kinds else "none"
 
 
 def _add(table: Dict, key, measured: float, model: float) -> None:
     m, p, n = table.get(key, (0.0, 0.0, 0))
     table[key] = (m + measured, p + model, n + 1)
+
+
+def paired(measured: Sequence[Sequence[Call]], model: Sequence[Event], wall: float,
+           makespan: float) -> List[Tuple[List[Tuple[Call, Event]], List[Gap]]]:
+    """Per rank: its measured calls paired with the model's step events, in order, and
+    every gap (before each call, then after the last) with its label. ValueError when
+    a rank's calls differ from the model's in number or kind."""
+    by_rank: Dict[int, List[Event]] = defaultdict(list)
+    for e in model:  # the simulation records each rank's operations in program order
+        by_rank[e.rank].append(e)
+    out = []
+    for r, mine in enumerate(measured):
+        events = by_rank.get(r, [])
+        steps = [i for i, e in enumerate(events) if e.op.kind == "step"]
+        if len(steps) != len(mine):
+            raise ValueError(f"rank {r}: {len(mine)} step calls measured, {len(steps)} in "
+                             f"the model's schedule")
+        pairs: List[Tuple[Call, Event]] = []
+        gaps: List[Gap] = []
+        prev_m, prev_p, prev_i = 0.0, 0.0, -1
+        for k, (call, i) in enumerate(zip(mine, steps)):
+            ev = events[i]
+            if (call.tag, call.batch) != (ev.op.tag, ev.op.batch):
+                raise ValueError(f"rank {r}, call {k}: measured {call.tag}"
+                                 f"{' batched' if call.batch else ''}, the model has "
+                                 f"{ev.op.tag}{' batched' if ev.op.batch else ''}")
+            pairs.append((call, ev))
+            gaps.append(Gap(r, k, _label(events[prev_i + 1:i]), call.start - prev_m,
+                            ev.start - prev_p))
+            prev_m, prev_p, prev_i = call.end, ev.end, i
+        gaps.append(Gap(r, len(mine), "end:" + _label(events[prev_i + 1:]), wall - prev_m,
+                        makespan - prev_p))
+        out.append((pairs, gaps))
+    return out
 
 
 def compare_timelines(measured: Sequence[Sequence[Call]], model: Sequence[Event],
@@ -136,39 +172,19 @@ def compare_timelines(measured: Sequence[Sequence[Call]], model: Sequence[Event]
     one. Raises ValueError when a rank's calls differ from the model's in number or kind
     (then the schedule, not the costs, is off).
     """
-    by_rank: Dict[int, List[Event]] = defaultdict(list)
-    for e in model:  # the simulation records each rank's operations in program order
-        by_rank[e.rank].append(e)
     calls: List[Dict[Tuple[str, bool], Tuple[float, float, int]]] = []
     gaps: List[Dict[str, Tuple[float, float, int]]] = []
     all_gaps: List[Gap] = []
-    for r, mine in enumerate(measured):
-        events = by_rank.get(r, [])
-        steps = [i for i, e in enumerate(events) if e.op.kind == "step"]
-        if len(steps) != len(mine):
-            raise ValueError(f"rank {r}: {len(mine)} step calls measured, {len(steps)} in "
-                             f"the model's schedule")
+    for pairs, rank_gaps in paired(measured, model, wall, makespan):
         ctab: Dict[Tuple[str, bool], Tuple[float, float, int]] = {}
         gtab: Dict[str, Tuple[float, float, int]] = {}
-        prev_m, prev_p, prev_i = 0.0, 0.0, -1
-        for k, (call, i) in enumerate(zip(mine, steps)):
-            ev = events[i]
-            if (call.tag, call.batch) != (ev.op.tag, ev.op.batch):
-                raise ValueError(f"rank {r}, call {k}: measured {call.tag}"
-                                 f"{' batched' if call.batch else ''}, the model has "
-                                 f"{ev.op.tag}{' batched' if ev.op.batch else ''}")
+        for call, ev in pairs:
             _add(ctab, (call.tag, call.batch), call.end - call.start, ev.end - ev.start)
-            gap = Gap(r, k, _label(events[prev_i + 1:i]), call.start - prev_m,
-                      ev.start - prev_p)
+        for gap in rank_gaps:
             _add(gtab, gap.label, gap.measured, gap.model)
-            all_gaps.append(gap)
-            prev_m, prev_p, prev_i = call.end, ev.end, i
-        tail = Gap(r, len(mine), "end:" + _label(events[prev_i + 1:]), wall - prev_m,
-                   makespan - prev_p)
-        _add(gtab, tail.label, tail.measured, tail.model)
-        all_gaps.append(tail)
         calls.append(ctab)
         gaps.append(gtab)
+        all_gaps += rank_gaps
     top = sorted(all_gaps, key=lambda g: g.measured - g.model, reverse=True)[:largest]
     return Comparison(wall, makespan, calls, gaps, top)
 
