@@ -50,8 +50,10 @@ def test_measured_glue_round_trips_and_older_files_load_without_it(tmp_path):
     assert "glue" not in cal.to_json()["layers"][0]  # what older files look like
     assert cal.layers[0].glue is None and cal.layers[0].vec_scale == cal.layers[0].sweep_batched
     measured = LayerCosts(**{**cal.layers[0].__dict__, "glue": CostFit(2e-6, 5e-9),
-                             "vec_factor": 1.6, "gradient_s": 3e-4})
+                             "vec_factor": 1.6, "fixed": CostFit(3e-4, 1e-7)})
     cal = Calibration((measured,) + cal.layers[1:], cal.callback_s, cal.p2p, cal.allreduce)
+    cal = Calibration(cal.layers, cal.callback_s, cal.p2p, cal.allreduce,
+                      message_software=Link(6e-6, 2e-10, "measured: test"), agreement_s=5e-6)
     save_calibration(cal, str(tmp_path / "glue.json"))
     back = load_calibration(str(tmp_path / "glue.json"))
     assert back == cal and back.layers[0].vec_scale == 1.6
@@ -61,8 +63,14 @@ def test_measured_glue_round_trips_and_older_files_load_without_it(tmp_path):
     (lambda d: d["layers"][0].update(glue={"a": -1.0, "b": 0.0}),
      "layers[0].glue.a must be a finite number"),
     (lambda d: d["layers"][0].update(vec_factor=0.0), "layers[0].vec_factor must be a finite"),
-    (lambda d: d["layers"][0].update(gradient_s="slow"),
-     "layers[0].gradient_s must be a finite number"),
+    (lambda d: d["layers"][0].update(fixed={"a": "slow", "b": 0.0}),
+     "layers[0].fixed.a must be a finite number"),
+    (lambda d: d.update(software={"message": {"alpha": 1e-6, "beta": -1.0,
+                                              "source": "x"}, "agreement_s": 0.0}),
+     "software.message.beta must be a finite number"),
+    (lambda d: d.update(software={"message": {"alpha": 1e-6, "beta": 0.0,
+                                              "source": "x"}}),
+     "missing field software.agreement_s"),
     (lambda d: d.pop("layers"), "missing field calibration.layers"),
     (lambda d: d.update(version=7), "calibration.version is 7"),
     (lambda d: d.update(format="pickle"), "calibration.format is 'pickle'"),
@@ -141,7 +149,7 @@ def test_glue_and_fixed_costs_enter_by_hand():
     plain = made_up(vec=0.25)
     lc = plain.layers[0]
     glued = Calibration((LayerCosts(**{**lc.__dict__, "glue": CostFit(0.5, 0.0),
-                                       "vec_factor": 2.0, "gradient_s": 3.0}),)
+                                       "vec_factor": 2.0, "fixed": CostFit(3.0, 0.0)}),)
                         + plain.layers[1:], 0.0, plain.p2p, plain.allreduce)
     before = predict(net, strategy(1), plain, record=True)
     after = predict(net, strategy(1), glued, record=True)
@@ -152,6 +160,28 @@ def test_glue_and_fixed_costs_enter_by_hand():
     assert after.parts["vec"] == pytest.approx(2.0 * vec)
     assert after.seconds == pytest.approx(before.seconds + 0.5 * steps + 3.0 +
                                           (2.0 - lc.sweep_batched) * vec)
+
+
+def test_braidpy_message_and_agreement_costs_enter_by_hand():
+    """The measured software of a state message adds to every message as network time
+    would; an agreement's to the objective and the 21 agreements of a gradient (ranks
+    wait at each); one rank has neither."""
+    import dataclasses
+
+    from braidpy.perf.model import AGREEMENTS_PER_GRADIENT
+
+    net = NetSpec("dense", (4,), 8, 10)
+    base = made_up(alpha=0.25)
+    soft = dataclasses.replace(base, message_software=Link(0.5, 0.0, "measured: test"),
+                               agreement_s=2.0)
+    slower_net = dataclasses.replace(base, p2p=Link(0.75, 0.0, "assumed: test"))
+    no_agreements = dataclasses.replace(soft, agreement_s=0.0)
+    two = strategy(2)
+    assert predict(net, two, no_agreements).seconds == \
+        pytest.approx(predict(net, two, slower_net).seconds)
+    assert predict(net, two, soft).seconds == pytest.approx(
+        predict(net, two, no_agreements).seconds + 2.0 * (AGREEMENTS_PER_GRADIENT + 1))
+    assert predict(net, strategy(1), soft).seconds == predict(net, strategy(1), base).seconds
 
 
 def test_two_ranks_by_hand():
@@ -358,6 +388,9 @@ def test_calibrate_under_mpi_measures_the_network(tmp_path):
     cal = load_calibration(str(out))
     assert cal.nranks == 2
     assert cal.p2p.source == "measured" and cal.allreduce.source.startswith("measured")
+    # braidpy's own message path against the raw one, and an agreement's cost
+    assert cal.message_software.source.startswith("measured: ping-pong through braidpy")
+    assert cal.message_software.alpha >= 0 and cal.agreement_s > 0
 
 
 class _SlowFirstBatch:
@@ -428,12 +461,15 @@ def test_calibrate_writes_a_file_plan_reads(tmp_path):
     assert cal.layers[0].name == "dense-w2" and cal.nranks == 1
     assert cal.p2p.source.startswith("assumed")  # one rank: no network measured
     assert all(math.isfinite(f.a) for f in cal.layers[0].costs.values())
+    # braidpy's message software is measured on one rank too, by messages to itself
+    assert cal.message_software.source.startswith("measured: messages to itself")
+    assert cal.message_software.seconds(8) > 0 and cal.agreement_s == 0.0
     # on the host, what calls inside a solve add is measured call by call
     lc = cal.layers[0]
     assert lc.glue is not None and lc.glue.a >= 0 and lc.glue.b >= 0
     assert lc.glue.seconds(1, 2) > 0  # the core does copy between calls
     assert 0.25 <= lc.sweep <= 8 and 0.25 <= lc.sweep_batched <= 8
-    assert 0.25 <= lc.vec_scale <= 8 and lc.gradient_s >= 0
+    assert 0.25 <= lc.vec_scale <= 8 and lc.fixed.a >= 0 and lc.fixed.b >= 0
 
 
 def test_calibrate_on_a_device_keeps_the_numbers_there(tmp_path):

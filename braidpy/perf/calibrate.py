@@ -35,6 +35,7 @@ from .calibration import Calibration, CostFit, LayerCosts, Link, layer_name
 __all__ = ["DEFAULT_LAYERS", "ASSUMED_P2P", "ASSUMED_ALLREDUCE", "parse_layer",
            "DEFAULT_SAMPLES", "time_call", "calibrate_layer", "calibrate_callback",
            "calibrate_sweep", "calibrate_in_solve", "calibrate_network",
+           "calibrate_software", "calibrate_communication",
            "calibrate"]
 
 #: Layers measured by default: Peaks' dense width 8 (paper 002, sec. 4.1), the digits
@@ -286,30 +287,42 @@ def calibrate_sweep(cal: Calibration, layer: LayerCosts, samples: int, nlayers: 
 _FACTOR_RANGE = (0.25, 8.0)
 
 
-def _ratio(measured: float, model: float, default: float = 1.0) -> float:
-    if model <= 0.0:
-        return default
-    return float(np.clip(measured / model, *_FACTOR_RANGE))
+def _median_factor(pairs: Sequence[Tuple[float, float]]) -> float:
+    """The median of measured / modelled over (measured, modelled) pairs, each weighted
+    by its modelled seconds (the calls that make the time count the most), kept in a
+    physical range (1: none measured)."""
+    pairs = [(m / p, p) for m, p in pairs if p > 0]
+    if not pairs:
+        return 1.0
+    pairs.sort()
+    half, acc = sum(w for _, w in pairs) / 2, 0.0
+    for ratio, weight in pairs:
+        acc += weight
+        if acc >= half:
+            return float(np.clip(ratio, *_FACTOR_RANGE))
+    return float(np.clip(pairs[-1][0], *_FACTOR_RANGE))  # not reached
 
 
-def calibrate_in_solve(cal: Calibration, layer: LayerCosts, samples: int,
+def calibrate_in_solve(cal: Calibration, layer: LayerCosts, samples: Sequence[int],
                        nlayers: int = 32, repeats: int = 5) -> LayerCosts:
-    """``layer`` with what calling it inside a solve costs, measured on the host: two
-    real gradients of a ``nlayers``-layer ResNet of this layer (serial, and two levels
-    one-shot (1, 1) cf 4 with batched relaxation) record every step call
-    (:func:`braidpy.perf.timeline.recording`; the fastest of ``repeats`` gradients),
-    and the calls are paired with the model's (:func:`braidpy.perf.timeline.paired`).
+    """``layer`` with what calling it inside a solve costs, measured on the host: real
+    gradients of a ``nlayers``-layer ResNet of this layer (serial, and two levels
+    one-shot (1, 1) cf 4 with batched relaxation; at each of ``samples``) record every
+    step call (:func:`braidpy.perf.timeline.recording`; the fastest of ``repeats``
+    gradients), and the calls are paired with the model's
+    (:func:`braidpy.perf.timeline.paired`).
 
     * ``sweep``, ``sweep_batched``: the plain and the batched calls' own time against
-      the bare calls' fits (states out of cache);
+      the bare calls' fits (states out of cache), the median over the calls weighted by
+      their modelled time;
     * ``glue``: the gaps between calls where the model has no operation — the core's
       and the adjoint wrapper's copies of the next call's states — fitted as
-      ``a + b * rows * samples`` of that call (median per state count);
+      ``a + b * rows * samples`` of that call (median per state count and samples);
     * ``vec_factor``: the gaps holding vector work only, less their glue, against the
-      fitted vector costs;
-    * ``gradient_s``: the rest of the gradient (the stretches at the solves' ends and
-      starts, the objective, stacking for the gradient call) beyond what the model has
-      there, seconds per gradient (the mean of the two gradients).
+      fitted vector costs (the median over those gaps);
+    * ``fixed``: the rest of a gradient (the stretches at the solves' ends and starts,
+      the objective, stacking for the gradient call) beyond what the model has there,
+      per gradient (mean of the two), fitted as ``a + b * samples``.
     """
     from ..adjoint import GradientSolver
     from ..nn import ResNet, ResNetApp
@@ -322,22 +335,57 @@ def calibrate_in_solve(cal: Calibration, layer: LayerCosts, samples: int,
     net = ResNet(input_shape, 2, width=shape[0], nlayers=nlayers, kernel=layer.kernel)
     params = net.init_params(seed=5, scale=0.1)
     rng = np.random.default_rng(9)
-    X = rng.standard_normal((samples,) + tuple(input_shape))
-    C = np.eye(2)[rng.integers(0, 2, samples)]
-    spec = NetSpec(layer.kind, shape, nlayers, samples, kernel=layer.kernel,
-                   features=int(np.prod(input_shape)), nclasses=2)
     # The model with bare calls and nothing between them: what the runs are held against.
     bare = dataclasses.replace(cal, layers=(dataclasses.replace(
-        layer, sweep=1.0, sweep_batched=1.0, glue=None, vec_factor=1.0, gradient_s=0.0),))
-    calls_m = {False: 0.0, True: 0.0}
-    calls_p = {False: 0.0, True: 0.0}
-    gaps: Dict[int, List[float]] = {}
-    vec_gaps: List[Tuple[float, float, int]] = []  # (measured, model vector work, rows)
-    rest: List[float] = []  # measured - modelled outside calls, none- and vec-gaps
-    for levels in (1, 2):
-        app = recording(ResNetApp)(net, params, X, C)
-        solver = GradientSolver(app, 0.0, net.T, nlayers, oneshot=(1, 1),
-                                primal={"max_levels": levels, "cfactor": 4})
+        layer, sweep=1.0, sweep_batched=1.0, glue=None, vec_factor=1.0, fixed=None),))
+    # Ratios call by call, then their medians: a call caught by another job's time slice
+    # (a shared machine) moves a sum, not a median.
+    ratios: Dict[bool, List[Tuple[float, float]]] = {False: [], True: []}
+    gaps: Dict[Tuple[int, int], List[float]] = {}
+    vec_gaps: List[Tuple[float, float, int, int]] = []  # measured, model, rows, samples
+    rest: Dict[int, List[float]] = {}  # measured - modelled outside calls and those gaps
+    for n in sorted(set(int(x) for x in samples)):
+        X = rng.standard_normal((n,) + tuple(input_shape))
+        C = np.eye(2)[rng.integers(0, 2, n)]
+        spec = NetSpec(layer.kind, shape, nlayers, n, kernel=layer.kernel,
+                       features=int(np.prod(input_shape)), nclasses=2)
+        for levels in (1, 2):
+            wall, calls = _recorded_gradient(recording(ResNetApp)(net, params, X, C),
+                                             net.T, nlayers, levels, repeats,
+                                             GradientSolver)
+            pred = predict(spec, Strategy(1, 1, 1, Cycle(ntime=nlayers, max_levels=levels,
+                                                         cfactor=4, batched=True), (1, 1)),
+                           bare, record=True)
+            [(pairs, rank_gaps)] = paired([calls], pred.timeline.events, wall,
+                                          pred.timeline.makespan)
+            for call, ev in pairs:
+                ratios[call.batch].append((call.end - call.start, ev.end - ev.start))
+            outside = 0.0
+            for gap in rank_gaps:
+                rows = calls[gap.index].rows if gap.index < len(calls) else 1
+                if gap.label == "none":
+                    gaps.setdefault((rows, n), []).append(gap.measured)
+                elif gap.label == "vec":
+                    vec_gaps.append((gap.measured, gap.model, rows, n))
+                else:
+                    outside += gap.measured - gap.model
+            rest.setdefault(n, []).append(outside)
+    glue = CostFit.fit([(r, n, float(np.median(g))) for (r, n), g in sorted(gaps.items())])
+    glue = CostFit(glue.a, glue.b)  # the law, not the points: gaps are single samples
+    vec = [(m - glue.seconds(r, n), p) for m, p, r, n in vec_gaps]
+    fixed = CostFit.fit([(1, n, max(float(np.mean(v)), 1e-9)) for n, v in sorted(rest.items())])
+    return dataclasses.replace(
+        layer, sweep=_median_factor(ratios[False]), sweep_batched=_median_factor(ratios[True]),
+        glue=glue, vec_factor=_median_factor(vec), fixed=CostFit(fixed.a, fixed.b))
+
+
+def _recorded_gradient(app: Any, tstop: float, nlayers: int, levels: int, repeats: int,
+                       solver_class: Any) -> Tuple[float, list]:
+    """(seconds, calls from the gradient's start) of the fastest of ``repeats`` warm
+    gradients of the recording ``app``."""
+    solver = solver_class(app, 0.0, tstop, nlayers, oneshot=(1, 1),
+                          primal={"max_levels": levels, "cfactor": 4})
+    try:
         solver.evaluate()
         best: Optional[Tuple[float, list]] = None
         for _ in range(max(repeats, 1)):
@@ -348,35 +396,10 @@ def calibrate_in_solve(cal: Calibration, layer: LayerCosts, samples: int,
             if best is None or wall < best[0]:
                 best = (wall, [dataclasses.replace(c, start=c.start - start,
                                                    end=c.end - start) for c in app.calls])
+    finally:
         solver.close()
-        assert best is not None
-        wall, calls = best
-        pred = predict(spec, Strategy(1, 1, 1, Cycle(ntime=nlayers, max_levels=levels,
-                                                     cfactor=4, batched=True), (1, 1)),
-                       bare, record=True)
-        [(pairs, rank_gaps)] = paired([calls], pred.timeline.events, wall,
-                                      pred.timeline.makespan)
-        for call, ev in pairs:
-            calls_m[call.batch] += call.end - call.start
-            calls_p[call.batch] += ev.end - ev.start
-        outside = 0.0
-        for gap in rank_gaps:
-            rows = calls[gap.index].rows if gap.index < len(calls) else 1
-            if gap.label == "none":
-                gaps.setdefault(rows, []).append(gap.measured)
-            elif gap.label == "vec":
-                vec_gaps.append((gap.measured, gap.model, rows))
-            else:
-                outside += gap.measured - gap.model
-        rest.append(outside)
-    glue = CostFit.fit([(r, samples, float(np.median(g))) for r, g in sorted(gaps.items())])
-    glue = CostFit(glue.a, glue.b)  # the law, not the points: gaps are single samples
-    vec_m = sum(m - glue.seconds(r, samples) for m, _, r in vec_gaps)
-    vec_p = sum(p for _, p, _ in vec_gaps)
-    return dataclasses.replace(
-        layer, sweep=_ratio(calls_m[False], calls_p[False]),
-        sweep_batched=_ratio(calls_m[True], calls_p[True]), glue=glue,
-        vec_factor=_ratio(vec_m, vec_p), gradient_s=max(float(np.mean(rest)), 0.0))
+    assert best is not None
+    return best
 
 
 def _fit_link(sizes: Sequence[int], seconds: Sequence[float]) -> Tuple[float, float]:
@@ -446,6 +469,105 @@ def calibrate_network(comm: Any, sizes: Sequence[int] = (8, 1024, 65536, 1048576
             Link(a2, b2, f"measured on {comm.Get_size()} ranks, per tree round"))
 
 
+def _fastest(fn: Callable[[], None], comm: Any, repeats: int, batches: int) -> float:
+    """Seconds per call of ``fn`` (collective when ``comm`` spans ranks): the fastest of
+    ``batches`` batches of ``repeats``, the slowest rank's, on every rank."""
+    best = math.inf
+    for _ in range(batches):
+        if comm is not None:
+            comm.Barrier()
+        start = time.perf_counter()
+        for _ in range(repeats):
+            fn()
+        best = min(best, (time.perf_counter() - start) / repeats)
+    if comm is not None and comm.Get_size() > 1:
+        from mpi4py import MPI
+        best = comm.allreduce(best, op=MPI.MAX)
+    return best
+
+
+def calibrate_software(comm: Any, p2p: Link, sizes: Sequence[int] = (8, 1024, 65536,
+                                                                    1048576),
+                       repeats: int = 20, batches: int = 5) -> Tuple[Optional[Link], float]:
+    """braidpy's own costs around communication, beyond what the network fit has:
+
+    * a state message as the core sends one (``App.bufpack``, the time communicator's
+      post, matched probe and receive, ``App.bufunpack``): with 2+ ranks, ping-pong
+      between ranks 0 and 1 this way less the raw ping-pong ``p2p``; with one rank,
+      messages to itself (``MPI.COMM_SELF``: no network, all the software);
+    * one agreement (:mod:`braidpy.parallel.agree`, the Python-level collective a
+      gradient makes about 21 of) less a raw allreduce of one number, with 2+ ranks
+      (else 0).
+
+    (None, 0.0) without mpi4py. Collective over ``comm``."""
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        return None, 0.0
+    from .._app import App
+    from ..parallel.agree import agreed
+    from ..parallel.timecomm import TimeComm
+
+    app = App()
+    size = 1 if comm is None else comm.Get_size()
+    rank = 0 if comm is None else comm.Get_rank()
+    tc = TimeComm(MPI.COMM_SELF if size < 2 else comm)
+    try:
+        seconds = []
+        for n in sizes:
+            u = np.zeros(max(n // 8, 1))
+            if size < 2:
+                def once(u=u) -> None:
+                    tc.post(0, 5, app.bufpack(u))
+                    app.bufunpack(tc.receive(0, 5))
+                    tc.finish()
+                seconds.append(_fastest(once, None, repeats, batches))
+                continue
+
+            def pingpong(u=u) -> None:
+                if rank == 0:
+                    tc.post(1, 5, app.bufpack(u))
+                    tc.finish()
+                    app.bufunpack(tc.receive(1, 5))
+                elif rank == 1:
+                    v = app.bufunpack(tc.receive(0, 5))
+                    tc.post(0, 5, app.bufpack(v))
+                    tc.finish()
+            seconds.append(_fastest(pingpong, comm, repeats, batches) / 2)
+        a, b = _fit_link(sizes, seconds)
+        if size < 2:
+            message = Link(a, b, "measured: messages to itself (MPI.COMM_SELF)")
+        else:
+            message = Link(max(a - p2p.alpha, 0.0), max(b - p2p.beta, 0.0),
+                           f"measured: ping-pong through braidpy less the raw one "
+                           f"({size} ranks)")
+        agreement = 0.0
+        if size >= 2:
+            one = np.zeros(1)
+
+            def agree() -> None:
+                with agreed(comm, "calibration"):
+                    pass
+
+            def raw() -> None:
+                comm.Allreduce(MPI.IN_PLACE, one)
+            agreement = max(_fastest(agree, comm, repeats, batches) -
+                            _fastest(raw, comm, repeats, batches), 0.0)
+        return message, agreement
+    finally:
+        tc.free()
+
+
+def calibrate_communication(comm: Any, where: Placement = HOST
+                            ) -> Tuple[Link, Link, Optional[Link], float]:
+    """:func:`calibrate_network` then, on the host, :func:`calibrate_software` (a
+    device's states take another path, through pinned host blocks: not measured there).
+    Collective over ``comm``: every rank calls it (rank 0 inside :func:`calibrate`)."""
+    p2p, ar = calibrate_network(comm, where=where)
+    software, agreement = calibrate_software(comm, p2p) if where.is_host else (None, 0.0)
+    return p2p, ar, software, agreement
+
+
 def _gpu_note(where: Placement) -> str:
     """What the file says about GPUs: whose layer costs it holds."""
     from .. import cuda_info
@@ -483,19 +605,21 @@ def calibrate(layers: Sequence[str] = DEFAULT_LAYERS, *, comm: Any = None,
     say("callback")
     callback, solve_s = calibrate_callback()
     say("network")
-    p2p, ar = calibrate_network(comm, where=where)
+    p2p, ar, software, agreement = calibrate_communication(comm, where)
     host = {"machine": platform.machine(), "python": platform.python_version(),
             "processor": platform.processor(), "numpy": np.__version__,
             "gpu": _gpu_note(where), "allocator": allocator}
     cal = Calibration(tuple(fits), callback, p2p, ar, solve_s=solve_s,
                       nranks=1 if comm is None else comm.Get_size(), device=where.name,
-                      host=host)
+                      host=host, message_software=software, agreement_s=agreement)
     swept = []
     for lc in cal.layers:
         say(f"gradients of {lc.name}")
         n = sorted({p[1] for p in lc.costs["fwd"].points})
-        if where.is_host:
-            swept.append(calibrate_in_solve(cal, lc, n[len(n) // 2], repeats=repeats))
+        if where.is_host:  # the smallest and the middle sample counts: glue and fixed
+            # costs grow with the states
+            swept.append(calibrate_in_solve(cal, lc, [n[0], n[len(n) // 2]],
+                                            repeats=repeats))
         else:  # calls on a device return before their work is done: whole gradients
             single, batched = calibrate_sweep(cal, lc, n[len(n) // 2],
                                               repeats=max(repeats // 2, 1), where=where)

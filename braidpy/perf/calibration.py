@@ -15,10 +15,13 @@ Layout (version 1)::
                      "fwd":  {"a": ..., "b": ..., "points": [[rows, samples, s], ...]},
                      "adj":  {...}, "grad": {...}, "vec": {...}},
                  "glue": {"a": ..., "b": ..., "points": [...]},   # optional: measured
-                 "vec_factor": 2.1, "gradient_s": 3e-4}, ...],     #   on the host
+                 "vec_factor": 2.1,                                #   on the host
+                 "fixed": {"a": ..., "b": ..., "points": []}}, ...],
      "network": {"p2p": {"alpha": s, "beta": s_per_byte, "source": "measured"},
                  "allreduce": {"alpha": ..., "beta": ..., "source": "assumed: ..."},
-                 "nranks": 1}}
+                 "nranks": 1},
+     "software": {"message": {"alpha": ..., "beta": ..., "source": ...},   # optional
+                  "agreement_s": ...}}
 
 A call advancing ``rows`` states of ``samples`` samples each costs about ``a + b * rows
 * samples`` seconds (a least-squares fit: ``a`` the fixed cost of a call, ``b`` the
@@ -126,9 +129,9 @@ class LayerCosts:
     cost in a solve against the bare calls' (states out of cache), and what lies
     between calls is modelled apart: ``glue`` seconds before each call (the core's and
     the adjoint wrapper's copies of its states; ``a + b * rows * samples``),
-    ``vec_factor`` on the vector work, and ``gradient_s`` fixed seconds per gradient
-    (results, objective and agreements between the solves, stacking for the gradient
-    call). Without ``glue`` (files of before, and GPU calibrations) the two factors
+    ``vec_factor`` on the vector work, and ``fixed`` seconds per gradient (results,
+    objective and agreements between the solves, stacking for the gradient call;
+    ``a + b * samples``). Without ``glue`` (files of before, and GPU calibrations) the two factors
     absorb all of it, and vector work takes ``sweep_batched``."""
 
     name: str
@@ -140,7 +143,7 @@ class LayerCosts:
     sweep_batched: float = 1.0
     glue: Optional[CostFit] = None
     vec_factor: Optional[float] = None
-    gradient_s: float = 0.0
+    fixed: Optional[CostFit] = None
 
     @property
     def vec_scale(self) -> float:
@@ -181,6 +184,11 @@ class Calibration:
     nranks: int = 1
     device: str = "cpu"
     host: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    #: braidpy's own cost of a state message beyond the network's (packing, the time
+    #: communicator, unpacking) and of one Python-level agreement beyond a raw allreduce
+    #: (:func:`braidpy.perf.calibrate.calibrate_software`); None / 0: not measured.
+    message_software: Optional[Link] = None
+    agreement_s: float = 0.0
 
     def layer(self, kind: str, shape: Sequence[int], kernel: int = 3
               ) -> Tuple[LayerCosts, float]:
@@ -210,6 +218,9 @@ class Calibration:
             "network": {"p2p": dataclasses.asdict(self.p2p),
                         "allreduce": dataclasses.asdict(self.allreduce),
                         "nranks": self.nranks},
+            **({"software": {"message": dataclasses.asdict(self.message_software),
+                             "agreement_s": self.agreement_s}}
+               if self.message_software is not None else {}),
         }
 
 
@@ -223,8 +234,9 @@ def _layer_json(lc: LayerCosts) -> Dict[str, Any]:
                            "sweep_batched": lc.sweep_batched,
                            "costs": {k: _fit_json(f) for k, f in lc.costs.items()}}
     if lc.glue is not None:  # written only when measured: older readers see what they know
-        out.update(glue=_fit_json(lc.glue), vec_factor=lc.vec_scale,
-                   gradient_s=lc.gradient_s)
+        out.update(glue=_fit_json(lc.glue), vec_factor=lc.vec_scale)
+    if lc.fixed is not None:
+        out.update(fixed=_fit_json(lc.fixed))
     return out
 
 
@@ -318,20 +330,25 @@ def calibration_from_json(data: Any) -> Calibration:
         glue = _fit(lr["glue"], f"{where}.glue") if "glue" in lr else None
         vec_factor = _number(lr, "vec_factor", where, low=1e-3) if "vec_factor" in lr \
             else None
-        gradient_s = _number(lr, "gradient_s", where) if "gradient_s" in lr else 0.0
+        fixed = _fit(lr["fixed"], f"{where}.fixed") if "fixed" in lr else None
         layers.append(LayerCosts(str(name), kind, tuple(shape), kernel, costs, sweep,
-                                 sweep_batched, glue, vec_factor, gradient_s))
+                                 sweep_batched, glue, vec_factor, fixed))
     net = _field(data, "network", "calibration")
     nranks = _field(net, "nranks", "network")
     if isinstance(nranks, bool) or not isinstance(nranks, int) or nranks < 1:
         raise CalibrationError(f"field network.nranks must be an int >= 1, got {nranks!r}")
     device = data.get("device", "cpu")
     host = data.get("host", {})
+    software = data.get("software")
+    message, agreement = None, 0.0
+    if software is not None:
+        message = _link(_field(software, "message", "software"), "software.message")
+        agreement = _number(software, "agreement_s", "software")
     return Calibration(tuple(layers), _number(data, "callback_s", "calibration"),
                        _link(_field(net, "p2p", "network"), "network.p2p"),
                        _link(_field(net, "allreduce", "network"), "network.allreduce"),
                        _number(data, "solve_s", "calibration"), nranks, str(device),
-                       host if isinstance(host, Mapping) else {})
+                       host if isinstance(host, Mapping) else {}, message, agreement)
 
 
 def load_calibration(path: str) -> Calibration:

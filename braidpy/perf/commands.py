@@ -152,8 +152,8 @@ def _calibrate(args: argparse.Namespace) -> int:
             print(f"wrote {args.output}: {len(cal.layers)} layers; network "
                   f"p2p {cal.p2p.source}, allreduce {cal.allreduce.source}")
     else:
-        from .calibrate import calibrate_network
-        calibrate_network(comm, where=where)  # the other ranks: the network part only
+        from .calibrate import calibrate_communication
+        calibrate_communication(comm, where)  # the other ranks: the communication part
     return 0
 
 

@@ -312,11 +312,17 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
             out.append(op)
         return out
 
+    # braidpy's own work around a message or an agreement goes with the host, not the
+    # network: it stays when --interconnect replaces the calibrated network.
+    software = cal.message_software.seconds(state_bytes) if cal.message_software else 0.0
+
     def message(op: Op) -> float:
-        return p2p.seconds(state_bytes)
+        return p2p.seconds(state_bytes) + software
 
     def reduce(op: Op, n: int) -> float:
-        return allreduce_seconds(24.0, n, p2p, small)
+        python_level = op.tag in ("agreement", "objective") and n > 1
+        return allreduce_seconds(24.0, n, p2p, small) + (cal.agreement_s if python_level
+                                                         else 0.0)
 
     P = s.layers
     N = net.nlayers
@@ -345,8 +351,8 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
         if p == P - 1:
             ops.append(Op("work", "head", seconds=2 * head))  # classifier loss + gradient
         ops.append(Op("allreduce", "objective"))
-        if layer.gradient_s:  # results, objective, agreements, stacking (measured)
-            ops.append(Op("work", "fixed", seconds=layer.gradient_s))
+        if layer.fixed is not None:  # results, objective, agreements, stacking (measured)
+            ops.append(Op("work", "fixed", seconds=layer.fixed.seconds(1, glue_samples)))
         ops.append(solve)
         ops += adjoint[p]
         lo, hi = ranges[p]
