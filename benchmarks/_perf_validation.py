@@ -63,6 +63,22 @@ def run_worker(script: str, spec: dict, nranks: int, timeout: float = 900) -> di
     return json.loads(line[7:])
 
 
+def dense_validation_app(spec: dict, app_class=None):
+    """(net, params, app): the dense ResNet both dense validation benchmarks time
+    (spec's width, layers and samples; 2 features, 5 classes, seeded) and its ResNetApp
+    (or ``app_class``, a subclass)."""
+    import numpy as np
+
+    from braidpy.nn import ResNet, ResNetApp
+
+    net = ResNet((2,), 5, width=spec["width"], nlayers=spec["layers"])
+    params = net.init_params(seed=3, scale=0.1)
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((spec["samples"], 2))
+    C = np.eye(5)[rng.integers(0, 5, spec["samples"])]
+    return net, params, (app_class or ResNetApp)(net, params, X, C)
+
+
 def clean_sample(res: dict) -> Tuple[List[float], List[float], list, int]:
     """(wall times, CPU times, extras, clean count) of the clean gradients of a worker's
     result (all of them where none was clean or no filter applied). ``res`` has lists

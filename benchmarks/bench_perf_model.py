@@ -47,9 +47,9 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from _perf_validation import (clean_sample, common_arguments, dump,  # noqa: E402
-                              plot_predicted_vs_measured, run_calibration, run_worker,
-                              signed_worst, within)
+from _perf_validation import (clean_sample, common_arguments,  # noqa: E402
+                              dense_validation_app, dump, plot_predicted_vs_measured,
+                              run_calibration, run_worker, signed_worst, within)
 
 # (name, levels, cfactor, skip, mode, (m1, m2)); ntime is --layers.
 SETTINGS = [
@@ -68,7 +68,6 @@ def worker(spec: dict) -> None:
     from mpi4py import MPI
 
     from braidpy.adjoint import GradientSolver
-    from braidpy.nn import ResNet, ResNetApp
     from braidpy.perf.allocator import keep_freed_memory
     from braidpy.perf.runqueue import CLEAN_SHARE, run_delay
 
@@ -77,13 +76,8 @@ def worker(spec: dict) -> None:
 
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
-    width, layers, samples = spec["width"], spec["layers"], spec["samples"]
-    net = ResNet((2,), 5, width=width, nlayers=layers)
-    params = net.init_params(seed=3, scale=0.1)
-    rng = np.random.default_rng(5)
-    X = rng.standard_normal((samples, 2))
-    C = np.eye(5)[rng.integers(0, 5, samples)]
-    app = ResNetApp(net, params, X, C)
+    layers = spec["layers"]
+    net, params, app = dense_validation_app(spec)
     opts = dict(max_levels=spec["levels"], cfactor=spec["cf"], skip=spec["skip"],
                 abs_tol=1e-7, storage="final")
     oneshot = tuple(spec["m"]) if spec["mode"] == "oneshot" else None

@@ -23,32 +23,27 @@ import os
 import sys
 import time
 
-import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from _perf_validation import common_arguments, run_calibration, run_worker  # noqa: E402
+from _perf_validation import (common_arguments, dense_validation_app,  # noqa: E402
+                              run_calibration, run_worker)
 
 
 def worker(spec: dict) -> None:
     from mpi4py import MPI
 
     from braidpy.adjoint import GradientSolver
-    from braidpy.nn import ResNet, ResNetApp
+    from braidpy.nn import ResNetApp
     from braidpy.perf.allocator import keep_freed_memory
     from braidpy.perf.timeline import recording
 
     keep_freed_memory()  # as braidpy calibrate measures
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
-    width, layers, samples = spec["width"], spec["layers"], spec["samples"]
-    net = ResNet((2,), 5, width=width, nlayers=layers)
-    params = net.init_params(seed=3, scale=0.1)
-    rng = np.random.default_rng(5)
-    X = rng.standard_normal((samples, 2))
-    C = np.eye(5)[rng.integers(0, 5, samples)]
-    app = recording(ResNetApp)(net, params, X, C)
+    layers = spec["layers"]
+    net, params, app = dense_validation_app(spec, recording(ResNetApp))
     app.calls = []
     opts = dict(max_levels=spec["levels"], cfactor=spec["cf"], abs_tol=1e-7,
                 storage="final")

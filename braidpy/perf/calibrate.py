@@ -282,8 +282,8 @@ def calibrate_sweep(cal: Calibration, layer: LayerCosts, samples: int, nlayers: 
     return float(np.clip(single, 0.25, 8.0)), float(np.clip(batched, 0.25, 8.0))
 
 
-#: Bounds on the factors measured inside a solve: noise on a shared machine can push a
-#: ratio of sums out of any physical range.
+#: Bounds on the factors measured inside a solve: on a shared machine even a median
+#: of a few ratios can leave any physical range.
 _FACTOR_RANGE = (0.25, 8.0)
 
 
