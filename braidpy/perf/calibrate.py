@@ -482,7 +482,9 @@ def _fastest(fn: Callable[[], None], comm: Any, repeats: int, batches: int) -> f
         best = min(best, (time.perf_counter() - start) / repeats)
     if comm is not None and comm.Get_size() > 1:
         from mpi4py import MPI
-        best = comm.allreduce(best, op=MPI.MAX)
+        slowest = np.array([best])
+        comm.Allreduce(MPI.IN_PLACE, slowest, op=MPI.MAX)  # typed buffers only
+        best = float(slowest[0])
     return best
 
 
