@@ -184,6 +184,33 @@ def test_braidpy_message_and_agreement_costs_enter_by_hand():
     assert predict(net, strategy(1), soft).seconds == predict(net, strategy(1), base).seconds
 
 
+def test_python_level_collectives_stand_where_braidpy_makes_them():
+    """Every rank waits at each of braidpy's Python-level collectives: the model places
+    them at the end of each solve (the final value's agreement and broadcast), with the
+    objective, after the parameter gradients, and the trainer's at the end."""
+    import re
+
+    from braidpy.perf.model import (AGREEMENTS_PER_GRADIENT, GRADIENT_COLLECTIVES,
+                                    OBJECTIVE_COLLECTIVES, SOLVE_END_COLLECTIVES)
+
+    def token(op):
+        if op.kind == "step":
+            return {"fwd": "F", "adj": "A", "grad": "G"}[op.tag]
+        return {"agreement": "c", "objective": "o"}.get(op.tag, "s")  # s: the core's
+
+    net = NetSpec("dense", (4,), 8, 10)
+    events = predict(net, strategy(2), made_up(), record=True).timeline.events
+    solve_end, objective = "c" * SOLVE_END_COLLECTIVES, "c" * OBJECTIVE_COLLECTIVES
+    trainer = AGREEMENTS_PER_GRADIENT - 2 * SOLVE_END_COLLECTIVES - \
+        OBJECTIVE_COLLECTIVES - GRADIENT_COLLECTIVES
+    for rank in range(2):
+        text = "".join(token(e.op) for e in events
+                       if e.rank == rank and e.op.kind in ("step", "allreduce"))
+        pattern = (f"^s[Fs]*Fs{solve_end}o{objective}s[As]*As{solve_end}G+"
+                   f"{'c' * GRADIENT_COLLECTIVES}{'c' * trainer}$")
+        assert re.match(pattern, text), (rank, text)
+
+
 def test_two_ranks_by_hand():
     # Primal on 2 ranks (points 0..4, 5..8): 16 (test_perf_schedule), after rank 0's
     # opening (1) and the allreduce that holds rank 1 until then: 17; the classifier on

@@ -26,13 +26,24 @@ from .schedule import Cycle, Op, Timeline, block_ranges, simulate, solve_program
 
 __all__ = ["NetSpec", "Strategy", "Prediction", "predict", "allreduce_seconds", "band_share",
            "memory_per_rank", "check_strategy", "serial_seconds", "NETWORKS", "network_spec",
-           "PARAM_COPIES", "AGREEMENTS_PER_GRADIENT"]
+           "PARAM_COPIES", "AGREEMENTS_PER_GRADIENT", "SOLVE_END_COLLECTIVES",
+           "OBJECTIVE_COLLECTIVES", "GRADIENT_COLLECTIVES"]
 
 #: Small collectives per gradient outside the compiled core (braidpy's Python-level
 #: agreements on success or failure, gathers of the owned ranges and of the objective,
 #: step-count allreduces), counted with cProfile on a 2-rank gradient of the trainer's
-#: evaluator; each costs a small allreduce over the layer ranks.
+#: evaluator; each costs a small allreduce over the layer ranks. Where they stand
+#: matters (every rank waits at each for the last), so the model places them:
 AGREEMENTS_PER_GRADIENT = 21
+#: at the end of each solve (Core.solve's final value: which rank has it, an agreement,
+#: its length and bytes broadcast, an agreement),
+SOLVE_END_COLLECTIVES = 5
+#: with the objective (its agreement and the gather of its terms, besides the
+#: objective's allreduce itself),
+OBJECTIVE_COLLECTIVES = 2
+#: after the batched parameter gradients (their agreement); the rest are the trainer's,
+#: at the gradient's end.
+GRADIENT_COLLECTIVES = 1
 
 #: Copies of the parameter vector a rank holds: parameters, gradient, and L-BFGS's
 #: (braidpy.train's default optimizer) direction and 2 x 10 history vectors.
@@ -342,19 +353,26 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
     head = costs["grad"].seconds(1, samples * scale) * layer.sweep
     progs: List[List[Op]] = []
     solve = Op("work", "solve", seconds=cal.solve_s)  # Core.solve's own Python
+
+    def agreements(n: int) -> List[Op]:
+        return [Op("allreduce", "agreement")] * n
+
+    trainer = AGREEMENTS_PER_GRADIENT - 2 * SOLVE_END_COLLECTIVES - OBJECTIVE_COLLECTIVES - \
+        GRADIENT_COLLECTIVES
     for p in range(P):
         ops: List[Op] = []
         if p == 0:
             ops.append(Op("work", "head", seconds=opening))  # the opening layer
         ops.append(solve)
-        ops += primal[p]
+        ops += primal[p] + agreements(SOLVE_END_COLLECTIVES)
         if p == P - 1:
             ops.append(Op("work", "head", seconds=2 * head))  # classifier loss + gradient
         ops.append(Op("allreduce", "objective"))
+        ops += agreements(OBJECTIVE_COLLECTIVES)
         if layer.fixed is not None:  # results, objective, agreements, stacking (measured)
             ops.append(Op("work", "fixed", seconds=layer.fixed.seconds(1, glue_samples)))
         ops.append(solve)
-        ops += adjoint[p]
+        ops += adjoint[p] + agreements(SOLVE_END_COLLECTIVES)
         lo, hi = ranges[p]
         steps = hi - lo + 1 - (1 if lo == 0 else 0)  # step n belongs to t_{n+1}'s rank
         if steps > 0:
@@ -362,9 +380,10 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
                 ops += with_glue([Op("step", "grad", 0, steps, batch=True)])
             else:
                 ops += with_glue([Op("step", "grad", 0, 1)] * steps)
+        ops += agreements(GRADIENT_COLLECTIVES)
         if p == 0:
             ops.append(Op("work", "head", seconds=opening))  # the opening's gradient
-        ops += [Op("allreduce", "agreement")] * AGREEMENTS_PER_GRADIENT
+        ops += agreements(trainer)
         progs.append(ops)
     tl = simulate(progs, cost, message, reduce, record=record)
     notes += _extrapolation_notes(layer, progs, samples * scale * band_share(net, s.space,
