@@ -160,6 +160,13 @@ def test_glue_and_fixed_costs_enter_by_hand():
     assert after.parts["vec"] == pytest.approx(2.0 * vec)
     assert after.seconds == pytest.approx(before.seconds + 0.5 * steps + 3.0 +
                                           (2.0 - lc.sweep_batched) * vec)
+    # batched: the states stacked for the one gradient call are copies, priced as glue
+    batched = predict(net, strategy(1, batched=True), glued, record=True)
+    glue_ops = [e.op for e in batched.timeline.events if e.op.tag == "glue"]
+    calls = sum(e.op.kind == "step" for e in batched.timeline.events)
+    assert len(glue_ops) == calls + 1 and batched.parts["glue"] == 0.5 * (calls + 1)
+    stack = [op for op in glue_ops if op.rows == 2 * 8]
+    assert len(stack) == 1  # 2 states for each of the 8 layers' gradients
 
 
 def test_braidpy_message_and_agreement_costs_enter_by_hand():

@@ -319,10 +319,10 @@ def calibrate_in_solve(cal: Calibration, layer: LayerCosts, samples: Sequence[in
       and the adjoint wrapper's copies of the next call's states — fitted as
       ``a + b * rows * samples`` of that call (median per state count and samples);
     * ``vec_factor``: the gaps holding vector work only, less their glue, against the
-      fitted vector costs (the median over those gaps);
+      fitted vector costs (the median over those gaps, weighted by their modelled time);
     * ``fixed``: the rest of a gradient (the stretches at the solves' ends and starts,
-      the objective, stacking for the gradient call) beyond what the model has there,
-      per gradient (mean of the two), fitted as ``a + b * samples``.
+      the objective) beyond what the model with the above has there, per gradient
+      (mean of the two), fitted as ``a + b * samples``.
     """
     from ..adjoint import GradientSolver
     from ..nn import ResNet, ResNetApp
@@ -335,15 +335,7 @@ def calibrate_in_solve(cal: Calibration, layer: LayerCosts, samples: Sequence[in
     net = ResNet(input_shape, 2, width=shape[0], nlayers=nlayers, kernel=layer.kernel)
     params = net.init_params(seed=5, scale=0.1)
     rng = np.random.default_rng(9)
-    # The model with bare calls and nothing between them: what the runs are held against.
-    bare = dataclasses.replace(cal, layers=(dataclasses.replace(
-        layer, sweep=1.0, sweep_batched=1.0, glue=None, vec_factor=1.0, fixed=None),))
-    # Ratios call by call, then their medians: a call caught by another job's time slice
-    # (a shared machine) moves a sum, not a median.
-    ratios: Dict[bool, List[Tuple[float, float]]] = {False: [], True: []}
-    gaps: Dict[Tuple[int, int], List[float]] = {}
-    vec_gaps: List[Tuple[float, float, int, int]] = []  # measured, model, rows, samples
-    rest: Dict[int, List[float]] = {}  # measured - modelled outside calls and those gaps
+    runs = []  # (samples, spec, strategy, wall, calls)
     for n in sorted(set(int(x) for x in samples)):
         X = rng.standard_normal((n,) + tuple(input_shape))
         C = np.eye(2)[rng.integers(0, 2, n)]
@@ -353,30 +345,52 @@ def calibrate_in_solve(cal: Calibration, layer: LayerCosts, samples: Sequence[in
             wall, calls = _recorded_gradient(recording(ResNetApp)(net, params, X, C),
                                              net.T, nlayers, levels, repeats,
                                              GradientSolver)
-            pred = predict(spec, Strategy(1, 1, 1, Cycle(ntime=nlayers, max_levels=levels,
-                                                         cfactor=4, batched=True), (1, 1)),
-                           bare, record=True)
-            [(pairs, rank_gaps)] = paired([calls], pred.timeline.events, wall,
-                                          pred.timeline.makespan)
-            for call, ev in pairs:
-                ratios[call.batch].append((call.end - call.start, ev.end - ev.start))
-            outside = 0.0
-            for gap in rank_gaps:
-                rows = calls[gap.index].rows if gap.index < len(calls) else 1
-                if gap.label == "none":
-                    gaps.setdefault((rows, n), []).append(gap.measured)
-                elif gap.label == "vec":
-                    vec_gaps.append((gap.measured, gap.model, rows, n))
-                else:
-                    outside += gap.measured - gap.model
-            rest.setdefault(n, []).append(outside)
-    glue = CostFit.fit([(r, n, float(np.median(g))) for (r, n), g in sorted(gaps.items())])
+            strategy = Strategy(1, 1, 1, Cycle(ntime=nlayers, max_levels=levels, cfactor=4,
+                                               batched=True), (1, 1))
+            runs.append((n, spec, strategy, wall, calls))
+
+    def pairs_with(model_layer: LayerCosts):
+        c = dataclasses.replace(cal, layers=(model_layer,))
+        for n, spec, strategy, wall, calls in runs:
+            pred = predict(spec, strategy, c, record=True)
+            [(pairs, gaps)] = paired([calls], pred.timeline.events, wall,
+                                     pred.timeline.makespan)
+            yield n, calls, pairs, gaps
+
+    # 1. Against bare calls with nothing between them: the calls' factors, the glue
+    #    (gaps with no model operation) and the vector work (gaps with only that).
+    bare = dataclasses.replace(layer, sweep=1.0, sweep_batched=1.0, glue=None,
+                               vec_factor=1.0, fixed=None)
+    # Ratios call by call, then their medians: a call caught by another job's time slice
+    # (a shared machine) moves a sum, not a median.
+    ratios: Dict[bool, List[Tuple[float, float]]] = {False: [], True: []}
+    glue_gaps: Dict[Tuple[int, int], List[float]] = {}
+    vec_gaps: List[Tuple[float, float, int, int]] = []  # measured, model, rows, n
+    for n, calls, pairs, gaps in pairs_with(bare):
+        for call, ev in pairs:
+            ratios[call.batch].append((call.end - call.start, ev.end - ev.start))
+        for gap in gaps:
+            rows = calls[gap.index].rows if gap.index < len(calls) else 1
+            if gap.label == "none":
+                glue_gaps.setdefault((rows, n), []).append(gap.measured)
+            elif gap.label == "vec":
+                vec_gaps.append((gap.measured, gap.model, rows, n))
+    glue = CostFit.fit([(r, n, float(np.median(g)))
+                        for (r, n), g in sorted(glue_gaps.items())])
     glue = CostFit(glue.a, glue.b)  # the law, not the points: gaps are single samples
     vec = [(m - glue.seconds(r, n), p) for m, p, r, n in vec_gaps]
-    fixed = CostFit.fit([(1, n, max(float(np.mean(v)), 1e-9)) for n, v in sorted(rest.items())])
-    return dataclasses.replace(
+    measured = dataclasses.replace(
         layer, sweep=_median_factor(ratios[False]), sweep_batched=_median_factor(ratios[True]),
-        glue=glue, vec_factor=_median_factor(vec), fixed=CostFit(fixed.a, fixed.b))
+        glue=glue, vec_factor=_median_factor(vec))
+    # 2. Against that model: what is left outside the calls, per gradient.
+    rest: Dict[int, List[float]] = {}
+    for n, calls, pairs, gaps in pairs_with(dataclasses.replace(measured, sweep=1.0,
+                                                                sweep_batched=1.0)):
+        rest.setdefault(n, []).append(sum(g.measured - g.model for g in gaps
+                                          if g.label not in ("none", "vec", "glue",
+                                                             "glue+vec")))
+    fixed = CostFit.fit([(1, n, max(float(np.mean(v)), 1e-9)) for n, v in sorted(rest.items())])
+    return dataclasses.replace(measured, fixed=CostFit(fixed.a, fixed.b))
 
 
 def _recorded_gradient(app: Any, tstop: float, nlayers: int, levels: int, repeats: int,

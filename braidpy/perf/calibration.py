@@ -128,10 +128,10 @@ class LayerCosts:
     calls. Measured on the host (calibrations with ``glue``), they are the calls' own
     cost in a solve against the bare calls' (states out of cache), and what lies
     between calls is modelled apart: ``glue`` seconds before each call (the core's and
-    the adjoint wrapper's copies of its states; ``a + b * rows * samples``),
-    ``vec_factor`` on the vector work, and ``fixed`` seconds per gradient (results,
-    objective and agreements between the solves, stacking for the gradient call;
-    ``a + b * samples``). Without ``glue`` (files of before, and GPU calibrations) the two factors
+    the adjoint wrapper's copies of its states; ``a + b * rows * samples``; it also
+    prices the stacking for the batched gradient call), ``vec_factor`` on the vector
+    work, and ``fixed`` seconds per gradient (results, objective and agreements between
+    the solves; ``a + b * samples``). Without ``glue`` (files of before, and GPU calibrations) the two factors
     absorb all of it, and vector work takes ``sweep_batched``."""
 
     name: str
