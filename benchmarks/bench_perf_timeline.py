@@ -45,13 +45,15 @@ def worker(spec: dict) -> None:
     layers = spec["layers"]
     net, params, app = dense_validation_app(spec, recording(ResNetApp))
     app.calls = []
-    opts = dict(max_levels=spec["levels"], cfactor=spec["cf"], abs_tol=1e-7,
-                storage="final")
+    opts = dict(max_levels=spec["levels"], cfactor=spec["cf"], skip=spec["skip"],
+                abs_tol=1e-7, storage="final")
     solver = GradientSolver(app, 0.0, net.T, layers, comm=comm if comm.Get_size() > 1
                             else None, primal=opts, oneshot=tuple(spec["m"]))
     best = None
     for k in range(spec["repeats"] + 2):  # two warm-ups
         params += 1e-4
+        if spec["skip"]:  # skip applies to a cold start only: both solves reset
+            solver.reset()
         app.calls.clear()
         comm.Barrier()
         start = time.perf_counter()
@@ -81,6 +83,9 @@ def main(argv=None) -> None:
     p.add_argument("--levels", type=int, default=2)
     p.add_argument("--cf", type=int, default=4)
     p.add_argument("--m", type=int, nargs=2, default=[2, 2], metavar=("M1", "M2"))
+    p.add_argument("--skip", action="store_true",
+                   help="skip the first down-sweep, timing cold gradients (as "
+                        "bench_perf_model.py's skip setting)")
     args = p.parse_args(argv)
     if args.worker:
         worker(json.loads(args.worker))
@@ -95,14 +100,17 @@ def main(argv=None) -> None:
     net = NetSpec("dense", (args.width,), args.layers, args.samples)
     out = []
     print(f"dense ResNet width {args.width}, {args.layers} layers, {args.samples} samples, "
-          f"L{args.levels} cf{args.cf} m{args.m[0]}/{args.m[1]}; fastest of "
+          f"L{args.levels} cf{args.cf}{' skip cold' if args.skip else ''} "
+          f"m{args.m[0]}/{args.m[1]}; fastest of "
           f"{args.repeats} gradients")
     for P in args.ranks:
         spec = dict(width=args.width, layers=args.layers, samples=args.samples,
-                    levels=args.levels, cf=args.cf, m=args.m, repeats=args.repeats)
+                    levels=args.levels, cf=args.cf, m=args.m, repeats=args.repeats,
+                    skip=args.skip)
         res = run_worker(__file__, spec, P)
         s = Strategy(1, 1, P, Cycle(ntime=args.layers, max_levels=args.levels,
-                                    cfactor=args.cf, batched=True), tuple(args.m))
+                                    cfactor=args.cf, skip=args.skip, batched=True),
+                     tuple(args.m), cold=args.skip)
         # ranks beyond the cores share them: the model's compute x ranks / cores
         pred = predict(net, s, cal, cores=args.cores, record=True)
         measured = [[Call(*c) for c in rank_calls] for rank_calls in res["calls"]]
