@@ -369,7 +369,7 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
             ops.append(Op("work", "head", seconds=2 * head))  # classifier loss + gradient
         ops.append(Op("allreduce", "objective"))
         ops += agreements(OBJECTIVE_COLLECTIVES)
-        if layer.fixed is not None:  # results, objective, agreements, stacking (measured)
+        if layer.fixed is not None:  # results, objective, agreements (measured)
             ops.append(Op("work", "fixed", seconds=layer.fixed.seconds(1, glue_samples)))
         ops.append(solve)
         ops += adjoint[p] + agreements(SOLVE_END_COLLECTIVES)
