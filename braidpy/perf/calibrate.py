@@ -324,7 +324,6 @@ def calibrate_in_solve(cal: Calibration, layer: LayerCosts, samples: Sequence[in
       the objective) beyond what the model with the above has there, per gradient
       (mean of the two), fitted as ``a + b * samples``.
     """
-    from ..adjoint import GradientSolver
     from ..nn import ResNet, ResNetApp
     from .model import NetSpec, Strategy, predict
     from .schedule import Cycle
@@ -343,8 +342,7 @@ def calibrate_in_solve(cal: Calibration, layer: LayerCosts, samples: Sequence[in
                        features=int(np.prod(input_shape)), nclasses=2)
         for levels in (1, 2):
             wall, calls = _recorded_gradient(recording(ResNetApp)(net, params, X, C),
-                                             net.T, nlayers, levels, repeats,
-                                             GradientSolver)
+                                             net.T, nlayers, levels, repeats)
             strategy = Strategy(1, 1, 1, Cycle(ntime=nlayers, max_levels=levels, cfactor=4,
                                                batched=True), (1, 1))
             runs.append((n, spec, strategy, wall, calls))
@@ -384,8 +382,8 @@ def calibrate_in_solve(cal: Calibration, layer: LayerCosts, samples: Sequence[in
         glue=glue, vec_factor=_median_factor(vec))
     # 2. Against that model: what is left outside the calls, per gradient.
     rest: Dict[int, List[float]] = {}
-    for n, calls, pairs, gaps in pairs_with(dataclasses.replace(measured, sweep=1.0,
-                                                                sweep_batched=1.0)):
+    for n, _calls, _pairs, gaps in pairs_with(dataclasses.replace(measured, sweep=1.0,
+                                                                  sweep_batched=1.0)):
         rest.setdefault(n, []).append(sum(g.measured - g.model for g in gaps
                                           if g.label not in ("none", "vec", "glue",
                                                              "glue+vec")))
@@ -393,11 +391,13 @@ def calibrate_in_solve(cal: Calibration, layer: LayerCosts, samples: Sequence[in
     return dataclasses.replace(measured, fixed=CostFit(fixed.a, fixed.b))
 
 
-def _recorded_gradient(app: Any, tstop: float, nlayers: int, levels: int, repeats: int,
-                       solver_class: Any) -> Tuple[float, list]:
+def _recorded_gradient(app: Any, tstop: float, nlayers: int, levels: int,
+                       repeats: int) -> Tuple[float, list]:
     """(seconds, calls from the gradient's start) of the fastest of ``repeats`` warm
     gradients of the recording ``app``."""
-    solver = solver_class(app, 0.0, tstop, nlayers, oneshot=(1, 1),
+    from ..adjoint import GradientSolver
+
+    solver = GradientSolver(app, 0.0, tstop, nlayers, oneshot=(1, 1),
                           primal={"max_levels": levels, "cfactor": 4})
     try:
         solver.evaluate()

@@ -32,7 +32,7 @@ import time
 from collections import defaultdict
 from typing import Any, Dict, List, Sequence, Tuple
 
-from .schedule import Event, Op
+from .schedule import Event
 
 __all__ = ["Call", "Gap", "Comparison", "compare_timelines", "format_comparison",
            "paired", "recording"]
@@ -68,7 +68,6 @@ class Gap:
     label: str
     measured: float
     model: float
-    ops: Tuple[Op, ...] = ()  # the model's operations in the gap
 
 
 @dataclasses.dataclass
@@ -154,13 +153,11 @@ def paired(measured: Sequence[Sequence[Call]], model: Sequence[Event], wall: flo
                                  f"{' batched' if call.batch else ''}, the model has "
                                  f"{ev.op.tag}{' batched' if ev.op.batch else ''}")
             pairs.append((call, ev))
-            between = events[prev_i + 1:i]
-            gaps.append(Gap(r, k, _label(between), call.start - prev_m, ev.start - prev_p,
-                            tuple(e.op for e in between)))
+            gaps.append(Gap(r, k, _label(events[prev_i + 1:i]), call.start - prev_m,
+                            ev.start - prev_p))
             prev_m, prev_p, prev_i = call.end, ev.end, i
-        tail = events[prev_i + 1:]
-        gaps.append(Gap(r, len(mine), "end:" + _label(tail), wall - prev_m,
-                        makespan - prev_p, tuple(e.op for e in tail)))
+        gaps.append(Gap(r, len(mine), "end:" + _label(events[prev_i + 1:]), wall - prev_m,
+                        makespan - prev_p))
         out.append((pairs, gaps))
     return out
 
