@@ -131,8 +131,9 @@ class LayerCosts:
     the adjoint wrapper's copies of its states; ``a + b * rows * samples``; it also
     prices the stacking for the batched gradient call), ``vec_factor`` on the vector
     work, and ``fixed`` seconds per gradient (results, objective and agreements between
-    the solves; ``a + b * samples``). Without ``glue`` (files of before, and GPU calibrations) the two factors
-    absorb all of it, and vector work takes ``sweep_batched``."""
+    the solves; ``a + b * samples``). Without ``glue`` (files of before, and GPU
+    calibrations) the two factors absorb all of it, and vector work takes
+    ``sweep_batched``."""
 
     name: str
     kind: str  # "dense" or "conv"
