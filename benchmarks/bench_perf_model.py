@@ -47,9 +47,10 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from _perf_validation import (clean_sample, common_arguments,  # noqa: E402
-                              dense_validation_app, dump, plot_predicted_vs_measured,
-                              run_calibration, run_worker, signed_worst, within)
+from _perf_validation import (WARMUP_GRADIENTS, clean_sample,  # noqa: E402
+                              common_arguments, dense_validation_app, dump,
+                              plot_predicted_vs_measured, run_calibration, run_worker,
+                              signed_worst, within)
 
 # (name, levels, cfactor, skip, mode, (m1, m2)); ntime is --layers.
 SETTINGS = [
@@ -85,7 +86,7 @@ def worker(spec: dict) -> None:
                             else None, primal=opts, oneshot=oneshot)
     times, cpus, iters, delays = [], [], [], []
     clean = 0
-    for k in range(spec["tries"] + 1):
+    for k in range(spec["tries"] + WARMUP_GRADIENTS):
         params += 1e-4  # a new parameter, as after an optimizer step
         if spec["skip"]:
             solver.reset()
@@ -104,14 +105,14 @@ def worker(spec: dict) -> None:
         most = np.array([cpu, queued, wall])
         comm.Allreduce(MPI.IN_PLACE, most, op=MPI.MAX)
         cpu, queued, wall = most.tolist()
-        if k:  # the first is a warm-up (and exact mode's cold start)
+        if k >= WARMUP_GRADIENTS:  # the first include exact mode's cold start
             ok = not spec["filter"] or queued <= CLEAN_SHARE * wall
             clean += ok
             times.append(wall)
             cpus.append(cpu)
             delays.append(queued)
             iters.append((g.primal.iterations, g.adjoint.iterations))
-            if (clean if spec["filter"] else k) >= spec["repeats"]:
+            if (clean if spec["filter"] else k + 1 - WARMUP_GRADIENTS) >= spec["repeats"]:
                 break
     solver.close()
     if rank == 0:

@@ -278,7 +278,9 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
     share = 1.0
     if cores is not None and s.nprocs > cores:
         share = s.nprocs / cores
-        notes.append(f"{s.nprocs} ranks on {cores} cores: compute x{share:.2g}")
+        notes.append(f"{s.nprocs} ranks on {cores} cores: compute x{share:.2g}, a lower "
+                     f"bound (waiting ranks poll; measured 22-50 % slower, "
+                     f"docs/performance.md)")
     samples = math.ceil(net.samples / s.data)
     state_bytes = 8.0 * samples * net.numbers / s.space
     costs = layer.costs
