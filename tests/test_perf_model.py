@@ -49,8 +49,10 @@ def test_measured_glue_round_trips_and_older_files_load_without_it(tmp_path):
     cal = made_up()
     assert "glue" not in cal.to_json()["layers"][0]  # what older files look like
     assert cal.layers[0].glue is None and cal.layers[0].vec_scale == cal.layers[0].sweep_batched
-    measured = LayerCosts(**{**cal.layers[0].__dict__, "glue": CostFit(2e-6, 5e-9),
-                             "vec_factor": 1.6, "fixed": CostFit(3e-4, 1e-7)})
+    measured = LayerCosts(**{**cal.layers[0].__dict__,
+                             "glue": CostFit(2e-6, 5e-9, ((1, 16, 2e-6), (8, 16, 6e-6))),
+                             "vec_factor": 1.6, "fixed": CostFit(3e-4, 1e-7),
+                             "stack": CostFit(4e-5, 6e-9)})
     cal = Calibration((measured,) + cal.layers[1:], cal.callback_s, cal.p2p, cal.allreduce)
     cal = Calibration(cal.layers, cal.callback_s, cal.p2p, cal.allreduce,
                       message_software=Link(6e-6, 2e-10, "measured: test"), agreement_s=5e-6)
@@ -65,6 +67,7 @@ def test_measured_glue_round_trips_and_older_files_load_without_it(tmp_path):
     (lambda d: d["layers"][0].update(vec_factor=0.0), "layers[0].vec_factor must be a finite"),
     (lambda d: d["layers"][0].update(fixed={"a": "slow", "b": 0.0}),
      "layers[0].fixed.a must be a finite number"),
+    (lambda d: d["layers"][0].update(stack={"a": 1e-5}), "missing field layers[0].stack.b"),
     (lambda d: d.update(software={"message": {"alpha": 1e-6, "beta": -1.0,
                                               "source": "x"}, "agreement_s": 0.0}),
      "software.message.beta must be a finite number"),
@@ -167,6 +170,27 @@ def test_glue_and_fixed_costs_enter_by_hand():
     assert len(glue_ops) == calls + 1 and batched.parts["glue"] == 0.5 * (calls + 1)
     stack = [op for op in glue_ops if op.rows == 2 * 8]
     assert len(stack) == 1  # 2 states for each of the 8 layers' gradients
+
+
+def test_measured_stacking_replaces_the_gradient_calls_glue():
+    """With ``stack`` measured, the batched gradient call is preceded by the stacking
+    (2 states per layer, its own law) instead of glue: exactly its seconds more."""
+    net = NetSpec("dense", (4,), 8, 10)
+    plain = made_up(vec=0.25)
+    lc = plain.layers[0]
+    glued = LayerCosts(**{**lc.__dict__, "glue": CostFit(0.5, 0.0), "vec_factor": 2.0})
+    stacked = LayerCosts(**{**glued.__dict__, "stack": CostFit(1.0, 0.25)})
+
+    def cal(layer):
+        return Calibration((layer,) + plain.layers[1:], 0.0, plain.p2p, plain.allreduce)
+    before = predict(net, strategy(1, batched=True), cal(glued), record=True)
+    after = predict(net, strategy(1, batched=True), cal(stacked), record=True)
+    ops = [e.op for e in after.timeline.events]
+    [k] = [i for i, op in enumerate(ops) if op.kind == "step" and op.tag == "grad"]
+    assert ops[k - 1].tag == "stack" and ops[k - 1].rows == 2 * 8
+    assert after.parts["stack"] == 1.0 + 0.25 * 16 * 10  # a + b * rows * samples
+    # the glue of the call (0.5) and the glue-priced stacking (0.5) are gone
+    assert after.seconds == pytest.approx(before.seconds - 1.0 + after.parts["stack"])
 
 
 def test_braidpy_message_and_agreement_costs_enter_by_hand():
@@ -504,6 +528,8 @@ def test_calibrate_writes_a_file_plan_reads(tmp_path):
     lc = cal.layers[0]
     assert lc.glue is not None and lc.glue.a >= 0 and lc.glue.b >= 0
     assert lc.glue.seconds(1, 2) > 0  # the core does copy between calls
+    assert lc.glue.points  # the measured medians, which the model interpolates
+    assert lc.stack is not None and lc.stack.seconds(2, 2) > 0
     assert 0.25 <= lc.sweep <= 8 and 0.25 <= lc.sweep_batched <= 8
     assert 0.25 <= lc.vec_scale <= 8 and lc.fixed.a >= 0 and lc.fixed.b >= 0
 

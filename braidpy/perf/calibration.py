@@ -15,6 +15,7 @@ Layout (version 1)::
                      "fwd":  {"a": ..., "b": ..., "points": [[rows, samples, s], ...]},
                      "adj":  {...}, "grad": {...}, "vec": {...}},
                  "glue": {"a": ..., "b": ..., "points": [...]},   # optional: measured
+                 "stack": {"a": ..., "b": ..., "points": []},      #   on the host
                  "vec_factor": 2.1,                                #   on the host
                  "fixed": {"a": ..., "b": ..., "points": []}}, ...],
      "network": {"p2p": {"alpha": s, "beta": s_per_byte, "source": "measured"},
@@ -128,11 +129,13 @@ class LayerCosts:
     calls. Measured on the host (calibrations with ``glue``), they are the calls' own
     cost in a solve against the bare calls' (states out of cache), and what lies
     between calls is modelled apart: ``glue`` seconds before each call (the core's and
-    the adjoint wrapper's copies of its states; ``a + b * rows * samples``; it also
-    prices the stacking for the batched gradient call), ``vec_factor`` on the vector
-    work, and ``fixed`` seconds per gradient (results, objective and agreements between
-    the solves; ``a + b * samples``). Without ``glue`` (files of before, and GPU
-    calibrations) the two factors absorb all of it, and vector work takes
+    the adjoint wrapper's copies of its states; measured medians per state count and
+    samples, interpolated as the calls' fits are), ``stack`` before the batched
+    gradient call (the final adjoints and primal states stacked for it; ``a + b * rows
+    * samples``; files without it price the stacking as glue), ``vec_factor`` on the
+    vector work, and ``fixed`` seconds per gradient (results, objective and agreements
+    between the solves; ``a + b * samples``). Without ``glue`` (files of before, and
+    GPU calibrations) the two factors absorb all of it, and vector work takes
     ``sweep_batched``."""
 
     name: str
@@ -145,6 +148,7 @@ class LayerCosts:
     glue: Optional[CostFit] = None
     vec_factor: Optional[float] = None
     fixed: Optional[CostFit] = None
+    stack: Optional[CostFit] = None
 
     @property
     def vec_scale(self) -> float:
@@ -238,6 +242,8 @@ def _layer_json(lc: LayerCosts) -> Dict[str, Any]:
         out.update(glue=_fit_json(lc.glue), vec_factor=lc.vec_scale)
     if lc.fixed is not None:
         out.update(fixed=_fit_json(lc.fixed))
+    if lc.stack is not None:
+        out.update(stack=_fit_json(lc.stack))
     return out
 
 
@@ -332,8 +338,9 @@ def calibration_from_json(data: Any) -> Calibration:
         vec_factor = _number(lr, "vec_factor", where, low=1e-3) if "vec_factor" in lr \
             else None
         fixed = _fit(lr["fixed"], f"{where}.fixed") if "fixed" in lr else None
+        stack = _fit(lr["stack"], f"{where}.stack") if "stack" in lr else None
         layers.append(LayerCosts(str(name), kind, tuple(shape), kernel, costs, sweep,
-                                 sweep_batched, glue, vec_factor, fixed))
+                                 sweep_batched, glue, vec_factor, fixed, stack))
     net = _field(data, "network", "calibration")
     nranks = _field(net, "nranks", "network")
     if isinstance(nranks, bool) or not isinstance(nranks, int) or nranks < 1:

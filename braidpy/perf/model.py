@@ -379,12 +379,18 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
         steps = hi - lo + 1 - (1 if lo == 0 else 0)  # step n belongs to t_{n+1}'s rank
         if steps > 0:
             if s.cycle.batched:
-                # the final adjoints and the primal states stacked for the one call:
-                # copies, priced as the glue's (measured calibrations only)
-                if layer.glue is not None:
+                # the final adjoints and the primal states stacked for the one call
+                # (measured calibrations only; older ones price it as the glue's)
+                grad = Op("step", "grad", 0, steps, batch=True)
+                if layer.stack is not None:  # the stacking is this call's glue
+                    ops += [Op("work", "stack", 0, 2 * steps, seconds=layer.stack.seconds(
+                        2 * steps, glue_samples)), grad]
+                elif layer.glue is not None:
                     ops.append(Op("work", "glue", 0, 2 * steps, seconds=layer.glue.seconds(
                         2 * steps, glue_samples)))
-                ops += with_glue([Op("step", "grad", 0, steps, batch=True)])
+                    ops += with_glue([grad])
+                else:
+                    ops.append(grad)
             else:
                 ops += with_glue([Op("step", "grad", 0, 1)] * steps)
         ops += agreements(GRADIENT_COLLECTIVES)
