@@ -52,7 +52,8 @@ def test_measured_glue_round_trips_and_older_files_load_without_it(tmp_path):
     measured = LayerCosts(**{**cal.layers[0].__dict__,
                              "glue": CostFit(2e-6, 5e-9, ((1, 16, 2e-6), (8, 16, 6e-6))),
                              "vec_factor": 1.6, "fixed": CostFit(3e-4, 1e-7),
-                             "stack": CostFit(4e-5, 6e-9)})
+                             "stack": CostFit(4e-5, 6e-9),
+                             "fixed_parallel": CostFit(1e-4, 1e-6)})
     cal = Calibration((measured,) + cal.layers[1:], cal.callback_s, cal.p2p, cal.allreduce)
     cal = Calibration(cal.layers, cal.callback_s, cal.p2p, cal.allreduce,
                       message_software=Link(6e-6, 2e-10, "measured: test"), agreement_s=5e-6)
@@ -170,6 +171,22 @@ def test_glue_and_fixed_costs_enter_by_hand():
     assert len(glue_ops) == calls + 1 and batched.parts["glue"] == 0.5 * (calls + 1)
     stack = [op for op in glue_ops if op.rows == 2 * 8]
     assert len(stack) == 1  # 2 states for each of the 8 layers' gradients
+
+
+def test_fixed_parallel_costs_enter_only_across_ranks():
+    """``fixed_parallel`` adds its seconds once per gradient on every layer rank when
+    there are several, nothing on one rank."""
+    net = NetSpec("dense", (4,), 8, 10)
+    plain = made_up()
+    lc = plain.layers[0]
+    more = Calibration((LayerCosts(**{**lc.__dict__, "fixed_parallel": CostFit(0.5, 0.1)}),)
+                       + plain.layers[1:], 0.0, plain.p2p, plain.allreduce)
+    assert predict(net, strategy(1), more).seconds == predict(net, strategy(1), plain).seconds
+    two = predict(net, strategy(2), more, record=True)
+    added = [e for e in two.timeline.events if e.op.tag == "parallel"]
+    assert sorted(e.rank for e in added) == [0, 1]
+    assert all(e.end - e.start == pytest.approx(0.5 + 0.1 * 10) for e in added)
+    assert two.seconds > predict(net, strategy(2), plain).seconds
 
 
 def test_measured_stacking_replaces_the_gradient_calls_glue():
@@ -451,6 +468,9 @@ def test_calibrate_under_mpi_measures_the_network(tmp_path):
     # braidpy's own message path against the raw one, and an agreement's cost
     assert cal.message_software.source.startswith("measured: ping-pong through braidpy")
     assert cal.message_software.alpha >= 0 and cal.agreement_s > 0
+    # and what a gradient across the ranks adds beyond the one-rank measurements
+    lc = cal.layers[0]
+    assert lc.fixed_parallel is not None and lc.fixed_parallel.seconds(1, 2) > 1e-6
 
 
 class _SlowFirstBatch:

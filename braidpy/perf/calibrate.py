@@ -34,7 +34,8 @@ from .calibration import Calibration, CostFit, LayerCosts, Link, layer_name
 
 __all__ = ["DEFAULT_LAYERS", "ASSUMED_P2P", "ASSUMED_ALLREDUCE", "parse_layer",
            "DEFAULT_SAMPLES", "time_call", "calibrate_layer", "calibrate_callback",
-           "calibrate_sweep", "calibrate_in_solve", "calibrate_network",
+           "calibrate_sweep", "calibrate_in_solve", "calibrate_in_solve_parallel",
+           "calibrate_network",
            "calibrate_software", "calibrate_communication",
            "calibrate"]
 
@@ -405,21 +406,29 @@ def calibrate_in_solve(cal: Calibration, layer: LayerCosts, samples: Sequence[in
 
 
 def _recorded_gradient(app: Any, tstop: float, nlayers: int, levels: int,
-                       repeats: int) -> Tuple[float, list]:
-    """(seconds, calls from the gradient's start) of the fastest of ``repeats`` warm
-    gradients of the recording ``app``."""
+                       repeats: int, comm: Any = None) -> Tuple[float, list]:
+    """(seconds, this rank's calls from the gradient's start) of the fastest of
+    ``repeats`` warm gradients of the recording ``app``; with ``comm`` (collective) the
+    gradients run on its ranks, and fastest means by the slowest rank's time."""
     from ..adjoint import GradientSolver
 
     solver = GradientSolver(app, 0.0, tstop, nlayers, oneshot=(1, 1),
-                          primal={"max_levels": levels, "cfactor": 4})
+                            primal={"max_levels": levels, "cfactor": 4}, comm=comm)
     try:
         solver.evaluate()
         best: Optional[Tuple[float, list]] = None
         for _ in range(max(repeats, 1)):
             app.calls = []
+            if comm is not None:
+                comm.Barrier()
             start = time.perf_counter()
             solver.evaluate()
             wall = time.perf_counter() - start
+            if comm is not None:
+                from mpi4py import MPI
+                slowest = np.array([wall])
+                comm.Allreduce(MPI.IN_PLACE, slowest, op=MPI.MAX)  # typed buffers only
+                wall = float(slowest[0])
             if best is None or wall < best[0]:
                 best = (wall, [dataclasses.replace(c, start=c.start - start,
                                                    end=c.end - start) for c in app.calls])
@@ -427,6 +436,79 @@ def _recorded_gradient(app: Any, tstop: float, nlayers: int, levels: int,
         solver.close()
     assert best is not None
     return best
+
+
+#: A recorded call as numbers, to gather without pickle: tag code, rows, batched,
+#: start, end.
+_TAGS = ("fwd", "adj", "grad")
+
+
+def calibrate_in_solve_parallel(comm: Any, kind: str, shape: Sequence[int], kernel: int, *,
+                                cal: Optional[Calibration] = None,
+                                layer: Optional[LayerCosts] = None,
+                                samples: Optional[Sequence[int]] = None, nlayers: int = 32,
+                                repeats: int = 5) -> Optional[CostFit]:
+    """What a gradient on the ranks of ``comm`` costs beyond the model with the
+    one-rank measurements of :func:`calibrate_in_solve` (``layer``): the 32-layer
+    ResNet's two-level gradient (batched, one-shot (1, 1), cf 4) run on every rank at
+    each of ``samples`` (rank 0's; two counts), every rank's step calls recorded and
+    paired with the model's, and the gaps the one-rank ``fixed`` covers (the
+    stretches at the solves' starts and ends, the objective, before the gradient
+    call: where braidpy's Python-level collectives and their skew lie) summed per rank
+    beyond the model, averaged over the ranks and fitted as ``a + b * samples``
+    (``LayerCosts.fixed_parallel``). None with fewer than 2 ranks. Collective over
+    ``comm``: rank 0 passes ``cal``, ``layer`` and ``samples``, the others the layer's
+    ``kind``, ``shape`` and ``kernel`` only; every rank gets the fit."""
+    if comm is None or comm.Get_size() < 2:
+        return None
+    from ..nn import ResNet, ResNetApp
+    from ..parallel.collectives import gather_arrays
+    from .model import NetSpec, Strategy, predict
+    from .schedule import Cycle
+    from .timeline import Call, paired, recording
+
+    rank, size = comm.Get_rank(), comm.Get_size()
+    given = sorted(set(int(x) for x in samples)) if rank == 0 and samples else []
+    length = np.array([len(given)], dtype=np.int64)
+    comm.Bcast(length, root=0)  # rank 0's sample counts, for everyone
+    counts = np.array(given if rank == 0 else [0] * int(length[0]), dtype=np.int64)
+    comm.Bcast(counts, root=0)
+    shape = tuple(int(x) for x in shape)
+    input_shape = shape if kind == "conv" else (shape[0],)
+    net = ResNet(input_shape, 2, width=shape[0], nlayers=nlayers, kernel=kernel)
+    params = net.init_params(seed=5, scale=0.1)
+    rng = np.random.default_rng(9)  # the same data on every rank
+    points = []
+    for n in counts.tolist():
+        X = rng.standard_normal((n,) + tuple(input_shape))
+        C = np.eye(2)[rng.integers(0, 2, n)]
+        wall, calls = _recorded_gradient(recording(ResNetApp)(net, params, X, C),
+                                         net.T, nlayers, 2, repeats, comm=comm)
+        mine = np.array([[_TAGS.index(c.tag), c.rows, c.batch, c.start, c.end]
+                         for c in calls], dtype=np.float64).reshape(-1, 5)
+        everyone = gather_arrays(comm, {rank: mine})
+        if rank != 0:
+            continue
+        assert everyone is not None and cal is not None and layer is not None
+        measured = [[Call(_TAGS[int(t)], int(r), bool(b), s0, s1)
+                     for t, r, b, s0, s1 in everyone[q].tolist()] for q in range(size)]
+        spec = NetSpec(kind, shape, nlayers, n, kernel=kernel,
+                       features=int(np.prod(input_shape)), nclasses=2)
+        strategy = Strategy(1, 1, size, Cycle(ntime=nlayers, max_levels=2, cfactor=4,
+                                              batched=True), (1, 1))
+        pred = predict(spec, strategy, dataclasses.replace(cal, layers=(layer,),
+                                                           nranks=size), record=True)
+        beyond = [sum(g.measured - g.model for g in gaps
+                      if g.label not in ("none", "vec", "glue", "glue+vec"))
+                  for _, gaps in paired(measured, pred.timeline.events, wall,
+                                        pred.timeline.makespan)]
+        points.append((1, n, max(float(np.mean(beyond)), 1e-9)))
+    law = np.full(2, np.nan)  # nan: nothing measured (no sample counts given)
+    if rank == 0 and points:
+        fit = CostFit.fit(points)
+        law[:] = fit.a, fit.b
+    comm.Bcast(law, root=0)
+    return None if np.isnan(law[0]) else CostFit(float(law[0]), float(law[1]))
 
 
 def _fit_link(sizes: Sequence[int], seconds: Sequence[float]) -> Tuple[float, float]:
@@ -647,8 +729,12 @@ def calibrate(layers: Sequence[str] = DEFAULT_LAYERS, *, comm: Any = None,
         n = sorted({p[1] for p in lc.costs["fwd"].points})
         if where.is_host:  # the smallest and the middle sample counts: glue and fixed
             # costs grow with the states
-            swept.append(calibrate_in_solve(cal, lc, [n[0], n[len(n) // 2]],
-                                            repeats=repeats))
+            both = [n[0], n[len(n) // 2]]
+            measured = calibrate_in_solve(cal, lc, both, repeats=repeats)
+            parallel = calibrate_in_solve_parallel(comm, lc.kind, lc.shape, lc.kernel,
+                                                   cal=cal, layer=measured, samples=both,
+                                                   repeats=repeats)
+            swept.append(dataclasses.replace(measured, fixed_parallel=parallel))
         else:  # calls on a device return before their work is done: whole gradients
             single, batched = calibrate_sweep(cal, lc, n[len(n) // 2],
                                               repeats=max(repeats // 2, 1), where=where)

@@ -16,6 +16,7 @@ Layout (version 1)::
                      "adj":  {...}, "grad": {...}, "vec": {...}},
                  "glue": {"a": ..., "b": ..., "points": [...]},   # optional: measured
                  "stack": {"a": ..., "b": ..., "points": []},      #   on the host
+                 "fixed_parallel": {"a": ..., "b": ..., "points": []},  # 2+ ranks
                  "vec_factor": 2.1,                                #   on the host
                  "fixed": {"a": ..., "b": ..., "points": []}}, ...],
      "network": {"p2p": {"alpha": s, "beta": s_per_byte, "source": "measured"},
@@ -134,9 +135,11 @@ class LayerCosts:
     gradient call (the final adjoints and primal states stacked for it; ``a + b * rows
     * samples``; files without it price the stacking as glue), ``vec_factor`` on the
     vector work, and ``fixed`` seconds per gradient (results, objective and agreements
-    between the solves; ``a + b * samples``). Without ``glue`` (files of before, and
-    GPU calibrations) the two factors absorb all of it, and vector work takes
-    ``sweep_batched``."""
+    between the solves; ``a + b * samples``), with ``fixed_parallel`` more where a
+    gradient spans several ranks (measured when calibrating under ``mpiexec``: the
+    Python-level collectives and their skew beyond the model). Without ``glue`` (files
+    of before, and GPU calibrations) the two factors absorb all of it, and vector work
+    takes ``sweep_batched``."""
 
     name: str
     kind: str  # "dense" or "conv"
@@ -149,6 +152,7 @@ class LayerCosts:
     vec_factor: Optional[float] = None
     fixed: Optional[CostFit] = None
     stack: Optional[CostFit] = None
+    fixed_parallel: Optional[CostFit] = None
 
     @property
     def vec_scale(self) -> float:
@@ -244,6 +248,8 @@ def _layer_json(lc: LayerCosts) -> Dict[str, Any]:
         out.update(fixed=_fit_json(lc.fixed))
     if lc.stack is not None:
         out.update(stack=_fit_json(lc.stack))
+    if lc.fixed_parallel is not None:
+        out.update(fixed_parallel=_fit_json(lc.fixed_parallel))
     return out
 
 
@@ -339,8 +345,10 @@ def calibration_from_json(data: Any) -> Calibration:
             else None
         fixed = _fit(lr["fixed"], f"{where}.fixed") if "fixed" in lr else None
         stack = _fit(lr["stack"], f"{where}.stack") if "stack" in lr else None
+        parallel = _fit(lr["fixed_parallel"], f"{where}.fixed_parallel") \
+            if "fixed_parallel" in lr else None
         layers.append(LayerCosts(str(name), kind, tuple(shape), kernel, costs, sweep,
-                                 sweep_batched, glue, vec_factor, fixed, stack))
+                                 sweep_batched, glue, vec_factor, fixed, stack, parallel))
     net = _field(data, "network", "calibration")
     nranks = _field(net, "nranks", "network")
     if isinstance(nranks, bool) or not isinstance(nranks, int) or nranks < 1:

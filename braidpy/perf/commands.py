@@ -151,9 +151,13 @@ def _calibrate(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"wrote {args.output}: {len(cal.layers)} layers; network "
                   f"p2p {cal.p2p.source}, allreduce {cal.allreduce.source}")
-    else:
-        from .calibrate import calibrate_communication
-        calibrate_communication(comm, where)  # the other ranks: the communication part
+    else:  # the other ranks: the communication part, and gradients across the ranks
+        from .calibrate import calibrate_communication, calibrate_in_solve_parallel
+        calibrate_communication(comm, where)
+        if where.is_host:
+            for text in layers:
+                kind, shape, kernel = parse_layer(text)
+                calibrate_in_solve_parallel(comm, kind, shape, kernel, repeats=args.repeats)
     return 0
 
 

@@ -373,6 +373,9 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
         ops += agreements(OBJECTIVE_COLLECTIVES)
         if layer.fixed is not None:  # results, objective, agreements (measured)
             ops.append(Op("work", "fixed", seconds=layer.fixed.seconds(1, glue_samples)))
+        if layer.fixed_parallel is not None and P > 1:  # what more ranks add (measured)
+            ops.append(Op("work", "parallel", seconds=layer.fixed_parallel.seconds(
+                1, glue_samples)))
         ops.append(solve)
         ops += adjoint[p] + agreements(SOLVE_END_COLLECTIVES)
         lo, hi = ranges[p]
