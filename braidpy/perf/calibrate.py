@@ -6,11 +6,13 @@ counts, each the median of repeats, fitted as ``a + b * rows * samples``
 (:class:`braidpy.perf.calibration.CostFit`); the cost of one step callback through the
 compiled core; what calling a layer from inside a solve adds, from two real gradients:
 on the host their step calls recorded and paired with the model's
-(:func:`calibrate_in_solve`: the calls' own factors, the copies between calls, vector
-work, fixed costs per gradient), on a device the factors by which whole gradients exceed
-what the fits predict (:func:`calibrate_sweep`); and the
-alpha-beta parameters of point-to-point messages (ping-pong) and
-of allreduce when run under ``mpiexec`` with two or more ranks. With one rank there is
+(:func:`calibrate_in_solve`: the calls' own factors, the copies between calls, the
+stacking for the gradient call, vector work, fixed costs per gradient; under
+``mpiexec`` also what the same gradient across the ranks adds,
+:func:`calibrate_in_solve_parallel`), on a device the factors by which whole
+gradients exceed what the fits predict (:func:`calibrate_sweep`); and the alpha-beta
+parameters of point-to-point messages (ping-pong) and of allreduce when run under
+``mpiexec`` with two or more ranks. With one rank there is
 no network to measure: the file then carries documented defaults marked
 ``"assumed: ..."`` (shared-memory MPI on one node), which ``braidpy plan`` reports.
 Everything is measured with glibc's allocator keeping freed memory
