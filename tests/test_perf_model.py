@@ -473,6 +473,38 @@ def test_calibrate_under_mpi_measures_the_network(tmp_path):
     assert lc.fixed_parallel is not None and lc.fixed_parallel.seconds(1, 2) > 1e-6
 
 
+_FAILING_CALIBRATION = """
+import sys
+from mpi4py import MPI
+import braidpy.perf.calibrate as C
+if MPI.COMM_WORLD.Get_size() != 2:
+    sys.exit(3)  # the ranks did not run together
+if MPI.COMM_WORLD.Get_rank() == 0:
+    def fails(*args, **kwargs):
+        raise RuntimeError("planted failure on rank 0")
+    C.{name} = fails
+from braidpy.cli import main
+sys.exit(main(["calibrate", "-o", sys.argv[1], "--layer", "dense:2", "--samples", "2",
+               "--rows", "1", "2", "--repeats", "1", "-q"]))
+"""
+
+
+@pytest.mark.parametrize("name", ["calibrate_layer", "calibrate_in_solve"])
+def test_calibrate_under_mpi_stops_every_rank_when_rank_0_fails(tmp_path, name):
+    """Rank 0 measures alone between collectives: its failure there reaches the other
+    ranks at an agreement, and both exit with status 1 instead of waiting forever."""
+    from test_mpi import MPIEXEC
+
+    script = tmp_path / "failing.py"
+    script.write_text(_FAILING_CALIBRATION.format(name=name))
+    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, str(script),
+                           str(tmp_path / "c.json")],
+                          capture_output=True, text=True, env=ENV, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.count("planted failure on rank 0") == 1
+    assert not (tmp_path / "c.json").exists()
+
+
 class _SlowFirstBatch:
     """A two-rank communicator (this is rank 0) whose first ``slow`` sends of every
     message size each take 5 ms: a partner descheduled by other jobs."""

@@ -39,7 +39,7 @@ __all__ = ["DEFAULT_LAYERS", "ASSUMED_P2P", "ASSUMED_ALLREDUCE", "parse_layer",
            "calibrate_sweep", "calibrate_in_solve", "calibrate_in_solve_parallel",
            "calibrate_network",
            "calibrate_software", "calibrate_communication",
-           "calibrate"]
+           "calibrate", "calibrate_follower"]
 
 #: Layers measured by default: Peaks' dense width 8 (paper 002, sec. 4.1), the digits
 #: preset's conv net and an MNIST-sized conv layer.
@@ -464,6 +464,7 @@ def calibrate_in_solve_parallel(comm: Any, kind: str, shape: Sequence[int], kern
     if comm is None or comm.Get_size() < 2:
         return None
     from ..nn import ResNet, ResNetApp
+    from ..parallel.agree import agreed
     from ..parallel.collectives import gather_arrays
     from .model import NetSpec, Strategy, predict
     from .schedule import Cycle
@@ -489,22 +490,23 @@ def calibrate_in_solve_parallel(comm: Any, kind: str, shape: Sequence[int], kern
         mine = np.array([[_TAGS.index(c.tag), c.rows, c.batch, c.start, c.end]
                          for c in calls], dtype=np.float64).reshape(-1, 5)
         everyone = gather_arrays(comm, {rank: mine})
-        if rank != 0:
-            continue
-        assert everyone is not None and cal is not None and layer is not None
-        measured = [[Call(_TAGS[int(t)], int(r), bool(b), s0, s1)
-                     for t, r, b, s0, s1 in everyone[q].tolist()] for q in range(size)]
-        spec = NetSpec(kind, shape, nlayers, n, kernel=kernel,
-                       features=int(np.prod(input_shape)), nclasses=2)
-        strategy = Strategy(1, 1, size, Cycle(ntime=nlayers, max_levels=2, cfactor=4,
-                                              batched=True), (1, 1))
-        pred = predict(spec, strategy, dataclasses.replace(cal, layers=(layer,),
-                                                           nranks=size), record=True)
-        beyond = [sum(g.measured - g.model for g in gaps
-                      if g.label not in ("none", "vec", "glue", "glue+vec"))
-                  for _, gaps in paired(measured, pred.timeline.events, wall,
-                                        pred.timeline.makespan)]
-        points.append((1, n, max(float(np.mean(beyond)), 1e-9)))
+        with agreed(comm, "pairing the recorded calls with the model's"):
+            if rank == 0:  # the others wait at the agreement
+                assert everyone is not None and cal is not None and layer is not None
+                measured = [[Call(_TAGS[int(t)], int(r), bool(b), s0, s1)
+                             for t, r, b, s0, s1 in everyone[q].tolist()]
+                            for q in range(size)]
+                spec = NetSpec(kind, shape, nlayers, n, kernel=kernel,
+                               features=int(np.prod(input_shape)), nclasses=2)
+                strategy = Strategy(1, 1, size, Cycle(ntime=nlayers, max_levels=2,
+                                                      cfactor=4, batched=True), (1, 1))
+                pred = predict(spec, strategy, dataclasses.replace(
+                    cal, layers=(layer,), nranks=size), record=True)
+                beyond = [sum(g.measured - g.model for g in gaps
+                              if g.label not in ("none", "vec", "glue", "glue+vec"))
+                          for _, gaps in paired(measured, pred.timeline.events, wall,
+                                                pred.timeline.makespan)]
+                points.append((1, n, max(float(np.mean(beyond)), 1e-9)))
     law = np.full(2, np.nan)  # nan: nothing measured (no sample counts given)
     if rank == 0 and points:
         fit = CostFit.fit(points)
@@ -704,19 +706,25 @@ def calibrate(layers: Sequence[str] = DEFAULT_LAYERS, *, comm: Any = None,
     :class:`~braidpy._device.Placement`): the layer, vector and sweep costs are then
     that device's, and a message between ranks includes its copies to and from the
     host (CuPy states cross ranks through host buffers)."""
+    from ..parallel.agree import agreed
+
     where = placement(device)
     say = log or (lambda _msg: None)
     # Large temporaries reused, not faulted in again: the regime of a long run
     # (braidpy.perf.allocator; runs the model is to predict should do the same).
     _, allocator = keep_freed_memory()
     fits = []
-    for text in layers:
-        kind, shape, kernel = parse_layer(text)
-        say(f"layer {text}")
-        fits.append(calibrate_layer(kind, shape, kernel, samples=samples, rows=rows,
-                                    repeats=repeats, min_time=min_time, where=where))
-    say("callback")
-    callback, solve_s = calibrate_callback()
+    # This rank's own measurements sit between agreements with the other ranks
+    # (calibrate_follower): a failure here stops every rank instead of leaving them
+    # waiting in the next collective.
+    with agreed(comm, "measuring the layers"):
+        for text in layers:
+            kind, shape, kernel = parse_layer(text)
+            say(f"layer {text}")
+            fits.append(calibrate_layer(kind, shape, kernel, samples=samples, rows=rows,
+                                        repeats=repeats, min_time=min_time, where=where))
+        say("callback")
+        callback, solve_s = calibrate_callback()
     say("network")
     p2p, ar, software, agreement = calibrate_communication(comm, where)
     host = {"machine": platform.machine(), "python": platform.python_version(),
@@ -732,7 +740,8 @@ def calibrate(layers: Sequence[str] = DEFAULT_LAYERS, *, comm: Any = None,
         if where.is_host:  # the smallest and the middle sample counts: glue and fixed
             # costs grow with the states
             both = [n[0], n[len(n) // 2]]
-            measured = calibrate_in_solve(cal, lc, both, repeats=repeats)
+            with agreed(comm, f"measuring {lc.name} in a solve"):
+                measured = calibrate_in_solve(cal, lc, both, repeats=repeats)
             parallel = calibrate_in_solve_parallel(comm, lc.kind, lc.shape, lc.kernel,
                                                    cal=cal, layer=measured, samples=both,
                                                    repeats=repeats)
@@ -742,3 +751,23 @@ def calibrate(layers: Sequence[str] = DEFAULT_LAYERS, *, comm: Any = None,
                                               repeats=max(repeats // 2, 1), where=where)
             swept.append(dataclasses.replace(lc, sweep=single, sweep_batched=batched))
     return dataclasses.replace(cal, layers=tuple(swept))
+
+
+def calibrate_follower(comm: Any, layers: Sequence[str] = DEFAULT_LAYERS, *,
+                       repeats: int = 5, device: Any = None) -> None:
+    """The part of :func:`calibrate` the ranks other than 0 of ``comm`` take: the same
+    agreements (so that a failure on rank 0 stops them too), the communication, and the
+    gradients across the ranks; ``layers``, ``repeats`` and ``device`` as rank 0's."""
+    from ..parallel.agree import agreed
+
+    where = placement(device)
+    with agreed(comm, "measuring the layers"):
+        pass  # rank 0's work
+    calibrate_communication(comm, where)
+    if not where.is_host:
+        return
+    for text in layers:
+        kind, shape, kernel = parse_layer(text)
+        with agreed(comm, f"measuring {layer_name(kind, shape, kernel)} in a solve"):
+            pass  # rank 0's work
+        calibrate_in_solve_parallel(comm, kind, shape, kernel, repeats=repeats)

@@ -7,7 +7,8 @@ import json
 import sys
 from typing import Any, List
 
-from .calibrate import DEFAULT_LAYERS, DEFAULT_SAMPLES, calibrate, parse_layer
+from .calibrate import (DEFAULT_LAYERS, DEFAULT_SAMPLES, calibrate, calibrate_follower,
+                        parse_layer)
 from .calibration import load_calibration, save_calibration
 from .model import NETWORKS, network_spec
 from .plan import CLUSTERS, format_plan, plan
@@ -152,12 +153,7 @@ def _calibrate(args: argparse.Namespace) -> int:
             print(f"wrote {args.output}: {len(cal.layers)} layers; network "
                   f"p2p {cal.p2p.source}, allreduce {cal.allreduce.source}")
     else:  # the other ranks: the communication part, and gradients across the ranks
-        from .calibrate import calibrate_communication, calibrate_in_solve_parallel
-        calibrate_communication(comm, where)
-        if where.is_host:
-            for text in layers:
-                kind, shape, kernel = parse_layer(text)
-                calibrate_in_solve_parallel(comm, kind, shape, kernel, repeats=args.repeats)
+        calibrate_follower(comm, layers, repeats=args.repeats, device=where)
     return 0
 
 
