@@ -407,18 +407,18 @@ def calibrate_in_solve(cal: Calibration, layer: LayerCosts, samples: Sequence[in
     return dataclasses.replace(measured, fixed=CostFit(fixed.a, fixed.b))
 
 
-def _recorded_gradient(app: Any, tstop: float, nlayers: int, levels: int,
-                       repeats: int, comm: Any = None) -> Tuple[float, list]:
-    """(seconds, this rank's calls from the gradient's start) of the fastest of
-    ``repeats`` warm gradients of the recording ``app``; with ``comm`` (collective) the
-    gradients run on its ranks, and fastest means by the slowest rank's time."""
+def _recorded_gradients(app: Any, tstop: float, nlayers: int, levels: int,
+                        repeats: int, comm: Any = None) -> List[Tuple[float, list]]:
+    """(seconds, this rank's calls from the gradient's start) of each of ``repeats``
+    warm gradients of the recording ``app``; with ``comm`` (collective) the gradients
+    run on its ranks, and the seconds are the slowest rank's."""
     from ..adjoint import GradientSolver
 
     solver = GradientSolver(app, 0.0, tstop, nlayers, oneshot=(1, 1),
                             primal={"max_levels": levels, "cfactor": 4}, comm=comm)
+    runs = []
     try:
         solver.evaluate()
-        best: Optional[Tuple[float, list]] = None
         for _ in range(max(repeats, 1)):
             app.calls = []
             if comm is not None:
@@ -431,13 +431,18 @@ def _recorded_gradient(app: Any, tstop: float, nlayers: int, levels: int,
                 slowest = np.array([wall])
                 comm.Allreduce(MPI.IN_PLACE, slowest, op=MPI.MAX)  # typed buffers only
                 wall = float(slowest[0])
-            if best is None or wall < best[0]:
-                best = (wall, [dataclasses.replace(c, start=c.start - start,
-                                                   end=c.end - start) for c in app.calls])
+            runs.append((wall, [dataclasses.replace(c, start=c.start - start,
+                                                    end=c.end - start) for c in app.calls]))
     finally:
         solver.close()
-    assert best is not None
-    return best
+    return runs
+
+
+def _recorded_gradient(app: Any, tstop: float, nlayers: int, levels: int,
+                       repeats: int) -> Tuple[float, list]:
+    """The fastest of :func:`_recorded_gradients` (one rank)."""
+    return min(_recorded_gradients(app, tstop, nlayers, levels, repeats),
+               key=lambda run: run[0])
 
 
 #: A recorded call as numbers, to gather without pickle: tag code, rows, batched,
@@ -457,7 +462,8 @@ def calibrate_in_solve_parallel(comm: Any, kind: str, shape: Sequence[int], kern
     paired with the model's, and the gaps the one-rank ``fixed`` covers (the
     stretches at the solves' starts and ends, the objective, before the gradient
     call: where braidpy's Python-level collectives and their skew lie) summed per rank
-    beyond the model, averaged over the ranks and fitted as ``a + b * samples``
+    beyond the model, averaged over the ranks, the median over ``repeats`` gradients,
+    and fitted as ``a + b * samples``
     (``LayerCosts.fixed_parallel``). None with fewer than 2 ranks. Collective over
     ``comm``: rank 0 passes ``cal``, ``layer`` and ``samples``, the others the layer's
     ``kind``, ``shape`` and ``kernel`` only; every rank gets the fit."""
@@ -485,28 +491,34 @@ def calibrate_in_solve_parallel(comm: Any, kind: str, shape: Sequence[int], kern
     for n in counts.tolist():
         X = rng.standard_normal((n,) + tuple(input_shape))
         C = np.eye(2)[rng.integers(0, 2, n)]
-        wall, calls = _recorded_gradient(recording(ResNetApp)(net, params, X, C),
-                                         net.T, nlayers, 2, repeats, comm=comm)
-        mine = np.array([[_TAGS.index(c.tag), c.rows, c.batch, c.start, c.end]
-                         for c in calls], dtype=np.float64).reshape(-1, 5)
-        everyone = gather_arrays(comm, {rank: mine})
+        runs = _recorded_gradients(recording(ResNetApp)(net, params, X, C), net.T,
+                                   nlayers, 2, repeats, comm=comm)
+        # every gradient's calls, rank by rank, on rank 0: (gradient, rank) -> calls
+        everyone = gather_arrays(comm, {k * size + rank: np.array(
+            [[_TAGS.index(c.tag), c.rows, c.batch, c.start, c.end] for c in calls],
+            dtype=np.float64).reshape(-1, 5) for k, (_, calls) in enumerate(runs)})
         with agreed(comm, "pairing the recorded calls with the model's"):
             if rank == 0:  # the others wait at the agreement
                 assert everyone is not None and cal is not None and layer is not None
-                measured = [[Call(_TAGS[int(t)], int(r), bool(b), s0, s1)
-                             for t, r, b, s0, s1 in everyone[q].tolist()]
-                            for q in range(size)]
                 spec = NetSpec(kind, shape, nlayers, n, kernel=kernel,
                                features=int(np.prod(input_shape)), nclasses=2)
                 strategy = Strategy(1, 1, size, Cycle(ntime=nlayers, max_levels=2,
                                                       cfactor=4, batched=True), (1, 1))
                 pred = predict(spec, strategy, dataclasses.replace(
                     cal, layers=(layer,), nranks=size), record=True)
-                beyond = [sum(g.measured - g.model for g in gaps
-                              if g.label not in ("none", "vec", "glue", "glue+vec"))
-                          for _, gaps in paired(measured, pred.timeline.events, wall,
-                                                pred.timeline.makespan)]
-                points.append((1, n, max(float(np.mean(beyond)), 1e-9)))
+                per_gradient = []
+                for k, (wall, _) in enumerate(runs):
+                    measured = [[Call(_TAGS[int(t)], int(r), bool(b), s0, s1)
+                                 for t, r, b, s0, s1 in everyone[k * size + q].tolist()]
+                                for q in range(size)]
+                    beyond = [sum(g.measured - g.model for g in gaps
+                                  if g.label not in ("none", "vec", "glue", "glue+vec"))
+                              for _, gaps in paired(measured, pred.timeline.events, wall,
+                                                    pred.timeline.makespan)]
+                    per_gradient.append(float(np.mean(beyond)))
+                # the median gradient: a call slowed on one rank (another job's time
+                # slice) lengthens its partner's wait, which is no cost of the ranks
+                points.append((1, n, max(float(np.median(per_gradient)), 1e-9)))
     law = np.full(2, np.nan)  # nan: nothing measured (no sample counts given)
     if rank == 0 and points:
         fit = CostFit.fit(points)
