@@ -459,11 +459,11 @@ def calibrate_in_solve_parallel(comm: Any, kind: str, shape: Sequence[int], kern
     one-rank measurements of :func:`calibrate_in_solve` (``layer``): the 32-layer
     ResNet's two-level gradient (batched, one-shot (1, 1), cf 4) run on every rank at
     each of ``samples`` (rank 0's; two counts), every rank's step calls recorded and
-    paired with the model's, and the gaps the one-rank ``fixed`` covers (the
-    stretches at the solves' starts and ends, the objective, before the gradient
-    call: where braidpy's Python-level collectives and their skew lie) summed per rank
-    beyond the model, averaged over the ranks, the median over ``repeats`` gradients,
-    and fitted as ``a + b * samples``
+    paired with the model's, and the gaps outside glue and vector work (the stretches
+    at the solves' starts and ends, the objective, before the gradient call, the
+    receives: where braidpy's Python-level collectives, its messages and the waits at
+    them lie) summed per rank beyond the model, averaged over the ranks, the median
+    over ``repeats`` gradients, and fitted as ``a + b * samples``
     (``LayerCosts.fixed_parallel``). None with fewer than 2 ranks. Collective over
     ``comm``: rank 0 passes ``cal``, ``layer`` and ``samples``, the others the layer's
     ``kind``, ``shape`` and ``kernel`` only; every rank gets the fit."""
@@ -516,8 +516,8 @@ def calibrate_in_solve_parallel(comm: Any, kind: str, shape: Sequence[int], kern
                               for _, gaps in paired(measured, pred.timeline.events, wall,
                                                     pred.timeline.makespan)]
                     per_gradient.append(float(np.mean(beyond)))
-                # the median gradient: a call slowed on one rank (another job's time
-                # slice) lengthens its partner's wait, which is no cost of the ranks
+                # the median keeps out gradients where a call slowed on one rank
+                # (another job's time slice) lengthened its partner's wait
                 points.append((1, n, max(float(np.median(per_gradient)), 1e-9)))
     law = np.full(2, np.nan)  # nan: nothing measured (no sample counts given)
     if rank == 0 and points:
