@@ -377,9 +377,9 @@ def calibrate_in_solve(cal: Calibration, layer: LayerCosts, samples: Sequence[in
         for call, ev in pairs:
             ratios[call.batch].append((call.end - call.start, ev.end - ev.start))
         for gap in gaps:
-            rows = calls[gap.index].rows if gap.index < len(calls) else 1
-            if gap.index < len(calls) and calls[gap.index].tag == "grad" and \
-                    calls[gap.index].batch:
+            call = calls[gap.index] if gap.index < len(calls) else None  # after the gap
+            rows = 1 if call is None else call.rows
+            if call is not None and call.tag == "grad" and call.batch:
                 stacking.append((2 * rows, n, max(gap.measured - gap.model, 1e-9)))
             elif gap.label == "none":
                 glue_gaps.setdefault((rows, n), []).append(gap.measured)
