@@ -179,7 +179,10 @@ def main(argv=None) -> None:
                              cpu=statistics.median(cpus), predicted=pred,
                              error=pred / wall - 1, clean=nclean, tries=len(res["times"]),
                              filtered=res["filter"]))
-        print(f"measured P = {P}", file=sys.stderr, flush=True)
+            print(f"measured {res['problem']} {d}x{s}x{lr} at P = {P}: {wall:.4f} s, "
+                  f"model {pred:.4f} s ({pred / wall - 1:+.0%})", flush=True)
+        if args.json:  # what is measured so far, should a time limit cut the run off
+            dump(rows, args.json)
     report(rows, args.json, args.plot)
 
 

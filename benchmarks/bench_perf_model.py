@@ -190,7 +190,12 @@ def main(argv=None) -> None:
                              tries=len(res["times"]), filtered=res["filter"],
                              queued=statistics.median(res["delays"]),
                              parts=dict(prediction.parts)))
-            print(f"measured {name} at P = {P}", file=sys.stderr, flush=True)
+            # Each row as it comes, and the JSON so far: a run cut off by a time
+            # limit (a lent GPU machine's) keeps what it measured.
+            print(f"measured {name} at P = {P}: {t:.4f} s, model {pred:.4f} s "
+                  f"({err:+.0%})", flush=True)
+            if args.json:
+                dump(rows, args.json)
     report(rows, args.cores, args.json, args.plot)
 
 
