@@ -119,17 +119,18 @@ def calibrate_now(layers: Sequence[str], samples: Sequence[int], rows: Sequence[
 def run_calibration(args: argparse.Namespace, layers: Sequence[str], samples: Sequence[int],
                     rows: Sequence[int], name: str):
     """The run's calibration: ``--calibration``'s file, else one made now with
-    :func:`calibrate_now` (the network measured between two ranks where the run uses two
-    or more; its file copied beside ``--json`` as FILE.calibration.json, for whoever
-    studies a misfit)."""
+    :func:`calibrate_now` (under ``mpiexec`` with as many ranks as the run's most, at
+    most a core each, where it uses two or more: the network is measured, not assumed,
+    and the calls' slowdown beside busy ranks up to that count; its file copied beside
+    ``--json`` as FILE.calibration.json, for whoever studies a misfit)."""
     import shutil
 
     from braidpy.perf.calibration import load_calibration
 
     if args.calibration:
         return load_calibration(args.calibration)
-    path = calibrate_now(layers, samples, rows,
-                         2 if max(args.ranks) > 1 and args.cores > 1 else 1, name)
+    path = calibrate_now(layers, samples, rows, max(1, min(max(args.ranks), args.cores)),
+                         name)
     cal = load_calibration(path)
     print(f"calibrated now ({path}; network: {cal.p2p.source})")
     if args.json:

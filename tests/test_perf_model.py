@@ -53,7 +53,8 @@ def test_measured_glue_round_trips_and_older_files_load_without_it(tmp_path):
                              "glue": CostFit(2e-6, 5e-9, ((1, 16, 2e-6), (8, 16, 6e-6))),
                              "vec_factor": 1.6, "fixed": CostFit(3e-4, 1e-7),
                              "stack": CostFit(4e-5, 6e-9),
-                             "fixed_parallel": CostFit(1e-4, 1e-6)})
+                             "fixed_parallel": CostFit(1e-4, 1e-6),
+                             "concurrency": ((1, 1.0), (2, 1.1), (4, 1.3))})
     cal = Calibration((measured,) + cal.layers[1:], cal.callback_s, cal.p2p, cal.allreduce)
     cal = Calibration(cal.layers, cal.callback_s, cal.p2p, cal.allreduce,
                       message_software=Link(6e-6, 2e-10, "measured: test"), agreement_s=5e-6)
@@ -69,6 +70,12 @@ def test_measured_glue_round_trips_and_older_files_load_without_it(tmp_path):
     (lambda d: d["layers"][0].update(fixed={"a": "slow", "b": 0.0}),
      "layers[0].fixed.a must be a finite number"),
     (lambda d: d["layers"][0].update(stack={"a": 1e-5}), "missing field layers[0].stack.b"),
+    (lambda d: d["layers"][0].update(concurrency=[[1, 1.0], [4, 1.2], [2, 1.1]]),
+     "layers[0].concurrency must be a list of [busy ranks, factor] with increasing"),
+    (lambda d: d["layers"][0].update(concurrency=[[1, 1.0], [2, 0.0]]),
+     "layers[0].concurrency must be a list"),
+    (lambda d: d["layers"][0].update(concurrency={"2": 1.1}),
+     "layers[0].concurrency must be a list"),
     (lambda d: d.update(software={"message": {"alpha": 1e-6, "beta": -1.0,
                                               "source": "x"}, "agreement_s": 0.0}),
      "software.message.beta must be a finite number"),
@@ -187,6 +194,39 @@ def test_fixed_parallel_costs_enter_only_across_ranks():
     assert sorted(e.rank for e in added) == [0, 1]
     assert all(e.end - e.start == pytest.approx(0.5 + 0.1 * 10) for e in added)
     assert two.seconds > predict(net, strategy(2), plain).seconds
+
+
+def test_slowdown_interpolates_the_measured_rank_counts():
+    lc = made_up().layers[0]
+    assert lc.slowdown(8) == 1.0  # nothing measured
+    lc = LayerCosts(**{**lc.__dict__, "concurrency": ((1, 1.0), (2, 1.2), (4, 1.6))})
+    assert [lc.slowdown(k) for k in (1, 2, 4)] == [1.0, 1.2, 1.6]
+    assert lc.slowdown(3) == pytest.approx(1.4)
+    assert lc.slowdown(64) == 1.6  # beyond the measured: the largest count's
+
+
+def test_concurrency_slows_the_calls_of_ranks_busy_at_once():
+    """A gradient across P ranks: every step call takes the measured factor for P busy
+    ranks (at most ``cores``), the work between calls does not; one rank: no factor."""
+    net = NetSpec("dense", (4,), 8, 10)
+    plain = made_up(step=1.0, solve=0.5)
+    lc = plain.layers[0]
+    slowed = Calibration((LayerCosts(**{**lc.__dict__,
+                                        "concurrency": ((1, 1.0), (2, 1.5), (4, 2.0))}),)
+                         + plain.layers[1:], 0.0, plain.p2p, plain.allreduce, solve_s=0.5)
+    assert predict(net, strategy(1), slowed).seconds == predict(net, strategy(1), plain).seconds
+
+    def durations(cal, P, **kw):
+        events = predict(net, strategy(P), cal, record=True, **kw).timeline.events
+        return ([e.end - e.start for e in events if e.op.kind == "step"],
+                [e.end - e.start for e in events if e.op.kind == "work"])
+    for P, factor, kw in ((2, 1.5, {}), (4, 2.0, {}), (4, 1.5, {"cores": 2})):
+        steps, work = durations(slowed, P, **kw)
+        base_steps, base_work = durations(plain, P, **kw)
+        assert steps == pytest.approx([factor * t for t in base_steps])
+        assert work == pytest.approx(base_work)
+    assert any("x1.5 with 2 ranks busy" in note
+               for note in predict(net, strategy(2), slowed).notes)
 
 
 def test_measured_stacking_replaces_the_gradient_calls_glue():
@@ -471,6 +511,70 @@ def test_calibrate_under_mpi_measures_the_network(tmp_path):
     # and what a gradient across the ranks adds beyond the one-rank measurements
     lc = cal.layers[0]
     assert lc.fixed_parallel is not None and lc.fixed_parallel.seconds(1, 2) > 1e-6
+    # and how much slower its calls ran with both ranks busy than on rank 0 alone
+    assert [k for k, _ in lc.concurrency] == [1, 2] and lc.concurrency[0][1] == 1.0
+    assert 0.2 < lc.concurrency[1][1] < 20
+
+
+_QUIET = """
+import sys, time
+from mpi4py import MPI
+from braidpy.perf.calibrate import quiet_barrier
+comm = MPI.COMM_WORLD
+if comm.Get_size() != 2:
+    sys.exit(3)  # the ranks did not run together
+comm.Barrier()
+if comm.Get_rank() == 0:
+    time.sleep(1.0)  # rank 0 measures alone
+    quiet_barrier(comm)
+else:
+    cpu, wall = time.process_time(), time.perf_counter()
+    quiet_barrier(comm)
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    print(f"RESULT {cpu} {wall}")
+"""
+
+
+def test_ranks_waiting_for_rank_0_sleep():
+    """While rank 0 measures alone, the others wait without spinning a core (MPI's
+    blocking barrier polls: about as much CPU as wall time)."""
+    from test_mpi import MPIEXEC
+
+    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", _QUIET],
+                          capture_output=True, text=True, env=ENV, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    cpu, wall = map(float, proc.stdout.split("RESULT ")[1].split())
+    assert wall > 0.9 and cpu < 0.3 * wall
+
+
+_FOLLOWER_ALLOCATOR = """
+import sys
+from mpi4py import MPI
+import braidpy.perf.calibrate as C
+comm = MPI.COMM_WORLD
+if comm.Get_size() != 2:
+    sys.exit(3)  # the ranks did not run together
+kept = []
+real = C.keep_freed_memory
+C.keep_freed_memory = lambda: kept.append(1) or real()
+if comm.Get_rank() == 0:
+    C.calibrate(["dense:2"], comm=comm, samples=[2], rows=[1, 2], repeats=1)
+else:
+    C.calibrate_follower(comm, ["dense:2"], repeats=1)
+    print("RESULT", len(kept) > 0)
+"""
+
+
+def test_every_rank_keeps_freed_memory_while_gradients_are_timed():
+    """The gradients across ranks time every rank's calls: the others must run in the
+    allocator regime rank 0 measured in (else their calls pay page faults: the
+    slowdown beside busy ranks came out 1.3x too high)."""
+    from test_mpi import MPIEXEC
+
+    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", _FOLLOWER_ALLOCATOR],
+                          capture_output=True, text=True, env=ENV, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "RESULT True" in proc.stdout
 
 
 _FAILING_CALIBRATION = """

@@ -22,11 +22,12 @@ large batched calls pay page faults whose number depends on the process's histor
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import platform
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -37,6 +38,7 @@ from .calibration import Calibration, CostFit, LayerCosts, Link, layer_name
 __all__ = ["DEFAULT_LAYERS", "ASSUMED_P2P", "ASSUMED_ALLREDUCE", "parse_layer",
            "DEFAULT_SAMPLES", "time_call", "calibrate_layer", "calibrate_callback",
            "calibrate_sweep", "calibrate_in_solve", "calibrate_in_solve_parallel",
+           "quiet_barrier", "alone",
            "calibrate_network",
            "calibrate_software", "calibrate_communication",
            "calibrate", "calibrate_follower"]
@@ -116,21 +118,44 @@ def time_call(fn: Callable[[], Any], repeats: int = 5, min_time: float = 5e-3,
     return min(out)
 
 
+def _layer_net(kind: str, shape: Sequence[int], kernel: int, nlayers: int,
+               where: Placement = HOST) -> Tuple[Any, Dict[str, Any]]:
+    """A ResNet of ``nlayers`` layers of this kind and shape on ``where`` and its
+    parameter views (the calls measured are its layer's)."""
+    from ..nn import ResNet
+
+    shape = tuple(int(s) for s in shape)
+    input_shape: Tuple[int, ...] = (shape[0],) if kind == "dense" else shape
+    net = ResNet(input_shape, 2, width=shape[0], nlayers=nlayers, kernel=kernel,
+                 device=None if where.is_host else where)
+    return net, net.views(net.init_params(seed=7, scale=0.1))
+
+
+def _input_pool(rng: np.random.Generator, shape: Tuple[int, ...], where: Placement = HOST
+                ) -> Callable[[], Tuple[Any, Any]]:
+    """A function giving pairs of random arrays of ``shape`` from a pool of up to 8 (16
+    MiB at most), in turn: in a sweep every call reads states it has not touched for a
+    while, so a hot cache would flatter the cost."""
+    npool = int(min(8, max(2, (16 << 20) // (8 * 2 * int(np.prod(shape))))))
+    pool = [(where.from_host(rng.standard_normal(shape)),
+             where.from_host(rng.standard_normal(shape))) for _ in range(npool)]
+    turn = [0]
+
+    def nxt() -> Tuple[Any, Any]:
+        turn[0] = (turn[0] + 1) % npool
+        return pool[turn[0]]
+    return nxt
+
+
 def calibrate_layer(kind: str, shape: Sequence[int], kernel: int = 3, *,
                     samples: Sequence[int] = DEFAULT_SAMPLES, rows: Sequence[int] = (1, 4, 16),
                     repeats: int = 5, min_time: float = 5e-3,
                     where: Placement = HOST) -> LayerCosts:
     """Fits of the step, adjoint, gradient and vector costs of one layer, with its
     numbers on ``where`` (the host, or a device: then timed by the wall clock)."""
-    from ..nn import ResNet
-
     shape = tuple(int(s) for s in shape)
-    width = shape[0]
-    input_shape: Tuple[int, ...] = (width,) if kind == "dense" else shape
-    net = ResNet(input_shape, 2, width=width, nlayers=max(rows), kernel=kernel,
-                 device=None if where.is_host else where)
+    net, v = _layer_net(kind, shape, kernel, max(rows), where)
     layer = net.layer
-    v = net.views(net.init_params(seed=7, scale=0.1))
     rng = np.random.default_rng(11)
     # Keep the largest call near 4 M numbers: big enough to see the per-sample cost.
     per = max(rows) * int(np.prod(net.state_shape))
@@ -141,17 +166,7 @@ def calibrate_layer(kind: str, shape: Sequence[int], kernel: int = 3, *,
     for s in samples:
         state = (s,) + net.state_shape
         for r in rows:
-            # A pool of distinct inputs, used in turn: in a sweep every call reads states
-            # it has not touched for a while, so a hot cache would flatter the cost.
-            shape_r = state if r == 1 else (r,) + state
-            npool = int(min(8, max(2, (16 << 20) // (8 * 2 * int(np.prod(shape_r))))))
-            pool = [(where.from_host(rng.standard_normal(shape_r)),
-                     where.from_host(rng.standard_normal(shape_r))) for _ in range(npool)]
-            turn = [0]
-
-            def nxt():
-                turn[0] = (turn[0] + 1) % npool
-                return pool[turn[0]]
+            nxt = _input_pool(rng, state if r == 1 else (r,) + state, where)
             K: Any
             b: Any
             hh: Any
@@ -190,6 +205,31 @@ def calibrate_layer(kind: str, shape: Sequence[int], kernel: int = 3, *,
                 pts["vec"].append((1, s, time_call(vec, repeats, min_time, where) / 2))
     costs = {k: CostFit.fit(p) for k, p in pts.items()}
     return LayerCosts(layer_name(kind, shape, kernel), kind, shape, kernel, costs)
+
+
+def quiet_barrier(comm: Any, poll: float = 2e-3) -> None:
+    """A barrier whose waiting ranks sleep instead of polling: MPI's blocking waits spin
+    a core, which slows the measured rank beside them (a busy core's sibling thread, a
+    processor's clock with more cores busy). Collective; nothing without ``comm``."""
+    if comm is None or comm.Get_size() < 2:
+        return
+    request = comm.Ibarrier()
+    while not request.Test():
+        time.sleep(poll)
+
+
+@contextlib.contextmanager
+def alone(comm: Any, what: str) -> Iterator[None]:
+    """Rank 0 measures inside this block while the other ranks, in the same block with
+    nothing to do, sleep (:func:`quiet_barrier`); then every rank agrees on failures
+    (``agreed``): a failure of rank 0's measurement stops every rank."""
+    from ..parallel.agree import agreed
+
+    with agreed(comm, what):
+        try:
+            yield
+        finally:
+            quiet_barrier(comm)
 
 
 def calibrate_callback(ntime: int = 2000, repeats: int = 5) -> Tuple[float, float]:
@@ -450,25 +490,60 @@ def _recorded_gradient(app: Any, tstop: float, nlayers: int, levels: int,
 _TAGS = ("fwd", "adj", "grad")
 
 
+def _rank_counts(size: int, cores: Optional[int] = None) -> List[int]:
+    """1, 2, 4, ... up to ``size``, and ``size``; those above the machine's cores left
+    out (ranks sharing cores is a different slowdown, modelled apart).
+
+    >>> _rank_counts(8, cores=16), _rank_counts(6, cores=16), _rank_counts(4, cores=2)
+    ([1, 2, 4, 8], [1, 2, 4, 6], [1, 2])
+    """
+    import os
+
+    cores = cores or os.cpu_count() or 1
+    counts = sorted({min(2 ** i, size) for i in range(size.bit_length() + 1)} | {size})
+    return [k for k in counts if k <= cores]
+
+
+def _calls_over_model(pairs_by_rank: Sequence[Sequence[Tuple[Any, Any]]]) -> float:
+    """Seconds in a gradient's step calls, measured over modelled, all ranks together."""
+    measured = sum(c.end - c.start for pairs in pairs_by_rank for c, _ in pairs)
+    model = sum(e.end - e.start for pairs in pairs_by_rank for _, e in pairs)
+    return measured / model if model > 0 else 1.0
+
+
 def calibrate_in_solve_parallel(comm: Any, kind: str, shape: Sequence[int], kernel: int, *,
                                 cal: Optional[Calibration] = None,
                                 layer: Optional[LayerCosts] = None,
                                 samples: Optional[Sequence[int]] = None, nlayers: int = 32,
-                                repeats: int = 5) -> Optional[CostFit]:
-    """What a gradient on the ranks of ``comm`` costs beyond the model with the
-    one-rank measurements of :func:`calibrate_in_solve` (``layer``): the 32-layer
-    ResNet's two-level gradient (batched, one-shot (1, 1), cf 4) run on every rank at
-    each of ``samples`` (rank 0's; two counts), every rank's step calls recorded and
-    paired with the model's, and the gaps outside glue and vector work (the stretches
-    at the solves' starts and ends, the objective, before the gradient call, the
-    receives: where braidpy's Python-level collectives, its messages and the waits at
-    them lie) summed per rank beyond the model, averaged over the ranks, the median
-    over ``repeats`` gradients, and fitted as ``a + b * samples``
-    (``LayerCosts.fixed_parallel``). None with fewer than 2 ranks. Collective over
-    ``comm``: rank 0 passes ``cal``, ``layer`` and ``samples``, the others the layer's
-    ``kind``, ``shape`` and ``kernel`` only; every rank gets the fit."""
+                                repeats: int = 5, cores: Optional[int] = None
+                                ) -> Tuple[Optional[CostFit],
+                                           Optional[Tuple[Tuple[int, float], ...]]]:
+    """What a gradient across ranks costs beyond the model with the one-rank
+    measurements of :func:`calibrate_in_solve` (``layer``): the 32-layer ResNet's
+    two-level gradient (batched, one-shot (1, 1), cf 4) run on the first k ranks of
+    ``comm`` for k = 1, 2, 4, ... up to its size (at most a core each; the other ranks
+    sleep) at each of ``samples`` (rank 0's; two counts), ``repeats`` times, every
+    rank's step calls recorded and paired with the model's. Two results:
+
+    * ``concurrency`` (``LayerCosts.concurrency``): how much slower the step calls run
+      with k ranks busy than with one, (k, factor) pairs; the median gradient's
+      measured over modelled call seconds at the larger sample count, over the same
+      ratio of rank 0 alone, measured back to back (drifts of the machine's speed since
+      ``layer`` was measured cancel);
+    * ``fixed_parallel`` (``LayerCosts.fixed_parallel``): at all of ``comm``'s ranks,
+      with ``concurrency`` applied, the gaps outside glue and vector work (the stretches
+      at the solves' starts and ends, the objective, before the gradient call, the
+      receives: where braidpy's Python-level collectives, its messages and the waits at
+      them lie) summed per rank beyond the model, averaged over the ranks, the median
+      over the gradients, fitted as ``a + b * samples``.
+
+    (None, None) with fewer than 2 ranks. Collective over ``comm``: rank 0 passes
+    ``cal``, ``layer`` and ``samples``, the others the layer's ``kind``, ``shape`` and
+    ``kernel`` only; every rank gets both."""
     if comm is None or comm.Get_size() < 2:
-        return None
+        return None, None
+    from mpi4py import MPI
+
     from ..nn import ResNet, ResNetApp
     from ..parallel.agree import agreed
     from ..parallel.collectives import gather_arrays
@@ -476,55 +551,98 @@ def calibrate_in_solve_parallel(comm: Any, kind: str, shape: Sequence[int], kern
     from .schedule import Cycle
     from .timeline import Call, paired, recording
 
+    keep_freed_memory()  # every rank's calls as rank 0's were measured
     rank, size = comm.Get_rank(), comm.Get_size()
     given = sorted(set(int(x) for x in samples)) if rank == 0 and samples else []
     length = np.array([len(given)], dtype=np.int64)
     comm.Bcast(length, root=0)  # rank 0's sample counts, for everyone
     counts = np.array(given if rank == 0 else [0] * int(length[0]), dtype=np.int64)
     comm.Bcast(counts, root=0)
+    busy_counts = _rank_counts(size, cores)
+    runs_at = sorted(set(busy_counts) | {size})
     shape = tuple(int(x) for x in shape)
     input_shape = shape if kind == "conv" else (shape[0],)
     net = ResNet(input_shape, 2, width=shape[0], nlayers=nlayers, kernel=kernel)
     params = net.init_params(seed=5, scale=0.1)
     rng = np.random.default_rng(9)  # the same data on every rank
-    points = []
+    data = {}
     for n in counts.tolist():
-        X = rng.standard_normal((n,) + tuple(input_shape))
-        C = np.eye(2)[rng.integers(0, 2, n)]
-        runs = _recorded_gradients(recording(ResNetApp)(net, params, X, C), net.T,
-                                   nlayers, 2, repeats, comm=comm)
-        # every gradient's calls, rank by rank, on rank 0: (gradient, rank) -> calls
-        everyone = gather_arrays(comm, {k * size + rank: np.array(
-            [[_TAGS.index(c.tag), c.rows, c.batch, c.start, c.end] for c in calls],
-            dtype=np.float64).reshape(-1, 5) for k, (_, calls) in enumerate(runs)})
-        with agreed(comm, "pairing the recorded calls with the model's"):
-            if rank == 0:  # the others wait at the agreement
-                assert everyone is not None and cal is not None and layer is not None
+        data[n] = (rng.standard_normal((n,) + tuple(input_shape)),
+                   np.eye(2)[rng.integers(0, 2, n)])
+    # (ranks, samples) -> (every gradient's wall seconds, rank 0 only; its calls by rank)
+    recorded: Dict[Tuple[int, int], Tuple[List[float], Dict[int, np.ndarray]]] = {}
+    for k in runs_at:
+        member = rank < k
+        sub = comm.Split(0 if member else MPI.UNDEFINED, rank)
+        try:
+            for n, (X, C) in data.items():
+                runs: List[Tuple[float, list]] = []
+                error: Optional[BaseException] = None
+                if member:  # the others sleep meanwhile
+                    try:
+                        runs = _recorded_gradients(recording(ResNetApp)(net, params, X, C),
+                                                   net.T, nlayers, 2, repeats,
+                                                   comm=sub if k > 1 else None)
+                    except Exception as exc:  # agreed on below, by every rank
+                        error = exc
+                quiet_barrier(comm)
+                agreed(comm, f"a gradient on {k} ranks").settle(error)
+                everyone = gather_arrays(comm, {g * size + rank: np.array(
+                    [[_TAGS.index(c.tag), c.rows, c.batch, c.start, c.end] for c in calls],
+                    dtype=np.float64).reshape(-1, 5) for g, (_, calls) in enumerate(runs)})
+                if rank == 0:
+                    assert everyone is not None
+                    recorded[k, n] = ([wall for wall, _ in runs], everyone)
+        finally:
+            if sub != MPI.COMM_NULL:
+                sub.Free()
+    factors = np.ones(len(busy_counts))
+    law = np.full(2, np.nan)  # nan: nothing measured (no sample counts given)
+    with agreed(comm, "pairing the recorded calls with the model's"):
+        if rank == 0 and len(counts):  # the others wait at the agreement
+            assert cal is not None and layer is not None
+
+            def gradients(k: int, n: int, lc: LayerCosts):
+                """Each recorded gradient on k ranks: its calls and gaps paired with the
+                model's (with ``lc``)."""
                 spec = NetSpec(kind, shape, nlayers, n, kernel=kernel,
                                features=int(np.prod(input_shape)), nclasses=2)
-                strategy = Strategy(1, 1, size, Cycle(ntime=nlayers, max_levels=2,
-                                                      cfactor=4, batched=True), (1, 1))
+                strategy = Strategy(1, 1, k, Cycle(ntime=nlayers, max_levels=2, cfactor=4,
+                                                   batched=True), (1, 1))
                 pred = predict(spec, strategy, dataclasses.replace(
-                    cal, layers=(layer,), nranks=size), record=True)
-                per_gradient = []
-                for k, (wall, _) in enumerate(runs):
+                    cal, layers=(lc,), nranks=k), record=True)
+                walls, everyone = recorded[k, n]
+                for g, wall in enumerate(walls):
                     measured = [[Call(_TAGS[int(t)], int(r), bool(b), s0, s1)
-                                 for t, r, b, s0, s1 in everyone[k * size + q].tolist()]
-                                for q in range(size)]
-                    beyond = [sum(g.measured - g.model for g in gaps
-                                  if g.label not in ("none", "vec", "glue", "glue+vec"))
-                              for _, gaps in paired(measured, pred.timeline.events, wall,
-                                                    pred.timeline.makespan)]
-                    per_gradient.append(float(np.mean(beyond)))
+                                 for t, r, b, s0, s1 in everyone[g * size + q].tolist()]
+                                for q in range(k)]
+                    yield paired(measured, pred.timeline.events, wall,
+                                 pred.timeline.makespan)
+
+            plain = dataclasses.replace(layer, concurrency=None)
+            largest = int(counts.max())
+            ratio = {k: float(np.median([_calls_over_model([p for p, _ in ranks])
+                                         for ranks in gradients(k, largest, plain)]))
+                     for k in busy_counts}
+            factors[:] = [ratio[k] / ratio[1] for k in busy_counts]
+            slowed = dataclasses.replace(layer, concurrency=tuple(
+                (k, float(f)) for k, f in zip(busy_counts, factors)))
+            points = []
+            for n in counts.tolist():
+                per_gradient = [float(np.mean([
+                    sum(g.measured - g.model for g in gaps
+                        if g.label not in ("none", "vec", "glue", "glue+vec"))
+                    for _, gaps in ranks])) for ranks in gradients(size, n, slowed)]
                 # the median keeps out gradients where a call slowed on one rank
                 # (another job's time slice) lengthened its partner's wait
                 points.append((1, n, max(float(np.median(per_gradient)), 1e-9)))
-    law = np.full(2, np.nan)  # nan: nothing measured (no sample counts given)
-    if rank == 0 and points:
-        fit = CostFit.fit(points)
-        law[:] = fit.a, fit.b
+            fit = CostFit.fit(points)
+            law[:] = fit.a, fit.b
+    comm.Bcast(factors, root=0)
     comm.Bcast(law, root=0)
-    return None if np.isnan(law[0]) else CostFit(float(law[0]), float(law[1]))
+    concurrency = tuple((k, float(f)) for k, f in zip(busy_counts, factors))
+    return (None if np.isnan(law[0]) else CostFit(float(law[0]), float(law[1])),
+            concurrency)
 
 
 def _fit_link(sizes: Sequence[int], seconds: Sequence[float]) -> Tuple[float, float]:
@@ -718,8 +836,6 @@ def calibrate(layers: Sequence[str] = DEFAULT_LAYERS, *, comm: Any = None,
     :class:`~braidpy._device.Placement`): the layer, vector and sweep costs are then
     that device's, and a message between ranks includes its copies to and from the
     host (CuPy states cross ranks through host buffers)."""
-    from ..parallel.agree import agreed
-
     where = placement(device)
     say = log or (lambda _msg: None)
     # Large temporaries reused, not faulted in again: the regime of a long run
@@ -728,8 +844,9 @@ def calibrate(layers: Sequence[str] = DEFAULT_LAYERS, *, comm: Any = None,
     fits = []
     # This rank's own measurements sit between agreements with the other ranks
     # (calibrate_follower): a failure here stops every rank instead of leaving them
-    # waiting in the next collective.
-    with agreed(comm, "measuring the layers"):
+    # waiting in the next collective; meanwhile they sleep, as a rank alone would have
+    # the machine to itself (what they cost it is `concurrency`).
+    with alone(comm, "measuring the layers"):
         for text in layers:
             kind, shape, kernel = parse_layer(text)
             say(f"layer {text}")
@@ -747,17 +864,20 @@ def calibrate(layers: Sequence[str] = DEFAULT_LAYERS, *, comm: Any = None,
                       host=host, message_software=software, agreement_s=agreement)
     swept = []
     for lc in cal.layers:
-        say(f"gradients of {lc.name}")
         n = sorted({p[1] for p in lc.costs["fwd"].points})
         if where.is_host:  # the smallest and the middle sample counts: glue and fixed
             # costs grow with the states
             both = [n[0], n[len(n) // 2]]
-            with agreed(comm, f"measuring {lc.name} in a solve"):
+            say(f"gradients of {lc.name}")
+            with alone(comm, f"measuring {lc.name} in a solve"):
                 measured = calibrate_in_solve(cal, lc, both, repeats=repeats)
-            parallel = calibrate_in_solve_parallel(comm, lc.kind, lc.shape, lc.kernel,
-                                                   cal=cal, layer=measured, samples=both,
-                                                   repeats=repeats)
-            swept.append(dataclasses.replace(measured, fixed_parallel=parallel))
+            if comm is not None and comm.Get_size() > 1:
+                say(f"gradients of {lc.name} across 1-{comm.Get_size()} ranks")
+            parallel, concurrency = calibrate_in_solve_parallel(
+                comm, lc.kind, lc.shape, lc.kernel, cal=cal, layer=measured, samples=both,
+                repeats=repeats)
+            swept.append(dataclasses.replace(measured, fixed_parallel=parallel,
+                                             concurrency=concurrency))
         else:  # calls on a device return before their work is done: whole gradients
             single, batched = calibrate_sweep(cal, lc, n[len(n) // 2],
                                               repeats=max(repeats // 2, 1), where=where)
@@ -770,16 +890,15 @@ def calibrate_follower(comm: Any, layers: Sequence[str] = DEFAULT_LAYERS, *,
     """The part of :func:`calibrate` the ranks other than 0 of ``comm`` take: the same
     agreements (so that a failure on rank 0 stops them too), the communication, and the
     gradients across the ranks; ``layers``, ``repeats`` and ``device`` as rank 0's."""
-    from ..parallel.agree import agreed
-
     where = placement(device)
-    with agreed(comm, "measuring the layers"):
+    keep_freed_memory()  # as rank 0 does: the gradients across the ranks are timed
+    with alone(comm, "measuring the layers"):
         pass  # rank 0's work
     calibrate_communication(comm, where)
     if not where.is_host:
         return
     for text in layers:
         kind, shape, kernel = parse_layer(text)
-        with agreed(comm, f"measuring {layer_name(kind, shape, kernel)} in a solve"):
+        with alone(comm, f"measuring {layer_name(kind, shape, kernel)} in a solve"):
             pass  # rank 0's work
         calibrate_in_solve_parallel(comm, kind, shape, kernel, repeats=repeats)

@@ -17,6 +17,7 @@ Layout (version 1)::
                  "glue": {"a": ..., "b": ..., "points": [...]},   # optional: measured
                  "stack": {"a": ..., "b": ..., "points": []},      #   on the host
                  "fixed_parallel": {"a": ..., "b": ..., "points": []},  # 2+ ranks
+                 "concurrency": [[1, 1.0], [2, 1.06], [4, 1.2]],   # 2+ ranks
                  "vec_factor": 2.1,                                #   on the host
                  "fixed": {"a": ..., "b": ..., "points": []}}, ...],
      "network": {"p2p": {"alpha": s, "beta": s_per_byte, "source": "measured"},
@@ -139,7 +140,15 @@ class LayerCosts:
     gradient spans several ranks (measured when calibrating under ``mpiexec``: the
     Python-level collectives and their skew beyond the model). Without ``glue`` (files
     of before, and GPU calibrations) the two factors absorb all of it, and vector work
-    takes ``sweep_batched``."""
+    takes ``sweep_batched``.
+
+    ``concurrency`` says how much slower the calls run in a gradient across k ranks
+    (each on its own core) than in one on a single rank: (k, factor) pairs, factor 1
+    with one rank (measured under ``mpiexec`` for k up to its rank count: shared caches
+    and memory bandwidth, the clock a processor holds with more cores busy, and what
+    ranks polling for messages do to their neighbours;
+    :func:`braidpy.perf.calibrate.calibrate_in_solve_parallel`). None: not measured
+    (one rank, files of before, GPU calibrations), no slowdown."""
 
     name: str
     kind: str  # "dense" or "conv"
@@ -153,6 +162,22 @@ class LayerCosts:
     fixed: Optional[CostFit] = None
     stack: Optional[CostFit] = None
     fixed_parallel: Optional[CostFit] = None
+    concurrency: Optional[Tuple[Tuple[int, float], ...]] = None
+
+    def slowdown(self, busy: int) -> float:
+        """The factor on this layer's step calls with ``busy`` ranks computing at
+        once: ``concurrency`` interpolated linearly in the rank count, the largest
+        measured count's factor beyond it, 1 where nothing was measured."""
+        if not self.concurrency or busy <= 1:
+            return 1.0
+        table = {1: 1.0, **{int(k): float(f) for k, f in self.concurrency}}
+        ks = sorted(table)
+        if busy >= ks[-1]:
+            return table[ks[-1]]
+        for lo, hi in zip(ks, ks[1:]):
+            if busy <= hi:
+                return table[lo] + (table[hi] - table[lo]) * (busy - lo) / (hi - lo)
+        return 1.0  # not reached
 
     @property
     def vec_scale(self) -> float:
@@ -250,6 +275,8 @@ def _layer_json(lc: LayerCosts) -> Dict[str, Any]:
         out.update(stack=_fit_json(lc.stack))
     if lc.fixed_parallel is not None:
         out.update(fixed_parallel=_fit_json(lc.fixed_parallel))
+    if lc.concurrency is not None:
+        out.update(concurrency=[[k, f] for k, f in lc.concurrency])
     return out
 
 
@@ -305,6 +332,18 @@ def _fit(obj: Any, where: str) -> CostFit:
                    tuple((int(r), int(s), float(t)) for r, s, t in pts))
 
 
+def _concurrency(obj: Any, where: str) -> Tuple[Tuple[int, float], ...]:
+    """[[busy ranks, factor], ...]: counts >= 1 increasing, factors finite and > 0."""
+    ok = isinstance(obj, list) and bool(obj) and all(
+        isinstance(p, list) and len(p) == 2 and isinstance(p[0], int) and
+        not isinstance(p[0], bool) and p[0] >= 1 and isinstance(p[1], (int, float)) and
+        not isinstance(p[1], bool) and math.isfinite(p[1]) and p[1] > 0 for p in obj)
+    if not ok or any(a[0] >= b[0] for a, b in zip(obj, obj[1:])):
+        raise CalibrationError(f"field {where} must be a list of [busy ranks, factor] "
+                               f"with increasing ranks >= 1 and factors > 0, got {obj!r}")
+    return tuple((int(k), float(f)) for k, f in obj)
+
+
 def calibration_from_json(data: Any) -> Calibration:
     """A :class:`Calibration` from parsed JSON, or CalibrationError naming the field."""
     fmt = _field(data, "format", "calibration")
@@ -347,8 +386,11 @@ def calibration_from_json(data: Any) -> Calibration:
         stack = _fit(lr["stack"], f"{where}.stack") if "stack" in lr else None
         parallel = _fit(lr["fixed_parallel"], f"{where}.fixed_parallel") \
             if "fixed_parallel" in lr else None
+        concurrency = _concurrency(lr["concurrency"], f"{where}.concurrency") \
+            if "concurrency" in lr else None
         layers.append(LayerCosts(str(name), kind, tuple(shape), kernel, costs, sweep,
-                                 sweep_batched, glue, vec_factor, fixed, stack, parallel))
+                                 sweep_batched, glue, vec_factor, fixed, stack, parallel,
+                                 concurrency))
     net = _field(data, "network", "calibration")
     nranks = _field(net, "nranks", "network")
     if isinstance(nranks, bool) or not isinstance(nranks, int) or nranks < 1:

@@ -263,8 +263,10 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
 
     ``p2p`` and ``small`` replace the calibration's network (e.g. a cluster's);
     ``cores`` models oversubscription: with more ranks than cores, every computation
-    takes ``ranks / cores`` times longer (the ranks share the cores); ``record`` keeps
-    every simulated operation in ``Prediction.timeline.events``.
+    takes ``ranks / cores`` times longer (the ranks share the cores); step calls also
+    take the layer's measured ``slowdown`` for the ranks busy at once (all of them, at
+    most ``cores``; :attr:`LayerCosts.concurrency`); ``record`` keeps every simulated
+    operation in ``Prediction.timeline.events``.
     """
     why = check_strategy(net, s)
     if why:
@@ -281,6 +283,18 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
         notes.append(f"{s.nprocs} ranks on {cores} cores: compute x{share:.2g}, a lower "
                      f"bound (waiting ranks poll; measured 22-50 % slower, "
                      f"docs/performance.md)")
+    # Step calls in a gradient across ranks run slower than on one rank (caches, memory
+    # bandwidth, clock, polling neighbours): the factor measured for this many ranks
+    # busy at once on the host's cores. Only the calls: what lies between them across
+    # ranks is measured apart (fixed_parallel).
+    busy = s.nprocs if cores is None else min(s.nprocs, cores)
+    slowdown = layer.slowdown(busy)
+    if layer.concurrency and busy > 1:
+        most = max(k for k, _ in layer.concurrency)
+        beyond = (f"; {busy} ranks taken as the {most} measured"
+                  if busy > most else "")
+        notes.append(f"calls x{slowdown:.3g} with {busy} ranks busy (measured beside "
+                     f"busy ranks{beyond})")
     samples = math.ceil(net.samples / s.data)
     state_bytes = 8.0 * samples * net.numbers / s.space
     costs = layer.costs
@@ -310,7 +324,7 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
         work = costs[op.tag].seconds(op.rows, samples * scale * band_share(net, s.space,
                                                                            op.tag)) * \
             (layer.sweep_batched if op.batch else layer.sweep)
-        return share * (work + cal.callback_s) + halo(op)
+        return share * (work * slowdown + cal.callback_s) + halo(op)
 
     def with_glue(ops: List[Op]) -> List[Op]:
         """A 'glue' operation before each step: the copies of its states the core and
