@@ -8,13 +8,14 @@ compiled core; what calling a layer from inside a solve adds, from two real grad
 on the host their step calls recorded and paired with the model's
 (:func:`calibrate_in_solve`: the calls' own factors, the copies between calls, the
 stacking for the gradient call, vector work, fixed costs per gradient; under
-``mpiexec`` also what the same gradient across the ranks adds,
-:func:`calibrate_in_solve_parallel`), on a device the factors by which whole
-gradients exceed what the fits predict (:func:`calibrate_sweep`); and the alpha-beta
-parameters of point-to-point messages (ping-pong) and of allreduce when run under
-``mpiexec`` with two or more ranks. With one rank there is
-no network to measure: the file then carries documented defaults marked
-``"assumed: ..."`` (shared-memory MPI on one node), which ``braidpy plan`` reports.
+``mpiexec`` also what the same gradient across the ranks adds and how much slower its
+calls run with 2, 4, ... ranks busy, :func:`calibrate_in_solve_parallel`; the ranks
+not measuring sleep meanwhile, :func:`quiet_barrier`), on a device the factors by which
+whole gradients exceed what the fits predict (:func:`calibrate_sweep`); and the
+alpha-beta parameters of point-to-point messages (ping-pong) and of allreduce when run
+under ``mpiexec`` with two or more ranks. With one rank there is no network to measure:
+the file then carries documented defaults marked ``"assumed: ..."`` (shared-memory MPI
+on one node), which ``braidpy plan`` reports.
 Everything is measured with glibc's allocator keeping freed memory
 (:mod:`braidpy.perf.allocator`, noted in the file's ``host.allocator``): otherwise
 large batched calls pay page faults whose number depends on the process's history.
