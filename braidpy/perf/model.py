@@ -291,10 +291,10 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
     slowdown = layer.slowdown(busy)
     if layer.concurrency and busy > 1:
         most = max(k for k, _ in layer.concurrency)
-        beyond = (f"; {busy} ranks taken as the {most} measured"
+        beyond = (f"; the factor of {most}, the most ranks measured"
                   if busy > most else "")
-        notes.append(f"calls x{slowdown:.3g} with {busy} ranks busy (measured beside "
-                     f"busy ranks{beyond})")
+        notes.append(f"calls x{slowdown:.3g} with {busy} ranks busy (measured in "
+                     f"gradients across ranks{beyond})")
     samples = math.ceil(net.samples / s.data)
     state_bytes = 8.0 * samples * net.numbers / s.space
     costs = layer.costs
