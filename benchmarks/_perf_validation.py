@@ -121,7 +121,7 @@ def run_calibration(args: argparse.Namespace, layers: Sequence[str], samples: Se
     """The run's calibration: ``--calibration``'s file, else one made now with
     :func:`calibrate_now` (under ``mpiexec`` with as many ranks as the run's most, at
     most a core each, where it uses two or more: the network is measured, not assumed,
-    and the calls' slowdown beside busy ranks up to that count; its file copied beside
+    and the calls' slowdown across ranks up to that count; its file copied beside
     ``--json`` as FILE.calibration.json, for whoever studies a misfit)."""
     import shutil
 

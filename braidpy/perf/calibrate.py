@@ -538,7 +538,7 @@ def calibrate_in_solve_parallel(comm: Any, kind: str, shape: Sequence[int], kern
       them lie) summed per rank beyond the model, averaged over the ranks, the median
       over the gradients, fitted as ``a + b * samples``.
 
-    (None, None) with fewer than 2 ranks. Collective over ``comm``: rank 0 passes
+    (None, None) with fewer than 2 ranks or no sample counts. Collective over ``comm``: rank 0 passes
     ``cal``, ``layer`` and ``samples``, the others the layer's ``kind``, ``shape`` and
     ``kernel`` only; every rank gets both."""
     if comm is None or comm.Get_size() < 2:
@@ -559,7 +559,11 @@ def calibrate_in_solve_parallel(comm: Any, kind: str, shape: Sequence[int], kern
     comm.Bcast(length, root=0)  # rank 0's sample counts, for everyone
     counts = np.array(given if rank == 0 else [0] * int(length[0]), dtype=np.int64)
     comm.Bcast(counts, root=0)
-    busy_counts = _rank_counts(size, cores)
+    # rank 0's most busy ranks, so that every rank runs the same gradients (the hosts
+    # of a multi-node run may have different core counts)
+    most = np.array([_rank_counts(size, cores)[-1]], dtype=np.int64)
+    comm.Bcast(most, root=0)
+    busy_counts = _rank_counts(size, int(most[0]))
     runs_at = sorted(set(busy_counts) | {size})
     shape = tuple(int(x) for x in shape)
     input_shape = shape if kind == "conv" else (shape[0],)
@@ -641,9 +645,10 @@ def calibrate_in_solve_parallel(comm: Any, kind: str, shape: Sequence[int], kern
             law[:] = fit.a, fit.b
     comm.Bcast(factors, root=0)
     comm.Bcast(law, root=0)
-    concurrency = tuple((k, float(f)) for k, f in zip(busy_counts, factors))
-    return (None if np.isnan(law[0]) else CostFit(float(law[0]), float(law[1])),
-            concurrency)
+    if np.isnan(law[0]):  # no sample counts: nothing measured
+        return None, None
+    return (CostFit(float(law[0]), float(law[1])),
+            tuple((k, float(f)) for k, f in zip(busy_counts, factors)))
 
 
 def _fit_link(sizes: Sequence[int], seconds: Sequence[float]) -> Tuple[float, float]:
@@ -865,11 +870,11 @@ def calibrate(layers: Sequence[str] = DEFAULT_LAYERS, *, comm: Any = None,
                       host=host, message_software=software, agreement_s=agreement)
     swept = []
     for lc in cal.layers:
+        say(f"gradients of {lc.name}")
         n = sorted({p[1] for p in lc.costs["fwd"].points})
         if where.is_host:  # the smallest and the middle sample counts: glue and fixed
             # costs grow with the states
             both = [n[0], n[len(n) // 2]]
-            say(f"gradients of {lc.name}")
             with alone(comm, f"measuring {lc.name} in a solve"):
                 measured = calibrate_in_solve(cal, lc, both, repeats=repeats)
             if comm is not None and comm.Get_size() > 1:
