@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 #: One thread per rank: the model gives every rank one core. The model also assumes a
 #: message arrives while its sender computes; Open MPI delivers only messages under its
@@ -102,11 +102,14 @@ def clean_sample(res: dict) -> Tuple[List[float], List[float], list, int]:
 
 
 def calibrate_now(layers: Sequence[str], samples: Sequence[int], rows: Sequence[int],
-                  ranks: int, name: str) -> str:
+                  ranks: int, name: str, cores: Optional[int] = None) -> str:
     """Run ``braidpy calibrate`` for these layers (under ``mpiexec -n ranks`` when
-    ranks > 1, so that the network is measured, not assumed); the file's path."""
+    ranks > 1, so that the network is measured, not assumed; ``cores`` its --cores);
+    the file's path."""
     path = os.path.join(tempfile.gettempdir(), name)
     cmd = [sys.executable, "-m", "braidpy", "calibrate", "-o", path, "-q"]
+    if cores:
+        cmd += ["--cores", str(cores)]
     for layer in layers:
         cmd += ["--layer", layer]
     cmd += ["--samples", *map(str, samples), "--rows", *map(str, rows)]
@@ -119,18 +122,18 @@ def calibrate_now(layers: Sequence[str], samples: Sequence[int], rows: Sequence[
 def run_calibration(args: argparse.Namespace, layers: Sequence[str], samples: Sequence[int],
                     rows: Sequence[int], name: str):
     """The run's calibration: ``--calibration``'s file, else one made now with
-    :func:`calibrate_now` (under ``mpiexec`` with as many ranks as the run's most, at
-    most a core each, where it uses two or more: the network is measured, not assumed,
-    and the calls' slowdown across ranks up to that count; its file copied beside
-    ``--json`` as FILE.calibration.json, for whoever studies a misfit)."""
+    :func:`calibrate_now` (under ``mpiexec`` with as many ranks as the run's most, where
+    it uses two or more: the network is measured, not assumed, the calls' slowdown
+    across ranks up to that count, and with more ranks than ``--cores`` what sharing
+    them costs; its file copied beside ``--json`` as FILE.calibration.json, for whoever
+    studies a misfit)."""
     import shutil
 
     from braidpy.perf.calibration import load_calibration
 
     if args.calibration:
         return load_calibration(args.calibration)
-    path = calibrate_now(layers, samples, rows, max(1, min(max(args.ranks), args.cores)),
-                         name)
+    path = calibrate_now(layers, samples, rows, max(args.ranks), name, cores=args.cores)
     cal = load_calibration(path)
     print(f"calibrated now ({path}; network: {cal.p2p.source})")
     if args.json:

@@ -54,7 +54,8 @@ def test_measured_glue_round_trips_and_older_files_load_without_it(tmp_path):
                              "vec_factor": 1.6, "fixed": CostFit(3e-4, 1e-7),
                              "stack": CostFit(4e-5, 6e-9),
                              "fixed_parallel": CostFit(1e-4, 1e-6),
-                             "concurrency": ((1, 1.0), (2, 1.1), (4, 1.3))})
+                             "concurrency": ((1, 1.0), (2, 1.1), (4, 1.3)),
+                             "oversubscription": (2.0, 1.25)})
     cal = Calibration((measured,) + cal.layers[1:], cal.callback_s, cal.p2p, cal.allreduce)
     cal = Calibration(cal.layers, cal.callback_s, cal.p2p, cal.allreduce,
                       message_software=Link(6e-6, 2e-10, "measured: test"), agreement_s=5e-6)
@@ -76,6 +77,10 @@ def test_measured_glue_round_trips_and_older_files_load_without_it(tmp_path):
      "layers[0].concurrency must be a list"),
     (lambda d: d["layers"][0].update(concurrency={"2": 1.1}),
      "layers[0].concurrency must be a list"),
+    (lambda d: d["layers"][0].update(oversubscription=[1.0, 1.2]),
+     "layers[0].oversubscription must be [ranks per core > 1, factor > 0]"),
+    (lambda d: d["layers"][0].update(oversubscription=[2.0]),
+     "layers[0].oversubscription must be"),
     (lambda d: d.update(software={"message": {"alpha": 1e-6, "beta": -1.0,
                                               "source": "x"}, "agreement_s": 0.0}),
      "software.message.beta must be a finite number"),
@@ -346,8 +351,30 @@ def test_oversubscription_scales_compute():
     net = NetSpec("dense", (4,), 8, 10)
     shared = predict(net, strategy(2), made_up(), cores=1)
     assert shared.seconds == pytest.approx(2 * predict(net, strategy(2), made_up()).seconds)
-    # what sharing cores costs beyond that is not modelled: the prediction says so
+    # what sharing cores costs beyond that is not measured: the prediction says so
     assert any("lower bound" in note for note in shared.notes)
+
+
+def test_measured_sharing_of_cores_multiplies_the_whole_gradient():
+    """With ``oversubscription`` measured (ranks per core, factor), a prediction with
+    more ranks than cores is the shared-compute one times the factor (linear in the
+    ranks per core up to the measured ratio, that factor beyond); a core per rank is
+    untouched."""
+    net = NetSpec("dense", (4,), 8, 10)
+    plain = made_up()
+    lc = plain.layers[0]
+    measured = Calibration((LayerCosts(**{**lc.__dict__, "oversubscription": (2.0, 1.5)}),)
+                           + plain.layers[1:], 0.0, plain.p2p, plain.allreduce)
+    assert [measured.layers[0].sharing(r) for r in (1.0, 1.5, 2.0, 4.0)] == \
+        [1.0, 1.25, 1.5, 1.5]
+    for P, cores, factor in ((2, 2, 1.0), (4, 2, 1.5), (2, 1, 1.5), (4, 1, 1.5)):
+        got = predict(net, strategy(P), measured, cores=cores)
+        want = predict(net, strategy(P), plain, cores=cores).seconds * factor
+        assert got.seconds == pytest.approx(want)
+        if factor != 1.0:
+            assert got.parts["sharing cores"] == pytest.approx(want - want / factor)
+            assert any("as measured with 2 ranks per core" in n for n in got.notes)
+            assert not any("lower bound" in n for n in got.notes)
 
 
 def test_memory_grows_with_the_samples_and_shrinks_with_ranks():
@@ -514,6 +541,26 @@ def test_calibrate_under_mpi_measures_the_network(tmp_path):
     # and how much slower its calls ran with both ranks busy than on rank 0 alone
     assert [k for k, _ in lc.concurrency] == [1, 2] and lc.concurrency[0][1] == 1.0
     assert 0.2 < lc.concurrency[1][1] < 20
+
+
+def test_calibrate_with_more_ranks_than_cores_measures_what_sharing_costs(tmp_path):
+    """``--cores 1`` under ``mpiexec -n 2``: the network is left assumed (one rank has
+    the core), nothing is measured across ranks with a core each, and the gradient on
+    both ranks sharing the core gives the factor beyond compute x 2."""
+    from test_mpi import MPIEXEC
+
+    out = tmp_path / "c.json"
+    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "braidpy", "calibrate",
+                           "-o", str(out), "--layer", "dense:2", "--samples", "2", "--rows",
+                           "1", "2", "--repeats", "1", "--cores", "1", "-q"],
+                          capture_output=True, text=True, env=ENV, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    cal = load_calibration(str(out))
+    assert cal.nranks == 2 and cal.p2p.source.startswith("assumed")
+    lc = cal.layers[0]
+    assert lc.concurrency == ((1, 1.0),) and lc.fixed_parallel is None
+    ratio, factor = lc.oversubscription
+    assert ratio == 2.0 and 0.2 < factor < 50
 
 
 _QUIET = """

@@ -505,6 +505,27 @@ def _rank_counts(size: int, cores: Optional[int] = None) -> List[int]:
     return [k for k in counts if k <= cores]
 
 
+def busy_ranks(comm: Any, cores: Optional[int] = None) -> int:
+    """How many of ``comm``'s ranks get a core each: rank 0's min(size, ``cores``,
+    default its machine's), on every rank (collective; 1 without ``comm``)."""
+    if comm is None or comm.Get_size() < 2:
+        return 1
+    most = np.array([_rank_counts(comm.Get_size(), cores)[-1]], dtype=np.int64)
+    comm.Bcast(most, root=0)
+    return int(most[0])
+
+
+def _first_ranks(comm: Any, n: int) -> Any:
+    """The first ``n`` ranks of ``comm`` as a communicator (``comm`` itself when that is
+    all of them), None on the others. Collective; free a new one with ``.Free()``."""
+    if n >= comm.Get_size():
+        return comm
+    from mpi4py import MPI
+
+    sub = comm.Split(0 if comm.Get_rank() < n else MPI.UNDEFINED, comm.Get_rank())
+    return None if sub == MPI.COMM_NULL else sub
+
+
 def _calls_over_model(pairs_by_rank: Sequence[Sequence[Tuple[Any, Any]]]) -> float:
     """Seconds in a gradient's step calls, measured over modelled, all ranks together."""
     measured = sum(c.end - c.start for pairs in pairs_by_rank for c, _ in pairs)
@@ -518,31 +539,37 @@ def calibrate_in_solve_parallel(comm: Any, kind: str, shape: Sequence[int], kern
                                 samples: Optional[Sequence[int]] = None, nlayers: int = 32,
                                 repeats: int = 5, cores: Optional[int] = None
                                 ) -> Tuple[Optional[CostFit],
-                                           Optional[Tuple[Tuple[int, float], ...]]]:
+                                           Optional[Tuple[Tuple[int, float], ...]],
+                                           Optional[Tuple[float, float]]]:
     """What a gradient across ranks costs beyond the model with the one-rank
     measurements of :func:`calibrate_in_solve` (``layer``): the 32-layer ResNet's
     two-level gradient (batched, one-shot (1, 1), cf 4) run on the first k ranks of
     ``comm`` for k = 1, 2, 4, ... up to its size (at most a core each; the other ranks
     sleep) at each of ``samples`` (rank 0's; two counts), ``repeats`` times, every
-    rank's step calls recorded and paired with the model's. Two results:
+    rank's step calls recorded and paired with the model's; and with more ranks than
+    ``cores`` (rank 0's; default its machine's) on all of them. Three results:
 
     * ``concurrency`` (``LayerCosts.concurrency``): how much slower the step calls run
       with k ranks busy than with one, (k, factor) pairs; the median gradient's
       measured over modelled call seconds at the larger sample count, over the same
       ratio of rank 0 alone, measured back to back (drifts of the machine's speed since
       ``layer`` was measured cancel);
-    * ``fixed_parallel`` (``LayerCosts.fixed_parallel``): at all of ``comm``'s ranks,
-      with ``concurrency`` applied, the gaps outside glue and vector work (the stretches
-      at the solves' starts and ends, the objective, before the gradient call, the
-      receives: where braidpy's Python-level collectives, its messages and the waits at
-      them lie) summed per rank beyond the model, averaged over the ranks, the median
-      over the gradients, fitted as ``a + b * samples``.
+    * ``fixed_parallel`` (``LayerCosts.fixed_parallel``): on as many ranks as have a
+      core each (None if that is one), with ``concurrency`` applied, the gaps outside
+      glue and vector work (the stretches at the solves' starts and ends, the
+      objective, before the gradient call, the receives: where braidpy's Python-level
+      collectives, its messages and the waits at them lie) summed per rank beyond the
+      model, averaged over the ranks, the median over the gradients, fitted as
+      ``a + b * samples``;
+    * ``oversubscription`` (``LayerCosts.oversubscription``), with more ranks than
+      cores: (ranks per core, the median gradient's wall time on all of ``comm``'s
+      ranks over the model's with the ranks sharing the cores), else None.
 
-    (None, None) with fewer than 2 ranks or no sample counts. Collective over ``comm``: rank 0 passes
-    ``cal``, ``layer`` and ``samples``, the others the layer's ``kind``, ``shape`` and
-    ``kernel`` only; every rank gets both."""
+    (None, None, None) with fewer than 2 ranks or no sample counts. Collective over
+    ``comm``: rank 0 passes ``cal``, ``layer`` and ``samples``, the others the layer's
+    ``kind``, ``shape`` and ``kernel`` only; every rank gets all three."""
     if comm is None or comm.Get_size() < 2:
-        return None, None
+        return None, None, None
     from mpi4py import MPI
 
     from ..nn import ResNet, ResNetApp
@@ -559,11 +586,10 @@ def calibrate_in_solve_parallel(comm: Any, kind: str, shape: Sequence[int], kern
     comm.Bcast(length, root=0)  # rank 0's sample counts, for everyone
     counts = np.array(given if rank == 0 else [0] * int(length[0]), dtype=np.int64)
     comm.Bcast(counts, root=0)
-    # rank 0's most busy ranks, so that every rank runs the same gradients (the hosts
-    # of a multi-node run may have different core counts)
-    most = np.array([_rank_counts(size, cores)[-1]], dtype=np.int64)
-    comm.Bcast(most, root=0)
-    busy_counts = _rank_counts(size, int(most[0]))
+    # rank 0's count, so that every rank runs the same gradients (the hosts of a
+    # multi-node run may have different core counts)
+    most = busy_ranks(comm, cores)
+    busy_counts = _rank_counts(size, most)
     runs_at = sorted(set(busy_counts) | {size})
     shape = tuple(int(x) for x in shape)
     input_shape = shape if kind == "conv" else (shape[0],)
@@ -602,7 +628,8 @@ def calibrate_in_solve_parallel(comm: Any, kind: str, shape: Sequence[int], kern
             if sub != MPI.COMM_NULL:
                 sub.Free()
     factors = np.ones(len(busy_counts))
-    law = np.full(2, np.nan)  # nan: nothing measured (no sample counts given)
+    law = np.full(2, np.nan)  # nan: nothing measured
+    shared = np.full(1, np.nan)
     with agreed(comm, "pairing the recorded calls with the model's"):
         if rank == 0 and len(counts):  # the others wait at the agreement
             assert cal is not None and layer is not None
@@ -632,23 +659,35 @@ def calibrate_in_solve_parallel(comm: Any, kind: str, shape: Sequence[int], kern
             factors[:] = [ratio[k] / ratio[1] for k in busy_counts]
             slowed = dataclasses.replace(layer, concurrency=tuple(
                 (k, float(f)) for k, f in zip(busy_counts, factors)))
-            points = []
-            for n in counts.tolist():
-                per_gradient = [float(np.mean([
-                    sum(g.measured - g.model for g in gaps
-                        if g.label not in ("none", "vec", "glue", "glue+vec"))
-                    for _, gaps in ranks])) for ranks in gradients(size, n, slowed)]
-                # the median keeps out gradients where a call slowed on one rank
-                # (another job's time slice) lengthened its partner's wait
-                points.append((1, n, max(float(np.median(per_gradient)), 1e-9)))
-            fit = CostFit.fit(points)
-            law[:] = fit.a, fit.b
+            if most > 1:  # across ranks with a core each
+                points = []
+                for n in counts.tolist():
+                    per_gradient = [float(np.mean([
+                        sum(g.measured - g.model for g in gaps
+                            if g.label not in ("none", "vec", "glue", "glue+vec"))
+                        for _, gaps in ranks])) for ranks in gradients(most, n, slowed)]
+                    # the median keeps out gradients where a call slowed on one rank
+                    # (another job's time slice) lengthened its partner's wait
+                    points.append((1, n, max(float(np.median(per_gradient)), 1e-9)))
+                fit = CostFit.fit(points)
+                law[:] = fit.a, fit.b
+                slowed = dataclasses.replace(slowed, fixed_parallel=fit)
+            if size > most:  # more ranks than cores: the whole gradient against the model
+                spec = NetSpec(kind, shape, nlayers, largest, kernel=kernel,
+                               features=int(np.prod(input_shape)), nclasses=2)
+                strategy = Strategy(1, 1, size, Cycle(ntime=nlayers, max_levels=2,
+                                                      cfactor=4, batched=True), (1, 1))
+                model = predict(spec, strategy, dataclasses.replace(
+                    cal, layers=(slowed,), nranks=size), cores=most).seconds
+                shared[0] = float(np.median(recorded[size, largest][0])) / model
     comm.Bcast(factors, root=0)
     comm.Bcast(law, root=0)
-    if np.isnan(law[0]):  # no sample counts: nothing measured
-        return None, None
-    return (CostFit(float(law[0]), float(law[1])),
-            tuple((k, float(f)) for k, f in zip(busy_counts, factors)))
+    comm.Bcast(shared, root=0)
+    if not len(counts):  # no sample counts: nothing measured
+        return None, None, None
+    return (None if np.isnan(law[0]) else CostFit(float(law[0]), float(law[1])),
+            tuple((k, float(f)) for k, f in zip(busy_counts, factors)),
+            None if np.isnan(shared[0]) else (size / most, float(shared[0])))
 
 
 def _fit_link(sizes: Sequence[int], seconds: Sequence[float]) -> Tuple[float, float]:
@@ -819,6 +858,25 @@ def calibrate_communication(comm: Any, where: Placement = HOST
     return p2p, ar, software, agreement
 
 
+def _communication_on_busy_ranks(comm: Any, where: Placement, cores: Optional[int]
+                                 ) -> Tuple[Link, Link, Optional[Link], float]:
+    """:func:`calibrate_communication` on the first ranks of ``comm``, as many as have a
+    core each (:func:`busy_ranks`), while the others sleep: ranks sharing cores would
+    measure the scheduler, not the network. Collective over ``comm``; rank 0 gets the
+    results (the others: what they measured, or nothing)."""
+    if comm is None or comm.Get_size() < 2:
+        return calibrate_communication(comm, where)
+    busy = _first_ranks(comm, busy_ranks(comm, cores))
+    try:
+        out = calibrate_communication(busy, where) if busy is not None else \
+            (ASSUMED_P2P, ASSUMED_ALLREDUCE, None, 0.0)
+    finally:
+        if busy is not None and busy is not comm:
+            busy.Free()
+        quiet_barrier(comm)
+    return out
+
+
 def _gpu_note(where: Placement) -> str:
     """What the file says about GPUs: whose layer costs it holds."""
     from .. import cuda_info
@@ -836,12 +894,16 @@ def _gpu_note(where: Placement) -> str:
 def calibrate(layers: Sequence[str] = DEFAULT_LAYERS, *, comm: Any = None,
               samples: Sequence[int] = DEFAULT_SAMPLES, rows: Sequence[int] = (1, 4, 16),
               repeats: int = 5, min_time: float = 5e-3,
-              log: Optional[Callable[[str], None]] = None, device: Any = None) -> Calibration:
+              log: Optional[Callable[[str], None]] = None, device: Any = None,
+              cores: Optional[int] = None) -> Calibration:
     """Measure everything (see the module docstring); ``comm`` for the network part;
     ``device`` where the layers' numbers live (None: the host; ``"cuda"``, or a
     :class:`~braidpy._device.Placement`): the layer, vector and sweep costs are then
     that device's, and a message between ranks includes its copies to and from the
-    host (CuPy states cross ranks through host buffers)."""
+    host (CuPy states cross ranks through host buffers). With more ranks than ``cores``
+    (default: this machine's), the network is measured on as many ranks as there are
+    cores while the others sleep, and gradients on all of them measure what sharing the
+    cores costs (``LayerCosts.oversubscription``)."""
     where = placement(device)
     say = log or (lambda _msg: None)
     # Large temporaries reused, not faulted in again: the regime of a long run
@@ -861,7 +923,7 @@ def calibrate(layers: Sequence[str] = DEFAULT_LAYERS, *, comm: Any = None,
         say("callback")
         callback, solve_s = calibrate_callback()
     say("network")
-    p2p, ar, software, agreement = calibrate_communication(comm, where)
+    p2p, ar, software, agreement = _communication_on_busy_ranks(comm, where, cores)
     host = {"machine": platform.machine(), "python": platform.python_version(),
             "processor": platform.processor(), "numpy": np.__version__,
             "gpu": _gpu_note(where), "allocator": allocator}
@@ -879,11 +941,12 @@ def calibrate(layers: Sequence[str] = DEFAULT_LAYERS, *, comm: Any = None,
                 measured = calibrate_in_solve(cal, lc, both, repeats=repeats)
             if comm is not None and comm.Get_size() > 1:
                 say(f"gradients of {lc.name} across 1-{comm.Get_size()} ranks")
-            parallel, concurrency = calibrate_in_solve_parallel(
+            parallel, concurrency, shared = calibrate_in_solve_parallel(
                 comm, lc.kind, lc.shape, lc.kernel, cal=cal, layer=measured, samples=both,
-                repeats=repeats)
+                repeats=repeats, cores=cores)
             swept.append(dataclasses.replace(measured, fixed_parallel=parallel,
-                                             concurrency=concurrency))
+                                             concurrency=concurrency,
+                                             oversubscription=shared))
         else:  # calls on a device return before their work is done: whole gradients
             single, batched = calibrate_sweep(cal, lc, n[len(n) // 2],
                                               repeats=max(repeats // 2, 1), where=where)
@@ -892,19 +955,21 @@ def calibrate(layers: Sequence[str] = DEFAULT_LAYERS, *, comm: Any = None,
 
 
 def calibrate_follower(comm: Any, layers: Sequence[str] = DEFAULT_LAYERS, *,
-                       repeats: int = 5, device: Any = None) -> None:
+                       repeats: int = 5, device: Any = None,
+                       cores: Optional[int] = None) -> None:
     """The part of :func:`calibrate` the ranks other than 0 of ``comm`` take: the same
     agreements (so that a failure on rank 0 stops them too), the communication, and the
-    gradients across the ranks; ``layers``, ``repeats`` and ``device`` as rank 0's."""
+    gradients across the ranks; ``layers``, ``repeats``, ``device`` and ``cores`` as
+    rank 0's."""
     where = placement(device)
     keep_freed_memory()  # as rank 0 does: the gradients across the ranks are timed
     with alone(comm, "measuring the layers"):
         pass  # rank 0's work
-    calibrate_communication(comm, where)
+    _communication_on_busy_ranks(comm, where, cores)
     if not where.is_host:
         return
     for text in layers:
         kind, shape, kernel = parse_layer(text)
         with alone(comm, f"measuring {layer_name(kind, shape, kernel)} in a solve"):
             pass  # rank 0's work
-        calibrate_in_solve_parallel(comm, kind, shape, kernel, repeats=repeats)
+        calibrate_in_solve_parallel(comm, kind, shape, kernel, repeats=repeats, cores=cores)

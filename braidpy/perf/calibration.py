@@ -18,6 +18,7 @@ Layout (version 1)::
                  "stack": {"a": ..., "b": ..., "points": []},      #   on the host
                  "fixed_parallel": {"a": ..., "b": ..., "points": []},  # 2+ ranks
                  "concurrency": [[1, 1.0], [2, 1.06], [4, 1.2]],   # 2+ ranks
+                 "oversubscription": [2.0, 1.25],     # ranks per core, factor
                  "vec_factor": 2.1,                                #   on the host
                  "fixed": {"a": ..., "b": ..., "points": []}}, ...],
      "network": {"p2p": {"alpha": s, "beta": s_per_byte, "source": "measured"},
@@ -148,7 +149,13 @@ class LayerCosts:
     and memory bandwidth, the clock a processor holds with more cores busy, and what
     ranks polling for messages do to their neighbours;
     :func:`braidpy.perf.calibrate.calibrate_in_solve_parallel`). None: not measured
-    (one rank, files of before, GPU calibrations), no slowdown."""
+    (one rank, files of before, GPU calibrations), no slowdown.
+
+    ``oversubscription`` is (ranks per core, factor): a whole gradient with that many
+    ranks per core measured against the model's compute x ranks / cores (calibrated
+    under ``mpiexec`` with more ranks than cores: what the waiting ranks' polling and
+    the scheduler add). None: not measured; predictions with more ranks than cores are
+    then lower bounds."""
 
     name: str
     kind: str  # "dense" or "conv"
@@ -163,6 +170,18 @@ class LayerCosts:
     stack: Optional[CostFit] = None
     fixed_parallel: Optional[CostFit] = None
     concurrency: Optional[Tuple[Tuple[int, float], ...]] = None
+    oversubscription: Optional[Tuple[float, float]] = None
+
+    def sharing(self, per_core: float) -> float:
+        """The factor on a gradient with ``per_core`` ranks per core beyond compute x
+        ranks / cores: 1 at one rank per core, the measured factor at the measured
+        ratio and beyond, linear between; 1 where nothing was measured."""
+        if self.oversubscription is None or per_core <= 1.0:
+            return 1.0
+        ratio, factor = self.oversubscription
+        if per_core >= ratio:
+            return factor
+        return 1.0 + (factor - 1.0) * (per_core - 1.0) / (ratio - 1.0)
 
     def slowdown(self, busy: int) -> float:
         """The factor on this layer's step calls with ``busy`` ranks computing at
@@ -277,6 +296,8 @@ def _layer_json(lc: LayerCosts) -> Dict[str, Any]:
         out.update(fixed_parallel=_fit_json(lc.fixed_parallel))
     if lc.concurrency is not None:
         out.update(concurrency=[[k, f] for k, f in lc.concurrency])
+    if lc.oversubscription is not None:
+        out.update(oversubscription=list(lc.oversubscription))
     return out
 
 
@@ -344,6 +365,17 @@ def _concurrency(obj: Any, where: str) -> Tuple[Tuple[int, float], ...]:
     return tuple((int(k), float(f)) for k, f in obj)
 
 
+def _oversubscription(obj: Any, where: str) -> Tuple[float, float]:
+    """[ranks per core > 1, factor > 0]."""
+    ok = isinstance(obj, list) and len(obj) == 2 and all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+        for x in obj) and obj[0] > 1 and obj[1] > 0
+    if not ok:
+        raise CalibrationError(f"field {where} must be [ranks per core > 1, factor > 0], "
+                               f"got {obj!r}")
+    return float(obj[0]), float(obj[1])
+
+
 def calibration_from_json(data: Any) -> Calibration:
     """A :class:`Calibration` from parsed JSON, or CalibrationError naming the field."""
     fmt = _field(data, "format", "calibration")
@@ -388,9 +420,11 @@ def calibration_from_json(data: Any) -> Calibration:
             if "fixed_parallel" in lr else None
         concurrency = _concurrency(lr["concurrency"], f"{where}.concurrency") \
             if "concurrency" in lr else None
+        shared = _oversubscription(lr["oversubscription"], f"{where}.oversubscription") \
+            if "oversubscription" in lr else None
         layers.append(LayerCosts(str(name), kind, tuple(shape), kernel, costs, sweep,
                                  sweep_batched, glue, vec_factor, fixed, stack, parallel,
-                                 concurrency))
+                                 concurrency, shared))
     net = _field(data, "network", "calibration")
     nranks = _field(net, "nranks", "network")
     if isinstance(nranks, bool) or not isinstance(nranks, int) or nranks < 1:

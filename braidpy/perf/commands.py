@@ -75,6 +75,10 @@ def add_commands(commands: Any) -> None:
     c.add_argument("--rows", type=_positive_int, nargs="+", metavar="R", default=[1, 4, 16],
                    help="states per batched call to measure at (1: plain calls)")
     c.add_argument("--repeats", type=_positive_int, default=5, metavar="R")
+    c.add_argument("--cores", type=_positive_int, metavar="N",
+                   help="cores this machine gives the ranks (default: all of its cores); "
+                        "under mpiexec with more ranks than that, what sharing the cores "
+                        "costs a gradient is measured too")
     c.add_argument("--device", default="cpu", metavar="cpu|cuda|cuda:N",
                    help="where the layers' numbers live: the host (default, CPU time) or a "
                         "CUDA GPU through CuPy (wall time, synchronized; messages include "
@@ -147,13 +151,14 @@ def _calibrate(args: argparse.Namespace) -> int:
         if rank == 0 and not args.quiet else None
     if rank == 0:
         cal = calibrate(layers, comm=comm, samples=args.samples, rows=args.rows,
-                        repeats=args.repeats, log=say, device=where)
+                        repeats=args.repeats, log=say, device=where, cores=args.cores)
         save_calibration(cal, args.output)
         if not args.quiet:
             print(f"wrote {args.output}: {len(cal.layers)} layers; network "
                   f"p2p {cal.p2p.source}, allreduce {cal.allreduce.source}")
     else:  # the other ranks: the communication part, and gradients across the ranks
-        calibrate_follower(comm, layers, repeats=args.repeats, device=where)
+        calibrate_follower(comm, layers, repeats=args.repeats, device=where,
+                           cores=args.cores)
     return 0
 
 

@@ -278,11 +278,18 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
     if scale != 1.0:
         notes.append(f"costs scaled x{scale:.3g} from {layer.name} by multiply-adds")
     share = 1.0
+    sharing = 1.0  # the measured factor on a whole gradient of ranks sharing cores
     if cores is not None and s.nprocs > cores:
         share = s.nprocs / cores
-        notes.append(f"{s.nprocs} ranks on {cores} cores: compute x{share:.2g}, a lower "
-                     f"bound (waiting ranks poll; measured 22-50 % slower, "
-                     f"docs/performance.md)")
+        sharing = layer.sharing(share)
+        if layer.oversubscription is None:
+            notes.append(f"{s.nprocs} ranks on {cores} cores: compute x{share:.2g}, a "
+                         f"lower bound (waiting ranks poll; measured 22-50 % slower, "
+                         f"docs/performance.md)")
+        else:
+            notes.append(f"{s.nprocs} ranks on {cores} cores: compute x{share:.2g}, and "
+                         f"x{sharing:.3g} as measured with {layer.oversubscription[0]:.3g}"
+                         f" ranks per core")
     # Step calls in a gradient across ranks run slower than on one rank (caches, memory
     # bandwidth, clock, polling neighbours): the factor measured for this many ranks
     # busy at once on the host's cores. Only the calls: what lies between them across
@@ -429,6 +436,9 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
     if s.space > 1:
         parts["allreduce(space)"] = space_ar
     total = tl.makespan + layer_ar + data_ar + space_ar
+    if sharing != 1.0:  # measured beyond compute x ranks / cores
+        parts["sharing cores"] = total * (sharing - 1.0)
+        total *= sharing
     if p2p.source.startswith("assumed") and s.nprocs > 1:
         notes.append("network costs assumed (" + p2p.source + ")")
     return Prediction(s, total, parts, memory_per_rank(net, s), tl, notes)
