@@ -55,7 +55,7 @@ def test_measured_glue_round_trips_and_older_files_load_without_it(tmp_path):
                              "stack": CostFit(4e-5, 6e-9),
                              "fixed_parallel": CostFit(1e-4, 1e-6),
                              "concurrency": ((1, 1.0), (2, 1.1), (4, 1.3)),
-                             "oversubscription": (2.0, 1.25)})
+                             "oversubscription": (2.0, 1.25), "sweep_grad": 1.07})
     cal = Calibration((measured,) + cal.layers[1:], cal.callback_s, cal.p2p, cal.allreduce)
     cal = Calibration(cal.layers, cal.callback_s, cal.p2p, cal.allreduce,
                       message_software=Link(6e-6, 2e-10, "measured: test"), agreement_s=5e-6)
@@ -81,6 +81,7 @@ def test_measured_glue_round_trips_and_older_files_load_without_it(tmp_path):
      "layers[0].oversubscription must be [ranks per core > 1, factor > 0]"),
     (lambda d: d["layers"][0].update(oversubscription=[2.0]),
      "layers[0].oversubscription must be"),
+    (lambda d: d["layers"][0].update(sweep_grad=0), "layers[0].sweep_grad must be a finite"),
     (lambda d: d.update(software={"message": {"alpha": 1e-6, "beta": -1.0,
                                               "source": "x"}, "agreement_s": 0.0}),
      "software.message.beta must be a finite number"),
@@ -232,6 +233,26 @@ def test_concurrency_slows_the_calls_of_ranks_busy_at_once():
         assert work == pytest.approx(base_work)
     assert any("x1.5 with 2 ranks busy" in note
                for note in predict(net, strategy(2), slowed).notes)
+
+
+def test_the_gradient_call_takes_its_own_factor():
+    """``sweep_grad`` multiplies the batched parameter-gradient call alone; without it
+    that call takes ``sweep_batched`` as the relaxation's batched calls do."""
+    net = NetSpec("dense", (4,), 8, 10)
+    plain = made_up()
+    lc = LayerCosts(**{**plain.layers[0].__dict__, "sweep_batched": 0.5})
+
+    def durations(layer):
+        cal = Calibration((layer,) + plain.layers[1:], 0.0, plain.p2p, plain.allreduce)
+        events = predict(net, strategy(1, batched=True), cal, record=True).timeline.events
+        return {(e.op.tag, e.op.batch): e.end - e.start for e in events
+                if e.op.kind == "step"}
+    before = durations(lc)
+    after = durations(LayerCosts(**{**lc.__dict__, "sweep_grad": 1.5}))
+    assert after[("grad", True)] == pytest.approx(3 * before[("grad", True)])
+    assert {k: v for k, v in after.items() if k != ("grad", True)} == \
+        {k: v for k, v in before.items() if k != ("grad", True)}
+    assert ("fwd", True) in after  # relaxation's batched calls keep sweep_batched
 
 
 def test_measured_stacking_replaces_the_gradient_calls_glue():
@@ -734,6 +755,7 @@ def test_calibrate_writes_a_file_plan_reads(tmp_path):
     assert lc.glue.points  # the measured medians, which the model interpolates
     assert lc.stack is not None and lc.stack.seconds(2, 2) > 0
     assert 0.25 <= lc.sweep <= 8 and 0.25 <= lc.sweep_batched <= 8
+    assert lc.sweep_grad is not None and 0.25 <= lc.sweep_grad <= 8
     assert 0.25 <= lc.vec_scale <= 8 and lc.fixed.a >= 0 and lc.fixed.b >= 0
 
 

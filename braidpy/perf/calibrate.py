@@ -356,9 +356,10 @@ def calibrate_in_solve(cal: Calibration, layer: LayerCosts, samples: Sequence[in
     gradients), and the calls are paired with the model's
     (:func:`braidpy.perf.timeline.paired`).
 
-    * ``sweep``, ``sweep_batched``: the plain and the batched calls' own time against
-      the bare calls' fits (states out of cache), the median over the calls weighted by
-      their modelled time;
+    * ``sweep``, ``sweep_batched``, ``sweep_grad``: the plain calls', the batched
+      relaxation calls' and the batched gradient call's own time against the bare
+      calls' fits (states out of cache), the median over the calls weighted by their
+      modelled time;
     * ``glue``: the gaps between calls where the model has no operation — the core's
       and the adjoint wrapper's copies of the next call's states — their median per
       state count and samples of that call (the model interpolates them: a line ``a + b
@@ -407,16 +408,19 @@ def calibrate_in_solve(cal: Calibration, layer: LayerCosts, samples: Sequence[in
     # 1. Against bare calls with nothing between them: the calls' factors, the glue
     #    (gaps with no model operation) and the vector work (gaps with only that).
     bare = dataclasses.replace(layer, sweep=1.0, sweep_batched=1.0, glue=None,
-                               vec_factor=1.0, fixed=None, stack=None)
+                               vec_factor=1.0, fixed=None, stack=None, sweep_grad=None)
     # Ratios call by call, then their medians: a call caught by another job's time slice
     # (a shared machine) moves a sum, not a median.
-    ratios: Dict[bool, List[Tuple[float, float]]] = {False: [], True: []}
+    # plain calls, batched relaxation calls, the batched gradient call
+    ratios: Dict[str, List[Tuple[float, float]]] = {"plain": [], "batched": [], "grad": []}
     glue_gaps: Dict[Tuple[int, int], List[float]] = {}
     vec_gaps: List[Tuple[float, float, int, int]] = []  # measured, model, rows, n
     stacking: List[Tuple[int, int, float]] = []  # before the batched gradient call
     for n, calls, pairs, gaps in pairs_with(bare):
         for call, ev in pairs:
-            ratios[call.batch].append((call.end - call.start, ev.end - ev.start))
+            kind = "grad" if call.batch and call.tag == "grad" else \
+                ("batched" if call.batch else "plain")
+            ratios[kind].append((call.end - call.start, ev.end - ev.start))
         for gap in gaps:
             call = calls[gap.index] if gap.index < len(calls) else None  # after the gap
             rows = 1 if call is None else call.rows
@@ -434,7 +438,9 @@ def calibrate_in_solve(cal: Calibration, layer: LayerCosts, samples: Sequence[in
     # the stacking is a copy of 2 states per layer: a law in the bytes, not the points
     stack = CostFit.fit(stacking) if stacking else None
     measured = dataclasses.replace(
-        layer, sweep=_median_factor(ratios[False]), sweep_batched=_median_factor(ratios[True]),
+        layer, sweep=_median_factor(ratios["plain"]),
+        sweep_batched=_median_factor(ratios["batched"]),
+        sweep_grad=_median_factor(ratios["grad"]) if ratios["grad"] else None,
         glue=glue, vec_factor=_median_factor(vec), fixed=None,  # measured next
         stack=None if stack is None else CostFit(stack.a, stack.b))
     # 2. Against that model: what is left outside the calls, per gradient.

@@ -11,7 +11,9 @@ Layout (version 1)::
      "callback_s": 4e-6,                  # core -> Python cost of one step callback
      "solve_s": 2e-4,                     # one Core.solve besides its steps
      "layers": [{"name": "dense-w8", "kind": "dense", "shape": [8],
-                 "kernel": 1, "sweep": 1.0, "sweep_batched": 0.95, "costs": {
+                 "kernel": 1, "sweep": 1.0, "sweep_batched": 0.95,
+                 "sweep_grad": 1.05,                  # optional: measured on the host
+                 "costs": {
                      "fwd":  {"a": ..., "b": ..., "points": [[rows, samples, s], ...]},
                      "adj":  {...}, "grad": {...}, "vec": {...}},
                  "glue": {"a": ..., "b": ..., "points": [...]},   # optional: measured
@@ -129,11 +131,14 @@ class LayerCosts:
     (:func:`braidpy.perf.calibrate.calibrate_sweep`, from two real gradients).
 
     ``sweep`` and ``sweep_batched`` multiply the fitted cost of plain and of batched
-    calls. Measured on the host (calibrations with ``glue``), they are the calls' own
-    cost in a solve against the bare calls' (states out of cache), and what lies
-    between calls is modelled apart: ``glue`` seconds before each call (the core's and
-    the adjoint wrapper's copies of its states; measured medians per state count and
-    samples, interpolated as the calls' fits are), ``stack`` before the batched
+    calls, ``sweep_grad`` (where measured; else ``sweep_batched``) that of the batched
+    parameter-gradient call at the end of a gradient, one call over all of a rank's
+    layers, larger than any relaxation call. Measured on the host (calibrations with
+    ``glue``), they are the calls' own cost in a solve against the bare calls' (states
+    out of cache), and what lies between calls is modelled apart: ``glue`` seconds
+    before each call (the core's and the adjoint wrapper's copies of its states;
+    measured medians per state count and samples, interpolated as the calls' fits
+    are), ``stack`` before the batched
     gradient call (the final adjoints and primal states stacked for it; ``a + b * rows
     * samples``; files without it price the stacking as glue), ``vec_factor`` on the
     vector work, and ``fixed`` seconds per gradient (results, objective and agreements
@@ -171,6 +176,7 @@ class LayerCosts:
     fixed_parallel: Optional[CostFit] = None
     concurrency: Optional[Tuple[Tuple[int, float], ...]] = None
     oversubscription: Optional[Tuple[float, float]] = None
+    sweep_grad: Optional[float] = None
 
     def sharing(self, per_core: float) -> float:
         """The factor on a gradient with ``per_core`` ranks per core beyond compute x
@@ -298,6 +304,8 @@ def _layer_json(lc: LayerCosts) -> Dict[str, Any]:
         out.update(concurrency=[[k, f] for k, f in lc.concurrency])
     if lc.oversubscription is not None:
         out.update(oversubscription=list(lc.oversubscription))
+    if lc.sweep_grad is not None:
+        out.update(sweep_grad=lc.sweep_grad)
     return out
 
 
@@ -422,9 +430,11 @@ def calibration_from_json(data: Any) -> Calibration:
             if "concurrency" in lr else None
         shared = _oversubscription(lr["oversubscription"], f"{where}.oversubscription") \
             if "oversubscription" in lr else None
+        sweep_grad = _number(lr, "sweep_grad", where, low=1e-3) if "sweep_grad" in lr \
+            else None
         layers.append(LayerCosts(str(name), kind, tuple(shape), kernel, costs, sweep,
                                  sweep_batched, glue, vec_factor, fixed, stack, parallel,
-                                 concurrency, shared))
+                                 concurrency, shared, sweep_grad))
     net = _field(data, "network", "calibration")
     nranks = _field(net, "nranks", "network")
     if isinstance(nranks, bool) or not isinstance(nranks, int) or nranks < 1:

@@ -330,7 +330,7 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
                 layer.vec_scale
         work = costs[op.tag].seconds(op.rows, samples * scale * band_share(net, s.space,
                                                                            op.tag)) * \
-            (layer.sweep_batched if op.batch else layer.sweep)
+            _call_factor(layer, op)
         return share * (work * slowdown + cal.callback_s) + halo(op)
 
     def with_glue(ops: List[Op]) -> List[Op]:
@@ -442,6 +442,14 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
     if p2p.source.startswith("assumed") and s.nprocs > 1:
         notes.append("network costs assumed (" + p2p.source + ")")
     return Prediction(s, total, parts, memory_per_rank(net, s), tl, notes)
+
+
+def _call_factor(layer: LayerCosts, op: Op) -> float:
+    """The calibrated factor on a step call's fitted cost inside a solve: the batched
+    gradient call's own where measured, else the batched or the plain calls'."""
+    if op.batch and op.tag == "grad" and layer.sweep_grad is not None:
+        return layer.sweep_grad
+    return layer.sweep_batched if op.batch else layer.sweep
 
 
 def _extrapolation_notes(layer: LayerCosts, progs: List[List[Op]], samples: float) -> List[str]:
