@@ -564,6 +564,16 @@ def test_calibrate_under_mpi_measures_the_network(tmp_path):
     assert 0.2 < lc.concurrency[1][1] < 20
 
 
+def test_an_irregular_sharing_factor_is_warned_about():
+    from braidpy.perf.calibrate import SHARING_RANGE, sharing_warning
+
+    assert sharing_warning(2.0, 1.3) is None
+    low, high = SHARING_RANGE
+    for factor in (low / 2, high * 1.5):
+        text = sharing_warning(2.0, factor)
+        assert f"x{factor:.3g}" in text and "MPIR_CVAR_CH4_PROGRESS_THROTTLE=1" in text
+
+
 def test_calibrate_with_more_ranks_than_cores_measures_what_sharing_costs(tmp_path):
     """``--cores 1`` under ``mpiexec -n 2``: the network is left assumed (one rank has
     the core), nothing is measured across ranks with a core each, and the gradient on

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import math
 import platform
 import time
@@ -36,10 +37,12 @@ from .._device import HOST, Placement, placement
 from .allocator import keep_freed_memory
 from .calibration import Calibration, CostFit, LayerCosts, Link, layer_name
 
+logger = logging.getLogger("braidpy.perf")
+
 __all__ = ["DEFAULT_LAYERS", "ASSUMED_P2P", "ASSUMED_ALLREDUCE", "parse_layer",
            "DEFAULT_SAMPLES", "time_call", "calibrate_layer", "calibrate_callback",
            "calibrate_sweep", "calibrate_in_solve", "calibrate_in_solve_parallel",
-           "quiet_barrier", "alone",
+           "quiet_barrier", "alone", "busy_ranks", "sharing_warning",
            "calibrate_network",
            "calibrate_software", "calibrate_communication",
            "calibrate", "calibrate_follower"]
@@ -532,6 +535,28 @@ def _first_ranks(comm: Any, n: int) -> Any:
     return None if sub == MPI.COMM_NULL else sub
 
 
+#: The range of measured sharing factors seen as regular (docs/performance.md: 1.07-1.34
+#: at 2 ranks per core with MPICH's throttle; 0.96 and 3.17 in two runs of the same
+#: calibration at larger states).
+SHARING_RANGE = (0.8, 2.0)
+
+
+def sharing_warning(per_core: float, factor: float) -> Optional[str]:
+    """A warning when what sharing the cores costs came out outside ``SHARING_RANGE``.
+
+    >>> sharing_warning(2.0, 1.2) is None
+    True
+    """
+    low, high = SHARING_RANGE
+    if low <= factor <= high:
+        return None
+    return (f"a gradient with {per_core:.3g} ranks per core ran x{factor:.3g} the model's "
+            f"shared compute: ranks sharing cores switch between scheduling regimes from "
+            f"run to run, so predictions with more ranks than cores may be off by that "
+            f"much; calibrate again, or with MPICH set MPIR_CVAR_CH4_PROGRESS_THROTTLE=1 "
+            f"MPIR_CVAR_CH4_PROGRESS_THROTTLE_NO_PROGRESS_COUNT=1")
+
+
 def _calls_over_model(pairs_by_rank: Sequence[Sequence[Tuple[Any, Any]]]) -> float:
     """Seconds in a gradient's step calls, measured over modelled, all ranks together."""
     measured = sum(c.end - c.start for pairs in pairs_by_rank for c, _ in pairs)
@@ -953,6 +978,9 @@ def calibrate(layers: Sequence[str] = DEFAULT_LAYERS, *, comm: Any = None,
             swept.append(dataclasses.replace(measured, fixed_parallel=parallel,
                                              concurrency=concurrency,
                                              oversubscription=shared))
+            warning = None if shared is None else sharing_warning(*shared)
+            if warning:
+                logger.warning("%s: %s", lc.name, warning)
         else:  # calls on a device return before their work is done: whole gradients
             single, batched = calibrate_sweep(cal, lc, n[len(n) // 2],
                                               repeats=max(repeats // 2, 1), where=where)
