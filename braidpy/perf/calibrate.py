@@ -893,18 +893,27 @@ def _communication_on_busy_ranks(comm: Any, where: Placement, cores: Optional[in
                                  ) -> Tuple[Link, Link, Optional[Link], float]:
     """:func:`calibrate_communication` on the first ranks of ``comm``, as many as have a
     core each (:func:`busy_ranks`), while the others sleep: ranks sharing cores would
-    measure the scheduler, not the network. Collective over ``comm``; rank 0 gets the
-    results (the others: what they measured, or nothing)."""
+    measure the scheduler, not the network. Collective over ``comm``, and a failure on
+    any rank stops every rank (``agreed``); rank 0 gets the results (the others: what
+    they measured, or the assumed values)."""
     if comm is None or comm.Get_size() < 2:
         return calibrate_communication(comm, where)
+    from ..parallel.agree import agreed
+
     busy = _first_ranks(comm, busy_ranks(comm, cores))
+    out: Tuple[Link, Link, Optional[Link], float] = (ASSUMED_P2P, ASSUMED_ALLREDUCE, None,
+                                                     0.0)
+    error: Optional[BaseException] = None
     try:
-        out = calibrate_communication(busy, where) if busy is not None else \
-            (ASSUMED_P2P, ASSUMED_ALLREDUCE, None, 0.0)
+        if busy is not None:
+            out = calibrate_communication(busy, where)
+    except Exception as exc:  # agreed on below, by every rank
+        error = exc
     finally:
         if busy is not None and busy is not comm:
             busy.Free()
-        quiet_barrier(comm)
+    quiet_barrier(comm)
+    agreed(comm, "measuring the network").settle(error)
     return out
 
 
