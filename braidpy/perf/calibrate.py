@@ -535,6 +535,29 @@ def _first_ranks(comm: Any, n: int) -> Any:
     return None if sub == MPI.COMM_NULL else sub
 
 
+def _on_first_ranks(comm: Any, n: int, what: str, fn: Callable[[Any], Any],
+                    default: Any = None) -> Any:
+    """``fn(sub)`` on the first ``n`` ranks of ``comm`` (``sub`` their communicator)
+    while the others sleep (:func:`quiet_barrier`); a failure on any rank stops every
+    rank (``agreed`` on ``what``). Its result there, ``default`` on the others.
+    Collective over ``comm``."""
+    from ..parallel.agree import agreed
+
+    sub = _first_ranks(comm, n)
+    out, error = default, None
+    try:
+        if sub is not None:
+            out = fn(sub)
+    except Exception as exc:  # agreed on below, by every rank
+        error = exc
+    finally:
+        if sub is not None and sub is not comm:
+            sub.Free()
+    quiet_barrier(comm)
+    agreed(comm, what).settle(error)
+    return out
+
+
 #: The range of measured sharing factors seen as regular (docs/performance.md: 1.07-1.34
 #: at 2 ranks per core with MPICH's throttle; 0.96 and 3.17 in two runs of the same
 #: calibration at larger states).
@@ -601,8 +624,6 @@ def calibrate_in_solve_parallel(comm: Any, kind: str, shape: Sequence[int], kern
     ``kind``, ``shape`` and ``kernel`` only; every rank gets all three."""
     if comm is None or comm.Get_size() < 2:
         return None, None, None
-    from mpi4py import MPI
-
     from ..nn import ResNet, ResNetApp
     from ..parallel.agree import agreed
     from ..parallel.collectives import gather_arrays
@@ -634,30 +655,18 @@ def calibrate_in_solve_parallel(comm: Any, kind: str, shape: Sequence[int], kern
     # (ranks, samples) -> (every gradient's wall seconds, rank 0 only; its calls by rank)
     recorded: Dict[Tuple[int, int], Tuple[List[float], Dict[int, np.ndarray]]] = {}
     for k in runs_at:
-        member = rank < k
-        sub = comm.Split(0 if member else MPI.UNDEFINED, rank)
-        try:
-            for n, (X, C) in data.items():
-                runs: List[Tuple[float, list]] = []
-                error: Optional[BaseException] = None
-                if member:  # the others sleep meanwhile
-                    try:
-                        runs = _recorded_gradients(recording(ResNetApp)(net, params, X, C),
-                                                   net.T, nlayers, 2, repeats,
-                                                   comm=sub if k > 1 else None)
-                    except Exception as exc:  # agreed on below, by every rank
-                        error = exc
-                quiet_barrier(comm)
-                agreed(comm, f"a gradient on {k} ranks").settle(error)
-                everyone = gather_arrays(comm, {g * size + rank: np.array(
-                    [[_TAGS.index(c.tag), c.rows, c.batch, c.start, c.end] for c in calls],
-                    dtype=np.float64).reshape(-1, 5) for g, (_, calls) in enumerate(runs)})
-                if rank == 0:
-                    assert everyone is not None
-                    recorded[k, n] = ([wall for wall, _ in runs], everyone)
-        finally:
-            if sub != MPI.COMM_NULL:
-                sub.Free()
+        for n, (X, C) in data.items():
+            def gradients_on(sub: Any, k: int = k, X: Any = X, C: Any = C) -> list:
+                return _recorded_gradients(recording(ResNetApp)(net, params, X, C), net.T,
+                                           nlayers, 2, repeats, comm=sub if k > 1 else None)
+            runs: List[Tuple[float, list]] = _on_first_ranks(
+                comm, k, f"a gradient on {k} ranks", gradients_on, default=[])
+            everyone = gather_arrays(comm, {g * size + rank: np.array(
+                [[_TAGS.index(c.tag), c.rows, c.batch, c.start, c.end] for c in calls],
+                dtype=np.float64).reshape(-1, 5) for g, (_, calls) in enumerate(runs)})
+            if rank == 0:
+                assert everyone is not None
+                recorded[k, n] = ([wall for wall, _ in runs], everyone)
     factors = np.ones(len(busy_counts))
     law = np.full(2, np.nan)  # nan: nothing measured
     shared = np.full(1, np.nan)
@@ -898,22 +907,10 @@ def _communication_on_busy_ranks(comm: Any, where: Placement, cores: Optional[in
     they measured, or the assumed values)."""
     if comm is None or comm.Get_size() < 2:
         return calibrate_communication(comm, where)
-    from ..parallel.agree import agreed
-
-    busy = _first_ranks(comm, busy_ranks(comm, cores))
-    out: Tuple[Link, Link, Optional[Link], float] = (ASSUMED_P2P, ASSUMED_ALLREDUCE, None,
-                                                     0.0)
-    error: Optional[BaseException] = None
-    try:
-        if busy is not None:
-            out = calibrate_communication(busy, where)
-    except Exception as exc:  # agreed on below, by every rank
-        error = exc
-    finally:
-        if busy is not None and busy is not comm:
-            busy.Free()
-    quiet_barrier(comm)
-    agreed(comm, "measuring the network").settle(error)
+    out: Tuple[Link, Link, Optional[Link], float] = _on_first_ranks(
+        comm, busy_ranks(comm, cores), "measuring the network",
+        lambda busy: calibrate_communication(busy, where),
+        default=(ASSUMED_P2P, ASSUMED_ALLREDUCE, None, 0.0))
     return out
 
 
