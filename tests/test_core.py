@@ -249,11 +249,94 @@ class _RightRank:
     def receive(self, src, tag):
         return self.buf
 
+    def advance(self):
+        return True
+
     def finish(self):
         pass
 
     def allreduce(self, values, is_max):
         return values
+
+
+class _LeftRank:
+    """Rank 0 of 2 with a simulated right neighbour: logs the core's sends, its advance
+    calls and the app's steps; each send stays open for ``open_tests`` tests."""
+
+    def __init__(self, app, log, open_tests):
+        self.buf, self.log, self.open_tests = app.bufpack(np.array([0.25, 0.5])), log, open_tests
+        self.untested = 0
+
+    def post(self, dest, tag, buf):
+        self.log.append("post")
+        self.untested = self.open_tests
+
+    def advance(self):
+        self.log.append("advance")
+        self.untested -= 1
+        return self.untested < 0
+
+    def receive(self, src, tag):
+        self.log.append("receive")
+        return self.buf
+
+    def finish(self):
+        self.log.append("finish")
+
+    def allreduce(self, values, is_max):
+        return values
+
+
+class _LoggedSteps(_Default):
+    def __init__(self, log):
+        self.log = log
+
+    def step(self, u, t0, t1, status):
+        self.log.append("step")
+        super().step(u, t0, t1, status)
+
+    def step_stacked(self, U, t0s, t1s, status):
+        self.log.append("step")
+        super().step_stacked(U, t0s, t1s, status)
+
+
+@pytest.mark.parametrize("batch", [False, True])
+@pytest.mark.parametrize("open_tests", [0, 2])
+def test_open_sends_are_tested_before_every_step_and_only_then(batch, open_tests):
+    # Open MPI moves a large message only inside its sender's MPI calls: a rank that
+    # posted a send tests it before each step until it completes, and not after.
+    log = []
+    app = _LoggedSteps(log)
+    s = make_solver(app, ntime=32, comm=_LeftRank(app, log, open_tests), rank=0, size=2,
+                    cfactor=4, max_iter=3, batch=batch)
+    assert s.solve().kind == "ok"
+    assert log.count("post") >= 3 and log.count("step") > log.count("post")
+    is_open, tested, untested = False, False, 0
+    for event in log:
+        if event == "post":
+            is_open, tested, untested = True, False, open_tests
+        elif event == "advance":
+            assert is_open, "advance() called with no send open"
+            tested, untested = True, untested - 1
+            is_open = untested >= 0
+        elif event == "finish":
+            is_open = False
+        elif event == "step":
+            assert tested or not is_open, "a step ran while a send was open, untested"
+            tested = False
+    # one test completes a send that the MPI already moved; an open one takes more
+    assert (log.count("advance") > log.count("post")) == (open_tests > 0)
+
+
+def test_a_failing_advance_fails_the_solve_with_its_exception():
+    class Broken(_LeftRank):
+        def advance(self):
+            raise Boom("advance")
+
+    app = _Default()
+    out = make_solver(app, ntime=32, comm=Broken(app, [], 0), rank=0, size=2, cfactor=4,
+                      max_iter=3).solve()
+    assert out.kind == "failed" and isinstance(out.error, Boom)
 
 
 @pytest.mark.parametrize("batch", [False, True])

@@ -17,7 +17,7 @@ _abandoned: list = []
 
 
 class TimeComm:
-    """What the compiled core calls: post, receive, finish, allreduce.
+    """What the compiled core calls: post, receive, advance, finish, allreduce.
 
     Messages between two ranks are matched in order; a poisoned message (a
     rank whose callback failed) travels with tag + 1 and no payload.
@@ -52,6 +52,15 @@ class TimeComm:
         if got != tag:
             raise RuntimeError(f"braidpy message protocol error: expected tag {tag}, got {got}")
         return buf
+
+    def advance(self) -> bool:
+        """Tests the posted sends (the core calls it before each step while any is
+        open): some MPIs move a large message only inside its sender's MPI calls (Open
+        MPI's shared-memory rendezvous without single copy), and a step may be long.
+        True when every posted send is complete."""
+        if self._pending and self.MPI.Request.Testall([req for req, _ in self._pending]):
+            self._pending.clear()
+        return not self._pending
 
     def finish(self) -> None:
         if self._pending:

@@ -506,6 +506,7 @@ void PyComm::send(int dest, int tag, Vec u) {
   Py_XDECREF(buf);
   if (r == nullptr) ops_.capture_current_error(kCommunication);
   Py_XDECREF(r);
+  sends_open_ = true;
   seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
 }
 
@@ -531,6 +532,23 @@ void PyComm::finish_sends() {
   PyObject* r = PyObject_CallMethod(adapter_, "finish", nullptr);
   if (r == nullptr) ops_.capture_current_error(kCommunication);
   Py_XDECREF(r);
+  sends_open_ = false;
+}
+
+// Only while a send is open: one test after each send usually completes it, so a
+// rank pays about one adapter call per message.
+void PyComm::advance_sends() {
+  if (!sends_open_) return;
+  const auto start = Clock::now();
+  PyObject* r = PyObject_CallMethod(adapter_, "advance", nullptr);
+  if (r == nullptr) {
+    ops_.capture_current_error(kCommunication);
+    sends_open_ = false;  // the error ends the solve; finish() still waits for them
+  } else {
+    sends_open_ = PyObject_IsTrue(r) != 1;
+    Py_DECREF(r);
+  }
+  seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
 }
 
 void PyComm::allreduce(double* values, int n, braid::ReduceOp op) {

@@ -128,6 +128,7 @@ class PyOps final : public braid::Ops {
 //   post(dest, tag, buf_or_None)   non-blocking send (None: poisoned message)
 //   receive(src, tag) -> buf|None  blocking receive
 //   finish()                       complete posted sends
+//   advance() -> bool              test posted sends; True when all are complete
 //   allreduce(list, is_max) -> list
 class PyComm final : public braid::Comm {
  public:
@@ -138,6 +139,7 @@ class PyComm final : public braid::Comm {
   void send(int dest, int tag, Vec u) override;
   Vec recv(int src, int tag) override;
   void finish_sends() override;
+  void advance_sends() override;
   void allreduce(double* values, int n, braid::ReduceOp op) override;
   double seconds() const { return seconds_; }
 
@@ -146,6 +148,7 @@ class PyComm final : public braid::Comm {
   int rank_, size_;
   PyOps& ops_;
   double seconds_ = 0.0;
+  bool sends_open_ = false;  // a send posted and not yet seen complete
 };
 
 }  // namespace braidpy

@@ -131,6 +131,11 @@ class Comm {
   virtual Vec recv(int src, int tag) = 0;
   // Completes all posted sends.
   virtual void finish_sends() = 0;
+  // Called before every step call: lets posted sends move on while this rank computes.
+  // Some MPIs move a large message only inside an MPI call of its sender (Open MPI's
+  // shared-memory rendezvous without single copy), so a receiver would otherwise wait
+  // until the sender's next receive, a whole sweep later.
+  virtual void advance_sends() {}
   virtual void allreduce(double* values, int n, ReduceOp op) = 0;
 };
 

@@ -9,6 +9,7 @@ namespace braid {
 void Solver::step_on(Level& L, int l, Vec& u, Index i, bool with_tau) {
   info_.level = l;
   info_.set_step(L.step_to(i));
+  comm_.advance_sends();
   ops_.step(u, info_);
   if (with_tau) add_tau(L, &i, &u, 1);
 }
@@ -32,6 +33,7 @@ void Solver::step_batch_on(Level& L, int l, Vec block, Index first, Vec* ws, con
   info_.set_step(items_[0]);  // scalar fields describe the first item
   info_.batch = items_.data();
   info_.batch_size = n;
+  comm_.advance_sends();
   ops_.step_batch(block, first, ws, n, items_.data(), info_);
   info_.batch = nullptr;
   info_.batch_size = 0;
