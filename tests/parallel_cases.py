@@ -5,6 +5,8 @@ rank are gathered (with mpi4py's pickle-based gather: this is test code talking 
 itself, not braidpy receiving a message).
 """
 
+import time
+
 import numpy as np
 from mpi4py import MPI
 
@@ -12,6 +14,7 @@ from braidpy.parallel.agree import agreed
 from braidpy.backends import wire
 from braidpy.parallel.collectives import (allgather_texts, allgatherv, bcast_bytes,
                                           gather_arrays, ordered_sum, recv_array)
+from braidpy.parallel.timecomm import TimeComm
 
 
 class Boom(RuntimeError):
@@ -110,11 +113,31 @@ def forged_headers(comm):
     return comm.bcast(outcomes, root=last)
 
 
+def sends_advanced(comm):
+    """Each rank posts two 1 MB states to its right neighbour (a rendezvous size for
+    every MPI), receives its left neighbour's, then tests its own sends with
+    TimeComm.advance until they complete: [completed in 10 s, received intact]."""
+    tc = TimeComm(comm)
+    right, left = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
+    for tag in (10, 12):
+        tc.post(right, tag, np.full(1 << 17, float(comm.rank + tag)))
+    tc.advance()  # may or may not complete them: the receiver has not matched yet
+    intact = all(np.array_equal(np.frombuffer(tc.receive(left, tag)),
+                                np.full(1 << 17, float(left + tag))) for tag in (10, 12))
+    deadline = time.monotonic() + 10.0
+    while not tc.advance() and time.monotonic() < deadline:
+        pass
+    completed = tc.advance()
+    tc.free()
+    return [completed, intact]
+
+
 PARALLEL_CASES = {
     "texts": texts, "gathered_terms": gathered_terms, "ordered_sum": rank_ordered_sum,
     "scalar_sum": scalar_sum, "gathered_arrays": gathered_arrays, "broadcast": broadcast,
     "agreement_on_failure": lambda c: c.gather(agreement_on_failure(c)),
     "agreement_when_fine": lambda c: c.gather(agreement_when_fine(c)),
     "forged_headers": forged_headers,
+    "sends_advanced": lambda c: c.gather(sends_advanced(c)),
     "size": lambda c: c.size,
 }
