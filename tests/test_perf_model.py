@@ -55,7 +55,8 @@ def test_measured_glue_round_trips_and_older_files_load_without_it(tmp_path):
                              "stack": CostFit(4e-5, 6e-9),
                              "fixed_parallel": CostFit(1e-4, 1e-6),
                              "concurrency": ((1, 1.0), (2, 1.1), (4, 1.3)),
-                             "oversubscription": (2.0, 1.25), "sweep_grad": 1.07})
+                             "oversubscription": (2.0, 1.25), "sweep_grad": 1.07,
+                             "oversubscription_space": (2.0, 1.3)})
     cal = Calibration((measured,) + cal.layers[1:], cal.callback_s, cal.p2p, cal.allreduce)
     cal = Calibration(cal.layers, cal.callback_s, cal.p2p, cal.allreduce,
                       message_software=Link(6e-6, 2e-10, "measured: test"), agreement_s=5e-6)
@@ -82,6 +83,8 @@ def test_measured_glue_round_trips_and_older_files_load_without_it(tmp_path):
     (lambda d: d["layers"][0].update(oversubscription=[2.0]),
      "layers[0].oversubscription must be"),
     (lambda d: d["layers"][0].update(sweep_grad=0), "layers[0].sweep_grad must be a finite"),
+    (lambda d: d["layers"][1].update(oversubscription_space=[2.0, -1.0]),
+     "layers[1].oversubscription_space must be [ranks per core > 1, factor > 0]"),
     (lambda d: d.update(software={"message": {"alpha": 1e-6, "beta": -1.0,
                                               "source": "x"}, "agreement_s": 0.0}),
      "software.message.beta must be a finite number"),
@@ -376,6 +379,28 @@ def test_oversubscription_scales_compute():
     assert any("lower bound" in note for note in shared.notes)
 
 
+def test_a_space_split_takes_its_own_sharing_factor():
+    """A conv layer measured split over space ranks (``oversubscription_space``): the
+    strategies with space ranks take that factor, the others the layer-parallel one;
+    without it every strategy takes the layer-parallel one."""
+    net = NetSpec("conv", (2, 8, 8), 8, 10)
+    plain = made_up()
+    conv = plain.layers[1]
+    layer_only = Calibration(plain.layers[:1] + (LayerCosts(**{
+        **conv.__dict__, "oversubscription": (2.0, 1.2)}),), 0.0, plain.p2p, plain.allreduce)
+    both = Calibration(plain.layers[:1] + (LayerCosts(**{
+        **conv.__dict__, "oversubscription": (2.0, 1.2),
+        "oversubscription_space": (2.0, 1.5)}),), 0.0, plain.p2p, plain.allreduce)
+    for s, space_factor in ((strategy(4), 1.2), (strategy(2, space=2), 1.5),
+                            (strategy(1, space=4), 1.5), (strategy(2, data=2), 1.2)):
+        bare = predict(net, s, plain, cores=2).seconds
+        assert predict(net, s, layer_only, cores=2).seconds == pytest.approx(1.2 * bare)
+        got = predict(net, s, both, cores=2)
+        assert got.seconds == pytest.approx(space_factor * bare)
+        assert any("on a space split" in n for n in got.notes) == (space_factor == 1.5)
+    assert both.layers[1].sharing(1.5, space=True) == pytest.approx(1.25)
+
+
 def test_measured_sharing_of_cores_multiplies_the_whole_gradient():
     """With ``oversubscription`` measured (ranks per core, factor), a prediction with
     more ranks than cores is the shared-compute one times the factor (linear in the
@@ -592,6 +617,24 @@ def test_calibrate_with_more_ranks_than_cores_measures_what_sharing_costs(tmp_pa
     assert lc.concurrency == ((1, 1.0),) and lc.fixed_parallel is None
     ratio, factor = lc.oversubscription
     assert ratio == 2.0 and 0.2 < factor < 50
+    assert lc.oversubscription_space is None  # a dense layer has no space split
+
+
+def test_calibrate_with_more_ranks_than_cores_measures_a_space_split(tmp_path):
+    """A conv layer under ``mpiexec -n 2 ... --cores 1``: the gradient split over both
+    ranks' space dimension gives its own factor beyond compute x 2."""
+    from test_mpi import MPIEXEC
+
+    out = tmp_path / "c.json"
+    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "braidpy", "calibrate",
+                           "-o", str(out), "--layer", "conv:1x4x4:3", "--samples", "2",
+                           "--rows", "1", "2", "--repeats", "1", "--cores", "1", "-q"],
+                          capture_output=True, text=True, env=ENV, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    lc = load_calibration(str(out)).layers[0]
+    ratio, factor = lc.oversubscription_space
+    assert ratio == 2.0 and 0.2 < factor < 50
+    assert lc.oversubscription is not None
 
 
 _QUIET = """

@@ -981,17 +981,40 @@ def calibrate(layers: Sequence[str] = DEFAULT_LAYERS, *, comm: Any = None,
             parallel, concurrency, shared = calibrate_in_solve_parallel(
                 comm, lc.kind, lc.shape, lc.kernel, cal=cal, layer=measured, samples=both,
                 repeats=repeats, cores=cores)
-            swept.append(dataclasses.replace(measured, fixed_parallel=parallel,
-                                             concurrency=concurrency,
-                                             oversubscription=shared))
-            warning = None if shared is None else sharing_warning(*shared)
-            if warning:
-                logger.warning("%s: %s", lc.name, warning)
+            measured = dataclasses.replace(measured, fixed_parallel=parallel,
+                                           concurrency=concurrency)
+            shared_space = _space_sharing(comm, lc.kind, lc.shape, lc.kernel, cores,
+                                          repeats, say, cal=cal, layer=measured,
+                                          samples=max(both))
+            swept.append(dataclasses.replace(measured, oversubscription=shared,
+                                             oversubscription_space=shared_space))
+            for factor in (shared, shared_space):
+                warning = None if factor is None else sharing_warning(*factor)
+                if warning:
+                    logger.warning("%s: %s", lc.name, warning)
         else:  # calls on a device return before their work is done: whole gradients
             single, batched = calibrate_sweep(cal, lc, n[len(n) // 2],
                                               repeats=max(repeats // 2, 1), where=where)
             swept.append(dataclasses.replace(lc, sweep=single, sweep_batched=batched))
     return dataclasses.replace(cal, layers=tuple(swept))
+
+
+def _space_sharing(comm: Any, kind: str, shape: Sequence[int], kernel: int,
+                   cores: Optional[int], repeats: int,
+                   say: Callable[[str], None] = lambda _msg: None, **rank0: Any
+                   ) -> Optional[Tuple[float, float]]:
+    """:func:`braidpy.perf.space_sharing.calibrate_space_sharing` under ``mpiexec``
+    (collective; None with one rank, or where it measures nothing)."""
+    if comm is None or comm.Get_size() < 2:
+        return None
+    from .space_sharing import calibrate_space_sharing
+
+    most = busy_ranks(comm, cores)
+    if kind == "conv" and comm.Get_size() > most:
+        say(f"a gradient of {layer_name(kind, shape, kernel)} split over "
+            f"{comm.Get_size()} space ranks")
+    return calibrate_space_sharing(comm, kind, shape, kernel, most=most, repeats=repeats,
+                                   **rank0)
 
 
 def calibrate_follower(comm: Any, layers: Sequence[str] = DEFAULT_LAYERS, *,
@@ -1013,3 +1036,4 @@ def calibrate_follower(comm: Any, layers: Sequence[str] = DEFAULT_LAYERS, *,
         with alone(comm, f"measuring {layer_name(kind, shape, kernel)} in a solve"):
             pass  # rank 0's work
         calibrate_in_solve_parallel(comm, kind, shape, kernel, repeats=repeats, cores=cores)
+        _space_sharing(comm, kind, shape, kernel, cores, repeats)

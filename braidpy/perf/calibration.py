@@ -21,6 +21,7 @@ Layout (version 1)::
                  "fixed_parallel": {"a": ..., "b": ..., "points": []},  # 2+ ranks
                  "concurrency": [[1, 1.0], [2, 1.06], [4, 1.2]],   # 2+ ranks
                  "oversubscription": [2.0, 1.25],     # ranks per core, factor
+                 "oversubscription_space": [2.0, 1.3],  # the same, a space split
                  "vec_factor": 2.1,                                #   on the host
                  "fixed": {"a": ..., "b": ..., "points": []}}, ...],
      "network": {"p2p": {"alpha": s, "beta": s_per_byte, "source": "measured"},
@@ -160,7 +161,10 @@ class LayerCosts:
     ranks per core measured against the model's compute x ranks / cores (calibrated
     under ``mpiexec`` with more ranks than cores: what the waiting ranks' polling and
     the scheduler add). None: not measured; predictions with more ranks than cores are
-    then lower bounds."""
+    then lower bounds. ``oversubscription_space`` is the same for a gradient split over
+    space ranks (conv layers: their halo exchanges meet at every call;
+    :mod:`braidpy.perf.space_sharing`); strategies with space ranks take it, the
+    layer-parallel factor where it was not measured."""
 
     name: str
     kind: str  # "dense" or "conv"
@@ -177,14 +181,18 @@ class LayerCosts:
     concurrency: Optional[Tuple[Tuple[int, float], ...]] = None
     oversubscription: Optional[Tuple[float, float]] = None
     sweep_grad: Optional[float] = None
+    oversubscription_space: Optional[Tuple[float, float]] = None
 
-    def sharing(self, per_core: float) -> float:
+    def sharing(self, per_core: float, space: bool = False) -> float:
         """The factor on a gradient with ``per_core`` ranks per core beyond compute x
-        ranks / cores: 1 at one rank per core, the measured factor at the measured
-        ratio and beyond, linear between; 1 where nothing was measured."""
-        if self.oversubscription is None or per_core <= 1.0:
+        ranks / cores (``space``: split over space ranks): 1 at one rank per core, the
+        measured factor at the measured ratio and beyond, linear between; 1 where
+        nothing was measured."""
+        measured = self.oversubscription_space if space and \
+            self.oversubscription_space is not None else self.oversubscription
+        if measured is None or per_core <= 1.0:
             return 1.0
-        ratio, factor = self.oversubscription
+        ratio, factor = measured
         if per_core >= ratio:
             return factor
         return 1.0 + (factor - 1.0) * (per_core - 1.0) / (ratio - 1.0)
@@ -306,6 +314,8 @@ def _layer_json(lc: LayerCosts) -> Dict[str, Any]:
         out.update(oversubscription=list(lc.oversubscription))
     if lc.sweep_grad is not None:
         out.update(sweep_grad=lc.sweep_grad)
+    if lc.oversubscription_space is not None:
+        out.update(oversubscription_space=list(lc.oversubscription_space))
     return out
 
 
@@ -432,9 +442,12 @@ def calibration_from_json(data: Any) -> Calibration:
             if "oversubscription" in lr else None
         sweep_grad = _number(lr, "sweep_grad", where, low=1e-3) if "sweep_grad" in lr \
             else None
+        shared_space = _oversubscription(lr["oversubscription_space"],
+                                         f"{where}.oversubscription_space") \
+            if "oversubscription_space" in lr else None
         layers.append(LayerCosts(str(name), kind, tuple(shape), kernel, costs, sweep,
                                  sweep_batched, glue, vec_factor, fixed, stack, parallel,
-                                 concurrency, shared, sweep_grad))
+                                 concurrency, shared, sweep_grad, shared_space))
     net = _field(data, "network", "calibration")
     nranks = _field(net, "nranks", "network")
     if isinstance(nranks, bool) or not isinstance(nranks, int) or nranks < 1:

@@ -281,15 +281,17 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
     sharing = 1.0  # the measured factor on a whole gradient of ranks sharing cores
     if cores is not None and s.nprocs > cores:
         share = s.nprocs / cores
-        sharing = layer.sharing(share)
-        if layer.oversubscription is None:
+        spatial = s.space > 1 and layer.oversubscription_space is not None
+        sharing = layer.sharing(share, space=s.space > 1)
+        measured = layer.oversubscription_space if spatial else layer.oversubscription
+        if measured is None:
             notes.append(f"{s.nprocs} ranks on {cores} cores: compute x{share:.2g}, a "
                          f"lower bound (waiting ranks poll; measured 22-50 % slower, "
                          f"docs/performance.md)")
         else:
             notes.append(f"{s.nprocs} ranks on {cores} cores: compute x{share:.2g}, and "
-                         f"x{sharing:.3g} as measured with {layer.oversubscription[0]:.3g}"
-                         f" ranks per core")
+                         f"x{sharing:.3g} as measured with {measured[0]:.3g} ranks per "
+                         f"core{' on a space split' if spatial else ''}")
     # Step calls in a gradient across ranks run slower than on one rank (caches, memory
     # bandwidth, clock, polling neighbours): the factor measured for this many ranks
     # busy at once on the host's cores. Only the calls: what lies between them across
