@@ -981,22 +981,35 @@ def calibrate(layers: Sequence[str] = DEFAULT_LAYERS, *, comm: Any = None,
             parallel, concurrency, shared = calibrate_in_solve_parallel(
                 comm, lc.kind, lc.shape, lc.kernel, cal=cal, layer=measured, samples=both,
                 repeats=repeats, cores=cores)
-            measured = dataclasses.replace(measured, fixed_parallel=parallel,
-                                           concurrency=concurrency)
-            shared_space = _space_sharing(comm, lc.kind, lc.shape, lc.kernel, cores,
-                                          repeats, say, cal=cal, layer=measured,
-                                          samples=max(both))
-            swept.append(dataclasses.replace(measured, oversubscription=shared,
-                                             oversubscription_space=shared_space))
-            for factor in (shared, shared_space):
-                warning = None if factor is None else sharing_warning(*factor)
-                if warning:
-                    logger.warning("%s: %s", lc.name, warning)
+            swept.append(dataclasses.replace(measured, fixed_parallel=parallel,
+                                             concurrency=concurrency,
+                                             oversubscription=shared))
+            warning = None if shared is None else sharing_warning(*shared)
+            if warning:
+                logger.warning("%s: %s", lc.name, warning)
         else:  # calls on a device return before their work is done: whole gradients
             single, batched = calibrate_sweep(cal, lc, n[len(n) // 2],
                                               repeats=max(repeats // 2, 1), where=where)
             swept.append(dataclasses.replace(lc, sweep=single, sweep_batched=batched))
+    if where.is_host:
+        swept = [_with_space_sharing(comm, lc, cores, repeats, say, cal) for lc in swept]
     return dataclasses.replace(cal, layers=tuple(swept))
+
+
+def _with_space_sharing(comm: Any, lc: LayerCosts, cores: Optional[int], repeats: int,
+                        say: Callable[[str], None], cal: Calibration) -> LayerCosts:
+    """``lc`` with what sharing cores costs its space split (rank 0's side of
+    :func:`_space_sharing`). After every layer's other measurements: on the 2-core VM a
+    space split left the processes' later dense gradients at 4 ranks in a slower regime
+    now and then (docs/performance.md), which a layer measured after it would keep."""
+    samples = sorted({p[1] for p in lc.costs["fwd"].points})
+    shared = _space_sharing(comm, lc.kind, lc.shape, lc.kernel, cores, repeats, say,
+                            cal=cal, layer=lc,
+                            samples=samples[len(samples) // 2] if samples else None)
+    warning = None if shared is None else sharing_warning(*shared)
+    if warning:
+        logger.warning("%s (split over space ranks): %s", lc.name, warning)
+    return dataclasses.replace(lc, oversubscription_space=shared)
 
 
 def _space_sharing(comm: Any, kind: str, shape: Sequence[int], kernel: int,
@@ -1036,4 +1049,5 @@ def calibrate_follower(comm: Any, layers: Sequence[str] = DEFAULT_LAYERS, *,
         with alone(comm, f"measuring {layer_name(kind, shape, kernel)} in a solve"):
             pass  # rank 0's work
         calibrate_in_solve_parallel(comm, kind, shape, kernel, repeats=repeats, cores=cores)
-        _space_sharing(comm, kind, shape, kernel, cores, repeats)
+    for text in layers:  # as rank 0: the space splits after every layer's other parts
+        _space_sharing(comm, *parse_layer(text), cores, repeats)
