@@ -34,7 +34,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import numpy as np
 
 from .._device import HOST, Placement, placement
-from .allocator import keep_freed_memory
+from .allocator import keep_freed_memory, release_freed_memory
 from .calibration import Calibration, CostFit, LayerCosts, Link, layer_name
 
 logger = logging.getLogger("braidpy.perf")
@@ -632,6 +632,7 @@ def calibrate_in_solve_parallel(comm: Any, kind: str, shape: Sequence[int], kern
     from .timeline import Call, paired, recording
 
     keep_freed_memory()  # every rank's calls as rank 0's were measured
+    release_freed_memory()  # what rank 0's own measurements left (the ranks share cores)
     rank, size = comm.Get_rank(), comm.Get_size()
     given = sorted(set(int(x) for x in samples)) if rank == 0 and samples else []
     length = np.array([len(given)], dtype=np.int64)

@@ -21,6 +21,7 @@ from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .allocator import release_freed_memory
 from .calibration import Calibration, LayerCosts
 
 __all__ = ["calibrate_space_sharing", "WARMUP"]
@@ -68,6 +69,7 @@ def calibrate_space_sharing(comm: Any, kind: str, shape: Sequence[int], kernel: 
     rng = np.random.default_rng(9)  # the same data on every rank
     X = rng.standard_normal((n,) + shape)
     C = np.eye(2)[rng.integers(0, 2, n)]
+    release_freed_memory()  # as before the layer-parallel gradients (braidpy.perf.allocator)
     walls = []
     with agreed(comm, f"a gradient split over {size} space ranks"):
         grid = ProcessGrid(comm, 1, size, 1)
