@@ -238,6 +238,23 @@ def test_concurrency_slows_the_calls_of_ranks_busy_at_once():
                for note in predict(net, strategy(2), slowed).notes)
 
 
+def test_data_groups_of_one_rank_take_no_slowdown():
+    """The factor is measured where ranks wait for one another; data groups of a single
+    rank (no layer or space partners) compute independently: their calls keep the
+    one-rank cost, while a grid with layer or space ranks beside them takes it."""
+    plain = made_up(step=1.0, solve=0.5)
+    slowed = Calibration(tuple(LayerCosts(**{**lc.__dict__, "concurrency": (
+        (1, 1.0), (2, 1.5), (4, 2.0))}) for lc in plain.layers), 0.0, plain.p2p,
+        plain.allreduce, solve_s=0.5)
+    dense, conv = NetSpec("dense", (4,), 8, 12), NetSpec("conv", (2, 8, 8), 8, 12)
+    for net, s in ((dense, strategy(1, data=2)), (dense, strategy(1, data=4))):
+        got = predict(net, s, slowed)
+        assert got.seconds == predict(net, s, plain).seconds
+        assert not any("ranks busy" in n for n in got.notes)
+    for net, s in ((dense, strategy(2, data=2)), (conv, strategy(1, space=2))):
+        assert predict(net, s, slowed).seconds > predict(net, s, plain).seconds
+
+
 def test_the_gradient_call_takes_its_own_factor():
     """``sweep_grad`` multiplies the batched parameter-gradient call alone; without it
     that call takes ``sweep_batched`` as the relaxation's batched calls do."""

@@ -297,8 +297,14 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
     # busy at once on the host's cores. Only the calls: what lies between them across
     # ranks is measured apart (fixed_parallel).
     busy = s.nprocs if cores is None else min(s.nprocs, cores)
-    slowdown = layer.slowdown(busy)
-    if layer.concurrency and busy > 1:
+    # Measured where ranks wait for one another (the layer-parallel gradient: waiting
+    # ranks poll beside computing ones). Data groups of one rank each never wait until
+    # the gradients' allreduce: independent processes, which scale (digits 2x1x1 on the
+    # 2-core VM ran as fast as one rank's half, under factors of 1.04-1.21;
+    # cpu_scaling.py on a 16-core host: 0.93-1.04x).
+    alone = s.layers == 1 and s.space == 1
+    slowdown = 1.0 if alone else layer.slowdown(busy)
+    if layer.concurrency and busy > 1 and not alone:
         most = max(k for k, _ in layer.concurrency)
         beyond = (f"; the factor of {most}, the most ranks measured"
                   if busy > most else "")
