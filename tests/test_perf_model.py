@@ -239,9 +239,9 @@ def test_concurrency_slows_the_calls_of_ranks_busy_at_once():
 
 
 def test_data_groups_of_one_rank_take_no_slowdown():
-    """The factor is measured where ranks wait for one another; data groups of a single
-    rank (no layer or space partners) compute independently: their calls keep the
-    one-rank cost, while a grid with layer or space ranks beside them takes it."""
+    """The factors are measured where ranks wait for one another; data groups of a
+    single rank (no layer or space partners) compute independently: their calls keep
+    the one-rank cost, while a grid with layer or space ranks beside them takes it."""
     plain = made_up(step=1.0, solve=0.5)
     slowed = Calibration(tuple(LayerCosts(**{**lc.__dict__, "concurrency": (
         (1, 1.0), (2, 1.5), (4, 2.0))}) for lc in plain.layers), 0.0, plain.p2p,
@@ -253,6 +253,17 @@ def test_data_groups_of_one_rank_take_no_slowdown():
         assert not any("ranks busy" in n for n in got.notes)
     for net, s in ((dense, strategy(2, data=2)), (conv, strategy(1, space=2))):
         assert predict(net, s, slowed).seconds > predict(net, s, plain).seconds
+    # nor what sharing cores costs beyond compute x ranks / cores, with more ranks
+    # than cores: independent processes share them evenly
+    shared = Calibration(tuple(LayerCosts(**{**lc.__dict__, "oversubscription": (2.0, 1.5)})
+                               for lc in plain.layers), 0.0, plain.p2p, plain.allreduce,
+                         solve_s=0.5)
+    alone = predict(dense, strategy(1, data=4), shared, cores=2)
+    assert alone.seconds == pytest.approx(predict(dense, strategy(1, data=4), plain,
+                                                  cores=2).seconds)
+    assert any("independent data ranks" in n for n in alone.notes)
+    assert predict(dense, strategy(2, data=2), shared, cores=2).seconds == pytest.approx(
+        1.5 * predict(dense, strategy(2, data=2), plain, cores=2).seconds)
 
 
 def test_the_gradient_call_takes_its_own_factor():
