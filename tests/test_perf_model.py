@@ -56,7 +56,8 @@ def test_measured_glue_round_trips_and_older_files_load_without_it(tmp_path):
                              "fixed_parallel": CostFit(1e-4, 1e-6),
                              "concurrency": ((1, 1.0), (2, 1.1), (4, 1.3)),
                              "oversubscription": (2.0, 1.25), "sweep_grad": 1.07,
-                             "oversubscription_space": (2.0, 1.3)})
+                             "oversubscription_space": (2.0, 1.3),
+                             "oversubscription_samples": ((500, 1.3), (2000, 1.25))})
     cal = Calibration((measured,) + cal.layers[1:], cal.callback_s, cal.p2p, cal.allreduce)
     cal = Calibration(cal.layers, cal.callback_s, cal.p2p, cal.allreduce,
                       message_software=Link(6e-6, 2e-10, "measured: test"), agreement_s=5e-6)
@@ -85,6 +86,9 @@ def test_measured_glue_round_trips_and_older_files_load_without_it(tmp_path):
     (lambda d: d["layers"][0].update(sweep_grad=0), "layers[0].sweep_grad must be a finite"),
     (lambda d: d["layers"][1].update(oversubscription_space=[2.0, -1.0]),
      "layers[1].oversubscription_space must be [ranks per core > 1, factor > 0]"),
+    (lambda d: d["layers"][0].update(oversubscription_samples=[[2000, 1.1], [500, 1.3]]),
+     "layers[0].oversubscription_samples must be a list of [samples, factor] with "
+     "increasing samples"),
     (lambda d: d.update(software={"message": {"alpha": 1e-6, "beta": -1.0,
                                               "source": "x"}, "agreement_s": 0.0}),
      "software.message.beta must be a finite number"),
@@ -407,6 +411,23 @@ def test_oversubscription_scales_compute():
     assert any("lower bound" in note for note in shared.notes)
 
 
+def test_the_sharing_factor_follows_the_samples_per_state():
+    """Measured at several samples per state, the layer-parallel sharing factor is
+    interpolated in log(samples) (the nearest beyond), per data group's samples."""
+    net = NetSpec("dense", (4,), 8, 1000)
+    plain = made_up()
+    lc = LayerCosts(**{**plain.layers[0].__dict__, "oversubscription": (2.0, 1.1),
+                       "oversubscription_samples": ((500, 1.3), (2000, 1.1))})
+    cal = Calibration((lc,) + plain.layers[1:], 0.0, plain.p2p, plain.allreduce)
+    assert [lc.sharing(2.0, samples=n) for n in (100, 500, 1000, 2000, 8000)] == \
+        pytest.approx([1.3, 1.3, 1.2, 1.1, 1.1])
+    assert lc.sharing(2.0) == 1.1  # no samples given: the factor at the most measured
+    assert lc.sharing(1.5, samples=1000) == pytest.approx(1.1)  # half way to 2 per core
+    for s, factor in ((strategy(4), 1.2), (strategy(2, data=2), 1.3)):
+        bare = predict(net, s, plain, cores=2).seconds
+        assert predict(net, s, cal, cores=2).seconds == pytest.approx(factor * bare)
+
+
 def test_a_space_split_takes_its_own_sharing_factor():
     """A conv layer measured split over space ranks (``oversubscription_space``): the
     strategies with space ranks take that factor, the others the layer-parallel one;
@@ -630,13 +651,14 @@ def test_an_irregular_sharing_factor_is_warned_about():
 def test_calibrate_with_more_ranks_than_cores_measures_what_sharing_costs(tmp_path):
     """``--cores 1`` under ``mpiexec -n 2``: the network is left assumed (one rank has
     the core), nothing is measured across ranks with a core each, and the gradient on
-    both ranks sharing the core gives the factor beyond compute x 2."""
+    both ranks sharing the core gives the factor beyond compute x 2, at the middle and
+    the largest sample count (the factor itself: the largest's)."""
     from test_mpi import MPIEXEC
 
     out = tmp_path / "c.json"
     proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "braidpy", "calibrate",
-                           "-o", str(out), "--layer", "dense:2", "--samples", "2", "--rows",
-                           "1", "2", "--repeats", "1", "--cores", "1", "-q"],
+                           "-o", str(out), "--layer", "dense:2", "--samples", "2", "4", "8",
+                           "--rows", "1", "2", "--repeats", "1", "--cores", "1", "-q"],
                           capture_output=True, text=True, env=ENV, timeout=120)
     assert proc.returncode == 0, proc.stderr
     cal = load_calibration(str(out))
@@ -645,6 +667,8 @@ def test_calibrate_with_more_ranks_than_cores_measures_what_sharing_costs(tmp_pa
     assert lc.concurrency == ((1, 1.0),) and lc.fixed_parallel is None
     ratio, factor = lc.oversubscription
     assert ratio == 2.0 and 0.2 < factor < 50
+    assert [n for n, _ in lc.oversubscription_samples] == [4, 8]
+    assert lc.oversubscription_samples[-1][1] == factor
     assert lc.oversubscription_space is None  # a dense layer has no space split
 
 

@@ -591,10 +591,12 @@ def calibrate_in_solve_parallel(comm: Any, kind: str, shape: Sequence[int], kern
                                 cal: Optional[Calibration] = None,
                                 layer: Optional[LayerCosts] = None,
                                 samples: Optional[Sequence[int]] = None, nlayers: int = 32,
-                                repeats: int = 5, cores: Optional[int] = None
+                                repeats: int = 5, cores: Optional[int] = None,
+                                shared_samples: Optional[Sequence[int]] = None
                                 ) -> Tuple[Optional[CostFit],
                                            Optional[Tuple[Tuple[int, float], ...]],
-                                           Optional[Tuple[float, float]]]:
+                                           Optional[Tuple[float, float]],
+                                           Optional[Tuple[Tuple[int, float], ...]]]:
     """What a gradient across ranks costs beyond the model with the one-rank
     measurements of :func:`calibrate_in_solve` (``layer``): the 32-layer ResNet's
     two-level gradient (batched, one-shot (1, 1), cf 4) run on the first k ranks of
@@ -617,13 +619,16 @@ def calibrate_in_solve_parallel(comm: Any, kind: str, shape: Sequence[int], kern
       ``a + b * samples``;
     * ``oversubscription`` (``LayerCosts.oversubscription``), with more ranks than
       cores: (ranks per core, the median gradient's wall time on all of ``comm``'s
-      ranks over the model's with the ranks sharing the cores), else None.
+      ranks over the model's with the ranks sharing the cores), else None; measured at
+      each of ``shared_samples`` (rank 0's; default the larger of ``samples``): the
+      factor at the most samples here, and at every count the fourth result
+      (``LayerCosts.oversubscription_samples``; None with one count).
 
-    (None, None, None) with fewer than 2 ranks or no sample counts. Collective over
+    (None, None, None, None) with fewer than 2 ranks or no sample counts. Collective over
     ``comm``: rank 0 passes ``cal``, ``layer`` and ``samples``, the others the layer's
     ``kind``, ``shape`` and ``kernel`` only; every rank gets all three."""
     if comm is None or comm.Get_size() < 2:
-        return None, None, None
+        return None, None, None, None
     from ..nn import ResNet, ResNetApp
     from ..parallel.agree import agreed
     from ..parallel.collectives import gather_arrays
@@ -639,6 +644,7 @@ def calibrate_in_solve_parallel(comm: Any, kind: str, shape: Sequence[int], kern
     comm.Bcast(length, root=0)  # rank 0's sample counts, for everyone
     counts = np.array(given if rank == 0 else [0] * int(length[0]), dtype=np.int64)
     comm.Bcast(counts, root=0)
+    shared_counts = _bcast_counts(comm, shared_samples or given[-1:])
     # rank 0's count, so that every rank runs the same gradients (the hosts of a
     # multi-node run may have different core counts)
     most = busy_ranks(comm, cores)
@@ -650,16 +656,21 @@ def calibrate_in_solve_parallel(comm: Any, kind: str, shape: Sequence[int], kern
     params = net.init_params(seed=5, scale=0.1)
     rng = np.random.default_rng(9)  # the same data on every rank
     data = {}
-    for n in counts.tolist():
+    for n in sorted(set(counts.tolist()) | set(shared_counts)):
         data[n] = (rng.standard_normal((n,) + tuple(input_shape)),
                    np.eye(2)[rng.integers(0, 2, n)])
     # (ranks, samples) -> (every gradient's wall seconds, rank 0 only; its calls by rank)
     recorded: Dict[Tuple[int, int], Tuple[List[float], Dict[int, np.ndarray]]] = {}
     for k in runs_at:
-        for n, (X, C) in data.items():
+        # sharing cores costs less the larger the calls: that gradient at its own counts
+        for n in (shared_counts if k > most else counts.tolist()):
+            X, C = data[n]
+
             def gradients_on(sub: Any, k: int = k, X: Any = X, C: Any = C) -> list:
+                # ranks sharing cores vary most: three times the gradients there
                 return _recorded_gradients(recording(ResNetApp)(net, params, X, C), net.T,
-                                           nlayers, 2, repeats, comm=sub if k > 1 else None)
+                                           nlayers, 2, repeats * (3 if k > most else 1),
+                                           comm=sub if k > 1 else None)
             runs: List[Tuple[float, list]] = _on_first_ranks(
                 comm, k, f"a gradient on {k} ranks", gradients_on, default=[])
             everyone = gather_arrays(comm, {g * size + rank: np.array(
@@ -670,7 +681,7 @@ def calibrate_in_solve_parallel(comm: Any, kind: str, shape: Sequence[int], kern
                 recorded[k, n] = ([wall for wall, _ in runs], everyone)
     factors = np.ones(len(busy_counts))
     law = np.full(2, np.nan)  # nan: nothing measured
-    shared = np.full(1, np.nan)
+    shared = np.full(len(shared_counts), np.nan)
     with agreed(comm, "pairing the recorded calls with the model's"):
         if rank == 0 and len(counts):  # the others wait at the agreement
             assert cal is not None and layer is not None
@@ -714,21 +725,35 @@ def calibrate_in_solve_parallel(comm: Any, kind: str, shape: Sequence[int], kern
                 law[:] = fit.a, fit.b
                 slowed = dataclasses.replace(slowed, fixed_parallel=fit)
             if size > most:  # more ranks than cores: the whole gradient against the model
-                spec = NetSpec(kind, shape, nlayers, largest, kernel=kernel,
-                               features=int(np.prod(input_shape)), nclasses=2)
                 strategy = Strategy(1, 1, size, Cycle(ntime=nlayers, max_levels=2,
                                                       cfactor=4, batched=True), (1, 1))
-                model = predict(spec, strategy, dataclasses.replace(
-                    cal, layers=(slowed,), nranks=size), cores=most).seconds
-                shared[0] = float(np.median(recorded[size, largest][0])) / model
+                for i, n in enumerate(shared_counts):
+                    spec = NetSpec(kind, shape, nlayers, n, kernel=kernel,
+                                   features=int(np.prod(input_shape)), nclasses=2)
+                    model = predict(spec, strategy, dataclasses.replace(
+                        cal, layers=(slowed,), nranks=size), cores=most).seconds
+                    shared[i] = float(np.median(recorded[size, n][0])) / model
     comm.Bcast(factors, root=0)
     comm.Bcast(law, root=0)
     comm.Bcast(shared, root=0)
     if not len(counts):  # no sample counts: nothing measured
-        return None, None, None
+        return None, None, None, None
+    measured = not np.isnan(shared).any() and len(shared)
+    by_samples = tuple((n, float(f)) for n, f in zip(shared_counts, shared))
     return (None if np.isnan(law[0]) else CostFit(float(law[0]), float(law[1])),
             tuple((k, float(f)) for k, f in zip(busy_counts, factors)),
-            None if np.isnan(shared[0]) else (size / most, float(shared[0])))
+            (size / most, float(shared[-1])) if measured else None,
+            by_samples if measured and len(by_samples) > 1 else None)
+
+
+def _bcast_counts(comm: Any, counts: Sequence[int]) -> List[int]:
+    """Rank 0's sorted distinct sample counts, on every rank (collective)."""
+    given = sorted(set(int(x) for x in counts)) if comm.Get_rank() == 0 else []
+    length = np.array([len(given)], dtype=np.int64)
+    comm.Bcast(length, root=0)
+    out = np.array(given if comm.Get_rank() == 0 else [0] * int(length[0]), dtype=np.int64)
+    comm.Bcast(out, root=0)
+    return [int(n) for n in out]
 
 
 def _fit_link(sizes: Sequence[int], seconds: Sequence[float]) -> Tuple[float, float]:
@@ -979,12 +1004,13 @@ def calibrate(layers: Sequence[str] = DEFAULT_LAYERS, *, comm: Any = None,
                 measured = calibrate_in_solve(cal, lc, both, repeats=repeats)
             if comm is not None and comm.Get_size() > 1:
                 say(f"gradients of {lc.name} across 1-{comm.Get_size()} ranks")
-            parallel, concurrency, shared = calibrate_in_solve_parallel(
+            parallel, concurrency, shared, by_samples = calibrate_in_solve_parallel(
                 comm, lc.kind, lc.shape, lc.kernel, cal=cal, layer=measured, samples=both,
-                repeats=repeats, cores=cores)
+                repeats=repeats, cores=cores, shared_samples=[n[len(n) // 2], n[-1]])
             swept.append(dataclasses.replace(measured, fixed_parallel=parallel,
                                              concurrency=concurrency,
-                                             oversubscription=shared))
+                                             oversubscription=shared,
+                                             oversubscription_samples=by_samples))
             warning = None if shared is None else sharing_warning(*shared)
             if warning:
                 logger.warning("%s: %s", lc.name, warning)

@@ -22,6 +22,7 @@ Layout (version 1)::
                  "concurrency": [[1, 1.0], [2, 1.06], [4, 1.2]],   # 2+ ranks
                  "oversubscription": [2.0, 1.25],     # ranks per core, factor
                  "oversubscription_space": [2.0, 1.3],  # the same, a space split
+                 "oversubscription_samples": [[500, 1.3], [2000, 1.1]],  # per samples
                  "vec_factor": 2.1,                                #   on the host
                  "fixed": {"a": ..., "b": ..., "points": []}}, ...],
      "network": {"p2p": {"alpha": s, "beta": s_per_byte, "source": "measured"},
@@ -164,7 +165,10 @@ class LayerCosts:
     then lower bounds. ``oversubscription_space`` is the same for a gradient split over
     space ranks (conv layers: their halo exchanges meet at every call;
     :mod:`braidpy.perf.space_sharing`); strategies with space ranks take it, the
-    layer-parallel factor where it was not measured."""
+    layer-parallel factor where it was not measured. ``oversubscription_samples`` holds
+    the layer-parallel factor measured at several samples per state ((samples, factor)
+    pairs; larger calls pay the switching less: 1.28-1.52 at 500 samples, 1.04-1.17 at
+    2000 for dense width 8 at 2 ranks per core), which predictions interpolate."""
 
     name: str
     kind: str  # "dense" or "conv"
@@ -182,17 +186,24 @@ class LayerCosts:
     oversubscription: Optional[Tuple[float, float]] = None
     sweep_grad: Optional[float] = None
     oversubscription_space: Optional[Tuple[float, float]] = None
+    oversubscription_samples: Optional[Tuple[Tuple[int, float], ...]] = None
 
-    def sharing(self, per_core: float, space: bool = False) -> float:
+    def sharing(self, per_core: float, space: bool = False,
+                samples: Optional[float] = None) -> float:
         """The factor on a gradient with ``per_core`` ranks per core beyond compute x
         ranks / cores (``space``: split over space ranks): 1 at one rank per core, the
         measured factor at the measured ratio and beyond, linear between; 1 where
-        nothing was measured."""
+        nothing was measured. With ``samples`` per state and the layer-parallel factor
+        measured at several (``oversubscription_samples``), that factor is interpolated
+        linearly in log(samples) between them, the nearest one's beyond."""
         measured = self.oversubscription_space if space and \
             self.oversubscription_space is not None else self.oversubscription
         if measured is None or per_core <= 1.0:
             return 1.0
         ratio, factor = measured
+        if samples is not None and self.oversubscription_samples and measured is \
+                self.oversubscription:
+            factor = _log_interpolated(self.oversubscription_samples, samples)
         if per_core >= ratio:
             return factor
         return 1.0 + (factor - 1.0) * (per_core - 1.0) / (ratio - 1.0)
@@ -316,6 +327,8 @@ def _layer_json(lc: LayerCosts) -> Dict[str, Any]:
         out.update(sweep_grad=lc.sweep_grad)
     if lc.oversubscription_space is not None:
         out.update(oversubscription_space=list(lc.oversubscription_space))
+    if lc.oversubscription_samples is not None:
+        out.update(oversubscription_samples=[[n, f] for n, f in lc.oversubscription_samples])
     return out
 
 
@@ -371,16 +384,35 @@ def _fit(obj: Any, where: str) -> CostFit:
                    tuple((int(r), int(s), float(t)) for r, s, t in pts))
 
 
-def _concurrency(obj: Any, where: str) -> Tuple[Tuple[int, float], ...]:
-    """[[busy ranks, factor], ...]: counts >= 1 increasing, factors finite and > 0."""
+def _concurrency(obj: Any, where: str, what: str = "busy ranks"
+                 ) -> Tuple[Tuple[int, float], ...]:
+    """[[count, factor], ...]: counts >= 1 increasing, factors finite and > 0 (``what``
+    names the count in the error)."""
     ok = isinstance(obj, list) and bool(obj) and all(
         isinstance(p, list) and len(p) == 2 and isinstance(p[0], int) and
         not isinstance(p[0], bool) and p[0] >= 1 and isinstance(p[1], (int, float)) and
         not isinstance(p[1], bool) and math.isfinite(p[1]) and p[1] > 0 for p in obj)
     if not ok or any(a[0] >= b[0] for a, b in zip(obj, obj[1:])):
-        raise CalibrationError(f"field {where} must be a list of [busy ranks, factor] "
-                               f"with increasing ranks >= 1 and factors > 0, got {obj!r}")
+        raise CalibrationError(f"field {where} must be a list of [{what}, factor] "
+                               f"with increasing {what} >= 1 and factors > 0, got {obj!r}")
     return tuple((int(k), float(f)) for k, f in obj)
+
+
+def _log_interpolated(points: Sequence[Tuple[int, float]], x: float) -> float:
+    """The factor at ``x`` from (count, factor) points, linear in log(count) between
+    them, the nearest point's beyond.
+
+    >>> _log_interpolated(((500, 1.3), (2000, 1.1)), 1000)
+    1.2
+    """
+    pts = sorted(points)
+    if x <= pts[0][0]:
+        return pts[0][1]
+    for (a, fa), (b, fb) in zip(pts, pts[1:]):
+        if x <= b:
+            w = math.log(x / a) / math.log(b / a)
+            return round(fa + w * (fb - fa), 12)
+    return pts[-1][1]
 
 
 def _oversubscription(obj: Any, where: str) -> Tuple[float, float]:
@@ -445,9 +477,13 @@ def calibration_from_json(data: Any) -> Calibration:
         shared_space = _oversubscription(lr["oversubscription_space"],
                                          f"{where}.oversubscription_space") \
             if "oversubscription_space" in lr else None
+        shared_samples = _concurrency(lr["oversubscription_samples"],
+                                      f"{where}.oversubscription_samples", "samples") \
+            if "oversubscription_samples" in lr else None
         layers.append(LayerCosts(str(name), kind, tuple(shape), kernel, costs, sweep,
                                  sweep_batched, glue, vec_factor, fixed, stack, parallel,
-                                 concurrency, shared, sweep_grad, shared_space))
+                                 concurrency, shared, sweep_grad, shared_space,
+                                 shared_samples))
     net = _field(data, "network", "calibration")
     nranks = _field(net, "nranks", "network")
     if isinstance(nranks, bool) or not isinstance(nranks, int) or nranks < 1:

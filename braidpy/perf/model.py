@@ -290,7 +290,8 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
     if cores is not None and s.nprocs > cores:
         share = s.nprocs / cores
         spatial = s.space > 1 and layer.oversubscription_space is not None
-        sharing = 1.0 if alone else layer.sharing(share, space=s.space > 1)
+        sharing = 1.0 if alone else layer.sharing(share, space=s.space > 1,
+                                                  samples=math.ceil(net.samples / s.data))
         measured = layer.oversubscription_space if spatial else layer.oversubscription
         if alone:
             notes.append(f"{s.nprocs} ranks on {cores} cores: compute x{share:.2g} "
