@@ -625,8 +625,9 @@ def calibrate_in_solve_parallel(comm: Any, kind: str, shape: Sequence[int], kern
       (``LayerCosts.oversubscription_samples``; None with one count).
 
     (None, None, None, None) with fewer than 2 ranks or no sample counts. Collective over
-    ``comm``: rank 0 passes ``cal``, ``layer`` and ``samples``, the others the layer's
-    ``kind``, ``shape`` and ``kernel`` only; every rank gets all three."""
+    ``comm``: rank 0 passes ``cal``, ``layer``, ``samples`` and ``shared_samples``, the
+    others the layer's ``kind``, ``shape`` and ``kernel`` only; every rank gets all
+    four."""
     if comm is None or comm.Get_size() < 2:
         return None, None, None, None
     from ..nn import ResNet, ResNetApp
@@ -639,12 +640,8 @@ def calibrate_in_solve_parallel(comm: Any, kind: str, shape: Sequence[int], kern
     keep_freed_memory()  # every rank's calls as rank 0's were measured
     release_freed_memory()  # what rank 0's own measurements left (the ranks share cores)
     rank, size = comm.Get_rank(), comm.Get_size()
-    given = sorted(set(int(x) for x in samples)) if rank == 0 and samples else []
-    length = np.array([len(given)], dtype=np.int64)
-    comm.Bcast(length, root=0)  # rank 0's sample counts, for everyone
-    counts = np.array(given if rank == 0 else [0] * int(length[0]), dtype=np.int64)
-    comm.Bcast(counts, root=0)
-    shared_counts = _bcast_counts(comm, shared_samples or given[-1:])
+    counts = np.array(_bcast_counts(comm, samples or []), dtype=np.int64)
+    shared_counts = _bcast_counts(comm, shared_samples or counts.tolist()[-1:])
     # rank 0's count, so that every rank runs the same gradients (the hosts of a
     # multi-node run may have different core counts)
     most = busy_ranks(comm, cores)
@@ -747,7 +744,8 @@ def calibrate_in_solve_parallel(comm: Any, kind: str, shape: Sequence[int], kern
 
 
 def _bcast_counts(comm: Any, counts: Sequence[int]) -> List[int]:
-    """Rank 0's sorted distinct sample counts, on every rank (collective)."""
+    """Rank 0's sorted distinct sample counts, on every rank (collective; the others'
+    ``counts`` are ignored)."""
     given = sorted(set(int(x) for x in counts)) if comm.Get_rank() == 0 else []
     length = np.array([len(given)], dtype=np.int64)
     comm.Bcast(length, root=0)
