@@ -35,7 +35,7 @@ import numpy as np
 
 from .._device import HOST, Placement, placement
 from .allocator import keep_freed_memory, release_freed_memory
-from .calibration import Calibration, CostFit, LayerCosts, Link, layer_name
+from .calibration import SHARING_RANGE, Calibration, CostFit, LayerCosts, Link, layer_name
 
 logger = logging.getLogger("braidpy.perf")
 
@@ -558,10 +558,6 @@ def _on_first_ranks(comm: Any, n: int, what: str, fn: Callable[[Any], Any],
     return out
 
 
-#: The range of measured sharing factors seen as regular (docs/performance.md: 1.07-1.34
-#: at 2 ranks per core with MPICH's throttle; 0.96 and 3.17 in two runs of the same
-#: calibration at larger states).
-SHARING_RANGE = (0.8, 2.0)
 
 
 def sharing_warning(per_core: float, factor: float) -> Optional[str]:

@@ -48,7 +48,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 __all__ = ["FORMAT", "VERSION", "KINDS", "CostFit", "LayerCosts", "Link", "Calibration",
            "CalibrationError", "calibration_from_json", "load_calibration",
            "save_calibration", "layer_name",
-           "layer_flops"]
+           "layer_flops", "SHARING_RANGE"]
 
 FORMAT = "braidpy-calibration"
 VERSION = 1
@@ -195,15 +195,20 @@ class LayerCosts:
         measured factor at the measured ratio and beyond, linear between; 1 where
         nothing was measured. With ``samples`` per state and the layer-parallel factor
         measured at several (``oversubscription_samples``), that factor is interpolated
-        linearly in log(samples) between them, the nearest one's beyond."""
+        linearly in log(samples) between them (those within ``SHARING_RANGE``), the
+        nearest one's beyond."""
         measured = self.oversubscription_space if space and \
             self.oversubscription_space is not None else self.oversubscription
         if measured is None or per_core <= 1.0:
             return 1.0
         ratio, factor = measured
-        if samples is not None and self.oversubscription_samples and measured is \
-                self.oversubscription:
-            factor = _log_interpolated(self.oversubscription_samples, samples)
+        low, high = SHARING_RANGE
+        # an irregular point is a scheduling regime of that calibration's processes,
+        # not what the calls' size costs
+        regular = [(n, f) for n, f in self.oversubscription_samples or ()
+                   if low <= f <= high]
+        if samples is not None and regular and measured is self.oversubscription:
+            factor = _log_interpolated(regular, samples)
         if per_core >= ratio:
             return factor
         return 1.0 + (factor - 1.0) * (per_core - 1.0) / (ratio - 1.0)
@@ -396,6 +401,13 @@ def _concurrency(obj: Any, where: str, what: str = "busy ranks"
         raise CalibrationError(f"field {where} must be a list of [{what}, factor] "
                                f"with increasing {what} >= 1 and factors > 0, got {obj!r}")
     return tuple((int(k), float(f)) for k, f in obj)
+
+
+#: The range of measured sharing factors seen as regular (docs/performance.md: 1.07-1.34
+#: at 2 ranks per core with MPICH's throttle; 0.96 and 3.17 in two runs of the same
+#: calibration at larger states, 2.79 once at 500 samples). ``braidpy calibrate`` warns
+#: outside it, and predictions do not interpolate with such a point.
+SHARING_RANGE = (0.8, 2.0)
 
 
 def _log_interpolated(points: Sequence[Tuple[int, float]], x: float) -> float:

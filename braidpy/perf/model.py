@@ -278,25 +278,22 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
     if scale != 1.0:
         notes.append(f"costs scaled x{scale:.3g} from {layer.name} by multiply-adds")
     # Ranks that wait for one another (layer or space ranks) poll beside computing ones:
-    # the calls' slowdown and what sharing cores costs beyond compute x ranks / cores
-    # are measured in such gradients. Data groups of one rank each never wait until the
-    # gradients' allreduce: independent processes, which scale (digits 2x1x1 on the
-    # 2-core VM ran as fast as one rank's half under slowdowns of 1.04-1.21, Peaks 4x1x1
-    # on 2 cores at compute x 2 within 5 %; cpu_scaling.py on a 16-core host:
-    # 0.93-1.04x).
+    # the calls' slowdown is measured in such gradients. Data groups of one rank each
+    # wait only at the collectives between the solves: their calls run as independent
+    # processes', which scale (digits 2x1x1 on the 2-core VM ran as fast as one rank's
+    # half under slowdowns of 1.04-1.21; cpu_scaling.py on a 16-core host: 0.93-1.04x).
+    # Sharing cores still costs them at those collectives (Peaks 4x1x1 on 2 cores ran
+    # 1.2-1.4x compute x 2), so they keep the measured sharing factor.
     alone = s.layers == 1 and s.space == 1
     share = 1.0
     sharing = 1.0  # the measured factor on a whole gradient of ranks sharing cores
     if cores is not None and s.nprocs > cores:
         share = s.nprocs / cores
         spatial = s.space > 1 and layer.oversubscription_space is not None
-        sharing = 1.0 if alone else layer.sharing(share, space=s.space > 1,
-                                                  samples=math.ceil(net.samples / s.data))
+        sharing = layer.sharing(share, space=s.space > 1,
+                                samples=math.ceil(net.samples / s.data))
         measured = layer.oversubscription_space if spatial else layer.oversubscription
-        if alone:
-            notes.append(f"{s.nprocs} ranks on {cores} cores: compute x{share:.2g} "
-                         f"(independent data ranks)")
-        elif measured is None:
+        if measured is None:
             notes.append(f"{s.nprocs} ranks on {cores} cores: compute x{share:.2g}, a "
                          f"lower bound (waiting ranks poll; measured 22-50 % slower, "
                          f"docs/performance.md)")
