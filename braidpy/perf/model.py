@@ -277,14 +277,6 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
     layer, scale = cal.layer(net.kind, net.shape, net.kernel)
     if scale != 1.0:
         notes.append(f"costs scaled x{scale:.3g} from {layer.name} by multiply-adds")
-    # Ranks that wait for one another (layer or space ranks) poll beside computing ones:
-    # the calls' slowdown is measured in such gradients. Data groups of one rank each
-    # wait only at the collectives between the solves: their calls run as independent
-    # processes', which scale (digits 2x1x1 on the 2-core VM ran as fast as one rank's
-    # half under slowdowns of 1.04-1.21; cpu_scaling.py on a 16-core host: 0.93-1.04x).
-    # Sharing cores still costs them at those collectives (Peaks 4x1x1 on 2 cores ran
-    # 1.2-1.4x compute x 2), so they keep the measured sharing factor.
-    alone = s.layers == 1 and s.space == 1
     share = 1.0
     sharing = 1.0  # the measured factor on a whole gradient of ranks sharing cores
     if cores is not None and s.nprocs > cores:
@@ -306,6 +298,14 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
     # busy at once on the host's cores. Only the calls: what lies between them across
     # ranks is measured apart (fixed_parallel).
     busy = s.nprocs if cores is None else min(s.nprocs, cores)
+    # It is measured where ranks wait for one another (layer or space ranks: waiting
+    # ones poll beside computing ones). Data groups of one rank each wait only at the
+    # collectives between the solves: their calls run as independent processes', which
+    # scale (digits 2x1x1 on the 2-core VM ran as fast as one rank's half under
+    # slowdowns of 1.04-1.21; cpu_scaling.py on a 16-core host: 0.93-1.04x). Sharing
+    # cores still costs them at those collectives (Peaks 4x1x1 on 2 cores ran 1.2-1.4x
+    # compute x 2), so they keep the measured sharing factor above.
+    alone = s.layers == 1 and s.space == 1
     slowdown = 1.0 if alone else layer.slowdown(busy)
     if layer.concurrency and busy > 1 and not alone:
         most = max(k for k, _ in layer.concurrency)
