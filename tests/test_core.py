@@ -259,13 +259,13 @@ class _RightRank:
         return values
 
 
-class _LeftRank:
+class _LeftRank(_RightRank):
     """Rank 0 of 2 with a simulated right neighbour: logs the core's sends, its advance
     calls and the app's steps; each send stays open for ``open_tests`` tests."""
 
     def __init__(self, app, log, open_tests):
-        self.buf, self.log, self.open_tests = app.bufpack(np.array([0.25, 0.5])), log, open_tests
-        self.untested = 0
+        super().__init__(app)
+        self.log, self.open_tests, self.untested = log, open_tests, 0
 
     def post(self, dest, tag, buf):
         self.log.append("post")
@@ -282,9 +282,6 @@ class _LeftRank:
 
     def finish(self):
         self.log.append("finish")
-
-    def allreduce(self, values, is_max):
-        return values
 
 
 class _LoggedSteps(_Default):
