@@ -255,3 +255,18 @@ def test_gradient_calls_are_chunked_by_bytes_with_the_same_gradients(chunk_rows)
         dK, db = g.gradients[k]
         np.testing.assert_allclose(dK, grads[k][0], rtol=1e-9, atol=1e-12, err_msg=str(k))
         np.testing.assert_allclose(db, grads[k][1], rtol=1e-9, atol=1e-12, err_msg=str(k))
+
+
+def test_adjoint_batch_primal_states_are_read_only():
+    """The stacked primal states U handed to step_adjoint_batch are a view of braidpy's
+    stored trajectory (no copy): writing into them raises instead of corrupting it."""
+    from braidpy.adjoint import gradient
+
+    class Scribbler(DenseResNet):
+        def step_adjoint_batch(self, W, U, t0s, t1s, status):
+            U[...] = 0.0
+            return super().step_adjoint_batch(W, U, t0s, t1s, status)
+
+    with pytest.raises(ValueError, match="read-only"):
+        opts = {"max_levels": 2, "cfactor": 4, "abs_tol": 1e-12}
+        gradient(Scribbler(32), 0.0, 1.0, 32, primal=opts, adjoint=opts)

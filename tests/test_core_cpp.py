@@ -40,8 +40,9 @@ def test_core_builds_and_passes_without_python(build):
 
 def test_cuda_kernels_arithmetic_passes_on_the_host(build):
     out = run(build, "kernels_test")
-    assert out.count("ok  ") == 285
+    assert out.count("ok  ") == 291
     for kernel in ("axpby<double>", "axpby<float>", "gather<double>", "gather<float>",
+                   "dense elements<double>", "dense elements<float>",
                    "row norm<double>", "row norm<float>", "(x is y)", "zero row"):
         assert kernel in out, kernel
 

@@ -203,6 +203,87 @@ def test_dense_float32_stays_float32(name):
     assert dense_forward_batched(U, Ks, bs, hs.astype(np.float64), name).dtype == np.float32
 
 
+# ---------------------------------------------------------------- the compiled pass
+# relu and smooth_relu finish their steps in one compiled sweep (braidpy._core._host_dense)
+# after NumPy's product. Its bits must be those of the unfused NumPy operations (the
+# activation from braidpy.nn.activations, then *h, +u; act', *w, *h), for both dtypes,
+# one interval or stacked ones, and arrays in any memory layout.
+
+
+def _unfused(name, u, K, b, h, w):
+    """Forward and scaled slope by NumPy operations written out here, in u's dtype."""
+    act = get_activation(name)
+    z = np.matmul(u, np.swapaxes(K, -1, -2))
+    z = z + (b[:, None, :] if u.ndim == 3 else b)
+    hh = h[:, None, None] if u.ndim == 3 else u.dtype.type(h)
+    return u + hh * act.value(z), (act.derivative(z) * w) * hh
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("name", ["relu", "smooth_relu"])
+def test_compiled_pass_has_the_bits_of_the_numpy_operations(name, dtype):
+    u, K, b, h, c = (x.astype(dtype) if isinstance(x, np.ndarray) else x for x in _layer(5))
+    # pre-activations on both sides of smooth_relu's blend and at its ends
+    u[0, :3] = np.array([SMOOTH_RELU_EPS, -SMOOTH_RELU_EPS, 0.0], dtype) - b[:3]
+    K[:3, :] = 0
+    U, Ks, bs, hs, C = (x.astype(dtype) for x in _layers(6))
+    for x, kk, bb, hh, w in ((u, K, b, h, c), (U, Ks, bs, hs, C)):
+        want_f, want_g = _unfused(name, x, kk, bb, hh, w)
+        if x.ndim == 3:
+            got_f = dense_forward_batched(x, kk, bb, hh, name)
+            got_a = dense_adjoint_batched(w, x, kk, bb, hh, name)
+            got_dK, got_db = dense_gradient_batched(w, x, kk, bb, hh, name)
+        else:
+            got_f = dense_forward(x, kk, bb, hh, name)
+            got_a = dense_adjoint(w, x, kk, bb, hh, name)
+            got_dK, got_db = dense_gradient(w, x, kk, bb, hh, name)
+        assert got_f.dtype == dtype and got_a.dtype == dtype
+        np.testing.assert_array_equal(got_f, want_f)
+        np.testing.assert_array_equal(got_a, w + np.matmul(want_g, kk))
+        np.testing.assert_array_equal(got_dK, np.matmul(np.swapaxes(want_g, -1, -2), x))
+        np.testing.assert_array_equal(got_db, np.sum(want_g, axis=-2))
+
+
+@pytest.mark.parametrize("name", ["relu", "smooth_relu"])
+def test_compiled_pass_takes_strided_arrays_as_the_numpy_path_does(name):
+    U, Ks, bs, hs, C = _layers(7)
+    wide_U = np.repeat(U, 2, axis=2)[:, :, ::2]  # the same values, not contiguous
+    wide_C = np.repeat(C, 2, axis=2)[:, :, ::2]
+    wide_hs = np.repeat(hs, 2)[::2]
+    every_other_bs = np.repeat(bs, 2, axis=0)[::2]  # as a coarse level sees the biases
+    assert not wide_U.flags.c_contiguous and not wide_hs.flags.c_contiguous
+    assert not every_other_bs.flags.c_contiguous
+    np.testing.assert_array_equal(dense_forward_batched(wide_U, Ks, bs, wide_hs, name),
+                                  dense_forward_batched(U, Ks, bs, hs, name))
+    np.testing.assert_array_equal(dense_adjoint_batched(wide_C, wide_U, Ks, bs, wide_hs, name),
+                                  dense_adjoint_batched(C, U, Ks, bs, hs, name))
+    np.testing.assert_array_equal(dense_forward_batched(U, Ks, every_other_bs, wide_hs, name),
+                                  dense_forward_batched(U, Ks, bs, hs, name))
+    np.testing.assert_array_equal(dense_adjoint_batched(C, U, Ks, every_other_bs, hs, name),
+                                  dense_adjoint_batched(C, U, Ks, bs, hs, name))
+    np.testing.assert_array_equal(dense_forward(wide_U[1], Ks[1], bs[1], 0.3, name),
+                                  dense_forward(U[1], Ks[1], bs[1], 0.3, name))
+
+
+def test_compiled_pass_refuses_what_it_cannot_take():
+    from braidpy._core import _host_dense
+
+    Z, U, b = np.zeros((3, 4)), np.ones((3, 4)), np.zeros(4)
+    with pytest.raises(ValueError, match="act must be 1 .* got 7"):
+        _host_dense.dense_step_finish(Z, U, b, 0.5, 7)
+    with pytest.raises(ValueError, match="b does not match Z"):
+        _host_dense.dense_step_finish(Z, U, np.zeros(3), 0.5, 2)
+    with pytest.raises(ValueError, match="dtypes differ"):
+        _host_dense.dense_slope(Z, U.astype(np.float32), b, 0.5, 2)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        _host_dense.dense_slope(Z, np.ones((4, 3)).T, b, 0.5, 2)
+    with pytest.raises(ValueError, match=r"h must be Z's dtype, shaped \(m,\)"):
+        _host_dense.dense_slope(np.zeros((2, 3, 4)), np.ones((2, 3, 4)), np.zeros((2, 4)),
+                                np.ones(3), 2)
+    with pytest.raises(TypeError, match="float64 or float32"):
+        _host_dense.dense_slope(Z.astype(int), U.astype(int), b.astype(int), 0.5, 2)
+
+
 # ---------------------------------------------------------------- batched over intervals
 
 

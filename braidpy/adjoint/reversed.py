@@ -90,11 +90,18 @@ class ReversedApp(App):
         self.trajectory = None
 
     def primal_rows(self, ns: np.ndarray) -> Any:
-        """The stacked primal states u_n for the fine indices ns (a new array)."""
+        """The stacked primal states u_n for the fine indices ns: for NumPy, a read-only
+        view of the stacked trajectory when ns are evenly spaced (as the core's sweeps
+        give them: a copy cost as much as the step itself at 5000 x 8), else a new array."""
         rows = ns - self.trajectory_start
         traj: Any = self.trajectory
         if isinstance(traj, np.ndarray):
-            return traj[rows]
+            sl = as_slice(rows)
+            if sl is None:
+                return traj[rows]
+            view = traj[sl]
+            view.flags.writeable = False  # an app writing into U gets an error, not bad states
+            return view
         # Other namespaces take no NumPy index array (array-api-strict refuses one, a GPU
         # would need it copied over); the rows are evenly spaced, so a strided view, copied.
         sl = as_slice(rows)

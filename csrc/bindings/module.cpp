@@ -14,6 +14,7 @@
 #include "core_options.hpp"
 #include "device_path.hpp"
 #include "host_conv.hpp"
+#include "host_dense.hpp"
 #include "py_ops.hpp"
 
 namespace py = pybind11;
@@ -427,4 +428,5 @@ PYBIND11_MODULE(_core, m) {
   m.def("_host_device_ops",
         []() { return py::reinterpret_steal<py::object>(braidpy::host_device_ops_capsule()); });
   braidpy::bind_host_conv(m);
+  braidpy::bind_host_dense(m);
 }

@@ -94,21 +94,6 @@ BRAIDPY_HD inline T conv_transpose_value(const T* G, const T* K, const ConvAt& a
   return acc;
 }
 
-// act'(z) as braidpy.nn.activations computes it: tanh: 1 - tanh(z)^2; relu: 1 where
-// z > 0, else 0; smooth_relu: (clip(z, -eps, eps) + eps) / (2 eps).
-template <class T>
-BRAIDPY_HD inline T activate_derivative(int act, T z) {
-  if (act == kActTanh) {
-    const T t = std::tanh(z);
-    return T(1) - t * t;
-  }
-  if (act == kActSmoothRelu) {
-    const T eps = T(kSmoothReluEps);
-    return ((z > eps ? eps : (z < -eps ? -eps : z)) + eps) / T(2 * kSmoothReluEps);
-  }
-  return z > T(0) ? T(1) : T(0);
-}
-
 // The steps' last operations for element i, given its convolution value z (bias not
 // yet added): the element kernels and the tiled kernels share them.
 template <class T>

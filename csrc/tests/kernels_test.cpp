@@ -149,6 +149,41 @@ void test_step_epilogue(const char* type) {
   }
 }
 
+// The dense steps' element functions, against the unfused operations written out:
+// z + b, the activation (smooth_relu by its piecewise formula), *h, +u; act', *w, *h.
+template <class T>
+void test_dense_elements(const char* type) {
+  const Index n = 64;
+  const std::vector<T> u = values<T>(n, 0.4), z = values<T>(n, 1.3), w = values<T>(n, 2.9);
+  const T b = T(0.031), h = T(0.37), eps = T(0.1);
+  for (int act : {kern::kActTanh, kern::kActRelu, kern::kActSmoothRelu}) {
+    bool ok = true;
+    for (Index i = 0; i < n; ++i) {
+      const T x = z[static_cast<std::size_t>(i)] * T(0.2) + b;  // many in [-eps, eps]
+      T a, d;
+      if (act == kern::kActTanh) {
+        a = static_cast<T>(std::tanh(x));
+        d = T(1) - a * a;
+      } else if (act == kern::kActRelu) {
+        a = x > T(0) ? x : T(0);
+        d = x > T(0) ? T(1) : T(0);
+      } else {
+        const T s = (x < -eps ? -eps : (x > eps ? eps : x)) + eps;
+        a = x > eps ? x : s * s / T(0.4);
+        d = s / T(0.2);
+      }
+      const T zi = z[static_cast<std::size_t>(i)] * T(0.2);
+      const T f = kern::dense_step_value(act, u[static_cast<std::size_t>(i)], zi, b, h);
+      const T g = kern::dense_slope_value(act, w[static_cast<std::size_t>(i)], zi, b, h);
+      const T want_f = u[static_cast<std::size_t>(i)] + h * a;
+      const T want_g = (d * w[static_cast<std::size_t>(i)]) * h;
+      ok = ok && std::memcmp(&f, &want_f, sizeof(T)) == 0 &&
+           std::memcmp(&g, &want_g, sizeof(T)) == 0;
+    }
+    report(ok, std::string("dense elements<") + type + "> act " + std::to_string(act));
+  }
+}
+
 // What gather_kernel computes: every element of the block.
 template <class T>
 void test_gather(const char* type) {
@@ -246,6 +281,8 @@ int main() {
   test_gather<float>("float");
   test_step_epilogue<double>("double");
   test_step_epilogue<float>("float");
+  test_dense_elements<double>("double");
+  test_dense_elements<float>("float");
   test_norms<double>("double");
   test_norms<float>("float");
   std::printf("%s: %d failed\n", failures ? "FAILED" : "PASSED", failures);
