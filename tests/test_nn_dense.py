@@ -10,6 +10,7 @@ from braidpy.nn import (
     Activation,
     activation_names,
     dense_adjoint,
+    dense_adjoint_and_gradient,
     dense_adjoint_batched,
     dense_forward,
     dense_forward_batched,
@@ -176,6 +177,20 @@ def _away_from_kinks_layer(u, K, b, name, margin=1e-3):
             return u
         u = u + 0.0137  # deterministic nudge; the seed is fixed, this rarely loops
     raise AssertionError("could not keep the test data away from the kinks")
+
+
+@pytest.mark.parametrize("name", ACTIVATIONS)
+def test_adjoint_and_gradient_together_equal_the_two_calls(name):
+    u, K, b, h, c = _layer(8)
+    w, dK, db = dense_adjoint_and_gradient(c, u, K, b, h, name)
+    want_dK, want_db = dense_gradient(c, u, K, b, h, name)
+    np.testing.assert_array_equal(w, dense_adjoint(c, u, K, b, h, name))
+    np.testing.assert_array_equal(dK, want_dK)
+    np.testing.assert_array_equal(db, want_db)
+    f32 = [x.astype(np.float32) for x in (c, u, K, b)]  # the general path
+    w32, dK32, db32 = dense_adjoint_and_gradient(*f32, h, name)
+    assert w32.dtype == dK32.dtype == db32.dtype == np.float32
+    np.testing.assert_array_equal(w32, dense_adjoint(*f32, h, name))
 
 
 def test_dense_inputs_are_not_modified():

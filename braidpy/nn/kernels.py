@@ -94,6 +94,10 @@ class LayerKernels:
     forward_batched, adjoint_batched, gradient_batched : callable
         The same for m intervals at once: ``(U, Ks, bs, hs, act)`` and
         ``(W, U, Ks, bs, hs, act)``, states stacked along a leading axis.
+    adjoint_and_gradient : callable or None
+        ``(w, u, K, b, h, act)`` -> ``(w_new, dK, db)``: adjoint and gradient of one step
+        in one call, the same bits as the two (serial backprop needs both at every
+        layer); None where the backend has no such kernel (the layer calls the two).
     """
 
     kind: str
@@ -105,6 +109,7 @@ class LayerKernels:
     forward_batched: Callable[..., Any] = field(repr=False)
     adjoint_batched: Callable[..., Any] = field(repr=False)
     gradient_batched: Callable[..., Any] = field(repr=False)
+    adjoint_and_gradient: Optional[Callable[..., Any]] = field(default=None, repr=False)
 
 
 _REGISTRY: Dict[Tuple[str, str], LayerKernels] = {}
@@ -118,7 +123,8 @@ def _register(kernels: LayerKernels) -> LayerKernels:
 _register(LayerKernels(
     "dense", "numpy", "NumPy, shape checks cached per signature, in-place temporaries",
     dense.dense_forward, dense.dense_adjoint, dense.dense_gradient,
-    dense.dense_forward_batched, dense.dense_adjoint_batched, dense.dense_gradient_batched))
+    dense.dense_forward_batched, dense.dense_adjoint_batched, dense.dense_gradient_batched,
+    dense.dense_adjoint_and_gradient))
 _register(LayerKernels(
     "dense", "array-api", "array-API arithmetic in the arguments' namespace",
     dense._api_forward, dense._api_adjoint, dense._api_gradient,

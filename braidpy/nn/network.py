@@ -308,8 +308,8 @@ class ResNet:
         hs = self.steps.tolist()
         for n in range(self.nlayers - 1, -1, -1):
             K, b, h = v["K"][n, ...], v["b"][n, ...], hs[n]
-            g["K"][n, ...], g["b"][n, ...] = layer.gradient(w, states[n], K, b, h)
-            w = layer.adjoint(w, states[n], K, b, h)
+            w, dK, db = layer.adjoint_and_gradient(w, states[n], K, b, h)
+            g["K"][n, ...], g["b"][n, ...] = dK, db
         for name, value in self.opening_gradient(params, X, w).items():
             g[name][...] = value
         return float(loss), grad

@@ -49,6 +49,7 @@ class _Layer:
         self._forward_batched = k.forward_batched
         self._adjoint_batched = k.adjoint_batched
         self._gradient_batched = k.gradient_batched
+        self._adjoint_and_gradient = k.adjoint_and_gradient
 
     @property
     def backend(self) -> str:
@@ -78,6 +79,15 @@ class _Layer:
     def gradient(self, w: Any, u: Any, K: Any, b: Any, h: Any) -> Tuple[Any, Any]:
         """Parameter gradient of one step: ((dPhi/dK)^T w, (dPhi/db)^T w)."""
         return self._gradient(w, u, K, b, h, self.activation)
+
+    def adjoint_and_gradient(self, w: Any, u: Any, K: Any, b: Any,
+                             h: Any) -> Tuple[Any, Any, Any]:
+        """(state adjoint, dK, db) of one step: :meth:`adjoint` and :meth:`gradient` in one
+        call, one pass over act' where the kernels offer it."""
+        if self._adjoint_and_gradient is not None:
+            return self._adjoint_and_gradient(w, u, K, b, h, self.activation)
+        dK, db = self.gradient(w, u, K, b, h)
+        return self.adjoint(w, u, K, b, h), dK, db
 
     # ------------------------------------------------------------ m intervals at once
     def forward_batched(self, U: Any, Ks: Any, bs: Any, hs: Any) -> Any:
