@@ -12,6 +12,18 @@ step, so the app keeps one sparse LU factorization per distinct ``dt`` and
 reuses it: a whole solve factorizes only about as many matrices as there are
 levels.
 
+The default MGRIT settings (cfactor 16, F-relaxation) suit this strongly
+damped problem: a solve takes about as many iterations (7) as with cfactor 4
+and FCF relaxation, but steps over each fine interval about 8 times instead
+of 20.
+
+The app also has a batched step (``step_stacked``, docs/batching.md): when
+braidpy advances many intervals at once, their states are solved together,
+by multi-right-hand-side LU solves (per distinct ``dt``) instead of one solve
+per state. Each row comes out bit for bit as the one-state ``step`` computes
+it, so ``--batched`` (the default) and ``--no-batched`` print the same
+iterations, residuals and errors; the batched run is faster.
+
 Run it serially::
 
     python examples/ex02_heat1d.py
@@ -20,6 +32,8 @@ Run it serially::
 or with the time grid split over 4 MPI ranks (same iterations, same residuals)::
 
     mpiexec -n 4 python examples/ex02_heat1d.py
+
+``--no-batched`` makes braidpy call ``step`` once per state (for comparison).
 
 The printed errors compare the MGRIT solution on the whole space-time grid
 with the sequential implicit-Euler solution (what MGRIT converges to) and with
@@ -56,7 +70,8 @@ class Heat1D(braidpy.App):
     The state holds the ``nspace - 2`` interior values (the boundary values are
     zero); ``x`` holds all ``nspace`` grid points. One step solves
     ``(I - dt A) u1 = u0 + dt f(t1)``, where ``A`` is the tridiagonal
-    ``(1, -2, 1) / h**2`` Laplacian. Residual norms use the discrete L2 norm
+    ``(1, -2, 1) / h**2`` Laplacian; ``step_stacked`` takes such steps for many
+    states at once. Residual norms use the discrete L2 norm
     ``sqrt(h * sum(u**2))``, so tolerances mean the same on every spatial grid.
 
     Parameters
@@ -98,6 +113,12 @@ class Heat1D(braidpy.App):
         self._identity = sp.identity(n, format="csc")
         self._sin_x = np.sin(self.x[1:-1])
         self.factorizations: dict[float, Any] = {}
+        # Right-hand sides per SuperLU call in step_stacked. SuperLU sweeps all of
+        # them once per column of L and U, so a block of at most 128 KB stays in
+        # cache; and from about 100 right-hand sides on, its BLAS calls start
+        # OpenBLAS's threads, which cost far more than they save on blocks this
+        # small (up to 20x slower on a busy 2-core machine).
+        self._rhs_per_solve = min(32, max(1, 16384 // n))
 
     # --- the braidpy contract -------------------------------------------------------------
 
@@ -113,6 +134,33 @@ class Heat1D(braidpy.App):
         rhs = u + dt * self.forcing(t1)
         u[:] = lu.solve(rhs)
 
+    def step_stacked(self, U: np.ndarray, t0s: np.ndarray, t1s: np.ndarray,
+                     status: Any) -> None:
+        """Row k of ``U`` one backward Euler step from t0s[k] to t1s[k], in place.
+
+        Rows are grouped by step size (on one level they share it, up to the
+        round-off that ``_factorization`` absorbs) and each group is solved by
+        its cached LU factorization, up to 32 right-hand sides per call.
+        Right-hand sides and solves are those of :meth:`step`, row by row, so
+        the results are bitwise equal to ``step`` on each row.
+        """
+        if len(U) == 1:  # nothing to share: skip the grouping's overhead
+            self.step(U[0], float(t0s[0]), float(t1s[0]), status)
+            return
+        for dt, lu, rows in self._groups(t0s, t1s):
+            factors = self._forcing_factors(t1s[rows])
+            # A few rows at a time, so that each block stays in cache from the
+            # right-hand side to the write-back.
+            for start in range(0, rows.size, self._rhs_per_solve):
+                part = slice(start, start + self._rhs_per_solve)
+                # rhs = u + dt * f(t1) per row: the elementwise operations of step()
+                rhs = np.multiply.outer(factors[part], self._sin_x)
+                rhs *= dt
+                rhs += U[rows[part]]
+                # rhs.T is Fortran-ordered, (nspace - 2, rows): each right-hand side
+                # one contiguous column, as SuperLU takes them.
+                U[rows[part]] = lu.solve(rhs.T).T
+
     def norm(self, u: np.ndarray) -> float:
         """Discrete L2 norm sqrt(h * sum(u**2))."""
         return math.sqrt(self.h * float(np.dot(u, u)))
@@ -122,6 +170,31 @@ class Heat1D(braidpy.App):
     def forcing(self, t: float) -> np.ndarray:
         """f(x, t) = -sin(x) sin(t) + sin(x) cos(t) at the interior points."""
         return self._sin_x * (math.cos(t) - math.sin(t))
+
+    def _forcing_factors(self, t1s: np.ndarray) -> np.ndarray:
+        """cos(t) - sin(t) for each t in t1s, with the math module as in forcing().
+
+        NumPy's vectorized cos and sin need not round as the math module does
+        (they have SIMD code paths of their own); one differing bit would make the
+        batched rows differ from step()'s. The loop costs about 0.1 us a row.
+        """
+        return np.array([math.cos(t) - math.sin(t) for t in t1s.tolist()])
+
+    def _groups(self, t0s: np.ndarray, t1s: np.ndarray):
+        """(dt, LU, row indices) for each distinct rounded step size among the rows."""
+        steps = t1s - t0s
+        if (steps == steps[0]).all():  # one step size exactly: skip the sort below
+            dt, lu = self._factorization(float(steps[0]))
+            return [(dt, lu, np.arange(steps.size))]
+        sizes, which = np.unique(steps, return_inverse=True)
+        keyed: dict[float, tuple[Any, list[int]]] = {}
+        for j, size in enumerate(sizes.tolist()):
+            dt, lu = self._factorization(size)
+            keyed.setdefault(dt, (lu, []))[1].append(j)
+        if len(keyed) == 1:  # sizes that differ by round-off only: one group
+            [(dt, (lu, _))] = keyed.items()
+            return [(dt, lu, np.arange(t0s.size))]
+        return [(dt, lu, np.flatnonzero(np.isin(which, js))) for dt, (lu, js) in keyed.items()]
 
     def with_boundary(self, u: np.ndarray) -> np.ndarray:
         """The state with its two (zero) boundary values added: all nspace points."""
@@ -179,6 +252,22 @@ def gather_solution(app: Heat1D, r: braidpy.Result, comm: Any | None) -> np.ndar
     return U
 
 
+def describe_stepping(r: braidpy.Result) -> str:
+    """Which stepping path the solve took, with rank 0's call counts."""
+    c = r.counts
+    if c["step_batch"]:
+        return (f"batched (step_stacked): {c['step_batch']} calls for {c['step_batch_items']} "
+                f"states, plus {c['step']} single step calls, on rank 0")
+    return f"unbatched: {c['step']} single step calls on rank 0"
+
+
+def mgrit_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The options of ``braidpy.solve`` that the command line sets."""
+    return dict(max_levels=args.max_levels, cfactor=args.cfactor, nrelax=args.nrelax,
+                fmg=args.fmg, abs_tol=args.tol, max_iter=args.max_iter,
+                print_level=args.print_level, batch=args.batched)
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The command line of this example."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
@@ -189,12 +278,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="final time T (tstart is 0); by T = pi the solution turns from sin(x) "
                         "to -sin(x)")
     p.add_argument("--max-levels", type=int, default=30, help="most MGRIT levels")
-    p.add_argument("--cfactor", type=int, default=4, help="coarsening factor")
-    p.add_argument("--nrelax", type=int, default=1, help="0 = F-relaxation, 1 = FCF, ...")
+    # cfactor 16 with F-relaxation: MGRIT on one rank took 3.4-4.3x the time of
+    # sequential stepping (N 16384, nspace 1025, batched), against 10-12x for cfactor
+    # 4 with FCF; this diffusive problem converges in as many iterations either way
+    # (docs/batching.md, benchmarks/bench_heat_batched.py).
+    p.add_argument("--cfactor", type=int, default=16, help="coarsening factor")
+    p.add_argument("--nrelax", type=int, default=0, help="0 = F-relaxation, 1 = FCF, ...")
     p.add_argument("--fmg", action="store_true", help="F-cycles instead of V-cycles")
     p.add_argument("--tol", type=float, default=1e-8,
                    help="absolute tolerance on the residual (discrete L2 norm in space)")
     p.add_argument("--max-iter", type=int, default=100, help="most MGRIT iterations")
+    p.add_argument("--batched", action=argparse.BooleanOptionalAction, default=True,
+                   help="let braidpy step many intervals at once (step_stacked: one "
+                        "multi-right-hand-side solve per step size); --no-batched: one "
+                        "step call per state")
     p.add_argument("--print-level", type=int, default=0,
                    help="braidpy's own progress output (0 = quiet, 1 = residual per iteration)")
     p.add_argument("--plot-solution", metavar="FILE.png",
@@ -212,10 +309,7 @@ def main(argv: Sequence[str] | None = None) -> braidpy.Result:
 
     app = Heat1D(nspace=args.nspace)
     tstart, tstop = 0.0, args.tstop
-    r = braidpy.solve(app, tstart, tstop, args.ntime, comm=comm,
-                      max_levels=args.max_levels, cfactor=args.cfactor, nrelax=args.nrelax,
-                      fmg=args.fmg, abs_tol=args.tol, max_iter=args.max_iter,
-                      print_level=args.print_level)
+    r = braidpy.solve(app, tstart, tstop, args.ntime, comm=comm, **mgrit_options(args))
     U = gather_solution(app, r, comm)
     if U is None:  # not rank 0
         return r
@@ -230,6 +324,7 @@ def main(argv: Sequence[str] | None = None) -> braidpy.Result:
     print(f"  hierarchy: {r.levels} levels, intervals "
           + " > ".join(str(info["n"]) for info in r.level_info)
           + f"; nrelax {args.nrelax}, {'F' if args.fmg else 'V'}-cycles")
+    print(f"  stepping: {describe_stepping(r)}")
     print(f"  iterations: {r.iterations}")
     print("  residual history:")
     for k, norm in zip(r.residual_iterations, r.residuals):

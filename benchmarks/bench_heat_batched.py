@@ -1,0 +1,254 @@
+"""Batched implicit steps: MGRIT on the 1D heat equation (ex02) vs sequential stepping, one process.
+
+Problem: ``examples/ex02_heat1d.Heat1D`` (backward Euler, one cached SuperLU
+factorization of I - dt A per step size), ``--ntime`` steps on [0, pi] and
+``--nspace`` points in x, absolute tolerance 1e-8 in the example's discrete L2 norm.
+
+Sequential: a fresh app and ntime ``app.step`` calls in a Python loop (one
+one-right-hand-side solve per step, the factorization included).
+MGRIT: ``braidpy.solve`` on a fresh app, access_level 0 (the answer is
+Result.final), "unbatched" with batch=False (one ``step`` call per state),
+"batched" with the app's ``step_stacked`` (per batched call and step size,
+SuperLU solves of up to 32 right-hand sides at once).
+
+Tables:
+  kernel    microseconds per state: m states one step each, by ``step`` row by row
+            vs one ``step_stacked`` call (one dt), about 4096 states per timing, and
+            whether the two agree bitwise (after those repeated steps);
+  solve     sequential vs MGRIT unbatched vs batched for the example's settings
+            (cfactor 16, up to 30 levels, F-relaxation) and its former ones
+            (cfactor 4, FCF); MGRIT time / sequential time;
+  settings  batched MGRIT for other cfactor / levels / relaxation / skip choices,
+            and with App's default Euclidean norm (computed in C++, tolerance
+            divided by sqrt(h)) instead of the example's Python norm.
+Each repeat runs the sequential loop and every MGRIT variant of a table once,
+interleaved; times are min (median) over repeats, ratios those of the wall times
+and, beside them, of the process's CPU times (which leave out waiting for a core
+on a shared machine). "steps per fine step" counts states advanced (single +
+batched) per fine time step: MGRIT's work ratio. "max|u_N - seq|" is the MGRIT
+final state against the sequential one.
+
+Run: python benchmarks/bench_heat_batched.py [--repeats R] [--quick] [--ntime N] [--nspace M]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from _report import min_median, print_table
+
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # for examples/
+from examples.ex02_heat1d import Heat1D  # noqa: E402
+
+import braidpy  # noqa: E402
+
+TSTOP = math.pi
+TOL = 1e-8
+# (label, options): the example's default settings and its former ones
+EXAMPLE = ("cf 16, 30 levels, F", dict(cfactor=16, max_levels=30, nrelax=0))
+FORMER = ("cf 4, 30 levels, FCF", dict(cfactor=4, max_levels=30, nrelax=1))
+DEFAULT_NORM = "norm"  # an options key of this script: App's default norm, see mgrit()
+SETTINGS = [
+    FORMER,
+    ("cf 4, 30 levels, F", dict(cfactor=4, max_levels=30, nrelax=0)),
+    ("cf 8, 30 levels, F", dict(cfactor=8, max_levels=30, nrelax=0)),
+    EXAMPLE,
+    ("cf 16, 30 levels, F, C++ norm", dict(EXAMPLE[1], **{DEFAULT_NORM: True})),
+    ("cf 16, 30 levels, FCF", dict(cfactor=16, max_levels=30, nrelax=1)),
+    ("cf 16, 30 levels, F, no skip", dict(cfactor=16, max_levels=30, nrelax=0, skip=False)),
+    ("cf 16, 2 levels, F", dict(cfactor=16, max_levels=2, nrelax=0)),
+    ("cf 32, 2 levels, F", dict(cfactor=32, max_levels=2, nrelax=0)),
+    ("cf 32, 2 levels, FCF", dict(cfactor=32, max_levels=2, nrelax=1)),
+    ("cf 64, 2 levels, F", dict(cfactor=64, max_levels=2, nrelax=0)),
+    ("cf 128, 2 levels, F", dict(cfactor=128, max_levels=2, nrelax=0)),
+    ("cf 32 / 4, 3 levels, F", dict(cfactor={0: 32, 1: 4}, max_levels=3, nrelax=0)),
+]
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--ntime", type=int, default=16384)
+    p.add_argument("--nspace", type=int, default=1025)
+    p.add_argument("--rows", type=int, nargs="+", default=[1, 4, 16, 64, 256, 4096],
+                   help="kernel table: states per step_stacked call")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--tables", nargs="+", default=["kernel", "solve", "settings"],
+                   choices=["kernel", "solve", "settings"])
+    p.add_argument("--quick", action="store_true", help="smoke run: N 1024, nspace 129, 1 repeat")
+    a = p.parse_args(argv)
+    if a.quick:
+        a.ntime, a.nspace, a.repeats, a.rows = 1024, 129, 1, [1, 64]
+    return a
+
+
+def clock(fn):
+    """(wall seconds, CPU seconds of this process, result) of one call of fn, after a
+    garbage collection. On a shared machine the CPU time leaves out the waits for a core."""
+    gc.collect()
+    wall, cpu = time.perf_counter(), time.process_time()
+    out = fn()
+    return time.perf_counter() - wall, time.process_time() - cpu, out
+
+
+def ms(times):
+    lo, med = min_median(times)
+    return f"{lo * 1e3:.0f} ({med * 1e3:.0f})"
+
+
+def ratio(times, reference):
+    """min(times) / min(reference) (and the ratio of medians)."""
+    (lo, med), (r_lo, r_med) = min_median(times), min_median(reference)
+    return f"{lo / r_lo:.1f}x ({med / r_med:.1f}x)"
+
+
+class Timings:
+    """Wall and CPU times of repeated runs, per variant."""
+
+    def __init__(self):
+        self.wall, self.cpu = {}, {}
+
+    def run(self, key, fn):
+        wall, cpu, out = clock(fn)
+        self.wall.setdefault(key, []).append(wall)
+        self.cpu.setdefault(key, []).append(cpu)
+        return out
+
+    def cells(self, key, reference):
+        """[wall ms, wall ratio, CPU ratio] of key against reference."""
+        return [ms(self.wall[key]), ratio(self.wall[key], self.wall[reference]),
+                ratio(self.cpu[key], self.cpu[reference])]
+
+
+def sequential(args):
+    """The final state of ntime backward Euler steps, one step call each."""
+    app = Heat1D(args.nspace)
+    app.tstart, app.tstop, app.ntime = 0.0, TSTOP, args.ntime
+    grid = np.linspace(0.0, TSTOP, args.ntime + 1).tolist()
+    u = app.init(0.0)
+    for t0, t1 in zip(grid[:-1], grid[1:]):
+        app.step(u, t0, t1, None)
+    return u
+
+
+class _EuclideanHeat(Heat1D):
+    """Heat1D with App's default (Euclidean) norm, which the core computes in C++."""
+
+    norm = braidpy.App.norm
+
+
+def mgrit(args, opts, batched):
+    """braidpy.solve on a fresh app. With opts[DEFAULT_NORM] the app keeps App's norm
+    and the tolerance is divided by sqrt(h): the same halting test as sqrt(h) ||r||."""
+    opts = dict(opts)
+    if opts.pop(DEFAULT_NORM, False):
+        app = _EuclideanHeat(args.nspace)
+        tol = TOL / math.sqrt(app.h)
+    else:
+        app, tol = Heat1D(args.nspace), TOL
+    return braidpy.solve(app, 0.0, TSTOP, args.ntime, abs_tol=tol, max_iter=100,
+                         access_level=0, batch=batched, **opts)
+
+
+def states_per_step(args, r):
+    return f"{(r.counts['step'] + r.counts['step_batch_items']) / args.ntime:.1f}"
+
+
+def kernel_table(args):
+    """Per state: step row by row vs one step_stacked call, m rows, one dt."""
+    app = Heat1D(args.nspace)
+    dt = TSTOP / args.ntime
+    rng = np.random.default_rng(20261201)
+    rows = []
+    for m in args.rows:
+        U0 = rng.standard_normal((m, args.nspace - 2))
+        t0s = np.arange(m) * (4 * dt)  # m intervals' k-th steps
+        t1s = t0s + dt
+        calls = max(1, 4096 // m)  # about 4096 states per timing
+
+        pairs = list(zip(t0s.tolist(), t1s.tolist()))
+
+        def rows_one_by_one(A):
+            for _ in range(calls):
+                for k, (t0, t1) in enumerate(pairs):
+                    app.step(A[k], t0, t1, None)
+
+        def stacked(B):
+            for _ in range(calls):
+                app.step_stacked(B, t0s, t1s, None)
+
+        one_t, many_t = [], []
+        for _ in range(max(args.repeats, 5)):
+            A, B = U0.copy(), U0.copy()
+            one_t.append(clock(lambda A=A: rows_one_by_one(A))[0])
+            many_t.append(clock(lambda B=B: stacked(B))[0])  # wall time
+        o, b = min(one_t) / (calls * m), min(many_t) / (calls * m)
+        rows.append([m, f"{o * 1e6:.2f}", f"{b * 1e6:.2f}", f"{o / b:.2f}x",
+                     "yes" if np.array_equal(A, B) else "NO"])
+    print_table(["rows m", "step us/state", "step_stacked us/state", "step / stacked",
+                 "bitwise equal"], rows,
+                title=f"Kernel: backward Euler on {args.nspace} points, m states one step "
+                      f"each (min of {max(args.repeats, 5)})")
+
+
+def solve_table(args):
+    t, results = Timings(), {}
+    variants = [(label, opts, batched) for label, opts in (EXAMPLE, FORMER)
+                for batched in (False, True)]
+    for _ in range(args.repeats):
+        u_seq = t.run("sequential", lambda: sequential(args))
+        for label, opts, batched in variants:
+            results[label, batched] = t.run((label, batched),
+                                            lambda o=opts, b=batched: mgrit(args, o, b))
+    rows = [["sequential", "-", *t.cells("sequential", "sequential"), "-", "-", "1.0", "-",
+             "-"]]
+    for label, _, batched in variants:
+        r, other = results[label, batched], results[label, not batched]
+        same = (np.array_equal(r.final, other.final) and r.residuals == other.residuals
+                and r.iterations == other.iterations)
+        speed = ratio(t.wall[label, False], t.wall[label, True]) if batched else "-"
+        rows.append([label, "batched" if batched else "unbatched",
+                     *t.cells((label, batched), "sequential"), speed, r.iterations,
+                     states_per_step(args, r), f"{np.abs(r.final - u_seq).max():.1e}",
+                     "yes" if same else "NO"])
+    print_table(["MGRIT settings", "steps", "wall ms", "MGRIT / sequential",
+                 "same in CPU time", "unbatched / batched", "iterations",
+                 "steps per fine step", "max|u_N - seq|", "batched == unbatched"], rows,
+                title=f"Heat 1D, N {args.ntime}, nspace {args.nspace}, abs_tol {TOL:g}, one "
+                      f"process; min (median) of {args.repeats}; ratios of mins (of medians)")
+
+
+def settings_table(args):
+    t, results = Timings(), {}
+    for _ in range(args.repeats):
+        u_seq = t.run("sequential", lambda: sequential(args))
+        for label, opts in SETTINGS:
+            results[label] = t.run(label, lambda o=opts: mgrit(args, o, True))
+    rows = []
+    for label, _ in SETTINGS:
+        r = results[label]
+        rows.append([label, r.levels, r.iterations, states_per_step(args, r),
+                     r.counts["step_batch"], r.counts["step"], *t.cells(label, "sequential"),
+                     f"{np.abs(r.final - u_seq).max():.1e}"])
+    print_table(["settings (batched)", "levels", "iterations", "steps per fine step",
+                 "batched calls", "single steps", "wall ms", "MGRIT / sequential",
+                 "same in CPU time", "max|u_N - seq|"], rows,
+                title=f"MGRIT settings, heat 1D, N {args.ntime}, nspace {args.nspace}, "
+                      f"abs_tol {TOL:g}; sequential {ms(t.wall['sequential'])} ms; min "
+                      f"(median) of {args.repeats}")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    tables = dict(kernel=kernel_table, solve=solve_table, settings=settings_table)
+    for name in args.tables:
+        tables[name](args)
+
+
+if __name__ == "__main__":
+    main()
