@@ -3,7 +3,7 @@
 from ._app import App
 from ._core import Status
 from ._errors import (BraidError, ConvergenceError, CudaError, CudnnError, DivergenceError,
-                      ErrorLabels, NoGPUError)
+                      ErrorLabels, NoGPUError, RankMismatchError)
 from ._gpu import cuda_info
 from ._options import Options
 from ._result import Result
@@ -26,6 +26,7 @@ __all__ = [
     "GradientSolver",
     "NoGPUError",
     "Options",
+    "RankMismatchError",
     "Result",
     "Status",
     "adjoint",

@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Optional, Tuple
 
 __all__ = ["BraidError", "ConvergenceError", "CudaError", "CudnnError", "DivergenceError",
-           "ErrorLabels", "NoGPUError"]
+           "ErrorLabels", "NoGPUError", "RankMismatchError"]
 
 
 class BraidError(RuntimeError):
@@ -53,6 +53,26 @@ class ConvergenceError(BraidError):
         self.iterations = iterations
         self.residual = residual
         self.tolerance = tolerance
+
+
+class RankMismatchError(ValueError):
+    """The ranks of one communicator were given different problems (time grid,
+    options, layer layout...): raised on every rank, before any work, by
+    :func:`braidpy.parallel.fingerprint.same_everywhere`.
+
+    Attributes
+    ----------
+    field : str
+        The first field that differs ("tstop", "cfactor"...).
+    values : tuple of str
+        How that field reads on each rank, in rank order ("(not given)" where a rank
+        has no such field).
+    """
+
+    def __init__(self, message: str, field: str = "", values: Tuple[str, ...] = ()):
+        super().__init__(message)
+        self.field = field
+        self.values = tuple(values)
 
 
 class CudaError(BraidError):

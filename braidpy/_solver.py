@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import math
@@ -20,6 +21,7 @@ from ._result import Result, fine_index
 from .parallel.agree import Agreement, agreed
 from .parallel.collectives import allreduce_int, bcast_bytes
 from .parallel.comm import rank_size
+from .parallel.fingerprint import same_everywhere
 from .parallel.interrupts import (deferred_interrupts, postpone_interrupt, routed_to,
                                   take_interrupt)
 from .parallel.layers import check_ranges
@@ -62,6 +64,28 @@ def _time_grid(tstart, tstop, ntime, times) -> np.ndarray:
         raise ValueError(f"times must start at tstart={tstart!r} and end at tstop={tstop!r}, "
                          f"got {grid[0]!r}..{grid[-1]!r}")
     return grid
+
+
+SAME_PROBLEM = ("every rank must give Core/solve the same tstart, tstop, ntime, times "
+                "and options")
+
+
+def _problem_fields(tstart: Any, tstop: Any, ntime: Any, grid: Optional[np.ndarray],
+                    options: Options, fine_ranges: Optional[List[Tuple[int, int]]],
+                    labels: ErrorLabels) -> Dict[str, Any]:
+    """What every rank of a Core must agree on, by name, in the order a difference is
+    searched for (braidpy.parallel.fingerprint)."""
+    fields: Dict[str, Any] = {"tstart": float(tstart), "tstop": float(tstop),
+                              "ntime": int(ntime), "times": grid}
+    for f in dataclasses.fields(options):
+        fields[f.name] = getattr(options, f.name)
+    for name in ("cfactor", "nrelax"):  # 4 and {"default": 4, 1: 4} are one setting
+        default, levels = options.per_level(name)
+        levels = {level: v for level, v in levels.items() if v != default}
+        fields[name] = {**levels, "default": default} if levels else default
+    fields["ownership"] = fine_ranges
+    fields["labels"] = labels
+    return fields
 
 
 def stop_reason(options: Options, nlevels: int, residuals: List[float]) -> Tuple[bool, str]:
@@ -138,37 +162,67 @@ class Core:
                  options: Union[Options, Mapping[str, Any], None] = None,
                  ownership: Optional[Sequence[Tuple[int, int]]] = None,
                  labels: Optional[ErrorLabels] = None, **kwargs: Any):
-        self.options = Options.coerce(options, **kwargs)
-        check_app_callbacks(app)
-        grid = _time_grid(tstart, tstop, ntime, times)
-        self.app = app
         self.rank, self.size = rank_size(comm)
         self.comm = comm
-        self.labels = labels or ErrorLabels()
-        ranks = self.labels.ranks
-        if ranks is not None and len(ranks) != self.size:
-            raise ValueError(f"labels.ranks has {len(ranks)} entries for {self.size} ranks")
-        # Our own duplicate of comm: the core's messages never meet the user's.
-        self._tcomm = TimeComm(comm) if self.size > 1 else None
+        self._tcomm = None
+        # Our own duplicate of comm: the core's messages never meet the user's. Made
+        # first (a collective), so that an argument that is bad on one rank only is
+        # announced to the others below instead of leaving them waiting in Dup.
+        if self.size > 1:
+            self._tcomm = TimeComm(comm)
         self._busy = threading.Lock()  # taken without waiting: concurrent use is an error
+        self._cold = True  # the next solve starts from init (mirrors the compiled core)
+        failure: Optional[BaseException] = None
+        problem: Optional[Dict[str, Any]] = None
+        try:
+            self._options = Options.coerce(options, **kwargs)
+            check_app_callbacks(app)
+            grid = _time_grid(tstart, tstop, ntime, times)
+            self.labels = labels or ErrorLabels()
+            ranks = self.labels.ranks
+            if ranks is not None and len(ranks) != self.size:
+                raise ValueError(f"labels.ranks has {len(ranks)} entries for {self.size} ranks")
+            fine_ranges = None if ownership is None else \
+                check_ranges(ownership, int(ntime), self.size)
+            if self.size > 1:
+                problem = _problem_fields(tstart, tstop, ntime, None if times is None else grid,
+                                          self._options, fine_ranges, self.labels)
+        except Exception as error:  # noqa: BLE001 - told to every rank, raised here
+            failure = error
+        # One collective: every rank was given the same grid and options (or raises).
+        try:
+            same_everywhere(self._wire, problem, "the problem", hint=SAME_PROBLEM, error=failure,
+                            ranks=None if failure is not None else self.labels.ranks)
+        except BaseException:
+            self.close()  # on every rank at once, not at a later garbage collection
+            raise
+        finally:
+            del failure  # no exception <-> frame cycle (braidpy.parallel.agree)
+        self.app = app
         tell_app_the_grid(app, tstart, tstop, ntime)
         # Not a bound method: the compiled solver would hold self (a reference cycle).
-        progress = functools.partial(_report_progress, self.options.print_level) \
+        progress = functools.partial(_report_progress, self._options.print_level) \
             if self.rank == 0 else None
-        core_options = self.options.to_core()
-        core_options.batch = self.options.batch and has_step_batch(app)
-        if ownership is not None:
-            core_options.fine_ranges = check_ranges(ownership, int(ntime), self.size)
+        core_options = self._options.to_core()
+        core_options.batch = self._options.batch and has_step_batch(app)
+        if fine_ranges is not None:
+            core_options.fine_ranges = fine_ranges
         self.batched: bool = core_options.batch
         self._solver = _core.Solver(app, self._tcomm, self.rank, self.size, core_options,
                                     grid.tolist(), progress)
         self._generation = 0  # solves started: a Result answers for its own only
-        if self.options.print_level >= 2:
+        if self._options.print_level >= 2:
             with self._agreement("printing the levels"):  # a closed stdout stops all ranks
                 if self.rank == 0:
                     for level, info in enumerate(self._solver.levels()):
                         print(f"  Braid: level {level}: {info['n']} intervals, "
                               f"cfactor {info['cfactor']}, nrelax {info['nrelax']}")
+
+    @property
+    def options(self) -> Options:
+        """The options this Core was made with (fixed: make a new Core to change them;
+        the ranks checked at creation that they all have the same)."""
+        return self._options
 
     @property
     def _wire(self) -> Any:
@@ -218,10 +272,18 @@ class Core:
 
     def _solve(self) -> Result:
         start = time.perf_counter()
+        if self._wire is not None and allreduce_int(self._wire, int(self._cold), "max"):
+            # The one collective of a solve's setup. Grid and options are fixed per Core
+            # (checked when it was made), but a rank's next start turns cold on its own
+            # (reset_guess() there, or a failed solution()), and ranks that disagree on a
+            # cold start (skip, seq_soln) run different schedules: all start cold.
+            self._solver.reset_guess()
         self._generation += 1
+        self._cold = True  # a failed or diverged solve leaves the compiled core cold
         # No local may hold the outcome: it is not garbage-collected, and a frame in a
         # failure's traceback holding it would make an uncollectable cycle.
         self._check(self._run_core())
+        self._cold = False
         final = self._broadcast_final()
         return self._result(final, time.perf_counter() - start)
 
@@ -253,8 +315,10 @@ class Core:
             solution_source=functools.partial(self._solution_of, self._generation))
 
     def reset_guess(self) -> None:
-        """The next solve starts again from app.init (a cold start)."""
+        """The next solve starts again from app.init (a cold start). Under MPI, on every
+        rank: the ranks agree on it at the start of the next solve."""
         self._solver.reset_guess()
+        self._cold = True
 
     def set_initial_condition(self, u0: Any, *, copy: bool = True) -> None:
         """Use u0 as the value at tstart in the next solve (a copy unless copy=False,
@@ -304,6 +368,8 @@ class Core:
         """The value of the compiled core's outcome, or its failure raised: on every
         rank after a solve (the ranks already stopped together; here they agree on the
         message), on this rank only after solution(), which runs on one rank."""
+        if outcome.kind != "ok":
+            self._cold = True  # the compiled core discarded its solution (on this rank)
         if outcome.kind == "ok":
             if outcome.interrupted:  # after the last agreement: the next one delivers it
                 postpone_interrupt()

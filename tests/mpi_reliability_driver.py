@@ -1,12 +1,18 @@
 """Faults outside user callbacks, under mpiexec (see test_reliability_mpi.py).
 
     mpiexec -n P python tests/mpi_reliability_driver.py P OUT.json [SOAK_SOLVES]
+    mpiexec -n P python tests/mpi_reliability_driver.py P OUT.json mismatch
 
 Each case makes one rank misbehave where the solver is in its own code (a Ctrl-C in the
 MPI adapter, a closed stdout under the progress output, a state of the wrong shape)
 and records, per rank, what every solve came to; then it solves again on the same Core
 and records whether that answer is right. The soak case repeats random faults.
 Rank 0 writes the gathered outcomes as JSON.
+
+With ``mismatch``, rank 1 alone is given another problem (an option, tstop, ntime, the
+time grid, an invalid option), turns its next start cold (reset_guess, a failed
+solution()), or raises an exception whose str() fails (issue 30); each case prints its
+name first, so a hang killed by the test's timeout names the case that hung.
 """
 
 import json
@@ -16,6 +22,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
@@ -25,7 +32,7 @@ from apps import Decay  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
 import braidpy  # noqa: E402
-from braidpy.parallel.agree import agreed  # noqa: E402
+from braidpy.parallel.agree import agreed, safe_text  # noqa: E402
 from braidpy.parallel.interrupts import deferred_interrupts  # noqa: E402
 
 COMM = MPI.COMM_WORLD
@@ -48,7 +55,7 @@ def outcome(fn):
         fn()
         return ("ok", "")
     except BaseException as exc:  # noqa: BLE001 - every outcome is reported
-        return (type(exc).__name__, str(exc))
+        return (type(exc).__name__, safe_text(exc))  # str() of a user's error may fail
 
 
 def solve_twice(make_core, fault):
@@ -292,10 +299,165 @@ def soak(solves):
     return records
 
 
+# ----------------------------------------------- one rank given another problem (issue 30)
+
+MISMATCH_RANK = 1  # the rank that differs (a middle one of 4, the last of 2)
+PROBLEM = (0.0, 5.0, 256)  # tstart, tstop, ntime of the issue's reproducers
+#: case -> (what rank 1 alone changes: solve() arguments, or the option to give it)
+MISMATCHES = {
+    "cfactor": {"cfactor": 8},
+    "max_iter": {"max_iter": 3},
+    "skip": {"skip": False},
+    "max_levels": {"max_levels": 2},
+    "tnorm": {"tnorm": 1},
+    "tstop": {"tstop": 6.0},
+    "ntime": {"ntime": 260},
+    "times": {"times": "stretched"},
+    "cfactor_invalid": {"cfactor": 1},  # refused on rank 1 only, before any message
+}
+
+
+class Oops(Exception):
+    """An exception whose str() fails (issue 30, item 2)."""
+
+    def __str__(self):
+        raise RuntimeError("no str")
+
+
+class RaisesOops(Decay):
+    """Rank 1 raises Oops in its first step of iteration 1 (once)."""
+
+    def __init__(self, comm):
+        super().__init__()
+        self.armed = comm.rank == MISMATCH_RANK
+
+    def step(self, u, t0, t1, status):
+        if self.armed and status.iteration == 1:
+            self.armed = False
+            raise Oops()
+        super().step(u, t0, t1, status)
+
+
+def mismatch_reference():
+    return braidpy.solve(Decay(), *PROBLEM).final
+
+
+def record(fn):
+    """What fn() came to on this rank: outcome, and for an exception its field/values
+    (RankMismatchError), notes, and whether its traceback reaches a step()."""
+    try:
+        value = fn()
+        return {"outcome": ["ok", ""], "value": np.asarray(value).tolist()}
+    except BaseException as exc:  # noqa: BLE001 - every outcome is reported
+        frames = traceback.extract_tb(exc.__traceback__)
+        return {"outcome": [type(exc).__name__, safe_text(exc)],
+                "field": getattr(exc, "field", None),
+                "values": list(getattr(exc, "values", ()) or ()),
+                "notes": [safe_text(n) for n in getattr(exc, "__notes__", [])],
+                "in_step": any(f.name == "step" for f in frames)}
+
+
+def then_clean():
+    """After a case: a clean solve on the same communicator gives the serial answer."""
+    got = record(lambda: braidpy.solve(Decay(), *PROBLEM, comm=COMM).final)
+    if got["outcome"][0] != "ok":
+        return got["outcome"]
+    return ["right" if np.array_equal(got["value"], mismatch_reference()) else "wrong", ""]
+
+
+def mismatch_case(change):
+    tstart, tstop, ntime = PROBLEM
+    options = {}
+    times = None
+    if COMM.rank == MISMATCH_RANK:
+        change = dict(change)
+        tstop = change.pop("tstop", tstop)
+        ntime = change.pop("ntime", ntime)
+        if change.pop("times", None):  # a grid of the same ends, points moved
+            times = tstart + (tstop - tstart) * np.linspace(0.0, 1.0, ntime + 1) ** 1.1
+        options = change
+    out = record(lambda: braidpy.solve(Decay(), tstart, tstop, ntime, comm=COMM,
+                                       times=times, **options).final)
+    out["after"] = then_clean()
+    return out
+
+
+def cold_start_on_one_rank(make_cold):
+    """A second solve on one Core after `make_cold(core, app)` on rank 1 alone made that
+    rank's next start cold. Per rank: the outcome of that solve, its iterations, its init
+    calls, and whether its value is the serial one; the first (cold) solve's iterations."""
+    app = FailingClone()
+    core = braidpy.Core(app, *PROBLEM, comm=COMM)
+    first = core.solve()
+    out = {"first_iterations": first.iterations, "first_init": first.counts["init"]}
+    if COMM.rank == MISMATCH_RANK:
+        out["local"] = record(lambda: make_cold(core, app))["outcome"]
+    results = []
+    out.update(record(lambda: results.append(core.solve())))
+    if results:
+        r = results[0]
+        out.update(iterations=r.iterations, init=r.counts["init"],
+                   after=["right" if np.array_equal(r.final, mismatch_reference()) else "wrong",
+                          ""])
+    return out
+
+
+class FailingClone(Decay):
+    """Decay whose clone raises once when armed (a failed solution() on one rank)."""
+
+    armed = False
+
+    def clone(self, u):
+        if self.armed:
+            self.armed = False
+            raise ValueError("clone failed on purpose")
+        return u.copy()
+
+
+def reset_on_one_rank():
+    return cold_start_on_one_rank(lambda core, app: core.reset_guess())
+
+
+def solution_fails_on_one_rank():
+    # Rank 1's compiled core discards its stored solution when solution() fails there.
+    def fail(core, app):
+        app.armed = True
+        core.solution(index=core.owned[-1])
+    return cold_start_on_one_rank(fail)
+
+
+def unprintable_error():
+    """Rank 1's step raises Oops (str() fails); then a clean solve on the same Core."""
+    core = braidpy.Core(RaisesOops(COMM), *PROBLEM, comm=COMM)
+    out = record(lambda: core.solve().final)
+    again = record(lambda: core.solve().final)
+    out["after"] = ["right" if again["outcome"][0] == "ok" and np.array_equal(
+        again["value"], mismatch_reference()) else "wrong", again["outcome"][1]]
+    return out
+
+
+def mismatch_main(nranks, path):
+    cases = {name: (lambda change=change: mismatch_case(change))
+             for name, change in MISMATCHES.items()}
+    cases["reset_guess"] = reset_on_one_rank
+    cases["solution_fails"] = solution_fails_on_one_rank
+    cases["unprintable_error"] = unprintable_error
+    core = braidpy.Core(Decay(), *PROBLEM, comm=COMM)
+    out = {"size": COMM.Get_size(), "owned": COMM.gather(list(core.owned)), "cases": {}}
+    for name, case in cases.items():
+        if COMM.rank == 0:
+            print(f"case {name}", flush=True)  # the last one printed is the one that hung
+        out["cases"][name] = COMM.gather(case())
+    if COMM.rank == 0:
+        Path(path).write_text(json.dumps(out))
+
+
 def main():
     nranks, path = int(sys.argv[1]), sys.argv[2]
-    solves = int(sys.argv[3]) if len(sys.argv) > 3 else 200
     assert COMM.Get_size() == nranks, f"expected {nranks} ranks, got {COMM.Get_size()}"
+    if len(sys.argv) > 3 and sys.argv[3] == "mismatch":
+        return mismatch_main(nranks, path)
+    solves = int(sys.argv[3]) if len(sys.argv) > 3 else 200
     cases = {
         # Between a probe and its receive (a rank's third incoming message).
         "sigint_after_probe": interrupt_in_adapter(("Probe", "Mprobe"), 3),

@@ -1,22 +1,98 @@
 """Faults outside user callbacks at 2 and 4 ranks: every rank ends, together, and the
-Core solves correctly afterwards (issue 12, defects 2, 3 and 8; the soak test).
+Core solves correctly afterwards (issue 12, defects 2, 3 and 8; the soak test). Ranks
+given different problems, and an exception whose str() fails, end with a clear error on
+every rank (issue 30).
 
 The driver is tests/mpi_reliability_driver.py; a hang is turned into a failure by the
-subprocess timeout.
+timeout of :func:`launch`, which kills mpiexec's process group and every rank it
+started.
 """
 
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
 
 import pytest
-from mpi_launch import launch
+from test_mpi import MPIEXEC
 
+HERE = Path(__file__).resolve().parent
 SOAK_SOLVES = 200
 SOLVE_SECONDS = 10.0  # "within one cycle": a solve here takes milliseconds
+MISMATCH_SECONDS = 120  # 11 cases of milliseconds each, and 4 interpreters starting
+MARK = "BRAIDPY_TEST_LAUNCH"
+
+
+def _marked_pids(mark):
+    """Our processes whose environment carries ``MARK=mark`` (Linux /proc)."""
+    needle = f"{MARK}={mark}".encode()
+    pids = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                pids.append(int(entry.name))
+        except OSError:  # gone, or not ours
+            continue
+    return pids
+
+
+def _kill_launch(proc, mark):
+    """Stop a launch that ran out of time: SIGTERM to mpiexec's process group (Hydra
+    then stops its ranks), SIGKILL to that group and to every process carrying our mark
+    (Hydra starts each rank in a session of its own, outside the group)."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+    for pid in [proc.pid] + _marked_pids(mark):
+        try:
+            os.killpg(pid, signal.SIGKILL) if pid == proc.pid else os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def launch(driver, nranks, out_dir, *args, timeout=240):
+    """Run ``tests/<driver>`` on ``nranks`` ranks and read the JSON its rank 0 writes;
+    past ``timeout`` seconds every process of the launch is killed and the test fails
+    (a hang), showing the driver's last output."""
+    out = Path(out_dir) / f"{Path(driver).stem}-{nranks}-{args[0] if args else ''}.json"
+    mark = uuid.uuid4().hex
+    env = dict(os.environ, PYTHONWARNINGS="error", OMP_NUM_THREADS="1", **{MARK: mark})
+    cmd = [MPIEXEC, "-n", str(nranks), sys.executable, str(HERE / driver), str(nranks),
+           str(out), *map(str, args)]
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_launch(proc, mark)
+        stdout, stderr = proc.communicate()
+        pytest.fail(f"{cmd} did not end within {timeout} s (hung; killed):\n"
+                    f"{stdout[-3000:]}\n{stderr[-3000:]}")
+    finally:
+        if proc.poll() is None:  # an interrupted test run: leave nothing behind
+            _kill_launch(proc, mark)
+    assert proc.returncode == 0, f"{cmd} failed:\n{stdout}\n{stderr}"
+    assert not _marked_pids(mark), "ranks outlived their mpiexec"
+    result = json.loads(out.read_text())
+    result["launch_seconds"] = time.monotonic() - start
+    return result
 
 
 @pytest.fixture(scope="module", params=[2, 4])
 def run(request, tmp_path_factory):
     nranks = request.param
-    return nranks, launch("mpi_reliability_driver.py", nranks, tmp_path_factory.mktemp("reliability"), SOAK_SOLVES, timeout=300)
+    return nranks, launch("mpi_reliability_driver.py", nranks,
+                          tmp_path_factory.mktemp("reliability"), SOAK_SOLVES, timeout=300)
 
 
 def test_the_ranks_really_ran_together(run):
@@ -111,3 +187,113 @@ def test_soak_random_faults_on_random_ranks(run):
     # The plan drew every kind of fault, and each stopped a solve at least once.
     assert {"clean", "ValueError", "ZeroDivisionError", "MemoryError", "KeyboardInterrupt",
             "sigint", "sigint_later"} <= seen, seen
+
+
+# ------------------------------------------ ranks given different problems (issue 30)
+
+MISMATCH_RANK = 1
+#: case -> (field named, its value on the other ranks, on rank 1), as the message shows it
+MISMATCHES = {
+    "cfactor": ("cfactor", "2", "8"),
+    "max_iter": ("max_iter", "100", "3"),
+    "skip": ("skip", "True", "False"),
+    "max_levels": ("max_levels", "30", "2"),
+    "tnorm": ("tnorm", "2", "1"),
+    "tstop": ("tstop", "5.0", "6.0"),
+    "ntime": ("ntime", "256", "260"),
+    "times": ("times", "None", "array of shape (257,) float64 from 0.0 to 5.0"),
+}
+
+
+@pytest.fixture(scope="module", params=[2, 4])
+def mismatch(request, tmp_path_factory):
+    nranks = request.param
+    return nranks, launch("mpi_reliability_driver.py", nranks,
+                          tmp_path_factory.mktemp("mismatch"), "mismatch",
+                          timeout=MISMATCH_SECONDS)
+
+
+def test_the_mismatch_ranks_really_ran_together(mismatch):
+    nranks, res = mismatch
+    assert res["size"] == nranks
+    owned = res["owned"]
+    assert len(owned) == nranks and all(0 < len(o) < 257 for o in owned)
+    assert sorted(i for o in owned for i in o) == list(range(257))
+
+
+def others(nranks):
+    return [r for r in range(nranks) if r != MISMATCH_RANK]
+
+
+@pytest.mark.parametrize("case", sorted(MISMATCHES))
+def test_ranks_given_different_problems_all_raise_one_clear_error(mismatch, case):
+    # Before the check: a hang (every rank), a "message protocol error", an MPI abort,
+    # or converged=True with the same wrong value everywhere (tstop, ntime).
+    nranks, res = mismatch
+    field, theirs, mine = MISMATCHES[case]
+    records = res["cases"][case]
+    assert len(records) == nranks
+    rest = others(nranks)
+    where = f"{theirs} on rank {rest[0]}" if len(rest) == 1 else \
+        f"{theirs} on ranks {', '.join(map(str, rest[:-1]))} and {rest[-1]}"
+    message = records[0]["outcome"][1]
+    for rank, r in enumerate(records):
+        assert r["outcome"][0] == "RankMismatchError", (rank, r)
+        assert r["outcome"][1] == message, (rank, r)  # the same words on every rank
+        assert r["field"] == field, (rank, r)
+        assert r["values"][MISMATCH_RANK].startswith(mine), (rank, r)
+        assert all(r["values"][q] == theirs for q in rest), (rank, r)
+        # The clean solve that follows on the same communicator is right.
+        assert r["after"][0] == "right", (rank, r)
+    # Every rank names every rank's value: they really exchanged them.
+    assert f"{field} is {where}; {mine}" in message, message
+    assert f"on rank {MISMATCH_RANK}" in message, message
+
+
+@pytest.mark.parametrize("case", ["reset_guess", "solution_fails"])
+def test_a_cold_start_on_one_rank_makes_every_rank_start_cold(mismatch, case):
+    # Before: the ranks ran different first cycles (skip on the cold rank only) and
+    # stopped with "message protocol error: expected tag 58, got 2".
+    nranks, res = mismatch
+    records = res["cases"][case]
+    if case == "solution_fails":  # solution() failed on rank 1 alone, with its own error
+        assert records[MISMATCH_RANK]["local"] == ["ValueError", "clone failed on purpose"]
+    for rank, r in enumerate(records):
+        assert r["outcome"] == ["ok", ""], (rank, r)
+        assert r["after"][0] == "right", (rank, r)
+        # A cold start on every rank: init called again, the cold solve's iterations
+        # (a warm restart from the converged solution takes fewer).
+        assert r["init"] == r["first_init"] > 0, (rank, r)
+        assert r["iterations"] == r["first_iterations"], (rank, r)
+
+
+def test_an_option_refused_on_one_rank_stops_every_rank(mismatch):
+    # Before: rank 1 raised ValueError alone and the others waited in MPI_Comm_dup.
+    nranks, res = mismatch
+    records = res["cases"]["cfactor_invalid"]
+    for rank, r in enumerate(records):
+        if rank == MISMATCH_RANK:
+            assert r["outcome"] == ["ValueError", "cfactor must be >= 2, got 1"], r
+            assert any(f"on rank {MISMATCH_RANK} of {nranks}" in n for n in r["notes"]), r
+        else:
+            assert r["outcome"][0] == "BraidError", (rank, r)
+            assert f"rank {MISMATCH_RANK}: ValueError: cfactor must be >= 2" in \
+                r["outcome"][1], (rank, r)
+        assert r["after"][0] == "right", (rank, r)
+
+
+def test_an_exception_whose_str_fails_is_reraised_and_named_by_its_type(mismatch):
+    # Before: describing it raised RuntimeError("no str") on rank 1 before the agreement,
+    # and every other rank waited for rank 1 forever.
+    nranks, res = mismatch
+    records = res["cases"]["unprintable_error"]
+    for rank, r in enumerate(records):
+        if rank == MISMATCH_RANK:
+            assert r["outcome"][0] == "Oops", r  # the original, traceback through step()
+            assert r["in_step"], r
+            assert any(f"raised in step on rank {MISMATCH_RANK} of {nranks}" in n
+                       for n in r["notes"]), r
+        else:
+            assert r["outcome"] == ["BraidError", f"solve failed on another rank (rank "
+                                    f"{MISMATCH_RANK}: step raised Oops)"], (rank, r)
+        assert r["after"][0] == "right", (rank, r)  # the Core solves again, correctly

@@ -7,6 +7,8 @@ so nothing a peer sends can choose what code runs.
 - :mod:`.comm`: the world communicator and ``(rank, size)`` of any communicator;
   MPI (mpi4py) is imported only when a communicator with more than one rank is used.
 - :mod:`.agree`: :func:`agreed`, the one "agree across ranks, then re-raise" step.
+- :mod:`.fingerprint`: :func:`same_everywhere`, one collective that checks every rank
+  was given the same problem (grid, options, layout) and names the first difference.
 - :mod:`.collectives`: typed broadcasts, gathers and the rank-ordered sum.
 - :mod:`.layers`: the layer (time) decomposition: ownership ranges and their mirror.
 - :mod:`.timecomm`: the adapter the compiled core sends packed vectors through.
@@ -21,7 +23,9 @@ so nothing a peer sends can choose what code runs.
 
 from .agree import agreed
 from .comm import rank_size, world
+from .fingerprint import same_everywhere
 from .grid import ProcessGrid
 from .interrupts import deferred_interrupts
 
-__all__ = ["agreed", "rank_size", "world", "ProcessGrid", "deferred_interrupts"]
+__all__ = ["agreed", "rank_size", "world", "ProcessGrid", "deferred_interrupts",
+           "same_everywhere"]

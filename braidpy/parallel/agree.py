@@ -22,20 +22,55 @@ can hang MPI implementations whose communicator free synchronises).
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Any, List, Literal, Optional, Sequence, Type
+from typing import Any, Callable, List, Literal, Optional, Sequence, Type
 
 from .._errors import BraidError
 from .collectives import allgather_texts
 from .comm import rank_size
 from .interrupts import take_interrupt
 
-__all__ = ["agreed", "Agreement", "describe"]
+__all__ = ["agreed", "Agreement", "describe", "safe_text"]
+
+
+def _type_name(obj: Any) -> str:
+    try:
+        name = type(obj).__name__
+    except BaseException:  # noqa: BLE001 - a metaclass of the user's; never raise here
+        return "object"
+    return name if isinstance(name, str) else "object"
+
+
+def safe_text(obj: Any, how: Callable[[Any], str] = str) -> str:
+    """``how(obj)`` (``str`` or ``repr``), or the type name of ``obj`` when that raises
+    or returns something other than a string: describing a user's object must never
+    raise, or the rank describing it would leave its peers waiting in a collective.
+
+    >>> class Oops(Exception):
+    ...     def __str__(self):
+    ...         raise RuntimeError("no str")
+    >>> safe_text(Oops()), safe_text(3, repr)
+    ('Oops', '3')
+    """
+    try:
+        text = how(obj)
+    except BaseException:  # noqa: BLE001 - KeyboardInterrupt from a __str__ too
+        return _type_name(obj)
+    return text if isinstance(text, str) else _type_name(obj)
 
 
 def describe(error: BaseException) -> str:
-    """'ValueError: message', the one-line form ranks tell each other."""
-    text = str(error)
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+    """'ValueError: message', the one-line form ranks tell each other; never raises
+    (an exception whose ``str()`` fails is described by its type name alone).
+
+    >>> describe(ValueError("bad")), describe(KeyError())
+    ('ValueError: bad', 'KeyError')
+    """
+    name = _type_name(error)
+    try:
+        text = str(error)
+    except BaseException:  # noqa: BLE001 - see safe_text
+        return name
+    return f"{name}: {text}" if isinstance(text, str) and text else name
 
 
 class Agreement:
@@ -65,9 +100,13 @@ class Agreement:
         return BraidError(f"{self.what} failed on another rank ({'; '.join(where)})")
 
     def _note(self, error: BaseException, where: str) -> None:
-        if self.size > 1 and hasattr(error, "add_note"):
+        if self.size == 1:
+            return
+        try:  # an exception of the user's may refuse notes: the original still wins
             error.add_note(f"braidpy: raised in {where} on rank {self.ranks[self.rank]} "
                            f"of {self.size}; all ranks stopped")
+        except BaseException:  # noqa: BLE001 - AttributeError before Python 3.11, or any
+            pass
 
     def settle(self, error: Optional[BaseException], where: str = "",
                summary: Optional[str] = None) -> None:
