@@ -1,9 +1,12 @@
 """Spatially split training under mpiexec (see test_space_training.py, space_cases.py).
 
     mpiexec -n P python tests/mpi_space_driver.py P OUT.json SAVE_PREFIX
+    mpiexec -n 2 python tests/mpi_space_driver.py 2 OUT.json --channel
 
 For every grid D x S x L of P ranks with S > 1 and S <= 4, each case of
 space_cases.py; rank 0 writes {shape: {case: [record of world rank r, ...]}} as JSON.
+With --channel (test_spatial.py), only space_cases.channel_case, on the world:
+{"world": ..., "channel": [record of rank r, ...]}.
 """
 
 import json
@@ -33,6 +36,11 @@ def main():
     nranks = expect_world(COMM, sys.argv[1])
     path, prefix = sys.argv[2], sys.argv[3]
     result = {"world": [COMM.gather(COMM.Get_size()), COMM.gather(COMM.Get_rank())]}
+    if prefix == "--channel":
+        result["channel"] = COMM.gather(sc.channel_case(COMM))
+        if COMM.rank == 0:
+            Path(path).write_text(json.dumps(result))
+        return
     for shape in GRIDS[nranks]:
         name = "x".join(map(str, shape))
         grid = ProcessGrid(COMM, *shape)

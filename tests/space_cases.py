@@ -99,3 +99,47 @@ def error_case(grid, where, victim):
         outcome = [type(exc).__name__, str(exc), trainer.iteration]
     outcome.append(time.perf_counter() - start)
     return outcome
+
+
+def channel_case(comm):
+    """One SpaceChannel over ``comm`` (2 ranks) through five evaluations. In the first
+    and the third, one sum completes, then rank 0 fails while rank 1 is in the next
+    collective: a convolution's halo exchange (the first), a sum's exchange (the third);
+    rank 1's messages to rank 0 and its receives from rank 0 are left pending, and the
+    failure notes of both ranks cross. The evaluations after each, on the same channel,
+    must take only their own messages. This rank's outcome of each evaluation."""
+    from braidpy.nn.conv import conv2d
+    from braidpy.parallel.spatial import conv2d_rows
+    from braidpy.train.spatial_training import SpaceChannel
+
+    rank = comm.Get_rank()
+    rng = np.random.default_rng(20260)
+    K = rng.standard_normal((2, 2, 3, 3))
+    channel = SpaceChannel(comm, 6)
+    record = {"rows": [channel.mine.start, channel.mine.stop]}
+
+    def evaluation(scale, fail=None):
+        image = rng.standard_normal((2, 2, 6, 5))  # the same draws on both ranks
+        out = {"outcome": ["none", ""]}
+        channel.begin()
+        try:
+            with channel.guard():
+                out["sum"] = channel.sum([scale * (rank + 1)]).tolist()
+                if fail and rank == 0:
+                    raise Boom("rank 0 failed mid-way")
+                if fail != "sum":
+                    band = conv2d_rows(channel.band(image), K, channel)
+                    out["conv_error"] = float(np.max(np.abs(band - channel.band(
+                        conv2d(image, K)))))
+                out["sum_after"] = channel.sum([scale * 10 * (rank + 1)]).tolist()
+        except Exception as exc:  # noqa: BLE001 - recorded for the test
+            out["outcome"] = [type(exc).__name__, str(exc)]
+        return out
+
+    record["failed in a halo"] = evaluation(1.0, fail="conv")
+    record["next"] = evaluation(2.0)
+    record["failed in a sum"] = evaluation(3.0, fail="sum")
+    record["after"] = evaluation(4.0)
+    record["last"] = evaluation(5.0)
+    channel.free()
+    return record

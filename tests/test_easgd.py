@@ -75,6 +75,38 @@ def test_options_are_checked_and_state_round_trips():
     np.testing.assert_array_equal(a.center, b.center)
 
 
+class _GroupsComm:
+    """Just enough of a data communicator for the constructor: its rank and size."""
+
+    def __init__(self, size):
+        self.size = size
+
+    def Get_rank(self):
+        return 0
+
+    def Get_size(self):
+        return self.size
+
+
+@pytest.mark.parametrize("groups", [3, 4])
+def test_the_stability_bound_counts_the_groups(groups):
+    """lr * rho * groups < 1 (the centre's update sums every group's pull): with several
+    groups a pair that one group alone would accept (lr * rho < 1) is refused."""
+    lr = 0.125
+    # lr * rho * groups == 1 exactly (0.125 * 8 / groups * groups), and above it.
+    for rho in (8.0 / groups, 9.0 / groups):
+        assert lr * rho < 1.0 <= lr * rho * groups
+        with pytest.raises(ValueError, match=r"lr \* rho \* groups = .* must be < 1 .*"
+                                             rf"{groups} data group\(s\)"):
+            SyncEASGD(_GroupsComm(groups), lr=lr, rho=rho)
+    # Just inside the bound is accepted, and the same pair is fine for one group.
+    rho = 7.0 / groups
+    assert lr * rho * groups < 1.0
+    opt = SyncEASGD(_GroupsComm(groups), lr=lr, rho=rho)
+    assert opt.groups == groups
+    SyncEASGD(None, lr=lr, rho=9.0 / groups)
+
+
 @pytest.fixture(scope="module", params=[2, 4])
 def async_run(request, tmp_path_factory):
     nranks = request.param

@@ -142,6 +142,57 @@ def test_cost_fit_interpolates_its_points():
     assert fit.a >= 0 and fit.b > 0
 
 
+def weighted_lstsq(points, columns):
+    """min sum_i w_i (t_i - A_i c)^2 with w_i = 1 / t_i^2, by numpy's lstsq on the rows
+    scaled by sqrt(w_i); A's columns are picked from (1, rows * samples)."""
+    x = np.array([r * s for r, s, _ in points], dtype=float)
+    t = np.array([p[2] for p in points], dtype=float)
+    A = np.column_stack([np.ones_like(x), x])[:, columns]
+    root_w = 1.0 / t
+    return np.linalg.lstsq(A * root_w[:, None], t * root_w, rcond=None)[0]
+
+
+def test_cost_fit_weights_by_relative_error():
+    """The line is the 1 / seconds^2 weighted least-squares fit (both coefficients
+    positive here: no clamp), which the unweighted fit is not."""
+    points = [(1, 1, 1.0), (2, 5, 2.0), (4, 25, 30.0)]
+    a, b = weighted_lstsq(points, [0, 1])
+    assert a > 0 and b > 0
+    fit = CostFit.fit(points)
+    assert (fit.a, fit.b) == (pytest.approx(a, rel=1e-12), pytest.approx(b, rel=1e-12))
+    slope, intercept = np.polyfit([1.0, 10.0, 100.0], [1.0, 2.0, 30.0], 1)
+    assert abs(fit.a - intercept) > 0.3 and abs(fit.b - slope) > 0.05
+    assert fit.points == ((1, 1, 1.0), (2, 5, 2.0), (4, 25, 30.0))
+
+
+def test_cost_fit_clamps_a_falling_slope_to_a_constant():
+    """Seconds falling with the size: the slope is clamped to 0 and the fixed cost is
+    the weighted best constant (the weighted mean of the seconds)."""
+    points = [(1, 1, 3.0), (2, 5, 2.0), (4, 25, 1.0)]
+    assert weighted_lstsq(points, [0, 1])[1] < 0
+    (a,) = weighted_lstsq(points, [0])
+    fit = CostFit.fit(points)
+    assert fit.b == 0.0
+    assert fit.a == pytest.approx(a, rel=1e-12)
+    assert a == pytest.approx((1 / 3 + 1 / 2 + 1) / (1 / 9 + 1 / 4 + 1), rel=1e-12)
+
+
+def test_cost_fit_refits_through_the_origin_when_the_intercept_is_negative():
+    """A negative intercept is clamped to 0 and the slope refitted through the origin
+    (weighted), not kept from the line with the negative intercept."""
+    points = [(1, 1, 0.1), (2, 5, 5.0), (4, 25, 60.0)]
+    a_line, b_line = weighted_lstsq(points, [0, 1])
+    assert a_line < 0
+    (b,) = weighted_lstsq(points, [1])
+    fit = CostFit.fit(points)
+    assert fit.a == 0.0
+    assert fit.b == pytest.approx(b, rel=1e-12)
+    assert abs(fit.b - b_line) > 0.4  # the refit moved it
+    # Through the origin with weights 1 / t^2: b = sum(x / t) / sum(x^2 / t^2).
+    assert b == pytest.approx((1 / 0.1 + 10 / 5 + 100 / 60) /
+                              (1 / 0.01 + 100 / 25 + 1e4 / 3600), rel=1e-12)
+
+
 def test_uncalibrated_shapes_scale_by_multiply_adds():
     cal = made_up()
     layer, scale = cal.layer("conv", (4, 8, 8), 3)
@@ -381,6 +432,39 @@ def test_network_costs_enter_per_message_and_allreduce():
     assert allreduce_seconds(8e6, 1, Link(1, 1, "x"), Link(1, 1, "x")) == 0.0
     ring = allreduce_seconds(8e6, 8, Link(1e-6, 1e-9, "x"), Link(1e-6, 1e-9, "x"))
     assert ring == pytest.approx(2 * 7 * 1e-6 + 2 * 7 / 8 * 8e6 * 1e-9)
+
+
+@pytest.mark.parametrize("space", [2, 4])
+def test_a_space_split_adds_its_gradient_allreduce(space):
+    """The bands' gradient parts are summed over the space group once per gradient: the
+    total is the simulated makespan plus that allreduce (one layer rank, one data group:
+    the other two allreduces are free), and the allreduce alone follows the parameter
+    count, which nothing else in the time depends on."""
+    alpha, beta = 1e-3, 1e-9
+    cal = made_up(alpha=alpha, beta=beta)  # p2p and allreduce links alike
+    rounds = {2: 1, 4: 2}[space]
+
+    def by_hand(params):
+        n = 8.0 * params
+        tree = rounds * (alpha + beta * n)
+        ring = 2 * (space - 1) * alpha + 2 * (space - 1) / space * n * beta
+        return min(tree, ring)
+
+    got = {}
+    for params in (1000, 50000):
+        net = NetSpec("conv", (2, 8, 8), 8, 64, params=params)
+        one = predict(net, strategy(1), cal)
+        assert one.seconds == one.timeline.makespan and "allreduce(space)" not in one.parts
+        split = predict(net, strategy(1, space=space), cal)
+        assert split.parts["allreduce(layers)"] == split.parts["allreduce(data)"] == 0.0
+        assert split.parts["allreduce(space)"] == pytest.approx(by_hand(params), rel=1e-12)
+        assert split.seconds - split.timeline.makespan == pytest.approx(by_hand(params),
+                                                                        rel=1e-9)
+        got[params] = split
+    # Everything but the parameter count fixed: the totals differ by the allreduces'.
+    assert got[50000].timeline.makespan == got[1000].timeline.makespan
+    assert got[50000].seconds - got[1000].seconds == pytest.approx(
+        by_hand(50000) - by_hand(1000), rel=1e-9)
 
 
 def test_data_parallel_divides_the_samples():

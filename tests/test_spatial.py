@@ -73,3 +73,29 @@ def test_the_rows_are_split_in_contiguous_bands():
         conv2d_rows(x, np.ones((1, 1, 3, 3)), RowSplit(None, 5))
     np.testing.assert_array_equal(conv2d_rows(x, np.ones((1, 1, 3, 3)), RowSplit(None, 4)),
                                   conv2d(x, np.ones((1, 1, 3, 3))))
+
+
+def test_a_space_channel_takes_no_message_of_a_failed_evaluation(tmp_path):
+    """A SpaceChannel at 2 ranks (tests/space_cases.py, channel_case): an evaluation
+    fails on rank 0 while rank 1 waits in a halo exchange (later: in a sum), leaving
+    rank 1's messages unreceived, its receives pending and both ranks' failure notes in
+    flight; the evaluations after it on the same channel must ignore all of that (new
+    tags and an epoch per evaluation) and give the whole image's convolution and the
+    right sums on both ranks. A message taken from the wrong evaluation shows as a wrong
+    number, a spurious failure or a hang (the launch's timeout)."""
+    res = launch("mpi_space_driver.py", 2, tmp_path, "--channel", timeout=120)
+    assert res["world"] == [[2, 2], [0, 1]]
+    records = res["channel"]
+    assert [r["rows"] for r in records] == [[0, 3], [3, 6]]
+    for key, scale in (("failed in a halo", 1.0), ("failed in a sum", 3.0)):
+        failed = [r[key] for r in records]
+        assert failed[0]["outcome"] == ["Boom", "rank 0 failed mid-way"], (key, failed)
+        assert failed[1]["outcome"][0] == "SpaceFailure", (key, failed)
+        assert "space rank failed in evaluation" in failed[1]["outcome"][1]
+        assert [f["sum"] for f in failed] == [[3.0 * scale]] * 2  # before the failure
+    for key, scale in (("next", 2.0), ("after", 4.0), ("last", 5.0)):
+        for rank, r in enumerate(records):
+            out = r[key]
+            assert out["outcome"] == ["none", ""], (key, rank, out)
+            assert out["sum"] == [3.0 * scale] and out["sum_after"] == [30.0 * scale]
+            assert out["conv_error"] <= 1e-12, (key, rank, out)

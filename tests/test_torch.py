@@ -211,22 +211,116 @@ class Branchy(torch.nn.Module):
         return torch.tanh(self.lin(x))
 
 
-def test_blocks_vmap_cannot_run_fall_back_to_per_block_calls():
+def test_blocks_vmap_cannot_run_raise_the_vmap_error_not_a_silent_fallback():
+    """The path is decided before the first call; vmap failing on a block (Python
+    control flow on a value) propagates, with a note naming batch=False, which runs."""
     x = torch.ones(2, 3, dtype=torch.float64)
-    results = []
-    for batch in (True, False):
-        torch.manual_seed(SEED)
-        net = LayerParallel([Branchy() for _ in range(16)], 1.0, batch=batch, abs_tol=1e-12)
-        results.append(run(net, x))
-        if batch:
-            assert net.batch_path == "per-block"
-            assert "vmap failed" in net.batch_path_reason
-            assert net.batch_calls["per-block"] > 0 and net.batch_calls["vmap"] == 0
-    for a, b in zip(*results):
-        assert torch.equal(a, b)
+    torch.manual_seed(SEED)
+    net = LayerParallel([Branchy() for _ in range(16)], 1.0, abs_tol=1e-12)
+    assert net.batch_path == "vmap"
+    with pytest.raises(RuntimeError, match="data-dependent control flow") as info:
+        net(x)
+    if hasattr(info.value, "add_note"):  # Python >= 3.11
+        assert any("batch=False" in note for note in info.value.__notes__)
+    assert net.batch_path == "vmap" and net.batch_calls["per-block"] == 0
+    torch.manual_seed(SEED)
+    blocks = [Branchy() for _ in range(16)]
+    net = LayerParallel(blocks, 1.0, batch=False, abs_tol=1e-12)
+    assert net.batch_path == "off"
+    assert rel(net(x).detach(), serial_reference(blocks, 1.0, x)[0]) < 1e-9
 
 
-def test_blocks_of_different_kinds_take_the_per_block_path():
+class OnceInVmap(torch.nn.Module):
+    """Fails once, the first time it runs inside a batched (vmapped) call after being
+    armed: a retry block by block would succeed and hide the failure."""
+
+    armed = False
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3).double()
+
+    def forward(self, x):
+        if OnceInVmap.armed and torch._C._functorch.is_batchedtensor(x):
+            OnceInVmap.armed = False
+            raise LookupError("block failed inside the batched call")
+        return torch.tanh(self.lin(x))
+
+
+def test_a_block_failing_inside_a_vmapped_call_surfaces_its_exception():
+    torch.manual_seed(SEED)
+    net = LayerParallel([OnceInVmap() for _ in range(16)], 1.0, abs_tol=1e-12)
+    assert net.batch_path == "vmap"
+    x = torch.ones(2, 3, dtype=torch.float64)
+    OnceInVmap.armed = True
+    try:
+        with pytest.raises(LookupError, match="block failed inside the batched call"):
+            net(x)
+    finally:
+        OnceInVmap.armed = False
+    assert net.batch_path == "vmap" and net.batch_calls["per-block"] == 0
+    y = net(x)  # the path stays the one decided up front
+    assert net.batch_path == "vmap" and net.batch_calls["per-block"] == 0
+    assert net.batch_calls["vmap"] > 0 and y.shape == (2, 3)
+
+
+def test_a_bug_in_the_grouped_call_propagates(monkeypatch):
+    """The grouped path's own code raising (a library bug) is not hidden behind a
+    per-block retry: the exception reaches the caller, the path stays grouped."""
+    from braidpy.torch import _grouped
+
+    original, fuse = _grouped.GroupedCall.__call__, [1]
+
+    def buggy(self, P, U):
+        if fuse[0]:
+            fuse[0] -= 1
+            raise IndexError("grouped call bug")
+        return original(self, P, U)
+
+    monkeypatch.setattr(_grouped.GroupedCall, "__call__", buggy)
+    net = LayerParallel(dense_blocks(16, 3), 1.0, abs_tol=1e-12)
+    assert net.batch_path == "grouped"
+    x = torch.ones(2, 3, dtype=torch.float64)
+    with pytest.raises(IndexError, match="grouped call bug"):
+        net(x)
+    assert fuse == [0] and net.batch_path == "grouped"
+    assert net.batch_calls["per-block"] == 0
+    net(x)
+    assert net.batch_calls["grouped"] > 0 and net.batch_calls["per-block"] == 0
+
+
+def test_blocks_drawing_random_numbers_take_the_per_block_path_decided_up_front(monkeypatch):
+    """A dropout (vmap refuses random numbers) sends the blocks one by one, decided at
+    construction: the batched call is never attempted."""
+    from braidpy.torch._app import BlocksApp
+
+    def never(*args):
+        raise AssertionError("a batched call was attempted")
+
+    monkeypatch.setattr(BlocksApp, "_fv", never)
+    torch.manual_seed(SEED)
+    blocks = [torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Tanh(),
+                                  torch.nn.Dropout(0.25)).double() for _ in range(8)]
+    net = LayerParallel(blocks, 1.0, abs_tol=1e-12)
+    assert net.batch_path == "per-block"
+    assert "2 (Dropout) draws random numbers" in net.batch_path_reason
+    assert net.batch_calls == {"grouped": 0, "vmap": 0, "per-block": 0}
+    net.eval()  # dropout off: deterministic, the serial network's output
+    for b in blocks:
+        b.eval()
+    x = torch.ones(2, 3, dtype=torch.float64)
+    ref, _, _ = serial_reference(blocks, 1.0, x)
+    assert rel(net(x).detach(), ref) < 1e-9
+    assert net.batch_calls["per-block"] > 0 and net.batch_path == "per-block"
+
+
+def test_blocks_of_different_kinds_take_the_per_block_path(monkeypatch):
+    from braidpy.torch._app import BlocksApp
+
+    def never(*args):
+        raise AssertionError("a batched call was attempted")
+
+    monkeypatch.setattr(BlocksApp, "_fv", never)  # decided up front: never tried
     torch.manual_seed(SEED)
     blocks = [torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Tanh()).double()
               if n % 2 else torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.ReLU()).double()
@@ -236,6 +330,7 @@ def test_blocks_of_different_kinds_take_the_per_block_path():
     x = torch.ones(2, 3, dtype=torch.float64)
     ref, _, _ = serial_reference(blocks, 1.0, x)
     assert rel(net(x).detach(), ref) < 1e-9
+    assert net.batch_calls["per-block"] > 0 and net.batch_path == "per-block"
 
 
 # --------------------------------------------------------------- errors
@@ -320,6 +415,23 @@ def test_torch_backend_round_trips_messages(dtype):
     assert v.dtype == dtype and torch.equal(u, v)
     with pytest.raises(ValueError, match="bad magic"):
         b.unpack(b"XXXX" + bytes(buf[4:]))
+
+
+@pytest.mark.parametrize("name", ["uint16", "uint32", "uint64"])
+def test_torch_backend_refuses_wide_unsigned_messages(name):
+    """torch's uint16/32/64 lack most operations: the wire table carries them (a NumPy
+    rank may send one), but the torch backend neither builds nor sends such tensors."""
+    b = backend_for(torch.zeros(2, dtype=torch.float64), "bufunpack")
+    buf = wire.encode(np.arange(6, dtype=name).reshape(2, 3))  # a valid message
+    assert wire.decode(buf).dtype_name == name
+    with pytest.raises(ValueError, match=f"dtype {name} has no torch counterpart"):
+        b.unpack(buf)
+    with pytest.raises(TypeError, match=f"dtype torch.{name} cannot be sent between ranks"):
+        b.pack(torch.zeros(3, dtype=getattr(torch, name)))
+    # uint8 is carried both ways
+    u8 = b.unpack(wire.encode(np.arange(6, dtype=np.uint8)))
+    assert u8.dtype == torch.uint8 and u8.tolist() == list(range(6))
+    assert torch.equal(b.unpack(b.pack(u8)), u8)
 
 
 def test_torch_backend_vector_operations():

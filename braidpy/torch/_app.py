@@ -34,8 +34,12 @@ class BlocksApp(App):
     With ``batch`` the app has braidpy's batched hooks: the blocks of one batched call
     run over their stacked parameters as one torch call per layer where the block's
     layers all have a grouped form (``grouped``, see :mod:`._grouped`), else as one
-    ``torch.func.vmap`` of ``functional_call``; a batch that neither can run takes one
-    call per block from then on (:attr:`path`, :attr:`path_reason`).
+    ``torch.func.vmap`` of ``functional_call``. The path is decided once, before the
+    first call (:meth:`check_batchable`): blocks that cannot share a batched call
+    (different kinds, or modules drawing random numbers, which vmap refuses) take one
+    call per block (:attr:`path`, :attr:`path_reason`). It never changes afterwards: an
+    exception in a batched call propagates as it is, never retried block by block (a
+    retry would hide a bug in the grouped or vmap path, or a block's own failure).
     """
 
     array_namespace = torch
@@ -78,8 +82,9 @@ class BlocksApp(App):
 
     def check_batchable(self) -> None:
         """Decide once whether the local blocks can share batched calls (same class, same
-        printed configuration, same parameter and buffer names, shapes and dtypes), and
-        whether those can be grouped calls rather than vmap."""
+        printed configuration, same parameter and buffer names, shapes and dtypes; no
+        module drawing random numbers), and whether those can be grouped calls rather
+        than vmap. The only place the path is chosen: batched calls never fall back."""
         if not self.batch or not self.modules:
             return
         first_n = min(self.modules)
@@ -96,6 +101,11 @@ class BlocksApp(App):
                 self._use_per_block(f"block {n} differs from block {first_n} (class, "
                                     f"configuration, or parameter names/shapes/dtypes)")
                 return
+        random = _random_module(first)
+        if random:
+            self._use_per_block(f"block {first_n}'s {random} draws random numbers, which "
+                                f"torch.func.vmap does not run")
+            return
         # The structure every vmapped call runs: a copy without storage.
         self._base = copy.deepcopy(first).to("meta")
         if self._try_grouped:
@@ -220,22 +230,21 @@ class BlocksApp(App):
         return vmap(lambda p, b, x: functional_call(base, (p, b), (x,)))(P, B, U)
 
     def _batched(self, vmapped: Any, per_block: Any) -> Any:
-        """Run the batched version (grouped or vmap); if it fails and the per-block
-        version does not, use per-block calls from now on. A block that fails either way
-        raises its own error."""
-        if self.path in ("grouped", "vmap"):
-            try:
-                out = vmapped()
-                self.calls[self.path] += 1
-                return out
-            except Exception as exc:  # noqa: BLE001 - decided by the per-block retry
-                out = per_block()
-                how = "the grouped call" if self.path == "grouped" else "torch.func.vmap"
-                self._use_per_block(f"{how} failed: {type(exc).__name__}: {exc}")
-                self.calls["per-block"] += 1
-                return out
-        self.calls["per-block"] += 1
-        return per_block()
+        """Run a batched call on the path :meth:`check_batchable` chose: the grouped or
+        vmapped version, else the per-block one. Whatever either raises propagates as it
+        is (on the vmap path with a note on batch=False)."""
+        path = self.path if self.path in ("grouped", "vmap") else "per-block"
+        try:
+            out = per_block() if path == "per-block" else vmapped()
+        except Exception as exc:
+            if path == "vmap" and hasattr(exc, "add_note"):
+                exc.add_note("braidpy.torch: raised in a batched call through "
+                             "torch.func.vmap; blocks that vmap cannot run (Python control "
+                             "flow on a tensor's value, .item(), random numbers) need "
+                             "LayerParallel(..., batch=False)")
+            raise
+        self.calls[path] += 1
+        return out
 
     def _step_batch(self, us: Any, t0s: np.ndarray, t1s: np.ndarray, status: Any) -> Any:
         ns = status.fine_indices
@@ -293,6 +302,20 @@ class BlocksApp(App):
 
         self._batched(vmapped, per_block)
         return None
+
+
+_DROPOUTS = ("Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout",
+             "FeatureAlphaDropout")
+
+
+def _random_module(block: torch.nn.Module) -> str:
+    """The name of a submodule of ``block`` that draws random numbers (a dropout with
+    p > 0), or ''."""
+    kinds = tuple(getattr(torch.nn, k) for k in _DROPOUTS if hasattr(torch.nn, k))
+    for name, m in block.named_modules():
+        if isinstance(m, kinds) and getattr(m, "p", 0) > 0:
+            return f"{name or 'block'} ({type(m).__name__})"
+    return ""
 
 
 def _pullback(fn: Any, inputs: List[torch.Tensor], w: torch.Tensor) -> Tuple[torch.Tensor, ...]:

@@ -74,8 +74,8 @@ class LayerParallel(torch.nn.Module):
         block over the stacked block parameters: ``baddbmm`` for ``nn.Linear``, a
         grouped convolution for ``nn.Conv2d``), ``"vmap"`` (one ``torch.func.vmap``
         per batched call; :attr:`batch_path_reason` says why not grouped),
-        ``"per-block"`` (fallback: one call per block; the reason says why) or
-        ``"off"``.
+        ``"per-block"`` (one call per block, for blocks of different kinds or with
+        dropout; the reason says why) or ``"off"``; decided once, when built.
 
     Notes
     -----
