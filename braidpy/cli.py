@@ -52,7 +52,8 @@ from .parallel.collectives import bcast_bytes
 from .perf import commands as _perf_commands
 from .perf.allocator import keep_freed_memory
 from .perf.auto import choose_grid, training_spec
-from .train import MODES, OPTIMIZERS, TrainConfig, Trainer, training_options
+from .train import MODES, OPTIMIZERS, TrainConfig, Trainer
+from .train.trainer import RELAXATIONS
 from .train.optim import ELASTIC
 from .train import checkpoint as _checkpoint
 from .train.presets import PRESETS, preset
@@ -88,7 +89,8 @@ examples:
 SETTINGS = {
     "width": "width", "layers": "nlayers", "T": "T", "activation": "activation",
     "opening": "opening", "kernel": "kernel", "init_scale": "init_scale", "mode": "mode",
-    "m1": "m1", "m2": "m2", "levels": "max_levels", "cf": "cfactor", "tol": "abs_tol",
+    "m1": "m1", "m2": "m2", "levels": "max_levels", "cf": "cfactor", "relax": "relax",
+    "tol": "abs_tol",
     "optimizer": "optimizer", "lr": "lr", "momentum": "momentum", "rho": "rho", "tau": "tau",
     "batch": "batch_size",
     "shuffle": "shuffle", "iterations": "iterations", "seed": "seed",
@@ -179,6 +181,30 @@ def _float_in(low: float, high: float = float("inf"), open_low: bool = False):
             raise argparse.ArgumentTypeError(f"must be {where}, got {text}")
         return value
     return convert
+
+
+def _cfactors(text: str) -> Any:
+    """--cf C (every level) or C0,C1,... (level 0, level 1, ...; the last value for the
+    deeper levels): integers >= 2; an int, or a tuple for several."""
+    parts = text.split(",")
+    values = []
+    for part in parts:
+        try:
+            value = int(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected an integer, or integers separated by commas (level 0 first), "
+                f"got {text!r}") from None
+        if value < 2:
+            raise argparse.ArgumentTypeError(
+                f"must be >= 2, got {value}" + (f" in {text!r}" if len(parts) > 1 else ""))
+        values.append(value)
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+def _level0(cf: Any) -> int:
+    """Level 0's coarsening factor of a --cf value."""
+    return cf if isinstance(cf, int) else cf[0]
 
 
 def _device(text: str) -> str:
@@ -323,8 +349,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"one-shot adjoint iterations {_default('m2')}")
     g.add_argument("--levels", type=_int_at_least(1), metavar="L",
                    help=f"most MGRIT levels {_default('levels')}")
-    g.add_argument("--cf", type=_int_at_least(2), metavar="C",
-                   help=f"coarsening factor {_default('cf')}")
+    g.add_argument("--cf", type=_cfactors, metavar="C[,C1,...]",
+                   help=f"coarsening factor of every level, or one per level from level 0 "
+                        f"(8,4: level 0 cf 8, level 1 and deeper cf 4) {_default('cf')}")
+    g.add_argument("--relax", choices=tuple(RELAXATIONS),
+                   help="MGRIT relaxation of the state and adjoint solves: F (the least "
+                        "work per iteration), FCF or FCFCF (nrelax 0, 1, 2) "
+                        f"{_default('relax')}")
     g.add_argument("--tol", type=POSITIVE, metavar="TOL",
                    help=f"absolute MGRIT tolerance (exact mode, validation) {_default('tol')}")
 
@@ -615,7 +646,8 @@ def make_config(args: argparse.Namespace) -> TrainConfig:
     """The :class:`TrainConfig` of the options (MGRIT options for both solves)."""
     return TrainConfig(
         mode=args.mode, m1=args.m1, m2=args.m2,
-        mgrit=training_options(dict(max_levels=args.levels, cfactor=args.cf, abs_tol=args.tol)),
+        relax=args.relax, cfactor=args.cf,
+        mgrit=dict(max_levels=args.levels, abs_tol=args.tol),
         optimizer=args.optimizer, lr=args.lr, momentum=args.momentum, rho=args.rho,
         tau=args.tau, batch_size=args.batch,
         shuffle=args.shuffle, iterations=args.iterations, tikhonov=args.tikhonov,
@@ -627,11 +659,12 @@ def make_config(args: argparse.Namespace) -> TrainConfig:
 
 def _one_level_warning(args: argparse.Namespace) -> Optional[str]:
     """Why MGRIT cannot use --levels here (the coarse grid would be one interval)."""
-    if args.mode == "serial" or args.levels < 2 or args.layers // args.cf >= 2:
+    cf = _level0(args.cf)
+    if args.mode == "serial" or args.levels < 2 or args.layers // cf >= 2:
         return None
-    return (f"--layers {args.layers} with --cf {args.cf} leaves a coarse grid of "
-            f"{max(args.layers // args.cf, 0)} interval(s), so MGRIT runs on one level "
-            f"(a serial sweep), not --levels {args.levels}; use --layers >= {2 * args.cf} "
+    return (f"--layers {args.layers} with --cf {cf} leaves a coarse grid of "
+            f"{max(args.layers // cf, 0)} interval(s), so MGRIT runs on one level "
+            f"(a serial sweep), not --levels {args.levels}; use --layers >= {2 * cf} "
             f"or a smaller --cf")
 
 
@@ -683,6 +716,12 @@ def _auto_grid(args: argparse.Namespace, net: ResNet, train: Any, comm: Any,
     if not args.calibration:
         error("--grid auto needs --calibration FILE (write one with: braidpy calibrate -o "
               "FILE)")
+    if not isinstance(args.cf, int):
+        error(f"--grid auto models one coarsening factor on every level; give --cf C, not "
+              f"--cf {','.join(map(str, args.cf))}")
+    if args.relax != "FCF":  # (logged on rank 0 only)
+        logger.warning("--grid auto: the performance model predicts FCF relaxation; the "
+                       "grid is chosen as if --relax were FCF, not %s", args.relax)
     samples = args.batch or int(train[0].shape[0])
     spec = training_spec(net.kind, net.input_shape, net.width, net.nlayers, samples,
                          net.nclasses, net.kernel if net.kind == "conv" else None,

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from test_mpi import MPIEXEC
 
-from braidpy.cli import build_parser, resolve
+from braidpy.cli import build_parser, make_config, resolve
 from braidpy.nn import ResNet
 from braidpy.train import TrainConfig, load_checkpoint
 from braidpy.train.presets import library_defaults, preset
@@ -83,7 +83,7 @@ def test_defaults_come_from_the_library():
     args, cfg = parse("peaks"), TrainConfig()
     for option in ("mode", "m1", "m2", "optimizer", "iterations", "seed", "init_scale",
                    "tikhonov", "ddt", "classifier_reg", "validate_every", "patience",
-                   "checkpoint_every", "shuffle"):
+                   "checkpoint_every", "shuffle", "relax"):
         assert getattr(args, option) == getattr(cfg, option), option
     assert (args.levels, args.cf, args.tol) == (cfg.mgrit.max_levels, cfg.mgrit.cfactor,
                                                 cfg.mgrit.abs_tol)
@@ -113,6 +113,10 @@ def test_presets_and_explicit_options():
     (["train", "peaks", "--resume"], "--resume needs --checkpoint"),
     (["train", "peaks", "--layers", "0"], "--layers: must be >= 1, got 0"),
     (["train", "peaks", "--cf", "1"], "--cf: must be >= 2, got 1"),
+    (["train", "peaks", "--cf", "8,1"], "--cf: must be >= 2, got 1 in '8,1'"),
+    (["train", "peaks", "--cf", "8,x"], "--cf: expected an integer, or integers separated by "
+                                        "commas (level 0 first), got '8,x'"),
+    (["train", "peaks", "--relax", "FC"], "--relax: invalid choice: 'FC'"),
     (["train", "peaks", "--lr", "-1"], "--lr: must be > 0, got -1"),
     (["train", "peaks", "--tol", "abc"], "--tol: expected a number, got 'abc'"),
     (["train", "peaks", "--mode", "fast"], "invalid choice: 'fast'"),
@@ -129,6 +133,40 @@ def test_bad_options_exit_2_naming_the_value(args, message):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert message in proc.stderr
     assert "usage:" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_relax_and_per_level_cf_parse_into_the_config():
+    args = parse("peaks", "--relax", "F", "--cf", "8,4", "--levels", "3")
+    assert (args.relax, args.cf) == ("F", (8, 4))
+    cfg = make_config(args)
+    assert (cfg.relax, cfg.cfactor) == ("F", {0: 8, "default": 4})
+    assert (cfg.mgrit.nrelax, cfg.mgrit.cfactor, cfg.mgrit.max_levels) == (
+        0, {0: 8, "default": 4}, 3)
+    args = parse("peaks", "--relax", "FCFCF", "--cf", "8")
+    assert (args.cf, make_config(args).mgrit.nrelax, make_config(args).mgrit.cfactor) == (
+        8, 2, 8)
+    assert parse("peaks").relax == "FCF" and make_config(parse("peaks")).mgrit.nrelax == 1
+
+
+def test_relax_and_cf_reach_the_log_and_the_checkpoint(tmp_path):
+    ck, log = tmp_path / "run.ckpt", tmp_path / "log.jsonl"
+    more = ["--layers", "16", "--relax", "F", "--cf", "4,2", "--levels", "3", "--quiet"]
+    ok("train", "peaks", *TINY, *more, "--checkpoint", ck, "--log", log)
+    header, steps, _ = read_log(log)
+    config = header["config"]
+    assert (config["relax"], config["cfactor"]) == ("F", {"0": 4, "default": 2})
+    assert (config["mgrit"]["nrelax"], config["mgrit"]["max_levels"]) == (0, 3)
+    # state m1 = 2 and adjoint m2 = 2 iterations of F-relaxation on 16, 4, 2 intervals
+    # (tests/train_cases.solve_calls), plus one state solve per line-search trial
+    from train_cases import solve_calls
+
+    solve = solve_calls(16, 2, 3, [4, 2], nrelax=0)
+    assert [r["steps"] for r in steps[1:]] == [
+        2 * solve + solve * r["line_search_trials"] for r in steps[1:]]
+    assert load_checkpoint(ck)["config"]["relax"] == "F"
+    proc = cli("train", "peaks", *TINY[:-1], "5", *more[:-1], "--relax", "FCF",
+               "--checkpoint", ck, "--resume")
+    assert proc.returncode == 2 and "other settings: mgrit, relax" in proc.stderr, proc.stderr
 
 
 def test_features_file_without_labels(tmp_path):
@@ -328,7 +366,8 @@ def test_resume_under_two_ranks_equals_the_uninterrupted_run(tmp_path):
     ok("train", "peaks", *six, "--checkpoint", ck, "--resume", "--log",
        tmp_path / "resumed.jsonl", "--quiet", nranks=2)
     _, full, _ = read_log(tmp_path / "full.jsonl")
-    _, resumed, _ = read_log(tmp_path / "resumed.jsonl")
+    header, resumed, _ = read_log(tmp_path / "resumed.jsonl")
+    assert header["ranks"] == 2  # one MPI world: not two unconnected copies
     for key in ("loss", "objective", "gradient_norm", "val_accuracy", "step_size", "steps"):
         assert [r.get(key) for r in resumed] == [r.get(key) for r in full], key  # bitwise
     assert load_checkpoint(ck)["iteration"] == 6

@@ -5,8 +5,9 @@ import logging
 
 import numpy as np
 import pytest
-from train_cases import MGRIT, conv_problem, dense_problem
+from train_cases import MGRIT, conv_problem, dense_problem, level_sizes, solve_calls
 
+from braidpy import Options
 from braidpy.train import (SGD, Adam, LayerParallelEvaluator, LBFGS, Regularizer,
                            SerialEvaluator, TrainConfig, Trainer, load_checkpoint,
                            make_optimizer)
@@ -313,3 +314,132 @@ def test_progress_bar_on_request(capsys):
     small_trainer(iterations=2).run(progress=True)
     err = capsys.readouterr().err
     assert "2/2" in err and "loss" in err
+
+
+# ------------------------------------------------------------ relaxation and cfactor
+
+
+def _steps(counts):
+    return counts.get("step", 0) + counts.get("step_batch_items", 0)
+
+
+def test_the_call_formula_by_hand():
+    """The formula of train_cases.solve_calls on two small cases counted by hand:
+    32 layers, cf 4, 2 levels (8 C-intervals), one iteration. F: restriction's F sweep
+    24, residual 8, coarse right-hand side 8, coarse solve 8; final F sweep 24. FCF adds
+    one FC sweep of 32."""
+    assert solve_calls(32, 1, 2, [4], nrelax=0) == 24 + 8 + 8 + 8 + 24 == 72
+    assert solve_calls(32, 1, 2, [4], nrelax=1) == 72 + 32
+    # 3 levels, cf 4 then 2 (32, 8, 4 intervals), F: level 0 24 + 8 + 8, level 1 4 + 4
+    # + 4, coarse 4, interpolation's F sweep on level 1 4, final 24
+    assert level_sizes(32, 3, [4, 2]) == [32, 8, 4]
+    assert solve_calls(32, 1, 3, [4, 2], nrelax=0) == 40 + 12 + 4 + 4 + 24 == 84
+
+
+@pytest.mark.parametrize("relax, nrelax", [("F", 0), ("FCF", 1), ("FCFCF", 2)])
+@pytest.mark.parametrize("cfactor, levels", [(4, 2), ((4, 2), 3), (8, 3)])
+def test_relax_and_cfactor_reach_the_state_and_adjoint_solves(relax, nrelax, cfactor,
+                                                              levels):
+    """TrainConfig.relax and .cfactor become the Options of both MGRIT solves, and their
+    layer calls are the formula's (m1 = 2 state, m2 = 3 adjoint iterations; after the
+    first gradient, whose solves also start from the sequential solution)."""
+    net, X, C = dense_problem(nlayers=32)
+    cfg = TrainConfig(m1=2, m2=3, relax=relax, cfactor=cfactor, mgrit=dict(max_levels=levels))
+    trainer = Trainer(net, (X, C), None, cfg)
+    ev = trainer.evaluator
+    ev.gradient(trainer.params, X, C)
+    _, _, stats = ev.gradient(trainer.params + 0.01, X, C)
+    cfs = list(cfactor) if isinstance(cfactor, tuple) else [cfactor]
+    sizes = level_sizes(32, levels, cfs)
+    for core, m in ((ev.solver.primal_core, 2), (ev.solver.adjoint_core, 3)):
+        assert core.options.per_level("nrelax") == (nrelax, {})
+        assert [lv["cfactor"] for lv in core.level_info][:-1] == cfs[:len(sizes) - 1] + \
+            [cfs[-1]] * max(len(sizes) - 1 - len(cfs), 0)
+        assert _steps(core.counts()) == solve_calls(32, m, levels, cfs, nrelax)
+    assert stats["steps"] == solve_calls(32, 2, levels, cfs, nrelax) + \
+        solve_calls(32, 3, levels, cfs, nrelax)
+    # each FC sweep costs every level above the coarsest its n_l calls, per iteration
+    f_only = solve_calls(32, 2, levels, cfs, 0) + solve_calls(32, 3, levels, cfs, 0)
+    assert stats["steps"] - f_only == nrelax * (2 + 3) * sum(sizes[:-1])
+
+
+@pytest.mark.parametrize("relax, cfactor, levels", [("F", 4, 2), ("F", (4, 2), 3),
+                                                    ("FCFCF", (2, 4), 3)])
+def test_oneshot_gradient_with_relax_and_cfactor_converges_to_serial_backprop(
+        relax, cfactor, levels):
+    """One-shot (1, 1) gradients at fixed parameters, each warm-started from the last,
+    iterate MGRIT on the state and the adjoint: from the states of other parameters they
+    converge to serial backpropagation's gradient (the independent reference)."""
+    net, X, C = dense_problem(nlayers=32)
+    p = net.init_params(seed=5, scale=1.0)
+    q = p + 0.3 * np.random.default_rng(7).standard_normal(p.size)
+    ref_loss, ref = net.loss_and_gradient(p, X, C)
+    cfg = TrainConfig(m1=1, m2=1, relax=relax, cfactor=cfactor, mgrit=dict(max_levels=levels))
+    ev = Trainer(net, (X, C), None, cfg, params=q.copy()).evaluator
+    ev.gradient(q, X, C)  # the states of q
+    errors = []
+    for _ in range(30):
+        loss, grad, _ = ev.gradient(p, X, C)
+        errors.append(np.linalg.norm(grad - ref) / np.linalg.norm(ref))
+    assert errors[0] > 1e-4  # q's states give a poor first gradient at p ...
+    assert errors[-1] < 1e-11 and loss == pytest.approx(ref_loss, rel=1e-12)  # ... then exact
+    np.testing.assert_allclose(grad, ref, rtol=0, atol=1e-10 * np.abs(ref).max())
+
+
+def test_relax_and_cfactor_are_validated_and_recorded():
+    cfg = TrainConfig(relax="F", cfactor=(8, 4), mgrit=dict(max_levels=3))
+    assert (cfg.mgrit.nrelax, cfg.mgrit.cfactor) == (0, {0: 8, "default": 4})
+    assert (cfg.relax, cfg.cfactor) == ("F", {0: 8, "default": 4})  # in effect
+    default = TrainConfig()
+    assert (default.relax, default.cfactor, default.mgrit.nrelax) == ("FCF", 4, 1)
+    # mgrit alone still works, and the fields then say what it chose
+    cfg = TrainConfig(mgrit=dict(nrelax=2, cfactor=8))
+    assert (cfg.relax, cfg.cfactor) == ("FCFCF", 8)
+    assert TrainConfig(mgrit=dict(nrelax={0: 0})).relax is None  # per level: see mgrit
+    # given in both places: fine when they agree, however written
+    cfg = TrainConfig(relax="F", cfactor=[4, 4], mgrit=dict(nrelax=0, cfactor={"default": 4}))
+    assert (cfg.mgrit.nrelax, cfg.mgrit.cfactor) == (0, 4)
+    assert TrainConfig(cfactor=8, mgrit=Options(max_levels=2)).mgrit.cfactor == 8
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(relax="fcf"), "relax must be one of F, FCF, FCFCF, got 'fcf'"),
+    (dict(relax=0), "relax must be one of F, FCF, FCFCF, got 0"),
+    (dict(cfactor=1), r"cfactor must be an int >= 2, .* got 1$"),
+    (dict(cfactor=(8, 1)), r"cfactor must be an int >= 2, .* got \(8, 1\)"),
+    (dict(cfactor=[]), r"cfactor must be .* got \[\]"),
+    (dict(cfactor="8,4"), r"cfactor must be .* got '8,4'"),
+    (dict(cfactor={0: 1}), r"cfactor \{0: 1\}: cfactor\[0\] must be >= 2, got 1"),
+    (dict(relax="F", mgrit=dict(nrelax=1)),
+     "relax='F' contradicts the MGRIT option nrelax=1 given in mgrit; give it in one place"),
+    (dict(cfactor=8, mgrit=dict(cfactor=4)),
+     "cfactor=8 contradicts the MGRIT option cfactor=4 given in mgrit"),
+    (dict(cfactor=(8, 4), mgrit=Options(cfactor=8)),
+     r"cfactor=\(8, 4\) contradicts the MGRIT option cfactor=8"),
+])
+def test_bad_or_conflicting_relax_and_cfactor_are_named(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        TrainConfig(**kwargs)
+
+
+def test_checkpoints_record_relax_and_cfactor_and_old_ones_still_resume(tmp_path):
+    kw = dict(mode="oneshot", relax="F", cfactor=(4, 2), mgrit=dict(max_levels=3))
+    small_trainer(tmp_path, iterations=3, **kw).run()
+    state = load_checkpoint(tmp_path / "ckpt.npz")
+    assert (state["config"]["relax"], state["config"]["cfactor"]) == ("F", {0: 4, "default": 2})
+    assert state["config"]["mgrit"]["nrelax"] == 0
+    same = small_trainer(tmp_path, iterations=5, **kw)
+    same.resume(tmp_path / "ckpt.npz")
+    assert same.iteration == 3
+    other = small_trainer(tmp_path, iterations=5, **dict(kw, relax="FCF"))
+    with pytest.raises(ValueError, match="other settings: mgrit, relax"):
+        other.resume(tmp_path / "ckpt.npz")
+    # a checkpoint of a braidpy before these fields: its mgrit options decide
+    for key in ("relax", "cfactor"):
+        del state["config"][key]
+    old = small_trainer(iterations=5, **kw)
+    old.load_state(state)
+    assert old.iteration == 3
+    state["config"]["mgrit"]["nrelax"] = 1
+    with pytest.raises(ValueError, match="other settings: mgrit"):
+        small_trainer(iterations=5, **kw).load_state(state)

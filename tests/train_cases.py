@@ -28,6 +28,36 @@ def conv_problem(nlayers=8, batch=5, seed=4):
 MGRIT = dict(cfactor=2, max_levels=3, abs_tol=1e-12)
 
 
+def level_sizes(ntime, max_levels, cfactors, min_coarse=2):
+    """Intervals per level (XBRAID_CONVENTIONS §1); ``cfactors`` per level from level 0,
+    the last one for the deeper levels."""
+    n = [ntime]
+    while len(n) < max_levels:
+        cf = cfactors[min(len(n) - 1, len(cfactors) - 1)]
+        if n[-1] // cf < min_coarse:
+            break
+        n.append(n[-1] // cf)
+    return n
+
+
+def solve_calls(ntime, iterations, max_levels, cfactors, nrelax):
+    """Layer step calls of one MGRIT solve without skip (XBRAID_CONVENTIONS §2, §4, §6).
+
+    A V-cycle does, on every level l above the coarsest (n_l intervals, n_{l+1} of
+    them C-intervals): nrelax FC sweeps (an F sweep steps the n_l - n_{l+1} F-points,
+    a C sweep the n_{l+1} C-points: n_l calls), restriction's F sweep (n_l - n_{l+1}),
+    the fine residual at the C-points (n_{l+1} steps) and the coarse right-hand side
+    (n_{l+1} coarse steps); then the coarsest level's sequential solve (n_{L-1}) and
+    interpolation's F sweep on levels L-2 ... 1. After the cycles, the final F sweep
+    of level 0 fills its F-points (n_0 - n_1). The primal and the adjoint solve alike.
+    """
+    n = level_sizes(ntime, max_levels, cfactors)
+    L = len(n)
+    cycle = sum(nrelax * n[l] + (n[l] - n[l + 1]) + 2 * n[l + 1] for l in range(L - 1))
+    cycle += n[-1] + sum(n[l] - n[l + 1] for l in range(1, L - 1))
+    return iterations * cycle + (n[0] - n[1])
+
+
 def _gradient_case(problem, comm, oneshot=None):
     net, X, C = problem()
     p = net.init_params(seed=5, scale=1.0)

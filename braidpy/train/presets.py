@@ -4,7 +4,8 @@ The defaults live in one place each: the network's in :class:`braidpy.nn.ResNet`
 signature (T = 5, smoothed ReLU, kernel 3: the paper's), the training's in
 :class:`braidpy.train.TrainConfig` (one-shot m1 = m2 = 2, L-BFGS, full batch, 100
 steps, seed 1) and MGRIT's in :data:`braidpy.train.TRAINING_DEFAULTS` (cf 4, 2 levels,
-abs_tol 1e-9). A preset lays a few values over them:
+abs_tol 1e-9; FCF relaxation, braidpy.Options' nrelax 1). A preset lays a few values
+over them:
 
 * ``"paper"``: the paper's Peaks setup for every data source — width 8, 32 layers and
   the library defaults. Paper scale: on digits about 15 s per step on 2 cores.
@@ -66,7 +67,8 @@ PRESETS: Dict[str, Dict[str, Dict[str, Any]]] = {
 
 def library_defaults() -> Dict[str, Any]:
     """Every default of the library by its library name: ResNet's keyword arguments,
-    TrainConfig's fields and the MGRIT training defaults (cfactor, max_levels, abs_tol)."""
+    TrainConfig's fields and the MGRIT training defaults (cfactor, max_levels, abs_tol,
+    and the relaxation ``relax``, 'FCF')."""
     out: Dict[str, Any] = {}
     for name, p in inspect.signature(ResNet.__init__).parameters.items():
         if name in NETWORK_KEYS and p.default is not inspect.Parameter.empty:
@@ -75,6 +77,8 @@ def library_defaults() -> Dict[str, Any]:
         if f.name != "mgrit" and f.default is not MISSING:
             out[f.name] = f.default
     out.update({k: TRAINING_DEFAULTS[k] for k in ("cfactor", "max_levels", "abs_tol")})
+    # TrainConfig.relax None means the MGRIT options' nrelax: FCF unless changed.
+    out["relax"] = TrainConfig().relax
     return out
 
 

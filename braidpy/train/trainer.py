@@ -8,6 +8,7 @@ import math
 import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
+from numbers import Integral
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
@@ -31,12 +32,16 @@ from .sharded import (DataParallelEvaluator, WorkerShardEvaluator, check_trainin
                       shard_warm_state)
 from .spatial_training import space_evaluator
 
-__all__ = ["TrainConfig", "Trainer", "MODES", "DataMismatchError", "data_fingerprint",
-           "network_spec"]
+__all__ = ["TrainConfig", "Trainer", "MODES", "RELAXATIONS", "DataMismatchError",
+           "data_fingerprint", "network_spec"]
 
 logger = logging.getLogger("braidpy.train")
 
 MODES = ("serial", "exact", "oneshot")
+
+#: TrainConfig.relax: the relaxation's name and MGRIT's ``nrelax`` (FC sweeps after the
+#: first F sweep on every level but the coarsest; XBraid's convention).
+RELAXATIONS: Dict[str, int] = {"F": 0, "FCF": 1, "FCFCF": 2}
 
 
 @dataclass
@@ -50,11 +55,29 @@ class TrainConfig:
         tolerance) or 'oneshot' (m1 state and m2 adjoint MGRIT iterations per step).
     m1, m2 : int
         Iterations of one-shot mode.
+    relax : str or None
+        Relaxation of every MGRIT level but the coarsest, in the state, adjoint and
+        validation solves: 'F' (F-relaxation only, the least work), 'FCF' (the
+        default) or 'FCFCF' (``nrelax`` 0, 1, 2). None: ``mgrit``'s ``nrelax`` (default
+        1, FCF). After construction it names the relaxation in effect (None where
+        ``mgrit`` sets ``nrelax`` per level).
+    cfactor : int, sequence of int, dict or None
+        Coarsening factor (>= 2) of the same solves: one for every level, one per level
+        from level 0 (``(8, 4)``: level 0 cf 8, level 1 and deeper cf 4; the last value
+        applies to the deeper levels), or ``{level: cf}`` as braidpy.Options takes it
+        (the levels it does not name take its ``"default"``, else braidpy.Options' 2).
+        None: ``mgrit``'s (training default 4). After construction it holds the
+        cfactor in effect, in braidpy.Options' form (an int, or a dict with the key
+        ``"default"`` for the levels it does not name).
     mgrit : Options or dict
         MGRIT options of the state, adjoint and validation solves: a
         braidpy.Options, or a dict laid over the training defaults cfactor 4,
         max_levels 2, abs_tol 1e-9 (see braidpy.train.training_options); becomes
-        an Options, validated here once.
+        an Options, validated here once, with ``relax`` and ``cfactor`` applied.
+        Giving the relaxation or the cfactor both here (``nrelax``, ``cfactor``: a key
+        of the dict, or a field of the Options that differs from braidpy.Options'
+        default) and in ``relax``/``cfactor`` is allowed only when they agree;
+        otherwise ValueError names both.
     optimizer : str
         'lbfgs', 'adam', 'sgd', or the elastic averaging SGD of seed paper 003 over the
         data groups of a grid: 'easgd' (synchronous, deterministic) or 'easgd-async' (a
@@ -95,6 +118,8 @@ class TrainConfig:
     mode: str = "oneshot"
     m1: int = 2
     m2: int = 2
+    relax: Optional[str] = None  # the name in effect after __post_init__
+    cfactor: Any = None  # the cfactor in effect (Options' form) after __post_init__
     mgrit: Any = field(default_factory=dict)  # an Options after __post_init__
     optimizer: str = "lbfgs"
     lr: Optional[float] = None
@@ -142,12 +167,40 @@ class TrainConfig:
                              f"{', '.join(VALIDATION_SOLVES)}, got {self.validation_solve!r}")
         if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
             raise ValueError(f"target_accuracy must be in (0, 1], got {self.target_accuracy!r}")
-        self.mgrit: Options = training_options(self.mgrit)
+        self.mgrit: Options = self._mgrit_options()
         if self.mode == "exact" and self.mgrit.rel_tol:
             raise ValueError(
                 "rel_tol is measured against each solve's first residual, which is tiny when "
                 "training warm-starts from the previous step; give abs_tol instead")
 
+    def _mgrit_options(self) -> Options:
+        """``mgrit`` as training options with ``relax`` and ``cfactor`` applied (refused
+        where ``mgrit`` gives another value); sets both fields to the values in effect."""
+        given = self.mgrit
+        options = training_options(given)
+        changes: Dict[str, Any] = {}
+        if self.relax is not None:
+            if not isinstance(self.relax, str) or self.relax not in RELAXATIONS:
+                raise ValueError(f"relax must be one of {', '.join(RELAXATIONS)}, got "
+                                 f"{self.relax!r}")
+            changes["nrelax"] = RELAXATIONS[self.relax]
+        if self.cfactor is not None:
+            changes["cfactor"] = _cfactor_option(self.cfactor)
+        for name, value in changes.items():
+            if _given(given, name) and _levels(options, name) != \
+                    _levels(Options(**{name: value}), name):
+                field_name = "relax" if name == "nrelax" else "cfactor"
+                raise ValueError(
+                    f"{field_name}={getattr(self, field_name)!r} contradicts the MGRIT "
+                    f"option {name}={getattr(options, name)!r} given in mgrit; give it in "
+                    f"one place")
+        if changes:
+            options = options.replace(**changes)
+        default, levels = _levels(options, "nrelax")
+        names = {n: name for name, n in RELAXATIONS.items()}
+        self.relax = names.get(default) if not levels else None
+        self.cfactor = _per_level_value(*_levels(options, "cfactor"))
+        return options
 
     def _check_optimizer(self) -> None:
         """The optimizer's name and the options that only some optimizers take."""
@@ -172,6 +225,47 @@ class TrainConfig:
             raise ValueError("optimizer 'easgd-async' cannot write checkpoints: its updates "
                              "depend on the order messages reach the centre, so no checkpoint "
                              "resumes it exactly; leave checkpoint out or use 'easgd'")
+
+
+def _cfactor_option(value: Any) -> Any:
+    """TrainConfig.cfactor in braidpy.Options' form: an int, or a dict of levels with
+    ``"default"`` for the others (a sequence gives levels 0, 1, ... and its last value
+    the deeper levels); ValueError naming the value when it is none of these."""
+    if isinstance(value, Mapping):
+        try:
+            return _per_level_value(*_levels(Options(cfactor=dict(value)), "cfactor"))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"cfactor {value!r}: {exc}") from None
+    values = list(value) if isinstance(value, (list, tuple)) else [value]
+    if not values or any(isinstance(v, (bool, np.bool_)) or not isinstance(v, Integral) or
+                         v < 2 for v in values):
+        raise ValueError(f"cfactor must be an int >= 2, a sequence of them (levels 0, 1, "
+                         f"...; the last for the deeper levels) or a {{level: int}} dict, "
+                         f"got {value!r}")
+    return _per_level_value(int(values[-1]), {level: int(v) for level, v in
+                                              enumerate(values[:-1])})
+
+
+def _per_level_value(default: int, levels: Mapping[int, int]) -> Any:
+    """A per-level option in braidpy.Options' form, the levels that differ from the
+    default only: an int, or ``{level: value, ..., "default": default}``."""
+    levels = {level: v for level, v in levels.items() if v != default}
+    return {**levels, "default": default} if levels else default
+
+
+def _levels(options: Options, name: str) -> Tuple[int, Dict[int, int]]:
+    """A per-level option as (default, the levels that differ from it): equal settings
+    compare equal however they were written (4 and {"default": 4, 1: 4})."""
+    default, levels = options.per_level(name)
+    return default, {level: v for level, v in levels.items() if v != default}
+
+
+def _given(options: Any, name: str) -> bool:
+    """Whether ``TrainConfig.mgrit`` sets option ``name`` (a key of a dict, or a field of
+    an Options that differs from braidpy.Options' default)."""
+    if isinstance(options, Options):
+        return name in options.changed()
+    return isinstance(options, Mapping) and name in options
 
 
 def network_spec(net: ResNet) -> Dict[str, Any]:
@@ -660,6 +754,9 @@ class Trainer:
                     "target_accuracy", "validate_every", "validation_solve"):
             mine.pop(key, None)
             theirs.pop(key, None)
+        for key in ("relax", "cfactor"):  # derived from mgrit, which is compared; older
+            if key not in theirs:         # checkpoints were written without them
+                mine.pop(key, None)
         if mine != theirs:
             diff = sorted(k for k in mine if mine[k] != theirs.get(k))
             raise ValueError(f"checkpoint was written with other settings: {', '.join(diff)}")

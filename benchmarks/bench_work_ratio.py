@@ -1,0 +1,297 @@
+"""Work per gradient at one rank: one-shot MGRIT settings beside serial backpropagation.
+
+DESIGN §10's first factor, the work ratio (MGRIT time / serial time on one core), for
+Peaks training (`braidpy train peaks --preset paper --layers 256 --samples 1000`: a
+dense ResNet of width 8, T 5, smoothed ReLU, full-batch L-BFGS, seed 1), measured side
+by side in one process for each setting:
+
+* layer calls (deterministic): of one gradient (state + adjoint MGRIT solves; serial: a
+  forward and a backward sweep), of one line-search trial (a state solve; serial: a
+  forward sweep), and per optimizer step (line search included) against serial's; the
+  gradient's count beside the formula of docs/performance.md ("Work per gradient at one rank");
+* seconds per step, wall and this process's CPU time (the median over steps 2..K of
+  one run; min and median over ``--repeats`` interleaved runs) against serial's, and
+  CPU seconds per layer call (on a shared host the CPU time is the steadier measure;
+  on an idle one the two agree);
+* gradient quality: the cosine between the one-shot gradient of step k and the exact
+  (serial backprop) gradient at the same parameters, k = 1, 2, 5, 20, K and the
+  smallest over steps 2..K; the exact loss after 5, 20 and K steps against serial's
+  after as many steps; whether the setting meets the gradient-quality floor of
+  docs/performance.md (cosine >= 0.99 at every step, loss at most 5 % above serial's
+  after 20 and K steps).
+
+    python benchmarks/bench_work_ratio.py [--layers 256] [--samples 1000] [--steps 100]
+        [--repeats 3] [--settings serial os2-FCF os1-F os12-F ...] [--json FILE|-]
+        [--quick]
+
+Setting names: os<m1><m2> (one m for m1 = m2), the relaxation, cf<C> where it is not 4,
+L3 for three levels.
+
+Only the first run of each setting is used for the calls and the quality (they are the
+same in every run; checked). Run with OMP_NUM_THREADS=1 (set here unless given) on an
+otherwise idle machine; on a shared one trust the mins. Time ratios move with the
+kernels' speed (the dense kernels are being fused); call counts and quality do not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _report import print_table  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from braidpy import __version__, data  # noqa: E402
+from braidpy.nn import ResNet  # noqa: E402
+from braidpy.perf.allocator import keep_freed_memory  # noqa: E402
+from braidpy.train import TrainConfig, Trainer  # noqa: E402
+from braidpy.train.trainer import RELAXATIONS  # noqa: E402
+
+#: name -> (mode, m1, m2, relax, cfactor, max_levels)
+SETTINGS: Dict[str, tuple] = {
+    "serial": ("serial", 1, 1, "FCF", 4, 2),
+    "os2-FCF": ("oneshot", 2, 2, "FCF", 4, 2),      # TrainConfig's defaults
+    "os1-FCF": ("oneshot", 1, 1, "FCF", 4, 2),
+    "os2-F": ("oneshot", 2, 2, "F", 4, 2),
+    "os1-F": ("oneshot", 1, 1, "F", 4, 2),
+    "os12-F": ("oneshot", 1, 2, "F", 4, 2),
+    "os12-F-cf8": ("oneshot", 1, 2, "F", 8, 2),
+    "os21-F": ("oneshot", 2, 1, "F", 4, 2),
+    "os2-F-cf8": ("oneshot", 2, 2, "F", 8, 2),
+    "os1-F-cf8": ("oneshot", 1, 1, "F", 8, 2),
+    "os1-F-L3": ("oneshot", 1, 1, "F", 4, 3),
+    "os1-F-cf8,4-L3": ("oneshot", 1, 1, "F", (8, 4), 3),
+}
+DEFAULT = ["serial", "os2-FCF", "os1-FCF", "os1-F", "os1-F-cf8", "os1-F-L3", "os2-F",
+           "os12-F"]
+QUALITY_STEPS = (1, 2, 5, 20)
+LOSS_STEPS = (5, 20)
+#: The gradient-quality floor of docs/performance.md ("Work per gradient at one rank"): the cosine
+#: to the exact gradient at least FLOOR_COSINE at every step, and the exact loss after
+#: 20 and after K steps at most FLOOR_LOSS above serial's (relative).
+FLOOR_COSINE, FLOOR_LOSS = 0.99, 0.05
+
+
+def solve_calls(ntime: int, iterations: int, max_levels: int, cfactor: Any, nrelax: int,
+                min_coarse: int = 2) -> int:
+    """Layer calls of one MGRIT solve without skip (XBRAID_CONVENTIONS §2, §4, §6):
+    per V-cycle, on each level l above the coarsest nrelax FC sweeps (n_l calls each),
+    restriction's F sweep (n_l - n_{l+1}), its residual (n_{l+1} fine steps) and the
+    coarse right-hand side (n_{l+1} coarse steps); the coarsest level's sequential
+    solve (n_{L-1}); interpolation's F sweep on levels L-2 .. 1; after the cycles the
+    final F sweep of level 0 (n_0 - n_1)."""
+    cfs = list(cfactor) if isinstance(cfactor, (list, tuple)) else [cfactor]
+    n = [ntime]
+    while len(n) < max_levels:
+        cf = cfs[min(len(n) - 1, len(cfs) - 1)]
+        if n[-1] // cf < max(min_coarse, 1):
+            break
+        n.append(n[-1] // cf)
+    if len(n) == 1:
+        return ntime
+    L = len(n)
+    cycle = sum(nrelax * n[l] + (n[l] - n[l + 1]) + 2 * n[l + 1] for l in range(L - 1))
+    cycle += n[-1] + sum(n[l] - n[l + 1] for l in range(1, L - 1))
+    return iterations * cycle + (n[0] - n[1])
+
+
+def run_setting(name: str, net: ResNet, X: np.ndarray, C: np.ndarray, steps: int,
+                keep: bool) -> Dict[str, Any]:
+    mode, m1, m2, relax, cfactor, levels = SETTINGS[name]
+    cfg = TrainConfig(mode=mode, m1=m1, m2=m2, relax=relax, cfactor=cfactor,
+                      mgrit=dict(max_levels=levels), iterations=steps, validate_every=0)
+    trainer = Trainer(net, (X, C), None, cfg)
+    ev = trainer.evaluator
+    grads: List[np.ndarray] = []
+    grad_calls: List[int] = []
+    loss_calls: List[int] = []
+    gradient, loss = ev.gradient, ev.loss
+
+    def counted_gradient(params, X, C, average=None):
+        before = ev.step_calls
+        out = gradient(params, X, C)
+        grad_calls.append(ev.step_calls - before)
+        if keep:
+            grads.append(np.array(out[1]))
+        return out
+
+    def counted_loss(params, X, C):
+        before = ev.step_calls
+        out = loss(params, X, C)
+        loss_calls.append(ev.step_calls - before)
+        return out
+
+    ev.gradient, ev.loss = counted_gradient, counted_loss
+    params = [np.array(trainer.params)] if keep else []
+    cpu = [time.process_time()]  # this process's CPU time: robust on a shared host
+
+    def on_step(record):
+        cpu.append(time.process_time())
+        if keep:
+            params.append(np.array(trainer.params))
+
+    history = trainer.run(on_step=on_step)
+    seconds = [r["seconds"] for r in history]
+    cpu_seconds = list(np.diff(cpu))
+    calls = [r["steps"] for r in history]
+    return {"name": name, "history": history, "grads": grads, "params": params,
+            "grad_calls": grad_calls, "loss_calls": loss_calls, "step_calls": calls,
+            "step_seconds": statistics.median(seconds[1:] or seconds),
+            "step_cpu_seconds": statistics.median(cpu_seconds[1:] or cpu_seconds),
+            "call_seconds": sum(cpu_seconds[1:] or cpu_seconds) / sum(calls[1:] or calls)}
+
+
+def quality(run: Dict[str, Any], net: ResNet, X: np.ndarray, C: np.ndarray
+            ) -> Dict[str, Any]:
+    """Cosines to the exact gradient at the same parameters and exact losses."""
+    cosines, errors = [], []
+    for k, g in enumerate(run["grads"]):
+        exact = net.loss_and_gradient(run["params"][k], X, C)[1]
+        cosines.append(float(g @ exact / (np.linalg.norm(g) * np.linalg.norm(exact))))
+        errors.append(float(np.linalg.norm(g - exact) / np.linalg.norm(exact)))
+    losses = [float(net.loss(p, X, C)) for p in run["params"]]  # after 0, 1, ... steps
+    return {"cosine": cosines, "relative_error": errors, "exact_loss": losses}
+
+
+def fmt(x: Optional[float], spec: str) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--layers", type=int, default=256)
+    ap.add_argument("--samples", type=int, default=1000)
+    ap.add_argument("--width", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=100, help="L-BFGS steps per run "
+                    "(braidpy train's default run length)")
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved runs of every setting")
+    ap.add_argument("--seed", type=int, default=1, help="data and initialization (CLI's)")
+    ap.add_argument("--settings", nargs="+", choices=tuple(SETTINGS), default=DEFAULT)
+    ap.add_argument("--json", metavar="FILE", help="also write the results as JSON ('-': "
+                    "stdout, after the tables)")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 32 layers, 200 "
+                    "samples, 5 steps, 1 repeat")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.layers, args.samples, args.steps, args.repeats = 32, 200, 5, 1
+    if "serial" not in args.settings:
+        args.settings = ["serial"] + args.settings
+    keep_freed_memory()  # as braidpy train does
+    X, C = data.peaks(args.samples, args.seed)
+    net = ResNet(X.shape[1:], C.shape[1], width=args.width, nlayers=args.layers)
+    N = args.layers
+    runs: Dict[str, List[Dict[str, Any]]] = {name: [] for name in args.settings}
+    for repeat in range(args.repeats):
+        for name in args.settings:
+            r = run_setting(name, net, X, C, args.steps, keep=repeat == 0)
+            if repeat:
+                first = runs[name][0]
+                assert r["step_calls"] == first["step_calls"], (name, "calls differ")
+            runs[name].append(r)
+            print(f"  run {repeat + 1}/{args.repeats} {name}: "
+                  f"{r['step_seconds'] * 1e3:.1f} ms/step", file=sys.stderr, flush=True)
+    results: Dict[str, Any] = {}
+    for name in args.settings:
+        first = runs[name][0]
+        mode, m1, m2, relax, cfactor, levels = SETTINGS[name]
+        nrelax = RELAXATIONS[relax]
+        if mode == "serial":
+            formula = 2 * N
+        else:
+            formula = solve_calls(N, m1, levels, cfactor, nrelax) + \
+                solve_calls(N, m2, levels, cfactor, nrelax)
+        times = [r["step_seconds"] for r in runs[name]]
+        cpu_times = [r["step_cpu_seconds"] for r in runs[name]]
+        results[name] = {
+            "mode": mode, "m1": m1, "m2": m2, "relax": relax, "cfactor": cfactor,
+            "max_levels": levels,
+            "gradient_calls": first["grad_calls"][-1], "gradient_calls_formula": formula,
+            "first_gradient_calls": first["grad_calls"][0],
+            "loss_calls": first["loss_calls"][-1] if first["loss_calls"] else None,
+            "line_search_trials": [r["line_search_trials"] for r in first["history"]],
+            "step_calls": first["step_calls"],
+            "calls_per_step": sum(first["step_calls"]) / len(first["step_calls"]),
+            "seconds_per_step_min": min(times), "seconds_per_step_median":
+            statistics.median(times), "cpu_seconds_per_step_min": min(cpu_times),
+            "cpu_seconds_per_step_median": statistics.median(cpu_times),
+            "cpu_seconds_per_call": min(r["call_seconds"] for r in runs[name]),
+            **quality(first, net, X, C),
+        }
+    s = results["serial"]
+    rows, qrows = [], []
+    cos_steps = sorted({k for k in QUALITY_STEPS + (args.steps,) if k <= args.steps})
+    loss_steps = sorted({k for k in LOSS_STEPS + (args.steps,) if k <= args.steps})
+    for name in args.settings:
+        r = results[name]
+        calls_x = r["calls_per_step"] / s["calls_per_step"]
+        time_x = r["seconds_per_step_min"] / s["seconds_per_step_min"]
+        cpu_x = r["cpu_seconds_per_step_min"] / s["cpu_seconds_per_step_min"]
+        r["calls_ratio"], r["time_ratio"], r["cpu_time_ratio"] = calls_x, time_x, cpu_x
+        r["time_ratio_median"] = r["seconds_per_step_median"] / s["seconds_per_step_median"]
+        r["cpu_time_ratio_median"] = r["cpu_seconds_per_step_median"] / \
+            s["cpu_seconds_per_step_median"]
+        rows.append([name, r["gradient_calls"], r["gradient_calls_formula"], r["loss_calls"],
+                     f"{r['calls_per_step']:.0f}", f"{calls_x:.2f}x",
+                     f"{r['seconds_per_step_min'] * 1e3:.1f} / "
+                     f"{r['seconds_per_step_median'] * 1e3:.1f}", f"{time_x:.2f}x",
+                     f"{r['cpu_seconds_per_step_min'] * 1e3:.1f} / "
+                     f"{r['cpu_seconds_per_step_median'] * 1e3:.1f}", f"{cpu_x:.2f}x",
+                     f"{r['cpu_seconds_per_call'] * 1e6:.0f}"])
+        cos = r["cosine"]
+        loss = r["exact_loss"]
+        row = [name] + [fmt(cos[k - 1], ".6f") for k in cos_steps]
+        row.append(fmt(min(cos[1:] or cos), ".6f"))
+        excess = {}
+        for k in loss_steps:
+            r[f"progress_{k}"] = (loss[0] - loss[k]) / (s["exact_loss"][0] -
+                                                        s["exact_loss"][k])
+            excess[k] = r[f"loss_vs_serial_{k}"] = loss[k] / s["exact_loss"][k] - 1
+            row += [f"{loss[k]:.4f}", f"{100 * excess[k]:+.1f}%"]
+        r["floor"] = min(cos) >= FLOOR_COSINE and all(
+            excess[k] <= FLOOR_LOSS for k in loss_steps if k >= 20)
+        row.append("pass" if r["floor"] else "FAIL")
+        qrows.append(row)
+    print_table(["setting", "calls/grad", "formula", "calls/trial", "calls/step",
+                 "x serial", "wall ms/step min / med", "x serial", "cpu ms/step min / med",
+                 "x serial", "cpu us/call"], rows,
+                f"Work per step, one rank (Peaks, {N} layers x {args.width}, "
+                f"{args.samples} samples, L-BFGS, {args.steps} steps, {args.repeats} "
+                f"run(s); calls/step and ms/step include the line search)")
+    print_table(["setting"] + [f"cos@{k}" for k in cos_steps] + ["min cos (2..)"] +
+                [f"{what}@{k}" for k in loss_steps for what in ("loss", "vs serial")] +
+                [f"floor ({args.steps} steps)"], qrows,
+                f"Gradient quality: cosine to the exact gradient at the same parameters; "
+                f"exact loss after k steps and against serial's; floor: cosine >= "
+                f"{FLOOR_COSINE} at every step and loss at most {100 * FLOOR_LOSS:.0f}% "
+                f"above serial's after " + (" and ".join(str(k) for k in loss_steps
+                                                     if k >= 20) or "(none: < 20)")
+                + " steps")
+    out = {"benchmark": "bench_work_ratio", "braidpy": __version__,
+           "host": platform.node(), "cpus": os.cpu_count(),
+           "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+           "layers": N, "samples": args.samples, "width": args.width, "steps": args.steps,
+           "repeats": args.repeats, "seed": args.seed, "results": results,
+           "when": time.strftime("%Y-%m-%d %H:%M:%S")}
+    if args.json:
+        text = json.dumps(out, indent=1, default=str)
+        if args.json == "-":
+            print(text)
+        else:
+            Path(args.json).write_text(text + "\n")
+    return out
+
+
+if __name__ == "__main__":
+    main()
