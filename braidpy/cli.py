@@ -23,7 +23,7 @@ Examples
 --------
 >>> args = resolve(build_parser().parse_args(["train", "peaks", "--layers", "64"]))
 >>> args.layers, args.width, args.mode, args.optimizer
-(64, 8, 'oneshot', 'lbfgs')
+(64, 8, 'auto', 'lbfgs')
 >>> args = resolve(build_parser().parse_args(["train", "digits"]))
 >>> args.layers, args.width, args.optimizer, args.batch
 (8, 4, 'adam', 100)
@@ -52,7 +52,7 @@ from .parallel.collectives import bcast_bytes
 from .perf import commands as _perf_commands
 from .perf.allocator import keep_freed_memory
 from .perf.auto import choose_grid, training_spec
-from .train import MODES, OPTIMIZERS, TrainConfig, Trainer
+from .train import MODES, OPTIMIZERS, TrainConfig, Trainer, resolve_mode
 from .train.trainer import RELAXATIONS
 from .train.optim import ELASTIC
 from .train import checkpoint as _checkpoint
@@ -341,7 +341,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --grid auto: the machine's costs, from braidpy calibrate -o "
                         "FILE (docs/performance.md)")
     g.add_argument("--mode", choices=MODES,
-                   help="serial backpropagation, exact MGRIT gradients, or one-shot "
+                   help="auto (serial backpropagation on one layer rank, else one-shot), "
+                        "serial backpropagation, exact MGRIT gradients, or one-shot "
                         f"(m1 state and m2 adjoint iterations per step) {_default('mode')}")
     g.add_argument("--m1", type=_int_at_least(1), metavar="M",
                    help=f"one-shot state iterations {_default('m1')}")
@@ -369,7 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "optimizer's, lbfgs 1, adam 0.01, sgd 0.1, easgd 0.05; digits: 0.02; "
                    "mnist, digits28: 0.005)")
     g.add_argument("--momentum", type=_float_in(0.0, 1.0), metavar="B",
-                   help="sgd momentum (default 0.9); easgd momentum (MEASGD, default 0)")
+                   help="sgd momentum (default 0.9); easgd momentum (MEASGD, default 0.9)")
     g.add_argument("--rho", type=POSITIVE, metavar="R",
                    help="easgd: elastic strength; lr * rho * D must be < 1 (default 1)")
     g.add_argument("--tau", type=_int_at_least(1), metavar="T",
@@ -469,6 +470,11 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
         return args
     source = args.source if args.source in SOURCES else "*"
     values = preset(args.preset, source)
+    if args.optimizer is not None and args.optimizer != values["optimizer"]:
+        # A preset's step size is tuned for its optimizer (digits: Adam's 0.02; EASGD
+        # took it and reached 82% where its own 0.05 reaches 93%): another optimizer
+        # takes its own default.
+        values = {**values, "lr": None}
     for option, key in SETTINGS.items():
         if getattr(args, option) is None:
             setattr(args, option, values[key])
@@ -657,10 +663,11 @@ def make_config(args: argparse.Namespace) -> TrainConfig:
         checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every)
 
 
-def _one_level_warning(args: argparse.Namespace) -> Optional[str]:
-    """Why MGRIT cannot use --levels here (the coarse grid would be one interval)."""
+def _one_level_warning(args: argparse.Namespace, mode: str) -> Optional[str]:
+    """Why MGRIT cannot use --levels here (the coarse grid would be one interval);
+    ``mode``: the mode that runs."""
     cf = _level0(args.cf)
-    if args.mode == "serial" or args.levels < 2 or args.layers // cf >= 2:
+    if mode == "serial" or args.levels < 2 or args.layers // cf >= 2:
         return None
     return (f"--layers {args.layers} with --cf {cf} leaves a coarse grid of "
             f"{max(args.layers // cf, 0)} interval(s), so MGRIT runs on one level "
@@ -694,8 +701,9 @@ def _setup(args: argparse.Namespace, comm: Any, error: Callable[[str], None]):
     if args.grid == "auto":
         args.grid = _auto_grid(args, net, train, comm, error)
     try:
-        grid = None if args.grid is None else \
-            check_training_grid(ProcessGrid(comm, *args.grid), net, args.mode)
+        grid = None if args.grid is None else ProcessGrid(comm, *args.grid)
+        if grid is not None:
+            check_training_grid(grid, net, resolve_mode(args.mode, grid.layers, grid.space))
     except ValueError as exc:
         error(f"--grid {','.join(map(str, args.grid))}: {exc}")
     try:
@@ -819,17 +827,17 @@ def _train(args: argparse.Namespace, argv: List[str]) -> int:
     resolve(args)
     trainer, what = _setup(args, comm, args.usage_error)
     net, cfg = trainer.net, trainer.config
-    warning = _one_level_warning(args)
+    warning = _one_level_warning(args, trainer.mode)
     if warning:
         logger.warning("%s", warning)
     layer_ranks = trainer.grid.layers if trainer.grid is not None else \
         (1 if comm is None else comm.Get_size())
-    if layer_ranks == 1 and cfg.mode != "serial":
+    if layer_ranks == 1 and trainer.mode != "serial":
         # Measured: MNIST's quick preset, one-shot 3.3 s a step vs 0.6 s serial backprop.
         logger.warning("one layer rank: --mode %s runs MGRIT iterations where --mode serial "
                        "computes the exact gradient with several times less work; the "
                        "layer-parallel modes pay with several layer ranks (mpiexec -n P)",
-                       cfg.mode)
+                       trainer.mode)
     header = {"braidpy": __version__, "argv": argv, "source": what,
               "preset": args.preset,
               "ranks": 1 if comm is None else comm.Get_size(),
@@ -838,8 +846,8 @@ def _train(args: argparse.Namespace, argv: List[str]) -> int:
               "validation_samples": 0 if trainer.validation is None else
               int(trainer.validation[0].shape[0]),
               "architecture": net.describe(), "network": _network_info(net),
-              "mode": cfg.mode + (f" (m1={cfg.m1}, m2={cfg.m2})" if cfg.mode == "oneshot"
-                                  else ""),
+              "mode": trainer.mode + (f" (m1={cfg.m1}, m2={cfg.m2})"
+                                      if trainer.mode == "oneshot" else ""),
               "config": asdict(cfg), "data_fingerprint": trainer.data_fingerprint,
               "resumed_from": args.checkpoint if args.resume else None,
               "resumed_at": trainer.iteration if args.resume else None,

@@ -11,7 +11,7 @@ from braidpy.train import TrainConfig, Trainer
 # lr * rho * 2 groups = 0.1 < 1; tau 2 and momentum: equations (5), (6) of paper 003.
 SYNC = dict(optimizer="easgd", lr=0.1, rho=0.5, tau=2, momentum=0.5, batch_size=10,
             iterations=5, seed=2, validate_every=1)
-ASYNC = dict(optimizer="easgd-async", lr=0.2, rho=0.5, tau=1, batch_size=30,
+ASYNC = dict(optimizer="easgd-async", lr=0.2, rho=0.5, tau=1, momentum=0.0, batch_size=30,
              iterations=25, seed=2, validate_every=5, mode="serial")
 
 

@@ -44,7 +44,7 @@ class FailingLog(list):
 
 
 def run(fail_at=None, centre_fails_at=None):
-    opt = AsyncEASGD(COMM, lr=0.1, rho=0.5, tau=1)
+    opt = AsyncEASGD(COMM, lr=0.1, rho=0.5, tau=1, momentum=0.0)  # plain: the reference
     if centre_fails_at is not None and opt.is_centre:
         opt.served = FailingLog(centre_fails_at)
     out = {"rank": COMM.rank}

@@ -19,7 +19,10 @@ from braidpy.train.presets import library_defaults, preset
 from braidpy.train.progress import Progress, format_step
 
 # Tiny runs: 100 peaks points, 8 layers (two MGRIT levels with cf 4), 3 steps.
-TINY = ["--samples", "100", "--validation-samples", "50", "--layers", "8", "--iterations", "3"]
+# MGRIT on one rank too (the default mode 'auto' runs serial backprop there); the
+# iteration count last (tests replace it).
+TINY = ["--mode", "oneshot", "--samples", "100", "--validation-samples", "50", "--layers", "8",
+        "--iterations", "3"]
 ENV = dict(os.environ, PYTHONWARNINGS="error", OMP_NUM_THREADS="1")
 
 
@@ -74,7 +77,7 @@ def test_defaults_are_the_papers_peaks_setup():
     args = parse("peaks")
     assert (args.width, args.T, args.activation, args.optimizer) == (8, 5.0, "smooth_relu",
                                                                       "lbfgs")
-    assert (args.mode, args.m1, args.m2, args.levels, args.cf) == ("oneshot", 2, 2, 2, 4)
+    assert (args.mode, args.m1, args.m2, args.levels, args.cf) == ("auto", 2, 2, 2, 4)
     assert (args.layers, args.seed, args.iterations, args.batch) == (32, 1, 100, None)
 
 
@@ -89,7 +92,7 @@ def test_defaults_come_from_the_library():
                                                 cfg.mgrit.abs_tol)
     net = ResNet((2,), 3, width=2, nlayers=2)
     assert (args.T, args.activation, args.kernel) == (net.T, net.activation_name, net.kernel)
-    assert library_defaults()["mode"] == "oneshot" and library_defaults()["seed"] == 1
+    assert library_defaults()["mode"] == "auto" and library_defaults()["seed"] == 1
 
 
 def test_presets_and_explicit_options():
@@ -150,7 +153,8 @@ def test_relax_and_per_level_cf_parse_into_the_config():
 
 def test_relax_and_cf_reach_the_log_and_the_checkpoint(tmp_path):
     ck, log = tmp_path / "run.ckpt", tmp_path / "log.jsonl"
-    more = ["--layers", "16", "--relax", "F", "--cf", "4,2", "--levels", "3", "--quiet"]
+    more = ["--mode", "oneshot", "--layers", "16", "--relax", "F", "--cf", "4,2", "--levels",
+            "3", "--quiet"]
     ok("train", "peaks", *TINY, *more, "--checkpoint", ck, "--log", log)
     header, steps, _ = read_log(log)
     config = header["config"]
@@ -554,6 +558,25 @@ def test_crafted_pickle_checkpoint_is_refused_on_resume(tmp_path):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "pickle" in proc.stderr and "arbitrary code" in proc.stderr
     assert not marker.exists()
+
+
+def test_the_default_mode_is_serial_on_one_layer_rank_and_oneshot_on_several(tmp_path):
+    """--mode auto (the default): exact serial backprop where the layers are not split
+    (no MGRIT work, no warning), one-shot with layer ranks; the header names what ran."""
+    args = ["--samples", "100", "--validation-samples", "50", "--layers", "8",
+            "--iterations", "2"]
+    one = ok("train", "peaks", *args, "--log", tmp_path / "one.jsonl")
+    assert "one layer rank" not in one.stderr
+    header, steps, _ = read_log(tmp_path / "one.jsonl")
+    assert (header["config"]["mode"], header["mode"]) == ("auto", "serial")
+    assert all(r.get("primal_iterations") is None for r in steps), steps
+    ok("train", "peaks", *args, "--log", tmp_path / "two.jsonl", "--quiet", nranks=2)
+    header, steps, _ = read_log(tmp_path / "two.jsonl")
+    assert (header["ranks"], header["mode"]) == (2, "oneshot (m1=2, m2=2)")
+    assert all(r["primal_iterations"] == 2 for r in steps)
+    ok("train", "peaks", *args, "--grid", "2,1,1", "--log", tmp_path / "data.jsonl",
+       "--quiet", nranks=2)
+    assert read_log(tmp_path / "data.jsonl")[0]["mode"] == "serial"  # data groups only
 
 
 def test_one_layer_rank_in_a_layer_parallel_mode_is_pointed_out():

@@ -344,7 +344,8 @@ def test_relax_and_cfactor_reach_the_state_and_adjoint_solves(relax, nrelax, cfa
     layer calls are the formula's (m1 = 2 state, m2 = 3 adjoint iterations; after the
     first gradient, whose solves also start from the sequential solution)."""
     net, X, C = dense_problem(nlayers=32)
-    cfg = TrainConfig(m1=2, m2=3, relax=relax, cfactor=cfactor, mgrit=dict(max_levels=levels))
+    cfg = TrainConfig(mode="oneshot", m1=2, m2=3, relax=relax, cfactor=cfactor,
+                      mgrit=dict(max_levels=levels))
     trainer = Trainer(net, (X, C), None, cfg)
     ev = trainer.evaluator
     ev.gradient(trainer.params, X, C)
@@ -374,7 +375,8 @@ def test_oneshot_gradient_with_relax_and_cfactor_converges_to_serial_backprop(
     p = net.init_params(seed=5, scale=1.0)
     q = p + 0.3 * np.random.default_rng(7).standard_normal(p.size)
     ref_loss, ref = net.loss_and_gradient(p, X, C)
-    cfg = TrainConfig(m1=1, m2=1, relax=relax, cfactor=cfactor, mgrit=dict(max_levels=levels))
+    cfg = TrainConfig(mode="oneshot", m1=1, m2=1, relax=relax, cfactor=cfactor,
+                      mgrit=dict(max_levels=levels))
     ev = Trainer(net, (X, C), None, cfg, params=q.copy()).evaluator
     ev.gradient(q, X, C)  # the states of q
     errors = []

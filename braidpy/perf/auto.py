@@ -59,10 +59,12 @@ def decide_grid(spec: NetSpec, nprocs: int, calibration: str, *, levels: int, cf
     cal = load_calibration(calibration)
     serial = mode == "serial"
     model_mode = "exact" if mode == "exact" else "oneshot"
-    # The Trainer runs its MGRIT setting on a single layer rank too (serial mode
-    # propagates serially on every grid).
+    # The Trainer runs its MGRIT setting on a single layer rank too, except in serial
+    # mode (serial on every grid) and in mode 'auto' (serial where the layers and rows
+    # are not split, one-shot elsewhere: braidpy.train.resolve_mode).
     result = plan(spec, nprocs, cal, levels=(levels,), cfactors=(cfactor,),
-                  iterations=iterations, mode=model_mode, mgrit_on_one_rank=not serial)
+                  iterations=iterations, mode=model_mode,
+                  mgrit_on_one_rank=mode not in ("serial", "auto"))
     usable = [p for p in result.ranked if p.strategy.space <= max_space
               and (not serial or p.strategy.layers == 1)]
     if not usable:

@@ -52,10 +52,12 @@ def candidates(net: NetSpec, P: int, *, levels: Sequence[int] = (2, 3, 4),
                mode: str = "oneshot", batched: bool = True,
                mgrit_on_one_rank: bool = False) -> Iterable[Strategy]:
     """Every strategy to try: each factorization with each MGRIT setting. A single
-    layer rank propagates serially (one level), unless ``mgrit_on_one_rank``: then it
-    runs the MGRIT settings too, as braidpy's Trainer does in its layer-parallel modes."""
+    layer rank without a space split propagates serially (one level), unless
+    ``mgrit_on_one_rank``: then it runs the MGRIT settings too, as braidpy's Trainer
+    does in its layer-parallel modes. A space split runs MGRIT (braidpy's Trainer
+    splits image rows only in its layer-parallel modes)."""
     for d, s, l in factorizations(P):
-        if l == 1 and not mgrit_on_one_rank:
+        if l == 1 and s == 1 and not mgrit_on_one_rank:
             yield Strategy(d, s, 1, Cycle(ntime=net.nlayers, max_levels=1, batched=batched),
                            (1, 1), mode)
             continue

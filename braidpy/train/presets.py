@@ -2,7 +2,7 @@
 
 The defaults live in one place each: the network's in :class:`braidpy.nn.ResNet`'s
 signature (T = 5, smoothed ReLU, kernel 3: the paper's), the training's in
-:class:`braidpy.train.TrainConfig` (one-shot m1 = m2 = 2, L-BFGS, full batch, 100
+:class:`braidpy.train.TrainConfig` (mode auto, one-shot m1 = m2 = 2, L-BFGS, full batch, 100
 steps, seed 1) and MGRIT's in :data:`braidpy.train.TRAINING_DEFAULTS` (cf 4, 2 levels,
 abs_tol 1e-9; FCF relaxation, braidpy.Options' nrelax 1). A preset lays a few values
 over them:
@@ -20,7 +20,7 @@ Examples
 --------
 >>> s = preset("quick", "digits")
 >>> s["nlayers"], s["width"], s["optimizer"], s["batch_size"], s["mode"]
-(8, 4, 'adam', 100, 'oneshot')
+(8, 4, 'adam', 100, 'auto')
 >>> preset("paper", "digits")["nlayers"], preset("paper", "digits")["optimizer"]
 (32, 'lbfgs')
 >>> s = preset("quick", "mnist")

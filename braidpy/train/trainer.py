@@ -33,11 +33,24 @@ from .sharded import (DataParallelEvaluator, WorkerShardEvaluator, check_trainin
 from .spatial_training import space_evaluator
 
 __all__ = ["TrainConfig", "Trainer", "MODES", "RELAXATIONS", "DataMismatchError",
-           "data_fingerprint", "network_spec"]
+           "data_fingerprint", "network_spec", "resolve_mode"]
 
 logger = logging.getLogger("braidpy.train")
 
-MODES = ("serial", "exact", "oneshot")
+MODES = ("auto", "serial", "exact", "oneshot")
+
+
+def resolve_mode(mode: str, layers: int, space: int = 1) -> str:
+    """The training mode that runs: 'auto' is 'serial' (exact backprop, the least work)
+    where neither the layers nor the image rows are split (one layer rank, one space
+    rank), else 'oneshot'; any other mode is itself.
+
+    >>> resolve_mode("auto", 1), resolve_mode("auto", 4), resolve_mode("exact", 1)
+    ('serial', 'oneshot', 'exact')
+    """
+    if mode != "auto":
+        return mode
+    return "serial" if layers == 1 and space == 1 else "oneshot"
 
 #: TrainConfig.relax: the relaxation's name and MGRIT's ``nrelax`` (FC sweeps after the
 #: first F sweep on every level but the coarsest; XBraid's convention).
@@ -51,8 +64,10 @@ class TrainConfig:
     Parameters
     ----------
     mode : str
-        'serial' (plain forward/backward), 'exact' (layer-parallel MGRIT to
-        tolerance) or 'oneshot' (m1 state and m2 adjoint MGRIT iterations per step).
+        'auto' (the default: 'serial' where the layers are not split over ranks, else
+        'oneshot'; see :func:`resolve_mode`), 'serial' (plain forward/backward),
+        'exact' (layer-parallel MGRIT to tolerance) or 'oneshot' (m1 state and m2
+        adjoint MGRIT iterations per step). The mode that runs is ``Trainer.mode``.
     m1, m2 : int
         Iterations of one-shot mode.
     relax : str or None
@@ -115,7 +130,7 @@ class TrainConfig:
         File to save the whole training state to; checkpoint_every steps.
     """
 
-    mode: str = "oneshot"
+    mode: str = "auto"
     m1: int = 2
     m2: int = 2
     relax: Optional[str] = None  # the name in effect after __post_init__
@@ -368,10 +383,15 @@ class Trainer:
                  params: Optional[np.ndarray] = None, grid: Optional[ProcessGrid] = None):
         self.net = net
         self.config = config or TrainConfig()
+        if grid is not None and comm is not None:
+            raise ValueError("give either comm (layers only) or grid, not both")
+        layer_ranks = grid.layers if grid is not None else (1 if comm is None else
+                                                             comm.Get_size())
+        #: The mode that runs (TrainConfig.mode 'auto' resolved for this grid).
+        self.mode = resolve_mode(self.config.mode, layer_ranks,
+                                 1 if grid is None else grid.space)
         if grid is not None:
-            if comm is not None:
-                raise ValueError("give either comm (layers only) or grid, not both")
-            check_training_grid(grid, net, self.config.mode)
+            check_training_grid(grid, net, self.mode)
         self.grid = grid
         # Agreement, progress and checkpoints span every rank; solves the layer group.
         self.comm = comm if grid is None else (grid.comm if grid.size > 1 else None)
@@ -426,15 +446,15 @@ class Trainer:
                 raise ValueError(f"{self.validation[0].shape[0]} validation samples cannot "
                                  f"feed {grid.data} data groups (each needs at least one)")
         self.evaluator: Any
-        if cfg.mode == "serial":
+        if self.mode == "serial":
             self.evaluator = SerialEvaluator(net, layers_comm)
         elif grid is not None and grid.space > 1:  # bands of image rows per space rank
-            oneshot = (cfg.m1, cfg.m2) if cfg.mode == "oneshot" else None
+            oneshot = (cfg.m1, cfg.m2) if self.mode == "oneshot" else None
             self.evaluator = space_evaluator(net, grid, self.params, X0, C0,
                                              mgrit=cfg.mgrit, oneshot=oneshot,
                                              validation=cfg.validation_solve)
         else:
-            oneshot = (cfg.m1, cfg.m2) if cfg.mode == "oneshot" else None
+            oneshot = (cfg.m1, cfg.m2) if self.mode == "oneshot" else None
             self.evaluator = LayerParallelEvaluator(net, self.params, X0, C0,
                                                     comm=layers_comm, mgrit=cfg.mgrit,
                                                     oneshot=oneshot,
