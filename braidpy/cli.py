@@ -727,9 +727,6 @@ def _auto_grid(args: argparse.Namespace, net: ResNet, train: Any, comm: Any,
     if not isinstance(args.cf, int):
         error(f"--grid auto models one coarsening factor on every level; give --cf C, not "
               f"--cf {','.join(map(str, args.cf))}")
-    if args.relax != "FCF":  # (logged on rank 0 only)
-        logger.warning("--grid auto: the performance model predicts FCF relaxation; the "
-                       "grid is chosen as if --relax were FCF, not %s", args.relax)
     samples = args.batch or int(train[0].shape[0])
     spec = training_spec(net.kind, net.input_shape, net.width, net.nlayers, samples,
                          net.nclasses, net.kernel if net.kind == "conv" else None,
@@ -737,6 +734,7 @@ def _auto_grid(args: argparse.Namespace, net: ResNet, train: Any, comm: Any,
     try:
         choice = choose_grid(spec, comm, args.calibration, levels=args.levels,
                              cfactor=args.cf, mode=args.mode, iterations=(args.m1, args.m2),
+                             nrelax=RELAXATIONS[args.relax],
                              # conv networks split image rows (exact, oneshot)
                              max_space=max_space(net, args.mode))
     except ValueError as exc:

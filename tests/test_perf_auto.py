@@ -71,6 +71,37 @@ def test_one_layer_rank_is_predicted_with_the_mgrit_setting_training_runs(tmp_pa
                                                   rel=1e-12)
 
 
+def test_auto_mode_is_predicted_as_it_runs_and_the_relaxation_is_modelled(tmp_path):
+    """Mode 'auto': grids without layer or space ranks predicted as serial propagation
+    (what braidpy.train.resolve_mode runs), the others with the MGRIT setting and its
+    relaxation: F-relaxation (nrelax 0) predicts the schedule's fewer calls."""
+    from braidpy.perf import load_calibration
+    from braidpy.perf.model import Strategy, predict
+    from braidpy.perf.schedule import Cycle
+
+    per = tmp_path / "per-sample.json"
+    save_calibration(per_sample(1e-6), str(per))  # data groups win
+    data = decide_grid(dense_spec(64), 2, str(per), levels=2, cfactor=4, mode="auto",
+                       iterations=(2, 2))
+    serial = Strategy(2, 1, 1, Cycle(ntime=32, max_levels=1), (1, 1))
+    assert data.shape == (2, 1, 1)
+    assert data.seconds == pytest.approx(
+        predict(dense_spec(64), serial, load_calibration(str(per))).seconds, rel=1e-12)
+    path = tmp_path / "cal.json"
+    save_calibration(made_up(step=1e-3), str(path))  # layer ranks win
+    cal, spec = load_calibration(str(path)), dense_spec(64, nlayers=256)
+    for nrelax in (0, 1):
+        layers = decide_grid(spec, 4, str(path), levels=2, cfactor=8, mode="auto",
+                             iterations=(2, 2), nrelax=nrelax)
+        assert layers.shape[2] > 1, layers.summary
+        run = Strategy(*layers.shape, Cycle(ntime=256, max_levels=2, cfactor=8,
+                                            nrelax=nrelax, batched=True), (2, 2))
+        assert layers.seconds == pytest.approx(predict(spec, run, cal).seconds, rel=1e-12)
+    f, fcf = (decide_grid(spec, 4, str(path), levels=2, cfactor=8, mode="auto",
+                          iterations=(2, 2), nrelax=n).seconds for n in (0, 1))
+    assert f < 0.9 * fcf
+
+
 def test_costs_per_call_choose_layer_ranks(tmp_path):
     # A call costs the same for any batch: data groups save nothing, layer ranks do.
     path = tmp_path / "cal.json"

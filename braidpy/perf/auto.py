@@ -53,7 +53,8 @@ def training_spec(kind: str, input_shape: Sequence[int], width: int, nlayers: in
 
 
 def decide_grid(spec: NetSpec, nprocs: int, calibration: str, *, levels: int, cfactor: int,
-            mode: str, iterations: Tuple[int, int], max_space: int = 1) -> GridChoice:
+            mode: str, iterations: Tuple[int, int], max_space: int = 1,
+            nrelax: int = 1) -> GridChoice:
     """The fastest grid of ``nprocs`` ranks by the model (no communication: what rank 0
     does for :func:`choose_grid`). ValueError when the file or no grid fits."""
     cal = load_calibration(calibration)
@@ -63,7 +64,7 @@ def decide_grid(spec: NetSpec, nprocs: int, calibration: str, *, levels: int, cf
     # mode (serial on every grid) and in mode 'auto' (serial where the layers and rows
     # are not split, one-shot elsewhere: braidpy.train.resolve_mode).
     result = plan(spec, nprocs, cal, levels=(levels,), cfactors=(cfactor,),
-                  iterations=iterations, mode=model_mode,
+                  iterations=iterations, mode=model_mode, nrelax=nrelax,
                   mgrit_on_one_rank=mode not in ("serial", "auto"))
     usable = [p for p in result.ranked if p.strategy.space <= max_space
               and (not serial or p.strategy.layers == 1)]
@@ -81,7 +82,8 @@ def decide_grid(spec: NetSpec, nprocs: int, calibration: str, *, levels: int, cf
 
 
 def choose_grid(spec: NetSpec, comm: Any, calibration: str, *, levels: int, cfactor: int,
-                mode: str, iterations: Tuple[int, int], max_space: int = 1) -> GridChoice:
+                mode: str, iterations: Tuple[int, int], max_space: int = 1,
+                nrelax: int = 1) -> GridChoice:
     """The fastest grid for ``comm``'s ranks (collective; see the module docstring).
 
     Raises ValueError (the same message on every rank) when the calibration file
@@ -91,7 +93,8 @@ def choose_grid(spec: NetSpec, comm: Any, calibration: str, *, levels: int, cfac
     if rank == 0:
         try:
             c = decide_grid(spec, nprocs, calibration, levels=levels, cfactor=cfactor,
-                        mode=mode, iterations=iterations, max_space=max_space)
+                            mode=mode, iterations=iterations, max_space=max_space,
+                            nrelax=nrelax)
             payload = json.dumps({"shape": list(c.shape), "seconds": c.seconds,
                                   "summary": c.summary}).encode()
         except (OSError, ValueError) as exc:

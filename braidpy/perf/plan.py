@@ -50,12 +50,13 @@ def factorizations(P: int) -> List[Tuple[int, int, int]]:
 def candidates(net: NetSpec, P: int, *, levels: Sequence[int] = (2, 3, 4),
                cfactors: Sequence[int] = (2, 4, 8, 16), iterations: Tuple[int, int] = (2, 2),
                mode: str = "oneshot", batched: bool = True,
-               mgrit_on_one_rank: bool = False) -> Iterable[Strategy]:
+               mgrit_on_one_rank: bool = False, nrelax: int = 1) -> Iterable[Strategy]:
     """Every strategy to try: each factorization with each MGRIT setting. A single
     layer rank without a space split propagates serially (one level), unless
     ``mgrit_on_one_rank``: then it runs the MGRIT settings too, as braidpy's Trainer
     does in its layer-parallel modes. A space split runs MGRIT (braidpy's Trainer
-    splits image rows only in its layer-parallel modes)."""
+    splits image rows only in its layer-parallel modes). ``nrelax``: the MGRIT
+    settings' relaxation (0 F, 1 FCF, ...; braidpy.Options' nrelax)."""
     for d, s, l in factorizations(P):
         if l == 1 and s == 1 and not mgrit_on_one_rank:
             yield Strategy(d, s, 1, Cycle(ntime=net.nlayers, max_levels=1, batched=batched),
@@ -64,7 +65,8 @@ def candidates(net: NetSpec, P: int, *, levels: Sequence[int] = (2, 3, 4),
         seen = set()
         for L in levels:
             for cf in cfactors:
-                cyc = Cycle(ntime=net.nlayers, max_levels=L, cfactor=cf, batched=batched)
+                cyc = Cycle(ntime=net.nlayers, max_levels=L, cfactor=cf, nrelax=nrelax,
+                            batched=batched)
                 real = len(hierarchy(cyc, 1))
                 if real < 2 or (real, cf) in seen:
                     continue  # too few layers for this many levels: already tried
