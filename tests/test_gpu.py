@@ -2,7 +2,7 @@
 skipped, with the reason, where CuPy or a CUDA device is missing (any exception while
 probing counts as missing); CuPy is imported only by the probe. The cuDNN tests also
 need braidpy._cuda and cuDNN 9 (braidpy.cuda_info()['cudnn']); the 2-rank test needs
-mpi4py. Not yet run on real hardware (README, "GPU status")."""
+mpi4py. Run on one NVIDIA H200; what has and has not run there: docs/gpu.md."""
 
 import importlib
 import importlib.util
