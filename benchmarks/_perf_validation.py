@@ -17,7 +17,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 #: One thread per rank: the model gives every rank one core. The model also assumes a
 #: message arrives while its sender computes; Open MPI delivers only messages under its
-#: shared-memory eager limit that way (README "Running under MPI"), so the workers raise
+#: shared-memory eager limit that way (docs/install.md "Running under MPI"), so the workers raise
 #: it above the states' size (MPICH ignores these).
 WORKER_ENV = dict(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
                   OMPI_MCA_btl_vader_eager_limit="131072",

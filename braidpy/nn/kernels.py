@@ -211,7 +211,7 @@ def _default_name(kind: str, xp: Any) -> Tuple[str, str]:
         return "numpy", "the default for NumPy"
     if kind == "conv" and conv_backends.is_cupy(xp):
         # braidpy's direct kernels beat cuDNN's grouped convolution on the GPU benchmark
-        # (bench_gpu.py --conv, README): the default wherever braidpy._cuda has a GPU
+        # (bench_gpu.py --conv, docs/benchmarks.md): the default wherever braidpy._cuda has a GPU
         _, why_not_direct = _cuda_direct()
         if not why_not_direct:
             return "cuda-direct", "the default for CuPy: braidpy._cuda and a GPU are usable"
