@@ -3,7 +3,7 @@
 A layer-parallel ResNet's conv steps are small (8-16 channels, 3x3 kernels) and MGRIT
 batches the k-th step of m intervals, each interval with its own kernel. On an H200,
 cuDNN's grouped convolution of that shape ran float64 at a small fraction of the GPU's
-rate (docs/benchmarks.md, "Measured on a GPU"); one output element is only C*k*k multiply-adds on
+rate (docs/benchmarks.md, "On a GPU"); one output element is only C*k*k multiply-adds on
 neighbouring inputs. So braidpy._cuda computes a whole step in one pass
 (csrc/cuda/conv_direct.hpp): one thread per output element, the convolution, bias,
 activation, step size and residual update together:
