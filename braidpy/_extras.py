@@ -37,9 +37,9 @@ def install_hint(extra: str) -> str:
     """The command that installs ``extra``.
 
     >>> install_hint("mpi")
-    "pip install 'braidpy[mpi]'"
+    "pip install 'braidpy-mgrit[mpi]'"
     """
-    return f"pip install 'braidpy[{extra}]'"
+    return f"pip install 'braidpy-mgrit[{extra}]'"
 
 
 def require(module: str, extra: str, what: str) -> ModuleType:
@@ -54,7 +54,7 @@ def require(module: str, extra: str, what: str) -> ModuleType:
     Traceback (most recent call last):
     ...
     ImportError: braidpy train's plots needs braidpy_no_such_module, which is not installed; \
-install it with: pip install 'braidpy[train]'
+install it with: pip install 'braidpy-mgrit[train]'
     """
     try:
         return importlib.import_module(module)

@@ -328,7 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"scale of the initial layer weights {_default('init_scale')}")
     g.add_argument("--device", type=_device, metavar="cpu|cuda",
                    help="where to train: cpu (NumPy) or cuda[:N] (CuPy, pip install "
-                        "'braidpy[gpu]') (default cpu)")
+                        "'braidpy-mgrit[gpu]') (default cpu)")
 
     g = p.add_argument_group("layer parallelism")
     g.add_argument("--grid", type=_grid, metavar="D,S,L",
@@ -542,7 +542,7 @@ def _check_train_options(args: argparse.Namespace, error: Callable[[str], None])
         try:
             import matplotlib  # noqa: F401
         except ImportError:
-            error("--plot needs matplotlib (pip install 'braidpy[train]')")
+            error("--plot needs matplotlib (pip install 'braidpy-mgrit[train]')")
         from .train.plots import check_figure_path
 
         try:

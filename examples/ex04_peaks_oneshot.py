@@ -56,7 +56,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--plot", metavar="DIR", help="write training figures here (matplotlib)")
     p.add_argument("--device", default="cpu", metavar="cpu|cuda",
                    help="train on the CPU (NumPy) or a CUDA GPU (CuPy: pip install "
-                        "'braidpy[gpu]')")
+                        "'braidpy-mgrit[gpu]')")
     return p.parse_args(argv)
 
 

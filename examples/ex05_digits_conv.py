@@ -22,7 +22,7 @@ or with the layers split over MPI ranks::
 
     mpiexec -n 2 python examples/ex05_digits_conv.py
 
-``--device cuda`` trains on a GPU (CuPy, ``pip install 'braidpy[gpu]'``).
+``--device cuda`` trains on a GPU (CuPy, ``pip install 'braidpy-mgrit[gpu]'``).
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--plot", metavar="DIR", help="write training figures here (matplotlib)")
     p.add_argument("--device", default="cpu", metavar="cpu|cuda",
                    help="train on the CPU (NumPy) or a CUDA GPU (CuPy: pip install "
-                        "'braidpy[gpu]')")
+                        "'braidpy-mgrit[gpu]')")
     args = p.parse_args(argv)
     if args.mode != "serial" and args.layers // args.cf < 2:
         p.error(f"--layers {args.layers} with coarsening factor {args.cf} leaves a coarse "

@@ -27,15 +27,15 @@ def project():
 
 
 def names(requirements):
-    """Distribution names (lower case, extras kept as 'braidpy[...]') of requirements."""
+    """Distribution names (lower case, extras kept: 'braidpy-mgrit[...]') of requirements."""
     return {re.split(r"[<>=!~ ;]", r, maxsplit=1)[0].lower() for r in requirements}
 
 
 def expand(extra, extras):
-    """Every distribution an extra brings, following braidpy[...] self-references."""
+    """Every distribution an extra brings, following braidpy-mgrit[...] self-references."""
     out = set()
     for name in names(extras[extra]):
-        m = re.fullmatch(r"braidpy\[(.*)\]", name)
+        m = re.fullmatch(r"braidpy-mgrit\[(.*)\]", name)
         if m:
             for inner in m.group(1).split(","):
                 out |= expand(inner.strip(), extras)
@@ -205,10 +205,10 @@ def test_comm_without_mpi4py_names_the_mpi_extra():
             def step(self, u, t0, t1, status):
                 u /= 1.0 + (t1 - t0)
 
-        with pytest.raises(ImportError, match=r"pip install 'braidpy\\[mpi\\]'") as info:
+        with pytest.raises(ImportError, match=r"pip install 'braidpy-mgrit\\[mpi\\]'") as info:
             braidpy.solve(Decay(), 0.0, 1.0, 16, comm=TwoRanks())
         assert "mpi4py" in str(info.value)
-        with pytest.raises(TypeError, match=r"braidpy\\[mpi\\]"):
+        with pytest.raises(TypeError, match=r"braidpy-mgrit\\[mpi\\]"):
             rank_size("COMM_WORLD")
         print("messages ok")
     """, {"mpi4py"})
@@ -236,7 +236,7 @@ def test_world_under_a_launcher_without_mpi4py_names_the_mpi_extra():
     rc, out = run_hidden(WORLD, {"mpi4py"}, env={"PMI_SIZE": "4", "PMI_RANK": "0"})
     assert rc == 0, out
     assert "ImportError: this process is one of 4 that mpiexec started" in out
-    assert "pip install 'braidpy[mpi]'" in out
+    assert "pip install 'braidpy-mgrit[mpi]'" in out
     # one process alone is a serial run
     rc, out = run_hidden(WORLD, {"mpi4py"}, env={"PMI_SIZE": "1"})
     assert (rc, out.strip()) == (0, "no error")
@@ -246,7 +246,7 @@ def test_world_under_mpiexec_without_mpi4py_names_the_mpi_extra():
     rc, out = run_hidden(WORLD, {"mpi4py"}, launcher=(MPIEXEC, "-n", "2"), timeout=60)
     assert rc == 0, out
     assert out.count("ImportError: this process is one of 2") == 2, out
-    assert out.count("pip install 'braidpy[mpi]'") == 2, out
+    assert out.count("pip install 'braidpy-mgrit[mpi]'") == 2, out
 
 
 def test_training_and_plots_without_their_packages_name_the_train_extra():
@@ -256,12 +256,12 @@ def test_training_and_plots_without_their_packages_name_the_train_extra():
         from braidpy import data, plotting
         from braidpy.train.plots import plot_history
 
-        train = r"pip install 'braidpy\\[train\\]'"
+        train = r"pip install 'braidpy-mgrit\\[train\\]'"
         with pytest.raises(ImportError, match="needs scikit-learn.*" + train):
             data.digits()
         with pytest.raises(ImportError, match="needs matplotlib.*" + train):
             plotting.plot_residuals([[1.0, 0.1]], "residuals.png")
-        with pytest.raises(ImportError, match=r"matplotlib.*braidpy\\[train\\]"):
+        with pytest.raises(ImportError, match=r"matplotlib.*braidpy-mgrit\\[train\\]"):
             plot_history([{"iteration": 1, "loss": 1.0}], ".")
         print("train messages ok")
     """, {"sklearn", "matplotlib"})
@@ -280,7 +280,7 @@ def test_array_api_arrays_without_array_api_compat_name_the_extra():
             def __dlpack__(self, stream=None):
                 raise NotImplementedError
 
-        with pytest.raises(ImportError, match=r"array-api-compat.*braidpy\\[array-api\\]"):
+        with pytest.raises(ImportError, match=r"array-api-compat.*braidpy-mgrit\\[array-api\\]"):
             backend_for(Tensor(), "clone")
         with pytest.raises(TypeError, match="need an array"):  # not an array at all
             backend_for([1.0], "clone")
@@ -308,7 +308,8 @@ def test_import_braidpy_never_imports_torch():
 def test_braidpy_torch_without_torch_names_the_torch_extra():
     rc, out = run_hidden("""
         import pytest
-        with pytest.raises(ImportError, match=r"braidpy.torch needs torch.*braidpy\\[torch\\]"):
+        with pytest.raises(ImportError,
+                           match=r"braidpy.torch needs torch.*braidpy-mgrit\\[torch\\]"):
             import braidpy.torch
         print("torch message ok")
     """, {"torch"})

@@ -1,6 +1,6 @@
 """Packaging: the sdist holds what the build needs and installs into a fresh environment.
 
-``python -m build --sdist``, then ``pip install dist/braidpy-*.tar.gz`` into a new
+``python -m build --sdist``, then ``pip install dist/braidpy_mgrit-*.tar.gz`` into a new
 virtual environment (pip's build isolation, build requirements from PyPI), then a serial
 solve there, from the installed copy, with no MPI installed. Marked slow: it compiles
 the C++ core once (a minute or two on two cores). ``setup.py``'s handling of a CMake
@@ -80,7 +80,7 @@ def sdist(tmp_path_factory):
     run([sys.executable, "-m", "build", "--sdist", "--outdir", out, ROOT], env=clean_env(),
         timeout=600)
     print(f"sdist built in {time.perf_counter() - started:.1f} s")
-    (path,) = out.glob("braidpy-*.tar.gz")
+    (path,) = out.glob("braidpy_mgrit-*.tar.gz")
     return path
 
 
@@ -179,3 +179,20 @@ def test_no_build_isolation_needs_the_listed_requirements():
     assert all(n in line for n in names), (names, line)
     setup_py = (ROOT / "setup.py").read_text()
     assert "pip install " + " ".join(names) in setup_py, textwrap.shorten(setup_py, 200)
+
+
+def test_the_version_is_written_in_one_place():
+    """pyproject takes the version from braidpy.__version__; the citation file and the
+    installed metadata (distribution braidpy-mgrit) say the same."""
+    import importlib.metadata
+
+    import braidpy
+
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert project["project"]["name"] == "braidpy-mgrit"
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "braidpy.__version__"}
+    cff = (ROOT / "CITATION.cff").read_text()
+    assert f"\nversion: {braidpy.__version__}\n" in cff
+    assert importlib.metadata.version("braidpy-mgrit") == braidpy.__version__

@@ -1,6 +1,6 @@
 """The world communicator, the (rank, size) of any communicator, and the one lazy MPI import.
 
-mpi4py is optional (``pip install 'braidpy[mpi]'``): every module of braidpy that needs
+mpi4py is optional (``pip install 'braidpy-mgrit[mpi]'``): every module of braidpy that needs
 ``MPI`` gets it from :func:`mpi`, which is called only once a communicator with more
 than one rank is in use, so serial runs never import it.
 """
@@ -22,7 +22,7 @@ _LAUNCHER_SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_
 
 
 def mpi() -> ModuleType:
-    """``mpi4py.MPI``, imported now; an ImportError naming ``braidpy[mpi]`` without it."""
+    """``mpi4py.MPI``, imported now; an ImportError naming ``braidpy-mgrit[mpi]`` without it."""
     try:
         return require("mpi4py.MPI", "mpi", "running braidpy on several MPI ranks")
     except RuntimeError as err:  # mpi4py is there, but no MPI library it can load
@@ -60,7 +60,7 @@ def world() -> Optional[Any]:
     ImportError
         If an MPI launcher started several processes but mpi4py is not installed
         (each would otherwise solve the whole problem alone); the message names
-        ``braidpy[mpi]``.
+        ``braidpy-mgrit[mpi]``.
 
     Examples
     --------
