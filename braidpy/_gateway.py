@@ -12,7 +12,7 @@ from typing import Any
 
 from ._app import App
 
-__all__ = ["check_app_callbacks", "has_step_batch", "tell_app_the_grid"]
+__all__ = ["check_app_callbacks", "has_step_batch", "packed_bytes", "tell_app_the_grid"]
 
 
 def has_step_batch(app: Any) -> bool:
@@ -50,3 +50,14 @@ def tell_app_the_grid(app: Any, tstart: float, tstop: float, ntime: int) -> None
             setattr(app, name, value)
         except AttributeError:
             pass
+
+
+def packed_bytes(app: Any, u: Any) -> bytes:
+    """``app.bufpack(u)`` as bytes, or the TypeError the compiled gateway raises for a
+    result that is not bytes-like (csrc/bindings/py_ops.cpp, ``PyOps::bufpack``)."""
+    buf = app.bufpack(u)
+    try:
+        return bytes(memoryview(buf).cast("B"))
+    except TypeError:
+        raise TypeError(f"bufpack must return a bytes-like object (bytes, bytearray or a "
+                        f"contiguous array), got {type(buf).__name__}") from None

@@ -14,7 +14,9 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _core
-from ._gateway import check_app_callbacks, has_step_batch, tell_app_the_grid
+from ._app import App
+from ._limits import check_ntime
+from ._gateway import check_app_callbacks, has_step_batch, packed_bytes, tell_app_the_grid
 from ._errors import BraidError, ConvergenceError, DivergenceError, ErrorLabels
 from ._options import Options
 from ._result import Result, fine_index
@@ -51,6 +53,8 @@ def _time_grid(tstart, tstop, ntime, times) -> np.ndarray:
                          f"tstop={tstop!r}")
     if isinstance(ntime, bool) or not isinstance(ntime, (int, np.integer)) or ntime < 1:
         raise ValueError(f"ntime must be an int >= 1, got {ntime!r}")
+    # Before anything is allocated: the core's int64 indices, distinct times, memory.
+    ntime = check_ntime(ntime, tstart, tstop, uniform=times is None)
     if times is None:
         # XBraid's expression: t_i = tstart + (i/ntime)*(tstop - tstart).
         i = np.arange(ntime + 1, dtype=np.float64)
@@ -64,6 +68,73 @@ def _time_grid(tstart, tstop, ntime, times) -> np.ndarray:
         raise ValueError(f"times must start at tstart={tstart!r} and end at tstop={tstop!r}, "
                          f"got {grid[0]!r}..{grid[-1]!r}")
     return grid
+
+
+try:
+    from numpy.lib.array_utils import byte_bounds as _byte_bounds  # NumPy >= 2
+except ImportError:  # NumPy 1.x
+    from numpy import byte_bounds as _byte_bounds  # type: ignore[attr-defined,no-redef]
+
+
+def _extent(x: Any) -> Optional[Tuple[str, int, int]]:
+    """(memory space, first byte, end) of an array's data, from the CUDA array interface
+    or (host memory) NumPy's view of it; None when unknown (an opaque object)."""
+    try:
+        cai = None if isinstance(x, np.ndarray) else getattr(x, "__cuda_array_interface__",
+                                                              None)
+    except Exception:  # noqa: BLE001 - e.g. a torch tensor that requires grad: unknown
+        return None
+    if isinstance(cai, Mapping):
+        try:
+            ptr, shape = int(cai["data"][0]), tuple(int(d) for d in cai["shape"])
+            itemsize = np.dtype(cai["typestr"]).itemsize
+            strides = cai.get("strides") or tuple(
+                itemsize * math.prod(shape[k + 1:]) for k in range(len(shape)))
+        except (KeyError, TypeError, ValueError, IndexError):
+            return None
+        if 0 in shape:
+            return None
+        lo = ptr + sum(min(0, (d - 1) * s) for d, s in zip(shape, strides))
+        hi = ptr + sum(max(0, (d - 1) * s) for d, s in zip(shape, strides)) + itemsize
+        return "cuda", lo, hi
+    if isinstance(x, np.ndarray):
+        a = x
+    elif hasattr(x, "__array_interface__"):
+        a = np.asarray(x)
+    elif hasattr(x, "__dlpack__"):
+        try:
+            a = np.from_dlpack(x)  # host memory only; a device array raises
+        except Exception:  # noqa: BLE001 - unknown: not checked
+            return None
+    else:
+        return None
+    if a.size == 0:
+        return None
+    lo, hi = _byte_bounds(a)
+    return "host", int(lo), int(hi)
+
+
+def _check_clone_copies(app: Any, tstart: float) -> None:
+    """TypeError naming ``clone`` when the app's own clone returns a state that shares
+    memory with its argument (a view such as ``u[:]``): MGRIT would change the original
+    through its copy and could report convergence to a wrong answer. Checked once, when
+    a Core is made, on the value at tstart; App's default clone (which copies) and
+    braidpy's own apps are not checked, so they cost nothing."""
+    fn = getattr(getattr(app, "clone", None), "__func__", None)
+    module = getattr(fn, "__module__", None) or ""
+    if fn is App.clone or module == "braidpy" or module.startswith("braidpy."):
+        return
+    u = app.init(tstart)
+    c = app.clone(u)
+    if c is u:
+        return  # named by the compiled gateway at its first clone ("returned its argument")
+    a, b = _extent(u), _extent(c)
+    if a is not None and b is not None and a[0] == b[0] and a[1] < b[2] and b[1] < a[2]:
+        raise TypeError(
+            f"clone(u) returned a {type(c).__module__}.{type(c).__name__} that shares "
+            f"memory with u (a view such as u[:] or u.reshape(...)); clone must return an "
+            f"independent copy (e.g. u.copy()): MGRIT changes copies in place, and through "
+            f"a view it would change u too and could converge to a wrong answer")
 
 
 SAME_PROBLEM = ("every rank must give Core/solve the same tstart, tstop, ntime, times "
@@ -171,6 +242,7 @@ class Core:
         if self.size > 1:
             self._tcomm = TimeComm(comm)
         self._busy = threading.Lock()  # taken without waiting: concurrent use is an error
+        self._closed = False  # close() was called: no more solves
         self._cold = True  # the next solve starts from init (mirrors the compiled core)
         failure: Optional[BaseException] = None
         problem: Optional[Dict[str, Any]] = None
@@ -187,6 +259,9 @@ class Core:
             if self.size > 1:
                 problem = _problem_fields(tstart, tstop, ntime, None if times is None else grid,
                                           self._options, fine_ranges, self.labels)
+            # The app's own clone, once, before any work (init reads the grid's facts).
+            tell_app_the_grid(app, tstart, tstop, ntime)
+            _check_clone_copies(app, float(tstart))
         except Exception as error:  # noqa: BLE001 - told to every rank, raised here
             failure = error
         # One collective: every rank was given the same grid and options (or raises).
@@ -262,6 +337,9 @@ class Core:
         docs/errors.md). A Core serves one solve at a time: a call from another
         thread or from inside a callback meanwhile raises RuntimeError.
         """
+        if getattr(self, "_closed", False):
+            raise RuntimeError("this braidpy Core was closed (Core.close() released its "
+                               "communicator); it cannot solve again: make a new Core")
         if not self._busy.acquire(blocking=False):
             raise RuntimeError(BUSY)
         try:
@@ -283,9 +361,17 @@ class Core:
         # No local may hold the outcome: it is not garbage-collected, and a frame in a
         # failure's traceback holding it would make an uncollectable cycle.
         self._check(self._run_core())
+        try:
+            final = self._broadcast_final()
+            result = self._result(final, time.perf_counter() - start)
+        except BaseException:
+            # Failed after the core's solve (the final value's clone, bufpack or
+            # bufunpack, the summary line, require_convergence): the next solve starts
+            # cold too, as after any failure (on every rank: these fail on all of them).
+            self._solver.reset_guess()
+            raise
         self._cold = False
-        final = self._broadcast_final()
-        return self._result(final, time.perf_counter() - start)
+        return result
 
     def _run_core(self) -> _core.Outcome:
         with routed_to(self._solver.interrupt):
@@ -399,7 +485,7 @@ class Core:
         packed = None
         with self._agreement("packing the final value"):
             if self.rank == root:
-                packed = bytes(memoryview(self.app.bufpack(mine)).cast("B"))
+                packed = packed_bytes(self.app, mine)
         data = bcast_bytes(self._wire, packed, root)
         # The last agreement of a solve: also where rank 0's summary line may fail.
         with self._agreement("unpacking the final value"):
@@ -421,7 +507,9 @@ class Core:
 
     def close(self) -> None:
         """Release the Core's duplicate of the communicator now (also done when the
-        Core is garbage collected). The Core cannot solve afterwards."""
+        Core is garbage collected). The Core cannot solve afterwards: :meth:`solve`
+        then raises RuntimeError. Under MPI, close a Core on every rank."""
+        self._closed = True
         tcomm, self._tcomm = getattr(self, "_tcomm", None), None
         if tcomm is not None:
             tcomm.free()

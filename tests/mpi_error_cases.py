@@ -54,11 +54,17 @@ class Failing(Decay):
 
     def bufpack(self, u):
         self._maybe("bufpack")
+        if self.mine and self.where in BAD_BUFFERS:  # returns what MPI cannot send
+            return BAD_BUFFERS[self.where]
         return super().bufpack(u)
 
     def bufunpack(self, buf):
         self._maybe("bufunpack")
         return super().bufunpack(buf)
+
+
+# bufpack returning something that is not bytes-like, on the failing rank.
+BAD_BUFFERS = {"bufpack_returns_str": "not bytes", "bufpack_returns_none": None}
 
 
 class FailingBatched(Failing):
@@ -151,6 +157,8 @@ ERROR_CASES = {
     "access": lambda c: _run(c, "access", lambda s: s.index % 2 == 1),
     "bufpack": lambda c: _run(c, "bufpack"),
     "bufunpack": lambda c: _run(c, "bufunpack"),
+    "bufpack_returns_str": lambda c: _run(c, "bufpack_returns_str"),
+    "bufpack_returns_none": lambda c: _run(c, "bufpack_returns_none"),
     "nan_residual": lambda c: _run(c, "nan", lambda s: s.level == 0 and s.iteration == 2),
     # MPI's MAX reduction may drop a NaN: the infinity norm must still see it.
     "nan_residual_tnorm_inf": lambda c: _run(c, "nan", lambda s: s.level == 0 and

@@ -125,6 +125,12 @@ def test_error_contract_under_mpi(nranks, tmp_path):
         elif name.startswith("nan_residual"):
             assert kinds == ["DivergenceError"] * nranks, (name, outcomes)
             assert len({msg for _, msg in outcomes}) == 1
+        elif name.startswith("bufpack_returns"):  # checked before MPI sees it: no hang
+            kind, msg = outcomes[fail_rank]
+            assert kind == "TypeError" and "bufpack must return a bytes-like" in msg, outcomes
+            for rank, (kind, msg) in enumerate(outcomes):
+                if rank != fail_rank:
+                    assert kind == "BraidError" and f"rank {fail_rank}" in msg, (name, outcomes)
         else:
             assert kinds[fail_rank] == "Boom", (name, outcomes)
             for rank, (kind, msg) in enumerate(outcomes):

@@ -476,7 +476,23 @@ void PyOps::step_batch(Vec block, braid::Index first, Vec* us, braid::Index n,
 PyObject* PyOps::bufpack(Vec u) {
   if (failed_ || u == nullptr) return nullptr;
   PyObject* args[1] = {static_cast<PyObject*>(u)};
-  return call(kBufpack, bufpack_, args, 1);
+  PyObject* buf = call(kBufpack, bufpack_, args, 1);
+  // Checked before it reaches MPI: a str or None failed inside the send, which was
+  // then never posted, and the receiving rank waited for it forever.
+  if (buf == nullptr) return nullptr;
+  Py_buffer view;
+  if (PyObject_GetBuffer(buf, &view, PyBUF_C_CONTIGUOUS) == 0) {
+    PyBuffer_Release(&view);
+    return buf;
+  }
+  PyErr_Clear();
+  PyErr_Format(PyExc_TypeError,
+               "bufpack must return a bytes-like object (bytes, bytearray or a "
+               "contiguous array), got %.200s",
+               Py_TYPE(buf)->tp_name);
+  Py_DECREF(buf);
+  capture_current_error(kBufpack);
+  return nullptr;
 }
 
 Vec PyOps::bufunpack(PyObject* buf) {
