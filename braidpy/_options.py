@@ -11,6 +11,7 @@ from typing import Any, Dict, Mapping, Union
 import numpy as np
 
 from . import _core
+from ._limits import INT_MAX
 
 __all__ = ["Options"]
 
@@ -199,9 +200,8 @@ def _check_names(kwargs: Mapping[str, Any]) -> None:
             raise ValueError(f"unknown option {key!r}{hint}")
 
 
-# The core's counts are C ints: larger values are refused here, by name, instead of
-# failing inside pybind11 with "Unable to cast Python instance".
-INT_MAX = 2**31 - 1
+# The core's counts are C ints (braidpy._limits.INT_MAX): larger values are refused
+# here, by name, instead of failing inside pybind11 with "Unable to cast Python instance".
 
 
 def _is_int(v) -> bool:

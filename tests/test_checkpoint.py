@@ -191,3 +191,17 @@ def test_resume_on_other_data_names_both_fingerprints(tmp_path):
     same = trainer(X.copy(), C.copy(), tmp_path, iterations=5)
     same.resume(tmp_path / "c.npz")  # the same data in new arrays: no complaint
     assert same.best["accuracy"] is not None
+
+
+def test_a_stale_temporary_file_is_replaced_and_a_failed_save_keeps_the_old_file(tmp_path):
+    path = tmp_path / "run.npz"
+    save_checkpoint(path, {"k": 1})
+    (tmp_path / "run.npz.tmp").write_bytes(b"left by a killed run")
+    save_checkpoint(path, {"k": 2})
+    assert load_checkpoint(path)["k"] == 2 and not (tmp_path / "run.npz.tmp").exists()
+    with pytest.raises(TypeError, match="cannot write a object"):
+        save_checkpoint(path, {"k": object()})  # fails before a byte is written
+    assert load_checkpoint(path)["k"] == 2 and not (tmp_path / "run.npz.tmp").exists()
+    save_checkpoint(path, {"k": 3, "params": np.array([np.nan])})  # a diverged state
+    with pytest.raises(CheckpointError, match="field 'params' must be finite"):
+        load_checkpoint(path)  # is written, but refused on reading: never resumed

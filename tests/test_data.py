@@ -260,6 +260,18 @@ def test_idx_size_mismatch(tmp_path: Path) -> None:
         data.load_idx(path)
 
 
+def test_gzipped_idx_size_mismatch_either_way(tmp_path: Path) -> None:
+    # Gzipped, the data's size is known only by decompressing: exactly the announced
+    # bytes are read, and one more tells of a longer file.
+    for payload, found in ((b"\x00\x01", "found 2"), (b"\x00" * 9, "found 6 or more")):
+        path = tmp_path / "x-idx1-ubyte.gz"
+        with gzip.open(path, "wb") as f:
+            f.write(struct.pack(">HBBI", 0, 0x08, 1, 5) + payload)
+        with pytest.raises(ValueError, match=f"{path}: IDX shape \\(5,\\) needs 5 data "
+                                             f"bytes, {found}"):
+            data.load_idx(path)
+
+
 def test_mnist_small_files(tmp_path: Path) -> None:
     rng = np.random.default_rng(SEED_B)
     sizes = {"train": 6, "t10k": 4}

@@ -8,6 +8,7 @@ from typing import Optional, Union
 
 import numpy as np
 
+from .._limits import check_finite, check_npy_header
 from ._helpers import _check_one_hot, one_hot
 
 __all__ = ["PathLike", "load_arrays"]
@@ -20,9 +21,37 @@ def _read_text(path: Path, delimiter: Optional[str] = None) -> np.ndarray:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: file not found")
     try:
-        return np.loadtxt(path, delimiter=delimiter, ndmin=2, dtype=np.float64)
+        data = np.loadtxt(path, delimiter=delimiter, ndmin=2, dtype=np.float64)
     except ValueError as err:
         raise ValueError(f"{path}: could not read numbers ({err})") from err
+    return _finite(path, data)
+
+
+def _finite(path: Path, data: np.ndarray) -> np.ndarray:
+    """``data``, or a ValueError naming the file and the first sample (row) holding NaN
+    or an infinity: such numbers would train, evaluate or predict nonsense."""
+    return check_finite(data, str(path))
+
+
+def _check_npy_sizes(path: Path) -> None:
+    """The arrays an .npy file or .npz archive announces are present and fit in memory,
+    checked from their headers before NumPy allocates them (a crafted shape would
+    otherwise raise MemoryError naming nothing)."""
+    import zipfile
+
+    try:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as zf:
+                for info in zf.infolist():
+                    if info.filename.endswith(".npy"):
+                        with zf.open(info) as member:
+                            check_npy_header(member, info.file_size,
+                                             f"{path} (array {info.filename[:-4]!r})")
+        else:
+            with open(path, "rb") as f:
+                check_npy_header(f, path.stat().st_size, str(path))
+    except (zipfile.BadZipFile, OSError, EOFError):
+        return  # unreadable: np.load raises, and the caller names the file
 
 
 def _numeric(path: Path, data: np.ndarray) -> np.ndarray:
@@ -40,6 +69,7 @@ def _read_array(path: Path, delimiter: Optional[str]) -> np.ndarray:
     suffix = path.suffix.lower()
     if suffix in (".npy", ".npz"):
         kind = "an .npz archive" if suffix == ".npz" else "a .npy file"
+        _check_npy_sizes(path)
         try:
             loaded = np.load(path, allow_pickle=False)
         except (ValueError, EOFError, OSError) as err:
@@ -47,7 +77,7 @@ def _read_array(path: Path, delimiter: Optional[str]) -> np.ndarray:
             raise ValueError(f"{path}: not a readable {suffix} file "
                              f"({why})") from err
         if isinstance(loaded, np.ndarray):
-            return _numeric(path, loaded)
+            return _finite(path, _numeric(path, loaded))
         with loaded:
             names = list(loaded.files)
             if len(names) != 1:
@@ -57,7 +87,7 @@ def _read_array(path: Path, delimiter: Optional[str]) -> np.ndarray:
                 data = loaded[names[0]]
             except ValueError as err:
                 raise ValueError(f"{path}: array {names[0]!r} is not readable ({err})") from err
-        return _numeric(path, data)
+        return _finite(path, _numeric(path, data))
     return _read_text(path, delimiter)
 
 
@@ -103,8 +133,10 @@ def load_arrays(
     FileNotFoundError
         If a file does not exist.
     ValueError
-        With the file name and the problem: non-numeric entries, labels that are
-        neither class ids nor one-hot, or sample counts that differ.
+        With the file name and the problem: non-numeric entries, NaN or infinite values
+        (naming the first such sample), labels that are neither class ids nor one-hot,
+        class ids out of range, sample counts that differ, or an array header announcing
+        more data than the file holds or memory can (:class:`braidpy._limits.LimitError`).
 
     Examples
     --------

@@ -7,6 +7,8 @@ from typing import Iterator, Optional
 
 import numpy as np
 
+from .._limits import check_memory
+
 __all__ = ["one_hot", "batches"]
 
 
@@ -49,6 +51,8 @@ def one_hot(labels: np.ndarray, nclasses: Optional[int] = None) -> np.ndarray:
         raise ValueError(f"nclasses must be non-negative, got {nclasses}")
     if ids.size and ids.max() >= nclasses:
         raise ValueError(f"label {int(ids.max())} is out of range for nclasses={nclasses}")
+    check_memory(8 * ids.size * nclasses, f"one-hot labels of {ids.size} samples and "
+                                          f"{nclasses} classes (the largest label + 1)")
     out = np.zeros((ids.size, nclasses), dtype=np.float64)
     out[np.arange(ids.size), ids] = 1.0
     return out

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import gzip
+import os
 import struct
+import zlib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ._files import PathLike
+from .._limits import check_memory, shape_bytes
+from ._files import PathLike, _finite
 from ._helpers import one_hot
 
 __all__ = ["MNIST_FILES", "load_idx", "mnist", "save_idx"]
@@ -58,32 +61,54 @@ def load_idx(path: PathLike) -> np.ndarray:
     Raises
     ------
     ValueError
-        If the header is malformed or the data size does not match it.
+        If the header is malformed, the data size does not match it, a gzipped file is
+        corrupt (each naming the file), or the data would not fit in memory
+        (:class:`braidpy._limits.LimitError`).
     """
     path = Path(path)
-    opener = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rb") as fh:
-        raw = fh.read()
+    gz = path.name.endswith(".gz")
+    try:
+        with (gzip.open if gz else open)(path, "rb") as fh:
+            return _read_idx(fh, path, gz)
+    except FileNotFoundError:
+        raise
+    except (OSError, EOFError, zlib.error) as exc:  # a corrupt or truncated gzip stream
+        raise ValueError(f"{path}: not a readable {'gzipped ' if gz else ''}IDX file "
+                         f"({exc})") from exc
+
+
+def _read_idx(fh: Any, path: Path, gz: bool) -> np.ndarray:
+    """The IDX file open in ``fh``: its header first, then exactly the data the shape
+    announces, checked against the file's size (or, gzipped, against what decompresses)
+    and the memory available before they are read."""
+    raw = fh.read(4)
     if len(raw) < 4:
         raise ValueError(f"{path}: not an IDX file (only {len(raw)} bytes)")
-    zero, code, ndim = struct.unpack(">HBB", raw[:4])
+    zero, code, ndim = struct.unpack(">HBB", raw)
     if zero != 0 or code not in _IDX_DTYPES:
         raise ValueError(
-            f"{path}: bad IDX magic number 0x{raw[:4].hex()} "
+            f"{path}: bad IDX magic number 0x{raw.hex()} "
             "(expected 0x0000, a type code in 08 09 0B 0C 0D 0E, and the dimension count)"
         )
-    header = 4 + 4 * ndim
-    if len(raw) < header:
+    dims = fh.read(4 * ndim)
+    if len(dims) < 4 * ndim:
         raise ValueError(f"{path}: IDX header announces {ndim} dimensions but is truncated")
-    shape = struct.unpack(f">{ndim}I", raw[4:header])
+    shape = struct.unpack(f">{ndim}I", dims)
     dtype = _IDX_DTYPES[code]
-    expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    if len(raw) - header != expected:
-        raise ValueError(
-            f"{path}: IDX shape {shape} needs {expected} data bytes, found {len(raw) - header}"
-        )
-    data = np.frombuffer(raw, dtype=dtype, offset=header).reshape(shape)
-    return data.astype(dtype.newbyteorder("="))
+    expected = shape_bytes(shape, dtype.itemsize)  # Python ints: no int64 overflow
+    header = 4 + 4 * ndim
+    if not gz:
+        found = os.fstat(fh.fileno()).st_size - header
+        if found != expected:
+            raise ValueError(f"{path}: IDX shape {shape} needs {expected} data bytes, "
+                             f"found {found}")
+    check_memory(expected, f"{path} (IDX shape {shape})")
+    data = fh.read(expected + 1) if gz else fh.read(expected)
+    if len(data) != expected:
+        raise ValueError(f"{path}: IDX shape {shape} needs {expected} data bytes, found "
+                         f"{len(data)}{' or more' if len(data) > expected else ''}")
+    array = np.frombuffer(data, dtype=dtype).reshape(shape)
+    return array.astype(dtype.newbyteorder("="))
 
 
 def save_idx(path: PathLike, array: Any) -> Path:
@@ -182,7 +207,8 @@ def mnist(directory: PathLike) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     FileNotFoundError
         If a file is missing.
     ValueError
-        If a file is malformed or images and labels disagree in number.
+        If a file is malformed, holds NaN or infinite pixels or labels outside 0-9, or
+        images and labels disagree in number (each naming the file).
     """
     folder = Path(directory)
     out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
@@ -195,6 +221,12 @@ def mnist(directory: PathLike) -> dict[str, tuple[np.ndarray, np.ndarray]]:
             raise ValueError(
                 f"{lpath}: expected {images.shape[0]} labels, got shape {labels.shape}"
             )
+        _finite(ipath, images)
+        try:
+            Y = one_hot(labels, 10)
+        except ValueError as err:  # e.g. label 200: MNIST has classes 0 to 9
+            raise ValueError(f"{lpath}: {err}") from err
+        check_memory(8 * images.size, f"{ipath} as float64")
         X = images.astype(np.float64)[:, None, :, :] / 255.0
-        out[split] = (X, one_hot(labels, 10))
+        out[split] = (X, Y)
     return out

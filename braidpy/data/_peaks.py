@@ -7,6 +7,7 @@ from typing import Optional
 
 import numpy as np
 
+from .._limits import check_memory
 from ._files import PathLike, _read_text
 from ._helpers import _check_one_hot, one_hot
 
@@ -139,6 +140,9 @@ def peaks(n: int, seed: Optional[int] = None) -> tuple[np.ndarray, np.ndarray]:
     if isinstance(n, bool) or int(n) != n or n < 0:
         raise ValueError(f"n must be a non-negative integer, got {n!r}")
     n = int(n)
+    # Rejection sampling draws chunks of 8 n points (2 coordinates, a label and the
+    # function's temporaries): refused by name before they are allocated.
+    check_memory(512 * n + 2**20, f"peaks(n={n})")
     rng = np.random.default_rng(seed)
     want = np.full(PEAKS_CLASSES, n // PEAKS_CLASSES)
     want[: n % PEAKS_CLASSES] += 1

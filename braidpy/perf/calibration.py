@@ -45,6 +45,8 @@ import json
 import math
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from .._limits import INT_MAX, LimitError, loads_json, write_atomically
+
 __all__ = ["FORMAT", "VERSION", "KINDS", "CostFit", "LayerCosts", "Link", "Calibration",
            "CalibrationError", "calibration_from_json", "load_calibration",
            "save_calibration", "layer_name",
@@ -385,6 +387,15 @@ def _fit(obj: Any, where: str) -> CostFit:
             for p in pts):
         raise CalibrationError(f"field {where}.points must be a list of [rows, samples, "
                                f"seconds]")
+    for k, (rows, samples, seconds) in enumerate(pts):
+        # A measured call takes time: a NaN, infinite, zero or negative point would be
+        # interpolated into "nan s/gradient" or a negative prediction.
+        for name, v, whole in (("rows", rows, True), ("samples", samples, True),
+                               ("seconds", seconds, False)):
+            if not math.isfinite(v) or not v > 0 or (whole and (v != int(v) or v > INT_MAX)):
+                need = f"an integer in 1..{INT_MAX}" if whole else "a finite number > 0"
+                raise CalibrationError(f"field {where}.points[{k}] {name} must be {need}, "
+                                       f"got {v!r}")
     return CostFit(_number(obj, "a", where), _number(obj, "b", where),
                    tuple((int(r), int(s), float(t)) for r, s, t in pts))
 
@@ -531,7 +542,10 @@ def load_calibration(path: str) -> Calibration:
     except (OSError, UnicodeDecodeError) as exc:
         raise CalibrationError(f"calibration file {path!r} cannot be read: {exc}") from None
     try:
-        data = json.loads(text)
+        # NaN/Infinity tokens parse here, to be refused by the field that holds them.
+        data = loads_json(text, f"calibration file {path!r}", constants=True)
+    except LimitError as exc:
+        raise CalibrationError(str(exc)) from None
     except json.JSONDecodeError as exc:
         raise CalibrationError(f"calibration file {path!r} is not JSON: {exc}") from None
     try:
@@ -541,8 +555,10 @@ def load_calibration(path: str) -> Calibration:
 
 
 def save_calibration(cal: Calibration, path: str) -> None:
-    """Write ``cal`` as JSON (what :func:`load_calibration` reads)."""
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(cal.to_json(), f, indent=1)
-        f.write("\n")
+    """Write ``cal`` as JSON (what :func:`load_calibration` reads), atomically, to a
+    regular file (a device, folder or symbolic link raises
+    :class:`braidpy._limits.OutputPathError`)."""
+    text = json.dumps(cal.to_json(), indent=1) + "\n"
+    write_atomically(path, "calibration file", lambda f: f.write(text.encode("utf-8")),
+                     make_folder=False)
 

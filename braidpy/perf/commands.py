@@ -7,6 +7,8 @@ import json
 import sys
 from typing import Any, List
 
+from .._limits import INDEX_MAX, INT_MAX, check_output_file
+from ..parallel.agree import agreed
 from .calibrate import (DEFAULT_LAYERS, DEFAULT_SAMPLES, calibrate, calibrate_follower,
                         parse_layer)
 from .calibration import load_calibration, save_calibration
@@ -28,6 +30,17 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _positive_int_at_most(high: int, why: str) -> Any:
+    """_positive_int with an upper bound (a huge -P would plan for hours)."""
+    def convert(text: str) -> int:
+        digits = text.strip().lstrip("+")
+        if digits.isdigit() and (len(digits) > 30 or int(digits) > high):
+            raise argparse.ArgumentTypeError(f"expected an int <= {high} ({why}), got "
+                                             f"{text!r}")
+        return _positive_int(text)
+    return convert
+
+
 def _positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -47,6 +60,18 @@ def _layer(text: str) -> str:
 
 
 def _network(text: str) -> str:
+    # Its numbers bounded before anything is built from them: sizes (width, channels,
+    # H, W, kernel) are C ints, layers the core's int64 time points (braidpy.perf.plan
+    # then bounds the prediction work they make).
+    parts = text.split(":")
+    if parts[0] in ("dense", "conv") and len(parts) >= 3:
+        for number, high, what in ([(n, INT_MAX, "size") for n in parts[1].split("x")]
+                                   + [(parts[2], INDEX_MAX - 1, "layer count")]
+                                   + [(n, INT_MAX, "kernel") for n in parts[3:]]):
+            digits = number.strip().lstrip("+")
+            if digits.isdigit() and (len(digits) > 30 or int(digits) > high):
+                raise argparse.ArgumentTypeError(
+                    f"network {text!r}: {what} {number} is too large (at most {high})")
     try:
         network_spec(text)
     except ValueError as exc:
@@ -96,9 +121,11 @@ def add_commands(commands: Any) -> None:
                    help="written by braidpy calibrate")
     p.add_argument("--network", required=True, type=_network, metavar="SPEC",
                    help=f"{', '.join(NETWORKS)}, dense:WIDTH:LAYERS or conv:CxHxW:LAYERS[:K]")
-    p.add_argument("--batch", type=_positive_int, metavar="N",
+    p.add_argument("--batch", type=_positive_int_at_most(INDEX_MAX, "an int64 count"),
+                   metavar="N",
                    help="samples per gradient (default: the named network's)")
-    p.add_argument("-P", "--procs", type=_positive_int, required=True, metavar="N",
+    p.add_argument("-P", "--procs", required=True, metavar="N",
+                   type=_positive_int_at_most(INT_MAX, "MPI counts ranks in a C int"),
                    help="processes (or GPUs)")
     p.add_argument("--interconnect", choices=("calibrated",) + tuple(CLUSTERS),
                    default="calibrated", help="network costs: the calibration's or a "
@@ -146,6 +173,11 @@ def _calibrate(args: argparse.Namespace) -> int:
     where = placement(args.device)
     comm = _world()
     rank = 0 if comm is None else comm.Get_rank()
+    # Rank 0's output must be a file braidpy may write (not a device, folder or link):
+    # checked before minutes of measuring, and every rank learns the outcome.
+    with agreed(comm, "checking -o"):
+        if rank == 0:
+            check_output_file(args.output, "-o")
     layers: List[str] = args.layer or list(DEFAULT_LAYERS)
     say = (lambda m: print(f"braidpy calibrate: {m}", file=sys.stderr, flush=True)) \
         if rank == 0 and not args.quiet else None

@@ -11,13 +11,21 @@ is small (divisors of P times a dozen MGRIT settings).
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
+from .._limits import INT_MAX, LimitError
 from .calibration import Calibration, Link
 from .model import NetSpec, Prediction, Strategy, check_strategy, predict, serial_seconds
 from .schedule import Cycle, hierarchy
 
-__all__ = ["CLUSTERS", "Plan", "factorizations", "candidates", "plan", "format_plan"]
+__all__ = ["CLUSTERS", "Plan", "factorizations", "candidates", "plan", "format_plan",
+           "MAX_WORK"]
+
+#: The most prediction work :func:`plan` takes on: strategies x layers x MGRIT
+#: iterations per gradient (about a microsecond each: 5e7 is about a minute). Beyond it
+#: plan refuses at once, naming the sizes, instead of running for hours.
+MAX_WORK = 5 * 10**7
 
 #: Documented cluster networks (point-to-point alpha-beta; the allreduce link is the
 #: same per tree round). 25 Gb/s Ethernet with kernel TCP: about 25 us and 3.1 GB/s;
@@ -37,14 +45,29 @@ def factorizations(P: int) -> List[Tuple[int, int, int]]:
     """
     if isinstance(P, bool) or not isinstance(P, int) or P < 1:
         raise ValueError(f"P must be an int >= 1, got {P!r}")
-    out = []
-    for d in range(1, P + 1):
-        if P % d:
-            continue
-        for s in range(1, P // d + 1):
-            if (P // d) % s == 0:
-                out.append((d, s, P // d // s))
-    return out
+    if P > INT_MAX:  # MPI counts ranks in a C int
+        raise LimitError(f"P must be <= {INT_MAX} (MPI's rank count is a C int), got {P}")
+    divisors = _divisors(P)
+    return [(d, s, P // d // s) for d in divisors for s in divisors
+            if s <= P // d and (P // d) % s == 0]
+
+
+def _divisors(n: int) -> List[int]:
+    """The divisors of n in increasing order (from its prime factors: fast for any n
+    up to INT_MAX, unlike trying every number up to n)."""
+    divisors = [1]
+    p, m = 2, n
+    while p * p <= m:
+        k = 0
+        while m % p == 0:
+            m //= p
+            k += 1
+        if k:
+            divisors = [d * p ** e for d in divisors for e in range(k + 1)]
+        p += 1 if p == 2 else 2
+    if m > 1:
+        divisors = [d * f for d in divisors for f in (1, m)]
+    return sorted(divisors)
 
 
 def candidates(net: NetSpec, P: int, *, levels: Sequence[int] = (2, 3, 4),
@@ -97,6 +120,7 @@ def plan(net: NetSpec, P: int, cal: Calibration, *, memory: Optional[float] = No
     link replacing the calibration's (e.g. :data:`CLUSTERS`); ``menu``: passed to
     :func:`candidates`.
     """
+    _check_work(net, P, menu)
     ranked: List[Prediction] = []
     rejected: List[Tuple[Strategy, str]] = []
     least = float("inf")  # the least memory per rank of a split that did not fit
@@ -106,6 +130,10 @@ def plan(net: NetSpec, P: int, cal: Calibration, *, memory: Optional[float] = No
             rejected.append((s, "; ".join(why)))
             continue
         pred = predict(net, s, cal, p2p=network, small=network, cores=cores)
+        if not (math.isfinite(pred.seconds) and pred.seconds > 0):
+            raise ValueError(f"the calibration predicts {pred.seconds} s/gradient for "
+                             f"{s.label()}: its costs must be finite and > 0 (measure them "
+                             f"again with braidpy calibrate)")
         if memory is not None and pred.memory > memory:
             least = min(least, pred.memory)
             rejected.append((s, f"needs {pred.memory / 2**30:.3g} GiB per rank, more than "
@@ -117,10 +145,33 @@ def plan(net: NetSpec, P: int, cal: Calibration, *, memory: Optional[float] = No
             raise ValueError(f"no strategy for P={P} fits in {memory / 2**30:.3g} GiB per "
                              f"rank (memory): the smallest needs {least / 2**30:.3g} GiB")
         reasons = sorted({part for _, why in rejected for part in why.split("; ")})
+        shown = reasons[:8] + ([f"and {len(reasons) - 8} more"] if len(reasons) > 8 else [])
         raise ValueError(f"no strategy for P={P} can run {net.kind} x {net.nlayers} layers: "
-                         + "; ".join(reasons))
+                         + "; ".join(shown))
     ranked.sort(key=lambda p: p.seconds)
-    return Plan(ranked, rejected, serial_seconds(net, cal))
+    serial = serial_seconds(net, cal)
+    if not (math.isfinite(serial) and serial > 0):
+        raise ValueError(f"the calibration predicts {serial} s/gradient serially: its costs "
+                         f"must be finite and > 0 (measure them again with braidpy calibrate)")
+    return Plan(ranked, rejected, serial)
+
+
+def _check_work(net: NetSpec, P: int, menu: Dict) -> None:
+    """LimitError, before any prediction, when the plan would take more than
+    :data:`MAX_WORK` (strategies at most factorizations x MGRIT settings; each costs in
+    proportion to its layers, iterations and relaxation sweeps)."""
+    grids = len(factorizations(P))
+    settings = len(menu.get("levels", (2, 3, 4))) * len(menu.get("cfactors", (2, 4, 8, 16)))
+    iterations = sum(menu.get("iterations", (2, 2)))
+    relax = max(1, int(menu.get("nrelax", 1)))  # sweeps per iteration grow with it
+    work = grids * max(settings, 1) * net.nlayers * max(iterations, 1) * relax
+    if work > MAX_WORK:
+        raise LimitError(
+            f"planning P={P} ({grids} process grids) x {settings} MGRIT settings for "
+            f"{net.nlayers} layers and {iterations} iterations per gradient is {work:.3g} "
+            f"units of prediction work; braidpy plan takes at most {MAX_WORK:.3g} (about a "
+            f"minute): give fewer layers, iterations (--m1/--m2), --levels or --cfactors, "
+            f"or a P with fewer divisors")
 
 
 def format_plan(p: Plan, top: int = 5) -> str:

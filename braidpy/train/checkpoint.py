@@ -46,12 +46,15 @@ from __future__ import annotations
 
 import json
 import math
-import os
+import numbers
 import zipfile
 from pathlib import Path
 from typing import Any, Dict, Mapping, Tuple
 
 import numpy as np
+
+from .._limits import (INDEX_MAX, LimitError, check_memory, check_npy_header, loads_json,
+                       write_atomically)
 
 __all__ = ["save", "load", "read_header", "FORMAT", "VERSION", "CheckpointError"]
 
@@ -121,46 +124,33 @@ def _decode(value: Any, arrays: Any, where: str) -> Any:
     return {k: _decode(v, arrays, where) for k, v in value.items()}
 
 
-def _fsync_folder(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:  # e.g. a platform without directory handles
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 # ------------------------------------------------------------------ files
 
 
 def save(path: Any, state: Mapping[str, Any]) -> None:
     """Write ``state`` to ``path`` atomically (a temporary file ``path.tmp`` beside it,
     flushed and fsynced, then renamed over ``path``), so that a process killed while
-    saving leaves the previous checkpoint intact. The parent folder is created."""
+    saving leaves the previous checkpoint intact. The parent folder is created.
+
+    ``path`` must be a regular file or absent: a device (``/dev/full``), a folder or a
+    symbolic link raises :class:`braidpy._limits.OutputPathError` (an OSError and a
+    ValueError) before anything is written (see :func:`braidpy._limits.write_atomically`)."""
     from .. import __version__
 
-    path = Path(path)
     arrays: Dict[str, np.ndarray] = {}
     header = {"format": FORMAT, "version": VERSION, "braidpy": __version__,
               **_encode(dict(state), arrays)}
     text = json.dumps(header, allow_nan=False, indent=1)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
+
+    def write(f: Any) -> None:
         with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
             zf.writestr(HEADER, text.encode("utf-8"))
             for name, array in arrays.items():
                 with zf.open(f"{name}.npy", "w", force_zip64=True) as member:
                     np.lib.format.write_array(member, np.asanyarray(array),
                                               allow_pickle=False)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_folder(path.parent)
+
+    write_atomically(path, "checkpoint", write)
 
 
 def _open(path: Any) -> Tuple[Path, Dict[str, Any]]:
@@ -181,13 +171,21 @@ def _open(path: Any) -> Tuple[Path, Dict[str, Any]]:
                               f"arrays and a JSON header)")
     try:
         with zipfile.ZipFile(path) as zf:
+            # Sizes from the file are checked before anything they announce is read.
+            check_memory(zf.getinfo(HEADER).file_size, f"{path} ({HEADER})")
             raw = zf.read(HEADER)
     except KeyError:
         raise CheckpointError(f"{path} is not a braidpy checkpoint (no {HEADER})") from None
+    except LimitError as exc:
+        raise CheckpointError(str(exc)) from None
     except (zipfile.BadZipFile, OSError, EOFError) as exc:
         raise CheckpointError(f"{path} is not a braidpy checkpoint ({exc})") from exc
     try:
-        header = json.loads(raw.decode("utf-8"))
+        # Nesting and integer length bounded (Python's decoder would raise
+        # RecursionError, or parse an absurd integer for minutes).
+        header = loads_json(raw.decode("utf-8"), f"{path} ({HEADER})")
+    except LimitError as exc:
+        raise CheckpointError(str(exc)) from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise CheckpointError(f"{path}: its {HEADER} is not valid JSON ({exc})") from exc
     if not isinstance(header, dict) or header.get("format") != FORMAT:
@@ -209,15 +207,219 @@ def load(path: Any) -> Dict[str, Any]:
 
     Raises FileNotFoundError for a missing file and :class:`CheckpointError` (a
     ValueError) for anything that is not a checkpoint of this format, old pickles
-    included.
+    included, and for a training state whose fields have the wrong type, lie out of
+    range or contradict each other (:func:`check_state`; the message names the file
+    and the field).
     """
     path, header = _open(path)
+    _check_array_sizes(path)
     with np.load(path, allow_pickle=False) as archive:
         try:
-            return _decode({k: v for k, v in header.items()
-                            if k not in ("format", "version", "braidpy")}, archive, str(path))
+            state = _decode({k: v for k, v in header.items()
+                             if k not in ("format", "version", "braidpy")}, archive, str(path))
         except CheckpointError:
             raise
         except Exception as exc:  # noqa: BLE001 - e.g. an object array: named with the file
             raise CheckpointError(f"{path}: unreadable checkpoint ({exc})") from exc
+    check_state(state, str(path))
+    return state
+
+
+def _check_array_sizes(path: Path) -> None:
+    """Every array's .npy header announces data the archive holds and memory can take,
+    checked before NumPy allocates them."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            for info in zf.infolist():
+                if info.filename.endswith(".npy"):
+                    with zf.open(info) as member:
+                        check_npy_header(member, info.file_size,
+                                         f"{path} (array {info.filename[:-4]!r})")
+    except LimitError as exc:
+        raise CheckpointError(str(exc)) from None
+    except (zipfile.BadZipFile, OSError, EOFError) as exc:
+        raise CheckpointError(f"{path}: unreadable checkpoint ({exc})") from exc
+
+
+# ------------------------------------------------------------------ fields
+
+#: The bit generators a checkpoint's ``rng`` may name (NumPy's own).
+BIT_GENERATORS = ("PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, np.ndarray):
+        return f"an array of shape {value.shape}, dtype {value.dtype}"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+class _Fields:
+    """Checks of one state's fields, raising CheckpointError naming file and field."""
+
+    def __init__(self, state: Mapping[str, Any], where: str):
+        self.state, self.where = state, where
+
+    def fail(self, field: str, rule: str, value: Any) -> None:
+        raise CheckpointError(f"{self.where}: field {field!r} {rule}, got {_shown(value)}")
+
+    def count(self, field: str, value: Any, low: int = 0, high: int = INDEX_MAX) -> None:
+        if not _is_int(value):
+            self.fail(field, "must be an int", value)
+        if value < low:
+            self.fail(field, f"must be an int >= {low}", value)
+        if value > high:
+            self.fail(field, f"must be an int <= {high}", value)
+
+    def vector(self, field: str, value: Any, n: Any) -> None:
+        if not isinstance(value, np.ndarray) or value.ndim != 1 or value.dtype.kind != "f":
+            self.fail(field, "must be a 1-D float array", value)
+        if _is_int(n) and value.shape != (n,):
+            self.fail(field, f"must hold nparams = {n} numbers", value)
+        if not np.all(np.isfinite(value)):
+            i = int(np.argmin(np.isfinite(value)))
+            self.fail(field, f"must be finite (entry {i} is {value[i]})", value)
+
+    def kind(self, field: str, value: Any, types: Any, what: str) -> None:
+        if not isinstance(value, types):
+            self.fail(field, f"must be {what}", value)
+
+
+def check_state(state: Mapping[str, Any], where: str = "checkpoint") -> None:
+    """Validate the training-state fields a checkpoint holds (each one that is present):
+    types and ranges (``iteration``, ``epoch``, ``position``, ``stale`` ints >= 0,
+    ``nparams`` >= 1, ``params`` a finite float vector of ``nparams`` numbers, ``order``
+    a permutation, ``rng`` a NumPy bit generator's state, ``best``, ``history``,
+    ``network``, ``data``, ...), and, for a whole trainer state (``config``, ``params``,
+    ``iteration`` and ``history`` present), their consistency: one history record per
+    step, ``epoch``/``stale``/``best.iteration`` <= ``iteration``, ``position`` within
+    ``order``, ``order`` as long as the training data. Raises CheckpointError naming
+    ``where`` (the file) and the field.
+
+    >>> check_state({"iteration": -5}, "c.npz")
+    Traceback (most recent call last):
+    ...
+    braidpy.train.checkpoint.CheckpointError: c.npz: field 'iteration' must be an int >= 0, got -5
+    """
+    f = _Fields(state, where)
+    get = state.get
+    for field in ("iteration", "epoch", "position", "stale"):
+        if field in state:
+            f.count(field, state[field])
+    if "nparams" in state:
+        f.count("nparams", state["nparams"], 1)
+    nparams = get("nparams")
+    if "params" in state:
+        f.vector("params", state["params"], nparams)
+    for field, types, what in (("config", Mapping, "an object"),
+                               ("optimizer", Mapping, "an object"),
+                               ("warm", Mapping, "an object"),
+                               ("history", list, "a list of step records"),
+                               ("data_fingerprint", str, "a string"),
+                               ("architecture", str, "a string")):
+        if field in state:
+            f.kind(field, state[field], types, what)
+    for k, record in enumerate(get("history") or []):
+        if not isinstance(record, Mapping):
+            f.fail(f"history[{k}]", "must be an object (a step record)", record)
+    if "order" in state and state["order"] is not None:
+        order = state["order"]
+        if not isinstance(order, np.ndarray) or order.ndim != 1 or order.dtype.kind not in "iu":
+            f.fail("order", "must be a 1-D integer array (the batch order)", order)
+        if order.size and order.min() < 0:
+            f.fail("order", "must hold sample indices >= 0", order)
+    if "rng" in state:
+        _check_rng(f, state["rng"])
+    if "best" in state:
+        _check_best(f, state["best"], nparams)
+    if "data" in state:
+        data = state["data"]
+        f.kind("data", data, Mapping, "an object of array shapes")
+        for name, shape in data.items():
+            if not isinstance(shape, list) or not all(_is_int(d) and 0 <= d <= INDEX_MAX
+                                                      for d in shape):
+                f.fail(f"data.{name}", "must be a list of sizes >= 0", shape)
+    if "network" in state:
+        _check_network(f, state["network"])
+    if all(k in state for k in ("config", "params", "iteration", "history")):
+        _check_consistency(f, state)
+
+
+def _check_rng(f: _Fields, rng: Any) -> None:
+    if not isinstance(rng, Mapping) or rng.get("bit_generator") not in BIT_GENERATORS:
+        f.fail("rng", f"must be the state of a NumPy bit generator "
+                      f"({', '.join(BIT_GENERATORS)})", rng)
+    try:  # NumPy validates the state itself (an allowed name chooses the class)
+        getattr(np.random, rng["bit_generator"])().state = dict(rng)
+    except (TypeError, ValueError, KeyError, OverflowError) as exc:
+        f.fail("rng", f"is not a valid {rng['bit_generator']} state ({exc})", rng)
+
+
+def _check_best(f: _Fields, best: Any, nparams: Any) -> None:
+    f.kind("best", best, Mapping, "an object (accuracy, iteration, params)")
+    acc, it, params = best.get("accuracy"), best.get("iteration"), best.get("params")
+    if acc is not None and (not isinstance(acc, (int, float)) or isinstance(acc, bool)
+                            or not 0.0 <= acc <= 1.0):
+        f.fail("best.accuracy", "must be null or a number in [0, 1]", acc)
+    if it is not None:
+        f.count("best.iteration", it)
+    if params is not None:
+        f.vector("best.params", params, nparams)
+
+
+def _check_network(f: _Fields, net: Any) -> None:
+    f.kind("network", net, Mapping, "an object (the ResNet's arguments)")
+    shape = net.get("input_shape")
+    if "input_shape" in net and (not isinstance(shape, list) or len(shape) not in (1, 3)
+                                 or not all(_is_int(d) and 1 <= d <= 2**31 - 1
+                                            for d in shape)):
+        f.fail("network.input_shape", "must be 1 or 3 sizes >= 1", shape)
+    for name in ("nclasses", "width", "nlayers", "kernel"):
+        if name in net:
+            f.count(f"network.{name}", net[name], 1, 2**31 - 1)
+    T = net.get("T")
+    if "T" in net and (isinstance(T, bool) or not isinstance(T, (int, float))
+                       or not math.isfinite(T) or T <= 0):
+        f.fail("network.T", "must be a finite number > 0", T)
+    for name in ("activation", "opening"):
+        if net.get(name) is not None and not isinstance(net[name], str):
+            f.fail(f"network.{name}", "must be a string", net[name])
+    width, nlayers = net.get("width"), net.get("nlayers")
+    if _is_int(width) and _is_int(nlayers):  # before anyone builds it from these
+        kernel = net.get("kernel", 1) if isinstance(shape, list) and len(shape) == 3 else 1
+        try:
+            check_memory(8 * nlayers * width * width * int(kernel) ** 2,
+                         f"{f.where}: field 'network' ({nlayers} layers of width {width})")
+        except LimitError as exc:
+            raise CheckpointError(str(exc)) from None
+
+
+def _check_consistency(f: _Fields, state: Mapping[str, Any]) -> None:
+    iteration, history = state["iteration"], state["history"]
+    if len(history) != iteration:
+        f.fail("history", f"must hold one record per step, iteration = {iteration}",
+               f"{len(history)} records")
+    for field in ("epoch", "stale"):
+        if _is_int(state.get(field)) and state[field] > iteration:
+            f.fail(field, f"cannot exceed iteration = {iteration}", state[field])
+    best = state.get("best")
+    if isinstance(best, Mapping) and _is_int(best.get("iteration")) and \
+            best["iteration"] > iteration:
+        f.fail("best.iteration", f"cannot exceed iteration = {iteration}", best["iteration"])
+    order, position = state.get("order"), state.get("position", 0)
+    n = len(order) if isinstance(order, np.ndarray) else 0
+    if _is_int(position) and position > n:
+        f.fail("position", f"must lie within the batch order ({n} samples)", position)
+    if isinstance(order, np.ndarray):
+        if not np.array_equal(np.sort(order), np.arange(order.size)):
+            f.fail("order", "must be a permutation of the sample indices", order)
+        train = (state.get("data") or {}).get("train") if isinstance(state.get("data"),
+                                                                    Mapping) else None
+        if isinstance(train, list) and train and train[0] != order.size:
+            f.fail("order", f"must order the {train[0]} training samples (field "
+                            f"'data.train')", order)
 

@@ -22,10 +22,11 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, List, Mapping, Optional, Sequence
+from typing import Any, List, Mapping, Optional, Sequence, cast
 
 import numpy as np
 
+from .._limits import OutputPathError, check_output_file, write_atomically
 from ..plotting import _new_figure, plot_residuals
 
 __all__ = ["plot_history", "check_figure_path", "FIGURES", "FORMATS"]
@@ -40,14 +41,26 @@ FORMATS = (".png", ".pdf", ".svg", ".jpg", ".jpeg", ".eps", ".ps")
 
 def check_figure_path(path: Any) -> Path:
     """``path`` as a figure file that :func:`plot_history` can write, or a ValueError
-    saying why not (a folder, no or an unknown file type). Does not touch the disk."""
+    saying why not (a folder, no or an unknown file type, a device or a symbolic link:
+    :func:`braidpy._limits.check_output_file`). Writes nothing."""
     path = Path(path)
     if path.is_dir():
         raise ValueError("is a directory; name the figure file, e.g. training.png")
     if path.suffix.lower() not in FORMATS:
         raise ValueError(f"unknown figure type {path.suffix or '(none)'!r}; give a file "
                          f"ending in {', '.join(FORMATS)}")
+    try:
+        check_output_file(path, "plot")
+    except OutputPathError as exc:  # the reason alone, as above (callers name the path)
+        raise OutputPathError(str(exc).replace(f"plot {path}: ", "", 1)) from None
     return path
+
+
+def _save(fig: Any, path: Path) -> None:
+    """The figure written atomically to ``path`` (a regular file or absent, never
+    through a link), in the format of its suffix."""
+    write_atomically(path, "plot", lambda f: fig.savefig(f, format=path.suffix[1:].lower(),
+                                                         dpi=120))
 
 
 def _residuals_panel(ax, last) -> None:
@@ -72,7 +85,7 @@ def _single_figure(history, path: Path, title: Optional[str]) -> None:
         _iterations_panel(axes[1][1], history)
     if title:
         fig.suptitle(title, fontsize="small")
-    fig.savefig(path, dpi=120)
+    _save(fig, path)
 
 
 def _iterations_panel(ax, history: Sequence[Mapping[str, Any]]) -> None:
@@ -112,7 +125,7 @@ def _training(history, path: Path, title: Optional[str]) -> None:
     _loss_and_accuracy(history, ax_loss, ax_acc)
     if title:
         fig.suptitle(title, fontsize="small")
-    fig.savefig(path, dpi=120)
+    _save(fig, path)
 
 
 def _loss_and_accuracy(history, ax_loss, ax_acc) -> None:
@@ -139,7 +152,7 @@ def _mgrit_iterations(history, path: Path, title: Optional[str]) -> None:
     _iterations_panel(fig.add_subplot(), history)
     if title:
         fig.suptitle(title, fontsize="small")
-    fig.savefig(path, dpi=120)
+    _save(fig, path)
 
 
 def plot_history(history: Sequence[Mapping[str, Any]], directory: Any,
@@ -158,16 +171,22 @@ def plot_history(history: Sequence[Mapping[str, Any]], directory: Any,
     * ``mgrit_iterations.png``: state and adjoint MGRIT iterations of every step.
 
     The MGRIT figures need layer-parallel records (modes 'exact' and 'oneshot').
+    Each figure is written atomically to a regular file (an existing device, folder or
+    symbolic link in its place raises :class:`braidpy._limits.OutputPathError`).
     Returns the paths written.
     """
     if not history:
         raise ValueError("no training history to plot")
     if Path(directory).suffix.lower() in FORMATS and not Path(directory).is_dir():
+        check_output_file(directory, "plot")  # a device or link: named with its path
         path = check_figure_path(directory)
         path.parent.mkdir(parents=True, exist_ok=True)
         _single_figure(history, path, title)
         return [path]
     folder = Path(directory)
+    if (folder.exists() or folder.is_symlink()) and not folder.is_dir():
+        raise OutputPathError(f"plot {folder}: exists and is not a folder; give a folder "
+                              f"or a figure file ending in {', '.join(FORMATS)}")
     folder.mkdir(parents=True, exist_ok=True)
     paths = [folder / name for name in FIGURES]
     _training(history, paths[0], title)
@@ -177,7 +196,8 @@ def plot_history(history: Sequence[Mapping[str, Any]], directory: Any,
     solves = [SimpleNamespace(residuals=last[f"{key}_residuals"],
                               residual_iterations=list(range(len(last[f"{key}_residuals"]))))
               for key in ("primal", "adjoint")]
-    plot_residuals(solves, paths[1], labels=["state", "adjoint"],
-                   title=f"MGRIT residuals at step {last['iteration']}")
+    write_atomically(paths[1], "plot", lambda f: plot_residuals(
+        solves, cast(Any, f), labels=["state", "adjoint"],  # a file object: png
+        title=f"MGRIT residuals at step {last['iteration']}"))
     _mgrit_iterations(history, paths[2], title)
     return paths

@@ -30,6 +30,8 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, TextI
 
 import numpy as np
 
+from .._limits import open_output
+
 __all__ = ["CsvLog", "JsonLog", "Progress", "format_step", "progress_bar", "summary",
            "to_json"]
 
@@ -207,11 +209,14 @@ class JsonLog:
     Every line is flushed, so the file can be followed while training runs. ``steps``
     are written right after the header: a resumed run rewrites the log from its
     checkpoint's history, so the file always matches the state that continues.
+    ``path`` must be a regular file or absent (a device, folder or symbolic link raises
+    :class:`braidpy._limits.OutputPathError`, its message starting with ``what``, e.g.
+    an option's name); its folder is created.
     """
 
     def __init__(self, path: Any, header: Mapping[str, Any],
-                 steps: Iterable[Mapping[str, Any]] = ()):
-        self._file = open(path, "w", encoding="utf-8")
+                 steps: Iterable[Mapping[str, Any]] = (), *, what: str = "log"):
+        self._file = open_output(path, what)
         self._write({"event": "header", **header})
         for record in steps:
             self.step(record)
@@ -240,10 +245,12 @@ CSV_COLUMNS = ("iteration", "epoch", "loss", "objective", "gradient_norm", "step
 class CsvLog:
     """Per-step metrics as CSV: a header row of :data:`CSV_COLUMNS`, then one row per step
     (empty cells for what a step lacks, e.g. validation or MGRIT numbers in serial mode;
-    floats with all their digits). Every row is flushed."""
+    floats with all their digits). Every row is flushed. ``path`` must be a regular file
+    or absent (see :class:`JsonLog`)."""
 
-    def __init__(self, path: Any, steps: Iterable[Mapping[str, Any]] = ()):
-        self._file = open(path, "w", encoding="utf-8", newline="")
+    def __init__(self, path: Any, steps: Iterable[Mapping[str, Any]] = (), *,
+                 what: str = "csv"):
+        self._file = open_output(path, what, newline="")
         self._writer = csv.writer(self._file)
         self._writer.writerow(CSV_COLUMNS)
         for record in steps:
