@@ -274,6 +274,16 @@ def check_npy_header(f: IO[bytes], available: int, where: str) -> int:
     return need
 
 
+def check_npz_headers(zf: Any, where: str) -> None:
+    """check_npy_header for every array of an open ``zipfile.ZipFile`` (an .npz archive
+    or a checkpoint): each announces data its member holds and memory can take."""
+    for info in zf.infolist():
+        if info.filename.endswith(".npy"):
+            with zf.open(info) as member:
+                check_npy_header(member, info.file_size,
+                                 f"{where} (array {info.filename[:-4]!r})")
+
+
 def check_finite(data: Any, where: str) -> Any:
     """``data`` (an array whose first axis indexes samples), or a ValueError naming
     ``where`` (a file, an argument) and the first sample holding NaN or an infinity:

@@ -8,7 +8,7 @@ from typing import Optional, Union
 
 import numpy as np
 
-from .._limits import check_finite, check_npy_header
+from .._limits import check_finite, check_npy_header, check_npz_headers
 from ._helpers import _check_one_hot, one_hot
 
 __all__ = ["PathLike", "load_arrays"]
@@ -42,11 +42,7 @@ def _check_npy_sizes(path: Path) -> None:
     try:
         if zipfile.is_zipfile(path):
             with zipfile.ZipFile(path) as zf:
-                for info in zf.infolist():
-                    if info.filename.endswith(".npy"):
-                        with zf.open(info) as member:
-                            check_npy_header(member, info.file_size,
-                                             f"{path} (array {info.filename[:-4]!r})")
+                check_npz_headers(zf, str(path))
         else:
             with open(path, "rb") as f:
                 check_npy_header(f, path.stat().st_size, str(path))

@@ -141,6 +141,16 @@ def _np_product(u: Any, K: Any) -> Any:
     return np.matmul(u, np.ascontiguousarray(K.mT if _HAS_MT else np.swapaxes(K, -1, -2)))
 
 
+def _add_bias(z: Any, b: Any, h: Any) -> Any:
+    """z += b in place (b (m, width) over a stacked z's rows); returns h shaped to
+    broadcast over z: the NumPy path of _np_scaled_slope and _np_step."""
+    if z.ndim == 3:
+        z += b[:, None, :]
+        return h[:, None, None]
+    z += b
+    return h
+
+
 def _np_scaled_slope(w: Any, u: Any, K: Any, b: Any, h: Any, a: Activation) -> Any:
     """_scaled_slope for NumPy arrays of one float dtype, on its own temporaries
     (h: a scalar, or the step sizes shaped (m,) for a 3-D u). The builtin activations
@@ -150,11 +160,7 @@ def _np_scaled_slope(w: Any, u: Any, K: Any, b: Any, h: Any, a: Activation) -> A
     if code:
         _host_dense.dense_slope(z, w, _small(b), _small(h), code)
         return z
-    if u.ndim == 3:
-        z += b[:, None, :]
-        h = h[:, None, None]
-    else:
-        z += b
+    h = _add_bias(z, b, h)
     if a is _TANH:  # tanh_derivative's operations, in place: 1 - t * t
         d = np.tanh(z, out=z)
         np.multiply(d, d, out=d)
@@ -176,11 +182,7 @@ def _np_step(u: Any, K: Any, b: Any, h: Any, a: Activation) -> Any:
     if code:
         _host_dense.dense_step_finish(z, u, _small(b), _small(h), code)
         return z
-    if u.ndim == 3:
-        z += b[:, None, :]
-        h = h[:, None, None]
-    else:
-        z += b
+    h = _add_bias(z, b, h)
     v = np.tanh(z, out=z) if a is _TANH else a.value(z)
     if id(a) in _BUILTIN_IDS:
         v *= h

@@ -53,7 +53,7 @@ from typing import Any, Dict, Mapping, Tuple
 
 import numpy as np
 
-from .._limits import (INDEX_MAX, LimitError, check_memory, check_npy_header, loads_json,
+from .._limits import (INDEX_MAX, LimitError, check_memory, check_npz_headers, loads_json,
                        write_atomically)
 
 __all__ = ["save", "load", "read_header", "FORMAT", "VERSION", "CheckpointError"]
@@ -230,11 +230,7 @@ def _check_array_sizes(path: Path) -> None:
     checked before NumPy allocates them."""
     try:
         with zipfile.ZipFile(path) as zf:
-            for info in zf.infolist():
-                if info.filename.endswith(".npy"):
-                    with zf.open(info) as member:
-                        check_npy_header(member, info.file_size,
-                                         f"{path} (array {info.filename[:-4]!r})")
+            check_npz_headers(zf, str(path))
     except LimitError as exc:
         raise CheckpointError(str(exc)) from None
     except (zipfile.BadZipFile, OSError, EOFError) as exc:
