@@ -60,6 +60,8 @@ from .train.presets import PRESETS, preset
 from .train.sharded import check_training_grid
 from .train.spatial_training import max_space
 from .train.progress import CsvLog, JsonLog, Progress, summary, summary_lines
+from ._limits import (INDEX_MAX, INT_MAX, LimitError, OutputPathError, check_output_file,
+                      check_training_size, count_argument, write_atomically)
 
 __all__ = ["build_parser", "main", "resolve"]
 
@@ -155,16 +157,10 @@ class _Trainer(Trainer):
 # ------------------------------------------------------------------ argument parsing
 
 
-def _int_at_least(low: int) -> Callable[[str], int]:
-    def convert(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
-        return value
-    return convert
+#: The upper bounds' reasons, shown in the usage errors of count_argument.
+INT_WHY = "the compiled core's C int"
+INDEX_WHY = "the compiled core's int64 index"
+SEED_WHY = "a signed 64-bit seed"
 
 
 def _float_in(low: float, high: float = float("inf"), open_low: bool = False):
@@ -259,11 +255,12 @@ def _add_source_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--data", metavar="DIR", help="peaks: read the reference files "
                    "(features_training.dat, ...) from DIR instead of generating points; "
                    "mnist (needed): the folder of the four MNIST IDX files")
-    g.add_argument("--samples", type=_int_at_least(1), metavar="N",
+    g.add_argument("--samples", type=count_argument(1, INDEX_MAX, INDEX_WHY), metavar="N",
                    help="peaks: generated training points (default 5000); mnist: a "
                         "random subset of N training images, drawn with --seed (default "
                         "all)")
-    g.add_argument("--validation-samples", type=_int_at_least(0), metavar="N",
+    g.add_argument("--validation-samples", type=count_argument(0, INDEX_MAX, INDEX_WHY),
+                   metavar="N",
                    help="peaks: generated validation points (default 200); mnist: a "
                         "random subset of N t10k images, drawn with --seed (default all; "
                         "0: no validation)")
@@ -314,15 +311,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_source_args(p)
 
     g = p.add_argument_group("network")
-    g.add_argument("--width", type=_int_at_least(1), metavar="Q",
+    g.add_argument("--width", type=count_argument(1, INT_MAX, INT_WHY), metavar="Q",
                    help=f"width (dense) or channels (conv) {_default('width')}")
-    g.add_argument("--layers", type=_int_at_least(1), metavar="N",
+    g.add_argument("--layers", type=count_argument(1, INT_MAX, INT_WHY), metavar="N",
                    help=f"residual layers = MGRIT time steps {_default('layers')}")
     g.add_argument("--T", type=POSITIVE, help=f"final layer time {_default('T')}")
     g.add_argument("--activation", choices=activation_names(), help=_default("activation"))
     g.add_argument("--opening", choices=OPENINGS,
                    help="input layer (default dense for vectors, conv for images)")
-    g.add_argument("--kernel", type=_int_at_least(1), metavar="K",
+    g.add_argument("--kernel", type=count_argument(1, INT_MAX, INT_WHY), metavar="K",
                    help=f"odd convolution kernel size {_default('kernel')}")
     g.add_argument("--init-scale", type=NONNEGATIVE, metavar="S",
                    help=f"scale of the initial layer weights {_default('init_scale')}")
@@ -344,11 +341,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="auto (serial backpropagation on one layer rank, else one-shot), "
                         "serial backpropagation, exact MGRIT gradients, or one-shot "
                         f"(m1 state and m2 adjoint iterations per step) {_default('mode')}")
-    g.add_argument("--m1", type=_int_at_least(1), metavar="M",
+    g.add_argument("--m1", type=count_argument(1, INT_MAX, INT_WHY), metavar="M",
                    help=f"one-shot state iterations {_default('m1')}")
-    g.add_argument("--m2", type=_int_at_least(1), metavar="M",
+    g.add_argument("--m2", type=count_argument(1, INT_MAX, INT_WHY), metavar="M",
                    help=f"one-shot adjoint iterations {_default('m2')}")
-    g.add_argument("--levels", type=_int_at_least(1), metavar="L",
+    g.add_argument("--levels", type=count_argument(1, INT_MAX, INT_WHY), metavar="L",
                    help=f"most MGRIT levels {_default('levels')}")
     g.add_argument("--cf", type=_cfactors, metavar="C[,C1,...]",
                    help=f"coarsening factor of every level, or one per level from level 0 "
@@ -373,16 +370,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sgd momentum (default 0.9); easgd momentum (MEASGD, default 0.9)")
     g.add_argument("--rho", type=POSITIVE, metavar="R",
                    help="easgd: elastic strength; lr * rho * D must be < 1 (default 1)")
-    g.add_argument("--tau", type=_int_at_least(1), metavar="T",
+    g.add_argument("--tau", type=count_argument(1, INT_MAX, INT_WHY), metavar="T",
                    help="easgd: steps between elastic pulls (communications) (default 1)")
-    g.add_argument("--batch", type=_int_at_least(1), metavar="N",
+    g.add_argument("--batch", type=count_argument(1, INT_MAX, INT_WHY), metavar="N",
                    help="samples per step (default all; digits: 100; mnist, "
                         "digits28: 64)")
     g.add_argument("--shuffle", action=argparse.BooleanOptionalAction,
                    help=f"new random batch order every epoch {_default('shuffle')}")
-    g.add_argument("--iterations", type=_int_at_least(1), metavar="N",
+    g.add_argument("--iterations", type=count_argument(1, INT_MAX, INT_WHY), metavar="N",
                    help=f"most optimizer steps {_default('iterations')}")
-    g.add_argument("--seed", type=_int_at_least(0), metavar="S",
+    g.add_argument("--seed", type=count_argument(0, 2**63 - 1, SEED_WHY), metavar="S",
                    help=f"data, initialization and shuffling {_default('seed')}")
     g.add_argument("--tikhonov", type=NONNEGATIVE, metavar="G",
                    help=f"weight of the layers' Tikhonov term {_default('tikhonov')}")
@@ -393,13 +390,13 @@ def build_parser() -> argparse.ArgumentParser:
                         f"{_default('classifier_reg')}")
 
     g = p.add_argument_group("stopping")
-    g.add_argument("--validate-every", type=_int_at_least(0), metavar="K",
+    g.add_argument("--validate-every", type=count_argument(0, INT_MAX, INT_WHY), metavar="K",
                    help=f"steps between validations, 0: never {_default('validate_every')}")
     g.add_argument("--validation-solve", choices=("sequential", "mgrit"),
                    help="validation's forward pass: layer by layer across the layer ranks "
                         "(exact; the least work) or MGRIT to --tol (parallel; pays with "
                         f"many layer ranks) {_default('validation_solve')}")
-    g.add_argument("--patience", type=_int_at_least(0), metavar="K",
+    g.add_argument("--patience", type=count_argument(0, INT_MAX, INT_WHY), metavar="K",
                    help="stop after this many validations without improvement (default 0: "
                         "never)")
     g.add_argument("--target-accuracy", type=_float_in(0.0, 1.0, open_low=True), metavar="A",
@@ -408,7 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("output")
     g.add_argument("--checkpoint", metavar="FILE", help="save the training state here "
                    "(arrays plus a JSON header; see docs/training.md)")
-    g.add_argument("--checkpoint-every", type=_int_at_least(1), metavar="K",
+    g.add_argument("--checkpoint-every", type=count_argument(1, INT_MAX, INT_WHY), metavar="K",
                    help=f"steps between checkpoints (and one at the end) "
                         f"{_default('checkpoint_every')}")
     g.add_argument("--resume", action="store_true",
@@ -520,8 +517,13 @@ def _check_train_options(args: argparse.Namespace, error: Callable[[str], None])
         error("--resume needs --checkpoint FILE (the file to continue from)")
     if args.resume_on_new_data and not args.resume:
         error("--resume-on-new-data applies to --resume")
-    if args.checkpoint and Path(args.checkpoint).is_dir():
-        error(f"--checkpoint {args.checkpoint!r} is a directory; give a file name")
+    for option in ("checkpoint", "log", "csv", "plot"):  # before any data are loaded
+        path = getattr(args, option)
+        if path:
+            try:  # a device, folder, FIFO or link: refused by name (/dev/full was written)
+                _check_output_kind(f"--{option}", path)
+            except OutputPathError as exc:
+                error(str(exc))
     if args.resume and not Path(args.checkpoint).is_file():
         error(f"--resume: no checkpoint file {args.checkpoint!r}")
     if args.momentum is not None and args.optimizer not in ("sgd",) + ELASTIC:
@@ -551,11 +553,24 @@ def _check_train_options(args: argparse.Namespace, error: Callable[[str], None])
             error(f"--plot {args.plot}: {exc}")
 
 
+def _check_output_kind(option: str, path: str) -> Path:
+    """:func:`braidpy._limits.check_output_file`: OutputPathError naming ``option`` for a
+    device, folder, FIFO, socket or link; a parent that is a file is left to
+    :func:`_check_writable`, whose message names it."""
+    try:
+        return check_output_file(path, option)
+    except OutputPathError as exc:
+        if isinstance(exc.__cause__, NotADirectoryError):
+            return Path(path)
+        raise
+
+
 def _check_writable(option: str, path: str) -> None:
     """Make sure ``path`` can be written before training starts (raises OSError naming
     the option): its folder is created, a probe file is written there and removed, and
-    ``path`` itself must not be a folder."""
-    target = Path(path)
+    ``path`` itself must be absent or a regular file: a device, folder, FIFO, socket or
+    symbolic link raises :class:`OutputPathError` (an OSError) naming the option."""
+    target = _check_output_kind(option, path)
     try:
         if target.is_dir():
             raise OSError(f"{path!r} is a directory; give a file name")
@@ -694,6 +709,16 @@ def _setup(args: argparse.Namespace, comm: Any, error: Callable[[str], None]):
         train, val, what = load_source(args)
     except (OSError, ValueError, ImportError, EOFError) as exc:
         error(f"data source {args.source!r}: {_describe(exc)}")
+    X = train[0]
+    n = int(X.shape[0])
+    try:  # before the network's parameters are allocated (--layers 10**9 hung here)
+        check_training_size(samples=min(args.batch or n, n),
+                            state_numbers=args.width * math.prod(X.shape[2:])
+                            if X.ndim == 4 else args.width,
+                            nlayers=args.layers, width=args.width,
+                            what=f"--layers {args.layers} --width {args.width}")
+    except LimitError as exc:
+        error(str(exc))
     try:
         net = make_network(args, *train)
     except (ImportError, RuntimeError, ValueError) as exc:  # --device cuda without CuPy/GPU
@@ -976,11 +1001,17 @@ def _predict(args: argparse.Namespace) -> int:
             values = z / z.sum(axis=1, keepdims=True)
         else:
             values = np.asarray(net.predict(params, X), dtype=np.int64)
-    if out.suffix.lower() == ".npy":
-        np.save(out, values)
-    else:
-        np.savetxt(out, values, fmt="%d" if values.dtype.kind == "i" else "%.17g",
-                   delimiter=",")
+    def write(f: Any) -> None:
+        if out.suffix.lower() == ".npy":
+            np.save(f, values)
+        else:
+            np.savetxt(f, values, fmt="%d" if values.dtype.kind == "i" else "%.17g",
+                       delimiter=",")
+
+    try:
+        write_atomically(out, "-o", write)
+    except OutputPathError as exc:  # replaced by a device or link since the check
+        args.usage_error(str(exc))
     if not args.quiet:
         print(f"wrote {'probabilities' if args.probabilities else 'class ids'} of "
               f"{X.shape[0]} samples to {out}", file=sys.stderr)

@@ -651,3 +651,82 @@ def test_regular_files_and_new_paths_are_written_as_before(tmp_path):
         write(path)  # absent
         write(path)  # an existing regular file, replaced
         assert path.is_file() and path.stat().st_size > 0
+
+
+# --------------------------------------------------------------- the command line's sizes and files
+
+def _braidpy(*args, timeout=60):
+    return subprocess.run([sys.executable, "-m", "braidpy", *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+
+
+def test_train_with_a_billion_layers_exits_2_at_once_naming_the_size():
+    started = time.perf_counter()
+    proc = _braidpy("train", "peaks", "--layers", "1000000000", timeout=60)  # hung before
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "--layers 1000000000" in proc.stderr and "of memory, more than" in proc.stderr
+    assert "usage:" in proc.stderr and "Traceback" not in proc.stderr
+    assert time.perf_counter() - started < 30
+
+
+@pytest.mark.parametrize("option, value, words", [
+    ("--layers", 2**31, "--layers: must be <= 2147483647 (the compiled core's C int)"),
+    ("--width", 10**40, "--width: must be <= 2147483647"),
+    ("--iterations", 2**31, "--iterations: must be <= 2147483647"),
+    ("--checkpoint-every", 0, "--checkpoint-every: must be >= 1"),
+    ("--patience", -1, "--patience: must be >= 0"),
+    ("--samples", 2**63, "--samples: must be <= 9223372036854775807 (the compiled core's "
+                         "int64 index)"),
+    ("--validation-samples", 2**63, "--validation-samples: must be <= 9223372036854775807"),
+    ("--seed", 2**63, "--seed: must be <= 9223372036854775807"),
+    ("--batch", "1e9", "--batch: expected an integer, got '1e9'"),
+])
+def test_train_counts_beyond_the_cores_types_are_usage_errors(capsys, option, value, words):
+    status, err = _cli(capsys, "train", "peaks", option, value)
+    assert status == 2 and words in err, err
+
+
+def test_an_output_device_is_refused_by_option_before_training():
+    proc = _braidpy("train", "peaks", "--checkpoint", "/dev/full", "--iterations", "2")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "--checkpoint /dev/full: is a character device" in proc.stderr
+    assert "step " not in proc.stderr  # no step was taken
+    assert stat.S_ISCHR(os.lstat("/dev/full").st_mode)
+
+
+@pytest.mark.parametrize("option", ["--checkpoint", "--log", "--csv", "--plot"])
+def test_train_outputs_that_are_folders_links_or_devices_are_usage_errors(tmp_path, capsys,
+                                                                          option):
+    kinds, real = _kinds(tmp_path)
+    for kind, path in kinds.items():
+        if option == "--plot" and kind == "a folder":
+            continue  # a folder receives the figures
+        status, err = _cli(capsys, "train", "peaks", "--samples", "20",
+                           "--validation-samples", "0", "--layers", "2", "--iterations",
+                           "1", "--mode", "serial", "-q", option, path)
+        assert status == 2 and f"{option} {path}: is {kind}" in err, (kind, err)
+    assert real.read_bytes() == b"keep me"
+
+
+def test_predict_refuses_a_link_and_writes_its_output_atomically(tmp_path, capsys):
+    X, C = np.ones((6, 2)), np.eye(3)[[0, 1, 2, 0, 1, 2]]
+    np.save(tmp_path / "x.npy", X)
+    np.save(tmp_path / "y.npy", C)
+    ckpt = tmp_path / "run.ckpt"
+    status, err = _cli(capsys, "train", tmp_path / "x.npy", "--labels", tmp_path / "y.npy",
+                       "--mode", "serial", "--iterations", "1", "--layers", "2", "--width",
+                       "2", "--validation-fraction", "0", "--checkpoint", ckpt, "-q")
+    assert status == 0, err
+    victim = tmp_path / "victim.csv"
+    victim.write_text("keep me")
+    (tmp_path / "out.csv").symlink_to(victim)
+    status, err = _cli(capsys, "predict", ckpt, tmp_path / "x.npy", "-o", tmp_path / "out.csv")
+    assert status == 2 and f"-o {tmp_path / 'out.csv'}: is a symbolic link" in err, err
+    assert victim.read_text() == "keep me"
+    (tmp_path / "new.csv.tmp").symlink_to(victim)  # a planted temporary link
+    status, err = _cli(capsys, "predict", ckpt, tmp_path / "x.npy", "-o", tmp_path / "new.csv",
+                       "-q")
+    assert status == 0, err
+    assert victim.read_text() == "keep me" and not (tmp_path / "new.csv.tmp").exists()
+    assert len((tmp_path / "new.csv").read_text().splitlines()) == 6

@@ -2,6 +2,7 @@
 training loop (monotone exact training, checkpoint and exact resume) and bad configs."""
 
 import logging
+import re
 
 import numpy as np
 import pytest
@@ -445,3 +446,79 @@ def test_checkpoints_record_relax_and_cfactor_and_old_ones_still_resume(tmp_path
     state["config"]["mgrit"]["nrelax"] = 1
     with pytest.raises(ValueError, match="other settings: mgrit"):
         small_trainer(iterations=5, **kw).load_state(state)
+
+
+@pytest.mark.parametrize("every", [1, 10])
+def test_a_diverged_run_keeps_the_last_good_checkpoint(tmp_path, every):
+    t = small_trainer(tmp_path, mode="serial", optimizer="sgd", lr=1e200, momentum=0.0,
+                      iterations=5, checkpoint_every=every)
+    with np.errstate(all="ignore"):
+        t.run()
+    assert t.stop_reason == "diverged" and not np.isfinite(t.history[-1]["objective"])
+    if every > len(t.history):  # no good step was due a checkpoint: none is written
+        assert not (tmp_path / "ckpt.npz").exists()
+        return
+    state = load_checkpoint(tmp_path / "ckpt.npz")
+    assert state["iteration"] == len(t.history) - 1  # the step before the divergence
+    assert np.isfinite(state["params"]).all()
+    assert all(np.isfinite(r["objective"]) for r in state["history"])
+
+
+@pytest.mark.parametrize("where, words", [
+    ("X", "training features: sample 7 (row 8 of its data) holds nan"),
+    ("C", "training labels: sample 7 (row 8 of its data) holds nan"),
+    ("VX", "validation features: sample 7"),
+    ("VC", "validation labels: sample 7"),
+])
+def test_non_finite_training_data_are_refused_naming_the_first_bad_sample(where, words):
+    net, X, C = dense_problem(nlayers=4, batch=24)
+    X, C = X.copy(), C.copy()
+    VX, VC = X[:10].copy(), C[:10].copy()
+    {"X": X, "C": C, "VX": VX, "VC": VC}[where][7, 0] = np.nan
+    with pytest.raises(ValueError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        Trainer(net, (X, C), (VX, VC), TrainConfig(mode="serial", iterations=1))
+
+
+def test_load_state_checks_its_fields_by_name():
+    from braidpy.train import CheckpointError
+
+    t = small_trainer(mode="serial", iterations=1)
+    t.run()
+    state = t.state()
+    state["iteration"] = -5
+    fresh = small_trainer(mode="serial", iterations=2)
+    with pytest.raises(CheckpointError, match="state: field 'iteration' must be an int >= 0"):
+        fresh.load_state(state)
+    state = t.state()
+    state["params"] = np.full_like(state["params"], np.nan)
+    with pytest.raises(CheckpointError, match="field 'params'"):
+        fresh.load_state(state)
+
+
+@pytest.mark.parametrize("name, field, state", [
+    ("sgd", "velocity", {"velocity": np.zeros(5)}),
+    ("adam", "v", {"m": np.zeros(7), "v": np.zeros(6), "t": 1}),
+    ("adam", "m", {"m": np.zeros((7, 1)), "v": None, "t": 1}),
+    ("lbfgs", "y[1]", {"s": [np.zeros(7)] * 2, "y": [np.zeros(7), np.zeros(3)],
+                       "prev_params": None, "prev_grad": None}),
+    ("lbfgs", "prev_grad", {"s": [], "y": [], "prev_params": np.zeros(7),
+                            "prev_grad": np.zeros(8)}),
+])
+def test_optimizer_state_arrays_must_match_the_parameter_count(name, field, state):
+    with pytest.raises(ValueError, match=rf"{name} optimizer state: field '{re.escape(field)}'"
+                                         r" must hold"):
+        make_optimizer(name).load_state_dict(state, nparams=7)
+    ok = make_optimizer(name)
+    ok.load_state_dict(make_optimizer(name).state_dict(), nparams=7)  # a fresh state
+
+
+def test_resume_refuses_an_optimizer_state_of_another_size(tmp_path):
+    t = small_trainer(tmp_path, mode="serial", optimizer="adam", iterations=3)
+    t.run()
+    state = t.state()
+    state["optimizer"]["m"] = np.zeros(3)
+    fresh = small_trainer(mode="serial", optimizer="adam", iterations=5)
+    with pytest.raises(ValueError, match="adam optimizer state: field 'm' must hold "
+                                         f"{t.net.nparams} numbers"):
+        fresh.load_state(state)
+    assert fresh.iteration == 0

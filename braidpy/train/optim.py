@@ -51,6 +51,28 @@ def _loaded(a: Any) -> Any:
     return xp.asarray(a, dtype=xp.float64, copy=True)
 
 
+class _Shapes:
+    """The arrays of one :meth:`load_state_dict`: each a vector of ``nparams`` numbers
+    (when given; else as many as the first one), or a ValueError naming the field."""
+
+    def __init__(self, optimizer: str, nparams: Optional[int]):
+        self.optimizer, self.nparams = optimizer, nparams
+
+    def __call__(self, a: Any, field: str) -> Any:
+        a = _loaded(a)
+        if a is None:
+            return None
+        shape = tuple(a.shape)
+        if self.nparams is None and len(shape) == 1:
+            self.nparams = shape[0]  # the others must agree with the first
+        if shape != (self.nparams,):
+            want = "a vector" if self.nparams is None else \
+                f"{self.nparams} numbers (one per parameter)"
+            raise ValueError(f"{self.optimizer} optimizer state: field {field!r} must hold "
+                             f"{want}, got an array of shape {shape}")
+        return a
+
+
 def _zeros_like(a: Any) -> Any:
     return np.zeros_like(a) if isinstance(a, np.ndarray) else namespace(a).zeros_like(a)
 
@@ -80,8 +102,10 @@ class SGD:
     def state_dict(self) -> Dict[str, Any]:
         return {"velocity": None if self.velocity is None else _copy(self.velocity)}
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
-        self.velocity = _loaded(state.get("velocity"))
+    def load_state_dict(self, state: Dict[str, Any], nparams: Optional[int] = None) -> None:
+        """The state of :meth:`state_dict`; its arrays must hold ``nparams`` numbers
+        (ValueError naming the field)."""
+        self.velocity = _Shapes(self.name, nparams)(state.get("velocity"), "velocity")
 
 
 class Adam:
@@ -120,10 +144,15 @@ class Adam:
         return {"m": None if self.m is None else _copy(self.m),
                 "v": None if self.v is None else _copy(self.v), "t": self.t}
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
-        self.m = _loaded(state.get("m"))
-        self.v = _loaded(state.get("v"))
-        self.t = int(state.get("t", 0))
+    def load_state_dict(self, state: Dict[str, Any], nparams: Optional[int] = None) -> None:
+        """The state of :meth:`state_dict`; its arrays must hold ``nparams`` numbers
+        (ValueError naming the field)."""
+        shapes = _Shapes(self.name, nparams)
+        m, v = shapes(state.get("m"), "m"), shapes(state.get("v"), "v")
+        t = state.get("t", 0)
+        if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 0:
+            raise ValueError(f"adam optimizer state: field 't' must be an int >= 0, got {t!r}")
+        self.m, self.v, self.t = m, v, int(t)
 
 
 class LBFGS:
@@ -214,11 +243,18 @@ class LBFGS:
                 "prev_params": None if self.prev_params is None else _copy(self.prev_params),
                 "prev_grad": None if self.prev_grad is None else _copy(self.prev_grad)}
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
-        self.s = [_loaded(s) for s in state.get("s", [])]
-        self.y = [_loaded(y) for y in state.get("y", [])]
-        self.prev_params = _loaded(state.get("prev_params"))
-        self.prev_grad = _loaded(state.get("prev_grad"))
+    def load_state_dict(self, state: Dict[str, Any], nparams: Optional[int] = None) -> None:
+        """The state of :meth:`state_dict`; its arrays must hold ``nparams`` numbers and
+        ``s``, ``y`` as many pairs (ValueError naming the field)."""
+        shapes = _Shapes(self.name, nparams)
+        s = [shapes(a, f"s[{i}]") for i, a in enumerate(state.get("s", []))]
+        y = [shapes(a, f"y[{i}]") for i, a in enumerate(state.get("y", []))]
+        if len(s) != len(y):
+            raise ValueError(f"lbfgs optimizer state: fields 's' and 'y' must hold as many "
+                             f"pairs, got {len(s)} and {len(y)}")
+        prev_params = shapes(state.get("prev_params"), "prev_params")
+        prev_grad = shapes(state.get("prev_grad"), "prev_grad")
+        self.s, self.y, self.prev_params, self.prev_grad = s, y, prev_params, prev_grad
 
 
 OPTIMIZERS: Dict[str, Any] = {"sgd": SGD, "adam": Adam, "lbfgs": LBFGS,

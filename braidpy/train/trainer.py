@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 import numpy as np
 
 from .._device import vector_norm
+from .._limits import check_finite
 from .._options import Options
 from ..nn.network import ResNet
 from ..parallel.agree import agreed
@@ -402,6 +403,12 @@ class Trainer:
         if validation is not None:
             self.validation = _check_pair("validation", validation)
             net.check_data(*self.validation)
+        # NaN or infinite data would train nonsense and be reported as "MGRIT diverged".
+        check_finite(self.X, "training features")
+        check_finite(self.C, "training labels")
+        if self.validation is not None:
+            check_finite(self.validation[0], "validation features")
+            check_finite(self.validation[1], "validation labels")
         cfg = self.config
         if params is None:
             params = net.init_params(cfg.seed, cfg.init_scale)
@@ -681,10 +688,14 @@ class Trainer:
                         bar.update(record)
                     if on_step is not None:
                         on_step(record)
-                if cfg.checkpoint and self.iteration % cfg.checkpoint_every == 0:
+                # A non-finite objective (every rank agrees on it) keeps the last good
+                # checkpoint: its parameters would be NaN.
+                finite = bool(np.isfinite(record["objective"]))
+                if cfg.checkpoint and finite and self.iteration % cfg.checkpoint_every == 0:
                     self.save(cfg.checkpoint)
                 self.stop_reason = self.should_stop()
-            if cfg.checkpoint and self.iteration % cfg.checkpoint_every != 0:
+            if cfg.checkpoint and self.stop_reason != "diverged" and \
+                    self.iteration % cfg.checkpoint_every != 0:
                 self.save(cfg.checkpoint)
 
     def _share_final_centre(self) -> None:
@@ -764,7 +775,10 @@ class Trainer:
         continues on this trainer's data anyway: weights, optimizer, step count and history
         carry over; the batch order starts a new epoch, the MGRIT states start afresh (as in a new run) and
         the best validation accuracy is forgotten (it was measured on other data).
+        A field of the wrong type, out of range or contradicting another raises
+        :class:`~braidpy.train.checkpoint.CheckpointError` naming it.
         """
+        _checkpoint.check_state(state, "state")
         if state.get("nparams") != self.net.nparams or \
                 state.get("architecture") != self.net.describe():
             raise ValueError(f"checkpoint is for {state.get('architecture')!r}, not "
@@ -792,13 +806,17 @@ class Trainer:
                 f"({sizes(state.get('data'))}), this run's is {self.data_fingerprint} "
                 f"({sizes(self._data_shapes())}); to continue on the new data anyway, pass "
                 f"allow_new_data=True (command line: --resume-on-new-data)")
+        optimizer_state = self.placement.tree_from_host(state["optimizer"])
+        if self.elastic:
+            self.optimizer.load_state_dict(optimizer_state)
+        else:  # first: its arrays must hold one number per parameter (ValueError naming them)
+            self.optimizer.load_state_dict(optimizer_state, nparams=int(self.params.size))
         self.params[...] = self.placement.from_host(self._own_params(state))
         self.iteration, self.epoch = int(state["iteration"]), int(state["epoch"])
         self._position = int(state["position"])
         self._order = None if state["order"] is None else np.array(state["order"])
         self.rng = np.random.default_rng()
         self.rng.bit_generator.state = state["rng"]
-        self.optimizer.load_state_dict(self.placement.tree_from_host(state["optimizer"]))
         if self.elastic:  # this group's own velocity (the state's is rank 0's)
             assert self.grid is not None
             velocity = state["easgd_groups"]["velocity"][self.grid.coords[0]]
