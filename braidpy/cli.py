@@ -41,7 +41,7 @@ import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -139,11 +139,17 @@ def _on_root(comm: Any, action: Callable[[], Any], what: str = "") -> None:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that prints (help, usage errors) on rank 0 only."""
+    """argparse that prints (help, usage errors) on rank 0 only, and a usage error as
+    one line with a pointer to --help (a 20-line usage above the error hid it)."""
 
     def _print_message(self, message: str, file: Any = None) -> None:
         if _rank() == 0:
             super()._print_message(message, file)
+
+    def error(self, message: str) -> NoReturn:
+        self._print_message(f"{self.prog}: error: {message}\n"
+                            f"(options: {self.prog} --help)\n", sys.stderr)
+        self.exit(2)
 
 
 class _Trainer(Trainer):
@@ -298,7 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "`mpiexec -n P braidpy train ...` (layers split over the ranks).\n"
                     "Defaults: the library's, with the preset for the data source on top.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.set_defaults(usage_error=p.error)  # errors found after parsing show this usage line
+    p.set_defaults(usage_error=p.error)  # errors found after parsing: exit 2, one line
     p.add_argument("source", metavar="peaks|digits|digits28|mnist|FILE",
                    help="data: the Peaks level sets, scikit-learn's 8x8 digits, the same "
                         "digits scaled to 28x28, MNIST from its IDX files (--data DIR), or "
@@ -1041,6 +1047,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the command line; returns the exit status (0 ok, 1 failed, 2 bad options)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
+    if not argv:  # bare `braidpy`: what it can do
+        parser.print_help()
+        return 0
     args = parser.parse_args(argv)  # exits with status 2 on bad options
     root = logging.getLogger("braidpy")
     saved = root.level, root.propagate

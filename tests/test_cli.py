@@ -135,7 +135,17 @@ def test_bad_options_exit_2_naming_the_value(args, message):
     proc = cli(*args)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert message in proc.stderr
-    assert "usage:" in proc.stderr and "Traceback" not in proc.stderr
+    # one line first, the usage only on request
+    first = proc.stderr.splitlines()[0]
+    assert first.startswith("braidpy") and ": error: " in first, proc.stderr
+    assert "usage:" not in proc.stderr and "--help)" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_bare_braidpy_prints_help():
+    proc = cli()
+    assert proc.returncode == 0 and "usage: braidpy" in proc.stdout
+    assert "train" in proc.stdout and proc.stderr == ""
 
 
 def test_relax_and_per_level_cf_parse_into_the_config():
@@ -243,7 +253,7 @@ def test_unwritable_outputs_are_refused_before_training(tmp_path, option, path):
     (tmp_path / "adir").mkdir()
     proc = cli("train", "peaks", *TINY, option, tmp_path / path)
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert f"{option} {tmp_path / path}" in proc.stderr and "usage:" in proc.stderr
+    assert f"{option} {tmp_path / path}" in proc.stderr and ": error: " in proc.stderr
     assert progress_lines(proc) == []  # no step was taken
 
 

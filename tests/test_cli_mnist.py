@@ -79,7 +79,7 @@ def test_mnist_without_data_names_the_files():
     for name in data.MNIST_FILES:
         assert name in proc.stderr, name
     assert "braidpy downloads nothing" in proc.stderr and "digits28" in proc.stderr
-    assert "usage:" in proc.stderr and "Traceback" not in proc.stderr
+    assert "train: error: " in proc.stderr and "Traceback" not in proc.stderr
 
 
 @pytest.mark.parametrize("missing", ["t10k-labels-idx1-ubyte", "train-images-idx3-ubyte"])
