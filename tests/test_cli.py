@@ -142,6 +142,13 @@ def test_bad_options_exit_2_naming_the_value(args, message):
     assert "Traceback" not in proc.stderr
 
 
+def test_a_run_shorter_than_validate_every_still_validates_at_its_end(tmp_path):
+    ok("train", "peaks", *TINY[:-1], "2", "--validate-every", "5", "--log",
+       tmp_path / "l.jsonl", "--quiet")
+    _, steps, _ = read_log(tmp_path / "l.jsonl")
+    assert "val_accuracy" not in steps[0] and 0 <= steps[-1]["val_accuracy"] <= 1
+
+
 def test_bare_braidpy_prints_help():
     proc = cli()
     assert proc.returncode == 0 and "usage: braidpy" in proc.stdout

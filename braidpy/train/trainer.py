@@ -116,7 +116,7 @@ class TrainConfig:
     init_scale : float
         Scale of the initial residual-layer weights.
     validate_every : int
-        Steps between validations (0: never).
+        Steps between validations, and the last step validates too (0: never).
     validation_solve : str
         How validation propagates the images through the layers: 'sequential' (the
         default; one MGRIT level, i.e. layer by layer across the layer ranks: the exact
@@ -598,8 +598,10 @@ class Trainer:
         # All layer steps of this optimizer step, line search included.
         record["steps"] = self.evaluator.step_calls - calls_before
         cfg = self.config
-        if self.validation is not None and cfg.validate_every and \
-                self.iteration % cfg.validate_every == 0:
+        # Every validate_every-th step, and the last one (a run shorter than
+        # validate_every would otherwise never validate).
+        if self.validation is not None and cfg.validate_every and (
+                self.iteration % cfg.validate_every == 0 or self.iteration == cfg.iterations):
             before = time.perf_counter()
             acc = self._accuracy(self.model_params)
             record["val_accuracy"] = acc
