@@ -186,3 +186,13 @@ def test_negative_norm_is_a_clear_error():
 
     with pytest.raises(ValueError, match=r"norm\(u\) returned -0.5; a norm is >= 0"):
         braidpy.solve(NegativeNorm(), 0.0, 1.0, 16, cfactor=2)
+
+
+@pytest.mark.parametrize("value, kind", [("0.5", "str"), (None, "NoneType")])
+def test_norm_returning_no_number_names_norm(value, kind):
+    class WordNorm(Decay):  # float(...) failed inside the core, naming nothing
+        def norm(self, u):
+            return value
+
+    with pytest.raises(TypeError, match=rf"norm must return a real number, got {kind}"):
+        braidpy.solve(WordNorm(), 0.0, 1.0, 16, cfactor=2)

@@ -294,11 +294,15 @@ double PyOps::norm(Vec u) {
   PyObject* r = call(kNorm, norm_, args, 1);
   if (r == nullptr) return 0.0;
   value = PyFloat_AsDouble(r);
-  Py_DECREF(r);
-  if (value == -1.0 && PyErr_Occurred()) {
+  if (value == -1.0 && PyErr_Occurred()) {  // a str or None: say which callback
+    PyErr_Clear();
+    PyErr_Format(PyExc_TypeError, "norm must return a real number, got %.200s",
+                 Py_TYPE(r)->tp_name);
+    Py_DECREF(r);
     capture_current_error(kNorm);
     return 0.0;
   }
+  Py_DECREF(r);
   if (value < 0.0) {  // NaN passes: the halting test reports it as divergence
     char text[64];
     std::snprintf(text, sizeof text, "%.17g", value);
