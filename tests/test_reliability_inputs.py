@@ -375,7 +375,8 @@ def test_non_finite_data_are_refused_with_the_file_and_the_first_bad_row(tmp_pat
         mnist(folder)
 
 
-def test_predict_and_evaluate_refuse_non_finite_inputs(tmp_path, capsys):
+def _tiny_run(tmp_path, capsys):
+    """A checkpoint of one serial step on 6 samples of x.npy / y.npy: (X, its path)."""
     X, C = np.ones((6, 2)), np.eye(3)[[0, 1, 2, 0, 1, 2]]
     np.save(tmp_path / "x.npy", X)
     np.save(tmp_path / "y.npy", C)
@@ -384,6 +385,11 @@ def test_predict_and_evaluate_refuse_non_finite_inputs(tmp_path, capsys):
                        "--mode", "serial", "--iterations", "1", "--layers", "2", "--width",
                        "2", "--validation-fraction", "0", "--checkpoint", ckpt, "-q")
     assert status == 0, err
+    return X, ckpt
+
+
+def test_predict_and_evaluate_refuse_non_finite_inputs(tmp_path, capsys):
+    X, ckpt = _tiny_run(tmp_path, capsys)
     X[4, 0] = np.nan
     np.save(tmp_path / "bad.npy", X)
     status, err = _cli(capsys, "predict", ckpt, tmp_path / "bad.npy",
@@ -710,14 +716,7 @@ def test_train_outputs_that_are_folders_links_or_devices_are_usage_errors(tmp_pa
 
 
 def test_predict_refuses_a_link_and_writes_its_output_atomically(tmp_path, capsys):
-    X, C = np.ones((6, 2)), np.eye(3)[[0, 1, 2, 0, 1, 2]]
-    np.save(tmp_path / "x.npy", X)
-    np.save(tmp_path / "y.npy", C)
-    ckpt = tmp_path / "run.ckpt"
-    status, err = _cli(capsys, "train", tmp_path / "x.npy", "--labels", tmp_path / "y.npy",
-                       "--mode", "serial", "--iterations", "1", "--layers", "2", "--width",
-                       "2", "--validation-fraction", "0", "--checkpoint", ckpt, "-q")
-    assert status == 0, err
+    X, ckpt = _tiny_run(tmp_path, capsys)
     victim = tmp_path / "victim.csv"
     victim.write_text("keep me")
     (tmp_path / "out.csv").symlink_to(victim)
