@@ -136,7 +136,7 @@ def nn_resnet(w: ResNetWeights):
     from braidpy.nn import ResNet as NNResNet
 
     batch, width = w.u0.shape
-    net = NNResNet((width,), width, width=width, nlayers=w.ntime, T=TSTOP, activation="tanh",
+    net = NNResNet((width,), width, width=width, nlayers=w.ntime, tstop=TSTOP, activation="tanh",
                    opening="replicate")
     params = np.zeros(net.nparams)
     v = net.views(params)

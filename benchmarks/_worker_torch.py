@@ -102,7 +102,7 @@ class Braidpy:
             common.update(abs_tol=1e-12, max_iter=50)
         else:
             common["oneshot"] = tuple(args.iters)
-        self.net = LayerParallel(blocks, T_FINAL, comm, **common)
+        self.net = LayerParallel(blocks, T_FINAL, comm=comm, **common)
 
     def step(self, x, wts):
         self.net.zero_grad()

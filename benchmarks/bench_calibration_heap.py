@@ -30,7 +30,7 @@ from braidpy.perf.calibrate import calibrate_layer
 
 def median_gradient_ms(comm, app, net, repeats):
     """The median wall time of ``repeats`` warm gradients across ``comm`` (slowest rank)."""
-    solver = GradientSolver(app, 0.0, net.T, net.nlayers, oneshot=(1, 1),
+    solver = GradientSolver(app, 0.0, net.tstop, net.nlayers, oneshot=(1, 1),
                             primal={"max_levels": 2, "cfactor": 4}, comm=comm)
     try:
         solver.evaluate()

@@ -32,9 +32,9 @@ BLOCKS = 16
 
 def continuous_params(N: int, seed: int, scale: float) -> tuple[ResNet, np.ndarray]:
     """N-layer discretization of one fixed theta(t)."""
-    coarse = ResNet((2,), 5, width=8, nlayers=BLOCKS, T=5.0, activation="smooth_relu")
+    coarse = ResNet((2,), 5, width=8, nlayers=BLOCKS, tstop=5.0, activation="smooth_relu")
     pc = coarse.init_params(seed=seed, scale=scale)
-    net = ResNet((2,), 5, width=8, nlayers=N, T=5.0, activation="smooth_relu")
+    net = ResNet((2,), 5, width=8, nlayers=N, tstop=5.0, activation="smooth_relu")
     p = np.zeros(net.nparams)
     v, vc = net.views(p), coarse.views(pc)
     block = (np.arange(N) * BLOCKS) // N
@@ -62,7 +62,7 @@ def main() -> None:
             opts = dict(cfactor=args.cfactor, max_levels=levels, abs_tol=0.0, rel_tol=1e-5,
                         max_iter=100)
             start = time.perf_counter()
-            g = GradientSolver(app, 0.0, net.T, N, primal=opts).evaluate()
+            g = GradientSolver(app, 0.0, net.tstop, N, primal=opts).evaluate()
             rows.append([N, label, g.primal.levels, g.primal.iterations, g.adjoint.iterations,
                          f"{time.perf_counter() - start:.2f} s"])
             print(*rows[-1], flush=True)

@@ -49,7 +49,7 @@ def setup(quick: bool):
     split = data.digits(seed=1)
     Xt, Ct = split["train"]
     Xv, Cv = split["validation"]
-    net = ResNet((1, 8, 8), 10, width=4, nlayers=4 if quick else 8, T=5.0,
+    net = ResNet((1, 8, 8), 10, width=4, nlayers=4 if quick else 8, tstop=5.0,
                  activation="smooth_relu", opening="conv", kernel=3)
     return net, (Xt, Ct), (Xv, Cv)
 

@@ -246,7 +246,7 @@ def conv_network(xp, args):
         Cl = xp.asarray(np.eye(nclasses)[rng.integers(0, nclasses, batch)])
         line = f"conv ResNet N={n}, {C} channels, 28x28, batch {batch}, float64:"
         for backend in backends:
-            net = Net((1, 28, 28), nclasses, width=C, nlayers=n, T=TSTOP, activation="tanh",
+            net = Net((1, 28, 28), nclasses, width=C, nlayers=n, tstop=TSTOP, activation="tanh",
                       device=device, backend=None if backend == "numpy" else backend)
             params = net.init_params(seed=7)
             app = ResNetApp(net, params, X, Cl)
@@ -256,7 +256,7 @@ def conv_network(xp, args):
                 sync(xp)
 
             def oneshot_grad(cf):
-                GradientSolver(app, 0.0, net.T, n, oneshot=(2, 2),
+                GradientSolver(app, 0.0, net.tstop, n, oneshot=(2, 2),
                                primal=dict(max_levels=2, cfactor=cf, nrelax=0)).evaluate()
                 sync(xp)
 
@@ -354,7 +354,7 @@ def gradient(xp, n, batch, repeats):
 
     nclasses = 4
     device = None if xp is np else "cuda"
-    net = Net((WIDTH,), nclasses, width=WIDTH, nlayers=n, T=TSTOP, activation="tanh",
+    net = Net((WIDTH,), nclasses, width=WIDTH, nlayers=n, tstop=TSTOP, activation="tanh",
               device=device)
     params = net.init_params(seed=7)
     rng = np.random.default_rng(8)
@@ -369,7 +369,7 @@ def gradient(xp, n, batch, repeats):
     app = ResNetApp(net, params, X, C)
 
     def solver():
-        return GradientSolver(app, 0.0, net.T, n, oneshot=(2, 2),
+        return GradientSolver(app, 0.0, net.tstop, n, oneshot=(2, 2),
                               primal=dict(max_levels=2, cfactor=CFACTOR, nrelax=0))
 
     def oneshot_grad():  # a new solver each time: its set-up (4096 states) included

@@ -49,11 +49,11 @@ def problem(name: str, quick: bool):
     if name == "digits":
         X, C = data.digits(seed=1)["train"]
         n = 100 if quick else 200
-        net = ResNet((1, 8, 8), 10, width=4, nlayers=32, T=5.0, activation="smooth_relu",
+        net = ResNet((1, 8, 8), 10, width=4, nlayers=32, tstop=5.0, activation="smooth_relu",
                      opening="conv", kernel=3)
         return net, X[:n], C[:n]
     X, C = data.peaks(500 if quick else 2000, seed=1)
-    net = ResNet((2,), 5, width=8, nlayers=32, T=5.0, activation="smooth_relu")
+    net = ResNet((2,), 5, width=8, nlayers=32, tstop=5.0, activation="smooth_relu")
     return net, X, C
 
 

@@ -39,7 +39,7 @@ def load(directory):
 
 
 def run(label, mode, levels, args, train, validation):
-    net = ResNet((2,), 5, width=8, nlayers=args.layers, T=5.0, activation="smooth_relu")
+    net = ResNet((2,), 5, width=8, nlayers=args.layers, tstop=5.0, activation="smooth_relu")
     cfg = TrainConfig(mode=mode, m1=2, m2=2, optimizer="lbfgs", iterations=args.iterations,
                       mgrit=dict(cfactor=4, max_levels=levels, abs_tol=args.tol),
                       tikhonov=args.reg, ddt=args.reg, classifier_reg=args.reg, seed=args.seed,

@@ -64,16 +64,16 @@ def problem(name: str):
     _, samples, layers = PROBLEMS[name]
     if name == "digits28":
         X, C = data.digits28(seed=1)["train"]
-        net = ResNet((1, 28, 28), 10, width=8, nlayers=layers, T=5.0, opening="conv",
+        net = ResNet((1, 28, 28), 10, width=8, nlayers=layers, tstop=5.0, opening="conv",
                      kernel=3)
         return net, np.ascontiguousarray(X[:samples]), np.ascontiguousarray(C[:samples])
     if name == "digits":
         X, C = data.digits(seed=1)["train"]
-        net = ResNet((1, 8, 8), 10, width=4, nlayers=layers, T=5.0, opening="conv",
+        net = ResNet((1, 8, 8), 10, width=4, nlayers=layers, tstop=5.0, opening="conv",
                      kernel=3)
         return net, np.ascontiguousarray(X[:samples]), np.ascontiguousarray(C[:samples])
     X, C = data.peaks(samples, seed=1)
-    return ResNet((2,), 5, width=8, nlayers=layers, T=5.0), X, C
+    return ResNet((2,), 5, width=8, nlayers=layers, tstop=5.0), X, C
 
 
 def grids(name: str, nprocs: int):

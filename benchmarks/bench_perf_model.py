@@ -82,7 +82,7 @@ def worker(spec: dict) -> None:
     opts = dict(max_levels=spec["levels"], cfactor=spec["cf"], skip=spec["skip"],
                 abs_tol=1e-7, storage="final")
     oneshot = tuple(spec["m"]) if spec["mode"] == "oneshot" else None
-    solver = GradientSolver(app, 0.0, net.T, layers, comm=comm if comm.Get_size() > 1
+    solver = GradientSolver(app, 0.0, net.tstop, layers, comm=comm if comm.Get_size() > 1
                             else None, primal=opts, oneshot=oneshot)
     times, cpus, iters, delays = [], [], [], []
     clean = 0

@@ -47,7 +47,7 @@ def worker(spec: dict) -> None:
     app.calls = []
     opts = dict(max_levels=spec["levels"], cfactor=spec["cf"], skip=spec["skip"],
                 abs_tol=1e-7, storage="final")
-    solver = GradientSolver(app, 0.0, net.T, layers, comm=comm if comm.Get_size() > 1
+    solver = GradientSolver(app, 0.0, net.tstop, layers, comm=comm if comm.Get_size() > 1
                             else None, primal=opts, oneshot=tuple(spec["m"]))
     best = None
     for k in range(spec["repeats"] + 2):  # two warm-ups

@@ -59,7 +59,7 @@ from .train import checkpoint as _checkpoint
 from .train.presets import PRESETS, preset
 from .train.sharded import check_training_grid
 from .train.spatial_training import max_space
-from .train.progress import CsvLog, JsonLog, Progress, summary, summary_lines
+from .train.progress import CsvLog, JsonLog, Progress, summary, summary_lines, wait_until_read
 from ._limits import (INDEX_MAX, INT_MAX, LimitError, OutputPathError, check_output_file,
                       check_training_size, count_argument, write_atomically)
 
@@ -77,7 +77,7 @@ examples:
   braidpy train mnist --data DIR                       MNIST IDX files in DIR (none downloaded)
   braidpy train digits28                               the digits at MNIST's 28x28 size
   braidpy train peaks --layers 128 --plot out/training.png --log out/log.jsonl
-  mpiexec -n 4 braidpy train peaks --layers 256 --mode exact --tol 1e-8
+  mpiexec -n 4 braidpy train peaks --layers 256 --mode exact --abs-tol 1e-8
   mpiexec -n 2 braidpy train digits --grid 2,1,1 --optimizer easgd --rho 1 --tau 2
   braidpy train X.npy --labels y.csv --validation-fraction 0.1 --opening replicate
   braidpy train peaks --checkpoint run.ckpt --iterations 200 --resume
@@ -89,10 +89,10 @@ examples:
 #: Command-line option (argparse dest) -> library name of the setting. The defaults are
 #: the library's (braidpy.train.presets), so they are not repeated here.
 SETTINGS = {
-    "width": "width", "layers": "nlayers", "T": "T", "activation": "activation",
+    "width": "width", "layers": "nlayers", "T": "tstop", "activation": "activation",
     "opening": "opening", "kernel": "kernel", "init_scale": "init_scale", "mode": "mode",
     "m1": "m1", "m2": "m2", "levels": "max_levels", "cf": "cfactor", "relax": "relax",
-    "tol": "abs_tol",
+    "abs_tol": "abs_tol",
     "optimizer": "optimizer", "lr": "lr", "momentum": "momentum", "rho": "rho", "tau": "tau",
     "batch": "batch_size",
     "shuffle": "shuffle", "iterations": "iterations", "seed": "seed",
@@ -360,8 +360,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="MGRIT relaxation of the state and adjoint solves: F (the least "
                         "work per iteration), FCF or FCFCF (nrelax 0, 1, 2) "
                         f"{_default('relax')}")
-    g.add_argument("--tol", type=POSITIVE, metavar="TOL",
-                   help=f"absolute MGRIT tolerance (exact mode, validation) {_default('tol')}")
+    g.add_argument("--abs-tol", type=POSITIVE, metavar="TOL",
+                   help=f"absolute MGRIT tolerance (exact mode, validation; the library's "
+                        f"abs_tol) {_default('abs_tol')}")
+    # --tol: the earlier spelling, kept working but not shown (abs_tol is the library's word).
+    g.add_argument("--tol", type=POSITIVE, dest="abs_tol", help=argparse.SUPPRESS)
 
     g = p.add_argument_group("optimization")
     g.add_argument("--optimizer", choices=tuple(OPTIMIZERS),
@@ -400,7 +403,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"steps between validations, 0: never {_default('validate_every')}")
     g.add_argument("--validation-solve", choices=("sequential", "mgrit"),
                    help="validation's forward pass: layer by layer across the layer ranks "
-                        "(exact; the least work) or MGRIT to --tol (parallel; pays with "
+                        "(exact; the least work) or MGRIT to --abs-tol (parallel; pays with "
                         f"many layer ranks) {_default('validation_solve')}")
     g.add_argument("--patience", type=count_argument(0, INT_MAX, INT_WHY), metavar="K",
                    help="stop after this many validations without improvement (default 0: "
@@ -664,7 +667,7 @@ def load_source(args: argparse.Namespace) -> Tuple[Pair, Optional[Pair], str]:
 
 def make_network(args: argparse.Namespace, X: np.ndarray, C: np.ndarray) -> ResNet:
     """The ResNet for samples shaped like X (dense for vectors, conv for images)."""
-    return ResNet(X.shape[1:], C.shape[1], width=args.width, nlayers=args.layers, T=args.T,
+    return ResNet(X.shape[1:], C.shape[1], width=args.width, nlayers=args.layers, tstop=args.T,
                   activation=args.activation, opening=args.opening, kernel=args.kernel,
                   device=getattr(args, "device", None))
 
@@ -674,7 +677,7 @@ def make_config(args: argparse.Namespace) -> TrainConfig:
     return TrainConfig(
         mode=args.mode, m1=args.m1, m2=args.m2,
         relax=args.relax, cfactor=args.cf,
-        mgrit=dict(max_levels=args.levels, abs_tol=args.tol),
+        mgrit=dict(max_levels=args.levels, abs_tol=args.abs_tol),
         optimizer=args.optimizer, lr=args.lr, momentum=args.momentum, rho=args.rho,
         tau=args.tau, batch_size=args.batch,
         shuffle=args.shuffle, iterations=args.iterations, tikhonov=args.tikhonov,
@@ -701,7 +704,7 @@ def _one_level_warning(args: argparse.Namespace, mode: str) -> Optional[str]:
 
 def _network_info(net: ResNet) -> Dict[str, Any]:
     return {"kind": net.kind, "input_shape": list(net.input_shape), "classes": net.nclasses,
-            "width": net.width, "layers": net.nlayers, "T": net.T,
+            "width": net.width, "layers": net.nlayers, "T": net.tstop,
             "activation": net.activation_name, "opening": net.opening,
             "kernels": net.backend, "device": net.placement.name,
             "kernel": net.kernel if net.kind == "conv" else None, "parameters": net.nparams}
@@ -837,6 +840,9 @@ class _Outputs:
         if self.log:
             self.log.end(result)
         if not self.args.quiet:
+            # The step lines (stderr) reach the terminal before the summary (stdout) only
+            # if their pipe is read first: mpiexec forwards the two apart, in no order.
+            wait_until_read(sys.stderr)
             print("\n".join(summary_lines(result)), flush=True)
 
     def close(self) -> None:
@@ -921,7 +927,7 @@ def _load_model(args: argparse.Namespace) -> Tuple[ResNet, np.ndarray, Dict[str,
         args.usage_error(f"checkpoint {args.checkpoint}: no network description")
     try:
         net = ResNet(tuple(spec["input_shape"]), spec["nclasses"], width=spec["width"],
-                     nlayers=spec["nlayers"], T=spec["T"], activation=spec["activation"],
+                     nlayers=spec["nlayers"], tstop=spec["tstop"], activation=spec["activation"],
                      opening=spec["opening"], opening_activation=spec["opening_activation"],
                      kernel=spec["kernel"])
     except (KeyError, TypeError, ValueError) as exc:
@@ -938,10 +944,21 @@ def _load_model(args: argparse.Namespace) -> Tuple[ResNet, np.ndarray, Dict[str,
     return net, np.asarray(params, dtype=np.float64), state
 
 
-def _check_samples(args: argparse.Namespace, net: ResNet, X: np.ndarray, what: str) -> None:
-    if tuple(X.shape[1:]) != net.input_shape:
+def _as_samples(args: argparse.Namespace, net: ResNet, X: np.ndarray, what: str
+                ) -> np.ndarray:
+    """``X`` as samples of the network's input shape: as they are, or flat rows whose
+    length is exactly the input's size reshaped to it (a text file holds only rows: a
+    digits network takes (N, 1, 8, 8), its CSV has (N, 64)); else a usage error naming
+    the shapes the network takes and ``what`` (the file)."""
+    shape = tuple(net.input_shape)
+    if tuple(X.shape[1:]) == shape:
+        return X
+    size = math.prod(shape)
+    if len(shape) == 1 or X.ndim != 2 or X.shape[1] != size:
+        flat = f" or flat rows of {size} numbers" if len(shape) > 1 else ""
         args.usage_error(f"{what}: samples of shape {tuple(X.shape[1:])}, but the "
-                         f"checkpoint's network takes {net.input_shape}")
+                         f"checkpoint's network takes {shape}{flat}")
+    return X.reshape((X.shape[0],) + shape)
 
 
 def _evaluate(args: argparse.Namespace) -> int:
@@ -962,7 +979,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         X, C = val
     else:
         X, C = np.concatenate([train[0], val[0]]), np.concatenate([train[1], val[1]])
-    _check_samples(args, net, X, what)
+    X = _as_samples(args, net, X, what)
     if C.shape[1] != net.nclasses:
         args.usage_error(f"{what}: {C.shape[1]} classes, but the checkpoint's network "
                          f"has {net.nclasses}")
@@ -994,7 +1011,7 @@ def _predict(args: argparse.Namespace) -> int:
     X = np.asarray(X, dtype=np.float64)
     if X.ndim == 1 and net.input_shape == (1,):
         X = X[:, None]
-    _check_samples(args, net, X, str(args.input))
+    X = _as_samples(args, net, X, str(args.input))
     try:
         _check_writable("-o", args.output)
     except OSError as exc:

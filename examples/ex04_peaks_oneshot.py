@@ -70,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> train.Trainer:
     # Every rank holds the (small) data and a copy of all weights; MGRIT splits the layers.
     X, C = data.peaks(args.samples, seed=args.seed)
     Xv, Cv = data.peaks(args.validation_samples, seed=args.seed + 1)
-    net = nn.ResNet((2,), data.PEAKS_CLASSES, width=8, nlayers=args.layers, T=5.0,
+    net = nn.ResNet((2,), data.PEAKS_CLASSES, width=8, nlayers=args.layers, tstop=5.0,
                     activation="smooth_relu", opening="dense", device=args.device)
     config = train.TrainConfig(mode="oneshot", m1=args.m1, m2=args.m2, optimizer="lbfgs",
                                mgrit={"cfactor": args.cfactor, "max_levels": args.max_levels},

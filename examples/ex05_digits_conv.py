@@ -81,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> train.Trainer:
     X, C = digits["train"]
     X, C = X[:args.max_train], C[:args.max_train]
     Xv, Cv = digits["validation"]
-    net = nn.ResNet(X.shape[1:], 10, width=args.channels, nlayers=args.layers, T=5.0,
+    net = nn.ResNet(X.shape[1:], 10, width=args.channels, nlayers=args.layers, tstop=5.0,
                     activation="smooth_relu", opening="conv", kernel=args.kernel,
                     device=args.device)
     config = train.TrainConfig(mode=args.mode, optimizer="adam", lr=args.lr,

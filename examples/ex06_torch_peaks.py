@@ -74,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> list:
     classifier = torch.nn.Linear(q, 5).double()
     mode = {} if args.oneshot is None else {"oneshot": tuple(args.oneshot), "seq_soln": True,
                                             "skip": False}
-    body = LayerParallel(blocks, args.T, comm, cfactor=args.cfactor,
+    body = LayerParallel(blocks, args.T, comm=comm, cfactor=args.cfactor,
                          max_levels=args.max_levels, abs_tol=args.tol, **mode)
     del blocks  # each rank keeps only the blocks it needs
     params = [*opening.parameters(), *body.parameters(), *classifier.parameters()]

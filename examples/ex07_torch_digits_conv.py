@@ -70,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> list:
             return torch.nn.Sequential(torch.nn.Conv2d(c, c, 3, padding=1),
                                        torch.nn.Tanh()).double()
 
-    body = LayerParallel(block, args.T, comm, depth=args.layers, abs_tol=args.tol, cfactor=2)
+    body = LayerParallel(block, args.T, comm=comm, depth=args.layers, abs_tol=args.tol, cfactor=2)
     opt = torch.optim.Adam([*opening.parameters(), *body.parameters(),
                             *classifier.parameters()], lr=args.lr)
     if rank == 0:

@@ -102,7 +102,7 @@ def strict_training(comm, device=True, mode="exact", optimizer="lbfgs", iteratio
     X, C = rng.uniform(-3, 3, (12, 2)), np.eye(3)[rng.integers(0, 3, 12)]
     Xv, Cv = rng.uniform(-3, 3, (6, 2)), np.eye(3)[rng.integers(0, 3, 6)]
     where = dict(xp=xp, device=xp.Device("device1")) if device else {}
-    net = ResNet((2,), 3, width=4, nlayers=16, T=2.0, **where)
+    net = ResNet((2,), 3, width=4, nlayers=16, tstop=2.0, **where)
     config = TrainConfig(mode=mode, optimizer=optimizer, iterations=iterations, batch_size=6,
                          shuffle=True, tikhonov=1e-3, ddt=1e-3, classifier_reg=1e-4,
                          mgrit=dict(cfactor=4, abs_tol=1e-12), checkpoint=checkpoint,
@@ -171,7 +171,7 @@ def peaks_training(where=None, iterations=5):
     from braidpy.train import TrainConfig, Trainer
 
     X, C = peaks(200, seed=20261126)
-    net = ResNet((2,), C.shape[1], width=8, nlayers=16, T=5.0, **(where or {}))
+    net = ResNet((2,), C.shape[1], width=8, nlayers=16, tstop=5.0, **(where or {}))
     config = TrainConfig(mode="oneshot", optimizer="adam", iterations=iterations,
                          batch_size=50, shuffle=True, mgrit=dict(cfactor=4, abs_tol=1e-12))
     trainer = Trainer(net, (X, C), None, config)

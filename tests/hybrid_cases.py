@@ -23,14 +23,14 @@ def dense(batch, nlayers=16, seed=3):
     rng = np.random.default_rng(seed)
     X = rng.uniform(-3, 3, size=(batch, 2))
     C = np.eye(3)[rng.integers(0, 3, size=batch)]
-    return ResNet((2,), 3, width=4, nlayers=nlayers, T=2.0, activation="tanh"), X, C
+    return ResNet((2,), 3, width=4, nlayers=nlayers, tstop=2.0, activation="tanh"), X, C
 
 
 def conv(batch=5, nlayers=8, seed=4):
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((batch, 1, 5, 6))
     C = np.eye(4)[rng.integers(0, 4, size=batch)]
-    net = ResNet((1, 5, 6), 4, width=3, nlayers=nlayers, T=1.0, activation="smooth_relu",
+    net = ResNet((1, 5, 6), 4, width=3, nlayers=nlayers, tstop=1.0, activation="smooth_relu",
                  opening="conv", kernel=3)
     return net, X, C
 

@@ -60,7 +60,7 @@ def steps_without_time(records):
 
 def test_help_lists_the_options():
     proc = ok("train", "--help")
-    for option in ("--width", "--layers", "--mode", "--m1", "--levels", "--cf", "--tol",
+    for option in ("--width", "--layers", "--mode", "--m1", "--levels", "--cf", "--abs-tol",
                    "--optimizer", "--tikhonov", "--ddt", "--classifier-reg", "--patience",
                    "--target-accuracy", "--checkpoint", "--resume", "--log", "--plot",
                    "--quiet", "peaks|digits|digits28|mnist|FILE"):
@@ -88,10 +88,10 @@ def test_defaults_come_from_the_library():
                    "tikhonov", "ddt", "classifier_reg", "validate_every", "patience",
                    "checkpoint_every", "shuffle", "relax"):
         assert getattr(args, option) == getattr(cfg, option), option
-    assert (args.levels, args.cf, args.tol) == (cfg.mgrit.max_levels, cfg.mgrit.cfactor,
-                                                cfg.mgrit.abs_tol)
+    assert (args.levels, args.cf, args.abs_tol) == (cfg.mgrit.max_levels, cfg.mgrit.cfactor,
+                                                    cfg.mgrit.abs_tol)
     net = ResNet((2,), 3, width=2, nlayers=2)
-    assert (args.T, args.activation, args.kernel) == (net.T, net.activation_name, net.kernel)
+    assert (args.T, args.activation, args.kernel) == (net.tstop, net.activation_name, net.kernel)
     assert library_defaults()["mode"] == "auto" and library_defaults()["seed"] == 1
 
 
@@ -121,6 +121,7 @@ def test_presets_and_explicit_options():
                                         "commas (level 0 first), got '8,x'"),
     (["train", "peaks", "--relax", "FC"], "--relax: invalid choice: 'FC'"),
     (["train", "peaks", "--lr", "-1"], "--lr: must be > 0, got -1"),
+    (["train", "peaks", "--abs-tol", "abc"], "--abs-tol: expected a number, got 'abc'"),
     (["train", "peaks", "--tol", "abc"], "--tol: expected a number, got 'abc'"),
     (["train", "peaks", "--mode", "fast"], "invalid choice: 'fast'"),
     (["train", "peaks", "--target-accuracy", "95"], "--target-accuracy: must be in (0, 1]"),
@@ -153,6 +154,17 @@ def test_bare_braidpy_prints_help():
     proc = cli()
     assert proc.returncode == 0 and "usage: braidpy" in proc.stdout
     assert "train" in proc.stdout and proc.stderr == ""
+
+
+def test_abs_tol_is_the_documented_spelling_and_tol_a_hidden_alias():
+    """The library's word (abs_tol) on the command line; the earlier --tol still works
+    but is no longer shown."""
+    for option in ("--abs-tol", "--tol"):
+        args = parse("peaks", option, "1e-7")
+        assert args.abs_tol == 1e-7 and make_config(args).mgrit.abs_tol == 1e-7, option
+    assert parse("peaks").abs_tol == TrainConfig().mgrit.abs_tol
+    text = build_parser()._subparsers._group_actions[0].choices["train"].format_help()
+    assert "--abs-tol TOL" in text and not re.search(r"(?<![\w-])--tol\b", text)
 
 
 def test_relax_and_per_level_cf_parse_into_the_config():
@@ -490,6 +502,71 @@ def test_two_ranks_log_the_same_losses_as_one(tmp_path, mode):
     assert e1["best_accuracy"] == e2["best_accuracy"]
 
 
+def in_process(capsys, *args):
+    """(status, stdout, stderr) of braidpy.cli.main in this process (no interpreter start)."""
+    from braidpy.cli import main
+
+    try:
+        status = main([str(a) for a in args])
+    except SystemExit as exc:  # argparse: bad options
+        status = exc.code
+    out = capsys.readouterr()
+    return status, out.out, out.err
+
+
+@pytest.fixture
+def conv_checkpoint(tmp_path, capsys):
+    """A one-step checkpoint of a tiny conv net on 12 images (1, 3, 3): (images, labels
+    file, checkpoint)."""
+    rng = np.random.default_rng(11)
+    images = rng.standard_normal((12, 1, 3, 3))
+    np.save(tmp_path / "images.npy", images)
+    np.savetxt(tmp_path / "y.csv", rng.integers(0, 3, 12), fmt="%d")
+    status, _, err = in_process(capsys, "train", tmp_path / "images.npy", "--labels",
+                                tmp_path / "y.csv", "--mode", "serial", "--layers", "2",
+                                "--width", "2", "--iterations", "1", "--validation-fraction",
+                                "0", "--checkpoint", tmp_path / "run.ckpt", "-q")
+    assert status == 0, err
+    return images, tmp_path / "y.csv", tmp_path / "run.ckpt"
+
+
+def test_predict_and_evaluate_take_flat_rows_of_an_image_network(conv_checkpoint, tmp_path,
+                                                                   capsys):
+    """A conv net's samples as flat rows (N, C*H*W), as a text file holds them, are
+    reshaped to the network's (C, H, W); rows of another length are refused naming the
+    file and both shapes the network takes."""
+    images, labels, ckpt = conv_checkpoint
+    flat = images.reshape(12, 9)
+    np.save(tmp_path / "flat.npy", flat)
+    np.savetxt(tmp_path / "flat.csv", flat, delimiter=",", fmt="%.17g")
+    ids = {}
+    for name in ("images.npy", "flat.npy", "flat.csv"):
+        status, _, err = in_process(capsys, "predict", ckpt, tmp_path / name, "-o",
+                                    tmp_path / f"{name}.ids.npy")
+        assert status == 0, err
+        ids[name] = np.load(tmp_path / f"{name}.ids.npy")
+    np.testing.assert_array_equal(ids["flat.npy"], ids["images.npy"])
+    np.testing.assert_array_equal(ids["flat.csv"], ids["images.npy"])
+    results = {}
+    for name in ("images.npy", "flat.csv"):
+        status, out, err = in_process(capsys, "evaluate", ckpt, tmp_path / name, "--labels",
+                                      labels, "--split", "all", "--json")
+        assert status == 0, err
+        results[name] = json.loads(out)
+    assert results["flat.csv"]["samples"] == 12
+    assert results["flat.csv"]["loss"] == pytest.approx(results["images.npy"]["loss"],
+                                                        rel=1e-14)
+    assert results["flat.csv"]["accuracy"] == results["images.npy"]["accuracy"]
+    np.save(tmp_path / "short.npy", flat[:, :8])
+    for command in (["predict", ckpt, tmp_path / "short.npy", "-o", tmp_path / "o.npy"],
+                    ["evaluate", ckpt, tmp_path / "short.npy", "--labels", labels]):
+        status, _, err = in_process(capsys, *command)
+        assert status == 2, err
+        assert (f"{tmp_path / 'short.npy'}" in err and "samples of shape (8,), but the "
+                "checkpoint's network takes (1, 3, 3) or flat rows of 9 numbers" in err), err
+    assert not (tmp_path / "o.npy").exists()
+
+
 # ------------------------------------------------------------------ progress and script
 
 
@@ -521,6 +598,71 @@ def test_progress_without_tqdm_prints_plain_lines(monkeypatch):
     bar.update({"iteration": 1, "loss": 0.5, "seconds": 0.1})
     bar.close()
     assert out.getvalue() == "step 1/4  loss 5.0000e-01  0.10 s\n"
+
+
+def test_wait_until_read_waits_for_the_reader_of_a_pipe(tmp_path):
+    import threading
+    import time
+
+    from braidpy.train.progress import wait_until_read
+
+    read, write = os.pipe()
+    with os.fdopen(write, "w") as stream, os.fdopen(read, "rb", buffering=0) as reader:
+        stream.write("step 3/3\n")
+        taken = []
+        later = threading.Timer(0.3, lambda: taken.append(reader.read(100)))
+        started = time.monotonic()
+        later.start()
+        assert wait_until_read(stream, timeout=30) is True
+        waited = time.monotonic() - started
+        later.join()
+        assert taken == [b"step 3/3\n"] and 0.25 <= waited < 10, waited
+        stream.write("more\n")  # nobody reads: gives up after the timeout
+        assert wait_until_read(stream, timeout=0.1) is False
+    with open(tmp_path / "f.txt", "w") as stream:  # a file keeps the order itself
+        stream.write("x")
+        assert wait_until_read(stream, timeout=30) is True
+
+
+def test_the_summary_is_the_last_line_when_stderr_is_read_late():
+    """mpiexec passes a rank's stdout and stderr on through two pipes, in no order
+    between them (a step line printed after the summary of `mpiexec -n 2 braidpy train
+    digits --grid 2,1,1 --optimizer easgd`). Here a reader that serves stdout at once and
+    stderr only every 0.2 s merges the two: the summary must still come last."""
+    import threading
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "braidpy", "train", "peaks", *TINY],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
+    merged, lock = [], threading.Lock()
+
+    def forward(pipe, pause):
+        while True:
+            time.sleep(pause)
+            data = os.read(pipe.fileno(), 1 << 16)
+            if not data:
+                return
+            with lock:
+                merged.append(data)
+
+    threads = [threading.Thread(target=forward, args=(proc.stdout, 0.0)),
+               threading.Thread(target=forward, args=(proc.stderr, 0.2))]
+    for thread in threads:
+        thread.start()
+    try:
+        assert proc.wait(timeout=120) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for thread in threads:
+            thread.join()
+        proc.stdout.close()
+        proc.stderr.close()
+    lines = b"".join(merged).decode().splitlines()
+    steps = [i for i, line in enumerate(lines) if line.startswith("step ")]
+    first = next(i for i, line in enumerate(lines) if line.startswith("stopped after"))
+    assert len(steps) == 3 and steps[-1] < first, lines
+    assert lines[-1].startswith("layer step calls"), lines
 
 
 def test_console_script():

@@ -47,7 +47,7 @@ def test_digits_trains_on_two_space_ranks_as_on_one_process(tmp_path):
 
 def test_data_groups_train_as_the_layer_ranks_do_and_the_checkpoint_resumes_serially(
         tmp_path):
-    exact = ["--mode", "exact", "--tol", "1e-13", "--quiet"]
+    exact = ["--mode", "exact", "--abs-tol", "1e-13", "--quiet"]
     logs = {}
     for grid in ("2,1,1", "1,1,2"):
         log = tmp_path / f"{grid}.jsonl"

@@ -49,7 +49,7 @@ def nets(kind):
     """The same network on the host and on device1, and data for it."""
     rng = np.random.default_rng(SEED)
     if kind == "dense":
-        args, kw = ((2,), 3), dict(width=4, nlayers=16, T=2.0)
+        args, kw = ((2,), 3), dict(width=4, nlayers=16, tstop=2.0)
         X = rng.uniform(-3, 3, (8, 2))
     else:
         args, kw = ((1, 5, 4), 3), dict(width=2, nlayers=8, activation="tanh")
@@ -139,10 +139,10 @@ def test_resnet_app_solve_on_device1(kind):
     net, dnet, X, C = nets(kind)
     p, dp = net.init_params(seed=SEED), dnet.init_params(seed=SEED)
     opts = dict(cfactor=4 if kind == "dense" else 2, max_levels=2, abs_tol=1e-12)
-    ref = braidpy.solve(ResNetApp(net, p, X, C), 0.0, net.T, net.nlayers, **opts)
+    ref = braidpy.solve(ResNetApp(net, p, X, C), 0.0, net.tstop, net.nlayers, **opts)
     app = ResNetApp(dnet, dp, on1(X), on1(C))
     assert app.array_namespace is not None and app.array_device == DEVICE1
-    got = braidpy.solve(app, 0.0, net.T, net.nlayers, **opts)
+    got = braidpy.solve(app, 0.0, net.tstop, net.nlayers, **opts)
     assert got.counts["step_batch"] > 0 and got.iterations == ref.iterations
     np.testing.assert_allclose(got.residuals, ref.residuals, rtol=1e-10, atol=1e-15)
     close(got.final, ref.final)
@@ -165,8 +165,8 @@ def test_batched_step_sizes_go_to_the_device_once_per_distinct_set(monkeypatch):
     net, dnet, X, C = nets("dense")
     p, dp = net.init_params(seed=SEED), dnet.init_params(seed=SEED)
     opts = dict(cfactor=4, max_levels=2, abs_tol=1e-12)
-    ref = braidpy.solve(ResNetApp(net, p, X, C), 0.0, net.T, net.nlayers, **opts)
-    got = braidpy.solve(ResNetApp(dnet, dp, on1(X), on1(C)), 0.0, net.T, net.nlayers, **opts)
+    ref = braidpy.solve(ResNetApp(net, p, X, C), 0.0, net.tstop, net.nlayers, **opts)
+    got = braidpy.solve(ResNetApp(dnet, dp, on1(X), on1(C)), 0.0, net.tstop, net.nlayers, **opts)
     assert got.counts["step_batch"] > len(copies) > 0
     assert len(set(copies)) == len(copies)  # each distinct set copied once
     close(got.final, ref.final)

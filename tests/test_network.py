@@ -30,7 +30,7 @@ def test_dense_network_gradient_matches_finite_differences(opening, act, activat
     rng = np.random.default_rng(1)
     X = rng.uniform(-2, 2, size=(7, 3))
     C = np.eye(4)[rng.integers(0, 4, size=7)]
-    net = ResNet((3,), 4, width=5, nlayers=6, T=1.5, activation=activation, opening=opening,
+    net = ResNet((3,), 4, width=5, nlayers=6, tstop=1.5, activation=activation, opening=opening,
                  opening_activation=act)
     fd_check(net, X, C)
 
@@ -40,7 +40,7 @@ def test_conv_network_gradient_matches_finite_differences(opening):
     rng = np.random.default_rng(2)
     X = rng.standard_normal((3, 2, 5, 4))
     C = np.eye(3)[rng.integers(0, 3, size=3)]
-    net = ResNet((2, 5, 4), 3, width=3, nlayers=4, T=1.0, activation="tanh", opening=opening,
+    net = ResNet((2, 5, 4), 3, width=3, nlayers=4, tstop=1.0, activation="tanh", opening=opening,
                  kernel=3)
     fd_check(net, X, C)
 
@@ -65,7 +65,7 @@ def test_layout_and_views():
     (dict(opening="identity"), "unknown opening 'identity'"),
     (dict(nlayers=0), "nlayers must be a positive integer"),
     (dict(width=2.5), "width must be a positive integer"),
-    (dict(T=-1.0), "T must be a positive number"),
+    (dict(tstop=-1.0), "tstop must be a positive number"),
 ])
 def test_bad_architectures_are_named(kwargs, match):
     args = dict(width=4, nlayers=3)

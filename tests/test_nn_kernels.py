@@ -232,7 +232,7 @@ def test_mgrit_gradient_is_batching_independent_on_every_backend(kind, name):
     rng = np.random.default_rng(SEED + 1)
     if kind == "dense":
         X, C = rng.uniform(-3, 3, (12, 2)), np.eye(3)[rng.integers(0, 3, 12)]
-        net = ResNet((2,), 3, width=4, nlayers=16, T=2.0, backend=name)
+        net = ResNet((2,), 3, width=4, nlayers=16, tstop=2.0, backend=name)
     else:
         X, C = rng.standard_normal((3, 1, 5, 4)), np.eye(3)[rng.integers(0, 3, 3)]
         net = ResNet((1, 5, 4), 3, width=2, nlayers=8, activation="smooth_relu", backend=name)

@@ -92,7 +92,7 @@ def test_a_real_gradient_pairs_with_the_model_call_for_call(levels, cf):
     X = rng.standard_normal((samples, 2))
     C = np.eye(3)[rng.integers(0, 3, samples)]
     app = recording(ResNetApp)(net, params, X, C)
-    solver = GradientSolver(app, 0.0, net.T, layers, oneshot=(2, 2),
+    solver = GradientSolver(app, 0.0, net.tstop, layers, oneshot=(2, 2),
                             primal={"max_levels": levels, "cfactor": cf})
     solver.evaluate()  # warm, as the model predicts training's gradients
     app.calls = []

@@ -477,7 +477,7 @@ CORRUPTIONS = [
     (_set("best.iteration", 9), "field 'best.iteration' cannot exceed iteration = 3"),
     (_set("history", [1, 2, 3]), "field 'history[0]' must be an object"),
     (_set("network.width", "4"), "field 'network.width' must be an int, got '4'"),
-    (_set("network.T", -2.0), "field 'network.T' must be a finite number > 0"),
+    (_set("network.tstop", -2.0), "field 'network.tstop' must be a finite number > 0"),
     (_set("network.nlayers", 2**40), "field 'network.nlayers' must be an int <= 2147483647"),
     (_set("network.nlayers", 2**30), "field 'network' (1073741824 layers of width 4) "
                                      "needs about"),

@@ -116,7 +116,7 @@ def test_oneshot_gradients_equal_braidpy_nn_oneshot():
 
     N, q, T = 16, 4, 5.0
     X, C = braidpy.data.peaks(20, seed=SEED)
-    net = ResNet((2,), 5, width=q, nlayers=N, T=T, activation="tanh", opening="dense")
+    net = ResNet((2,), 5, width=q, nlayers=N, tstop=T, activation="tanh", opening="dense")
     params = net.init_params(seed=SEED)
     mgrit = {"cfactor": 4, "max_levels": 2}
     ev = LayerParallelEvaluator(net, params, X, C, mgrit=mgrit, oneshot=(2, 1))
@@ -382,7 +382,7 @@ def test_constructor_arguments_are_checked():
         LayerParallel(lambda n: blocks[n], 1.0)
     with pytest.raises(ValueError, match="depth=5 but 4 blocks"):
         LayerParallel(blocks, 1.0, depth=5)
-    with pytest.raises(ValueError, match="t_final must be a positive number"):
+    with pytest.raises(ValueError, match="tstop must be a positive number"):
         LayerParallel(blocks, 0.0)
     with pytest.raises(TypeError, match="blocks\\[1\\] is a str"):
         LayerParallel([blocks[0], "x"], 1.0)

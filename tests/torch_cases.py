@@ -24,10 +24,10 @@ def conv_blocks(depth, channels, dtype=torch.float64, seed=SEED):
                                 torch.nn.Tanh()).to(dtype) for _ in range(depth)]
 
 
-def serial_reference(blocks, t_final, x):
+def serial_reference(blocks, tstop, x):
     """Plain torch autograd through the same blocks: (output, dL/dx, [dL/dparams per
     block]) for L = sum(output * weights) with fixed weights."""
-    h = t_final / len(blocks)
+    h = tstop / len(blocks)
     x = x.detach().clone().requires_grad_()
     u = x
     for b in blocks:
@@ -64,7 +64,7 @@ def exact_case(comm, kind, depth, **options):
         blocks = conv_blocks(depth, 2)
         x = torch.randn(2, 2, 5, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
     ref_out, ref_dx, ref_dp = serial_reference(blocks, 1.0, x)
-    net = LayerParallel(blocks, 1.0, comm, abs_tol=1e-13, **options)
+    net = LayerParallel(blocks, 1.0, comm=comm, abs_tol=1e-13, **options)
     assert_split(comm, net.layers, depth, "layers")
     xg = x.clone().requires_grad_()
     y = net(xg)
@@ -102,7 +102,7 @@ def failing_case(comm):
     torch.manual_seed(SEED)
     depth = 16
     blocks = [Failing(4) for _ in range(depth)]
-    net = LayerParallel(blocks, 1.0, comm, abs_tol=1e-10, batch=False)
+    net = LayerParallel(blocks, 1.0, comm=comm, abs_tol=1e-10, batch=False)
     x = torch.ones(2, 4, dtype=torch.float64)
     net(x)  # the probe and a clean solve first
     blocks[13].armed = True
@@ -129,7 +129,7 @@ def adam_peaks(comm, steps=20, depth=8, width=4, oneshot=None):
     opening = torch.nn.Sequential(torch.nn.Linear(2, width), torch.nn.Tanh()).double()
     classifier = torch.nn.Linear(width, 5).double()
     blocks = dense_blocks(depth, width, seed=SEED + 1)
-    net = LayerParallel(blocks, 5.0, comm, abs_tol=1e-11, cfactor=2, oneshot=oneshot,
+    net = LayerParallel(blocks, 5.0, comm=comm, abs_tol=1e-11, cfactor=2, oneshot=oneshot,
                         **({} if oneshot is None else {"seq_soln": True, "skip": False}))
     params = list(opening.parameters()) + list(net.parameters()) + list(classifier.parameters())
     opt = torch.optim.Adam(params, lr=0.01)

@@ -6,7 +6,7 @@ residual neural networks" (SIAM J. Math. Data Sci. 2, 2020), eqs. (2.10)-(2.13):
     u_0 = opening(y),    u_{n+1} = u_n + h_n * act(K_n u_n + b_n)  (n = 0..N-1),
     loss = mean cross entropy of softmax(W u_N + mu) against the labels c.
 
-The layer-time grid is braidpy's (XBraid's) uniform grid on [0, T] with N steps, so
+The layer-time grid is braidpy's (XBraid's) uniform grid on [0, tstop] with N steps, so
 the serial reference here and the MGRIT app (:class:`braidpy.nn.ResNetApp`) use the
 very same step sizes. All trainable numbers live in one flat float vector (``params``);
 :meth:`ResNet.views` cuts it into named arrays without copying, so an optimizer works
@@ -27,6 +27,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from .._device import HOST, Placement, placement, placement_of
+from .._renamed import renamed_arguments, renamed_attribute
 from ._common import _namespace
 from .activations import get_activation
 from .layers import (accuracy, classifier_gradient, classifier_loss, classifier_predict,
@@ -53,8 +54,10 @@ class ResNet:
         Network width q (dense) or number of channels (conv).
     nlayers : int
         Number of residual layers N (time steps).
-    T : float, default 5.0
-        Final layer time; the step size is h = T / N.
+    tstop : float, default 5.0
+        Final layer time (the paper's T; XBraid's and :func:`braidpy.solve`'s ``tstop``);
+        the step size is h = tstop / N. The old keyword ``T`` still works, with a
+        DeprecationWarning.
     activation : str, default "smooth_relu"
         Activation of the residual layers (see :func:`braidpy.nn.activation_names`).
     opening : str, default "dense" for feature vectors, "conv" for images
@@ -79,7 +82,7 @@ class ResNet:
 
     Examples
     --------
-    >>> net = ResNet((2,), 5, width=8, nlayers=4, T=1.0, activation="smooth_relu")
+    >>> net = ResNet((2,), 5, width=8, nlayers=4, tstop=1.0, activation="smooth_relu")
     >>> net.nparams                               # 8*2+8 + 4*(64+8) + 5*8+5
     357
     >>> p = net.init_params(seed=0)
@@ -93,8 +96,11 @@ class ResNet:
     (<DenseLayer dense 8, smooth_relu, backend 'numpy'>, 'numpy')
     """
 
+    T = renamed_attribute("T", "tstop")
+
+    @renamed_arguments({"T": "tstop"})
     def __init__(self, input_shape: Sequence[int], nclasses: int, *, width: int, nlayers: int,
-                 T: float = 5.0, activation: str = "smooth_relu", opening: Optional[str] = None,
+                 tstop: float = 5.0, activation: str = "smooth_relu", opening: Optional[str] = None,
                  opening_activation: bool = True, kernel: int = 3,
                  backend: BackendLike = None, xp: Any = None, device: Any = None):
         # xp alone only picks the kernels (as before devices); device places the numbers.
@@ -110,10 +116,11 @@ class ResNet:
         self.nclasses = _positive_int("nclasses", nclasses)
         self.width = _positive_int("width", width)
         self.nlayers = _positive_int("nlayers", nlayers)
-        if isinstance(T, bool) or not isinstance(T, (int, float, np.floating)) or \
-                not np.isfinite(T) or T <= 0:
-            raise ValueError(f"T must be a positive number, got {T!r}")
-        self.T = float(T)
+        if isinstance(tstop, bool) or not isinstance(tstop, (int, float, np.floating)) or \
+                not np.isfinite(tstop) or tstop <= 0:
+            raise ValueError(f"tstop must be a positive number, got {tstop!r}")
+        #: Final layer time: the layers step through [0, tstop].
+        self.tstop = float(tstop)
         self.activation = get_activation(activation)
         self.activation_name = activation if isinstance(activation, str) else self.activation.name
         self.kernel = _positive_int("kernel", kernel)
@@ -139,9 +146,9 @@ class ResNet:
         else:
             self.layer = ConvLayer(self.width, self.kernel, self.activation, backend=backend,
                                    xp=xp)
-        # Grid of braidpy.Core / XBraid: t_i = (i / N) * T.
+        # Grid of braidpy.Core / XBraid: t_i = (i / N) * tstop.
         i = np.arange(self.nlayers + 1, dtype=np.float64)
-        self.times = (i / self.nlayers) * self.T
+        self.times = (i / self.nlayers) * self.tstop
         self.steps = np.diff(self.times)
         self._layout = self._make_layout()
         self.nparams = sum(int(np.prod(s)) for _, s in self._layout)
@@ -327,5 +334,5 @@ class ResNet:
     def describe(self) -> str:
         """One line: the architecture in words."""
         return (f"ResNet: {self.opening} opening -> {self.nlayers} x {self.layer.describe()} "
-                f"({self.activation_name}, T={self.T:g}) -> softmax {self.nclasses}; "
+                f"({self.activation_name}, tstop={self.tstop:g}) -> softmax {self.nclasses}; "
                 f"{self.nparams} parameters")

@@ -296,7 +296,7 @@ def calibrate_sweep(cal: Calibration, layer: LayerCosts, samples: int, nlayers: 
         """Measured seconds (CPU; wall on a device) and the predicted parts (plain,
         batched, the rest)."""
         app = ResNetApp(net, params, X, C)
-        solver = GradientSolver(app, 0.0, net.T, nlayers, oneshot=(1, 1),
+        solver = GradientSolver(app, 0.0, net.tstop, nlayers, oneshot=(1, 1),
                                 primal={"max_levels": levels, "cfactor": 4})
         solver.evaluate()
         where.synchronize()
@@ -395,7 +395,7 @@ def calibrate_in_solve(cal: Calibration, layer: LayerCosts, samples: Sequence[in
                        features=int(np.prod(input_shape)), nclasses=2)
         for levels in (1, 2):
             wall, calls = _recorded_gradient(recording(ResNetApp)(net, params, X, C),
-                                             net.T, nlayers, levels, repeats)
+                                             net.tstop, nlayers, levels, repeats)
             strategy = Strategy(1, 1, 1, Cycle(ntime=nlayers, max_levels=levels, cfactor=4,
                                                batched=True), (1, 1))
             runs.append((n, spec, strategy, wall, calls))
@@ -661,7 +661,7 @@ def calibrate_in_solve_parallel(comm: Any, kind: str, shape: Sequence[int], kern
 
             def gradients_on(sub: Any, k: int = k, X: Any = X, C: Any = C) -> list:
                 # ranks sharing cores vary most: three times the gradients there
-                return _recorded_gradients(recording(ResNetApp)(net, params, X, C), net.T,
+                return _recorded_gradients(recording(ResNetApp)(net, params, X, C), net.tstop,
                                            nlayers, 2, repeats * (3 if k > most else 1),
                                            comm=sub if k > 1 else None)
             runs: List[Tuple[float, list]] = _on_first_ranks(

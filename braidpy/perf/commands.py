@@ -1,9 +1,15 @@
-"""The ``braidpy calibrate`` and ``braidpy plan`` subcommands (added to braidpy.cli)."""
+"""The ``braidpy calibrate`` and ``braidpy plan`` subcommands (added to braidpy.cli).
+
+``--cores N`` means the same in both: the cores the run's ranks have, all hosts
+together; ranks beyond N share them. ``calibrate`` measures a run on this machine
+(default: its cores), ``plan`` predicts the run it plans (default: a core per rank).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any, List
 
@@ -79,6 +85,16 @@ def _network(text: str) -> str:
     return text
 
 
+def _numbers(values: Any) -> str:
+    """A list default as the help shows it: ``16 256 4096``."""
+    return " ".join(map(str, values))
+
+
+#: The help of --cores, one meaning for both commands (see the module docstring).
+CORES_HELP = ("cores the run's ranks have, all hosts together; more ranks than that share "
+              "them")
+
+
 def add_commands(commands: Any) -> None:
     """Add the subcommands to braidpy.cli's subparsers."""
     c = commands.add_parser(
@@ -91,23 +107,27 @@ def add_commands(commands: Any) -> None:
                     " Writes versioned JSON.")
     c.set_defaults(usage_error=c.error)
     c.add_argument("-o", "--output", required=True, metavar="FILE",
-                   help="where to write the calibration (JSON)")
+                   help="where to write the calibration, JSON (required)")
     c.add_argument("--layer", action="append", type=_layer, metavar="SPEC",
-                   help="dense:WIDTH or conv:CxHxW[:K]; repeat for more (default: "
-                        f"{' '.join(DEFAULT_LAYERS)})")
+                   help="a layer to measure, dense:WIDTH or conv:CxHxW[:K]; repeat for more "
+                        f"(default {_numbers(DEFAULT_LAYERS)})")
     c.add_argument("--samples", type=_positive_int, nargs="+", metavar="N",
-                   default=list(DEFAULT_SAMPLES), help="samples per state to measure at")
-    c.add_argument("--rows", type=_positive_int, nargs="+", metavar="R", default=[1, 4, 16],
-                   help="states per batched call to measure at (1: plain calls)")
-    c.add_argument("--repeats", type=_positive_int, default=5, metavar="R")
+                   default=list(DEFAULT_SAMPLES), help="samples per state to measure at "
+                   f"(default {_numbers(DEFAULT_SAMPLES)})")
+    rows = [1, 4, 16]
+    c.add_argument("--rows", type=_positive_int, nargs="+", metavar="R", default=rows,
+                   help=f"states per batched call to measure at, 1: plain calls (default "
+                        f"{_numbers(rows)})")
+    c.add_argument("--repeats", type=_positive_int, default=5, metavar="R",
+                   help="how often each cost is timed (default %(default)s)")
     c.add_argument("--cores", type=_positive_int, metavar="N",
-                   help="cores this machine gives the ranks (default: all of its cores); "
-                        "under mpiexec with more ranks than that, what sharing the cores "
-                        "costs a gradient is measured too")
+                   help=f"{CORES_HELP}; under mpiexec with more ranks than N, what the "
+                        f"sharing costs a gradient is measured too (default: this machine's, "
+                        f"{os.cpu_count() or 1}; give the total for ranks on several hosts)")
     c.add_argument("--device", default="cpu", metavar="cpu|cuda|cuda:N",
-                   help="where the layers' numbers live: the host (default, CPU time) or a "
-                        "CUDA GPU through CuPy (wall time, synchronized; messages include "
-                        "the copies to and from the host)")
+                   help="where the layers' numbers live: the host (CPU time) or a CUDA GPU "
+                        "through CuPy (wall time, synchronized; messages include the copies "
+                        "to and from the host) (default %(default)s)")
     _verbosity(c)
 
     p = commands.add_parser(
@@ -118,38 +138,49 @@ def add_commands(commands: Any) -> None:
                     "per rank than --memory are rejected.")
     p.set_defaults(usage_error=p.error)
     p.add_argument("--calibration", required=True, metavar="FILE",
-                   help="written by braidpy calibrate")
+                   help="the machine's costs, written by braidpy calibrate (required)")
     p.add_argument("--network", required=True, type=_network, metavar="SPEC",
-                   help=f"{', '.join(NETWORKS)}, dense:WIDTH:LAYERS or conv:CxHxW:LAYERS[:K]")
+                   help=f"{', '.join(NETWORKS)}, dense:WIDTH:LAYERS or conv:CxHxW:LAYERS[:K] "
+                        f"(required)")
     p.add_argument("--batch", type=_positive_int_at_most(INDEX_MAX, "an int64 count"),
                    metavar="N",
                    help="samples per gradient (default: the named network's)")
     p.add_argument("-P", "--procs", required=True, metavar="N",
                    type=_positive_int_at_most(INT_MAX, "MPI counts ranks in a C int"),
-                   help="processes (or GPUs)")
+                   help="processes (or GPUs) to split (required)")
     p.add_argument("--interconnect", choices=("calibrated",) + tuple(CLUSTERS),
                    default="calibrated", help="network costs: the calibration's or a "
-                                              "documented cluster's")
+                                              "documented cluster's (default %(default)s)")
     p.add_argument("--memory", type=_positive_float, metavar="GIB",
                    help="memory per rank in GiB (default: no limit)")
-    p.add_argument("--levels", type=_positive_int, nargs="+", default=[2, 3, 4], metavar="L")
-    p.add_argument("--cfactors", type=_positive_int, nargs="+", default=[2, 4, 8, 16],
-                   metavar="C")
-    p.add_argument("--mode", choices=("oneshot", "exact"), default="oneshot")
+    levels, cfactors = [2, 3, 4], [2, 4, 8, 16]
+    p.add_argument("--levels", type=_positive_int, nargs="+", default=levels, metavar="L",
+                   help=f"MGRIT level counts to try (default {_numbers(levels)})")
+    p.add_argument("--cfactors", type=_positive_int, nargs="+", default=cfactors,
+                   metavar="C", help=f"coarsening factors to try (default {_numbers(cfactors)})")
+    p.add_argument("--mode", choices=("oneshot", "exact"), default="oneshot",
+                   help="one-shot gradients (--m1, --m2 iterations) or exact ones (solved to "
+                        "tolerance; --m1, --m2 the iterations that takes) (default "
+                        "%(default)s)")
     p.add_argument("--m1", type=_positive_int, default=2, metavar="M",
-                   help="one-shot primal iterations (exact: assumed primal iterations)")
+                   help="one-shot primal iterations (exact: assumed primal iterations) "
+                        "(default %(default)s)")
     p.add_argument("--m2", type=_positive_int, default=2, metavar="M",
-                   help="one-shot adjoint iterations (exact: assumed adjoint iterations)")
+                   help="one-shot adjoint iterations (exact: assumed adjoint iterations) "
+                        "(default %(default)s)")
     p.add_argument("--cores", type=_positive_int, metavar="N",
-                   help="cores available (more ranks share them; default: one each)")
-    p.add_argument("--top", type=_positive_int, default=5, metavar="K")
+                   help=f"{CORES_HELP} (default: a core per rank, none shared)")
+    p.add_argument("--top", type=_positive_int, default=5, metavar="K",
+                   help="how many of the best splits to print (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print the ranking as JSON")
     _verbosity(p)
 
 
 def _verbosity(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-q", "--quiet", action="store_true", help="errors only")
-    p.add_argument("-v", "--verbose", action="count", default=0, help="more output")
+    p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
+    p.add_argument("-v", "--verbose", action="count", default=0,
+                   help="library log messages on stderr: -v INFO, -vv DEBUG (default: "
+                        "warnings only)")
 
 
 def run(args: argparse.Namespace) -> int:

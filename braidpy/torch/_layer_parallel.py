@@ -8,6 +8,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 
 from .._options import Options
+from .._renamed import renamed_arguments, renamed_attribute
 from .._result import Result
 from ..adjoint import GradientSolver
 from ..parallel.agree import agreed
@@ -40,10 +41,13 @@ class LayerParallel(torch.nn.Module):
         keeps only the blocks it needs and registers only its own; with a factory,
         ``depth`` is required and the factory is called only for the blocks this rank
         needs (the same n must give the same architecture on every rank).
-    t_final : float
-        Final layer time; the step is h = t_final / depth.
+    tstop : float
+        Final layer time (as in :func:`braidpy.solve`); the step is h = tstop / depth.
+        The old keyword ``t_final`` still works, with a DeprecationWarning.
     comm : mpi4py communicator, optional
-        The ranks the layers are split over (None: serial).
+        The ranks the layers are split over (None: serial). Keyword-only, as everywhere
+        in braidpy; passed by position (the old third argument) it still works, with a
+        DeprecationWarning.
     depth : int, optional
         Number of layers; required with a factory, checked against a sequence.
     oneshot : (int, int), optional
@@ -69,6 +73,8 @@ class LayerParallel(torch.nn.Module):
         into the time points this rank owns. ``parameters()`` are theirs.
     layers : range
         The layer indices of :attr:`blocks`.
+    tstop : float
+        The final layer time (``t_final`` is its deprecated name).
     batch_path : str
         How batched relaxation runs: ``"grouped"`` (one torch call per layer of the
         block over the stacked block parameters: ``baddbmm`` for ``nn.Linear``, a
@@ -95,7 +101,7 @@ class LayerParallel(torch.nn.Module):
     <torch._C.Generator object at ...>
     >>> blocks = [torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh()).double()
     ...           for _ in range(16)]
-    >>> net = LayerParallel(blocks, t_final=1.0, abs_tol=1e-12)
+    >>> net = LayerParallel(blocks, tstop=1.0, abs_tol=1e-12)
     >>> x = torch.randn(3, 4, dtype=torch.float64)
     >>> y = net(x)
     >>> y.shape
@@ -105,18 +111,21 @@ class LayerParallel(torch.nn.Module):
     torch.Size([4, 4])
     """
 
-    def __init__(self, blocks: Blocks, t_final: float, comm: Any = None, *,
+    t_final = renamed_attribute("t_final", "tstop")
+
+    @renamed_arguments({"t_final": "tstop"}, now_keyword_only=("comm",))
+    def __init__(self, blocks: Blocks, tstop: float, *, comm: Any = None,
                  depth: Optional[int] = None, oneshot: Optional[Tuple[int, int]] = None,
                  adjoint: Union[Options, Mapping[str, Any], None] = None,
                  grouped: bool = True, **options: Any):
         super().__init__()
         depth, get_block = _blocks_and_depth(blocks, depth)
-        if isinstance(t_final, bool) or not isinstance(t_final, (int, float)) or \
-                not t_final > 0 or t_final == float("inf"):
-            raise ValueError(f"t_final must be a positive number, got {t_final!r}")
+        if isinstance(tstop, bool) or not isinstance(tstop, (int, float)) or \
+                not tstop > 0 or tstop == float("inf"):
+            raise ValueError(f"tstop must be a positive number, got {tstop!r}")
         opts = Options.coerce({**DEFAULTS, **options})
         self.depth = depth
-        self.t_final = float(t_final)
+        self.tstop = float(tstop)
         self.comm = comm
         self.mode = "exact" if oneshot is None else "oneshot"
         self.rank, self.size = rank_size(comm)
@@ -193,7 +202,7 @@ class LayerParallel(torch.nn.Module):
         return sorted(self._halo_modules)
 
     def extra_repr(self) -> str:
-        return (f"depth={self.depth}, t_final={self.t_final:g}, mode={self.mode}, "
+        return (f"depth={self.depth}, tstop={self.tstop:g}, mode={self.mode}, "
                 f"layers={self.layers.start}..{self.layers.stop - 1} of rank "
                 f"{self.rank}/{self.size}")
 
@@ -262,7 +271,7 @@ class LayerParallel(torch.nn.Module):
 
     def _new_solver(self, host: bool) -> GradientSolver:
         app = self._host_app if host else self._app
-        return GradientSolver(app, 0.0, self.t_final, self.depth, comm=self.comm,
+        return GradientSolver(app, 0.0, self.tstop, self.depth, comm=self.comm,
                               **self._gs_options)
 
     @property

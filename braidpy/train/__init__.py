@@ -4,7 +4,7 @@ Quick use::
 
     from braidpy import data, nn, train
     Xt, Ct = data.peaks(1000, seed=1); Xv, Cv = data.peaks(200, seed=2)
-    net = nn.ResNet((2,), 5, width=8, nlayers=32, T=5.0, activation="smooth_relu")
+    net = nn.ResNet((2,), 5, width=8, nlayers=32, tstop=5.0, activation="smooth_relu")
     trainer = train.Trainer(net, (Xt, Ct), (Xv, Cv), train.TrainConfig(mode="oneshot"))
     history = trainer.run()
 

@@ -9,7 +9,10 @@ A checkpoint is a zip archive in NumPy's ``.npz`` layout, written atomically:
   (the optimizer step), ``epoch``, ``position`` and ``order`` (the batch order),
   ``rng`` (the NumPy bit generator's state), ``optimizer`` (its state),
   ``data_fingerprint`` (of the training and validation data), ``history``, ``best``,
-  ``stale`` and ``warm`` (the MGRIT states and adjoints at the fine C-points); with
+  ``stale`` and ``warm`` (the MGRIT states and adjoints at the fine C-points),
+  ``network`` (the :class:`~braidpy.nn.ResNet`'s keyword arguments; ``tstop``, the final
+  layer time, was ``T`` in files written before the rename: :func:`load` reads either
+  and returns ``tstop``); with
   synchronous EASGD also ``easgd_groups`` (every data group's parameters and velocity;
   ``params`` is then the centre variable).
 * ``a0.npy``, ``a1.npy``, …: every array of that state, in NumPy's ``.npy`` format. The
@@ -65,6 +68,9 @@ VERSION = 2
 HEADER = "header.json"
 _LEGACY_FORMAT = b"braidpy-train-checkpoint-1"
 _TAGS = ("__array__", "__tuple__", "__items__", "__float__")
+#: Keys of the ``network`` object renamed after files were written with the old one
+#: (old -> new): such files still load, and :func:`load` returns the new key.
+RENAMED_NETWORK_KEYS = {"T": "tstop"}
 
 
 class CheckpointError(ValueError):
@@ -222,7 +228,17 @@ def load(path: Any) -> Dict[str, Any]:
         except Exception as exc:  # noqa: BLE001 - e.g. an object array: named with the file
             raise CheckpointError(f"{path}: unreadable checkpoint ({exc})") from exc
     check_state(state, str(path))
+    _rename_network_keys(state)
     return state
+
+
+def _rename_network_keys(state: Dict[str, Any]) -> None:
+    """Old files' ``network`` keys under their current names (checked: not both)."""
+    net = state.get("network")
+    if isinstance(net, dict):
+        for old, new in RENAMED_NETWORK_KEYS.items():
+            if old in net:
+                net[new] = net.pop(old)
 
 
 def _check_array_sizes(path: Path) -> None:
@@ -377,10 +393,15 @@ def _check_network(f: _Fields, net: Any) -> None:
     for name in ("nclasses", "width", "nlayers", "kernel"):
         if name in net:
             f.count(f"network.{name}", net[name], 1, 2**31 - 1)
-    T = net.get("T")
-    if "T" in net and (isinstance(T, bool) or not isinstance(T, (int, float))
-                       or not math.isfinite(T) or T <= 0):
-        f.fail("network.T", "must be a finite number > 0", T)
+    for old, new in RENAMED_NETWORK_KEYS.items():
+        if old in net and new in net:
+            f.fail(f"network.{old}", f"is the old name of 'network.{new}', which is there "
+                                     f"too (a file holds one of them)", net[old])
+    for name in ("tstop", "T"):  # the final layer time, under its current and old key
+        tstop = net.get(name)
+        if name in net and (isinstance(tstop, bool) or not isinstance(tstop, (int, float))
+                            or not math.isfinite(tstop) or tstop <= 0):
+            f.fail(f"network.{name}", "must be a finite number > 0", tstop)
     for name in ("activation", "opening"):
         if net.get(name) is not None and not isinstance(net[name], str):
             f.fail(f"network.{name}", "must be a string", net[name])

@@ -188,7 +188,7 @@ class LayerParallelEvaluator:
         if self.solver is None:
             opts = self.options.replace(
                 skip=False, seq_soln=self.mode == "oneshot" and not self._resumed)
-            self.solver = GradientSolver(self.app, 0.0, self.net.T, self.net.nlayers,
+            self.solver = GradientSolver(self.app, 0.0, self.net.tstop, self.net.nlayers,
                                          comm=self.comm, primal=opts, oneshot=self.oneshot)
             self._owner_of_first = 0 in self.solver.primal_core.owned
         return self.solver
@@ -332,7 +332,7 @@ class LayerParallelEvaluator:
                 opts = self.options.replace(max_levels=1)
             else:  # to tolerance, also in one-shot mode
                 opts = self.options.replace(max_iter=Options().max_iter)
-            core = Core(app, 0.0, self.net.T, self.net.nlayers, comm=self.comm, options=opts)
+            core = Core(app, 0.0, self.net.tstop, self.net.nlayers, comm=self.comm, options=opts)
             self._validation[key] = (app, core)
         app, core = self._validation[key]
         app.set_batch(X, C)

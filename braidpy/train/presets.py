@@ -1,7 +1,7 @@
 """Settings presets of the ``braidpy train`` command line, built on the library defaults.
 
 The defaults live in one place each: the network's in :class:`braidpy.nn.ResNet`'s
-signature (T = 5, smoothed ReLU, kernel 3: the paper's), the training's in
+signature (tstop = 5, smoothed ReLU, kernel 3: the paper's), the training's in
 :class:`braidpy.train.TrainConfig` (mode auto, one-shot m1 = m2 = 2, L-BFGS, full batch, 100
 steps, seed 1) and MGRIT's in :data:`braidpy.train.TRAINING_DEFAULTS` (cf 4, 2 levels,
 abs_tol 1e-9; FCF relaxation, braidpy.Options' nrelax 1). A preset lays a few values
@@ -43,7 +43,7 @@ from .trainer import TrainConfig
 __all__ = ["PRESETS", "NETWORK_KEYS", "library_defaults", "preset"]
 
 #: The ResNet constructor arguments a preset sets.
-NETWORK_KEYS = ("width", "nlayers", "T", "activation", "opening", "kernel")
+NETWORK_KEYS = ("width", "nlayers", "tstop", "activation", "opening", "kernel")
 
 # The quick preset of the 28 x 28 sources (mnist, digits28): a conv net of 16 layers of
 # 8 channels, Adam on shuffled batches of 64, validated every 10 steps.

@@ -8,7 +8,8 @@ a batch job's log) a plain line per step, so that logs stay readable.
 :class:`JsonLog` writes a header record, one record per step and an end record, each a
 line of strict JSON (non-finite numbers become the strings "nan", "inf", "-inf");
 :class:`CsvLog` one row of scalar metrics per step. All write only what they are given:
-the caller decides which rank writes.
+the caller decides which rank writes. :func:`wait_until_read` lets a pipe's reader catch
+up, so that what is written to another stream afterwards arrives after it.
 
 Examples
 --------
@@ -25,7 +26,10 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
+import stat
 import sys
+import time
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, TextIO
 
 import numpy as np
@@ -33,7 +37,7 @@ import numpy as np
 from .._limits import open_output
 
 __all__ = ["CsvLog", "JsonLog", "Progress", "format_step", "progress_bar", "summary",
-           "to_json"]
+           "to_json", "wait_until_read"]
 
 STOP_REASONS = {
     "iterations": "reached the step limit",
@@ -149,6 +153,53 @@ class Progress:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+
+
+def _unread_bytes(fd: int) -> Optional[int]:
+    """Bytes written to the pipe ``fd`` that its reader has not taken yet (None: no pipe,
+    or the platform cannot tell)."""
+    try:
+        import fcntl
+        import termios
+        from array import array
+
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return None
+        count = array("i", [0])
+        fcntl.ioctl(fd, termios.FIONREAD, count)
+    except (ImportError, OSError):
+        return None
+    return count[0]
+
+
+def wait_until_read(stream: Any, timeout: float = 1.0) -> bool:
+    """Flush ``stream`` and, when it is a pipe, wait until its reader has taken all that
+    was written to it, at most ``timeout`` seconds. True when it has (or ``stream`` is no
+    pipe: a terminal or a file keeps the order itself), False after the timeout.
+
+    Why: ``mpiexec`` (and any program that reads a child's stdout and stderr through two
+    pipes) passes each pipe on as it reads it and keeps no order between them, so a step
+    line on stderr written just before the summary on stdout could reach the terminal
+    after the summary. Once the reader has taken the step lines, they are ahead of
+    anything written to stdout afterwards.
+
+    >>> import io
+    >>> wait_until_read(io.StringIO())
+    True
+    """
+    try:
+        stream.flush()
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):  # no file behind it (io.StringIO)
+        return True
+    deadline = time.monotonic() + timeout
+    while True:
+        unread = _unread_bytes(fd)
+        if not unread:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.002)
 
 
 def summary(history: Sequence[Mapping[str, Any]], best: Mapping[str, Any],

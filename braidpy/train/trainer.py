@@ -287,7 +287,7 @@ def _given(options: Any, name: str) -> bool:
 def network_spec(net: ResNet) -> Dict[str, Any]:
     """The ResNet's constructor arguments (JSON values): ``ResNet(**spec)`` rebuilds it."""
     return {"input_shape": list(net.input_shape), "nclasses": net.nclasses,
-            "width": net.width, "nlayers": net.nlayers, "T": net.T,
+            "width": net.width, "nlayers": net.nlayers, "tstop": net.tstop,
             "activation": net.activation_name, "opening": net.opening,
             "opening_activation": net.opening_activation, "kernel": net.kernel}
 
