@@ -39,6 +39,7 @@ import math
 import sys
 import tempfile
 import time
+from contextlib import nullcontext
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence, Tuple
@@ -48,6 +49,8 @@ import numpy as np
 from . import __version__
 from .nn import OPENINGS, ResNet, activation_names
 from .parallel import ProcessGrid, world
+from .parallel.comm import launched_ranks
+from .parallel.interrupts import deferred_interrupts
 from .parallel.collectives import bcast_bytes
 from .perf import commands as _perf_commands
 from .perf.allocator import keep_freed_memory
@@ -854,6 +857,13 @@ class _Outputs:
 
 
 def _train(args: argparse.Namespace, argv: List[str]) -> int:
+    # Under mpiexec, a Ctrl-C during the set-up waits for the first agreement point,
+    # where every rank stops together, instead of leaving the others in a collective.
+    with deferred_interrupts() if launched_ranks() > 1 else nullcontext():
+        return _run_training(args, argv)
+
+
+def _run_training(args: argparse.Namespace, argv: List[str]) -> int:
     started = time.perf_counter()
     # Training's large NumPy temporaries are reused instead of faulted in again on every
     # batched call (braidpy.perf.allocator: 7-12% per step for peaks and digits here).

@@ -146,7 +146,9 @@ def test_an_async_worker_failing_stops_every_rank(async_run):
     assert records[failed]["outcome"] == ["Boom", "worker failed on purpose"]
     for r in records[:failed]:
         assert r["outcome"][0] == "BraidError", records
-        assert f"worker rank {failed} failed" in r["outcome"][1]
+        # The worker's own error travels with the stop: rank 0 (which prints) names it.
+        assert r["outcome"][1] == (f"training stopped: worker rank {failed} failed "
+                                   f"(asynchronous EASGD): Boom: worker failed on purpose")
 
 
 def test_the_async_centre_failing_stops_every_rank(async_run):
@@ -157,7 +159,22 @@ def test_the_async_centre_failing_stops_every_rank(async_run):
     assert records[0]["outcome"] == ["Boom", "centre failed on purpose"], records
     for r in records[1:]:
         assert r["outcome"][0] == "BraidError", records
-        assert "the centre rank 0 failed" in r["outcome"][1]
+        assert r["outcome"][1].endswith("the centre rank 0 failed (asynchronous EASGD): "
+                                        "Boom: centre failed on purpose")
+
+
+def test_ctrl_c_on_the_async_centre_stops_every_rank_at_once(async_run):
+    """The centre polls for messages, so a deferred Ctrl-C is taken at once (it used to
+    wait in MPI's Probe and serve every worker to the end before raising)."""
+    nranks, res = async_run
+    records = res["centre ctrl-c"]
+    assert records[0]["outcome"][0] == "KeyboardInterrupt", records
+    for r in records[1:]:
+        assert r["outcome"][0] == "BraidError", records
+        assert r["outcome"][1].endswith("the centre rank 0 failed (asynchronous EASGD): "
+                                        "KeyboardInterrupt")
+    # Served 4 updates, then stopped: nowhere near the 600 steps each worker would take.
+    assert records[0]["exchanges"] < 4 + 10 * nranks, records[0]["exchanges"]
 
 
 def test_async_options_are_checked():

@@ -12,6 +12,15 @@ Two forms, both collective (every rank must reach them, in the same order):
 - ``agreed(comm, ...).settle(error)`` agrees on an exception object captured
   elsewhere (the compiled core hands back the one a callback raised).
 
+Agreements nest. An error that every rank of a communicator already raised at one
+agreement point (the original on the failing rank, BraidError elsewhere) is marked with
+the ranks that agreed on it, and an enclosing agreement over the same ranks (or fewer)
+lets it pass without exchanging again: the ranks that raised it inside do not meet
+their peers once more. So a block of local work followed by collectives can be guarded
+as one: a failure in the local work sends that rank to the block's exchange, and the
+others meet it there, or at an :func:`agreement_point` placed before the collective
+they were about to enter.
+
 The failing rank re-raises without leaving an exception <-> frame reference cycle
 (``try: raise ... finally: del ...``): an object whose ``__del__`` frees a
 communicator is then freed by reference counting at the same point on every rank,
@@ -22,14 +31,56 @@ can hang MPI implementations whose communicator free synchronises).
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Any, Callable, List, Literal, Optional, Sequence, Type
+from typing import Any, Callable, FrozenSet, List, Literal, Optional, Sequence, Type
 
 from .._errors import BraidError
 from .collectives import allgather_texts
-from .comm import rank_size
+from .comm import mpi, rank_size
 from .interrupts import take_interrupt
 
-__all__ = ["agreed", "Agreement", "describe", "safe_text"]
+__all__ = ["agreed", "agreement_point", "Agreement", "describe", "safe_text"]
+
+# The attribute (in the exception's __dict__, which every exception has) naming the
+# ranks that raised it together. Not a weak registry: built-in exceptions refuse weak
+# references, and a strong one would keep the failing rank's frames (and a Core's
+# communicator) alive longer than its peers'.
+_AGREED_AMONG = "_braidpy_agreed_among"
+
+
+def _members(comm: Any) -> FrozenSet[Any]:
+    """The processes of ``comm`` as COMM_WORLD ranks (empty for one rank: nothing to
+    agree with); a communicator MPI cannot translate stands for itself."""
+    _, size = rank_size(comm)
+    if size == 1:
+        return frozenset()
+    try:
+        MPI = mpi()
+        group, world = comm.Get_group(), MPI.COMM_WORLD.Get_group()
+        try:
+            ranks = MPI.Group.Translate_ranks(group, list(range(size)), world)
+        finally:
+            group.Free()
+            world.Free()
+        if any(r == MPI.UNDEFINED for r in ranks):
+            raise ValueError("not a subgroup of COMM_WORLD")
+        return frozenset(int(r) for r in ranks)
+    except Exception:  # noqa: BLE001 - a stand-in communicator (tests), spawned worlds
+        return frozenset([("communicator", id(comm))])
+
+
+def _mark_agreed(error: BaseException, members: FrozenSet[Any]) -> None:
+    try:
+        vars(error)[_AGREED_AMONG] = members
+    except Exception:  # noqa: BLE001 - an exception without a __dict__: not marked
+        pass
+
+
+def _agreed_among(error: BaseException) -> FrozenSet[Any]:
+    try:
+        among = vars(error).get(_AGREED_AMONG)
+    except Exception:  # noqa: BLE001 - see _mark_agreed
+        return frozenset()
+    return among if isinstance(among, frozenset) else frozenset()
 
 
 def _type_name(obj: Any) -> str:
@@ -97,7 +148,20 @@ class Agreement:
 
     def _remote_failure(self, summaries: List[Optional[str]]) -> BraidError:
         where = [f"rank {self.ranks[r]}: {s}" for r, s in enumerate(summaries) if s is not None]
-        return BraidError(f"{self.what} failed on another rank ({'; '.join(where)})")
+        error = BraidError(f"{self.what} failed on another rank ({'; '.join(where)})")
+        _mark_agreed(error, self._members())
+        return error
+
+    def _members(self) -> FrozenSet[Any]:
+        return _members(self.comm)
+
+    def _already_agreed(self, error: BaseException) -> bool:
+        """True when every rank of this agreement already raised ``error`` (or its
+        BraidError) together at an inner agreement point (module docstring)."""
+        if self.size == 1:
+            return False
+        among = _agreed_among(error)
+        return bool(among) and self._members() <= among
 
     def _note(self, error: BaseException, where: str) -> None:
         if self.size == 1:
@@ -119,6 +183,11 @@ class Agreement:
         A deferred Ctrl-C (:mod:`braidpy.parallel.interrupts`) is this rank's failure
         when it has no other.
         """
+        if error is not None and self._already_agreed(error):
+            try:
+                raise error
+            finally:
+                del error
         if error is None and summary is None:
             error = take_interrupt()
         if error is not None and summary is None:
@@ -126,6 +195,7 @@ class Agreement:
         summaries = self._exchange(summary)
         if error is not None:
             self._note(error, where or self.what)
+            _mark_agreed(error, self._members())
             try:
                 raise error
             finally:
@@ -141,15 +211,20 @@ class Agreement:
     def __exit__(self, kind: Optional[Type[BaseException]], error: Optional[BaseException],
                  tb: Optional[TracebackType]) -> Literal[False]:
         # Any exception, KeyboardInterrupt included, is announced first: the peers must
-        # learn of it instead of waiting for this rank in their next collective.
+        # learn of it instead of waiting for this rank in their next collective; unless
+        # they all raised it together already, at an inner agreement point.
+        if error is not None and self._already_agreed(error):
+            return False
         interrupt = take_interrupt() if error is None else None
         failure = error if error is not None else interrupt
         summaries = self._exchange(None if failure is None else describe(failure))
         if error is not None:
             self._note(error, self.what)
+            _mark_agreed(error, self._members())
             return False
         if interrupt is not None:
             self._note(interrupt, self.what)
+            _mark_agreed(interrupt, self._members())
             try:
                 raise interrupt
             finally:
@@ -171,3 +246,13 @@ def agreed(comm: Any, what: str, ranks: Optional[Sequence[int]] = None) -> Agree
     ValueError: bad
     """
     return Agreement(comm, what, ranks)
+
+
+def agreement_point(comm: Any, what: str, ranks: Optional[Sequence[int]] = None) -> None:
+    """An agreement with nothing to run: raises if another rank failed before reaching
+    it (or a Ctrl-C waits here). Placed before a collective inside a guarded block, it
+    is where the peers of a rank that failed in the block's local work meet it.
+
+    >>> agreement_point(None, "before the reduction")
+    """
+    Agreement(comm, what, ranks).settle(None)

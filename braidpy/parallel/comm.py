@@ -14,7 +14,7 @@ from typing import Any, Optional, Tuple
 
 from .._extras import install_hint, require
 
-__all__ = ["world", "rank_size", "mpi", "free_quietly"]
+__all__ = ["world", "rank_size", "mpi", "free_quietly", "launched_ranks"]
 
 # Set by MPI launchers in every process they start: MPICH/Hydra (the mpich wheel's
 # mpiexec), Intel MPI and MVAPICH (PMI_SIZE), Open MPI, MVAPICH2.
@@ -39,8 +39,13 @@ def _have_mpi4py() -> bool:
         return False
 
 
-def _launched_ranks() -> int:
-    """How many processes an MPI launcher started, from its environment (1: none)."""
+def launched_ranks() -> int:
+    """How many processes an MPI launcher started, from its environment (1: none);
+    known before MPI is initialised.
+
+    >>> launched_ranks() >= 1
+    True
+    """
     for name in _LAUNCHER_SIZE_VARIABLES:
         try:
             return max(1, int(os.environ[name]))
@@ -71,7 +76,7 @@ def world() -> Optional[Any]:
     try:
         MPI = mpi()
     except ImportError as err:
-        nranks = _launched_ranks()
+        nranks = launched_ranks()
         if nranks > 1:  # each process would otherwise solve the whole problem alone
             raise ImportError(f"this process is one of {nranks} that mpiexec started, "
                               f"but {err}", name="mpi4py") from err

@@ -14,6 +14,7 @@ from ..adjoint import GradientSolver
 from ..parallel.agree import agreed
 from ..parallel.collectives import bcast_bytes
 from ..parallel.comm import rank_size
+from ..parallel.fingerprint import same_everywhere
 from ._app import BlocksApp
 from ._host import HostBlocksApp, takes_host_states
 from ._halo import HaloPlan, needed_layers, own_layers
@@ -119,11 +120,25 @@ class LayerParallel(torch.nn.Module):
                  adjoint: Union[Options, Mapping[str, Any], None] = None,
                  grouped: bool = True, **options: Any):
         super().__init__()
-        depth, get_block = _blocks_and_depth(blocks, depth)
-        if isinstance(tstop, bool) or not isinstance(tstop, (int, float)) or \
-                not tstop > 0 or tstop == float("inf"):
-            raise ValueError(f"tstop must be a positive number, got {tstop!r}")
-        opts = Options.coerce({**DEFAULTS, **options})
+        # Arguments checked locally, then compared across the ranks in one collective
+        # (a difference, or a bad argument on one rank, stops every rank here, named in
+        # LayerParallel's terms rather than as the Cores' ntime or max_iter).
+        failure: Optional[BaseException] = None
+        try:
+            nblocks, get_block = _blocks_and_depth(blocks, depth)
+            if isinstance(tstop, bool) or not isinstance(tstop, (int, float)) or \
+                    not tstop > 0 or tstop == float("inf"):
+                raise ValueError(f"tstop must be a positive number, got {tstop!r}")
+            opts = Options.coerce({**DEFAULTS, **options})
+            fields = {"depth": nblocks, "tstop": float(tstop), "oneshot": oneshot,
+                      "options": opts, "adjoint": adjoint, "grouped": grouped}
+        except Exception as exc:  # noqa: BLE001 - re-raised here by the check
+            failure, fields = exc, None
+        same_everywhere(comm, fields, "the LayerParallel set-up", error=failure,
+                        hint="every rank must build LayerParallel with the same number "
+                             "of blocks, tstop, oneshot, grouped and options")
+        del failure
+        depth = nblocks
         self.depth = depth
         self.tstop = float(tstop)
         self.comm = comm

@@ -29,13 +29,16 @@ instead of held by a master. The optimizer follows braidpy.train's interface
 
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
 from .._errors import BraidError
+from ..parallel.agree import describe
 from ..parallel.comm import free_quietly, rank_size
+from ..parallel.interrupts import take_interrupt
 
 __all__ = ["SyncEASGD", "AsyncEASGD"]
 
@@ -89,14 +92,20 @@ class SyncEASGD:
         mu of MEASGD (0: plain EASGD). Default 0.9, seed paper 003's rule of thumb for
         the momentum rate: plain EASGD at lr 0.05 reached 19% on digits in 40 steps
         of two groups, MEASGD 93%.
+    before_reduction : callable, optional
+        Called with a description before each allreduce: the trainer's agreement point
+        (:func:`braidpy.parallel.agree.agreement_point`), where the other groups meet
+        a rank that failed in its own work instead of waiting in the reduction.
     """
 
     name = "easgd"
     needs_objective = False
 
     def __init__(self, comm: Any, lr: float = 0.05, rho: float = 1.0, tau: int = 1,
-                 momentum: float = 0.9):
+                 momentum: float = 0.9,
+                 before_reduction: Optional[Callable[[str], None]] = None):
         self.comm = comm
+        self.before_reduction = before_reduction
         self.lr, self.rho, self.tau, self.momentum = _elastic_options(lr, rho, tau, momentum)
         _, self.groups = rank_size(comm)
         if self.lr * self.rho * self.groups >= 1.0:
@@ -110,6 +119,8 @@ class SyncEASGD:
     def _sum_over_groups(self, params: np.ndarray) -> np.ndarray:
         if self.groups == 1:
             return params.copy()
+        if self.before_reduction is not None:
+            self.before_reduction("the elastic averaging")
         from ..parallel.comm import mpi
 
         total = np.empty_like(params)
@@ -148,8 +159,21 @@ class SyncEASGD:
         self.steps = int(state.get("steps", 0))
 
 
-# Tags of the asynchronous protocol (typed float64 buffers; no pickle).
-_UPDATE, _REPLY, _DONE, _FAILED, _FINAL = 41, 42, 43, 44, 45
+# Tags of the asynchronous protocol (typed float64 buffers, UTF-8 bytes; no pickle).
+_UPDATE, _REPLY, _DONE, _FAILED, _FINAL, _WHY = 41, 42, 43, 44, 45, 46
+#: The longest failure description the protocol carries (bytes; longer is cut).
+WHY_BYTES = 2000
+#: How long the centre sleeps between polls for a message (seconds): the latency it
+#: adds to an exchange, and how soon it sees a Ctrl-C.
+POLL_SECONDS = 2e-4
+
+
+def _why_bytes(text: str) -> np.ndarray:
+    return np.frombuffer(text.encode("utf-8", "replace")[:WHY_BYTES], dtype=np.uint8)
+
+
+def _text(buf: np.ndarray) -> str:
+    return buf.tobytes().decode("utf-8", "replace")
 
 
 class AsyncEASGD:
@@ -165,13 +189,15 @@ class AsyncEASGD:
     inside ``with optimizer.session():``, calling :meth:`step`.
 
     Shutdown and failures: leaving the session sends "done"; an exception inside it
-    sends "failed" and is re-raised. After a failure, every later exchange is answered
-    with "stop", and the worker raises :class:`braidpy.BraidError` naming the failed
-    rank. Workers that already finished learn it when they leave their session: the
-    centre answers every "done" once all workers have ended. The centre raises the same
-    BraidError. If the centre itself fails while serving, it keeps answering "stop"
-    until every worker has ended and then raises its own exception; the workers raise
-    BraidError naming the centre. So no rank waits for a rank that has stopped.
+    sends "failed" with its description and is re-raised. After a failure, every later
+    exchange is answered with "stop" and that description, and the worker raises
+    :class:`braidpy.BraidError` naming the failed rank and its error. Workers that
+    already finished learn it when they leave their session: the centre answers every
+    "done" once all workers have ended. The centre raises the same BraidError. If the
+    centre itself fails while serving (a Ctrl-C there included: it polls for messages,
+    so it sees one at once), it keeps answering "stop" until every worker has ended and
+    then raises its own exception; the workers raise BraidError naming the centre and
+    its error. So no rank waits for a rank that has stopped.
     """
 
     name = "easgd-async"
@@ -241,8 +267,19 @@ class AsyncEASGD:
         self.exchanges += 1
         if reply[0] != 0.0:
             self._stopped = True
-            raise BraidError(self._stopped_by(int(reply[0]) - 1))
+            raise BraidError(self._stopped_by(int(reply[0]) - 1, self._receive_why()))
         return reply[1:].reshape(params.shape).copy()
+
+    def _receive_why(self) -> str:
+        """The failure description the centre sends after every "stop"."""
+        from ..parallel.comm import mpi
+
+        MPI = mpi()
+        status = MPI.Status()
+        self.comm.Probe(self.centre, _WHY, status)
+        buf = np.empty(status.Get_count(MPI.BYTE), dtype=np.uint8)
+        self.comm.Recv([buf, MPI.BYTE], self.centre, _WHY)
+        return _text(buf[:WHY_BYTES])
 
     def state_dict(self) -> Dict[str, Any]:
         """Refused: a run's numbers depend on the order the centre served the workers,
@@ -261,19 +298,28 @@ class AsyncEASGD:
         self._stopped = False
         try:
             yield self
-        except BaseException:
-            if not self._stopped:  # tell the centre; it stops the others
-                self.comm.Send(np.empty(0), self.centre, _FAILED)
+        except BaseException as exc:
+            if not self._stopped:  # tell the centre (and what failed); it stops the others
+                self.comm.Send(_why_bytes(describe(exc)), self.centre, _FAILED)
             raise
         self.comm.Send(np.empty(0), self.centre, _DONE)
         final = np.empty(1)
         self.comm.Recv(final, self.centre, _FINAL)
         if final[0] != 0.0:
-            raise BraidError(self._stopped_by(int(final[0]) - 1))
+            raise BraidError(self._stopped_by(int(final[0]) - 1, self._receive_why()))
 
-    def _stopped_by(self, rank: int) -> str:
+    def _stopped_by(self, rank: int, why: str) -> str:
         who = "the centre" if rank == self.centre else "worker"
-        return f"training stopped: {who} rank {rank} failed (asynchronous EASGD)"
+        return f"training stopped: {who} rank {rank} failed (asynchronous EASGD): {why}"
+
+    def _wait_for_message(self, MPI: Any, status: Any) -> None:
+        """Probe without blocking in MPI: a Ctrl-C (deferred by braidpy, or Python's
+        own) is acted on within a poll, not after the next message."""
+        while not self.comm.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG, status):
+            interrupt = take_interrupt()
+            if interrupt is not None:
+                raise interrupt
+            time.sleep(POLL_SECONDS)
 
     # ------------------------------------------------------------------- centre
     def serve(self, center: np.ndarray) -> np.ndarray:
@@ -290,6 +336,7 @@ class AsyncEASGD:
         active = set(range(self.size)) - {self.centre}
         finished: List[int] = []
         failed: Optional[int] = None
+        why = ""  # the failure's description, sent after every "stop"
         own_error: Optional[BaseException] = None
         incoming = np.empty(flat.size)
         reply = np.empty(flat.size + 1)
@@ -297,7 +344,7 @@ class AsyncEASGD:
         while active:
             owed: Optional[int] = None  # a worker waiting for this update's reply
             try:
-                self.comm.Probe(MPI.ANY_SOURCE, MPI.ANY_TAG, status)
+                self._wait_for_message(MPI, status)
                 source, tag = status.Get_source(), status.Get_tag()
                 if tag == _UPDATE:
                     self.comm.Recv(incoming, source, _UPDATE)
@@ -311,14 +358,18 @@ class AsyncEASGD:
                         self.exchanges += 1
                         self.served.append(source)
                     else:  # told to stop: it raises and ends
+                        self.comm.Send(_why_bytes(why), source, _WHY)
                         active.discard(source)
-                elif tag in (_DONE, _FAILED):
+                elif tag == _DONE:
                     self.comm.Recv(np.empty(0), source, tag)
                     active.discard(source)
-                    if tag == _DONE:
-                        finished.append(source)
-                    elif failed is None:
-                        failed = source
+                    finished.append(source)
+                elif tag == _FAILED:
+                    text = np.empty(status.Get_count(MPI.BYTE), np.uint8)
+                    self.comm.Recv([text, MPI.BYTE], source, tag)
+                    active.discard(source)
+                    if failed is None:
+                        failed, why = source, _text(text[:WHY_BYTES])
                 else:
                     raise BraidError(f"asynchronous EASGD: unexpected message tag {tag} "
                                      f"from rank {source}")
@@ -328,17 +379,20 @@ class AsyncEASGD:
                 # The centre failed: from now on every worker is answered "stop" (as after
                 # a worker's failure), so none waits for a centre that has gone.
                 own_error, failed = exc, self.centre
+                why = describe(exc)
                 if owed is not None:
                     reply[0] = failed + 1.0
                     self.comm.Send(reply, owed, _REPLY)
+                    self.comm.Send(_why_bytes(why), owed, _WHY)
                     active.discard(owed)
         verdict = np.array([0.0 if failed is None else failed + 1.0])
         for worker in finished:
             self.comm.Send(verdict, worker, _FINAL)
+            if failed is not None:
+                self.comm.Send(_why_bytes(why), worker, _WHY)
         if own_error is not None:
             raise own_error
         if failed is not None:
-            raise BraidError(f"training stopped: worker rank {failed} failed "
-                             f"(asynchronous EASGD)")
+            raise BraidError(self._stopped_by(failed, why))
         self.center = center
         return center

@@ -17,11 +17,12 @@ from .._device import vector_norm
 from .._limits import check_finite
 from .._options import Options
 from ..nn.network import ResNet
-from ..parallel.agree import agreed
+from ..parallel.agree import agreed, agreement_point
 from ..parallel.interrupts import deferred_interrupts
 from ..parallel.collectives import gather_arrays
 from ..parallel.comm import rank_size
 from ..parallel.data import shard_of
+from ..parallel.fingerprint import same_everywhere
 from ..parallel.grid import ProcessGrid
 from . import checkpoint as _checkpoint
 from .evaluate import (VALIDATION_SOLVES, LayerParallelEvaluator, SerialEvaluator,
@@ -39,6 +40,9 @@ __all__ = ["TrainConfig", "Trainer", "MODES", "RELAXATIONS", "DataMismatchError"
 logger = logging.getLogger("braidpy.train")
 
 MODES = ("auto", "serial", "exact", "oneshot")
+
+SAME_TRAINING = ("every rank must be given the same network, data, TrainConfig, grid and "
+                 "initial parameters")
 
 
 def resolve_mode(mode: str, layers: int, space: int = 1) -> str:
@@ -382,10 +386,30 @@ class Trainer:
                  validation: Optional[Tuple[Any, Any]] = None,
                  config: Optional[TrainConfig] = None, *, comm: Any = None,
                  params: Optional[np.ndarray] = None, grid: Optional[ProcessGrid] = None):
-        self.net = net
-        self.config = config or TrainConfig()
         if grid is not None and comm is not None:
             raise ValueError("give either comm (layers only) or grid, not both")
+        # Agreement, progress and checkpoints span every rank; solves the layer group.
+        self.comm = comm if grid is None else (grid.comm if grid.size > 1 else None)
+        # The local checks and set-up first, then one collective that every rank was
+        # given the same training (a rank whose arguments failed the checks stops the
+        # others there, instead of leaving them in the first solve).
+        failure: Optional[BaseException] = None
+        try:
+            self._check_arguments(net, train, validation, config, comm, grid, params)
+        except Exception as exc:  # noqa: BLE001 - re-raised on this rank by the check
+            failure = exc
+        same_everywhere(self.comm, None if failure is not None else self._setup_fields(),
+                        "the training set-up", hint=SAME_TRAINING, error=failure)
+        del failure
+        self._build(net, grid, comm)
+
+    def _check_arguments(self, net: ResNet, train: Tuple[Any, Any],
+                         validation: Optional[Tuple[Any, Any]],
+                         config: Optional[TrainConfig], comm: Any,
+                         grid: Optional[ProcessGrid], params: Optional[np.ndarray]) -> None:
+        """The local part of the constructor: arguments checked, nothing collective."""
+        self.net = net
+        self.config = config or TrainConfig()
         layer_ranks = grid.layers if grid is not None else (1 if comm is None else
                                                              comm.Get_size())
         #: The mode that runs (TrainConfig.mode 'auto' resolved for this grid).
@@ -394,9 +418,6 @@ class Trainer:
         if grid is not None:
             check_training_grid(grid, net, self.mode)
         self.grid = grid
-        # Agreement, progress and checkpoints span every rank; solves the layer group.
-        self.comm = comm if grid is None else (grid.comm if grid.size > 1 else None)
-        layers_comm = comm if grid is None else grid.layers_comm
         self.X, self.C = _check_pair("train", train)
         net.check_data(self.X, self.C)
         self.validation = None
@@ -415,11 +436,30 @@ class Trainer:
         elif getattr(params, "shape", None) != (net.nparams,):
             raise ValueError(f"params must have shape ({net.nparams},), got "
                              f"{getattr(params, 'shape', None)}")
-        self.placement = where = net.placement
+        self._initial_params: Optional[np.ndarray] = np.asarray(params)
+        self.data_fingerprint = data_fingerprint((self.X, self.C), self.validation)
+        self.placement = net.placement
         self.elastic = cfg.optimizer in ELASTIC
         self.asynchronous = cfg.optimizer == "easgd-async"
         if self.elastic:
-            self._check_elastic(grid, where)
+            self._check_elastic(grid, self.placement)
+
+    def _setup_fields(self) -> Dict[str, Any]:
+        """What must be the same on every rank (braidpy.parallel.fingerprint)."""
+        config = {f"config.{key}": value for key, value in asdict(self.config).items()}
+        return {"mode": self.mode, **config,
+                "network": self.net.describe(), "nparams": self.net.nparams,
+                "grid": None if self.grid is None else list(self.grid.shape),
+                "data": self.data_fingerprint,
+                "initial parameters": self._initial_params}
+
+    def _build(self, net: ResNet, grid: Optional[ProcessGrid], comm: Any) -> None:
+        """The collective part of the constructor (solvers, optimizer), once every
+        rank's arguments agree."""
+        cfg = self.config
+        layers_comm = comm if grid is None else grid.layers_comm
+        params, self._initial_params = self._initial_params, None
+        where = self.placement
         # Per-step agreement: every rank, except asynchronous workers (they never wait
         # for each other; the centre's protocol stops them all when one fails).
         self.step_comm = None if self.asynchronous else self.comm
@@ -443,7 +483,6 @@ class Trainer:
         self.best: Dict[str, Any] = {"accuracy": None, "iteration": None, "params": None}
         self._stale = 0
         self.stop_reason: Optional[str] = None
-        self.data_fingerprint = data_fingerprint((self.X, self.C), self.validation)
         X0, C0 = self._peek_batch()
         if grid is not None:  # the solvers see one shard
             rows = shard_of(X0.shape[0], *self._shard())
@@ -513,6 +552,8 @@ class Trainer:
             args.update(rho=cfg.rho, tau=cfg.tau, comm=self.grid.data_comm)
             if self.asynchronous:
                 args["centre"] = self.grid.data - 1
+            else:  # its reduction, inside the step's agreement (see step)
+                args["before_reduction"] = self._point
         return args
 
     @property
@@ -568,26 +609,40 @@ class Trainer:
     # ------------------------------------------------------------- objective
     def _objective(self, X, C) -> Callable[[np.ndarray], float]:
         def value(params: np.ndarray) -> float:
-            return self.evaluator.loss(params, X, C) + self.regularizer(params)[0]
+            # The optimizer's own work ran before this call: a rank that failed there
+            # is met here, not in the solve's messages.
+            self._point("the line search")
+            with self._agreed("the objective of the line search"):
+                return self.evaluator.loss(params, X, C) + self.regularizer(params)[0]
         return value
 
     def step(self) -> Dict[str, Any]:
-        """One optimizer step on the next batch; returns its history record."""
+        """One optimizer step on the next batch; returns its history record.
+
+        Collective over the training ranks (except asynchronous EASGD workers). Its
+        local work runs in agreements (:mod:`braidpy.parallel.agree`): an exception or a
+        Ctrl-C on one rank anywhere in the step stops every rank within the step, the
+        original error there and BraidError naming it elsewhere, instead of leaving the
+        others waiting in the next solve or reduction.
+        """
         start = time.perf_counter()
         calls_before = self.evaluator.step_calls
-        idx = self._next_batch_indices()
-        X, C = self._batch(idx)
+        with self._agreed("preparing the training step"):
+            idx = self._next_batch_indices()
+            X, C = self._batch(idx)
+            reg, reg_grad = self.regularizer(self.params)
         loss, grad, stats = self.evaluator.gradient(self.params, X, C)
-        reg, reg_grad = self.regularizer(self.params)
-        total = loss + reg
-        grad = grad + reg_grad
-        gradient_norm = vector_norm(grad)
+        with self._agreed("adding the regularization to the gradient"):
+            total = loss + reg
+            grad = grad + reg_grad
+            gradient_norm = vector_norm(grad)
         if "shard_weight" in stats:  # synchronous EASGD: each group's own numbers
             loss, reg, square = self.evaluator.mean_over_groups(
                 [loss, reg, gradient_norm ** 2], [stats.pop("shard_weight"), 1.0, 1.0])
             gradient_norm = math.sqrt(square)
         objective = self._objective(X, C) if self.optimizer.needs_objective else None
-        info = self.optimizer.step(self.params, total, grad, objective)
+        with self._agreed("the optimizer step"):
+            info = self.optimizer.step(self.params, total, grad, objective)
         self.iteration += 1
         record: Dict[str, Any] = {
             "iteration": self.iteration, "epoch": self.epoch, "loss": loss,
@@ -602,21 +657,31 @@ class Trainer:
         # validate_every would otherwise never validate).
         if self.validation is not None and cfg.validate_every and (
                 self.iteration % cfg.validate_every == 0 or self.iteration == cfg.iterations):
-            before = time.perf_counter()
-            acc = self._accuracy(self.model_params)
-            record["val_accuracy"] = acc
-            record["validation_seconds"] = time.perf_counter() - before
-            if self.best["accuracy"] is None or acc > self.best["accuracy"]:
-                self.best = {"accuracy": acc, "iteration": self.iteration,
-                             "params": self.placement.copy(self.model_params)}
-                self._stale = 0
-            else:
-                self._stale += 1
+            with self._agreed("validation"):
+                before = time.perf_counter()
+                acc = self._accuracy(self.model_params)
+                record["val_accuracy"] = acc
+                record["validation_seconds"] = time.perf_counter() - before
+                if self.best["accuracy"] is None or acc > self.best["accuracy"]:
+                    self.best = {"accuracy": acc, "iteration": self.iteration,
+                                 "params": self.placement.copy(self.model_params)}
+                    self._stale = 0
+                else:
+                    self._stale += 1
         record["seconds"] = time.perf_counter() - start
         self.history.append(record)
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("%s", format_step(record, cfg.iterations))
         return record
+
+    def _agreed(self, what: str) -> Any:
+        """An agreement over the training ranks (:attr:`step_comm`) for ``what``."""
+        return agreed(self.step_comm, what)
+
+    def _point(self, what: str) -> None:
+        """Where the peers of a rank that failed in a guarded block's local work meet
+        it, before a collective (:func:`braidpy.parallel.agree.agreement_point`)."""
+        agreement_point(self.step_comm, what)
 
     def _accuracy(self, params: Any) -> float:
         """Validation accuracy at ``params``. The evaluators work on :attr:`params` in
@@ -624,10 +689,12 @@ class Trainer:
         copied in for the validation and this group's own put back after."""
         data = self._validation_data()
         if params is self.params:
+            self._point("validation")
             return self.evaluator.accuracy(self.params, *data)
         own = self.placement.copy(self.params)
         self.params[...] = params
         try:
+            self._point("validation")
             return self.evaluator.accuracy(self.params, *data)
         finally:
             self.params[...] = own
@@ -684,18 +751,22 @@ class Trainer:
         with self.optimizer.session() if self.asynchronous else nullcontext():
             self.stop_reason = self.should_stop() if self.history else None
             while self.stop_reason is None:
-                record = self.step()
-                with agreed(self.step_comm, "reporting the training step"):
-                    if bar is not None:
-                        bar.update(record)
-                    if on_step is not None:
-                        on_step(record)
-                # A non-finite objective (every rank agrees on it) keeps the last good
-                # checkpoint: its parameters would be NaN.
-                finite = bool(np.isfinite(record["objective"]))
-                if cfg.checkpoint and finite and self.iteration % cfg.checkpoint_every == 0:
-                    self.save(cfg.checkpoint)
-                self.stop_reason = self.should_stop()
+                # Whatever fails on one rank in a step (its own agreements inside
+                # catch the rest) reaches the other ranks here.
+                with self._agreed("the training step"):
+                    record = self.step()
+                    with self._agreed("reporting the training step"):
+                        if bar is not None:
+                            bar.update(record)
+                        if on_step is not None:
+                            on_step(record)
+                    # A non-finite objective (every rank agrees on it) keeps the last
+                    # good checkpoint: its parameters would be NaN.
+                    finite = bool(np.isfinite(record["objective"]))
+                    if cfg.checkpoint and finite and \
+                            self.iteration % cfg.checkpoint_every == 0:
+                        self.save(cfg.checkpoint)
+                    self.stop_reason = self.should_stop()
             if cfg.checkpoint and self.stop_reason != "diverged" and \
                     self.iteration % cfg.checkpoint_every != 0:
                 self.save(cfg.checkpoint)
@@ -714,6 +785,10 @@ class Trainer:
     def state(self) -> Dict[str, Any]:
         """Everything needed to continue exactly (collective: call on every rank); the
         arrays as NumPy arrays on the host."""
+        # The collective parts first: local work that fails on one rank after them
+        # reaches its peers at the save's agreement, not inside a gather.
+        warm = self.evaluator.warm_state()
+        groups = self._elastic_groups() if self.elastic else None
         host = self.placement.tree_to_host
         state = {
             "config": self._comparable_config(), "nparams": self.net.nparams,
@@ -724,13 +799,13 @@ class Trainer:
             "params": self.placement.to_host(self.model_params),
             "optimizer": host(self.optimizer.state_dict()), "history": list(self.history),
             "best": host(dict(self.best)), "stale": self._stale,
-            "warm": self.evaluator.warm_state(),
+            "warm": warm,
             "data_fingerprint": self.data_fingerprint,
             "data": self._data_shapes(),
             "network": network_spec(self.net),
         }
-        if self.elastic:
-            state["easgd_groups"] = self._elastic_groups()
+        if groups is not None:
+            state["easgd_groups"] = groups
         return state
 
     def _elastic_groups(self) -> Dict[str, Any]:
@@ -762,10 +837,11 @@ class Trainer:
 
     def save(self, path: str) -> None:
         """Write a checkpoint (collective; rank 0 writes)."""
-        state = self.state()
-        # Every rank learns whether rank 0 wrote it: a failed save must not leave the
-        # others waiting in the next solve.
+        # Every rank learns whether rank 0 wrote it (and whether every rank could
+        # collect its part): a failed save must not leave the others waiting in the
+        # next solve.
         with agreed(self.comm, f"writing the checkpoint {path}"):
+            state = self.state()
             if self.rank == 0:
                 _checkpoint.save(path, state)
 
