@@ -75,6 +75,25 @@ def test_options_are_checked_and_state_round_trips():
     np.testing.assert_array_equal(a.center, b.center)
 
 
+@pytest.mark.parametrize("change, message", [
+    (dict(center=np.ones(4)), "field 'center' must hold a vector of 3 numbers"),
+    (dict(velocity=np.ones((3, 1))), "field 'velocity' must hold a vector of 3 numbers"),
+    (dict(center=[1.0, np.nan, 0.0]), "field 'center' holds non-finite numbers"),
+    (dict(center="abc"), "field 'center' must hold numbers"),
+    (dict(steps=-1), "field 'steps' must be an int >= 0, got -1"),
+    (dict(steps=2.5), "field 'steps' must be an int >= 0, got 2.5"),
+])
+def test_a_bad_saved_state_is_refused_naming_the_field(change, message):
+    a = SyncEASGD(None, momentum=0.5)
+    w = np.ones(3)
+    a.step(w, 0.0, w - 2.0)
+    state = {**a.state_dict(), **change}
+    b = SyncEASGD(None, momentum=0.5)
+    with pytest.raises(ValueError, match=message.replace("(", "\\(")):
+        b.load_state_dict(state, nparams=3)
+    assert b.center is None and b.steps == 0  # nothing half-loaded
+
+
 class _GroupsComm:
     """Just enough of a data communicator for the constructor: its rank and size."""
 

@@ -152,11 +152,39 @@ class SyncEASGD:
                 "velocity": None if self.velocity is None else self.velocity.copy(),
                 "steps": self.steps}
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
-        center, velocity = state.get("center"), state.get("velocity")
-        self.center = None if center is None else np.array(center, dtype=np.float64)
-        self.velocity = None if velocity is None else np.array(velocity, dtype=np.float64)
-        self.steps = int(state.get("steps", 0))
+    def load_state_dict(self, state: Dict[str, Any], nparams: Optional[int] = None) -> None:
+        """The state of :meth:`state_dict`: ``center`` and ``velocity`` vectors of
+        ``nparams`` finite numbers (or None), ``steps`` an int >= 0; a ValueError names
+        the field otherwise."""
+        center = _state_vector(state.get("center"), "center", nparams)
+        velocity = _state_vector(state.get("velocity"), "velocity", nparams)
+        if center is not None and velocity is not None and center.shape != velocity.shape:
+            raise ValueError(f"easgd optimizer state: fields 'center' and 'velocity' hold "
+                             f"{center.size} and {velocity.size} numbers")
+        steps = state.get("steps", 0)
+        if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
+            raise ValueError(f"easgd optimizer state: field 'steps' must be an int >= 0, "
+                             f"got {steps!r}")
+        self.center, self.velocity, self.steps = center, velocity, int(steps)
+
+
+def _state_vector(value: Any, field: str, nparams: Optional[int]) -> Optional[np.ndarray]:
+    """A state field as a float64 vector (of ``nparams`` numbers when given), or None."""
+    if value is None:
+        return None
+    try:
+        a = np.array(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"easgd optimizer state: field {field!r} must hold numbers, got "
+                         f"{type(value).__name__}") from None
+    want = (nparams,) if nparams is not None else (a.size,)
+    if a.ndim != 1 or a.shape != want:
+        raise ValueError(f"easgd optimizer state: field {field!r} must hold a vector of "
+                         f"{want[0]} numbers (one per parameter), got an array of shape "
+                         f"{a.shape}")
+    if not np.isfinite(a).all():
+        raise ValueError(f"easgd optimizer state: field {field!r} holds non-finite numbers")
+    return a
 
 
 # Tags of the asynchronous protocol (typed float64 buffers, UTF-8 bytes; no pickle).
@@ -288,7 +316,7 @@ class AsyncEASGD:
                          "the order messages reach the centre, so no saved state resumes "
                          "it exactly (use the optimizer easgd for checkpoints)")
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
+    def load_state_dict(self, state: Dict[str, Any], nparams: Optional[int] = None) -> None:
         self.state_dict()  # raises
 
     @contextmanager

@@ -493,7 +493,7 @@ class Trainer:
                                  f"feed {grid.data} data groups (each needs at least one)")
         self.evaluator: Any
         if self.mode == "serial":
-            self.evaluator = SerialEvaluator(net, layers_comm)
+            self.evaluator = SerialEvaluator(net, comm=layers_comm)
         elif grid is not None and grid.space > 1:  # bands of image rows per space rank
             oneshot = (cfg.m1, cfg.m2) if self.mode == "oneshot" else None
             self.evaluator = space_evaluator(net, grid, self.params, X0, C0,
@@ -885,10 +885,8 @@ class Trainer:
                 f"({sizes(self._data_shapes())}); to continue on the new data anyway, pass "
                 f"allow_new_data=True (command line: --resume-on-new-data)")
         optimizer_state = self.placement.tree_from_host(state["optimizer"])
-        if self.elastic:
-            self.optimizer.load_state_dict(optimizer_state)
-        else:  # first: its arrays must hold one number per parameter (ValueError naming them)
-            self.optimizer.load_state_dict(optimizer_state, nparams=int(self.params.size))
+        # First: its arrays must hold one number per parameter (ValueError naming them).
+        self.optimizer.load_state_dict(optimizer_state, nparams=int(self.params.size))
         self.params[...] = self.placement.from_host(self._own_params(state))
         self.iteration, self.epoch = int(state["iteration"]), int(state["epoch"])
         self._position = int(state["position"])
