@@ -7,11 +7,11 @@ timeout.
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 from test_mpi import MPIEXEC
+from mpi_process import run_mpi
 
 HERE = Path(__file__).resolve().parent
 
@@ -22,6 +22,6 @@ def launch(driver, nranks, out_dir, *args, timeout=240):
     env = dict(os.environ, PYTHONWARNINGS="error", OMP_NUM_THREADS="1")
     cmd = [MPIEXEC, "-n", str(nranks), sys.executable, str(HERE / driver), str(nranks),
            str(out), *map(str, args)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    proc = run_mpi(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     assert proc.returncode == 0, f"{cmd} failed:\n{proc.stdout}\n{proc.stderr}"
     return json.loads(out.read_text())

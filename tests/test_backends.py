@@ -18,6 +18,7 @@ import braidpy
 from braidpy import backends
 from braidpy.backends import NUMPY, Backend, backend_for, backend_for_namespace, wire
 from braidpy.backends import numpy as np_backend
+from mpi_process import run_mpi
 
 xp = pytest.importorskip("array_api_strict")
 
@@ -332,7 +333,7 @@ def test_two_ranks_with_cupy_states_send_through_pinned_blocks(tmp_path, fake_cp
     env = dict(os.environ, PYTHONWARNINGS="error", OMP_NUM_THREADS="1")
     cmd = [MPIEXEC, "-n", "2", sys.executable, str(HERE / "mpi_cupy_driver.py"), str(out),
            "2", "fake"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=env)
+    proc = run_mpi(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=env)
     assert proc.returncode == 0, f"{cmd} failed:\n{proc.stdout}\n{proc.stderr}"
     got = json.loads(out.read_text())
     assert got["size"] == 2
@@ -487,7 +488,7 @@ def test_two_ranks_with_strict_states_match_serial(tmp_path):
     env = dict(os.environ, PYTHONWARNINGS="error", OMP_NUM_THREADS="1")
     cmd = [MPIEXEC, "-n", "2", sys.executable, str(HERE / "mpi_backends_driver.py"), str(out),
            "2"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=env)
+    proc = run_mpi(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=env)
     assert proc.returncode == 0, f"{cmd} failed:\n{proc.stdout}\n{proc.stderr}"
     got = json.loads(out.read_text())
     assert got["size"] == 2  # the ranks really ran together

@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 from test_mpi import MPIEXEC
 
-from braidpy.cli import build_parser, make_config, resolve
+from braidpy.cli import build_parser, make_config, make_network, resolve
 from braidpy.nn import ResNet
 from braidpy.train import TrainConfig, load_checkpoint
 from braidpy.train.presets import library_defaults, preset
 from braidpy.train.progress import Progress, format_step
+from mpi_process import run_mpi
 
 # Tiny runs: 100 peaks points, 8 layers (two MGRIT levels with cf 4), 3 steps.
 # MGRIT on one rank too (the default mode 'auto' runs serial backprop there); the
@@ -30,7 +31,7 @@ def cli(*args, nranks=1, cwd=None, timeout=120):
     cmd = [sys.executable, "-m", "braidpy", *map(str, args)]
     if nranks > 1:
         cmd = [MPIEXEC, "-n", str(nranks), *cmd]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=ENV,
+    return run_mpi(cmd, capture_output=True, text=True, timeout=timeout, env=ENV,
                           cwd=cwd)
 
 
@@ -75,8 +76,8 @@ def parse(*argv):
 
 def test_defaults_are_the_papers_peaks_setup():
     args = parse("peaks")
-    assert (args.width, args.T, args.activation, args.optimizer) == (8, 5.0, "smooth_relu",
-                                                                      "lbfgs")
+    assert (args.width, args.tstop, args.activation, args.optimizer) == (8, 5.0, "smooth_relu",
+                                                                          "lbfgs")
     assert (args.mode, args.m1, args.m2, args.levels, args.cf) == ("auto", 2, 2, 2, 4)
     assert (args.layers, args.seed, args.iterations, args.batch) == (32, 1, 100, None)
 
@@ -91,7 +92,8 @@ def test_defaults_come_from_the_library():
     assert (args.levels, args.cf, args.abs_tol) == (cfg.mgrit.max_levels, cfg.mgrit.cfactor,
                                                     cfg.mgrit.abs_tol)
     net = ResNet((2,), 3, width=2, nlayers=2)
-    assert (args.T, args.activation, args.kernel) == (net.tstop, net.activation_name, net.kernel)
+    assert (args.tstop, args.activation, args.kernel) == (net.tstop, net.activation_name,
+                                                          net.kernel)
     assert library_defaults()["mode"] == "auto" and library_defaults()["seed"] == 1
 
 
@@ -165,6 +167,18 @@ def test_abs_tol_is_the_documented_spelling_and_tol_a_hidden_alias():
     assert parse("peaks").abs_tol == TrainConfig().mgrit.abs_tol
     text = build_parser()._subparsers._group_actions[0].choices["train"].format_help()
     assert "--abs-tol TOL" in text and not re.search(r"(?<![\w-])--tol\b", text)
+
+
+def test_tstop_is_the_documented_spelling_and_T_a_hidden_alias():
+    """The library's word (tstop) on the command line; the earlier --T still works but
+    is no longer shown."""
+    for option in ("--tstop", "--T"):
+        args = parse("peaks", "--layers", "8", option, "2.5")
+        net = make_network(args, np.zeros((1, 2)), np.eye(5))
+        assert args.tstop == 2.5 and net.tstop == 2.5, option
+    assert parse("peaks").tstop == ResNet((2,), 3, width=2, nlayers=2).tstop
+    text = build_parser()._subparsers._group_actions[0].choices["train"].format_help()
+    assert "--tstop T" in text and not re.search(r"(?<![\w-])--T\b", text)
 
 
 def test_relax_and_per_level_cf_parse_into_the_config():

@@ -3,12 +3,12 @@
 import doctest
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from mpi_process import run_mpi
 from test_mpi import MPIEXEC
 
 import examples.ex03_parameter_estimation as ex03
@@ -86,7 +86,7 @@ def run(nranks, args):
     if nranks > 1:
         cmd = [MPIEXEC, "-n", str(nranks), *cmd]
     env = dict(os.environ, PYTHONWARNINGS="error", OMP_NUM_THREADS="1")
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    proc = run_mpi(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
 

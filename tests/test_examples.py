@@ -2,12 +2,12 @@
 
 import math
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from test_mpi import MPIEXEC
+from mpi_process import run_mpi
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -21,7 +21,7 @@ def run(nranks, script, args):
     cmd = [sys.executable, str(ROOT / "examples" / script), *args]
     if nranks > 1:
         cmd = [MPIEXEC, "-n", str(nranks), *cmd]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    proc = run_mpi(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
 

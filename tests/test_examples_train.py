@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from test_mpi import MPIEXEC
+from mpi_process import run_mpi
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -23,7 +24,7 @@ def run(script, args, nranks=1):
     cmd = [sys.executable, str(ROOT / "examples" / script), *args]
     if nranks > 1:
         cmd = [MPIEXEC, "-n", str(nranks), *cmd]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT,
+    proc = run_mpi(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT,
                           env=dict(os.environ, PYTHONWARNINGS="error", OMP_NUM_THREADS="1"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout

@@ -3,7 +3,6 @@
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import numpy as np
 import pytest
 from batched_cases import BATCHED_CASES
 from mpi_cases import HISTORY_CASES
+from mpi_process import run_mpi
 
 HERE = Path(__file__).resolve().parent
 
@@ -34,7 +34,7 @@ def run_driver(nranks, suite, tmp_path):
     env = dict(os.environ, PYTHONWARNINGS="error", OMP_NUM_THREADS="1")
     cmd = [MPIEXEC, "-n", str(nranks), sys.executable, str(HERE / "mpi_driver.py"), suite,
            str(out), str(nranks)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=env)
+    proc = run_mpi(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=env)
     assert proc.returncode == 0, f"{cmd} failed:\n{proc.stdout}\n{proc.stderr}"
     return json.loads(out.read_text())
 

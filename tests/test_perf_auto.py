@@ -2,7 +2,6 @@
 made-up calibrations whose best grid is known, and on the command line under MPI."""
 
 import json
-import subprocess
 import sys
 
 import pytest
@@ -13,6 +12,7 @@ from braidpy.perf import Calibration, CostFit, LayerCosts, Link
 
 from braidpy.perf import save_calibration
 from braidpy.perf.auto import choose_grid, decide_grid, training_spec
+from mpi_process import run_mpi
 
 
 def dense_spec(samples, nlayers=32):
@@ -158,7 +158,7 @@ def test_bad_calibration_files_name_the_file(tmp_path):
 def run_train(nranks, *args, timeout=240):
     cmd = [MPIEXEC, "-n", str(nranks), sys.executable, "-m", "braidpy", "train", "peaks",
            "--samples", "200", "--iterations", "2", "-v", *map(str, args)]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    return run_mpi(cmd, capture_output=True, text=True, timeout=timeout)
 
 
 def test_grid_auto_on_the_command_line_under_mpi(tmp_path):

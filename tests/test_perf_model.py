@@ -16,6 +16,7 @@ from braidpy.perf import (CLUSTERS, Calibration, CalibrationError, CostFit, Cycl
 from braidpy.perf.calibration import calibration_from_json
 from braidpy.perf.model import allreduce_seconds, memory_per_rank
 from braidpy.perf.schedule import program_counts, solve_program
+from mpi_process import run_mpi
 
 ENV = dict(os.environ, PYTHONWARNINGS="error", OMP_NUM_THREADS="1")
 
@@ -704,7 +705,7 @@ def test_calibrate_under_mpi_measures_the_network(tmp_path):
     from test_mpi import MPIEXEC
 
     out = tmp_path / "c.json"
-    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "braidpy", "calibrate",
+    proc = run_mpi([MPIEXEC, "-n", "2", sys.executable, "-m", "braidpy", "calibrate",
                            "-o", str(out), "--layer", "dense:2", "--samples", "2", "--rows",
                            "1", "2", "--repeats", "1", "-q"],
                           capture_output=True, text=True, env=ENV, timeout=120)
@@ -741,7 +742,7 @@ def test_calibrate_with_more_ranks_than_cores_measures_what_sharing_costs(tmp_pa
     from test_mpi import MPIEXEC
 
     out = tmp_path / "c.json"
-    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "braidpy", "calibrate",
+    proc = run_mpi([MPIEXEC, "-n", "2", sys.executable, "-m", "braidpy", "calibrate",
                            "-o", str(out), "--layer", "dense:2", "--samples", "2", "4", "8",
                            "--rows", "1", "2", "--repeats", "1", "--cores", "1", "-q"],
                           capture_output=True, text=True, env=ENV, timeout=120)
@@ -763,7 +764,7 @@ def test_calibrate_with_more_ranks_than_cores_measures_a_space_split(tmp_path):
     from test_mpi import MPIEXEC
 
     out = tmp_path / "c.json"
-    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "braidpy", "calibrate",
+    proc = run_mpi([MPIEXEC, "-n", "2", sys.executable, "-m", "braidpy", "calibrate",
                            "-o", str(out), "--layer", "conv:1x4x4:3", "--samples", "2",
                            "--rows", "1", "2", "--repeats", "1", "--cores", "1", "-q"],
                           capture_output=True, text=True, env=ENV, timeout=180)
@@ -798,7 +799,7 @@ def test_ranks_waiting_for_rank_0_sleep():
     blocking barrier polls: about as much CPU as wall time)."""
     from test_mpi import MPIEXEC
 
-    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", _QUIET],
+    proc = run_mpi([MPIEXEC, "-n", "2", sys.executable, "-c", _QUIET],
                           capture_output=True, text=True, env=ENV, timeout=120)
     assert proc.returncode == 0, proc.stderr
     cpu, wall = map(float, proc.stdout.split("RESULT ")[1].split())
@@ -831,7 +832,7 @@ def test_every_rank_keeps_freed_memory_while_gradients_are_timed():
     slowdown beside busy ranks came out 1.3x too high)."""
     from test_mpi import MPIEXEC
 
-    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", _FOLLOWER_ALLOCATOR],
+    proc = run_mpi([MPIEXEC, "-n", "2", sys.executable, "-c", _FOLLOWER_ALLOCATOR],
                           capture_output=True, text=True, env=ENV, timeout=120)
     assert proc.returncode == 0, proc.stderr
     # and every rank gives back what it kept before the gradients across the ranks:
@@ -865,7 +866,7 @@ def test_calibrate_under_mpi_stops_every_rank_when_rank_0_fails(tmp_path, name):
 
     script = tmp_path / "failing.py"
     script.write_text(_FAILING_CALIBRATION.format(name=name))
-    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, str(script),
+    proc = run_mpi([MPIEXEC, "-n", "2", sys.executable, str(script),
                            str(tmp_path / "c.json")],
                           capture_output=True, text=True, env=ENV, timeout=120)
     assert proc.returncode == 1, proc.stderr

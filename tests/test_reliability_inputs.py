@@ -32,6 +32,7 @@ from braidpy.perf.plan import plan
 from braidpy.train import CheckpointError, TrainConfig, Trainer, checkpoint
 from braidpy.train.plots import plot_history
 from braidpy.train.progress import CsvLog, JsonLog
+from mpi_process import run_mpi
 
 OPTIONS = dict(cfactor=2, abs_tol=1e-13, max_iter=30)
 GiB = 2**30
@@ -555,7 +556,7 @@ def test_under_mpi_a_closed_core_and_a_view_clone_on_one_rank_stop_every_rank(tm
     script, out = tmp_path / "driver.py", tmp_path / "out.json"
     script.write_text(MPI_SCRIPT)
     env = dict(os.environ, PYTHONWARNINGS="error", OMP_NUM_THREADS="1")
-    proc = subprocess.run([MPIEXEC, "-n", "2", sys.executable, str(script), "2", str(out),
+    proc = run_mpi([MPIEXEC, "-n", "2", sys.executable, str(script), "2", str(out),
                            str(Path(__file__).resolve().parent)], capture_output=True,
                           text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr

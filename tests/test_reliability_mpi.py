@@ -10,53 +10,19 @@ started.
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
+from mpi_process import marked_pids, run_mpi
 from test_mpi import MPIEXEC
 
 HERE = Path(__file__).resolve().parent
 SOAK_SOLVES = 200
 SOLVE_SECONDS = 10.0  # "within one cycle": a solve here takes milliseconds
 MISMATCH_SECONDS = 120  # 11 cases of milliseconds each, and 4 interpreters starting
-MARK = "BRAIDPY_TEST_LAUNCH"
-
-
-def _marked_pids(mark):
-    """Our processes whose environment carries ``MARK=mark`` (Linux /proc)."""
-    needle = f"{MARK}={mark}".encode()
-    pids = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            if needle in (entry / "environ").read_bytes().split(b"\0"):
-                pids.append(int(entry.name))
-        except OSError:  # gone, or not ours
-            continue
-    return pids
-
-
-def _kill_launch(proc, mark):
-    """Stop a launch that ran out of time: SIGTERM to mpiexec's process group (Hydra
-    then stops its ranks), SIGKILL to that group and to every process carrying our mark
-    (Hydra starts each rank in a session of its own, outside the group)."""
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        pass
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass
-    for pid in [proc.pid] + _marked_pids(mark):
-        try:
-            os.killpg(pid, signal.SIGKILL) if pid == proc.pid else os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 def launch(driver, nranks, out_dir, *args, timeout=240):
@@ -64,25 +30,17 @@ def launch(driver, nranks, out_dir, *args, timeout=240):
     past ``timeout`` seconds every process of the launch is killed and the test fails
     (a hang), showing the driver's last output."""
     out = Path(out_dir) / f"{Path(driver).stem}-{nranks}-{args[0] if args else ''}.json"
-    mark = uuid.uuid4().hex
-    env = dict(os.environ, PYTHONWARNINGS="error", OMP_NUM_THREADS="1", **{MARK: mark})
+    env = dict(os.environ, PYTHONWARNINGS="error", OMP_NUM_THREADS="1")
     cmd = [MPIEXEC, "-n", str(nranks), sys.executable, str(HERE / driver), str(nranks),
            str(out), *map(str, args)]
     start = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, start_new_session=True)
     try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill_launch(proc, mark)
-        stdout, stderr = proc.communicate()
+        proc = run_mpi(cmd, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired as hung:
         pytest.fail(f"{cmd} did not end within {timeout} s (hung; killed):\n"
-                    f"{stdout[-3000:]}\n{stderr[-3000:]}")
-    finally:
-        if proc.poll() is None:  # an interrupted test run: leave nothing behind
-            _kill_launch(proc, mark)
-    assert proc.returncode == 0, f"{cmd} failed:\n{stdout}\n{stderr}"
-    assert not _marked_pids(mark), "ranks outlived their mpiexec"
+                    f"{(hung.output or '')[-3000:]}\n{(hung.stderr or '')[-3000:]}")
+    assert proc.returncode == 0, f"{cmd} failed:\n{proc.stdout}\n{proc.stderr}"
+    assert not marked_pids(proc.mark), "ranks outlived their mpiexec"
     result = json.loads(out.read_text())
     result["launch_seconds"] = time.monotonic() - start
     return result
@@ -297,3 +255,17 @@ def test_an_exception_whose_str_fails_is_reraised_and_named_by_its_type(mismatch
             assert r["outcome"] == ["BraidError", f"solve failed on another rank (rank "
                                     f"{MISMATCH_RANK}: step raised Oops)"], (rank, r)
         assert r["after"][0] == "right", (rank, r)  # the Core solves again, correctly
+
+
+def test_a_launch_past_its_timeout_leaves_no_rank_behind():
+    """The test helpers' mpiexec runner (tests/mpi_process.py): a hung 2-rank command is
+    killed with every rank it started (subprocess.run's timeout kills mpiexec alone)."""
+    hang = "import time; from mpi4py import MPI; MPI.COMM_WORLD.Barrier(); time.sleep(600)"
+    started = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired) as hung:
+        run_mpi([MPIEXEC, "-n", "2", sys.executable, "-c", hang], timeout=5)
+    assert time.monotonic() - started < 30
+    deadline = time.monotonic() + 10
+    while marked_pids(hung.value.mark) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not marked_pids(hung.value.mark), "ranks outlived the timeout"

@@ -4,7 +4,6 @@ One mpiexec launch of 4 ranks runs every case on all 4 and on each half (2 ranks
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +13,7 @@ pytest.importorskip("torch")
 
 from test_mpi import MPIEXEC  # noqa: E402
 from torch_cases import adam_peaks  # noqa: E402
+from mpi_process import run_mpi
 
 HERE = Path(__file__).resolve().parent
 
@@ -23,7 +23,7 @@ def launched(tmp_path_factory):
     out = tmp_path_factory.mktemp("torch") / "torch-4.json"
     env = dict(os.environ, PYTHONWARNINGS="error", OMP_NUM_THREADS="1")
     cmd = [MPIEXEC, "-n", "4", sys.executable, str(HERE / "mpi_torch_driver.py"), str(out), "4"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    proc = run_mpi(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, f"{cmd} failed:\n{proc.stdout}\n{proc.stderr}"
     ranks = json.loads(out.read_text())
     assert len(ranks) == 4

@@ -3,12 +3,12 @@
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 from test_mpi import HERE, MPIEXEC, TIMEOUT
 from train_cases import CASES
+from mpi_process import run_mpi
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +22,7 @@ def test_training_independent_of_rank_count(nranks, serial, tmp_path):
     env = dict(os.environ, PYTHONWARNINGS="error", OMP_NUM_THREADS="1")
     cmd = [MPIEXEC, "-n", str(nranks), sys.executable, str(HERE / "mpi_train_driver.py"),
            str(out), str(nranks)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=env)
+    proc = run_mpi(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=env)
     assert proc.returncode == 0, f"{cmd} failed:\n{proc.stdout}\n{proc.stderr}"
     par = json.loads(out.read_text())
     assert sorted(par) == sorted(serial)
