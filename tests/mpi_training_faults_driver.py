@@ -27,7 +27,7 @@ from mpi4py import MPI  # noqa: E402
 
 from braidpy.nn import ResNet  # noqa: E402
 from braidpy.parallel import ProcessGrid  # noqa: E402
-from braidpy.parallel.agree import safe_text  # noqa: E402
+from braidpy.parallel.agree import agreed, safe_text  # noqa: E402
 from braidpy.parallel.collectives import allgather_texts  # noqa: E402
 from braidpy.train import TrainConfig, Trainer  # noqa: E402
 
@@ -210,6 +210,22 @@ def run_setup_case(name):
         return [type(exc).__name__, safe_text(exc)]
 
 
+def run_naming_case():
+    """A failure in an agreement over a sub-communicator (the last two ranks, as a data
+    group's layer ranks are): the others there name the failing rank as mpiexec
+    numbers it, not by its rank in the sub-communicator."""
+    sub = COMM.Split(COMM.Get_rank() // 2, COMM.Get_rank())
+    try:
+        with agreed(sub, "a block of the last two ranks"):
+            if COMM.Get_rank() == victim():
+                raise Planted("planted fault")
+        return ["ok", ""]
+    except BaseException as exc:  # noqa: BLE001 - every outcome is reported
+        return [type(exc).__name__, safe_text(exc)]
+    finally:
+        sub.Free()
+
+
 def main():
     out = Path(sys.argv[2])
     try:
@@ -234,6 +250,8 @@ def main():
                 print("set-up case", name, flush=True)
             every = allgather_texts(COMM, json.dumps(run_setup_case(name)))
             results[f"setup:{name}"] = [json.loads(t) for t in every]
+        results["naming"] = [json.loads(t) for t in
+                             allgather_texts(COMM, json.dumps(run_naming_case()))]
         results["size"] = COMM.Get_size()
         results["victim"] = victim()
     except BaseException:

@@ -78,3 +78,12 @@ def test_a_bad_argument_on_one_rank_stops_every_rank_at_the_set_up(faults):
     for i, o in enumerate(outcomes):
         if i != victim:
             assert o[0] == "BraidError" and f"rank {victim}: ValueError" in o[1], outcomes
+
+
+def test_a_rank_of_a_sub_communicator_is_named_as_mpiexec_numbers_it(faults):
+    nranks, res = faults
+    victim, outcomes = res["victim"], res["naming"]
+    assert outcomes[victim] == ["Planted", "planted fault"]
+    partner = victim - 1  # the other rank of the last pair
+    assert outcomes[partner] == ["BraidError", f"a block of the last two ranks failed on "
+                                 f"another rank (rank {victim}: Planted: planted fault)"]

@@ -68,6 +68,21 @@ def _members(comm: Any) -> FrozenSet[Any]:
         return frozenset([("communicator", id(comm))])
 
 
+def _world_ranks(comm: Any, size: int) -> List[int]:
+    """The COMM_WORLD rank of each rank of ``comm`` (its own numbering when MPI cannot
+    translate it: a stand-in communicator, or one rank)."""
+    members = sorted(m for m in _members(comm) if isinstance(m, int))
+    if len(members) != size:
+        return list(range(size))
+    MPI = mpi()
+    group, world = comm.Get_group(), MPI.COMM_WORLD.Get_group()
+    try:
+        return [int(r) for r in MPI.Group.Translate_ranks(group, list(range(size)), world)]
+    finally:
+        group.Free()
+        world.Free()
+
+
 def _mark_agreed(error: BaseException, members: FrozenSet[Any]) -> None:
     try:
         vars(error)[_AGREED_AMONG] = members
@@ -135,13 +150,22 @@ class Agreement:
     ranks : sequence of int, optional
         The number each rank of ``comm`` is known by in messages (braidpy.adjoint runs
         on a reversed communicator and names ranks as the user's communicator does).
+        Default: its rank in COMM_WORLD, the number mpiexec gave it, so that a failure
+        in a sub-communicator (a data group's layer ranks) names the rank the user
+        knows; looked up only when a message is written.
     """
 
     def __init__(self, comm: Any, what: str, ranks: Optional[Sequence[int]] = None):
         self.comm = comm
         self.what = what
         self.rank, self.size = rank_size(comm)
-        self.ranks = list(range(self.size)) if ranks is None else list(ranks)
+        self._ranks = None if ranks is None else list(ranks)
+
+    @property
+    def ranks(self) -> List[int]:
+        if self._ranks is None:
+            self._ranks = _world_ranks(self.comm, self.size)
+        return self._ranks
 
     def _exchange(self, summary: Optional[str]) -> List[Optional[str]]:
         return allgather_texts(self.comm, summary)
