@@ -20,7 +20,7 @@ from ..nn.network import ResNet
 from ..parallel.agree import agreed, agreement_point
 from ..parallel.interrupts import deferred_interrupts
 from ..parallel.collectives import gather_arrays
-from ..parallel.comm import rank_size
+from ..parallel.comm import is_parallel, rank_size
 from ..parallel.data import shard_of
 from ..parallel.fingerprint import same_everywhere
 from ..parallel.grid import ProcessGrid
@@ -398,8 +398,11 @@ class Trainer:
             self._check_arguments(net, train, validation, config, comm, grid, params)
         except Exception as exc:  # noqa: BLE001 - re-raised on this rank by the check
             failure = exc
-        same_everywhere(self.comm, None if failure is not None else self._setup_fields(),
-                        "the training set-up", hint=SAME_TRAINING, error=failure)
+        # (The fields only where there are ranks to compare them with.)
+        fields = None if failure is not None or not is_parallel(self.comm) else \
+            self._setup_fields()
+        same_everywhere(self.comm, fields, "the training set-up", hint=SAME_TRAINING,
+                        error=failure)
         del failure
         self._build(net, grid, comm)
 
@@ -436,7 +439,7 @@ class Trainer:
         elif getattr(params, "shape", None) != (net.nparams,):
             raise ValueError(f"params must have shape ({net.nparams},), got "
                              f"{getattr(params, 'shape', None)}")
-        self._initial_params: Optional[np.ndarray] = np.asarray(params)
+        self._initial_params: Any = params  # on the host or the network's device
         self.data_fingerprint = data_fingerprint((self.X, self.C), self.validation)
         self.placement = net.placement
         self.elastic = cfg.optimizer in ELASTIC
@@ -451,7 +454,7 @@ class Trainer:
                 "network": self.net.describe(), "nparams": self.net.nparams,
                 "grid": None if self.grid is None else list(self.grid.shape),
                 "data": self.data_fingerprint,
-                "initial parameters": self._initial_params}
+                "initial parameters": self.placement.to_host(self._initial_params)}
 
     def _build(self, net: ResNet, grid: Optional[ProcessGrid], comm: Any) -> None:
         """The collective part of the constructor (solvers, optimizer), once every
