@@ -1,5 +1,5 @@
-"""Thin setuptools driver: CMake builds braidpy._core and, where nvcc is found, the
-optional braidpy._cuda (see CMakeLists.txt; environment variable BRAIDPY_CUDA=AUTO|ON|OFF).
+"""Thin setuptools driver: CMake builds braidpy._core and, when asked, the optional
+braidpy._cuda (CMakeLists.txt; environment variable BRAIDPY_CUDA=OFF (default)|ON|AUTO).
 
 All compiler flags live in CMakeLists.txt. The build needs the packages of
 ``[build-system].requires`` in pyproject.toml: pip installs them in an isolated
@@ -17,6 +17,12 @@ from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).parent.resolve()
 BUILD_DEPS = "pip install setuptools wheel pybind11 cmake ninja"
+
+
+def cuda_option(environ) -> str:
+    """CMake's -DBRAIDPY_CUDA from the environment variable: always passed, so that a value
+    cached by an earlier build is not reused; empty means CMakeLists.txt's default (OFF)."""
+    return f"-DBRAIDPY_CUDA={environ.get('BRAIDPY_CUDA', '').strip()}"
 
 
 class CMakeExtension(Extension):
@@ -77,7 +83,7 @@ class CMakeBuild(build_ext):
 
     def build_extension(self, ext):
         if ext.name == "braidpy._cuda":
-            return  # built (or not: BRAIDPY_CUDA, nvcc) by the one CMake build of _core
+            return  # built (or not: BRAIDPY_CUDA) by the one CMake build of _core
         try:
             import pybind11
         except ImportError:
@@ -97,8 +103,7 @@ class CMakeBuild(build_ext):
             f"-DBRAIDPY_PYTHON:INTERNAL={sys.executable}",
             f"-Dpybind11_DIR={pybind11.get_cmake_dir()}",
             "-DCMAKE_BUILD_TYPE=Release",
-            # braidpy._cuda: AUTO (when nvcc is found), ON or OFF (CMakeLists.txt)
-            f"-DBRAIDPY_CUDA={os.environ.get('BRAIDPY_CUDA') or 'AUTO'}",
+            cuda_option(os.environ),  # braidpy._cuda: OFF (default), ON or AUTO
         ]
         if generator:
             config.append(f"-G{generator}")
