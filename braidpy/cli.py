@@ -92,7 +92,7 @@ examples:
 #: Command-line option (argparse dest) -> library name of the setting. The defaults are
 #: the library's (braidpy.train.presets), so they are not repeated here.
 SETTINGS = {
-    "width": "width", "layers": "nlayers", "T": "tstop", "activation": "activation",
+    "width": "width", "layers": "nlayers", "tstop": "tstop", "activation": "activation",
     "opening": "opening", "kernel": "kernel", "init_scale": "init_scale", "mode": "mode",
     "m1": "m1", "m2": "m2", "levels": "max_levels", "cf": "cfactor", "relax": "relax",
     "abs_tol": "abs_tol",
@@ -324,7 +324,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"width (dense) or channels (conv) {_default('width')}")
     g.add_argument("--layers", type=count_argument(1, INT_MAX, INT_WHY), metavar="N",
                    help=f"residual layers = MGRIT time steps {_default('layers')}")
-    g.add_argument("--T", type=POSITIVE, help=f"final layer time {_default('T')}")
+    g.add_argument("--tstop", type=POSITIVE, metavar="T",
+                   help=f"final layer time (h = T/N) {_default('tstop')}")
+    # --T: the earlier spelling, kept working but not shown (tstop is the library's word).
+    g.add_argument("--T", type=POSITIVE, dest="tstop", help=argparse.SUPPRESS)
     g.add_argument("--activation", choices=activation_names(), help=_default("activation"))
     g.add_argument("--opening", choices=OPENINGS,
                    help="input layer (default dense for vectors, conv for images)")
@@ -670,7 +673,7 @@ def load_source(args: argparse.Namespace) -> Tuple[Pair, Optional[Pair], str]:
 
 def make_network(args: argparse.Namespace, X: np.ndarray, C: np.ndarray) -> ResNet:
     """The ResNet for samples shaped like X (dense for vectors, conv for images)."""
-    return ResNet(X.shape[1:], C.shape[1], width=args.width, nlayers=args.layers, tstop=args.T,
+    return ResNet(X.shape[1:], C.shape[1], width=args.width, nlayers=args.layers, tstop=args.tstop,
                   activation=args.activation, opening=args.opening, kernel=args.kernel,
                   device=getattr(args, "device", None))
 
@@ -857,13 +860,6 @@ class _Outputs:
 
 
 def _train(args: argparse.Namespace, argv: List[str]) -> int:
-    # Under mpiexec, a Ctrl-C during the set-up waits for the first agreement point,
-    # where every rank stops together, instead of leaving the others in a collective.
-    with deferred_interrupts() if launched_ranks() > 1 else nullcontext():
-        return _run_training(args, argv)
-
-
-def _run_training(args: argparse.Namespace, argv: List[str]) -> int:
     started = time.perf_counter()
     # Training's large NumPy temporaries are reused instead of faulted in again on every
     # batched call (braidpy.perf.allocator: 7-12% per step for peaks and digits here).
@@ -1078,15 +1074,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.print_help()
         return 0
     args = parser.parse_args(argv)  # exits with status 2 on bad options
-    root = logging.getLogger("braidpy")
-    saved = root.level, root.propagate
-    handler = _configure_logging(args)
     try:
-        if args.command == "train":
-            return _train(args, argv)
-        if args.command in _perf_commands.COMMANDS:
-            return _perf_commands.run(args)
-        return _evaluate(args) if args.command == "evaluate" else _predict(args)
+        # Under mpiexec, a Ctrl-C from here on (MPI starts below, with the logging's
+        # rank) waits for the first agreement point, where every rank stops together,
+        # instead of leaving the others in a collective.
+        with deferred_interrupts() if launched_ranks() > 1 else nullcontext():
+            return _run_command(args, argv)
     except KeyboardInterrupt:
         if _rank() == 0:
             print(f"\nbraidpy {args.command}: interrupted", file=sys.stderr, flush=True)
@@ -1096,6 +1089,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"braidpy {args.command}: error: {_describe(exc)}", file=sys.stderr,
                   flush=True)
         return 1
+
+
+def _run_command(args: argparse.Namespace, argv: List[str]) -> int:
+    root = logging.getLogger("braidpy")
+    saved = root.level, root.propagate
+    handler = _configure_logging(args)
+    try:
+        if args.command == "train":
+            return _train(args, argv)
+        if args.command in _perf_commands.COMMANDS:
+            return _perf_commands.run(args)
+        return _evaluate(args) if args.command == "evaluate" else _predict(args)
     finally:
         root.removeHandler(handler)
         root.setLevel(saved[0])
