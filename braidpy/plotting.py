@@ -18,6 +18,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ._extras import require
+from ._renamed import renamed_arguments
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers only
     from matplotlib.figure import Figure
@@ -73,13 +74,14 @@ def _histories(results_or_histories: Any) -> list[tuple[np.ndarray, np.ndarray]]
     return [_one_history(item, i) for i, item in enumerate(items)]
 
 
+@renamed_arguments({"tol": "abs_tol"})
 def plot_residuals(
     results_or_histories: Any,
     path: PathLike,
     labels: Sequence[str] | None = None,
     title: str | None = None,
     *,
-    tol: float | None = None,
+    abs_tol: float | None = None,
 ) -> Figure:
     """Plot residual norm against iteration (log scale) for one or several solves.
 
@@ -97,8 +99,9 @@ def plot_residuals(
         called "run 0", "run 1", ... and a single one gets no legend.
     title : str, optional
         Figure title.
-    tol : float, optional
-        Draw the halting tolerance as a dashed horizontal line.
+    abs_tol : float, optional
+        Draw the halting tolerance (the solve's ``abs_tol``) as a dashed horizontal
+        line. ``tol=`` is its deprecated old name.
 
     Returns
     -------
@@ -126,7 +129,7 @@ def plot_residuals(
     >>> from braidpy.plotting import plot_residuals
     >>> path = os.path.join(tempfile.mkdtemp(), "residuals.png")
     >>> fig = plot_residuals([[1e-1, 2e-3, 5e-5], [1e-1, 1e-2]], path,
-    ...                      labels=["FCF", "F"], tol=1e-4)
+    ...                      labels=["FCF", "F"], abs_tol=1e-4)
     >>> os.path.getsize(path) > 0
     True
     >>> [line.get_label() for line in fig.axes[0].get_lines()][:2]
@@ -147,8 +150,9 @@ def plot_residuals(
         label = labels[n] if labels is not None else (f"run {n}" if len(hist) > 1 else None)
         ax.semilogy(its[shown], norms[shown], marker=markers[n % len(markers)], markersize=4,
                     label=label)
-    if tol is not None and tol > 0 and math.isfinite(tol):
-        ax.axhline(tol, color="0.4", linestyle="--", linewidth=1, label=f"tol = {tol:.0e}")
+    if abs_tol is not None and abs_tol > 0 and math.isfinite(abs_tol):
+        ax.axhline(abs_tol, color="0.4", linestyle="--", linewidth=1,
+                   label=f"tol = {abs_tol:.0e}")
     ax.set_yscale("log")
     ax.set_xlabel("iteration $k$")
     ax.set_ylabel(r"residual norm $\|r_k\|$")

@@ -148,7 +148,7 @@ def main(argv: Sequence[str] | None = None) -> braidpy.Result:
     if args.plot:
         from braidpy.plotting import plot_residuals
 
-        plot_residuals(r, args.plot, labels=[f"{size} rank(s)"], tol=args.tol,
+        plot_residuals(r, args.plot, labels=[f"{size} rank(s)"], abs_tol=args.tol,
                        title=f"ex01: u' = {args.lam:g} u, {args.ntime} steps, "
                              f"cfactor {args.cfactor}")
         print(f"  wrote {args.plot}")

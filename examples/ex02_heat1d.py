@@ -347,7 +347,7 @@ def main(argv: Sequence[str] | None = None) -> braidpy.Result:
     if args.plot_residuals:
         from braidpy.plotting import plot_residuals
 
-        plot_residuals(r, args.plot_residuals, labels=[f"{size} rank(s)"], tol=args.tol,
+        plot_residuals(r, args.plot_residuals, labels=[f"{size} rank(s)"], abs_tol=args.tol,
                        title=f"ex02: heat equation, {args.nspace} x {args.ntime}, "
                              f"cfactor {args.cfactor}")
         print(f"  wrote {args.plot_residuals}")

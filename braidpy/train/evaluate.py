@@ -23,6 +23,7 @@ import numpy as np
 
 from .._device import placement_of
 from .._options import Options
+from .._renamed import renamed_arguments
 from .._solver import Core
 from ..adjoint import GradientSolver
 from ..parallel.collectives import allreduce_int, gather_arrays
@@ -81,7 +82,8 @@ class SerialEvaluator:
 
     mode = "serial"
 
-    def __init__(self, net: ResNet, comm: Any = None):
+    @renamed_arguments(now_keyword_only=("comm",))
+    def __init__(self, net: ResNet, *, comm: Any = None):
         self.net = net
         self.comm = comm
         self.step_calls = 0  # layer steps and adjoint steps (not validation)

@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, List, Optional
 import numpy as np
 
 from .._device import namespace, vector_norm
+from .._renamed import renamed_arguments
 from .easgd import AsyncEASGD, SyncEASGD
 
 __all__ = ["SGD", "Adam", "LBFGS", "make_optimizer", "OPTIMIZERS", "ELASTIC"]
@@ -265,7 +266,8 @@ OPTIMIZERS: Dict[str, Any] = {"sgd": SGD, "adam": Adam, "lbfgs": LBFGS,
 ELASTIC = ("easgd", "easgd-async")
 
 
-def make_optimizer(name: str, comm: Any = None, **kwargs: Any):
+@renamed_arguments(now_keyword_only=("comm",))
+def make_optimizer(name: str, *, comm: Any = None, **kwargs: Any):
     """An optimizer by name ('sgd', 'adam', 'lbfgs', 'easgd', 'easgd-async'); kwargs with
     value None are dropped. ``comm``: the data communicator of the elastic optimizers
     (:mod:`braidpy.train.easgd`); the others take none.
