@@ -74,7 +74,8 @@ SOURCES = ("peaks", "digits", "digits28", "mnist")
 
 EPILOG = """\
 examples:
-  braidpy train peaks                                  one-shot, 32 layers, L-BFGS
+  braidpy train peaks                                  32 layers, L-BFGS (serial backprop;
+                                                       one-shot under mpiexec -n P)
   braidpy train digits                                 8-layer conv net, Adam, < 1 min
   braidpy train digits --preset paper                  32 layers, full-batch L-BFGS
   braidpy train mnist --data DIR                       MNIST IDX files in DIR (none downloaded)
@@ -705,12 +706,31 @@ def _one_level_warning(args: argparse.Namespace, mode: str) -> Optional[str]:
             f"or a smaller --cf")
 
 
+#: The options that only MGRIT uses (the gradient modes exact and oneshot).
+MGRIT_OPTIONS = ("--m1", "--m2", "--relax", "--cf", "--levels", "--abs-tol", "--tol",
+                 "--validation-solve")
+
+
+def _unused_mgrit_warning(argv: Sequence[str], mode: str) -> Optional[str]:
+    """The MGRIT options given on the command line of a run that uses none (serial
+    backpropagation), or None."""
+    if mode != "serial":
+        return None
+    given = [o for o in MGRIT_OPTIONS if any(a == o or a.startswith(o + "=") for a in argv)]
+    if not given:
+        return None
+    return (f"{', '.join(given)} {'has' if len(given) == 1 else 'have'} no effect: this run "
+            f"computes gradients by serial backpropagation (mode serial; mode auto picks it "
+            f"where the layers are not split over ranks); MGRIT runs with several layer "
+            f"ranks (mpiexec -n P) or --mode oneshot/exact")
+
+
 # ------------------------------------------------------------------ the train command
 
 
 def _network_info(net: ResNet) -> Dict[str, Any]:
     return {"kind": net.kind, "input_shape": list(net.input_shape), "classes": net.nclasses,
-            "width": net.width, "layers": net.nlayers, "T": net.tstop,
+            "width": net.width, "layers": net.nlayers, "tstop": net.tstop,
             "activation": net.activation_name, "opening": net.opening,
             "kernels": net.backend, "device": net.placement.name,
             "kernel": net.kernel if net.kind == "conv" else None, "parameters": net.nparams}
@@ -868,9 +888,10 @@ def _train(args: argparse.Namespace, argv: List[str]) -> int:
     resolve(args)
     trainer, what = _setup(args, comm, args.usage_error)
     net, cfg = trainer.net, trainer.config
-    warning = _one_level_warning(args, trainer.mode)
-    if warning:
-        logger.warning("%s", warning)
+    for warning in (_one_level_warning(args, trainer.mode),
+                    _unused_mgrit_warning(argv, trainer.mode)):
+        if warning:
+            logger.warning("%s", warning)
     layer_ranks = trainer.grid.layers if trainer.grid is not None else \
         (1 if comm is None else comm.Get_size())
     if layer_ranks == 1 and trainer.mode != "serial":

@@ -759,3 +759,15 @@ def test_one_layer_rank_in_a_layer_parallel_mode_is_pointed_out():
     assert "one layer rank: --mode oneshot runs MGRIT iterations" in proc.stderr
     proc = ok("train", "peaks", *TINY, "--mode", "serial")
     assert "one layer rank" not in proc.stderr
+
+
+def test_mgrit_options_in_a_serial_run_are_named_as_unused():
+    """On one rank mode auto runs serial backpropagation: --m1/--cf/... would do nothing,
+    and the run says so instead of ignoring them silently."""
+    proc = ok("train", "peaks", "--samples", "60", "--validation-samples", "20", "--layers",
+              "8", "--iterations", "1", "--m1", "1", "--cf=2")
+    assert "--m1, --cf have no effect: this run computes gradients by serial " \
+           "backpropagation" in proc.stderr, proc.stderr
+    quiet = ok("train", "peaks", "--samples", "60", "--validation-samples", "20",
+               "--layers", "8", "--iterations", "1", "--mode", "oneshot", "--m1", "1")
+    assert "no effect" not in quiet.stderr, quiet.stderr
