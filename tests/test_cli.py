@@ -17,6 +17,7 @@ from braidpy.nn import ResNet
 from braidpy.train import TrainConfig, load_checkpoint
 from braidpy.train.presets import library_defaults, preset
 from braidpy.train.progress import Progress, format_step
+from cli_runner import in_process
 from mpi_process import run_mpi
 
 # Tiny runs: 100 peaks points, 8 layers (two MGRIT levels with cf 4), 3 steps.
@@ -514,18 +515,6 @@ def test_two_ranks_log_the_same_losses_as_one(tmp_path, mode):
         for a, b in zip(s1, s2):
             np.testing.assert_allclose(b.get(key, []), a.get(key, []), rtol=1e-10, atol=1e-30)
     assert e1["best_accuracy"] == e2["best_accuracy"]
-
-
-def in_process(capsys, *args):
-    """(status, stdout, stderr) of braidpy.cli.main in this process (no interpreter start)."""
-    from braidpy.cli import main
-
-    try:
-        status = main([str(a) for a in args])
-    except SystemExit as exc:  # argparse: bad options
-        status = exc.code
-    out = capsys.readouterr()
-    return status, out.out, out.err
 
 
 @pytest.fixture

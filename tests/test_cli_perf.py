@@ -4,7 +4,8 @@ every option explained with its default, and ``--cores`` meaning one thing in bo
 import argparse
 
 import pytest
-from test_perf_model import in_process, made_up
+from cli_runner import in_process
+from test_perf_model import made_up
 
 from braidpy.cli import build_parser
 from braidpy.perf.calibration import save_calibration

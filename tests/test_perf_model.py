@@ -16,6 +16,7 @@ from braidpy.perf import (CLUSTERS, Calibration, CalibrationError, CostFit, Cycl
 from braidpy.perf.calibration import calibration_from_json
 from braidpy.perf.model import allreduce_seconds, memory_per_rank
 from braidpy.perf.schedule import program_counts, solve_program
+from cli_runner import in_process
 from mpi_process import run_mpi
 
 ENV = dict(os.environ, PYTHONWARNINGS="error", OMP_NUM_THREADS="1")
@@ -623,19 +624,6 @@ def test_the_skip_saves_the_first_down_sweep():
 def cli(*args):
     return subprocess.run([sys.executable, "-m", "braidpy", *map(str, args)],
                           capture_output=True, text=True, env=ENV, timeout=120)
-
-
-def in_process(capsys, *args):
-    """(status, stdout, stderr) of braidpy.cli.main in this process (plan reads files
-    only, so no subprocess is needed)."""
-    from braidpy.cli import main
-
-    try:
-        status = main([str(a) for a in args])
-    except SystemExit as exc:  # argparse: bad options
-        status = exc.code
-    out = capsys.readouterr()
-    return status, out.out, out.err
 
 
 def test_plan_prints_the_best(tmp_path, capsys):
