@@ -47,12 +47,9 @@ __all__ = ["agreed", "agreement_point", "Agreement", "describe", "safe_text"]
 _AGREED_AMONG = "_braidpy_agreed_among"
 
 
-def _members(comm: Any) -> FrozenSet[Any]:
-    """The processes of ``comm`` as COMM_WORLD ranks (empty for one rank: nothing to
-    agree with); a communicator MPI cannot translate stands for itself."""
-    _, size = rank_size(comm)
-    if size == 1:
-        return frozenset()
+def _world_numbers(comm: Any, size: int) -> Optional[List[int]]:
+    """The COMM_WORLD rank of each rank of ``comm``, or None where MPI cannot translate
+    them (a stand-in communicator in tests, a spawned world)."""
     try:
         MPI = mpi()
         group, world = comm.Get_group(), MPI.COMM_WORLD.Get_group()
@@ -61,26 +58,21 @@ def _members(comm: Any) -> FrozenSet[Any]:
         finally:
             group.Free()
             world.Free()
-        if any(r == MPI.UNDEFINED for r in ranks):
-            raise ValueError("not a subgroup of COMM_WORLD")
-        return frozenset(int(r) for r in ranks)
-    except Exception:  # noqa: BLE001 - a stand-in communicator (tests), spawned worlds
-        return frozenset([("communicator", id(comm))])
+    except Exception:  # noqa: BLE001 - see above
+        return None
+    if any(r == MPI.UNDEFINED for r in ranks):
+        return None
+    return [int(r) for r in ranks]
 
 
-def _world_ranks(comm: Any, size: int) -> List[int]:
-    """The COMM_WORLD rank of each rank of ``comm`` (its own numbering when MPI cannot
-    translate it: a stand-in communicator, or one rank)."""
-    members = sorted(m for m in _members(comm) if isinstance(m, int))
-    if len(members) != size:
-        return list(range(size))
-    MPI = mpi()
-    group, world = comm.Get_group(), MPI.COMM_WORLD.Get_group()
-    try:
-        return [int(r) for r in MPI.Group.Translate_ranks(group, list(range(size)), world)]
-    finally:
-        group.Free()
-        world.Free()
+def _members(comm: Any) -> FrozenSet[Any]:
+    """The processes of ``comm`` as COMM_WORLD ranks (empty for one rank: nothing to
+    agree with); a communicator MPI cannot translate stands for itself."""
+    _, size = rank_size(comm)
+    if size == 1:
+        return frozenset()
+    ranks = _world_numbers(comm, size)
+    return frozenset([("communicator", id(comm))]) if ranks is None else frozenset(ranks)
 
 
 def _mark_agreed(error: BaseException, members: FrozenSet[Any]) -> None:
@@ -164,7 +156,8 @@ class Agreement:
     @property
     def ranks(self) -> List[int]:
         if self._ranks is None:
-            self._ranks = _world_ranks(self.comm, self.size)
+            world = _world_numbers(self.comm, self.size) if self.size > 1 else None
+            self._ranks = list(range(self.size)) if world is None else world
         return self._ranks
 
     def _exchange(self, summary: Optional[str]) -> List[Optional[str]]:
