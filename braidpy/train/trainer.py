@@ -394,13 +394,13 @@ class Trainer:
         # given the same training (a rank whose arguments failed the checks stops the
         # others there, instead of leaving them in the first solve).
         failure: Optional[BaseException] = None
+        fields: Optional[Dict[str, Any]] = None
         try:
             self._check_arguments(net, train, validation, config, comm, grid, params)
+            if is_parallel(self.comm):  # (only where there are ranks to compare with)
+                fields = self._setup_fields()
         except Exception as exc:  # noqa: BLE001 - re-raised on this rank by the check
-            failure = exc
-        # (The fields only where there are ranks to compare them with.)
-        fields = None if failure is not None or not is_parallel(self.comm) else \
-            self._setup_fields()
+            failure, fields = exc, None
         same_everywhere(self.comm, fields, "the training set-up", hint=SAME_TRAINING,
                         error=failure)
         del failure
