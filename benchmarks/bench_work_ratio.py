@@ -6,9 +6,10 @@ dense ResNet of width 8, T 5, smoothed ReLU, full-batch L-BFGS, seed 1), measure
 by side in one process for each setting:
 
 * layer calls (deterministic): of one gradient (state + adjoint MGRIT solves; serial: a
-  forward and a backward sweep), of one line-search trial (a state solve; serial: a
-  forward sweep), and per optimizer step (line search included) against serial's; the
-  gradient's count beside the formula of docs/performance.md ("Work per gradient at one rank");
+  forward and a backward sweep), of one line-search trial (a state solve without its
+  final F sweep; serial: a forward sweep), and per optimizer step (line search included)
+  against serial's; the gradient's and the trial's counts beside the formula of
+  docs/performance.md ("Work per gradient at one rank");
 * seconds per step, wall and this process's CPU time (the median over steps 2..K of
   one run; min and median over ``--repeats`` interleaved runs) against serial's, and
   CPU seconds per layer call (on a shared host the CPU time is the steadier measure;
@@ -105,6 +106,17 @@ def solve_calls(ntime: int, iterations: int, max_levels: int, cfactor: Any, nrel
     cycle = sum(nrelax * n[l] + (n[l] - n[l + 1]) + 2 * n[l + 1] for l in range(L - 1))
     cycle += n[-1] + sum(n[l] - n[l + 1] for l in range(1, L - 1))
     return iterations * cycle + (n[0] - n[1])
+
+
+def trial_calls(ntime: int, iterations: int, max_levels: int, cfactor: Any, nrelax: int
+                ) -> int:
+    """Layer calls of a line-search trial: a state solve without its final F sweep
+    (GradientSolver.objective), where the last point is a C-point of level 0."""
+    cf0 = cfactor[0] if isinstance(cfactor, (list, tuple)) else cfactor
+    full = solve_calls(ntime, iterations, max_levels, cfactor, nrelax)
+    if ntime % cf0 or full == ntime:  # the sweep computes u_N, or is the whole solve
+        return full
+    return full - (ntime - ntime // cf0)
 
 
 def run_setting(name: str, net: ResNet, X: np.ndarray, C: np.ndarray, steps: int,
@@ -208,10 +220,11 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
         mode, m1, m2, relax, cfactor, levels = SETTINGS[name]
         nrelax = RELAXATIONS[relax]
         if mode == "serial":
-            formula = 2 * N
+            formula, trial_formula = 2 * N, N
         else:
             formula = solve_calls(N, m1, levels, cfactor, nrelax) + \
                 solve_calls(N, m2, levels, cfactor, nrelax)
+            trial_formula = trial_calls(N, m1, levels, cfactor, nrelax)
         times = [r["step_seconds"] for r in runs[name]]
         cpu_times = [r["step_cpu_seconds"] for r in runs[name]]
         results[name] = {
@@ -220,6 +233,7 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
             "gradient_calls": first["grad_calls"][-1], "gradient_calls_formula": formula,
             "first_gradient_calls": first["grad_calls"][0],
             "loss_calls": first["loss_calls"][-1] if first["loss_calls"] else None,
+            "loss_calls_formula": trial_formula,
             "line_search_trials": [r["line_search_trials"] for r in first["history"]],
             "step_calls": first["step_calls"],
             "calls_per_step": sum(first["step_calls"]) / len(first["step_calls"]),
@@ -243,6 +257,7 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
         r["cpu_time_ratio_median"] = r["cpu_seconds_per_step_median"] / \
             s["cpu_seconds_per_step_median"]
         rows.append([name, r["gradient_calls"], r["gradient_calls_formula"], r["loss_calls"],
+                     r["loss_calls_formula"],
                      f"{r['calls_per_step']:.0f}", f"{calls_x:.2f}x",
                      f"{r['seconds_per_step_min'] * 1e3:.1f} / "
                      f"{r['seconds_per_step_median'] * 1e3:.1f}", f"{time_x:.2f}x",
@@ -263,7 +278,7 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
             excess[k] <= FLOOR_LOSS for k in loss_steps if k >= 20)
         row.append("pass" if r["floor"] else "FAIL")
         qrows.append(row)
-    print_table(["setting", "calls/grad", "formula", "calls/trial", "calls/step",
+    print_table(["setting", "calls/grad", "formula", "calls/trial", "formula", "calls/step",
                  "x serial", "wall ms/step min / med", "x serial", "cpu ms/step min / med",
                  "x serial", "cpu us/call"], rows,
                 f"Work per step, one rank (Peaks, {N} layers x {args.width}, "

@@ -327,7 +327,7 @@ class Core:
         return range(lo, hi + 1)
 
     # --------------------------------------------------------------- solving
-    def solve(self) -> Result:
+    def solve(self, *, final_sweep: bool = True) -> Result:
         """Run MGRIT to the halting test; returns a :class:`Result` (on every rank).
 
         Raises the original exception of a failing callback on the rank where it
@@ -336,6 +336,12 @@ class Core:
         (``KeyboardInterrupt`` where it arrived, BraidError elsewhere; see
         docs/errors.md). A Core serves one solve at a time: a call from another
         thread or from inside a callback meanwhile raises RuntimeError.
+
+        ``final_sweep=False`` (on every rank alike) leaves out the final F-sweep where
+        the last fine point is a C-point and ``storage`` is not "all": the solve then
+        computes the final value and the C-points only, calls no ``access``, and keeps
+        no F-point (:meth:`stored` gives None there). For callers that need the final
+        state alone: a line search's objective (the sweep is N (1 - 1/cfactor) steps).
         """
         if getattr(self, "_closed", False):
             raise RuntimeError("this braidpy Core was closed (Core.close() released its "
@@ -344,11 +350,11 @@ class Core:
             raise RuntimeError(BUSY)
         try:
             with deferred_interrupts():
-                return self._solve()
+                return self._solve(bool(final_sweep))
         finally:
             self._busy.release()
 
-    def _solve(self) -> Result:
+    def _solve(self, final_sweep: bool = True) -> Result:
         start = time.perf_counter()
         if self._wire is not None and allreduce_int(self._wire, int(self._cold), "max"):
             # The one collective of a solve's setup. Grid and options are fixed per Core
@@ -360,7 +366,7 @@ class Core:
         self._cold = True  # a failed or diverged solve leaves the compiled core cold
         # No local may hold the outcome: it is not garbage-collected, and a frame in a
         # failure's traceback holding it would make an uncollectable cycle.
-        self._check(self._run_core())
+        self._check(self._run_core(final_sweep))
         try:
             final = self._broadcast_final()
             result = self._result(final, time.perf_counter() - start)
@@ -373,11 +379,11 @@ class Core:
         self._cold = False
         return result
 
-    def _run_core(self) -> _core.Outcome:
+    def _run_core(self, final_sweep: bool = True) -> _core.Outcome:
         with routed_to(self._solver.interrupt):
             if take_interrupt() is not None:  # arrived just before: stop at the first agreement
                 self._solver.interrupt()
-            return self._solver.solve()
+            return self._solver.solve(final_sweep)
 
     def _result(self, final: Any, wall_time: float) -> Result:
         info: List[Dict[str, Any]] = self._solver.levels()
@@ -422,12 +428,19 @@ class Core:
         """
         return self._solver.stored(int(index))
 
-    def stored_block(self, start: int, stop: int, step: int = 1) -> Optional[Any]:
+    def stored_block(self, start: int, stop: int, step: int = 1, *,
+                     out: Any = None) -> Optional[Any]:
         """The stored values at ``range(start, stop, step)`` stacked into one new array
         (one copy in C++: NumPy float64 states, or CUDA arrays (CuPy) of float64 or
         float32 in one kernel on the device), or None when one is missing or they are
-        not all such arrays of one shape and dtype (then gather them with :meth:`stored`)."""
-        return self._solver.stored_block(int(start), int(stop), int(step))
+        not all such arrays of one shape and dtype (then gather them with :meth:`stored`).
+
+        ``out``: stack into this array instead (NumPy float64 states only; a writable
+        C-contiguous float64 array of shape ``(count, *state shape)``), which is
+        returned; None when it does not fit. A buffer reused from solve to solve costs
+        no new memory each time (a new block above malloc's mmap threshold is faulted
+        in page by page)."""
+        return self._solver.stored_block(int(start), int(stop), int(step), out)
 
     def solution(self, t: Optional[float] = None, *, index: Optional[int] = None) -> Any:
         """A copy of the fine solution at time t (or fine index) of the last solve, on
@@ -439,7 +452,11 @@ class Core:
         if generation != self._generation:
             raise ValueError("this Result is from an earlier solve of its Core; the Core "
                              "has solved again since (take solutions before re-solving)")
-        return self._check(self._solver.solution(index), collective=False)
+        value = self._check(self._solver.solution(index), collective=False)
+        if value is None:  # an F-point ahead of this rank's first C-point, its sweep skipped
+            raise ValueError(f"the state at fine index {index} was not kept: the last solve "
+                             f"left out its final sweep (solve(final_sweep=False))")
+        return value
 
     def counts(self) -> Dict[str, int]:
         """Callback calls of the last solve (or objective), by callback name;

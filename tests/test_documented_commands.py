@@ -530,6 +530,8 @@ NOT_RUN = {
     "python benchmarks/bench_perf_grids.py --from-json grids.json --plot perf_grids.png":
         "reads the benchmark's runs (above)",
     "python benchmarks/bench_work_ratio.py": "a benchmark: 3 x 100 steps of 256 layers",
+    "python benchmarks/bench_work_ratio.py --settings serial os12-F os2-FCF os1-F --steps 20":
+        "a benchmark: 4 settings x 3 runs x 20 steps of 256 layers (minutes)",
     # docs/benchmarks.md, docs/batching.md, docs/torch.md, docs/architecture.md, gpu.md
     "python benchmarks/bench_overhead.py": "a benchmark",
     "python benchmarks/bench_vs_pymgrit.py --repeats 5":

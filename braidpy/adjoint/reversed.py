@@ -53,6 +53,7 @@ class ReversedApp(App):
             self.step_batch = self._step_batch  # type: ignore[method-assign, assignment]
         self.batch_gradient = callable(getattr(app, "step_gradient_batch", None))
         self.trajectory: Optional[Any] = None  # stacked primal states lo-1..hi (batched)
+        self._trajectory_buffer: Optional[np.ndarray] = None  # reused by the next evaluation
         self.trajectory_start = 0
         self.gradients: Dict[int, Any] = {}
         self.initial_adjoint: Any = None
@@ -80,8 +81,16 @@ class ReversedApp(App):
         self.trajectory_start = lo
         if lo < owned.stop:
             # One copy in C++ for float64 NumPy states and CUDA arrays (one kernel); a
-            # gather of the states otherwise.
-            self.trajectory = self.primal.stored_block(lo, owned.stop)
+            # gather of the states otherwise. NumPy states go into the last evaluation's
+            # array: a new one above malloc's mmap threshold (82 MB for Peaks' 256
+            # layers of 5000 x 8) would be faulted in page by page at every gradient.
+            buffer = self._trajectory_buffer
+            self.trajectory = None if buffer is None else \
+                self.primal.stored_block(lo, owned.stop, out=buffer)
+            if self.trajectory is None:
+                self.trajectory = self.primal.stored_block(lo, owned.stop)
+                self._trajectory_buffer = self.trajectory \
+                    if isinstance(self.trajectory, np.ndarray) else None
             if self.trajectory is None:
                 self.trajectory = backends.stack([self.primal.stored(n)
                                                  for n in range(lo, owned.stop)])

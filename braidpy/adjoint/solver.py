@@ -8,6 +8,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from .. import backends
+from .._app import App
 from .._errors import ErrorLabels
 from .._options import Options
 from .._result import Result
@@ -171,6 +172,11 @@ class GradientSolver:
     #: multiple of it (an H200 ran out of memory with a 1024-layer conv ResNet at
     #: batch 256 in one call). Per-step gradients do not depend on the chunking.
     gradient_chunk_bytes: int = 256 * 2 ** 20
+    #: A smaller bound for NumPy states: cache-sized chunks, whose stacked adjoints and
+    #: kernel temporaries stay in cache and below malloc's mmap threshold (Peaks, 256
+    #: layers of 5000 x 8: the gradients of one step took 80 ms in one call, 64 ms in
+    #: chunks of 4 MiB; benchmarks/bench_work_ratio.py).
+    host_gradient_chunk_bytes: int = 4 * 2 ** 20
 
     def __init__(self, app: Any, tstart: float, tstop: float, ntime: int, *, comm: Any = None,
                  times: Optional[Sequence[float]] = None, primal: OptionsLike = None,
@@ -203,6 +209,10 @@ class GradientSolver:
                                callbacks=_ADJOINT_CALLBACKS))
         self.reversed_app.set_strides([lv["fine_stride"] for lv in self.adjoint_core.level_info])
         self._batched = self.adjoint_core.batched or batch_gradient
+        # objective() may skip the primal's final sweep: nothing reads its F-points (no
+        # running objective) and nothing watches them (App's empty access, or none asked).
+        self._objective_only_ok = not self.running and (
+            primal_opts.access_level == 0 or _inherits_access(app))
 
     def close(self) -> None:
         """Release both solves' communicators now (also done by garbage collection)."""
@@ -270,8 +280,15 @@ class GradientSolver:
 
     def objective(self) -> float:
         """Primal solve and objective only (no adjoint), e.g. for a line search. The
-        primal state stays as the warm start of the next evaluation."""
-        return self._objective(self.primal_core.solve())[0]
+        primal state stays as the warm start of the next evaluation.
+
+        Without a running objective and with App's own (empty) ``access``, the solve
+        leaves out its final F-sweep (``Core.solve(final_sweep=False)``): the terminal
+        objective reads the last point, a C-point, and the next evaluation starts from
+        the C-points, so the sweep's N (1 - 1/cfactor) steps would be thrown away. The
+        objective is the same, bit for bit."""
+        core = self.primal_core
+        return self._objective(core.solve(final_sweep=not self._objective_only_ok))[0]
 
     def reset(self) -> None:
         """Next evaluation starts both solves cold (from init and a zero adjoint)."""
@@ -290,8 +307,11 @@ class GradientSolver:
             if top >= lo:
                 # Steps n = N-1-m, ascending; row k is w_{n_k + 1} = adjoint value at m.
                 ns = np.arange(N - 1 - top, N - lo, dtype=np.int64)
-                size = _chunk_size(len(ns), _nbytes(core.stored(top)),
-                                   self.gradient_chunk_bytes)
+                row = core.stored(top)
+                limit = self.gradient_chunk_bytes
+                if isinstance(row, np.ndarray):
+                    limit = min(limit, self.host_gradient_chunk_bytes)
+                size = _chunk_size(len(ns), _nbytes(row), limit)
                 for a in range(0, len(ns), size):
                     self._gradient_chunk(ns[a:a + size], top - a, adjoint.iterations)
 
@@ -343,6 +363,12 @@ class GradientSolver:
         for _, value in sorted(_all_terms(self.comm, terms)):
             total += value
         return total, w_final
+
+
+def _inherits_access(app: Any) -> bool:
+    """Whether app's access is braidpy.App's own, which does nothing."""
+    return isinstance(app, App) and type(app).access is App.access and \
+        "access" not in getattr(app, "__dict__", {})
 
 
 def _nbytes(state: Any) -> Optional[int]:

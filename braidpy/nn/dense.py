@@ -13,7 +13,9 @@ products are
 which is what braidpy's adjoint contract (``step_adjoint``/``step_gradient``) asks for;
 see Günther et al., "Layer-parallel training of deep residual neural networks", SIAM J.
 Math. Data Sci. 2 (2020), eqs. (2.11)-(2.18). The ``*_batched`` variants apply m
-independent steps at once along a leading "interval" axis with one batched matmul.
+independent steps at once along a leading "interval" axis with batched matmuls (NumPy
+arrays in cache-sized chunks of intervals: :mod:`braidpy.nn._dense_chunks`); the forward
+step and the state adjoint can write their result over their input (``out=U``, ``out=W``).
 
 All functions are pure and written against the array namespace of their inputs
 (``u.__array_namespace__()``, NumPy otherwise), so NumPy and CuPy arrays both work. The
@@ -30,6 +32,7 @@ from typing import Any, Dict, Tuple
 import numpy as np
 
 from .._core import _host_dense  # type: ignore[attr-defined]  # private submodule, not stubbed
+from . import _dense_chunks
 from ._common import _as_steps, _expect, _mT, _namespace, _same, _shape
 from .activations import _BUILTIN, Activation, ActivationLike, get_activation
 
@@ -133,12 +136,30 @@ def _small(x: Any) -> Any:
     return x if x.__class__ is not _ND or x.flags.c_contiguous else np.ascontiguousarray(x)
 
 
+def _transposed(K: Any) -> Any:
+    """K^T (of each of a stack of K), copied to a C-contiguous array (m * width**2
+    numbers): NumPy's stacked matmul on the transposed view skips BLAS and took 7x as
+    long at (16, 5000, 8); rows come out bit for bit the same in stacked and single
+    calls either way."""
+    return np.ascontiguousarray(K.mT if _HAS_MT else np.swapaxes(K, -1, -2))
+
+
 def _np_product(u: Any, K: Any) -> Any:
-    """z = u @ K^T (also batched over a leading axis), a new C-contiguous array. K^T is
-    copied (m * width**2 numbers): NumPy's stacked matmul on the transposed view skips
-    BLAS and took 7x as long at (16, 5000, 8); rows come out bit for bit the same in
-    stacked and single calls either way."""
-    return np.matmul(u, np.ascontiguousarray(K.mT if _HAS_MT else np.swapaxes(K, -1, -2)))
+    """z = u @ K^T (also batched over a leading axis), a new C-contiguous array."""
+    return np.matmul(u, _transposed(K))
+
+
+def _chunked(X: Any, out: Any, *others: Any) -> bool:
+    """Whether a stacked call over X (C-contiguous, fused activation: checked by the
+    caller) goes through _dense_chunks: more rows than one chunk, and out absent, X
+    itself, or a C-contiguous array sharing no memory with X or the others (its
+    chunks receive products before X's rows are read)."""
+    if X.shape[0] <= _dense_chunks.chunk_rows(X):
+        return False
+    if out is None or out is X:
+        return True
+    return out.flags.c_contiguous and not any(np.may_share_memory(out, y)
+                                              for y in (X,) + others)
 
 
 def _add_bias(z: Any, b: Any, h: Any) -> Any:
@@ -174,21 +195,60 @@ def _np_scaled_slope(w: Any, u: Any, K: Any, b: Any, h: Any, a: Activation) -> A
     return d
 
 
-def _np_step(u: Any, K: Any, b: Any, h: Any, a: Activation) -> Any:
+def _np_step(u: Any, K: Any, b: Any, h: Any, a: Activation, out: Any = None) -> Any:
     """The forward step u + h * act(u @ K^T + b) for NumPy arrays of one float dtype
-    (h as in _np_scaled_slope), on its own temporaries."""
+    (h as in _np_scaled_slope), on its own temporaries; written into ``out`` when given
+    (u itself included: the compiled pass then updates u where it lies, no copy)."""
     z = _np_product(u, K)
     code = _fused_code(a, u)
     if code:
+        if out is u:
+            _host_dense.dense_step_update(z, u, _small(b), _small(h), code)
+            return u
         _host_dense.dense_step_finish(z, u, _small(b), _small(h), code)
-        return z
+        return _into(out, z)
     h = _add_bias(z, b, h)
     v = np.tanh(z, out=z) if a is _TANH else a.value(z)
     if id(a) in _BUILTIN_IDS:
         v *= h
+        if out is u:  # u + v, the same bits as v + u
+            u += v
+            return u
         v += u
-        return v
-    return u + h * v
+        return _into(out, v)
+    return _into(out, u + h * v)
+
+
+def _into(out: Any, r: Any) -> Any:
+    """r, or r copied into out (when given) and out."""
+    if out is None:
+        return r
+    out[...] = r
+    return out
+
+
+def _np_adjoint_batched(W: Any, U: Any, Ks: Any, bs: Any, hs: Any, a: Activation,
+                        out: Any) -> Any:
+    """W + (h W act'(z)) @ Ks for NumPy arrays of one float dtype, into out when given
+    (W itself included: W += the product, the same bits as product + W, no copy)."""
+    r = np.matmul(_np_scaled_slope(W, U, Ks, bs, hs, a), Ks)
+    if out is W:
+        W += r
+        return W
+    r += W
+    return _into(out, r)
+
+
+def _check_out(fn: str, out: Any, ref: str, x: Any) -> None:
+    """out (when given) must be a writable NumPy array of x's shape and dtype."""
+    if out is None:
+        return
+    if out.__class__ is not _ND or out.shape != x.shape or out.dtype != x.dtype:
+        raise ValueError(f"{fn}: out must be a NumPy array of {ref}'s shape {x.shape} and "
+                         f"dtype {x.dtype}, got {type(out).__name__} of shape "
+                         f"{_shape(out)} and dtype {getattr(out, 'dtype', None)}")
+    if not out.flags.writeable:
+        raise ValueError(f"{fn}: out is read-only")
 
 
 def _pre(u: Any, K: Any, b: Any, xp: Any) -> Any:
@@ -389,7 +449,8 @@ def dense_adjoint_and_gradient(w: Any, u: Any, K: Any, b: Any, h: float,
     return dense_adjoint(w, u, K, b, h, a), dK, db
 
 
-def dense_forward_batched(U: Any, Ks: Any, bs: Any, hs: Any, act: ActivationLike) -> Any:
+def dense_forward_batched(U: Any, Ks: Any, bs: Any, hs: Any, act: ActivationLike,
+                          out: Any = None) -> Any:
     """m independent dense steps at once: U[i] + hs[i] * act(U[i] @ Ks[i].T + bs[i]).
 
     Parameters
@@ -401,10 +462,15 @@ def dense_forward_batched(U: Any, Ks: Any, bs: Any, hs: Any, act: ActivationLike
     hs : array, shape (m,)
         Step sizes.
     act : str or Activation
+    out : array, optional
+        Where to write the result (shape and dtype of ``U``); may be ``U`` itself, which
+        a NumPy ``U`` then advances in place with no copy (MGRIT's batched relaxation
+        steps its block so); other arrays get the new result copied in.
 
     Returns
     -------
-    array, shape (m, batch, width); equal to :func:`dense_forward` interval by interval.
+    array, shape (m, batch, width); equal to :func:`dense_forward` interval by interval
+    (``out`` when given).
 
     Examples
     --------
@@ -413,22 +479,35 @@ def dense_forward_batched(U: Any, Ks: Any, bs: Any, hs: Any, act: ActivationLike
     >>> Ks, bs = np.stack([np.eye(2), -np.eye(2)]), np.zeros((2, 2))
     >>> dense_forward_batched(U, Ks, bs, np.array([0.5, 0.5]), "relu").tolist()
     [[[1.5, 1.5]], [[1.0, 1.0]]]
+    >>> r = dense_forward_batched(U, Ks, bs, np.array([0.5, 0.5]), "relu", out=U)
+    >>> r is U, U.tolist()
+    (True, [[[1.5, 1.5]], [[1.0, 1.0]]])
     """
     a = act if act.__class__ is Activation else get_activation(act)
     if U.__class__ is _ND and Ks.__class__ is _ND and bs.__class__ is _ND:
         hs = _np_steps(hs, U)
         _check_batched_np("dense_forward_batched", U, Ks, bs, hs)
+        if out is not U:
+            _check_out("dense_forward_batched", out, "U", U)
+        elif not U.flags.writeable:
+            raise ValueError("dense_forward_batched: out is U, which is read-only")
         if _one_float(U.dtype, Ks, bs):
-            return _np_step(U, Ks, bs, hs, a)
-        return U + _steps(hs, np) * a.value(_pre(U, Ks, bs, np))
-    return _api_forward_batched(U, Ks, bs, hs, a)
+            code = _fused_code(a, U)
+            if code and _chunked(U, out):
+                return _dense_chunks.step(U, _transposed(Ks), _small(bs), _small(hs), code,
+                                          out)
+            return _np_step(U, Ks, bs, hs, a, out)
+        return _into(out, U + _steps(hs, np) * a.value(_pre(U, Ks, bs, np)))
+    return _into(out, _api_forward_batched(U, Ks, bs, hs, a))
 
 
 def dense_adjoint_batched(W: Any, U: Any, Ks: Any, bs: Any, hs: Any,
-                          act: ActivationLike) -> Any:
+                          act: ActivationLike, out: Any = None) -> Any:
     """m independent state adjoints at once; :func:`dense_adjoint` interval by interval.
 
     ``W`` has the shape (m, batch, width) of ``U``; see :func:`dense_forward_batched`.
+    ``out`` (optional): where to write the result, ``W`` itself included (a NumPy ``W``
+    then advances in place, with no copy); the result is returned.
 
     Examples
     --------
@@ -442,12 +521,19 @@ def dense_adjoint_batched(W: Any, U: Any, Ks: Any, bs: Any, hs: Any,
     if U.__class__ is _ND and Ks.__class__ is _ND and bs.__class__ is _ND and W.__class__ is _ND:
         hs = _np_steps(hs, U)
         _check_batched_np("dense_adjoint_batched", U, Ks, bs, hs, W)
+        if out is not W:
+            _check_out("dense_adjoint_batched", out, "W", W)
+        elif not W.flags.writeable:
+            raise ValueError("dense_adjoint_batched: out is W, which is read-only")
         if _one_float(U.dtype, Ks, bs, W):
-            r = np.matmul(_np_scaled_slope(W, U, Ks, bs, hs, a), Ks)
-            r += W
-            return r
-        return W + np.matmul(_scaled_slope(W, U, Ks, bs, _steps(hs, np), a, np), Ks)
-    return _api_adjoint_batched(W, U, Ks, bs, hs, a)
+            code = _fused_code(a, W)
+            if code and _chunked(W, out, U):
+                return _dense_chunks.adjoint(W, U, _transposed(Ks), Ks, _small(bs),
+                                             _small(hs), code, out)
+            return _np_adjoint_batched(W, U, Ks, bs, hs, a, out)
+        return _into(out, W + np.matmul(_scaled_slope(W, U, Ks, bs, _steps(hs, np), a, np),
+                                        Ks))
+    return _into(out, _api_adjoint_batched(W, U, Ks, bs, hs, a))
 
 
 def dense_gradient_batched(W: Any, U: Any, Ks: Any, bs: Any, hs: Any,
@@ -471,6 +557,10 @@ def dense_gradient_batched(W: Any, U: Any, Ks: Any, bs: Any, hs: Any,
         hs = _np_steps(hs, U)
         _check_batched_np("dense_gradient_batched", U, Ks, bs, hs, W)
         if _one_float(U.dtype, Ks, bs, W):
+            code = _fused_code(a, W)
+            if code and _chunked(W, None):
+                return _dense_chunks.gradient(W, U, _transposed(Ks), _small(bs), _small(hs),
+                                              code)
             g = _np_scaled_slope(W, U, Ks, bs, hs, a)
         else:
             g = _scaled_slope(W, U, Ks, bs, _steps(hs, np), a, np)

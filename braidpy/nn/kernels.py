@@ -98,6 +98,11 @@ class LayerKernels:
         ``(w, u, K, b, h, act)`` -> ``(w_new, dK, db)``: adjoint and gradient of one step
         in one call, the same bits as the two (serial backprop needs both at every
         layer); None where the backend has no such kernel (the layer calls the two).
+    batched_out : bool
+        True when ``forward_batched`` and ``adjoint_batched`` take ``out=`` and write
+        their result there, ``U`` (``W``) itself included, with no copy: MGRIT's batched
+        relaxation then advances its stacked states where they lie
+        (:class:`braidpy.nn.ResNetApp`). False: the result is a new array.
     """
 
     kind: str
@@ -110,6 +115,7 @@ class LayerKernels:
     adjoint_batched: Callable[..., Any] = field(repr=False)
     gradient_batched: Callable[..., Any] = field(repr=False)
     adjoint_and_gradient: Optional[Callable[..., Any]] = field(default=None, repr=False)
+    batched_out: bool = field(default=False, repr=False)
 
 
 _REGISTRY: Dict[Tuple[str, str], LayerKernels] = {}
@@ -124,7 +130,7 @@ _register(LayerKernels(
     "dense", "numpy", "NumPy, shape checks cached per signature, in-place temporaries",
     dense.dense_forward, dense.dense_adjoint, dense.dense_gradient,
     dense.dense_forward_batched, dense.dense_adjoint_batched, dense.dense_gradient_batched,
-    dense.dense_adjoint_and_gradient))
+    dense.dense_adjoint_and_gradient, batched_out=True))
 _register(LayerKernels(
     "dense", "array-api", "array-API arithmetic in the arguments' namespace",
     dense._api_forward, dense._api_adjoint, dense._api_gradient,

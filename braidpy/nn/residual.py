@@ -50,6 +50,9 @@ class _Layer:
         self._adjoint_batched = k.adjoint_batched
         self._gradient_batched = k.gradient_batched
         self._adjoint_and_gradient = k.adjoint_and_gradient
+        #: Whether forward_batched / adjoint_batched write ``out`` (U / W itself
+        #: included) with no copy (the kernels' ``batched_out``).
+        self.batched_out: bool = k.batched_out
 
     @property
     def backend(self) -> str:
@@ -90,13 +93,29 @@ class _Layer:
         return self.adjoint(w, u, K, b, h), dK, db
 
     # ------------------------------------------------------------ m intervals at once
-    def forward_batched(self, U: Any, Ks: Any, bs: Any, hs: Any) -> Any:
-        """m steps at once, row i with Ks[i], bs[i], hs[i]; row by row equal to forward."""
-        return self._forward_batched(U, Ks, bs, hs, self.activation)
+    def forward_batched(self, U: Any, Ks: Any, bs: Any, hs: Any, out: Any = None) -> Any:
+        """m steps at once, row i with Ks[i], bs[i], hs[i]; row by row equal to forward.
 
-    def adjoint_batched(self, W: Any, U: Any, Ks: Any, bs: Any, hs: Any) -> Any:
-        """m state adjoints at once; row by row equal to :meth:`adjoint`."""
-        return self._adjoint_batched(W, U, Ks, bs, hs, self.activation)
+        With ``out`` (an array of U's shape, U itself included) the result is written
+        there and ``out`` returned: without a copy where :attr:`batched_out` is True,
+        else copied from a new array."""
+        if out is None:
+            return self._forward_batched(U, Ks, bs, hs, self.activation)
+        if self.batched_out:
+            return self._forward_batched(U, Ks, bs, hs, self.activation, out=out)
+        out[...] = self._forward_batched(U, Ks, bs, hs, self.activation)
+        return out
+
+    def adjoint_batched(self, W: Any, U: Any, Ks: Any, bs: Any, hs: Any,
+                        out: Any = None) -> Any:
+        """m state adjoints at once; row by row equal to :meth:`adjoint`. ``out`` (W
+        itself included) as in :meth:`forward_batched`."""
+        if out is None:
+            return self._adjoint_batched(W, U, Ks, bs, hs, self.activation)
+        if self.batched_out:
+            return self._adjoint_batched(W, U, Ks, bs, hs, self.activation, out=out)
+        out[...] = self._adjoint_batched(W, U, Ks, bs, hs, self.activation)
+        return out
 
     def gradient_batched(self, W: Any, U: Any, Ks: Any, bs: Any,
                          hs: Any) -> Tuple[Any, Any]:

@@ -100,10 +100,16 @@ class ResNetApp(App):
         return self.layer.forward(u, v["K"][n, ...], v["b"][n, ...], t1 - t0)
 
     def step_stacked(self, U: Any, t0s: Any, t1s: Any, status: Any) -> Any:
-        """Batched relaxation (docs/batching.md): row k is step status.fine_indices[k]."""
+        """Batched relaxation (docs/batching.md): row k is step status.fine_indices[k].
+        Layers that can (``batched_out``) advance U where it lies: returned as itself,
+        the core has nothing to copy back."""
         v, sl = self._views, status.fine_slice
-        return self.layer.forward_batched(U, v["K"][sl, ...], v["b"][sl, ...],
-                                          self._steps(t0s, t1s, U))
+        layer = self.layer
+        if getattr(layer, "batched_out", False):
+            return layer.forward_batched(U, v["K"][sl, ...], v["b"][sl, ...],
+                                         self._steps(t0s, t1s, U), out=U)
+        return layer.forward_batched(U, v["K"][sl, ...], v["b"][sl, ...],
+                                     self._steps(t0s, t1s, U))
 
     def _steps(self, t0s: Any, t1s: Any, U: Any) -> Any:
         hs = t1s - t0s  # the same float64 subtraction as t1 - t0 in step()
@@ -122,9 +128,15 @@ class ResNetApp(App):
 
     # ------------------------------------------------------------ adjoint
     def step_adjoint_batch(self, W: Any, U: Any, t0s: Any, t1s: Any, status: Any) -> Any:
+        """The adjoints W of the steps status.fine_indices, advanced in place where the
+        layer can (``batched_out``; W is returned), else as a new array."""
         v, sl = self._views, status.fine_slice
-        return self.layer.adjoint_batched(W, U, v["K"][sl, ...], v["b"][sl, ...],
-                                          self._steps(t0s, t1s, U))
+        layer = self.layer
+        if getattr(layer, "batched_out", False):
+            return layer.adjoint_batched(W, U, v["K"][sl, ...], v["b"][sl, ...],
+                                         self._steps(t0s, t1s, U), out=W)
+        return layer.adjoint_batched(W, U, v["K"][sl, ...], v["b"][sl, ...],
+                                     self._steps(t0s, t1s, U))
 
     def step_gradient_batch(self, W: Any, U: Any, t0s: Any, t1s: Any, status: Any) -> Any:
         v, sl = self._views, status.fine_slice

@@ -64,6 +64,47 @@ bool fast_clone(PyObject* u, PyObject** out) {
   return true;
 }
 
+namespace {
+
+#if defined(__GNUC__)
+// Two doubles (GCC/Clang vector extension: SSE2 on x86-64, NEON on arm64). The sums
+// below take two elements per operation: the core's sums run over whole states (the
+// residuals, the FAS right-hand sides, the coarse corrections: a thousand per one-shot
+// step of Peaks), and -O2 does not vectorize a loop of unknown length. Per element the
+// operations and their order are the scalar loop's (no FMA: -ffp-contract=off), so the
+// bits are the same.
+typedef double Pair __attribute__((vector_size(16)));
+
+inline Pair load(const double* p) {
+  Pair v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+inline void store(double* p, Pair v) { std::memcpy(p, &v, sizeof v); }
+
+// The pairs of y <- a*x + b*y, in array_sum's cases; returns the elements done (the
+// caller finishes the odd one). x may be y: each pair is read, then written.
+Py_ssize_t sum_pairs(double a, const double* xp, double b, double* yp, Py_ssize_t n) {
+  const Pair va = {a, a}, vb = {b, b};
+  const Py_ssize_t even = n - n % 2;
+  if (a == 0.0) {
+    if (b != 1.0)
+      for (Py_ssize_t i = 0; i < even; i += 2) store(yp + i, load(yp + i) * vb);
+  } else if (b == 1.0) {
+    for (Py_ssize_t i = 0; i < even; i += 2) store(yp + i, load(yp + i) + va * load(xp + i));
+  } else {
+    for (Py_ssize_t i = 0; i < even; i += 2)
+      store(yp + i, vb * load(yp + i) + va * load(xp + i));
+  }
+  return even;
+}
+#else
+Py_ssize_t sum_pairs(double, const double*, double, double*, Py_ssize_t) { return 0; }
+#endif
+
+}  // namespace
+
 bool fast_sum(double a, PyObject* x, double b, PyObject* y) {
   F64View X, Y;
   if (!as_f64(x, X) || !as_f64(y, Y) || !Y.writable || X.size != Y.size) return false;
@@ -73,13 +114,50 @@ bool fast_sum(double a, PyObject* x, double b, PyObject* y) {
   const double* xp = X.data;
   const Py_ssize_t n = Y.size;
   // Same cases and operation order as braidpy._arrays.array_sum.
+  const Py_ssize_t done = sum_pairs(a, xp, b, yp, n);
   if (a == 0.0) {
     if (b != 1.0)
-      for (Py_ssize_t i = 0; i < n; ++i) yp[i] *= b;
+      for (Py_ssize_t i = done; i < n; ++i) yp[i] *= b;
   } else if (b == 1.0) {
-    for (Py_ssize_t i = 0; i < n; ++i) yp[i] += a * xp[i];
+    for (Py_ssize_t i = done; i < n; ++i) yp[i] += a * xp[i];
   } else {
-    for (Py_ssize_t i = 0; i < n; ++i) yp[i] = b * yp[i] + a * xp[i];
+    for (Py_ssize_t i = done; i < n; ++i) yp[i] = b * yp[i] + a * xp[i];
+  }
+  return true;
+}
+
+bool fast_chained_sums(double a1, PyObject* const* xs, double b1, PyObject* const* ys,
+                       double a2, double b2, PyObject* const* zs, Py_ssize_t n) {
+  // Only the core's pattern: (-1)*y + 1*x (array_sum's general case), then z + 1*e.
+  if (a1 != 1.0 || b1 != -1.0 || a2 != 1.0 || b2 != 1.0) return false;
+  std::vector<F64View> views(static_cast<std::size_t>(3 * n));
+  for (Py_ssize_t k = 0; k < n; ++k) {  // all pairs qualify, or none is done
+    F64View& X = views[3 * k];
+    F64View& Y = views[3 * k + 1];
+    F64View& Z = views[3 * k + 2];
+    if (!as_f64(xs[k], X) || !as_f64(ys[k], Y) || !as_f64(zs[k], Z) || !Z.writable ||
+        X.size != Y.size || Z.size != Y.size)
+      return false;
+    for (const F64View* v : {&X, &Y})
+      if (v->data < Z.data + Z.size && Z.data < v->data + Z.size) return false;  // overlap
+  }
+  for (Py_ssize_t k = 0; k < n; ++k) {
+    const double* xp = views[3 * k].data;
+    const double* yp = views[3 * k + 1].data;
+    double* zp = views[3 * k + 2].data;
+    const Py_ssize_t size = views[3 * k + 2].size;
+    Py_ssize_t i = 0;
+#if defined(__GNUC__)
+    const Pair one = {1.0, 1.0}, minus = {-1.0, -1.0};
+    for (; i + 2 <= size; i += 2) {
+      const Pair e = minus * load(yp + i) + one * load(xp + i);
+      store(zp + i, load(zp + i) + one * e);
+    }
+#endif
+    for (; i < size; ++i) {
+      const double e = -1.0 * yp[i] + 1.0 * xp[i];
+      zp[i] += 1.0 * e;
+    }
   }
   return true;
 }
@@ -172,6 +250,28 @@ bool fast_stack(PyObject* const* srcs, Py_ssize_t n, PyObject** out) {
   for (Py_ssize_t k = 0; k < n; ++k)
     std::memcpy(data + k * ref.size, pyd::array_proxy(srcs[k])->data, bytes);
   *out = U.release().ptr();
+  return true;
+}
+
+bool fast_stack_into(PyObject* const* srcs, Py_ssize_t n, PyObject* out) {
+  if (n < 1) return false;
+  F64View ref, O;
+  if (!as_f64(srcs[0], ref) || !as_f64(out, O) || !O.writable) return false;
+  auto* fa = pyd::array_proxy(srcs[0]);
+  auto* oa = pyd::array_proxy(out);
+  if (oa->nd != fa->nd + 1 || oa->dimensions[0] != n) return false;
+  for (int d = 0; d < fa->nd; ++d)
+    if (oa->dimensions[d + 1] != fa->dimensions[d]) return false;
+  const double* lo = O.data;
+  const double* hi = O.data + O.size;
+  for (Py_ssize_t k = 0; k < n; ++k) {
+    if (k > 0 && !f64_like(srcs[k], fa)) return false;
+    const auto* p = reinterpret_cast<const double*>(pyd::array_proxy(srcs[k])->data);
+    if (p < hi && lo < p + ref.size) return false;  // a source inside out
+  }
+  const std::size_t bytes = static_cast<std::size_t>(ref.size) * sizeof(double);
+  for (Py_ssize_t k = 0; k < n; ++k)
+    std::memcpy(O.data + k * ref.size, pyd::array_proxy(srcs[k])->data, bytes);
   return true;
 }
 

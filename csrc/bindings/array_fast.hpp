@@ -13,6 +13,12 @@ bool fast_clone(PyObject* u, PyObject** out);
 // y <- a*x + b*y for C-contiguous aligned float64 arrays of equal size, y
 // writable, x and y identical or disjoint.
 bool fast_sum(double a, PyObject* x, double b, PyObject* y);
+// zs[k] <- a2*(a1*xs[k] + b1*ys[k]) + b2*zs[k], k < n, as fast_sum twice would compute
+// it (ys untouched), for a1 = 1, b1 = -1, a2 = b2 = 1 (the core's pairs): every array as
+// fast_sum's, zs[k] sharing no memory with xs[k] or ys[k]. False (nothing written) when
+// one pair does not qualify.
+bool fast_chained_sums(double a1, PyObject* const* xs, double b1, PyObject* const* ys,
+                       double a2, double b2, PyObject* const* zs, Py_ssize_t n);
 // *out = sqrt(u*u) for a one-element float64 array.
 bool fast_norm(PyObject* u, double* out);
 // Stacked copies of n float64 arrays of one shape (C-contiguous, >= 1-D; null
@@ -28,6 +34,9 @@ bool fast_norm_vdot(PyObject* u, double* out);
 
 // srcs (float64, C-contiguous, one shape) stacked into a new array; false otherwise.
 bool fast_stack(PyObject* const* srcs, Py_ssize_t n, PyObject** out);
+// The same into `out`: a writable float64 C-contiguous array of shape (n, *shape) that
+// shares no memory with any source; false (nothing written) otherwise.
+bool fast_stack_into(PyObject* const* srcs, Py_ssize_t n, PyObject* out);
 // True when the app's class inherits method `name` from braidpy.App.
 bool uses_app_default(PyObject* app, const char* name);
 

@@ -1,7 +1,9 @@
 // braidpy._core._host_dense: the elementwise half of a dense residual step on the host,
 // fused. braidpy.nn.dense computes the product u @ K^T with NumPy's matmul (BLAS) and
 // hands the result here; one pass over it adds the bias, applies the activation (or
-// its derivative) and finishes the step (or scales the adjoint), in place. Before,
+// its derivative) and finishes the step (or scales the adjoint), in place: over the
+// product, or (dense_step_update) over the step's input U, which MGRIT's batched
+// relaxation advances in its block without a copy back. Before,
 // those operations made up to ten full-size NumPy temporaries per call, which at
 // Peaks' 5000 samples fall out of cache and cost several times the product itself.
 // The element functions are csrc/cuda/kernels.hpp's, shared with the GPU kernels.
@@ -36,7 +38,7 @@ py::array as_array(const char* where, const char* name, py::handle x) {
   return a;
 }
 
-// Checks the shapes and dtypes of Z (written), X (U or W: Z's shape), b and h:
+// Checks the shapes and dtypes of Z, X (U or W: Z's shape), b and h:
 // b (width,) and h a number for a 2-D Z, b (m, width) and h (m,) for a 3-D Z.
 Dims check(const char* where, const py::array& Z, const py::array& X, const py::array& b,
            py::handle h, bool& f64) {
@@ -44,7 +46,6 @@ Dims check(const char* where, const py::array& Z, const py::array& X, const py::
   f64 = dt.is(py::dtype::of<double>());
   if (!f64 && !dt.is(py::dtype::of<float>()))
     throw py::type_error(std::string(where) + ": float64 or float32 arrays expected");
-  if (!Z.writeable()) throw py::value_error(std::string(where) + ": Z must be writable");
   for (const py::array* a : {&X, &b})
     if (!a->dtype().is(dt)) throw py::value_error(std::string(where) + ": dtypes differ");
   const Index nd = Z.ndim();
@@ -75,10 +76,18 @@ std::vector<T> steps(py::handle h, Index m, bool stacked) {
   return std::vector<T>(p, p + m);
 }
 
+// Each loop below is a function of its own: inlined side by side into finish_act, the
+// forward pass spilled a register inside its loop and ran 40 % slower (GCC 12).
+#if defined(__GNUC__)
+#define BRAIDPY_NOINLINE __attribute__((noinline))
+#else
+#define BRAIDPY_NOINLINE
+#endif
+
 // Z <- U + h * act(Z + b), or Z <- (act'(Z + b) * W) * h; the activation a compile-time
 // constant so that the per-element branch goes away.
 template <class T, int A, bool Slope>
-void finish(T* Z, const T* X, const T* b, const T* h, const Dims& d) {
+BRAIDPY_NOINLINE void finish(T* Z, const T* X, const T* b, const T* h, const Dims& d) {
   for (Index iv = 0; iv < d.m; ++iv) {
     const T hv = h[iv];
     const T* bv = b + iv * d.width;
@@ -93,16 +102,39 @@ void finish(T* Z, const T* X, const T* b, const T* h, const Dims& d) {
   }
 }
 
-template <class T, bool Slope>
-void finish_act(int act, T* Z, const T* X, const T* b, const T* h, const Dims& d) {
-  switch (act) {
-    case kern::kActTanh: return finish<T, kern::kActTanh, Slope>(Z, X, b, h, d);
-    case kern::kActRelu: return finish<T, kern::kActRelu, Slope>(Z, X, b, h, d);
-    default: return finish<T, kern::kActSmoothRelu, Slope>(Z, X, b, h, d);
+// U <- U + h * act(Z + b): the forward value written over the step's input (MGRIT's
+// batched relaxation steps its block in place, with no copy back).
+template <class T, int A>
+BRAIDPY_NOINLINE void update(const T* Z, T* U, const T* b, const T* h, const Dims& d) {
+  for (Index iv = 0; iv < d.m; ++iv) {
+    const T hv = h[iv];
+    const T* bv = b + iv * d.width;
+    const Index base = iv * d.rows * d.width;
+    for (Index r = 0; r < d.rows; ++r) {
+      const T* z = Z + base + r * d.width;
+      T* u = U + base + r * d.width;
+      for (Index j = 0; j < d.width; ++j) u[j] = kern::dense_step_value(A, u[j], z[j], bv[j], hv);
+    }
   }
 }
 
-template <bool Slope>
+// finish (into Z) or, with IntoX, update (into X) for the activation code act.
+template <class T, bool Slope, bool IntoX>
+void finish_act(int act, T* Z, T* X, const T* b, const T* h, const Dims& d) {
+  switch (act) {
+    case kern::kActTanh:
+      return IntoX ? update<T, kern::kActTanh>(Z, X, b, h, d)
+                   : finish<T, kern::kActTanh, Slope>(Z, X, b, h, d);
+    case kern::kActRelu:
+      return IntoX ? update<T, kern::kActRelu>(Z, X, b, h, d)
+                   : finish<T, kern::kActRelu, Slope>(Z, X, b, h, d);
+    default:
+      return IntoX ? update<T, kern::kActSmoothRelu>(Z, X, b, h, d)
+                   : finish<T, kern::kActSmoothRelu, Slope>(Z, X, b, h, d);
+  }
+}
+
+template <bool Slope, bool IntoX = false>
 void run(const char* where, py::handle Zh, py::handle Xh, py::handle bh, py::handle h, int act) {
   if (act != kern::kActTanh && act != kern::kActRelu && act != kern::kActSmoothRelu)
     throw py::value_error(std::string(where) +
@@ -113,17 +145,27 @@ void run(const char* where, py::handle Zh, py::handle Xh, py::handle bh, py::han
   py::array b = as_array(where, "b", bh);
   bool f64 = true;
   const Dims d = check(where, Z, X, b, h, f64);
+  if (!IntoX && !Z.writeable())
+    throw py::value_error(std::string(where) + ": Z must be writable");
+  if (IntoX) {
+    if (!X.writeable()) throw py::value_error(std::string(where) + ": U must be writable");
+    const auto* z0 = static_cast<const char*>(Z.data());
+    const auto* x0 = static_cast<const char*>(X.data());
+    if (z0 < x0 + X.nbytes() && x0 < z0 + Z.nbytes())
+      throw py::value_error(std::string(where) + ": Z and U must not share memory");
+  }
   const bool stacked = Z.ndim() == 3;
+  // The array written: X (U) with IntoX, else Z; the other one is only read.
+  void* zp = IntoX ? const_cast<void*>(Z.data()) : Z.mutable_data();
+  void* xp = IntoX ? X.mutable_data() : const_cast<void*>(X.data());
   if (f64) {
     const std::vector<double> hs = steps<double>(h, d.m, stacked);
-    finish_act<double, Slope>(act, static_cast<double*>(Z.mutable_data()),
-                              static_cast<const double*>(X.data()),
-                              static_cast<const double*>(b.data()), hs.data(), d);
+    finish_act<double, Slope, IntoX>(act, static_cast<double*>(zp), static_cast<double*>(xp),
+                                     static_cast<const double*>(b.data()), hs.data(), d);
   } else {
     const std::vector<float> hs = steps<float>(h, d.m, stacked);
-    finish_act<float, Slope>(act, static_cast<float*>(Z.mutable_data()),
-                             static_cast<const float*>(X.data()),
-                             static_cast<const float*>(b.data()), hs.data(), d);
+    finish_act<float, Slope, IntoX>(act, static_cast<float*>(zp), static_cast<float*>(xp),
+                                    static_cast<const float*>(b.data()), hs.data(), d);
   }
 }
 
@@ -136,6 +178,13 @@ void bind_host_dense(py::module_& core) {
                                 int act) { run<false>("dense_step_finish", Z, U, b, h, act); },
         py::arg("Z"), py::arg("U"), py::arg("b"), py::arg("h"), py::arg("act"),
         "Z <- U + h * act(Z + b), in place (Z: the product U @ K^T).");
+  m.def("dense_step_update",
+        [](py::handle Z, py::handle U, py::handle b, py::handle h, int act) {
+          run<false, true>("dense_step_update", Z, U, b, h, act);
+        },
+        py::arg("Z"), py::arg("U"), py::arg("b"), py::arg("h"), py::arg("act"),
+        "U <- U + h * act(Z + b), in place (Z: the product U @ K^T, read only): the "
+        "step written over its input.");
   m.def("dense_slope", [](py::handle Z, py::handle W, py::handle b, py::handle h,
                           int act) { run<true>("dense_slope", Z, W, b, h, act); },
         py::arg("Z"), py::arg("W"), py::arg("b"), py::arg("h"), py::arg("act"),

@@ -202,11 +202,11 @@ class PySolver {
   }
 
   // Failures and divergence leave the solver cold.
-  Outcome solve() {
+  Outcome solve(bool final_sweep) {
     Busy busy(*this);
     ops_->start_solve();
     try {
-      solver_->solve();
+      solver_->solve(final_sweep);
       Outcome out = Outcome::ok();
       if (ops_->failed()) {
         // Only a Ctrl-C can be recorded after the last agreement (inside its
@@ -250,7 +250,8 @@ class PySolver {
   // The stored vectors at start, start + step, ... (before stop), stacked into one
   // new float64 array; None when one is missing or they are not all float64 NumPy
   // arrays of one shape (the caller then gathers them itself).
-  py::object stored_block(braid::Index start, braid::Index stop, braid::Index step) const {
+  py::object stored_block(braid::Index start, braid::Index stop, braid::Index step,
+                          py::object into) const {
     check_idle();
     if (step == 0) throw py::value_error("step must not be zero");
     std::vector<PyObject*> srcs;
@@ -261,6 +262,12 @@ class PySolver {
     }
     PyObject* out = nullptr;
     const auto n = static_cast<Py_ssize_t>(srcs.size());
+    // Into a given array (a buffer reused from solve to solve: no new pages to fault in
+    // when the block is above malloc's mmap threshold); None when it does not fit.
+    if (!into.is_none()) {
+      if (!fast_stack_into(srcs.data(), n, into.ptr())) return py::none();
+      return into;
+    }
     if (fast_stack(srcs.data(), n, &out)) return py::reinterpret_steal<py::object>(out);
     if (n > 0) {  // CUDA arrays: one gather kernel
       const braidpy::DevicePath p = braidpy::device_stack(srcs.data(), n, &out);
@@ -386,12 +393,12 @@ PYBIND11_MODULE(_core, m) {
                     std::vector<double>, py::object>(),
            py::arg("app"), py::arg("comm_adapter"), py::arg("rank"), py::arg("size"),
            py::arg("options"), py::arg("times"), py::arg("progress"))
-      .def("solve", &PySolver::solve)
+      .def("solve", &PySolver::solve, py::arg("final_sweep") = true)
       .def("solution", &PySolver::solution, py::arg("index"))
       .def("final_value", &PySolver::final_value)
       .def("stored", &PySolver::stored, py::arg("index"))
       .def("stored_block", &PySolver::stored_block, py::arg("start"), py::arg("stop"),
-           py::arg("step") = 1)
+           py::arg("step") = 1, py::arg("out") = py::none())
       .def("set_initial_condition", &PySolver::set_initial_condition, py::arg("u"))
       .def("reset_guess", &PySolver::reset_guess)
       .def("interrupt", &PySolver::interrupt)

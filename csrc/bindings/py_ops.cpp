@@ -273,6 +273,20 @@ void PyOps::sums(double a, const Vec* xs, double b, const Vec* ys, braid::Index 
   for (braid::Index k = 0; k < n; ++k) sum(a, xs[k], b, ys[k]);
 }
 
+// One pass per pair for float64 NumPy states with App's sum, counted as the two sums it
+// replaces; anything else (a device's states: one kernel per sum over all points) is
+// left to the caller.
+bool PyOps::fused_sums(double a1, const Vec* xs, double b1, const Vec* ys, double a2, double b2,
+                       const Vec* zs, braid::Index n) {
+  if (failed_ || !fast_sum_ || n < 1) return false;
+  if (!fast_chained_sums(a1, reinterpret_cast<PyObject* const*>(xs), b1,
+                         reinterpret_cast<PyObject* const*>(ys), a2, b2,
+                         reinterpret_cast<PyObject* const*>(zs), static_cast<Py_ssize_t>(n)))
+    return false;
+  counted(kSum, 2 * n);
+  return true;
+}
+
 double PyOps::norm(Vec u) {
   if (failed_) return 0.0;
   double value = 0.0;

@@ -46,6 +46,8 @@ class PyOps final : public braid::Ops {
   void access(Vec u, const CallInfo& info) override;
   void free(Vec u) override { Py_XDECREF(static_cast<PyObject*>(u)); }
   void sums(double a, const Vec* xs, double b, const Vec* ys, braid::Index n) override;
+  bool fused_sums(double a1, const Vec* xs, double b1, const Vec* ys, double a2, double b2,
+                  const Vec* zs, braid::Index n) override;
   void progress(int iteration, double rnorm, bool has_rnorm) override;
   bool failed() const override { return failed_; }
 

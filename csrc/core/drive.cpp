@@ -152,7 +152,7 @@ bool Solver::top(int k) {
   return converged || k == opts_.max_iter - 1;
 }
 
-void Solver::solve() {
+void Solver::solve(bool final_sweep) {
   rnorms_.clear();
   iterations_ = 0;
   rnorm0_ = -1.0;
@@ -192,7 +192,7 @@ void Solver::solve() {
       if (stop) break;
     }
   }
-  final_relax();
+  final_relax(final_sweep);
   solved_ = true;
 }
 
@@ -211,15 +211,26 @@ void Solver::visit_final(Index i, Vec w) {
 
 // Final F-sweep on level 0, visiting points in time order (access, storage,
 // final value).
-void Solver::final_relax() {
+void Solver::final_relax(bool sweep) {
   info_.done = true;
   info_.iteration = iterations_;
   if (opts_.final_fc_relax) fc_relax(0);
   Level& L = levels_[0];
   info_.phase = kPhaseFinal;
-  if (batch_sweep(L, L.left >= 0)) final_lockstep();
+  // Every rank decides alike (the same argument, grid and options): no message of the
+  // sweep is left waiting. A single level has cf = n + 1: its sweep is the solve.
+  if (!sweep && L.is_c(L.n) && !opts_.store_all) final_value_only();
+  else if (batch_sweep(L, L.left >= 0)) final_lockstep();
   else if (!L.own.empty()) final_chains();
   agree();
+}
+
+void Solver::final_value_only() {
+  Level& L = levels_[0];
+  if (store_final_f())  // not the previous solve's F-values: stored() says none
+    for (Index i = L.own.lo; i <= L.own.hi; ++i)
+      if (!L.is_c(i)) set_slot(L.u, L.slot(i), nullptr);
+  if (L.owns(L.n)) final_ = ops_.clone(L.u[L.slot(L.n)]);
 }
 
 // Chain by chain in time order. The interval that reaches the last owned point
@@ -271,15 +282,17 @@ void Solver::final_chains() {
 
 // All chains in lock-step (relax.cpp's lockstep_chains); the F-values that
 // access or the final value need are kept until the sweep ends and then
-// visited in time order.
+// visited in time order. Where the sweep stores its F-values anyway, the visits
+// read the stored ones (as they read the C-points') instead of second copies.
 void Solver::final_lockstep() {
   Level& L = levels_[0];
   const Index lo = L.own.lo, hi = L.own.hi, n = L.n;
-  const bool keep = opts_.access_level >= 1;
+  const bool stored = store_final_f();
+  const bool keep = opts_.access_level >= 1 && !stored;
   std::vector<Vec> kept(static_cast<std::size_t>(hi - lo + 1), nullptr);
   const Exchange x{msg_tag(0, kMsgRelax) + 1000, L.right >= 0, L.left >= 0};
   auto keep_rows = [&](Vec* rows, const Index* pts, Index m) {
-    if (store_final_f()) store_rows(rows, pts, m);
+    if (stored) store_rows(rows, pts, m);
     if (!keep) return;
     std::vector<Vec> copies(static_cast<std::size_t>(m), nullptr);
     clone_rows(rows, m, copies.data());
@@ -288,13 +301,13 @@ void Solver::final_lockstep() {
   lockstep_chains(
       0, x, false, true, keep_rows,
       [&](Index i, Vec& w) {
-        if (!keep && i == n) kept[i - lo] = ops_.clone(w);
+        if (!keep && !stored && i == n) kept[i - lo] = ops_.clone(w);
       },
       nullptr);
 
   info_.phase = kPhaseFinal;
   for (Index i = lo; i <= hi; ++i) {
-    Vec w = L.is_c(i) ? L.u[L.slot(i)] : kept[i - lo];
+    Vec w = L.is_c(i) || stored ? L.u[L.slot(i)] : kept[i - lo];
     if (w != nullptr) visit_final(i, w);  // null: an F-point nobody needs (or a failed solve)
   }
   for (Vec w : kept) ops_.free(w);
@@ -320,6 +333,7 @@ Vec Solver::solution(Index i) {
     w = ops_.clone(L.u[L.slot(c)]);
   } else {
     s = L.own.lo - 1;
+    if (left_boundary_ == nullptr) return nullptr;  // the last solve skipped its final sweep
     w = ops_.clone(left_boundary_);
   }
   info_.phase = kPhaseFinal;

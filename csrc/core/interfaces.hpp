@@ -70,6 +70,16 @@ class Ops {
   virtual void sums(double a, const Vec* xs, double b, const Vec* ys, Index n) {
     for (Index k = 0; k < n; ++k) sum(a, xs[k], b, ys[k]);
   }
+  // zs[k] <- a2*ys'[k] + b2*zs[k] with ys'[k] = a1*xs[k] + b1*ys[k], k < n, in one pass
+  // per pair where the implementation can: two sums chained (the coarse right-hand
+  // side's and the coarse correction's pairs), the same values as sums(a1, xs, b1, ys)
+  // then sums(a2, ys, b2, zs), ys left untouched. False: nothing was done, and the
+  // caller does the two sums its own way (a device batches each over all points).
+  virtual bool fused_sums(double a1, const Vec* xs, double b1, const Vec* ys, double a2,
+                          double b2, const Vec* zs, Index n) {
+    (void)a1, (void)xs, (void)b1, (void)ys, (void)a2, (void)b2, (void)zs, (void)n;
+    return false;
+  }
   virtual double norm(Vec u) = 0;
   // out[k] = norm(us[k]), k < n: the residual norms of one evaluation in one
   // call (a device block's row norms in one kernel). Same values as norm().

@@ -8,17 +8,21 @@ void Solver::interp_from(int l) {
   Level& C = levels_[l];
   Level& F = levels_[l - 1];
   if (l == nlevels() - 1 && opts_.relax_only_cg) relax(l);
-  // e = u - v (in v) as soon as the sweep has u at j (one call per chain step or
-  // lock-step batch); u_fine += e for every point at the end, in one call.
+  // e = u - v and u_fine += e as soon as the sweep has u at j, in one pass per pair
+  // where the ops can (the fine C-points are not read on this level, and clean() drops
+  // v below); else e goes into v at once and u_fine += e for every point at the end,
+  // in one call (a device's one kernel). One call per chain step or lock-step batch.
   std::vector<Vec> es, fines;
   auto errors = [&](Vec* us, const Index* js, Index n) {
-    std::vector<Vec> vs(static_cast<std::size_t>(n));
+    std::vector<Vec> vs(static_cast<std::size_t>(n)), fs(static_cast<std::size_t>(n));
     for (Index k = 0; k < n; ++k) {
       vs[static_cast<std::size_t>(k)] = C.v[C.slot(js[k])];
-      es.push_back(vs[static_cast<std::size_t>(k)]);
-      fines.push_back(F.u[F.slot(js[k] * F.cf)]);
+      fs[static_cast<std::size_t>(k)] = F.u[F.slot(js[k] * F.cf)];
     }
+    if (ops_.fused_sums(1.0, us, -1.0, vs.data(), 1.0, 1.0, fs.data(), n)) return;
     ops_.sums(1.0, us, -1.0, vs.data(), n);
+    es.insert(es.end(), vs.begin(), vs.end());
+    fines.insert(fines.end(), fs.begin(), fs.end());
   };
   f_relax(l, kPhaseRelax, errors, nullptr);
   if (!C.own.empty()) {  // the C-points' errors
@@ -30,7 +34,7 @@ void Solver::interp_from(int l) {
     }
     if (!js.empty()) errors(us.data(), js.data(), static_cast<Index>(js.size()));
   }
-  ops_.sums(1.0, es.data(), 1.0, fines.data(), static_cast<Index>(es.size()));
+  if (!es.empty()) ops_.sums(1.0, es.data(), 1.0, fines.data(), static_cast<Index>(es.size()));
   clean(l);
 }
 

@@ -60,8 +60,10 @@ void Solver::restrict_to(int l) {
   // g = Phi_c(v_{j-1}): tau_j += v_j - g (g is used up).
   auto add_coarse_part = [&](Index j, Vec g) {
     const Index s = C.slot(j);
-    ops_.sum(1.0, C.v[s], -1.0, g);
-    ops_.sum(1.0, g, 1.0, C.tau[s]);
+    if (!ops_.fused_sums(1.0, &C.v[s], -1.0, &g, 1.0, 1.0, &C.tau[s], 1)) {
+      ops_.sum(1.0, C.v[s], -1.0, g);
+      ops_.sum(1.0, g, 1.0, C.tau[s]);
+    }
     ops_.free(g);
   };
   const Index nparts = C.own.hi - C.own.lo + (C.left >= 0 ? 1 : 0);
@@ -78,14 +80,16 @@ void Solver::restrict_to(int l) {
     Vec block = ops_.clone_block(srcs.data(), nparts, gs.data());
     ops_.free(left);
     step_batch_on(C, l + 1, block, 0, gs.data(), js.data(), nparts, false);
-    // add_coarse_part for every part, each of its two sums in one call
+    // add_coarse_part for every part: its two sums in one pass, else each in one call
     std::vector<Vec> vs, taus;
     for (Index j : js) {
       vs.push_back(C.v[C.slot(j)]);
       taus.push_back(C.tau[C.slot(j)]);
     }
-    ops_.sums(1.0, vs.data(), -1.0, gs.data(), nparts);
-    ops_.sums(1.0, gs.data(), 1.0, taus.data(), nparts);
+    if (!ops_.fused_sums(1.0, vs.data(), -1.0, gs.data(), 1.0, 1.0, taus.data(), nparts)) {
+      ops_.sums(1.0, vs.data(), -1.0, gs.data(), nparts);
+      ops_.sums(1.0, gs.data(), 1.0, taus.data(), nparts);
+    }
     for (Vec g : gs) ops_.free(g);
     ops_.free(block);
   } else {

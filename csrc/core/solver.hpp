@@ -37,8 +37,12 @@ class Solver {
   Solver& operator=(const Solver&) = delete;
 
   // Runs MGRIT until the halting test fires. A second call warm-starts from
-  // the previous solution unless reset_guess() was called.
-  void solve();
+  // the previous solution unless reset_guess() was called. final_sweep false: when
+  // the last fine point is a C-point (and storage is not "all"), the final F-sweep is
+  // left out: the solve yields its final value and C-points only, calls no access,
+  // and keeps no F-point (for a caller that needs the final state alone, such as a
+  // line search's objective: the sweep's steps would be thrown away).
+  void solve(bool final_sweep = true);
 
   // Next solve starts from init() again.
   void reset_guess();
@@ -137,7 +141,10 @@ class Solver {
   void up(int l);
   void cycle(bool skip_down, bool fcycle);
   bool top(int k);
-  void final_relax();  // final F-sweep in time order: access, storage, final value
+  void final_relax(bool sweep);  // final F-sweep in time order: access, storage, final value
+  // final_relax without its sweep (solve(false)): the final value from the C-point at
+  // the last fine point; the F-points a storing sweep would keep are dropped.
+  void final_value_only();
   void final_chains();    // final_relax chain by chain
   void final_lockstep();  // final_relax in lock-step
   bool store_final_f() const { return opts_.store_all || opts_.store_final; }
