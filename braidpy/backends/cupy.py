@@ -210,11 +210,13 @@ class CupyBackend:
         return out
 
 
-_CACHE: Dict[int, CupyBackend] = {}
+# One backend per device, keyed by the device's type as well as its number: a device of
+# another CuPy (a test's stand-in) never gets a backend built around the first one's.
+_CACHE: Dict[Tuple[type, int], CupyBackend] = {}
 
 
 def _backend(device: Any) -> CupyBackend:
-    key = int(device.id)
+    key = (type(device), int(device.id))
     backend = _CACHE.get(key)
     if backend is None:
         backend = _CACHE[key] = CupyBackend(device)
