@@ -1,8 +1,11 @@
 """What bench_perf_model.py and bench_perf_grids.py share: a worker under mpiexec, the
-clean-gradient filter, the calibration made for the run, and the error summary.
+rank counts the model is validated at, the calibration made for the run, and the error
+summary.
 
 A worker is the calling script run again as ``SCRIPT --worker JSON`` (under
-``mpiexec -n P`` for P > 1); its rank 0 prints one line ``RESULT {json}``.
+``mpiexec -n P`` for P > 1); its rank 0 prints one line ``RESULT {json}``. The model
+gives every rank a core of its own: rank counts above ``--cores`` are skipped, saying
+so (with more ranks than cores it gives only compute x ranks / cores, a lower bound).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence
 
 #: One thread per rank: the model gives every rank one core. The model also assumes a
 #: message arrives while its sender computes; Open MPI delivers only messages under its
@@ -45,16 +48,29 @@ def worker_env() -> dict:
 
 def common_arguments(p: argparse.ArgumentParser) -> None:
     """The options both validation benchmarks take (the worker's, the calibration,
-    ranks and cores, repeats with the clean filter's budget, JSON output)."""
+    ranks and cores, repeats, JSON output)."""
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--calibration", help="braidpy calibrate's file (default: measure now)")
     p.add_argument("--json", help="write the rows as JSON here")
     p.add_argument("--ranks", type=int, nargs="+", default=[1, 2, 4])
     p.add_argument("--cores", type=int, default=os.cpu_count() or 1,
-                   help="cores of this machine (ranks beyond share them)")
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--max-tries", type=int, default=40,
-                   help="gradients at most to get --repeats clean ones (ranks <= cores)")
+                   help="cores of this machine (rank counts above it are skipped)")
+    p.add_argument("--repeats", type=int, default=5, help="gradients timed per row")
+
+
+def ranks_with_a_core(ranks: Sequence[int], cores: int) -> List[int]:
+    """The rank counts of ``ranks`` that give every rank a core, saying which are
+    skipped: the model is not validated with ranks sharing cores.
+
+    >>> ranks_with_a_core([1, 2, 4], 2)
+    skipped P = 4: more ranks than the 2 cores (the model gives a lower bound there)
+    [1, 2]
+    """
+    over = [P for P in ranks if P > cores]
+    if over:
+        print(f"skipped P = {', '.join(map(str, over))}: more ranks than the {cores} cores "
+              f"(the model gives a lower bound there)", flush=True)
+    return [P for P in ranks if P <= cores]
 
 
 def run_worker(script: str, spec: dict, nranks: int, timeout: float = 900) -> dict:
@@ -86,21 +102,6 @@ def dense_validation_app(spec: dict, app_class=None):
     return net, params, (app_class or ResNetApp)(net, params, X, C)
 
 
-def clean_sample(res: dict) -> Tuple[List[float], List[float], list, int]:
-    """(wall times, CPU times, extras, clean count) of the clean gradients of a worker's
-    result (all of them where none was clean or no filter applied). ``res`` has lists
-    ``times``, ``cpu``, ``delays``, ``extra`` and the bool ``filter``."""
-    extra = res.get("extra", res.get("iterations", [None] * len(res["times"])))
-    if not res.get("filter", False):
-        return res["times"], res["cpu"], extra, len(res["times"])
-    from braidpy.perf.runqueue import clean_indices
-
-    keep = clean_indices(res["times"], res["delays"])
-    idx = keep or list(range(len(res["times"])))
-    return ([res["times"][i] for i in idx], [res["cpu"][i] for i in idx],
-            [extra[i] for i in idx], len(keep))
-
-
 def calibrate_now(layers: Sequence[str], samples: Sequence[int], rows: Sequence[int],
                   ranks: int, name: str, cores: Optional[int] = None) -> str:
     """Run ``braidpy calibrate`` for these layers (under ``mpiexec -n ranks`` when
@@ -123,10 +124,9 @@ def run_calibration(args: argparse.Namespace, layers: Sequence[str], samples: Se
                     rows: Sequence[int], name: str):
     """The run's calibration: ``--calibration``'s file, else one made now with
     :func:`calibrate_now` (under ``mpiexec`` with as many ranks as the run's most, where
-    it uses two or more: the network is measured, not assumed, the calls' slowdown
-    across ranks up to that count, and with more ranks than ``--cores`` what sharing
-    them costs; its file copied beside ``--json`` as FILE.calibration.json, for whoever
-    studies a misfit)."""
+    it uses two or more: the network is measured, not assumed, and the calls' slowdown
+    across ranks up to that count; its file copied beside ``--json`` as
+    FILE.calibration.json, for whoever studies a misfit)."""
     import shutil
 
     from braidpy.perf.calibration import load_calibration

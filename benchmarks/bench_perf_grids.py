@@ -20,13 +20,12 @@ activation is ResNet's default (smoothed ReLU), the one ``braidpy calibrate`` me
 Grids with one layer rank are predicted with the same MGRIT setting on that rank (what
 the Trainer runs), not as serial propagation.
 
-As in bench_perf_model.py, each gradient records every rank's run-queue wait, and with
-no more ranks than cores only clean gradients count (no rank waited more than 2 % of
-it for a core); rows with more ranks than cores are predicted with the ranks sharing
-the cores (compute x ranks / cores) and compared by wall time (marked ``*``).
+As in bench_perf_model.py, each row compares the median wall time of ``--repeats``
+gradients (the slowest rank's) with the model, and rank counts above ``--cores`` are
+skipped, saying so: the model gives every rank a core of its own.
 
     python benchmarks/bench_perf_grids.py [--ranks 1 2 4] [--calibration FILE]
-        [--repeats R] [--max-tries T] [--json FILE] [--plot FILE.png]
+        [--repeats R] [--json FILE] [--plot FILE.png]
         [--problems digits peaks digits28]
     python benchmarks/bench_perf_grids.py --from-json RUN1.json ... [--plot FILE.png]
 """
@@ -43,10 +42,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from _perf_validation import (WARMUP_GRADIENTS, clean_sample,  # noqa: E402
-                              common_arguments, dump,
-                              plot_predicted_vs_measured, run_calibration, run_worker,
-                              signed_worst, within)
+from _perf_validation import (WARMUP_GRADIENTS, common_arguments, dump,  # noqa: E402
+                              plot_predicted_vs_measured, ranks_with_a_core,
+                              run_calibration, run_worker, signed_worst, within)
 
 LEVELS, CFACTOR, M = 2, 4, (2, 2)
 #: problem -> (calibrated layer, samples per gradient, residual layers)
@@ -92,7 +90,6 @@ def worker(spec: dict) -> None:
 
     from braidpy.parallel import ProcessGrid
     from braidpy.perf.allocator import keep_freed_memory
-    from braidpy.perf.runqueue import CLEAN_SHARE, run_delay
     from braidpy.train import TrainConfig, Trainer
 
     keep_freed_memory()  # as braidpy calibrate measures (braidpy.perf.allocator)
@@ -110,28 +107,21 @@ def worker(spec: dict) -> None:
             for _ in range(WARMUP_GRADIENTS):  # solvers built, the first (cold) solve
                 p += 1e-4
                 ev.gradient(p, X, C)
-            times, cpus, delays = [], [], []
-            clean = 0
-            for _ in range(spec["tries"]):
+            times, cpus = [], []
+            for _ in range(spec["repeats"]):
                 p += 1e-4  # a new parameter, as after an optimizer step
                 comm.Barrier()
-                start, cpu, queued = time.perf_counter(), time.process_time(), run_delay()
+                start, cpu = time.perf_counter(), time.process_time()
                 ev.gradient(p, X, C)
-                cpu, queued = time.process_time() - cpu, run_delay() - queued
+                cpu = time.process_time() - cpu
                 comm.Barrier()
-                # The slowest rank's figures, the same on every rank (all stop together).
-                most = np.array([time.perf_counter() - start, cpu, queued])
+                most = np.array([time.perf_counter() - start, cpu])  # the slowest rank's
                 comm.Allreduce(MPI.IN_PLACE, most, op=MPI.MAX)
-                wall, cpu, queued = most.tolist()
-                clean += not spec["filter"] or queued <= CLEAN_SHARE * wall
+                wall, cpu = most.tolist()
                 times.append(wall)
                 cpus.append(cpu)
-                delays.append(queued)
-                if (clean if spec["filter"] else len(times)) >= spec["repeats"]:
-                    break
             grid.free()
-            out.append(dict(problem=name, grid=list(shape), times=times, cpu=cpus,
-                            delays=delays, filter=spec["filter"]))
+            out.append(dict(problem=name, grid=list(shape), times=times, cpu=cpus))
     if comm.Get_rank() == 0:
         print("RESULT " + json.dumps(out), flush=True)
 
@@ -152,6 +142,9 @@ def main(argv=None) -> None:
         rows = [r for path in args.from_json for r in json.load(open(path))]
         report(rows, args.json, args.plot)
         return
+    args.ranks = ranks_with_a_core(args.ranks, args.cores)
+    if not args.ranks:
+        p.error(f"every --ranks count is above --cores {args.cores}")
 
     from braidpy.perf.auto import training_spec
     from braidpy.perf.model import Strategy, predict
@@ -161,13 +154,11 @@ def main(argv=None) -> None:
     cal = run_calibration(args, [PROBLEMS[n][0] for n in args.problems], samples,
                           [1, 4, 16, 32], "braidpy-bench-grids-calibration.json")
     rows = []
-    # Each problem in processes of its own, as a training run is: on the 2-core VM at
-    # 4 ranks, Peaks' gradients in processes that had run a space split of the digits
-    # net before took 0.09 instead of 0.05 s now and then (docs/performance.md).
+    # Each problem in processes of its own, as a training run is (one network per
+    # process: no heap shaped by another network's temporaries).
     runs = [(P, name) for P in args.ranks for name in args.problems]
     for P, name in runs:
-        spec = dict(problems=[name], repeats=args.repeats,
-                    tries=max(args.max_tries, args.repeats), filter=P <= args.cores)
+        spec = dict(problems=[name], repeats=args.repeats)
         for res in run_worker(__file__, spec, P):
             net = problem(res["problem"])[0]
             nspec = training_spec(net.kind, net.input_shape, net.width, net.nlayers,
@@ -175,14 +166,11 @@ def main(argv=None) -> None:
                                   net.kernel if net.kind == "conv" else None, net.nparams)
             d, s, lr = res["grid"]
             cyc = Cycle(ntime=net.nlayers, max_levels=LEVELS, cfactor=CFACTOR, batched=True)
-            pred = predict(nspec, Strategy(d, s, lr, cyc, M, "oneshot"), cal,
-                           cores=args.cores).seconds
-            walls, cpus, _, nclean = clean_sample(res)
-            wall = statistics.median(walls)
+            pred = predict(nspec, Strategy(d, s, lr, cyc, M, "oneshot"), cal).seconds
+            wall = statistics.median(res["times"])
             rows.append(dict(problem=res["problem"], grid=f"{d}x{s}x{lr}", P=P, wall=wall,
-                             cpu=statistics.median(cpus), predicted=pred,
-                             error=pred / wall - 1, clean=nclean, tries=len(res["times"]),
-                             filtered=res["filter"]))
+                             cpu=statistics.median(res["cpu"]), predicted=pred,
+                             error=pred / wall - 1))
             print(f"measured {res['problem']} {d}x{s}x{lr} at P = {P}: {wall:.4f} s, "
                   f"model {pred:.4f} s ({pred / wall - 1:+.0%})", flush=True)
         if args.json:  # what is measured so far, should a time limit cut the run off
@@ -191,15 +179,13 @@ def main(argv=None) -> None:
 
 
 def report(rows, json_path=None, plot=None) -> None:
-    print("measured: median wall s of the clean gradients (no rank waited for a core); "
-          "* = more ranks than cores (all gradients, model with shared cores)")
+    print("measured: median wall s of the gradients (the slowest rank's); cpu s: its CPU "
+          "time")
     print(f"{'problem':8s} {'grid':7s} {'P':>2s} {'measured':>9s} {'model s':>9s} "
-          f"{'error':>6s} {'clean':>6s} {'cpu s':>8s}")
+          f"{'error':>6s} {'cpu s':>8s}")
     for r in rows:
-        mark = "" if r["filtered"] and r["clean"] else "*"
-        clean = f"{r['clean']}/{r['tries']}" if r["filtered"] else "-"
-        print(f"{r['problem']:8s} {r['grid']:7s} {r['P']:2d} {r['wall']:8.4f}{mark:1s} "
-              f"{r['predicted']:9.4f} {r['error']:+6.0%} {clean:>6s} {r['cpu']:8.4f}")
+        print(f"{r['problem']:8s} {r['grid']:7s} {r['P']:2d} {r['wall']:9.4f} "
+              f"{r['predicted']:9.4f} {r['error']:+6.0%} {r['cpu']:8.4f}")
     errors = [r["error"] for r in rows]
     print(f"within 25%: {within(errors)} of {len(rows)} (worst {signed_worst(errors):+.0%})")
     if json_path:

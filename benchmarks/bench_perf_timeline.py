@@ -111,13 +111,14 @@ def main(argv=None) -> None:
         s = Strategy(1, 1, P, Cycle(ntime=args.layers, max_levels=args.levels,
                                     cfactor=args.cf, skip=args.skip, batched=True),
                      tuple(args.m), cold=args.skip)
-        # ranks beyond the cores share them: the model's compute x ranks / cores
+        # ranks beyond the cores share them: the model's compute x ranks / cores, a
+        # lower bound that is not validated (the row says so)
         pred = predict(net, s, cal, cores=args.cores, record=True)
         measured = [[Call(*c) for c in rank_calls] for rank_calls in res["calls"]]
         comparison = compare_timelines(measured, pred.timeline.events, res["wall"],
                                        pred.timeline.makespan)
-        print(f"\n== P = {P}" + (f" ({P} ranks on {args.cores} cores)"
-                                  if P > args.cores else ""))
+        print(f"\n== P = {P}" + (f" ({P} ranks on {args.cores} cores: the model a lower "
+                                  f"bound, not validated)" if P > args.cores else ""))
         print(format_comparison(comparison))
         out.append(dict(P=P, wall=res["wall"], predicted=pred.seconds,
                         makespan=pred.timeline.makespan, calls=res["calls"],

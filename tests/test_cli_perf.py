@@ -53,6 +53,9 @@ def test_cores_means_the_same_in_calibrate_and_plan():
     for name, text in helps.items():
         assert text.startswith(CORES_HELP), (name, text)
     assert "this machine's" in helps["calibrate"] and "a core per rank" in helps["plan"]
+    # and what each does with more ranks than cores
+    assert "nothing with ranks sharing cores" in " ".join(helps["calibrate"].split())
+    assert "a lower bound, not validated" in " ".join(helps["plan"].split())
 
 
 def test_plan_cores_shares_the_cores_among_more_ranks(tmp_path, capsys):
@@ -64,4 +67,5 @@ def test_plan_cores_shares_the_cores_among_more_ranks(tmp_path, capsys):
     assert status == 0, err
     status, shared, err = in_process(capsys, *run, "--cores", "2")
     assert status == 0, err
-    assert "4 ranks on 2 cores: compute x2" in shared and "cores:" not in alone
+    assert "4 ranks on 2 cores: compute x2; more ranks than cores: a lower bound, not " \
+        "validated" in shared and "cores:" not in alone

@@ -508,11 +508,9 @@ NOT_RUN = {
     "python benchmarks/bench_perf_grids.py --problems digits --ranks 1 2": BENCHMARK,
     "python benchmarks/bench_perf_grids.py --ranks 1 2": BENCHMARK,
     "python benchmarks/bench_perf_grids.py --ranks 1 2 4": BENCHMARK,
-    "python benchmarks/bench_perf_grids.py --ranks 4": BENCHMARK,
     "python benchmarks/bench_perf_model.py --ranks 1 2": BENCHMARK,
     "python benchmarks/bench_perf_model.py --ranks 1 2 4": BENCHMARK,
     "python benchmarks/bench_perf_model.py --ranks 1 2 4 8": BENCHMARK,
-    "python benchmarks/bench_perf_model.py --ranks 4": BENCHMARK,
     # docs/performance.md
     "braidpy calibrate -o cal.json":
         "about a minute of measurements; the sessions below calibrate a few points "

@@ -5,10 +5,8 @@ JSON, validated on loading); :mod:`~braidpy.perf.calibrate`, measuring it
 (``braidpy calibrate``); :mod:`~braidpy.perf.schedule`, the task graph of MGRIT solves
 rank by rank and its critical path; :mod:`~braidpy.perf.model`, time and memory per
 gradient on a data x space x layers grid; :mod:`~braidpy.perf.plan`, ranking every grid
-and MGRIT setting (``braidpy plan``); :mod:`~braidpy.perf.runqueue`, the time a process
-waited for a core (which timed samples a shared machine left clean);
-:mod:`~braidpy.perf.allocator`, glibc's allocator set to keep freed memory (the regime
-the calibration measures). See
+and MGRIT setting (``braidpy plan``); :mod:`~braidpy.perf.allocator`, glibc's
+allocator set to keep freed memory (the regime the calibration measures). See
 docs/performance.md.
 """
 

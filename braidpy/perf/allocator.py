@@ -23,8 +23,7 @@ import ctypes
 import ctypes.util
 from typing import Dict, Optional, Tuple
 
-__all__ = ["keep_freed_memory", "release_freed_memory", "M_TRIM_THRESHOLD",
-           "M_MMAP_THRESHOLD", "MMAP_LIMIT"]
+__all__ = ["keep_freed_memory", "M_TRIM_THRESHOLD", "M_MMAP_THRESHOLD", "MMAP_LIMIT"]
 
 #: glibc's mallopt parameter numbers (malloc.h).
 M_TRIM_THRESHOLD = -1
@@ -67,22 +66,3 @@ def _mallopt(trim_bytes: int, mmap_bytes: int) -> Tuple[bool, str]:
             mallopt(M_MMAP_THRESHOLD, int(mmap_bytes))):
         return False, "not applied: mallopt refused the thresholds"
     return True, f"glibc trim threshold {trim_bytes} B, mmap threshold {mmap_bytes} B"
-
-
-def release_freed_memory() -> bool:
-    """Give the memory kept so far back to the kernel (glibc's ``malloc_trim(0)``; True
-    where it ran). ``braidpy calibrate`` calls it before timing gradients on ranks that
-    share cores: after rank 0's large layer calls, with the kept heap, 4 ranks on 2
-    cores ran the same gradient in 18 or in 45 ms from one set of processes to the next
-    and stayed there (with the trim the slow state passes after a few gradients;
-    ``benchmarks/bench_calibration_heap.py``), and the factor calibrated from it moved
-    with them (8 calibrations: 1.07-1.37; with the trim 1.12-1.18; docs/performance.md)."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        trim = libc.malloc_trim
-    except (OSError, AttributeError):
-        return False
-    trim.argtypes = [ctypes.c_size_t]
-    trim.restype = ctypes.c_int
-    trim(0)
-    return True

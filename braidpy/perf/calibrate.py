@@ -10,7 +10,9 @@ on the host their step calls recorded and paired with the model's
 stacking for the gradient call, vector work, fixed costs per gradient; under
 ``mpiexec`` also what the same gradient across the ranks adds and how much slower its
 calls run with 2, 4, ... ranks busy, :func:`calibrate_in_solve_parallel`; the ranks
-not measuring sleep meanwhile, :func:`quiet_barrier`), on a device the factors by which
+not measuring sleep meanwhile, :func:`quiet_barrier`; with more ranks than cores, on
+as many ranks as there are cores: ranks sharing cores are not measured, nor modelled
+beyond compute x ranks / cores), on a device the factors by which
 whole gradients exceed what the fits predict (:func:`calibrate_sweep`); and the
 alpha-beta parameters of point-to-point messages (ping-pong) and of allreduce when run
 under ``mpiexec`` with two or more ranks. With one rank there is no network to measure:
@@ -25,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import logging
 import math
 import platform
 import time
@@ -34,16 +35,13 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import numpy as np
 
 from .._device import HOST, Placement, placement
-from .allocator import keep_freed_memory, release_freed_memory
-from .calibration import SHARING_RANGE, Calibration, CostFit, LayerCosts, Link, layer_name
-
-logger = logging.getLogger("braidpy.perf")
+from .allocator import keep_freed_memory
+from .calibration import Calibration, CostFit, LayerCosts, Link, layer_name
 
 __all__ = ["DEFAULT_LAYERS", "ASSUMED_P2P", "ASSUMED_ALLREDUCE", "parse_layer",
            "DEFAULT_SAMPLES", "time_call", "calibrate_layer", "calibrate_callback",
            "calibrate_sweep", "calibrate_in_solve", "calibrate_in_solve_parallel",
-           "quiet_barrier", "alone", "busy_ranks", "sharing_warning",
-           "calibrate_network",
+           "quiet_barrier", "alone", "busy_ranks", "calibrate_network",
            "calibrate_software", "calibrate_communication",
            "calibrate", "calibrate_follower"]
 
@@ -502,7 +500,7 @@ _TAGS = ("fwd", "adj", "grad")
 
 def _rank_counts(size: int, cores: Optional[int] = None) -> List[int]:
     """1, 2, 4, ... up to ``size``, and ``size``; those above the machine's cores left
-    out (ranks sharing cores is a different slowdown, modelled apart).
+    out (ranks sharing cores are not measured).
 
     >>> _rank_counts(8, cores=16), _rank_counts(6, cores=16), _rank_counts(4, cores=2)
     ([1, 2, 4, 8], [1, 2, 4, 6], [1, 2])
@@ -558,24 +556,6 @@ def _on_first_ranks(comm: Any, n: int, what: str, fn: Callable[[Any], Any],
     return out
 
 
-
-
-def sharing_warning(per_core: float, factor: float) -> Optional[str]:
-    """A warning when what sharing the cores costs came out outside ``SHARING_RANGE``.
-
-    >>> sharing_warning(2.0, 1.2) is None
-    True
-    """
-    low, high = SHARING_RANGE
-    if low <= factor <= high:
-        return None
-    return (f"a gradient with {per_core:.3g} ranks per core ran x{factor:.3g} the model's "
-            f"shared compute: ranks sharing cores switch between scheduling regimes from "
-            f"run to run, so predictions with more ranks than cores may be off by that "
-            f"much; calibrate again, or with MPICH set MPIR_CVAR_CH4_PROGRESS_THROTTLE=1 "
-            f"MPIR_CVAR_CH4_PROGRESS_THROTTLE_NO_PROGRESS_COUNT=1")
-
-
 def _calls_over_model(pairs_by_rank: Sequence[Sequence[Tuple[Any, Any]]]) -> float:
     """Seconds in a gradient's step calls, measured over modelled, all ranks together."""
     measured = sum(c.end - c.start for pairs in pairs_by_rank for c, _ in pairs)
@@ -587,19 +567,16 @@ def calibrate_in_solve_parallel(comm: Any, kind: str, shape: Sequence[int], kern
                                 cal: Optional[Calibration] = None,
                                 layer: Optional[LayerCosts] = None,
                                 samples: Optional[Sequence[int]] = None, nlayers: int = 32,
-                                repeats: int = 5, cores: Optional[int] = None,
-                                shared_samples: Optional[Sequence[int]] = None
+                                repeats: int = 5, cores: Optional[int] = None
                                 ) -> Tuple[Optional[CostFit],
-                                           Optional[Tuple[Tuple[int, float], ...]],
-                                           Optional[Tuple[float, float]],
                                            Optional[Tuple[Tuple[int, float], ...]]]:
     """What a gradient across ranks costs beyond the model with the one-rank
     measurements of :func:`calibrate_in_solve` (``layer``): the 32-layer ResNet's
     two-level gradient (batched, one-shot (1, 1), cf 4) run on the first k ranks of
     ``comm`` for k = 1, 2, 4, ... up to its size (at most a core each; the other ranks
-    sleep) at each of ``samples`` (rank 0's; two counts), ``repeats`` times, every
-    rank's step calls recorded and paired with the model's; and with more ranks than
-    ``cores`` (rank 0's; default its machine's) on all of them. Three results:
+    sleep; at most ``cores``, rank 0's, default its machine's) at each of ``samples``
+    (rank 0's; two counts), ``repeats`` times, every rank's step calls recorded and
+    paired with the model's. Two results:
 
     * ``concurrency`` (``LayerCosts.concurrency``): how much slower the step calls run
       with k ranks busy than with one, (k, factor) pairs; the median gradient's
@@ -612,20 +589,13 @@ def calibrate_in_solve_parallel(comm: Any, kind: str, shape: Sequence[int], kern
       objective, before the gradient call, the receives: where braidpy's Python-level
       collectives, its messages and the waits at them lie) summed per rank beyond the
       model, averaged over the ranks, the median over the gradients, fitted as
-      ``a + b * samples``;
-    * ``oversubscription`` (``LayerCosts.oversubscription``), with more ranks than
-      cores: (ranks per core, the median gradient's wall time on all of ``comm``'s
-      ranks over the model's with the ranks sharing the cores), else None; measured at
-      each of ``shared_samples`` (rank 0's; default the larger of ``samples``): the
-      factor at the most samples here, and at every count the fourth result
-      (``LayerCosts.oversubscription_samples``; None with one count).
+      ``a + b * samples``.
 
-    (None, None, None, None) with fewer than 2 ranks or no sample counts. Collective over
-    ``comm``: rank 0 passes ``cal``, ``layer``, ``samples`` and ``shared_samples``, the
-    others the layer's ``kind``, ``shape`` and ``kernel`` only; every rank gets all
-    four."""
+    (None, None) with fewer than 2 ranks or no sample counts. Collective over ``comm``:
+    rank 0 passes ``cal``, ``layer`` and ``samples``, the others the layer's ``kind``,
+    ``shape`` and ``kernel`` only; every rank gets both."""
     if comm is None or comm.Get_size() < 2:
-        return None, None, None, None
+        return None, None
     from ..nn import ResNet, ResNetApp
     from ..parallel.agree import agreed
     from ..parallel.collectives import gather_arrays
@@ -634,36 +604,30 @@ def calibrate_in_solve_parallel(comm: Any, kind: str, shape: Sequence[int], kern
     from .timeline import Call, paired, recording
 
     keep_freed_memory()  # every rank's calls as rank 0's were measured
-    release_freed_memory()  # what rank 0's own measurements left (the ranks share cores)
     rank, size = comm.Get_rank(), comm.Get_size()
     counts = np.array(_bcast_counts(comm, samples or []), dtype=np.int64)
-    shared_counts = _bcast_counts(comm, shared_samples or counts.tolist()[-1:])
     # rank 0's count, so that every rank runs the same gradients (the hosts of a
     # multi-node run may have different core counts)
     most = busy_ranks(comm, cores)
     busy_counts = _rank_counts(size, most)
-    runs_at = sorted(set(busy_counts) | {size})
     shape = tuple(int(x) for x in shape)
     input_shape = shape if kind == "conv" else (shape[0],)
     net = ResNet(input_shape, 2, width=shape[0], nlayers=nlayers, kernel=kernel)
     params = net.init_params(seed=5, scale=0.1)
     rng = np.random.default_rng(9)  # the same data on every rank
     data = {}
-    for n in sorted(set(counts.tolist()) | set(shared_counts)):
+    for n in counts.tolist():
         data[n] = (rng.standard_normal((n,) + tuple(input_shape)),
                    np.eye(2)[rng.integers(0, 2, n)])
     # (ranks, samples) -> (every gradient's wall seconds, rank 0 only; its calls by rank)
     recorded: Dict[Tuple[int, int], Tuple[List[float], Dict[int, np.ndarray]]] = {}
-    for k in runs_at:
-        # sharing cores costs less the larger the calls: that gradient at its own counts
-        for n in (shared_counts if k > most else counts.tolist()):
+    for k in busy_counts:
+        for n in counts.tolist():
             X, C = data[n]
 
             def gradients_on(sub: Any, k: int = k, X: Any = X, C: Any = C) -> list:
-                # ranks sharing cores vary most: three times the gradients there
                 return _recorded_gradients(recording(ResNetApp)(net, params, X, C), net.tstop,
-                                           nlayers, 2, repeats * (3 if k > most else 1),
-                                           comm=sub if k > 1 else None)
+                                           nlayers, 2, repeats, comm=sub if k > 1 else None)
             runs: List[Tuple[float, list]] = _on_first_ranks(
                 comm, k, f"a gradient on {k} ranks", gradients_on, default=[])
             everyone = gather_arrays(comm, {g * size + rank: np.array(
@@ -674,7 +638,6 @@ def calibrate_in_solve_parallel(comm: Any, kind: str, shape: Sequence[int], kern
                 recorded[k, n] = ([wall for wall, _ in runs], everyone)
     factors = np.ones(len(busy_counts))
     law = np.full(2, np.nan)  # nan: nothing measured
-    shared = np.full(len(shared_counts), np.nan)
     with agreed(comm, "pairing the recorded calls with the model's"):
         if rank == 0 and len(counts):  # the others wait at the agreement
             assert cal is not None and layer is not None
@@ -716,27 +679,12 @@ def calibrate_in_solve_parallel(comm: Any, kind: str, shape: Sequence[int], kern
                     points.append((1, n, max(float(np.median(per_gradient)), 1e-9)))
                 fit = CostFit.fit(points)
                 law[:] = fit.a, fit.b
-                slowed = dataclasses.replace(slowed, fixed_parallel=fit)
-            if size > most:  # more ranks than cores: the whole gradient against the model
-                strategy = Strategy(1, 1, size, Cycle(ntime=nlayers, max_levels=2,
-                                                      cfactor=4, batched=True), (1, 1))
-                for i, n in enumerate(shared_counts):
-                    spec = NetSpec(kind, shape, nlayers, n, kernel=kernel,
-                                   features=int(np.prod(input_shape)), nclasses=2)
-                    model = predict(spec, strategy, dataclasses.replace(
-                        cal, layers=(slowed,), nranks=size), cores=most).seconds
-                    shared[i] = float(np.median(recorded[size, n][0])) / model
     comm.Bcast(factors, root=0)
     comm.Bcast(law, root=0)
-    comm.Bcast(shared, root=0)
     if not len(counts):  # no sample counts: nothing measured
-        return None, None, None, None
-    measured = not np.isnan(shared).any() and len(shared)
-    by_samples = tuple((n, float(f)) for n, f in zip(shared_counts, shared))
+        return None, None
     return (None if np.isnan(law[0]) else CostFit(float(law[0]), float(law[1])),
-            tuple((k, float(f)) for k, f in zip(busy_counts, factors)),
-            (size / most, float(shared[-1])) if measured else None,
-            by_samples if measured and len(by_samples) > 1 else None)
+            tuple((k, float(f)) for k, f in zip(busy_counts, factors)))
 
 
 def _bcast_counts(comm: Any, counts: Sequence[int]) -> List[int]:
@@ -958,11 +906,17 @@ def calibrate(layers: Sequence[str] = DEFAULT_LAYERS, *, comm: Any = None,
     :class:`~braidpy._device.Placement`): the layer, vector and sweep costs are then
     that device's, and a message between ranks includes its copies to and from the
     host (CuPy states cross ranks through host buffers). With more ranks than ``cores``
-    (default: this machine's), the network is measured on as many ranks as there are
-    cores while the others sleep, and gradients on all of them measure what sharing the
-    cores costs (``LayerCosts.oversubscription``)."""
+    (default: this machine's), the network and the gradients across ranks are measured
+    on as many ranks as there are cores while the others sleep; nothing is measured
+    with ranks sharing cores (the model gives such runs compute x ranks / cores, a
+    lower bound)."""
     where = placement(device)
     say = log or (lambda _msg: None)
+    size = 1 if comm is None else comm.Get_size()
+    most = _rank_counts(size, cores)[-1]  # what busy_ranks gives every rank
+    if size > most:
+        say(f"{size} ranks, {most} cores: measuring across ranks on the first {most} "
+            f"(the others sleep); ranks sharing cores are not measured")
     # Large temporaries reused, not faulted in again: the regime of a long run
     # (braidpy.perf.allocator; runs the model is to predict should do the same).
     _, allocator = keep_freed_memory()
@@ -996,59 +950,18 @@ def calibrate(layers: Sequence[str] = DEFAULT_LAYERS, *, comm: Any = None,
             both = [n[0], n[len(n) // 2]]
             with alone(comm, f"measuring {lc.name} in a solve"):
                 measured = calibrate_in_solve(cal, lc, both, repeats=repeats)
-            if comm is not None and comm.Get_size() > 1:
-                say(f"gradients of {lc.name} across 1-{comm.Get_size()} ranks")
-            parallel, concurrency, shared, by_samples = calibrate_in_solve_parallel(
+            if most > 1:
+                say(f"gradients of {lc.name} across 1-{most} ranks")
+            parallel, concurrency = calibrate_in_solve_parallel(
                 comm, lc.kind, lc.shape, lc.kernel, cal=cal, layer=measured, samples=both,
-                repeats=repeats, cores=cores, shared_samples=[n[len(n) // 2], n[-1]])
+                repeats=repeats, cores=cores)
             swept.append(dataclasses.replace(measured, fixed_parallel=parallel,
-                                             concurrency=concurrency,
-                                             oversubscription=shared,
-                                             oversubscription_samples=by_samples))
-            warning = None if shared is None else sharing_warning(*shared)
-            if warning:
-                logger.warning("%s: %s", lc.name, warning)
+                                             concurrency=concurrency))
         else:  # calls on a device return before their work is done: whole gradients
             single, batched = calibrate_sweep(cal, lc, n[len(n) // 2],
                                               repeats=max(repeats // 2, 1), where=where)
             swept.append(dataclasses.replace(lc, sweep=single, sweep_batched=batched))
-    if where.is_host:
-        swept = [_with_space_sharing(comm, lc, cores, repeats, say, cal) for lc in swept]
     return dataclasses.replace(cal, layers=tuple(swept))
-
-
-def _with_space_sharing(comm: Any, lc: LayerCosts, cores: Optional[int], repeats: int,
-                        say: Callable[[str], None], cal: Calibration) -> LayerCosts:
-    """``lc`` with what sharing cores costs its space split (rank 0's side of
-    :func:`_space_sharing`). After every layer's other measurements: on the 2-core VM a
-    space split left the processes' later dense gradients at 4 ranks in a slower regime
-    now and then (docs/performance.md), which a layer measured after it would keep."""
-    samples = sorted({p[1] for p in lc.costs["fwd"].points})
-    shared = _space_sharing(comm, lc.kind, lc.shape, lc.kernel, cores, repeats, say,
-                            cal=cal, layer=lc,
-                            samples=samples[len(samples) // 2] if samples else None)
-    warning = None if shared is None else sharing_warning(*shared)
-    if warning:
-        logger.warning("%s (split over space ranks): %s", lc.name, warning)
-    return dataclasses.replace(lc, oversubscription_space=shared)
-
-
-def _space_sharing(comm: Any, kind: str, shape: Sequence[int], kernel: int,
-                   cores: Optional[int], repeats: int,
-                   say: Callable[[str], None] = lambda _msg: None, **rank0: Any
-                   ) -> Optional[Tuple[float, float]]:
-    """:func:`braidpy.perf.space_sharing.calibrate_space_sharing` under ``mpiexec``
-    (collective; None with one rank, or where it measures nothing)."""
-    if comm is None or comm.Get_size() < 2:
-        return None
-    from .space_sharing import calibrate_space_sharing
-
-    most = busy_ranks(comm, cores)
-    if kind == "conv" and comm.Get_size() > most:
-        say(f"a gradient of {layer_name(kind, shape, kernel)} split over "
-            f"{comm.Get_size()} space ranks")
-    return calibrate_space_sharing(comm, kind, shape, kernel, most=most, repeats=repeats,
-                                   **rank0)
 
 
 def calibrate_follower(comm: Any, layers: Sequence[str] = DEFAULT_LAYERS, *,
@@ -1070,5 +983,3 @@ def calibrate_follower(comm: Any, layers: Sequence[str] = DEFAULT_LAYERS, *,
         with alone(comm, f"measuring {layer_name(kind, shape, kernel)} in a solve"):
             pass  # rank 0's work
         calibrate_in_solve_parallel(comm, kind, shape, kernel, repeats=repeats, cores=cores)
-    for text in layers:  # as rank 0: the space splits after every layer's other parts
-        _space_sharing(comm, *parse_layer(text), cores, repeats)

@@ -20,9 +20,6 @@ Layout (version 1)::
                  "stack": {"a": ..., "b": ..., "points": []},      #   on the host
                  "fixed_parallel": {"a": ..., "b": ..., "points": []},  # 2+ ranks
                  "concurrency": [[1, 1.0], [2, 1.06], [4, 1.2]],   # 2+ ranks
-                 "oversubscription": [2.0, 1.25],     # ranks per core, factor
-                 "oversubscription_space": [2.0, 1.3],  # the same, a space split
-                 "oversubscription_samples": [[500, 1.3], [2000, 1.1]],  # per samples
                  "vec_factor": 2.1,                                #   on the host
                  "fixed": {"a": ..., "b": ..., "points": []}}, ...],
      "network": {"p2p": {"alpha": s, "beta": s_per_byte, "source": "measured"},
@@ -36,27 +33,36 @@ A call advancing ``rows`` states of ``samples`` samples each costs about ``a + b
 cost per sample and state; seed 001's per-layer cost model, Dryden et al. sec. 4.1,
 with batching as one more dimension of the work); the model interpolates the measured
 points themselves, which also follow the cache (:meth:`CostFit.seconds`).
+
+Files written before session 16 may hold ``oversubscription``,
+``oversubscription_space`` and ``oversubscription_samples`` per layer (factors for
+ranks sharing cores, no longer modelled): they load, and those fields are ignored.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .._limits import INT_MAX, LimitError, loads_json, write_atomically
 
+logger = logging.getLogger("braidpy.perf")
+
 __all__ = ["FORMAT", "VERSION", "KINDS", "CostFit", "LayerCosts", "Link", "Calibration",
            "CalibrationError", "calibration_from_json", "load_calibration",
-           "save_calibration", "layer_name",
-           "layer_flops", "SHARING_RANGE"]
+           "save_calibration", "layer_name", "layer_flops", "IGNORED_FIELDS"]
 
 FORMAT = "braidpy-calibration"
 VERSION = 1
 #: What each layer cost fit measures: a step, a state adjoint, a parameter gradient,
 #: and a vector operation (copy or axpy) of one state.
 KINDS = ("fwd", "adj", "grad", "vec")
+#: Layer fields of older files that loading skips: what ranks sharing cores cost,
+#: measured until session 16 and no longer modelled (docs/performance.md, "Removed").
+IGNORED_FIELDS = ("oversubscription", "oversubscription_space", "oversubscription_samples")
 
 
 class CalibrationError(ValueError):
@@ -158,19 +164,9 @@ class LayerCosts:
     and memory bandwidth, the clock a processor holds with more cores busy, and what
     ranks polling for messages do to their neighbours;
     :func:`braidpy.perf.calibrate.calibrate_in_solve_parallel`). None: not measured
-    (one rank, files of before, GPU calibrations), no slowdown.
-
-    ``oversubscription`` is (ranks per core, factor): a whole gradient with that many
-    ranks per core measured against the model's compute x ranks / cores (calibrated
-    under ``mpiexec`` with more ranks than cores: what the waiting ranks' polling and
-    the scheduler add). None: not measured; predictions with more ranks than cores are
-    then lower bounds. ``oversubscription_space`` is the same for a gradient split over
-    space ranks (conv layers: their halo exchanges meet at every call;
-    :mod:`braidpy.perf.space_sharing`); strategies with space ranks take it, the
-    layer-parallel factor where it was not measured. ``oversubscription_samples`` holds
-    the layer-parallel factor measured at several samples per state ((samples, factor)
-    pairs; larger calls pay the switching less: 1.28-1.52 at 500 samples, 1.04-1.17 at
-    2000 for dense width 8 at 2 ranks per core), which predictions interpolate."""
+    (one rank, files of before, GPU calibrations), no slowdown. Ranks sharing cores
+    are not measured (``braidpy calibrate`` with more ranks than cores measures on as
+    many as there are cores)."""
 
     name: str
     kind: str  # "dense" or "conv"
@@ -185,35 +181,7 @@ class LayerCosts:
     stack: Optional[CostFit] = None
     fixed_parallel: Optional[CostFit] = None
     concurrency: Optional[Tuple[Tuple[int, float], ...]] = None
-    oversubscription: Optional[Tuple[float, float]] = None
     sweep_grad: Optional[float] = None
-    oversubscription_space: Optional[Tuple[float, float]] = None
-    oversubscription_samples: Optional[Tuple[Tuple[int, float], ...]] = None
-
-    def sharing(self, per_core: float, space: bool = False,
-                samples: Optional[float] = None) -> float:
-        """The factor on a gradient with ``per_core`` ranks per core beyond compute x
-        ranks / cores (``space``: split over space ranks): 1 at one rank per core, the
-        measured factor at the measured ratio and beyond, linear between; 1 where
-        nothing was measured. With ``samples`` per state and the layer-parallel factor
-        measured at several (``oversubscription_samples``), that factor is interpolated
-        linearly in log(samples) between them (those within ``SHARING_RANGE``), the
-        nearest one's beyond."""
-        measured = self.oversubscription_space if space and \
-            self.oversubscription_space is not None else self.oversubscription
-        if measured is None or per_core <= 1.0:
-            return 1.0
-        ratio, factor = measured
-        low, high = SHARING_RANGE
-        # an irregular point is a scheduling regime of that calibration's processes,
-        # not what the calls' size costs
-        regular = [(n, f) for n, f in self.oversubscription_samples or ()
-                   if low <= f <= high]
-        if samples is not None and regular and measured is self.oversubscription:
-            factor = _log_interpolated(regular, samples)
-        if per_core >= ratio:
-            return factor
-        return 1.0 + (factor - 1.0) * (per_core - 1.0) / (ratio - 1.0)
 
     def slowdown(self, busy: int) -> float:
         """The factor on this layer's step calls with ``busy`` ranks computing at
@@ -328,14 +296,8 @@ def _layer_json(lc: LayerCosts) -> Dict[str, Any]:
         out.update(fixed_parallel=_fit_json(lc.fixed_parallel))
     if lc.concurrency is not None:
         out.update(concurrency=[[k, f] for k, f in lc.concurrency])
-    if lc.oversubscription is not None:
-        out.update(oversubscription=list(lc.oversubscription))
     if lc.sweep_grad is not None:
         out.update(sweep_grad=lc.sweep_grad)
-    if lc.oversubscription_space is not None:
-        out.update(oversubscription_space=list(lc.oversubscription_space))
-    if lc.oversubscription_samples is not None:
-        out.update(oversubscription_samples=[[n, f] for n, f in lc.oversubscription_samples])
     return out
 
 
@@ -400,53 +362,17 @@ def _fit(obj: Any, where: str) -> CostFit:
                    tuple((int(r), int(s), float(t)) for r, s, t in pts))
 
 
-def _concurrency(obj: Any, where: str, what: str = "busy ranks"
-                 ) -> Tuple[Tuple[int, float], ...]:
-    """[[count, factor], ...]: counts >= 1 increasing, factors finite and > 0 (``what``
-    names the count in the error)."""
+def _concurrency(obj: Any, where: str) -> Tuple[Tuple[int, float], ...]:
+    """[[busy ranks, factor], ...]: counts >= 1 increasing, factors finite and > 0."""
     ok = isinstance(obj, list) and bool(obj) and all(
         isinstance(p, list) and len(p) == 2 and isinstance(p[0], int) and
         not isinstance(p[0], bool) and p[0] >= 1 and isinstance(p[1], (int, float)) and
         not isinstance(p[1], bool) and math.isfinite(p[1]) and p[1] > 0 for p in obj)
     if not ok or any(a[0] >= b[0] for a, b in zip(obj, obj[1:])):
-        raise CalibrationError(f"field {where} must be a list of [{what}, factor] "
-                               f"with increasing {what} >= 1 and factors > 0, got {obj!r}")
+        raise CalibrationError(f"field {where} must be a list of [busy ranks, factor] "
+                               f"with increasing busy ranks >= 1 and factors > 0, got "
+                               f"{obj!r}")
     return tuple((int(k), float(f)) for k, f in obj)
-
-
-#: The range of measured sharing factors seen as regular (docs/performance.md: 1.07-1.34
-#: at 2 ranks per core with MPICH's throttle; 0.96 and 3.17 in two runs of the same
-#: calibration at larger states, 2.79 once at 500 samples). ``braidpy calibrate`` warns
-#: outside it, and predictions do not interpolate with such a point.
-SHARING_RANGE = (0.8, 2.0)
-
-
-def _log_interpolated(points: Sequence[Tuple[int, float]], x: float) -> float:
-    """The factor at ``x`` from (count, factor) points, linear in log(count) between
-    them, the nearest point's beyond.
-
-    >>> _log_interpolated(((500, 1.3), (2000, 1.1)), 1000)
-    1.2
-    """
-    pts = sorted(points)
-    if x <= pts[0][0]:
-        return pts[0][1]
-    for (a, fa), (b, fb) in zip(pts, pts[1:]):
-        if x <= b:
-            w = math.log(x / a) / math.log(b / a)
-            return round(fa + w * (fb - fa), 12)
-    return pts[-1][1]
-
-
-def _oversubscription(obj: Any, where: str) -> Tuple[float, float]:
-    """[ranks per core > 1, factor > 0]."""
-    ok = isinstance(obj, list) and len(obj) == 2 and all(
-        isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-        for x in obj) and obj[0] > 1 and obj[1] > 0
-    if not ok:
-        raise CalibrationError(f"field {where} must be [ranks per core > 1, factor > 0], "
-                               f"got {obj!r}")
-    return float(obj[0]), float(obj[1])
 
 
 def calibration_from_json(data: Any) -> Calibration:
@@ -462,6 +388,11 @@ def calibration_from_json(data: Any) -> Calibration:
     if not isinstance(layers_raw, list) or not layers_raw:
         raise CalibrationError("field calibration.layers must be a non-empty list")
     layers: List[LayerCosts] = []
+    ignored = sorted({k for lr in layers_raw if isinstance(lr, Mapping) for k in lr
+                      if k in IGNORED_FIELDS})
+    if ignored:  # once per file, not per layer
+        logger.debug("calibration: ignoring %s (ranks sharing cores are no longer "
+                     "modelled)", ", ".join(ignored))
     for i, lr in enumerate(layers_raw):
         where = f"layers[{i}]"
         kind = _field(lr, "kind", where)
@@ -493,20 +424,11 @@ def calibration_from_json(data: Any) -> Calibration:
             if "fixed_parallel" in lr else None
         concurrency = _concurrency(lr["concurrency"], f"{where}.concurrency") \
             if "concurrency" in lr else None
-        shared = _oversubscription(lr["oversubscription"], f"{where}.oversubscription") \
-            if "oversubscription" in lr else None
         sweep_grad = _number(lr, "sweep_grad", where, low=1e-3) if "sweep_grad" in lr \
             else None
-        shared_space = _oversubscription(lr["oversubscription_space"],
-                                         f"{where}.oversubscription_space") \
-            if "oversubscription_space" in lr else None
-        shared_samples = _concurrency(lr["oversubscription_samples"],
-                                      f"{where}.oversubscription_samples", "samples") \
-            if "oversubscription_samples" in lr else None
         layers.append(LayerCosts(str(name), kind, tuple(shape), kernel, costs, sweep,
                                  sweep_batched, glue, vec_factor, fixed, stack, parallel,
-                                 concurrency, shared, sweep_grad, shared_space,
-                                 shared_samples))
+                                 concurrency, sweep_grad))
     net = _field(data, "network", "calibration")
     nranks = _field(net, "nranks", "network")
     if isinstance(nranks, bool) or not isinstance(nranks, int) or nranks < 1:

@@ -1,8 +1,9 @@
 """The ``braidpy calibrate`` and ``braidpy plan`` subcommands (added to braidpy.cli).
 
 ``--cores N`` means the same in both: the cores the run's ranks have, all hosts
-together; ranks beyond N share them. ``calibrate`` measures a run on this machine
-(default: its cores), ``plan`` predicts the run it plans (default: a core per rank).
+together. ``calibrate`` measures a run on this machine (default: its cores; with more
+ranks, on N of them), ``plan`` predicts the run it plans (default: a core per rank;
+with more ranks than N, compute x ranks / N, a lower bound that is not validated).
 """
 
 from __future__ import annotations
@@ -91,8 +92,7 @@ def _numbers(values: Any) -> str:
 
 
 #: The help of --cores, one meaning for both commands (see the module docstring).
-CORES_HELP = ("cores the run's ranks have, all hosts together; more ranks than that share "
-              "them")
+CORES_HELP = "cores the run's ranks have, all hosts together"
 
 
 def add_commands(commands: Any) -> None:
@@ -104,7 +104,9 @@ def add_commands(commands: Any) -> None:
                     "counts), the core's cost per callback and per solve, and (under "
                     "mpiexec with 2+ ranks) point-to-point and allreduce alpha-beta; with "
                     "one rank the network costs are written as assumed defaults, marked so."
-                    " Writes versioned JSON.")
+                    " With more ranks than cores, everything across ranks is measured on as "
+                    "many ranks as there are cores; ranks sharing cores are not measured. "
+                    "Writes versioned JSON.")
     c.set_defaults(usage_error=c.error)
     c.add_argument("-o", "--output", required=True, metavar="FILE",
                    help="where to write the calibration, JSON (required)")
@@ -121,9 +123,11 @@ def add_commands(commands: Any) -> None:
     c.add_argument("--repeats", type=_positive_int, default=5, metavar="R",
                    help="how often each cost is timed (default %(default)s)")
     c.add_argument("--cores", type=_positive_int, metavar="N",
-                   help=f"{CORES_HELP}; under mpiexec with more ranks than N, what the "
-                        f"sharing costs a gradient is measured too (default: this machine's, "
-                        f"{os.cpu_count() or 1}; give the total for ranks on several hosts)")
+                   help=f"{CORES_HELP}; under mpiexec with more ranks than N, the network "
+                        f"and the gradients across ranks are measured on N of them while "
+                        f"the others sleep, and nothing with ranks sharing cores (default: "
+                        f"this machine's, {os.cpu_count() or 1}; give the total for ranks on "
+                        f"several hosts)")
     c.add_argument("--device", default="cpu", metavar="cpu|cuda|cuda:N",
                    help="where the layers' numbers live: the host (CPU time) or a CUDA GPU "
                         "through CuPy (wall time, synchronized; messages include the copies "
@@ -169,7 +173,8 @@ def add_commands(commands: Any) -> None:
                    help="one-shot adjoint iterations (exact: assumed adjoint iterations) "
                         "(default %(default)s)")
     p.add_argument("--cores", type=_positive_int, metavar="N",
-                   help=f"{CORES_HELP} (default: a core per rank, none shared)")
+                   help=f"{CORES_HELP}; with more ranks than N, compute x ranks / N: a "
+                        f"lower bound, not validated (default: a core per rank)")
     p.add_argument("--top", type=_positive_int, default=5, metavar="K",
                    help="how many of the best splits to print (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print the ranking as JSON")

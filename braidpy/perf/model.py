@@ -262,11 +262,12 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
     """Seconds per gradient of ``net`` with strategy ``s`` and the calibrated costs.
 
     ``p2p`` and ``small`` replace the calibration's network (e.g. a cluster's);
-    ``cores`` models oversubscription: with more ranks than cores, every computation
-    takes ``ranks / cores`` times longer (the ranks share the cores); step calls also
-    take the layer's measured ``slowdown`` for the ranks busy at once (all of them, at
-    most ``cores``; :attr:`LayerCosts.concurrency`); ``record`` keeps every simulated
-    operation in ``Prediction.timeline.events``.
+    ``cores``: the cores the ranks have (None: one each). Step calls take the layer's
+    measured ``slowdown`` for the ranks busy at once (all of them, at most ``cores``;
+    :attr:`LayerCosts.concurrency`). With more ranks than cores every computation takes
+    ranks / cores times longer, a lower bound that no measurement validates (a note
+    says so). ``record`` keeps every simulated operation in
+    ``Prediction.timeline.events``.
     """
     why = check_strategy(net, s)
     if why:
@@ -277,22 +278,11 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
     layer, scale = cal.layer(net.kind, net.shape, net.kernel)
     if scale != 1.0:
         notes.append(f"costs scaled x{scale:.3g} from {layer.name} by multiply-adds")
-    share = 1.0
-    sharing = 1.0  # the measured factor on a whole gradient of ranks sharing cores
+    share = 1.0  # ranks per core where they share cores: not measured, not validated
     if cores is not None and s.nprocs > cores:
         share = s.nprocs / cores
-        spatial = s.space > 1 and layer.oversubscription_space is not None
-        sharing = layer.sharing(share, space=s.space > 1,
-                                samples=math.ceil(net.samples / s.data))
-        measured = layer.oversubscription_space if spatial else layer.oversubscription
-        if measured is None:
-            notes.append(f"{s.nprocs} ranks on {cores} cores: compute x{share:.2g}, a "
-                         f"lower bound (waiting ranks poll; measured 22-50 % slower, "
-                         f"docs/performance.md)")
-        else:
-            notes.append(f"{s.nprocs} ranks on {cores} cores: compute x{share:.2g}, and "
-                         f"x{sharing:.3g} as measured with {measured[0]:.3g} ranks per "
-                         f"core{' on a space split' if spatial else ''}")
+        notes.append(f"{s.nprocs} ranks on {cores} cores: compute x{share:.2g}; more ranks "
+                     f"than cores: a lower bound, not validated")
     # Step calls in a gradient across ranks run slower than on one rank (caches, memory
     # bandwidth, clock, polling neighbours): the factor measured for this many ranks
     # busy at once on the host's cores. Only the calls: what lies between them across
@@ -302,9 +292,7 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
     # ones poll beside computing ones). Data groups of one rank each wait only at the
     # collectives between the solves: their calls run as independent processes', which
     # scale (digits 2x1x1 on the 2-core VM ran as fast as one rank's half under
-    # slowdowns of 1.04-1.21; cpu_scaling.py on a 16-core host: 0.93-1.04x). Sharing
-    # cores still costs them at those collectives (Peaks 4x1x1 on 2 cores ran 1.2-1.4x
-    # compute x 2), so they keep the measured sharing factor above.
+    # slowdowns of 1.04-1.21; cpu_scaling.py on a 16-core host: 0.93-1.04x).
     alone = s.layers == 1 and s.space == 1
     slowdown = 1.0 if alone else layer.slowdown(busy)
     if layer.concurrency and busy > 1 and not alone:
@@ -447,9 +435,6 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
     if s.space > 1:
         parts["allreduce(space)"] = space_ar
     total = tl.makespan + layer_ar + data_ar + space_ar
-    if sharing != 1.0:  # measured beyond compute x ranks / cores
-        parts["sharing cores"] = total * (sharing - 1.0)
-        total *= sharing
     if p2p.source.startswith("assumed") and s.nprocs > 1:
         notes.append("network costs assumed (" + p2p.source + ")")
     return Prediction(s, total, parts, memory_per_rank(net, s), tl, notes)

@@ -117,8 +117,9 @@ def plan(net: NetSpec, P: int, cal: Calibration, *, memory: Optional[float] = No
     """Predict every candidate (see :func:`candidates`), fastest first.
 
     ``memory``: bytes per rank available (None: no limit); ``network``: a cluster
-    link replacing the calibration's (e.g. :data:`CLUSTERS`); ``menu``: passed to
-    :func:`candidates`.
+    link replacing the calibration's (e.g. :data:`CLUSTERS`); ``cores``: as
+    :func:`~braidpy.perf.model.predict`'s (more ranks than cores: a lower bound, noted);
+    ``menu``: passed to :func:`candidates`.
     """
     _check_work(net, P, menu)
     ranked: List[Prediction] = []
