@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -257,6 +261,78 @@ def test_compiled_pass_has_the_bits_of_the_numpy_operations(name, dtype):
         np.testing.assert_array_equal(got_a, w + np.matmul(want_g, kk))
         np.testing.assert_array_equal(got_dK, np.matmul(np.swapaxes(want_g, -1, -2), x))
         np.testing.assert_array_equal(got_db, np.sum(want_g, axis=-2))
+
+
+# The compiled pass's loops exist twice, for baseline x86-64 and for AVX2, picked at run
+# time (_host_dense.simd()); both must give the bits above, for every width (vector
+# remainders), both dtypes and every activation.
+
+
+def _cpu_has_avx2() -> bool:
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            return any(line.startswith("flags") and " avx2" in line for line in f)
+    except OSError:
+        return False
+
+
+@pytest.fixture(params=["baseline", "avx2"])
+def simd(request):
+    from braidpy._core import _host_dense
+    if request.param == "avx2" and not _cpu_has_avx2():
+        pytest.skip("this processor has no AVX2")
+    before = _host_dense._use_simd(request.param)
+    yield request.param
+    _host_dense._use_simd(before)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("name", ["relu", "smooth_relu"])
+def test_compiled_pass_has_the_numpy_bits_in_either_instruction_set(name, dtype, simd):
+    from braidpy._core import _host_dense
+    assert _host_dense.simd() == simd
+    test_compiled_pass_has_the_bits_of_the_numpy_operations(name, dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("act", [1, 2, 3])  # tanh, relu, smooth_relu
+def test_instruction_sets_agree_bit_for_bit(act, dtype):
+    from braidpy._core import _host_dense
+    if not _cpu_has_avx2():
+        pytest.skip("this processor has no AVX2")
+    rng = _rng(41)
+    for width in (1, 3, 4, 5, 8, 13, 17):
+        for shape in ((37, width), (3, 29, width)):
+            stacked = len(shape) == 3
+            # pre-activations spread over smooth_relu's pieces: below, inside, above the blend
+            Z = (0.2 * rng.standard_normal(shape)).astype(dtype)
+            X = rng.standard_normal(shape).astype(dtype)
+            b = (0.05 * rng.standard_normal((3, width) if stacked else width)).astype(dtype)
+            h = rng.uniform(0.05, 0.5, 3).astype(dtype) if stacked else 0.37
+            results = []
+            for isa in ("baseline", "avx2"):
+                before = _host_dense._use_simd(isa)
+                try:
+                    fin, slope, upd = Z.copy(), Z.copy(), X.copy()
+                    _host_dense.dense_step_finish(fin, X, b, h, act)
+                    _host_dense.dense_slope(slope, X, b, h, act)
+                    _host_dense.dense_step_update(Z, upd, b, h, act)
+                finally:
+                    _host_dense._use_simd(before)
+                results.append((fin, slope, upd))
+            for base, wide in zip(*results):
+                np.testing.assert_array_equal(base, wide, err_msg=f"{shape} act {act}")
+
+
+def test_instruction_set_is_reported_and_chosen():
+    from braidpy._core import _host_dense
+    assert _host_dense.simd() == ("avx2" if _cpu_has_avx2() else "baseline")
+    with pytest.raises(ValueError, match="'avx2' or 'baseline' expected, got 'sse9'"):
+        _host_dense._use_simd("sse9")
+    code = "from braidpy._core import _host_dense; print(_host_dense.simd())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "BRAIDPY_HOST_SIMD": "baseline"}, check=True)
+    assert out.stdout.strip() == "baseline"
 
 
 @pytest.mark.parametrize("name", ["relu", "smooth_relu"])
