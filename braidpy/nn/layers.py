@@ -31,7 +31,8 @@ from .conv import _check_image, _check_kernel, _check_vector, _correlate, _flat_
 
 __all__ = ["dense_opening", "dense_opening_gradient", "conv_opening", "conv_opening_gradient",
            "replicate_opening", "zero_pad_opening", "classifier_logits", "classifier_loss",
-           "classifier_gradient", "classifier_predict", "accuracy"]
+           "classifier_gradient", "classifier_predict", "classifier_probabilities",
+           "classifier_sums", "accuracy"]
 
 
 def _activate(z: Any, act: Optional[ActivationLike]) -> Any:
@@ -372,6 +373,50 @@ def classifier_predict(u: Any, W: Any, mu: Any) -> Any:
     _check_classifier("classifier_predict", u, W, mu)
     xp = _namespace(u)
     return xp.argmax(_logits(u, W, mu, xp), axis=1)
+
+
+def classifier_probabilities(u: Any, W: Any, mu: Any) -> Any:
+    """Softmax rows of :func:`classifier_logits`, shape (batch, nc), on u's device.
+
+    Each row's maximum is subtracted before ``exp``; every row is that sample's own
+    arithmetic, so a batch's rows equal the samples' rows computed alone.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> classifier_probabilities(np.zeros((1, 2)), np.eye(2), np.zeros(2)).tolist()
+    [[0.5, 0.5]]
+    """
+    _check_classifier("classifier_probabilities", u, W, mu)
+    xp = _namespace(u)
+    z = _logits(u, W, mu, xp)
+    e = xp.exp(z - xp.max(z, axis=1, keepdims=True))
+    return e / xp.sum(e, axis=1, keepdims=True)
+
+
+def classifier_sums(u: Any, c: Any, W: Any, mu: Any, loss: bool = True) -> Tuple[Any, Any]:
+    """(cross entropy summed over the batch, samples classified correctly) from ONE
+    logits computation, both as numbers on u's device (0-D arrays; nothing is copied to
+    the host): what batched evaluation adds up batch by batch.
+
+    The sum is :func:`classifier_loss` times the batch size (the same operations before
+    its division); the count is :func:`accuracy`'s numerator. ``loss`` False skips the
+    log-softmax (None in its place) where only the count is wanted.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> u = np.array([[1.0, 2.0], [3.0, 0.0]])
+    >>> total, correct = classifier_sums(u, np.array([[0.0, 1.0], [0.0, 1.0]]), np.eye(2),
+    ...                                  np.zeros(2))
+    >>> round(float(total), 6), int(correct)
+    (3.361849, 1)
+    """
+    _check_classifier("classifier_sums", u, W, mu, c)
+    xp = _namespace(u)
+    z = _logits(u, W, mu, xp)
+    correct = xp.count_nonzero(xp.argmax(z, axis=1) == xp.argmax(c, axis=1))
+    return (-xp.sum(c * _log_softmax(z, xp)) if loss else None), correct
 
 
 def accuracy(u: Any, c: Any, W: Any, mu: Any) -> float:

@@ -28,16 +28,25 @@ import numpy as np
 
 from .._device import HOST, Placement, placement, placement_of
 from .._renamed import renamed_arguments, renamed_attribute
-from ._common import _namespace
+from ._common import _concat, _namespace
 from .activations import get_activation
-from .layers import (accuracy, classifier_gradient, classifier_loss, classifier_predict,
-                     conv_opening, conv_opening_gradient, dense_opening, dense_opening_gradient,
+from .layers import (classifier_gradient, classifier_loss, classifier_predict,
+                     classifier_probabilities, classifier_sums, conv_opening,
+                     conv_opening_gradient, dense_opening, dense_opening_gradient,
                      replicate_opening, zero_pad_opening)
 from .residual import BackendLike, ConvLayer, DenseLayer, _positive_int
 
-__all__ = ["ResNet", "OPENINGS"]
+__all__ = ["ResNet", "OPENINGS", "EVALUATION_STATE_BYTES"]
 
 OPENINGS = ("dense", "conv", "replicate", "zero-pad")
+
+#: Evaluation (validation, ``braidpy evaluate``, ``braidpy predict``) runs in batches whose
+#: state (batch x state size, float64) stays within this many bytes, one sample at least:
+#: 32 MiB, e.g. 668 samples of an MNIST network of 8 channels (8 x 28 x 28 numbers each),
+#: 16384 of the digits preset's 4 x 8 x 8, 524288 of a Peaks width 8. A forward pass holds
+#: a few such states (and, on the array-API conv path, im2col columns of k * k states), so
+#: its memory stays bounded whatever the number of samples.
+EVALUATION_STATE_BYTES = 32 << 20
 
 
 class ResNet:
@@ -321,18 +330,110 @@ class ResNet:
             g[name][...] = value
         return float(loss), grad
 
-    def predict(self, params: Any, X: Any) -> Any:
-        """Predicted class indices by the serial forward sweep."""
-        v = self.views(params)
-        return classifier_predict(self.forward(params, X), v["W"], v["mu"])
+    # ------------------------------------------------------- batched evaluation
+    def evaluation_batch(self, batch_size: Optional[int] = None) -> int:
+        """Samples per evaluation batch: ``batch_size`` (an int >= 1), or None for the
+        default, as many as keep one state within :data:`EVALUATION_STATE_BYTES`.
 
-    def accuracy(self, params: Any, X: Any, C: Any) -> float:
-        """Fraction of samples classified correctly (serial forward sweep)."""
+        >>> ResNet((2,), 5, width=8, nlayers=4).evaluation_batch()
+        524288
+        >>> ResNet((2,), 5, width=8, nlayers=4).evaluation_batch(0)
+        Traceback (most recent call last):
+        ...
+        ValueError: batch_size must be an int >= 1 (or None: the default), got 0
+        """
+        if batch_size is None:
+            return max(1, EVALUATION_STATE_BYTES // (8 * self.features))
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
+                or batch_size < 1:
+            raise ValueError(f"batch_size must be an int >= 1 (or None: the default), "
+                             f"got {batch_size!r}")
+        return int(batch_size)
+
+    def evaluation_batches(self, samples: int, batch_size: Optional[int] = None
+                           ) -> List[slice]:
+        """The consecutive slices of ``samples`` samples that evaluation takes in turn
+        (the last one shorter where the size does not divide; one empty slice for no
+        samples, so that the result keeps its shape).
+
+        >>> ResNet((2,), 5, width=8, nlayers=4).evaluation_batches(5, 2)
+        [slice(0, 2, None), slice(2, 4, None), slice(4, 5, None)]
+        """
+        size = self.evaluation_batch(batch_size)
+        return [slice(start, min(start + size, samples))
+                for start in range(0, samples, size)] or [slice(0, 0)]
+
+    def _batch_of(self, params: Any, X: Any, rows: slice) -> Any:
+        """Rows of X on the parameters' device: a device array is sliced there; host data
+        for device parameters are copied batch by batch (device memory stays bounded)."""
+        part = X[rows.start:rows.stop, ...]
+        if isinstance(part, np.ndarray) and not isinstance(params, np.ndarray):
+            return placement_of(params).from_host(part, dtype=None)
+        return part
+
+    def _final_states(self, params: Any, X: Any, batch_size: Optional[int]):
+        """(rows, u_N of those rows) batch by batch: the serial forward sweep of each."""
+        for rows in self.evaluation_batches(int(X.shape[0]), batch_size):
+            yield rows, self.forward(params, self._batch_of(params, X, rows))
+
+    def evaluate(self, params: Any, X: Any, C: Any, batch_size: Optional[int] = None
+                 ) -> Tuple[float, float]:
+        """(mean cross-entropy loss, accuracy) of the serial forward sweep, batch by batch
+        (:meth:`evaluation_batches`) on the parameters' device: one forward pass per
+        batch, the loss sums and correct counts added up there, and two numbers copied
+        back at the end. X and C may be on the host (copied a batch at a time).
+
+        The accuracy is exact; the loss is the sum of the batches' sums divided by the
+        samples, which may differ from :meth:`loss`'s one sum in the last bits (relative
+        1e-12 is ample for millions of samples).
+        """
+        n, v = _samples("evaluate", X), self.views(params)
+        loss: Any = 0.0
+        correct: Any = 0
+        for rows, u in self._final_states(params, X, batch_size):
+            s, k = classifier_sums(u, self._batch_of(params, C, rows), v["W"], v["mu"])
+            loss, correct = loss + s, correct + k
+        return float(loss) / n, int(correct) / n
+
+    def predict(self, params: Any, X: Any, batch_size: Optional[int] = None) -> Any:
+        """Predicted class indices by the serial forward sweep, batch by batch (see
+        :meth:`evaluate`); one integer array on the parameters' device."""
         v = self.views(params)
-        return float(accuracy(self.forward(params, X), C, v["W"], v["mu"]))
+        parts = [classifier_predict(u, v["W"], v["mu"])
+                 for _, u in self._final_states(params, X, batch_size)]
+        return parts[0] if len(parts) == 1 else _concat(parts, 0, _namespace(parts[0]))
+
+    def probabilities(self, params: Any, X: Any, batch_size: Optional[int] = None) -> Any:
+        """Softmax class probabilities (samples x nclasses) by the serial forward sweep,
+        batch by batch (see :meth:`evaluate`), on the parameters' device."""
+        v = self.views(params)
+        parts = [classifier_probabilities(u, v["W"], v["mu"])
+                 for _, u in self._final_states(params, X, batch_size)]
+        return parts[0] if len(parts) == 1 else _concat(parts, 0, _namespace(parts[0]))
+
+    def accuracy(self, params: Any, X: Any, C: Any, batch_size: Optional[int] = None
+                 ) -> float:
+        """Fraction of samples classified correctly (serial forward sweep), batch by batch
+        (see :meth:`evaluate`): the counts are added up on the device, one number comes
+        back."""
+        n, v = _samples("accuracy", X), self.views(params)
+        correct: Any = 0
+        for rows, u in self._final_states(params, X, batch_size):
+            _, k = classifier_sums(u, self._batch_of(params, C, rows), v["W"], v["mu"],
+                                   loss=False)
+            correct = correct + k
+        return int(correct) / n
 
     def describe(self) -> str:
         """One line: the architecture in words."""
         return (f"ResNet: {self.opening} opening -> {self.nlayers} x {self.layer.describe()} "
                 f"({self.activation_name}, tstop={self.tstop:g}) -> softmax {self.nclasses}; "
                 f"{self.nparams} parameters")
+
+
+def _samples(what: str, X: Any) -> int:
+    """The number of samples in X, which a mean over them needs to be at least one."""
+    n = int(X.shape[0])
+    if n == 0:
+        raise ValueError(f"{what}: no samples (X has shape {tuple(X.shape)})")
+    return n

@@ -689,7 +689,10 @@ class Trainer:
     def _accuracy(self, params: Any) -> float:
         """Validation accuracy at ``params``. The evaluators work on :attr:`params` in
         place (the MGRIT apps hold it), so other parameters (EASGD's centre) are
-        copied in for the validation and this group's own put back after."""
+        copied in for the validation and this group's own put back after. The
+        validation data are on the network's device (copied there once); the evaluators
+        take them in the network's evaluation batches
+        (:meth:`braidpy.nn.ResNet.evaluation_batches`) and bring back one number."""
         data = self._validation_data()
         if params is self.params:
             self._point("validation")
