@@ -36,8 +36,24 @@ one-shot (2, 2) gradient (2 levels, each --conv-cfactors), with the cuda-direct,
 and array-API im2col backends, and PyTorch's autograd through the same conv residual
 loop.
 
+Validation (--validation, issue 32 item 4): ``braidpy.train.Trainer`` with the quick
+preset's network and settings for scikit-learn's digits (8 conv layers of 4 channels, 8x8)
+and digits28 (16 layers of 8 channels, 28x28) on ``device="cuda"``, serial and one-shot:
+seconds per training step (median, the first step left out) against seconds per
+validation (median of all but the first; the first, which compiles CuPy's kernels for
+the classifier's argmax and count, printed apart) and per ``ResNet.evaluate`` of the
+validation set, as a ratio with the target: a validation costs at most 10 training steps.
+Needs CuPy and a GPU; otherwise it says so and skips (exit 0).
+
+Fused dense steps (--dense-fused, issue 32 item 3): per call, a dense step's kernels on
+CuPy (Peaks' shape: width 8, batch 5000, smooth_relu, float64 and float32; single and
+stacked over 16 intervals): braidpy._cuda's fused kernels (cuBLAS's product, then one
+kernel) against the array-API arithmetic (about eleven launches), forward and
+adjoint + gradient. Needs CuPy, a GPU and braidpy._cuda; otherwise it says so and skips.
+
 Run: python benchmarks/bench_gpu.py [--layers N] [--batches 1 32] [--repeats R]
      [--conv [--intervals M]] [--conv-net [--conv-layers N] [--conv-batches B ...]]
+     [--validation [--validation-steps S] [--validate-every V]] [--dense-fused]
 """
 
 from __future__ import annotations
@@ -283,6 +299,74 @@ def _torch_conv_fwd_bwd(torch, n, C, batch):
         lambda u, K, b: torch.nn.functional.conv2d(u, K, b, padding=1))
 
 
+#: --validation's target: one validation costs at most this many training steps.
+VALIDATION_TARGET = 10.0
+
+
+def _digits_source(source):
+    """(train, validation, words) of scikit-learn's digits (``source`` 'digits' or
+    'digits28'), or random images of their shape where scikit-learn is missing."""
+    from braidpy import data
+
+    try:
+        sets = (data.digits if source == "digits" else data.digits28)(0.2, 1)
+        return sets["train"], sets["validation"], f"scikit-learn's {source}"
+    except ImportError as exc:
+        side = 8 if source == "digits" else 28
+        rng = np.random.default_rng(20261217)
+        X = rng.uniform(0, 1, (1797, 1, side, side))
+        C = np.eye(10)[rng.integers(0, 10, 1797)]
+        return ((X[359:], C[359:]), (X[:359], C[:359]),
+                f"random {side}x{side} images ({exc})")
+
+
+def validation_rows(xp, where, args, device="cuda"):
+    """Seconds per training step against seconds per validation, on the GPU (see the
+    module docstring); skips, saying why, without one. (``device`` "cpu": the same rows
+    on the host, for the test that keeps this code running.)"""
+    if xp is np and device == "cuda":
+        print(f"validation: skipped, it needs CuPy and a GPU: {where.split('; ')[0]}")
+        return
+    from braidpy.nn import ResNet as Net
+    from braidpy.train import TrainConfig, Trainer
+    from braidpy.train.presets import NETWORK_KEYS, preset
+
+    for source in args.validation_sources:
+        settings = preset("quick", source)
+        train, val, what = _digits_source(source)
+        for mode in args.validation_modes:
+            net = Net(train[0].shape[1:], 10, device=device,
+                      **{key: settings[key] for key in NETWORK_KEYS})
+            config = TrainConfig(mode=mode, optimizer=settings["optimizer"], lr=settings["lr"],
+                                 batch_size=settings["batch_size"], shuffle=True,
+                                 iterations=args.validation_steps,
+                                 validate_every=args.validate_every)
+            trainer = Trainer(net, train, val, config)
+            trainer.run()
+            history = trainer.history
+            steps = [r["seconds"] - r.get("validation_seconds", 0.0) for r in history[1:]]
+            checks = [r["validation_seconds"] for r in history if "validation_seconds" in r]
+            step = float(np.median(steps))
+            check = float(np.median(checks[1:] or checks))
+            Xv, Cv = (net.placement.from_host(a) for a in val)
+
+            def evaluate():
+                net.evaluate(trainer.params, Xv, Cv)  # two scalars back: synchronized
+
+            evaluate()
+            t_eval = best(evaluate, args.repeats)
+            ratio = check / step
+            print(f"validation, {what}, {net.describe()}, mode {trainer.mode}, batches of "
+                  f"{settings['batch_size']}: training step {step * 1e3:.1f} ms (median of "
+                  f"{len(steps)}); validation of {val[0].shape[0]} samples in batches of "
+                  f"{net.evaluation_batch()} {check * 1e3:.1f} ms (median of "
+                  f"{max(len(checks) - 1, 1)}; the first {checks[0] * 1e3:.1f} ms = "
+                  f"{checks[0] / step:.1f} steps), ResNet.evaluate {t_eval * 1e3:.1f} ms; "
+                  f"validation / training step = {ratio:.1f} (target <= "
+                  f"{VALIDATION_TARGET:g}: {'met' if ratio <= VALIDATION_TARGET else 'MISSED'})",
+                  flush=True)
+
+
 def forward(xp, n, batch, repeats, hierarchies=((2, CFACTOR),)):
     """Serial loop vs MGRIT (2 iterations; to a 1e-8 relative drop), one batch size,
     for each (levels, cfactor)."""
@@ -452,6 +536,49 @@ def _torch_residual_fwd_bwd(torch, key, kshape, scale, ushape, layer):
     torch.cuda.synchronize()
 
 
+def dense_fused_rows(xp, where, repeats, calls=50):
+    """Seconds per call of the fused dense kernels against the array-API ones (module
+    docstring); skips, saying why, without CuPy, a GPU or braidpy._cuda's kernels."""
+    from braidpy.nn import dense
+
+    why = dense.fused_unavailable() if xp is not np else where.split("; ")[0]
+    if why is not None:
+        print(f"dense-fused: skipped, it needs CuPy, a GPU and braidpy._cuda: {why}")
+        return
+    act, m, batch = "smooth_relu", 16, 5000
+    print(f"dense step per call ({act}, width {WIDTH}, batch {batch}; stacked: {m} intervals)")
+    print(f"{'dtype':8} {'call':28} {'fused':>10} {'array-api':>10} {'ratio':>6}")
+    for dtype in (np.float64, np.float32):
+        K, b = weights(np, m)
+        W, U = (np.sin(np.arange(m * batch * WIDTH) * c).reshape(m, batch, WIDTH)
+                for c in (0.37, 0.71))
+        hs = np.full(m, TSTOP / 64)
+        W, U, K, b, hs = (xp.asarray(a, dtype=dtype) for a in (W, U, K, b, hs))
+        h = float(hs[0])
+        cases = [
+            ("forward", lambda f: f[0](U[0], K[0], b[0], h, act)),
+            ("adjoint + gradient", lambda f: (f[1](W[0], U[0], K[0], b[0], h, act),
+                                              f[2](W[0], U[0], K[0], b[0], h, act))),
+            ("forward stacked", lambda f: f[3](U, K, b, hs, act)),
+            ("adjoint + gradient stacked", lambda f: (f[4](W, U, K, b, hs, act),
+                                                      f[5](W, U, K, b, hs, act))),
+        ]
+        fused, api = dense.GPU_STEPS, (dense._api_forward, dense._api_adjoint,
+                                       dense._api_gradient, dense._api_forward_batched,
+                                       dense._api_adjoint_batched, dense._api_gradient_batched)
+        for name, run in cases:
+            def per_call(steps):
+                def loop():
+                    for _ in range(calls):
+                        run(steps)
+                    sync(xp)
+                loop()  # compiles CuPy's kernels, warms the pool
+                return best(loop, repeats) / calls
+            tf, ta = per_call(fused), per_call(api)
+            print(f"{np.dtype(dtype).name:8} {name:28} {tf * 1e6:8.1f}us {ta * 1e6:8.1f}us "
+                  f"{ta / tf:6.2f}")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--layers", type=int, default=4096)
@@ -471,6 +598,19 @@ def main(argv=None):
                    help="--conv-net: the conv backends to time")
     p.add_argument("--conv-cfactors", type=int, nargs="+", default=[CFACTOR],
                    help="--conv-net: coarsening factors of the one-shot gradient (2 levels)")
+    p.add_argument("--validation", action="store_true",
+                   help="seconds per training step vs per validation on the GPU (target: "
+                        "a validation costs <= 10 steps)")
+    p.add_argument("--validation-sources", nargs="+", default=["digits", "digits28"],
+                   choices=["digits", "digits28"], help="--validation: data (quick preset)")
+    p.add_argument("--validation-modes", nargs="+", default=["serial", "oneshot"],
+                   choices=["serial", "oneshot", "exact"], help="--validation: training modes")
+    p.add_argument("--validation-steps", type=int, default=20,
+                   help="--validation: training steps per run")
+    p.add_argument("--validate-every", type=int, default=5,
+                   help="--validation: steps between validations")
+    p.add_argument("--dense-fused", action="store_true",
+                   help="per call: fused dense GPU kernels vs the array-API arithmetic")
     args = p.parse_args(argv)
     xp, where = array_module()
     info = braidpy.cuda_info()
@@ -481,6 +621,12 @@ def main(argv=None):
         return
     if args.conv_net:
         conv_network(xp, args)
+        return
+    if args.validation:
+        validation_rows(xp, where, args)
+        return
+    if args.dense_fused:
+        dense_fused_rows(xp, where, args.repeats)
         return
     hierarchies = [tuple(int(v) for v in h.split(":")) for h in args.hierarchies]
     for batch in args.batches:

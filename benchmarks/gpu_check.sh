@@ -4,7 +4,8 @@
 # benchmarks and a short --device cuda training. Each step has its own time limit and
 # log; a failing step does not stop the next. Logs go to $OUT (default ./gpu-check).
 #
-#   bash benchmarks/gpu_check.sh            # about 5 minutes on one H100/H200
+#   bash benchmarks/gpu_check.sh            # about 6 minutes on one H100/H200 (estimated:
+#   the dense-fused and validation steps have not run on one yet)
 #   (benchmarks/build_for_gpu_machine.sh first, here, and carrying its two .so files
 #   saves the build: about 85 s of the device time)
 #   STEPS="pytest-gpu bench-gpu-conv" bash benchmarks/gpu_check.sh   # some steps only
@@ -30,8 +31,8 @@ export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
 # The 2-rank test launches the machine's mpiexec; Open MPI refuses root without these.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
-STEPS=${STEPS:-pytest-gpu bench-gpu bench-gpu-conv gpu-overheads bench-gpu-conv-net \
-bench-torch-cuda train-digits-cuda train-digits28-cuda calibrate-gpu}
+STEPS=${STEPS:-pytest-gpu bench-gpu bench-gpu-conv bench-gpu-dense-fused gpu-overheads bench-gpu-conv-net \
+bench-torch-cuda train-digits-cuda bench-gpu-validation train-digits28-cuda calibrate-gpu}
 
 step() {  # step NAME SECONDS COMMAND...: run, log to $OUT/NAME.log, report the status
     local name=$1 limit=$2
@@ -84,10 +85,16 @@ step pytest-gpu 240 $PY -m pytest -m gpu -ra -p no:cacheprovider -W ignore::Depr
     -W ignore::FutureWarning tests/test_gpu.py
 step bench-gpu 150 $PY benchmarks/bench_gpu.py ${BENCH_GPU_ARGS:-}
 step bench-gpu-conv 60 $PY benchmarks/bench_gpu.py --conv
+# Dense steps: braidpy._cuda's fused kernel against the array-API arithmetic, per call
+# (issue 32 item 3).
+step bench-gpu-dense-fused 60 $PY benchmarks/bench_gpu.py --dense-fused
 step gpu-overheads 60 bash -c "cd benchmarks && $PY gpu_overheads.py"
 step bench-gpu-conv-net 240 $PY benchmarks/bench_gpu.py --conv-net --conv-cfactors 64 16
 step bench-torch-cuda 150 $PY benchmarks/bench_torch.py --device cuda --repeats 3
 step train-digits-cuda 120 $PY -m braidpy train digits --device cuda --iterations 20
+# Seconds per validation against seconds per training step (issue 32 item 4: target <= 10),
+# digits and digits28 with their quick presets, serial and one-shot, 20 steps each.
+step bench-gpu-validation 120 $PY benchmarks/bench_gpu.py --validation
 # An MNIST-size conv ResNet (28x28, 8 channels): scikit-learn's digits scaled 3x and
 # padded to 28x28, through the FILE source.
 $PY - <<'PYEOF'

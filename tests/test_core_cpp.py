@@ -40,17 +40,20 @@ def test_core_builds_and_passes_without_python(build):
 
 def test_cuda_kernels_arithmetic_passes_on_the_host(build):
     out = run(build, "kernels_test")
-    assert out.count("ok  ") == 291
+    assert out.count("ok  ") == 315
     for kernel in ("axpby<double>", "axpby<float>", "gather<double>", "gather<float>",
                    "dense elements<double>", "dense elements<float>",
+                   "dense finish<double> slope act 3 stacked",
+                   "dense finish<float> step act 1 single",
                    "row norm<double>", "row norm<float>", "(x is y)", "zero row"):
         assert kernel in out, kernel
 
 
 def test_cudnn_conv_plan_passes_on_the_host(build):
     out = run(build, "conv_plan_test")
-    assert out.count("ok  ") == 60
+    assert out.count("ok  ") == 64
     for what in ("nchw(2, 3, 4, 5) strides", "even k refused", "grouped filter descriptor",
+                 "tensor-op math (1) with tf32", "tf32 is part of the plan cache's key",
                  "grouped forward == per-interval", "grouped backward data == per-interval",
                  "grouped backward filter == per-interval", "grouped bias gradient",
                  "least recently used", "1024"):

@@ -159,7 +159,8 @@ def no_gpu_here():
 
 
 @pytest.mark.parametrize("call", ["check_device", "sum", "copy", "gather", "row_norms",
-                                  "conv_direct_step", "conv_direct_param_grads"])
+                                  "conv_direct_step", "conv_direct_param_grads", "dense_step",
+                                  "dense_slope"])
 def test_every_entry_point_raises_no_gpu_error_without_a_gpu(call):
     cuda = cuda_module()
     no_gpu_here()
@@ -175,7 +176,11 @@ def test_every_entry_point_raises_no_gpu_error_without_a_gpu(call):
                  *conv, FakeDeviceArray(np.zeros((1, 1, 2, 3, 3))), 1),
              "conv_direct_param_grads": lambda: cuda.conv_direct_param_grads(
                  conv[0], conv[0], FakeDeviceArray(np.zeros((1, 2, 2, 3, 3))),
-                 FakeDeviceArray(np.zeros((1, 2))))}
+                 FakeDeviceArray(np.zeros((1, 2)))),
+             "dense_step": lambda: cuda.dense_step(y, y, x[:4], 0.5, y, 3),
+             "dense_slope": lambda: cuda.dense_slope(
+                 FakeDeviceArray(np.ones((2, 2, 4))), FakeDeviceArray(np.ones((2, 2, 4))),
+                 y, FakeDeviceArray(np.ones(2)), FakeDeviceArray(np.zeros((2, 2, 4))), 1)}
     with pytest.raises(braidpy.NoGPUError, match=r"no usable GPU \(cudaError") as info:
         calls[call]()
     assert info.value.code in (35, 100)  # no driver / no device
@@ -188,6 +193,82 @@ def test_entry_points_refuse_what_is_not_a_cuda_array():
         cuda.sum(1.0, np.ones(3), 1.0, np.ones(3))
     with pytest.raises(TypeError, match="float64 or float32"):
         cuda.row_norms([FakeDeviceArray(np.ones(3, dtype=np.int64))])
+
+
+def test_dense_entry_points_check_their_arguments_before_the_device():
+    """braidpy._cuda.dense_step/dense_slope (the fused dense steps' kernels) refuse bad
+    arguments with a ValueError or TypeError naming what is wrong, GPU or not."""
+    cuda = cuda_module()
+    Z, U, out = (FakeDeviceArray(np.ones((3, 2, 4))) for _ in range(3))
+    b, h = FakeDeviceArray(np.ones((3, 4))), FakeDeviceArray(np.ones(3))
+    cases = [
+        (lambda: cuda.dense_step(Z, U, b, h, out, 4), ValueError, r"act must be .*, got 4"),
+        (lambda: cuda.dense_slope(Z, U, b, h, FakeDeviceArray(np.ones((3, 2, 5))), 1),
+         ValueError, "W and out must have Z's shape"),
+        (lambda: cuda.dense_step(Z, U, FakeDeviceArray(np.ones(4)), h, out, 1), ValueError,
+         r"b must be \(m, width\)"),
+        (lambda: cuda.dense_step(Z, U, b, FakeDeviceArray(np.ones(2)), out, 1), ValueError,
+         r"h must be Z's dtype, shaped \(m,\)"),
+        (lambda: cuda.dense_step(Z, U, b, h, FakeDeviceArray(np.ones((3, 2, 4), np.float32)), 1),
+         ValueError, "dtypes differ"),
+        (lambda: cuda.dense_step(Z[0], U[0], b[0], "0.5", out[0], 1), TypeError,
+         "h must be a number for a 2-D Z, got str"),
+        (lambda: cuda.dense_step(Z, U, b, h, np.ones((3, 2, 4)), 1), TypeError,
+         "__cuda_array_interface__"),
+    ]
+    whole = np.ones(30)  # out overlapping U one element along: refused
+    parts = [FakeDeviceArray(whole[k:k + 24].reshape(3, 2, 4)) for k in (0, 1)]
+    cases.append((lambda: cuda.dense_step(Z, parts[0], b, h, parts[1], 1), ValueError,
+                  "must be the same array or not overlap"))
+    for call, error, message in cases:
+        with pytest.raises(error, match=message):
+            call()
+
+
+def test_tf32_is_opt_in_for_float32_and_reaches_the_convolution_descriptor(monkeypatch):
+    """BRAIDPY_TF32=1 lets float32 cuDNN convolutions use TF32 tensor cores (never
+    float64); conv_backends then passes tf32=True to every call of the problem (its own
+    plan), otherwise the calls are the ones braidpy always made; braidpy._cuda's
+    descriptor plan says which cudnnMathType_t results."""
+    from braidpy.nn import conv_backends as cb
+
+    monkeypatch.delenv(cb.TF32_ENV, raising=False)
+    assert not cb.tf32_allowed("float32") and not cb.tf32_allowed("float64")
+    monkeypatch.setenv(cb.TF32_ENV, "1")
+    assert cb.tf32_allowed("float32") and not cb.tf32_allowed("float64")
+    monkeypatch.setenv(cb.TF32_ENV, "yes")
+    with pytest.raises(ValueError, match="BRAIDPY_TF32 must be 0 or 1, got 'yes'"):
+        cb.tf32_allowed("float32")
+
+    class Recorder:
+        calls = []
+
+        def conv_workspace(self, *args, **kw):
+            self.calls.append(("workspace", kw))
+            return {"request": 0}
+
+        def conv_forward(self, x, K, y, groups, ws, nbytes, **kw):
+            self.calls.append(("forward", kw))
+
+    monkeypatch.setattr(cb, "_cuda", Recorder)
+    x, K = np.ones((2, 4, 5, 5), np.float32), np.ones((4, 4, 3, 3), np.float32)
+    for flag, kw in (("1", {"tf32": True}), ("0", {})):
+        monkeypatch.setenv(cb.TF32_ENV, flag)
+        Recorder.calls.clear()
+        cb.conv2d_cudnn(x, K)
+        assert Recorder.calls == [("workspace", kw), ("forward", kw)]
+    monkeypatch.setenv(cb.TF32_ENV, "1")
+    Recorder.calls.clear()
+    cb.conv2d_cudnn(x.astype(np.float64), K.astype(np.float64))
+    assert Recorder.calls == [("workspace", {}), ("forward", {})]
+
+    cuda = cuda_module()
+
+    def plan(dtype, **kw):
+        return cuda.conv_plan(2, 8, 8, 28, 28, 3, 1, dtype, **kw)["math_type"]
+
+    assert (plan("float32"), plan("float32", tf32=True)) == (3, 1)  # FMA; tensor-op math
+    assert plan("float64") == plan("float64", tf32=True) == 0        # the default
 
 
 def test_a_solve_with_cuda_states_and_no_gpu_raises_no_gpu_error():

@@ -495,6 +495,68 @@ def test_short_peaks_training_on_the_gpu_equals_numpy(cp):
     np.testing.assert_allclose(params, host_params, rtol=1e-8, atol=1e-10)
 
 
+@pytest.mark.parametrize("mode", ["serial", "oneshot"])
+def test_batched_validation_and_evaluation_on_the_gpu_equal_numpy(cp, mode, monkeypatch):
+    """Validation inside Trainer.step in batches of 3 (3, 3, 1: a remainder) and
+    ResNet.evaluate/predict/probabilities in batches of 1, 4 and the default on CuPy
+    (issue 32 item 4): NumPy's accuracies and class ids, loss and probabilities to
+    rounding, the ids left on the GPU. test_device_evaluation.py runs the same on
+    array-api-strict's second device."""
+    import braidpy.nn.network as network
+    from evaluation_cases import network as make_network
+    from evaluation_cases import validating_trainer
+
+    ref = validating_trainer(mode)
+    ref.run()
+    dev = validating_trainer(mode, dict(device="cuda"))
+    monkeypatch.setattr(network, "EVALUATION_STATE_BYTES", 8 * dev.net.features * 3)
+    dev.run()
+    assert [r["val_accuracy"] for r in dev.history] == [r["val_accuracy"] for r in ref.history]
+    for kind in ("dense", "conv"):
+        net, p, X, C = make_network(kind)
+        dnet, dp = make_network(kind, dict(device="cuda"))[:2]
+        loss, acc = net.evaluate(p, X, C)
+        for batch in (1, 4, None):
+            dloss, dacc = dnet.evaluate(dp, X, C, batch)
+            assert dacc == acc and dloss == pytest.approx(loss, rel=1e-10)
+            ids = dnet.predict(dp, X, batch)
+            assert isinstance(ids, cp.ndarray)
+            np.testing.assert_array_equal(cp.asnumpy(ids), net.predict(p, X))
+            np.testing.assert_allclose(cp.asnumpy(dnet.probabilities(dp, X, batch)),
+                                       net.probabilities(p, X), rtol=1e-10, atol=1e-15)
+
+
+def test_evaluate_and_predict_with_device_cuda_equal_device_cpu(cp, tmp_path, capsys):
+    """``braidpy evaluate``/``predict --device cuda --batch-size 4`` on a checkpoint:
+    the accuracy and class ids of --device cpu, loss and probabilities to rounding."""
+    import json
+
+    from cli_runner import in_process
+    from evaluation_cases import tiny_checkpoint
+
+    ckpt, samples = tiny_checkpoint(tmp_path, lambda *args: in_process(capsys, *args))
+    data = ("peaks", "--samples", "40", "--validation-samples", "9", "--json")
+    results, outputs = {}, {}
+    for device in ("cpu", "cuda"):
+        status, out, err = in_process(capsys, "evaluate", ckpt, *data, "--device", device,
+                                      "--batch-size", "4")
+        assert status == 0, err
+        results[device] = json.loads(out)
+        for name in ("ids", "p"):
+            outputs[device, name] = tmp_path / f"{device}-{name}.npy"
+            status, _, err = in_process(capsys, "predict", ckpt, samples, "-o",
+                                        outputs[device, name], "--device", device,
+                                        "--batch-size", "4",
+                                        *(["--probabilities"] if name == "p" else []))
+            assert status == 0, err
+    assert results["cuda"]["device"] == "cuda:0"
+    assert results["cuda"]["accuracy"] == results["cpu"]["accuracy"]
+    assert results["cuda"]["loss"] == pytest.approx(results["cpu"]["loss"], rel=1e-10)
+    np.testing.assert_array_equal(np.load(outputs["cuda", "ids"]), np.load(outputs["cpu", "ids"]))
+    np.testing.assert_allclose(np.load(outputs["cuda", "p"]), np.load(outputs["cpu", "p"]),
+                               rtol=1e-10, atol=1e-15)
+
+
 # ------------------------------------------------------------ braidpy.torch on CUDA
 
 @pytest.fixture(scope="module")
@@ -556,3 +618,125 @@ def test_calibrate_on_the_gpu_writes_device_costs(cp, tmp_path):
     assert 0.25 <= cal.layers[0].sweep <= 8.0
     save_calibration(cal, str(tmp_path / "gpu.json"))
     assert load_calibration(str(tmp_path / "gpu.json")).device == "cuda:0"
+
+
+# ------------------------------------------------------------ fused dense steps (issue 32)
+
+@pytest.fixture(scope="module")
+def fused_dense(cuda):
+    from braidpy.nn import dense
+
+    why = dense.fused_unavailable()
+    if why is not None:
+        pytest.skip(f"fused dense kernels: {why}")
+    return dense
+
+
+# cuBLAS's products and the device's tanh against NumPy's (OpenBLAS, glibc): rounding
+# differences only, relative to the largest entry of the result.
+DENSE_RTOL = {np.float64: 1e-12, np.float32: 1e-5}
+
+
+def dense_close(got, want, dtype):
+    want = np.asarray(want)
+    scale = float(np.max(np.abs(want))) or 1.0
+    np.testing.assert_allclose(to_host(got), want, rtol=DENSE_RTOL[dtype],
+                               atol=DENSE_RTOL[dtype] * scale)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("act", ["tanh", "relu", "smooth_relu"])
+def test_fused_dense_steps_on_the_gpu_equal_numpys(cp, fused_dense, act, dtype):
+    """One kernel after cuBLAS's product: forward, adjoint, gradient (single and stacked
+    over intervals, out=U in place) equal NumPy's kernels to DENSE_RTOL; CuPy arrays
+    take them through braidpy.nn.dense's public functions by default."""
+    dense = fused_dense
+    rng = np.random.default_rng(20261205)
+    m, batch, width = 6, 96, 16
+    W, U = (rng.standard_normal((m, batch, width)).astype(dtype) for _ in range(2))
+    Ks = (rng.standard_normal((m, width, width)) / 4).astype(dtype)
+    bs = (rng.standard_normal((m, width)) / 4).astype(dtype)
+    hs = rng.uniform(0.1, 0.5, m).astype(dtype)
+    dW, dU, dKs, dbs, dhs = (cp.asarray(a) for a in (W, U, Ks, bs, hs))
+    assert dense.gpu_choice()[0] == "cuda-fused"
+    h = float(hs[0])
+    dense_close(dense.dense_forward(dU[0], dKs[0], dbs[0], h, act),
+                dense.dense_forward(U[0], Ks[0], bs[0], h, act), dtype)
+    dense_close(dense.dense_adjoint(dW[0], dU[0], dKs[0], dbs[0], h, act),
+                dense.dense_adjoint(W[0], U[0], Ks[0], bs[0], h, act), dtype)
+    for got, want in zip(dense.dense_adjoint_and_gradient(dW[0], dU[0], dKs[0], dbs[0], h, act),
+                         dense.dense_adjoint_and_gradient(W[0], U[0], Ks[0], bs[0], h, act)):
+        dense_close(got, want, dtype)
+    dense_close(dense.dense_forward_batched(dU, dKs, dbs, dhs, act),
+                dense.dense_forward_batched(U, Ks, bs, hs, act), dtype)
+    dense_close(dense.dense_adjoint_batched(dW, dU, dKs, dbs, dhs, act),
+                dense.dense_adjoint_batched(W, U, Ks, bs, hs, act), dtype)
+    for got, want in zip(dense.dense_gradient_batched(dW, dU, dKs, dbs, dhs, act),
+                         dense.dense_gradient_batched(W, U, Ks, bs, hs, act)):
+        dense_close(got, want, dtype)
+    inplace = dU.copy()
+    assert dense.dense_forward_batched(inplace, dKs, dbs, dhs, act, out=inplace) is inplace
+    dense_close(inplace, dense.dense_forward_batched(U, Ks, bs, hs, act), dtype)
+    # each stacked row is the single step's result (the same element functions)
+    single = dense._gpu_forward(dU[2], dKs[2], dbs[2], dhs[2], act)
+    dense_close(single, to_host(dense._gpu_forward_batched(dU, dKs, dbs, dhs, act))[2], dtype)
+
+
+def test_fused_dense_layer_parallel_gradient_on_the_gpu_equals_serial_backprop(cp, fused_dense):
+    """A dense ResNet on CuPy with the "cuda-fused" kernels: its exact layer-parallel
+    gradient (both MGRIT solves to 1e-13) equals serial backprop on the GPU to 1e-10, and
+    serial backprop with the fused kernels equals the NumPy network's to 1e-10."""
+    from braidpy.nn import ResNet
+    from braidpy.train.evaluate import LayerParallelEvaluator
+
+    rng = np.random.default_rng(20261206)
+    kw = dict(width=8, nlayers=32, activation="smooth_relu")
+    net = ResNet((2,), 3, **kw, device="cuda", backend=fused_dense.fused_kernels())
+    assert net.layer.backend == "cuda-fused"
+    p = net.init_params(seed=20261206)
+    Xh, Ch = rng.standard_normal((50, 2)), np.eye(3)[rng.integers(0, 3, 50)]
+    X, C = cp.asarray(Xh), cp.asarray(Ch)
+    loss, grad = net.loss_and_gradient(p, X, C)
+    host = ResNet((2,), 3, **kw)
+    hloss, hgrad = host.loss_and_gradient(to_host(p), Xh, Ch)
+    assert float(loss) == pytest.approx(hloss, rel=1e-10)
+    np.testing.assert_allclose(to_host(grad), hgrad, rtol=1e-10,
+                               atol=1e-10 * np.max(np.abs(hgrad)))
+    ev = LayerParallelEvaluator(net, p.copy(), X, C,
+                                mgrit=dict(cfactor=4, max_levels=2, abs_tol=1e-13))
+    mloss, mgrad, stats = ev.gradient(p, X, C)
+    assert stats["primal_iterations"] > 1 and stats["adjoint_iterations"] > 1
+    assert float(mloss) == pytest.approx(float(loss), rel=1e-10)
+    g = to_host(grad)
+    np.testing.assert_allclose(to_host(mgrad), g, rtol=1e-10, atol=1e-10 * np.max(np.abs(g)))
+
+
+# ------------------------------------------------------------ TF32 cuDNN convolutions (issue 32)
+
+def test_tf32_one_shot_conv_gradient_stays_near_float32s(cp, cudnn, monkeypatch):
+    """BRAIDPY_TF32=1: a float32 conv ResNet's one-shot (2, 2) gradient with cuDNN's TF32
+    tensor-core math is within 2e-2 (relative, in norm) of the same gradient with FMA
+    math. TF32 rounds each product's inputs to a 10-bit mantissa (about 5e-4 relative);
+    2e-2 leaves room for 16 layers and the loss's cancellation. Prints both gradients'
+    difference (the floor docs/gpu.md estimates)."""
+    from braidpy.nn import ResNet
+    from braidpy.nn.conv_backends import TF32_ENV
+    from braidpy.train.evaluate import LayerParallelEvaluator
+
+    rng = np.random.default_rng(20261207)
+    net = ResNet((1, 8, 8), 3, width=8, nlayers=16, activation="tanh", device="cuda",
+                 backend="cudnn")
+    p = net.init_params(seed=20261207).astype(cp.float32)
+    X = cp.asarray(rng.standard_normal((32, 1, 8, 8)), dtype=cp.float32)
+    C = cp.asarray(np.eye(3)[rng.integers(0, 3, 32)], dtype=cp.float32)
+    grads = {}
+    for flag in ("0", "1"):
+        monkeypatch.setenv(TF32_ENV, flag)
+        ev = LayerParallelEvaluator(net, p.copy(), X, C, oneshot=(2, 2),
+                                    mgrit=dict(cfactor=4, max_levels=2))
+        _, grad, _ = ev.gradient(p, X, C)
+        assert grad.dtype == cp.float32
+        grads[flag] = to_host(grad).astype(np.float64)
+    diff = np.linalg.norm(grads["1"] - grads["0"]) / np.linalg.norm(grads["0"])
+    print(f"TF32 vs FMA float32 one-shot gradient: relative difference {diff:.2e}")
+    assert diff <= 2e-2

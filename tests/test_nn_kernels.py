@@ -196,7 +196,7 @@ def test_kernel_sets_of_the_wrong_kind_are_refused():
 def test_bad_backend_name_is_named(make):
     with pytest.raises(ValueError, match=r"unknown (dense|conv) kernel backend 'cuda'; "
                                          r"choose one of 'array-api', "
-                                         r"('cuda-direct', 'cudnn', 'cudnn-streams', )?'numpy'"):
+                                         r"('cuda-direct', 'cudnn', 'cudnn-streams', |'cuda-fused', )?'numpy'"):
         make()
 
 

@@ -5,7 +5,9 @@ cache-sized chunks, on the host), ``"array-api"`` (im2col plus one matmul in any
 namespace) and, from this module, ``"cudnn"``: cuDNN's legacy convolution API called from
 braidpy's own C++ (``braidpy._cuda``; cuDNN loaded at first use, see
 :mod:`braidpy._cudnn`), float64 and float32, on CuPy's current stream, workspace from
-CuPy's memory pool, descriptors and algorithms cached per shape in C++.
+CuPy's memory pool, descriptors and algorithms cached per shape in C++. float32
+convolutions use FMA math, no TF32 tensor cores, unless ``BRAIDPY_TF32=1``
+(:func:`tf32_allowed` says why that is opt-in).
 
 The choice is made once per layer object (:func:`braidpy.nn.kernels.choose_kernels`): an
 explicit ``backend`` argument wins, then the environment variable ``BRAIDPY_CONV_BACKEND``,
@@ -39,14 +41,17 @@ from ._common import _as_steps, _namespace, _permute, _shape, cuda_module_proble
 from .activations import Activation, ActivationLike, get_activation, relu, tanh
 from .conv import check_step, check_steps
 
-__all__ = ["ENV", "STREAMS_ENV", "cudnn_unavailable", "is_cupy", "pack_intervals",
-           "unpack_intervals", "fused_epilogue", "conv2d_cudnn", "conv2d_input_vjp_cudnn",
-           "conv2d_weight_vjp_cudnn", "bias_grad_cudnn", "stream_count"]
+__all__ = ["ENV", "STREAMS_ENV", "TF32_ENV", "tf32_allowed", "cudnn_unavailable", "is_cupy",
+           "pack_intervals", "unpack_intervals", "fused_epilogue", "conv2d_cudnn",
+           "conv2d_input_vjp_cudnn", "conv2d_weight_vjp_cudnn", "bias_grad_cudnn",
+           "stream_count"]
 
 #: The environment variable that overrides the default conv backend of new layers.
 ENV = "BRAIDPY_CONV_BACKEND"
 #: The environment variable with the number of CUDA streams of "cudnn-streams" (default 4).
 STREAMS_ENV = "BRAIDPY_CUDNN_STREAMS"
+#: The environment variable that lets float32 cuDNN convolutions use TF32 tensor cores ("1").
+TF32_ENV = "BRAIDPY_TF32"
 
 
 def is_cupy(xp: Any) -> bool:
@@ -131,12 +136,48 @@ def _address(buf: Any) -> int:
     return int(face["data"][0])
 
 
+def tf32_allowed(dtype: Any) -> bool:
+    """Whether cuDNN convolutions of ``dtype`` may use TF32 tensor cores: float32 with
+    ``BRAIDPY_TF32=1``; never float64; off by default.
+
+    TF32 rounds the inputs of each product to a 10-bit mantissa (unit roundoff about
+    5e-4) and accumulates in float32: several times faster on tensor cores, but a
+    convolution's relative error grows from float32's ~1e-7 to ~1e-3. PyTorch allows it
+    for convolutions by default; braidpy does not, exactness first: MGRIT's residual
+    stalls near the error of one step, so with TF32 the float32 residual floor rises to
+    about 1e-3 relative (an estimate, not yet measured on a GPU) and a tolerance below it
+    is never reached, and float32 results would no longer match NumPy's to the 1e-5 the
+    tests hold them to.
+
+    Raises
+    ------
+    ValueError
+        If ``BRAIDPY_TF32`` is set to something other than 0 or 1 (the message names it).
+
+    Examples
+    --------
+    >>> tf32_allowed("float64")
+    False
+    """
+    raw = os.environ.get(TF32_ENV, "").strip()
+    if raw not in ("", "0", "1"):
+        raise ValueError(f"{TF32_ENV} must be 0 or 1, got {raw!r}")
+    return raw == "1" and _dtype_name(dtype) == "float32"
+
+
+def _tf32(dtype: Any) -> Dict[str, bool]:
+    """The tf32 keyword of braidpy._cuda's conv calls: given only when TF32 is allowed
+    (the plans and calls without it are the ones braidpy always made)."""
+    return {"tf32": True} if tf32_allowed(dtype) else {}
+
+
 def _workspace(xp: Any, shape: Tuple[int, ...], cout: int, k: int, groups: int,
                dtype: Any) -> Tuple[Any, int, int]:
     """(buffer, pointer, bytes) of the workspace the problem's plan asks for, from the
     array library's allocator (CuPy's memory pool); the buffer must outlive the call."""
     N, cin, H, W = shape
-    need = _cuda().conv_workspace(N, cin, cout, H, W, k, groups, _dtype_name(dtype))["request"]
+    need = _cuda().conv_workspace(N, cin, cout, H, W, k, groups, _dtype_name(dtype),
+                                  **_tf32(dtype))["request"]
     if need == 0:
         return None, 0, 0
     buf = xp.empty((need,), dtype=xp.uint8)
@@ -158,7 +199,7 @@ def conv2d_cudnn(x: Any, K: Any, groups: int = 1) -> Any:
     cout, k = _shape(K)[0], _shape(K)[-1]
     y = xp.empty((N, cout, H, W), dtype=x.dtype)
     buf, ptr, nbytes = _workspace(xp, _shape(x), cout, k, groups, x.dtype)
-    _cuda().conv_forward(x, K, y, groups, ptr, nbytes)
+    _cuda().conv_forward(x, K, y, groups, ptr, nbytes, **_tf32(x.dtype))
     del buf  # returned to the pool; CuPy's pool orders reuse on the stream
     return y
 
@@ -171,7 +212,7 @@ def conv2d_input_vjp_cudnn(g: Any, K: Any, groups: int = 1) -> Any:
     cin, k = _shape(K)[1] * groups, _shape(K)[-1]
     dx = xp.empty((N, cin, H, W), dtype=g.dtype)
     buf, ptr, nbytes = _workspace(xp, (N, cin, H, W), cout, k, groups, g.dtype)
-    _cuda().conv_backward_data(K, g, dx, groups, ptr, nbytes)
+    _cuda().conv_backward_data(K, g, dx, groups, ptr, nbytes, **_tf32(g.dtype))
     del buf
     return dx
 
@@ -183,7 +224,7 @@ def conv2d_weight_vjp_cudnn(g: Any, x: Any, k: int, groups: int = 1) -> Any:
     cout, cin = _shape(g)[1], _shape(x)[1]
     dK = xp.empty((cout, cin // groups, k, k), dtype=g.dtype)
     buf, ptr, nbytes = _workspace(xp, _shape(x), cout, k, groups, g.dtype)
-    _cuda().conv_backward_filter(x, g, dK, groups, ptr, nbytes)
+    _cuda().conv_backward_filter(x, g, dK, groups, ptr, nbytes, **_tf32(g.dtype))
     del buf
     return dK
 

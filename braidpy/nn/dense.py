@@ -21,20 +21,28 @@ All functions are pure and written against the array namespace of their inputs
 (``u.__array_namespace__()``, NumPy otherwise), so NumPy and CuPy arrays both work. The
 public functions are the "numpy" kernels of :mod:`braidpy.nn.kernels`: NumPy arrays take a
 fast path (shape checks remembered per shape signature, arithmetic on the kernel's own
-temporaries), any other array the "array-api" kernels (``_api_*``), which are plain array-API
-arithmetic. :class:`braidpy.nn.DenseLayer` holds one of the two sets.
+temporaries), CuPy arrays the fused GPU kernels where braidpy._cuda can run them (cuBLAS's
+product, then one kernel for the rest of the step; :func:`gpu_choice` says which code runs,
+``BRAIDPY_DENSE_BACKEND=array-api`` forces the array-API arithmetic), any other array the
+"array-api" kernels (``_api_*``), which are plain array-API arithmetic.
+:class:`braidpy.nn.DenseLayer` holds one of these sets (:func:`fused_kernels`: the GPU one).
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, Tuple
+import importlib
+import numbers
+import os
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
 from .._core import _host_dense  # type: ignore[attr-defined]  # private submodule, not stubbed
 from . import _dense_chunks
-from ._common import _as_steps, _expect, _mT, _namespace, _same, _shape
+from ._common import (_as_steps, _expect, _mT, _namespace, _same, _shape, cuda_module_problem,
+                      no_gpu_reason)
 from .activations import _BUILTIN, Activation, ActivationLike, get_activation
+from .conv_backends import is_cupy
 
 _HAS_MT = hasattr(np.ndarray, "mT")  # NumPy >= 2
 _BUILTIN_IDS = frozenset(id(a) for a in _BUILTIN)  # activations returning new arrays
@@ -45,7 +53,8 @@ _TANH = get_activation("tanh")  # computed in place on the kernel's own temporar
 _FUSED_CODES = {id(get_activation("relu")): 2, id(get_activation("smooth_relu")): 3}
 
 __all__ = ["dense_forward", "dense_adjoint", "dense_gradient", "dense_adjoint_and_gradient",
-           "dense_forward_batched", "dense_adjoint_batched", "dense_gradient_batched"]
+           "dense_forward_batched", "dense_adjoint_batched", "dense_gradient_batched",
+           "ENV", "fused_unavailable", "gpu_choice", "fused_kernels"]
 
 
 def _check_single(fn: str, u: Any, K: Any, b: Any, w: Any = None) -> None:
@@ -331,6 +340,279 @@ def _api_gradient_batched(W: Any, U: Any, Ks: Any, bs: Any, hs: Any,
     return xp.matmul(_mT(g, xp), U), xp.sum(g, axis=1)
 
 
+# ------------------------------------------------------------------ fused GPU kernels
+# The product stays on cuBLAS (the namespace's matmul); after it ONE kernel of
+# braidpy._cuda finishes the step in place (bias, activation, step size and residual
+# update), or forms g = act'(z + b) * w * h for the adjoint and the gradient, whose
+# products and sums follow: two launches for a forward step where the array-API code
+# makes about eleven with smooth_relu. The element functions are the host fast path's
+# (csrc/cuda/kernels.hpp). The code is written against the arrays' namespace, so the host
+# tests drive it on NumPy arrays with _core._host_dense in place of braidpy._cuda; CuPy
+# arrays reach it through the dispatch below (or a layer's "cuda-fused" kernel set).
+
+#: The environment variable naming the code of dense steps on CuPy arrays: "cuda-fused"
+#: (braidpy._cuda's fused kernels; the default where they can run) or "array-api" (plain
+#: array-API arithmetic, for comparison).
+ENV = "BRAIDPY_DENSE_BACKEND"
+_GPU_NAMES = ("cuda-fused", "array-api")
+#: braidpy._cuda's codes of the activations its dense kernels compute (kernels.hpp).
+_GPU_CODES = {id(_TANH): 1, **_FUSED_CODES}
+_GPU_DTYPES = frozenset(("float64", "float32"))
+
+
+def _cuda() -> Any:
+    """The module computing the fused kernels (tests swap in host twins)."""
+    return importlib.import_module("braidpy._cuda")
+
+
+def fused_unavailable() -> Optional[str]:
+    """Why the fused dense GPU kernels cannot run here, or None when they can: they need
+    braidpy._cuda (compiled with nvcc, recently enough to have them) and a usable GPU.
+
+    Examples
+    --------
+    >>> reason = fused_unavailable()
+    >>> reason is None or isinstance(reason, str)
+    True
+    """
+    cuda, why = cuda_module_problem(_cuda)
+    if cuda is None:
+        return why
+    if not hasattr(cuda, "dense_step"):
+        return "braidpy._cuda predates the fused dense kernels (rebuild it)"
+    return no_gpu_reason(cuda)
+
+
+#: gpu_choice()'s answers by the value of ENV: the probe runs once per process and value.
+_CHOICES: Dict[str, Tuple[str, str]] = {}
+
+
+def gpu_choice() -> Tuple[str, str]:
+    """Which code computes dense steps on CuPy arrays, and why (one line).
+
+    ``"cuda-fused"`` (braidpy._cuda's fused kernels: the default where they can run) or
+    ``"array-api"`` (plain array-API arithmetic: forced by ``BRAIDPY_DENSE_BACKEND=
+    array-api``, or the fused kernels cannot run, and the reason says why).
+
+    Raises
+    ------
+    ValueError
+        If ``BRAIDPY_DENSE_BACKEND`` names another code, or names "cuda-fused" where it
+        cannot run (the message says why).
+
+    Examples
+    --------
+    >>> name, why = gpu_choice() if ENV not in os.environ else ("array-api", "")
+    >>> name in ("cuda-fused", "array-api")
+    True
+    """
+    named = os.environ.get(ENV, "").strip()
+    found = _CHOICES.get(named)
+    if found is not None:
+        return found
+    if named and named not in _GPU_NAMES:
+        raise ValueError(f"{ENV}={named!r}: choose one of "
+                         f"{', '.join(repr(n) for n in _GPU_NAMES)}")
+    why = None if named == "array-api" else fused_unavailable()
+    if named == "array-api":
+        found = ("array-api", f"chosen by {ENV}=array-api")
+    elif why is None:
+        found = ("cuda-fused", f"chosen by {ENV}=cuda-fused" if named else
+                 "the default for CuPy: braidpy._cuda and a GPU are usable")
+    elif named:
+        raise ValueError(f"{ENV}={named!r}: the fused dense kernels cannot run here: {why}")
+    else:
+        found = ("array-api", f"fused dense kernels not used ({why}); array-API "
+                              f"arithmetic on CuPy instead")
+    _CHOICES[named] = found
+    return found
+
+
+def _fused_here(x: Any) -> bool:
+    """Whether the (non-NumPy) array x takes the fused GPU kernels: a CuPy array where
+    :func:`gpu_choice` says so."""
+    return is_cupy(_namespace(x)) and gpu_choice()[0] == "cuda-fused"
+
+
+def _gpu_code(a: Activation, *xs: Any) -> int:
+    """The kernels' activation code when they apply (braidpy's own tanh, relu or
+    smooth_relu; all arrays float64, or all float32), else 0: the array-API code."""
+    code = _GPU_CODES.get(id(a), 0)
+    dt = str(xs[0].dtype)
+    if not code or dt not in _GPU_DTYPES or any(str(x.dtype) != dt for x in xs[1:]):
+        return 0
+    return code
+
+
+def _finish(slope: bool, Z: Any, X: Any, b: Any, h: Any, code: int, into_x: bool,
+            xp: Any) -> Any:
+    """One kernel over the product Z (rows, width) or (m, rows, width): the step
+    X + h * act(Z + b) (X = U), or with slope (act'(Z + b) * X) * h (X = W), written over
+    Z and Z returned, or with into_x over X (then C-contiguous: the caller checks, and
+    returns X). h: a number, an array (m,) for a 3-D Z, or one value for a 2-D Z."""
+    X, b = xp.ascontiguousarray(X), xp.ascontiguousarray(b)
+    Zk, out = Z, X if into_x else Z
+    if Z.ndim == 2 and not isinstance(h, numbers.Real):  # an array: as one interval
+        one = (1,) + tuple(_shape(Z))
+        Zk, X, out = xp.reshape(Z, one), xp.reshape(X, one), xp.reshape(out, one)
+        b = xp.reshape(b, (1, _shape(b)[0]))
+        h = _as_steps(_namespace(h).reshape(h, (1,)), Zk)
+    elif Z.ndim == 2:
+        h = float(h)
+    else:
+        h = xp.ascontiguousarray(h)
+    cuda = _cuda()
+    (cuda.dense_slope if slope else cuda.dense_step)(Zk, X, b, h, out, code)
+    return Z
+
+
+def _gpu_slope(w: Any, u: Any, K: Any, b: Any, h: Any, code: int, xp: Any) -> Any:
+    """g = (act'(u K^T + b) * w) * h: the product, then one kernel over it."""
+    return _finish(True, xp.matmul(u, _mT(K, xp)), w, b, h, code, False, xp)
+
+
+def _gpu_into(out: Any, r: Any, ref: str, x: Any, fn: str) -> Any:
+    """r, or r copied into out (checked: x's shape and dtype) and out."""
+    if out is None or out is r:
+        return r
+    if _shape(out) != _shape(x) or str(getattr(out, "dtype", None)) != str(x.dtype):
+        raise ValueError(f"{fn}: out must have {ref}'s shape {_shape(x)} and dtype {x.dtype}, "
+                         f"got shape {_shape(out)} and dtype {getattr(out, 'dtype', None)}")
+    out[...] = r
+    return out
+
+
+def _gpu_forward(u: Any, K: Any, b: Any, h: Any, act: ActivationLike) -> Any:
+    """:func:`dense_forward` by the fused kernels (the array-API code where they do not
+    apply)."""
+    a = act if act.__class__ is Activation else get_activation(act)
+    _check_single("dense_forward", u, K, b)
+    code = _gpu_code(a, u, K, b)
+    if not code:
+        return _api_forward(u, K, b, h, a)
+    xp = _namespace(u)
+    return _finish(False, xp.matmul(u, _mT(K, xp)), u, b, h, code, False, xp)
+
+
+def _gpu_adjoint(w: Any, u: Any, K: Any, b: Any, h: Any, act: ActivationLike) -> Any:
+    """:func:`dense_adjoint` by the fused kernels."""
+    a = act if act.__class__ is Activation else get_activation(act)
+    _check_single("dense_adjoint", u, K, b, w)
+    code = _gpu_code(a, u, K, b, w)
+    if not code:
+        return _api_adjoint(w, u, K, b, h, a)
+    xp = _namespace(u)
+    r = xp.matmul(_gpu_slope(w, u, K, b, h, code, xp), K)
+    r += w
+    return r
+
+
+def _gpu_gradient(w: Any, u: Any, K: Any, b: Any, h: Any,
+                  act: ActivationLike) -> Tuple[Any, Any]:
+    """:func:`dense_gradient` by the fused kernels."""
+    a = act if act.__class__ is Activation else get_activation(act)
+    _check_single("dense_gradient", u, K, b, w)
+    code = _gpu_code(a, u, K, b, w)
+    if not code:
+        return _api_gradient(w, u, K, b, h, a)
+    xp = _namespace(u)
+    g = _gpu_slope(w, u, K, b, h, code, xp)
+    return xp.matmul(_mT(g, xp), u), xp.sum(g, axis=0)
+
+
+def _gpu_adjoint_and_gradient(w: Any, u: Any, K: Any, b: Any, h: Any,
+                              act: ActivationLike) -> Tuple[Any, Any, Any]:
+    """:func:`dense_adjoint_and_gradient` by the fused kernels: g formed once."""
+    a = act if act.__class__ is Activation else get_activation(act)
+    _check_single("dense_adjoint_and_gradient", u, K, b, w)
+    code = _gpu_code(a, u, K, b, w)
+    if not code:
+        dK, db = _api_gradient(w, u, K, b, h, a)
+        return _api_adjoint(w, u, K, b, h, a), dK, db
+    xp = _namespace(u)
+    g = _gpu_slope(w, u, K, b, h, code, xp)
+    r = xp.matmul(g, K)
+    r += w
+    return r, xp.matmul(_mT(g, xp), u), xp.sum(g, axis=0)
+
+
+def _gpu_forward_batched(U: Any, Ks: Any, bs: Any, hs: Any, act: ActivationLike,
+                         out: Any = None) -> Any:
+    """:func:`dense_forward_batched` by the fused kernels; ``out=U`` (C-contiguous)
+    advances U where it lies, with no copy."""
+    a = act if act.__class__ is Activation else get_activation(act)
+    hs = _as_steps(hs, U)
+    _check_batched("dense_forward_batched", U, Ks, bs, hs)
+    code = _gpu_code(a, U, Ks, bs)
+    if not code:
+        return _gpu_into(out, _api_forward_batched(U, Ks, bs, hs, a), "U", U,
+                         "dense_forward_batched")
+    xp = _namespace(U)
+    Z = xp.matmul(U, _mT(Ks, xp))
+    if out is U and U.flags.c_contiguous:
+        _finish(False, Z, U, bs, hs, code, True, xp)
+        return U
+    return _gpu_into(out, _finish(False, Z, U, bs, hs, code, False, xp), "U", U,
+                     "dense_forward_batched")
+
+
+def _gpu_adjoint_batched(W: Any, U: Any, Ks: Any, bs: Any, hs: Any, act: ActivationLike,
+                         out: Any = None) -> Any:
+    """:func:`dense_adjoint_batched` by the fused kernels; ``out=W`` adds into W."""
+    a = act if act.__class__ is Activation else get_activation(act)
+    hs = _as_steps(hs, U)
+    _check_batched("dense_adjoint_batched", U, Ks, bs, hs, W)
+    code = _gpu_code(a, U, Ks, bs, W)
+    if not code:
+        return _gpu_into(out, _api_adjoint_batched(W, U, Ks, bs, hs, a), "W", W,
+                         "dense_adjoint_batched")
+    xp = _namespace(U)
+    r = xp.matmul(_gpu_slope(W, U, Ks, bs, hs, code, xp), Ks)
+    if out is W:  # W + r, the same bits as r + W
+        W += r
+        return W
+    r += W
+    return _gpu_into(out, r, "W", W, "dense_adjoint_batched")
+
+
+def _gpu_gradient_batched(W: Any, U: Any, Ks: Any, bs: Any, hs: Any,
+                          act: ActivationLike) -> Tuple[Any, Any]:
+    """:func:`dense_gradient_batched` by the fused kernels."""
+    a = act if act.__class__ is Activation else get_activation(act)
+    hs = _as_steps(hs, U)
+    _check_batched("dense_gradient_batched", U, Ks, bs, hs, W)
+    code = _gpu_code(a, U, Ks, bs, W)
+    if not code:
+        return _api_gradient_batched(W, U, Ks, bs, hs, a)
+    xp = _namespace(U)
+    G = _gpu_slope(W, U, Ks, bs, hs, code, xp)
+    return xp.matmul(_mT(G, xp), U), xp.sum(G, axis=1)
+
+
+#: The fused kernels' six step functions (single and batched forward, adjoint, gradient),
+#: in braidpy.nn.kernels' order, for a "cuda-fused" kernel set; see fused_kernels().
+GPU_STEPS = (_gpu_forward, _gpu_adjoint, _gpu_gradient, _gpu_forward_batched,
+             _gpu_adjoint_batched, _gpu_gradient_batched)
+
+
+def fused_kernels() -> Any:
+    """The fused GPU kernels as a :class:`braidpy.nn.LayerKernels` set named
+    ``"cuda-fused"``, for a layer's ``backend=`` argument (CuPy arrays; what they do not
+    cover, e.g. a user's activation, runs as array-API arithmetic).
+
+    Examples
+    --------
+    >>> k = fused_kernels()
+    >>> k.kind, k.name, k.batched_out
+    ('dense', 'cuda-fused', True)
+    """
+    from .kernels import LayerKernels  # (kernels.py imports this module)
+
+    return LayerKernels("dense", "cuda-fused", "cuBLAS products and one fused braidpy._cuda "
+                        "kernel per step (bias, activation, update)", *GPU_STEPS,
+                        adjoint_and_gradient=_gpu_adjoint_and_gradient, batched_out=True)
+
+
 # ------------------------------------------------------------------ the numpy kernels
 # The public functions: NumPy arrays take the fast path above, any other array the
 # array-API kernels. They are the "numpy" backend of braidpy.nn.kernels.
@@ -368,7 +650,7 @@ def dense_forward(u: Any, K: Any, b: Any, h: float, act: ActivationLike) -> Any:
         if u.dtype is _F64 and _one_float(_F64, K, b) and isinstance(h, (float, int)):
             return _np_step(u, K, b, h, a)
         return u + h * a.value(_pre(u, K, b, np))
-    return _api_forward(u, K, b, h, a)
+    return (_gpu_forward if _fused_here(u) else _api_forward)(u, K, b, h, a)
 
 
 def dense_adjoint(w: Any, u: Any, K: Any, b: Any, h: float, act: ActivationLike) -> Any:
@@ -393,7 +675,7 @@ def dense_adjoint(w: Any, u: Any, K: Any, b: Any, h: float, act: ActivationLike)
             r += w
             return r
         return w + np.matmul(_scaled_slope(w, u, K, b, h, a, np), K)
-    return _api_adjoint(w, u, K, b, h, a)
+    return (_gpu_adjoint if _fused_here(u) else _api_adjoint)(w, u, K, b, h, a)
 
 
 def dense_gradient(w: Any, u: Any, K: Any, b: Any, h: float,
@@ -419,7 +701,7 @@ def dense_gradient(w: Any, u: Any, K: Any, b: Any, h: float,
         else:
             g = _scaled_slope(w, u, K, b, h, a, np)
         return np.matmul(_mT(g, np), u), np.sum(g, axis=0)
-    return _api_gradient(w, u, K, b, h, a)
+    return (_gpu_gradient if _fused_here(u) else _api_gradient)(w, u, K, b, h, a)
 
 
 def dense_adjoint_and_gradient(w: Any, u: Any, K: Any, b: Any, h: float,
@@ -445,6 +727,8 @@ def dense_adjoint_and_gradient(w: Any, u: Any, K: Any, b: Any, h: float,
         r = np.matmul(g, K)
         r += w
         return r, np.matmul(_mT(g, np), u), np.sum(g, axis=0)
+    if u.__class__ is not _ND and _fused_here(u):
+        return _gpu_adjoint_and_gradient(w, u, K, b, h, a)
     dK, db = dense_gradient(w, u, K, b, h, a)
     return dense_adjoint(w, u, K, b, h, a), dK, db
 
@@ -498,6 +782,8 @@ def dense_forward_batched(U: Any, Ks: Any, bs: Any, hs: Any, act: ActivationLike
                                           out)
             return _np_step(U, Ks, bs, hs, a, out)
         return _into(out, U + _steps(hs, np) * a.value(_pre(U, Ks, bs, np)))
+    if _fused_here(U):
+        return _gpu_forward_batched(U, Ks, bs, hs, a, out)
     return _into(out, _api_forward_batched(U, Ks, bs, hs, a))
 
 
@@ -533,6 +819,8 @@ def dense_adjoint_batched(W: Any, U: Any, Ks: Any, bs: Any, hs: Any,
             return _np_adjoint_batched(W, U, Ks, bs, hs, a, out)
         return _into(out, W + np.matmul(_scaled_slope(W, U, Ks, bs, _steps(hs, np), a, np),
                                         Ks))
+    if _fused_here(U):
+        return _gpu_adjoint_batched(W, U, Ks, bs, hs, a, out)
     return _into(out, _api_adjoint_batched(W, U, Ks, bs, hs, a))
 
 
@@ -565,4 +853,6 @@ def dense_gradient_batched(W: Any, U: Any, Ks: Any, bs: Any, hs: Any,
         else:
             g = _scaled_slope(W, U, Ks, bs, _steps(hs, np), a, np)
         return np.matmul(_mT(g, np), U), np.sum(g, axis=1)
+    if _fused_here(U):
+        return _gpu_gradient_batched(W, U, Ks, bs, hs, a)
     return _api_gradient_batched(W, U, Ks, bs, hs, a)

@@ -175,11 +175,18 @@ def _cuda_direct() -> Tuple[Optional[LayerKernels], str]:
                         *conv_direct.STEPS), ""
 
 
+def _cuda_fused() -> Tuple[Optional[LayerKernels], str]:
+    """The "cuda-fused" dense kernels where braidpy._cuda and a GPU are, else (None, why)."""
+    why = dense.fused_unavailable()
+    return (None, why) if why else (dense.fused_kernels(), "")
+
+
 # Backends that exist where their library and device do: (kind, name) -> loader.
 _OPTIONAL: Dict[Tuple[str, str], Callable[[], Tuple[Optional[LayerKernels], str]]] = {
     ("conv", "cudnn"): _cudnn,
     ("conv", "cudnn-streams"): _cudnn_streams,
     ("conv", "cuda-direct"): _cuda_direct,
+    ("dense", "cuda-fused"): _cuda_fused,
 }
 
 
@@ -225,6 +232,10 @@ def _default_name(kind: str, xp: Any) -> Tuple[str, str]:
         if not why_not:
             return "cudnn", "the default for CuPy without braidpy's direct kernels"
         return "array-api", f"cuDNN not used ({why_not}); im2col on CuPy instead"
+    if kind == "dense" and conv_backends.is_cupy(xp):
+        # cuBLAS products and one fused kernel per step where braidpy._cuda has a GPU
+        # (BRAIDPY_DENSE_BACKEND=array-api keeps the array-API arithmetic)
+        return dense.gpu_choice()
     return "array-api", "the default for a non-NumPy namespace"
 
 

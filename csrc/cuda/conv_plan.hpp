@@ -83,12 +83,28 @@ struct Conv2 {
 struct Problem {
   int dtype = kF64;
   Index n = 0, c_in = 0, c_out = 0, h = 0, w = 0, k = 0, groups = 1;
+  bool tf32 = false;  // float32 may use TF32 tensor cores (math_type); a plan of its own
 
   bool operator==(const Problem& o) const {
     return dtype == o.dtype && n == o.n && c_in == o.c_in && c_out == o.c_out && h == o.h &&
-           w == o.w && k == o.k && groups == o.groups;
+           w == o.w && k == o.k && groups == o.groups && tf32 == o.tf32;
   }
 };
+
+// cudnnMathType_t values (cuDNN API reference; cudnn_api.hpp checks they agree).
+constexpr int kMathDefault = 0;
+constexpr int kMathTensorOp = 1;
+constexpr int kMathFma = 3;
+
+// The math type of a problem's convolution descriptor. float32 with TF32 allowed:
+// CUDNN_TENSOR_OP_MATH (tensor cores round the inputs of each product to TF32's 10-bit
+// mantissa and accumulate in float32; never ..._ALLOW_CONVERSION, which may also convert
+// to float16); float32 otherwise: FMA only (no TF32 rounding, braidpy's default); float64:
+// the default (no tensor-core rounding of float64 exists), whatever tf32 says.
+inline int math_type(int dtype, bool tf32) {
+  if (dtype != kF32) return kMathDefault;
+  return tf32 ? kMathTensorOp : kMathFma;
+}
 
 // Why p cannot be described to cuDNN, or "" when it can. cuDNN's 4-D
 // descriptors take int dimensions and strides, so every tensor must have fewer
@@ -215,7 +231,7 @@ struct Workspace {
 struct ProblemHash {
   std::size_t operator()(const Problem& p) const {
     std::uint64_t h = 1469598103934665603ull;
-    const Index f[] = {p.dtype, p.n, p.c_in, p.c_out, p.h, p.w, p.k, p.groups};
+    const Index f[] = {p.dtype, p.n, p.c_in, p.c_out, p.h, p.w, p.k, p.groups, p.tf32 ? 1 : 0};
     for (Index v : f) {
       h ^= static_cast<std::uint64_t>(v);
       h *= 1099511628211ull;

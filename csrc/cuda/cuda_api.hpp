@@ -28,6 +28,13 @@ int current_device(int* dev);
 int step_epilogue(int dtype, int act, const void* U, const void* Y, const void* b,
                   const void* h, void* out, std::int64_t m, std::int64_t N, std::int64_t C,
                   std::int64_t HW, std::uintptr_t stream);
+// The elementwise half of a dense residual step (kern::dense_finish_at), after the
+// product Z = u K^T (cuBLAS): out <- X + h * act(Z + b) (forward, X = U) or, with slope,
+// out <- (act'(Z + b) * X) * h (X = W). Z, X, out of m*rows*width elements (out may be Z
+// or X), b (m, width), h (m,) or null for one step of size h0. One kernel on `stream`.
+int dense_finish(int dtype, bool slope, int act, const void* Z, const void* X, const void* b,
+                 const void* h, double h0, void* out, std::int64_t m, std::int64_t rows,
+                 std::int64_t width, std::uintptr_t stream);
 
 // The direct convolution steps (conv_direct.hpp; shapes there): stacked states of
 // m intervals, N samples, C channels, H x W; kernels k x k (k odd, k <= kConvMaxK).

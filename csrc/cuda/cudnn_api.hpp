@@ -37,8 +37,10 @@ constexpr int kDataDouble = 1;
 constexpr int kFormatNCHW = 0;
 // cudnnConvolutionMode_t: braidpy's conv2d is a cross-correlation.
 constexpr int kCrossCorrelation = 1;
-// cudnnMathType_t: FMA only, no TF32 tensor-core rounding of float32 inputs.
+// cudnnMathType_t: the default, tensor cores permitted (float32: TF32 rounding of the
+// inputs), FMA only (no TF32 tensor-core rounding of float32 inputs).
 constexpr int kDefaultMath = 0;
+constexpr int kTensorOpMath = 1;
 constexpr int kFmaMath = 3;
 // cudnnDeterminism_t
 constexpr int kDeterministic = 1;

@@ -58,9 +58,10 @@ int dtype_code(const std::string& dtype, const char* where) {
 
 cp::Problem problem(const char* where, std::int64_t n, std::int64_t c_in, std::int64_t c_out,
                     std::int64_t h, std::int64_t w, std::int64_t k, std::int64_t groups,
-                    int dtype) {
+                    int dtype, bool tf32 = false) {
   cp::Problem p;
   p.dtype = dtype;
+  p.tf32 = tf32;
   p.n = n; p.c_in = c_in; p.c_out = c_out; p.h = h; p.w = w; p.k = k; p.groups = groups;
   const std::string bad = cp::check(p);
   if (!bad.empty()) throw py::value_error(std::string(where) + ": " + bad);
@@ -100,7 +101,7 @@ std::string shape_str(const std::vector<std::int64_t>& s) {
 // result (N, Cout, H, W), every shape and dtype checked against the others.
 cp::Problem from_arrays(const char* where, const CudaArrayView& x, const char* xn,
                         const CudaArrayView& f, const char* fn, const CudaArrayView& y,
-                        const char* yn, std::int64_t groups) {
+                        const char* yn, std::int64_t groups, bool tf32) {
   if (x.dtype != f.dtype || x.dtype != y.dtype)
     throw py::value_error(std::string(where) + ": " + xn + ", " + fn + " and " + yn +
                           " must have one dtype (float64 or float32)");
@@ -119,7 +120,7 @@ cp::Problem from_arrays(const char* where, const CudaArrayView& x, const char* x
     throw py::value_error(std::string(where) + ": " + yn + " has shape " + shape_str(ys) +
                           " but " + xn + " has shape " + shape_str(xs) + "; 'same' padding "
                           "keeps batch, H and W");
-  return problem(where, xs[0], xs[1], ys[1], xs[2], xs[3], fs[2], groups, x.dtype);
+  return problem(where, xs[0], xs[1], ys[1], xs[2], xs[3], fs[2], groups, x.dtype, tf32);
 }
 
 void* pointer(std::uintptr_t p) { return reinterpret_cast<void*>(p); }
@@ -171,20 +172,22 @@ void bind_cudnn(py::module_& m) {
         "cuDNN as loaded at first use: {'version', 'library', 'error'} (never raises).");
   m.def("conv_plan",
         [](std::int64_t n, std::int64_t c_in, std::int64_t c_out, std::int64_t h, std::int64_t w,
-           std::int64_t k, std::int64_t groups, const std::string& dtype) {
-          const cp::Problem p =
-              problem("conv_plan", n, c_in, c_out, h, w, k, groups, dtype_code(dtype, "conv_plan"));
+           std::int64_t k, std::int64_t groups, const std::string& dtype, bool tf32) {
+          const cp::Problem p = problem("conv_plan", n, c_in, c_out, h, w, k, groups,
+                                        dtype_code(dtype, "conv_plan"), tf32);
           py::dict d;
           d["x"] = tensor(cp::input_desc(p));
           d["y"] = tensor(cp::output_desc(p));
           d["bias"] = tensor(cp::bias_desc(p));
           d["w"] = filter(cp::filter_desc(p));
           d["conv"] = conv(cp::conv_desc(p));
+          d["math_type"] = cp::math_type(p.dtype, p.tf32);
           return d;
         },
         py::arg("n"), py::arg("c_in"), py::arg("c_out"), py::arg("h"), py::arg("w"), py::arg("k"),
-        py::arg("groups"), py::arg("dtype"),
-        "The descriptors' parameters braidpy computes for a problem (no cuDNN needed).");
+        py::arg("groups"), py::arg("dtype"), py::arg("tf32") = false,
+        "The descriptors' parameters braidpy computes for a problem, and the convolution "
+        "descriptor's cudnnMathType_t (no cuDNN needed).");
   m.def("cudnn_describe",
         [](std::int64_t n, std::int64_t c_in, std::int64_t c_out, std::int64_t h, std::int64_t w,
            std::int64_t k, std::int64_t groups, const std::string& dtype) {
@@ -209,10 +212,10 @@ void bind_cudnn(py::module_& m) {
         "needed; cuDNN needed).");
   m.def("conv_workspace",
         [](std::int64_t n, std::int64_t c_in, std::int64_t c_out, std::int64_t h, std::int64_t w,
-           std::int64_t k, std::int64_t groups, const std::string& dtype) {
+           std::int64_t k, std::int64_t groups, const std::string& dtype, bool tf32) {
           const char* where = "conv_workspace";
           const cp::Problem p =
-              problem(where, n, c_in, c_out, h, w, k, groups, dtype_code(dtype, where));
+              problem(where, n, c_in, c_out, h, w, k, groups, dtype_code(dtype, where), tf32);
           const cudnn::Library& lib = library(where);
           const cudnn::Chosen c = cudnn::plan(lib, device(where), p);
           py::dict d;
@@ -224,47 +227,50 @@ void bind_cudnn(py::module_& m) {
           return d;
         },
         py::arg("n"), py::arg("c_in"), py::arg("c_out"), py::arg("h"), py::arg("w"), py::arg("k"),
-        py::arg("groups"), py::arg("dtype"),
+        py::arg("groups"), py::arg("dtype"), py::arg("tf32") = false,
         "Workspace bytes per operation, the one request (bytes) and the pinned algorithms.");
   m.def("conv_forward",
         [](py::handle x, py::handle w, py::handle y, std::int64_t groups, std::uintptr_t ws,
-           std::size_t ws_bytes) {
+           std::size_t ws_bytes, bool tf32) {
           const char* where = "conv_forward";
           const CudaArrayView X = view(x, where, "x", false), W = view(w, where, "w", false),
                               Y = view(y, where, "y", true);
-          const cp::Problem p = from_arrays(where, X, "x", W, "w", Y, "y", groups);
+          const cp::Problem p = from_arrays(where, X, "x", W, "w", Y, "y", groups, tf32);
           const cudnn::Library& lib = library(where);
           cudnn::forward(lib, device(where), p, X.data, W.data, Y.data, pointer(ws), ws_bytes,
                          stream_of(Y));
         },
         py::arg("x"), py::arg("w"), py::arg("y"), py::arg("groups"), py::arg("workspace"),
-        py::arg("workspace_bytes"), "y <- conv2d(x, w) (cross-correlation, 'same' padding).");
+        py::arg("workspace_bytes"), py::arg("tf32") = false,
+        "y <- conv2d(x, w) (cross-correlation, 'same' padding).");
   m.def("conv_backward_data",
         [](py::handle w, py::handle dy, py::handle dx, std::int64_t groups, std::uintptr_t ws,
-           std::size_t ws_bytes) {
+           std::size_t ws_bytes, bool tf32) {
           const char* where = "conv_backward_data";
           const CudaArrayView W = view(w, where, "w", false), DY = view(dy, where, "dy", false),
                               DX = view(dx, where, "dx", true);
-          const cp::Problem p = from_arrays(where, DX, "dx", W, "w", DY, "dy", groups);
+          const cp::Problem p = from_arrays(where, DX, "dx", W, "w", DY, "dy", groups, tf32);
           const cudnn::Library& lib = library(where);
           cudnn::backward_data(lib, device(where), p, W.data, DY.data, DX.data, pointer(ws),
                                ws_bytes, stream_of(DX));
         },
         py::arg("w"), py::arg("dy"), py::arg("dx"), py::arg("groups"), py::arg("workspace"),
-        py::arg("workspace_bytes"), "dx <- the input VJP of conv2d(., w) applied to dy.");
+        py::arg("workspace_bytes"), py::arg("tf32") = false,
+        "dx <- the input VJP of conv2d(., w) applied to dy.");
   m.def("conv_backward_filter",
         [](py::handle x, py::handle dy, py::handle dw, std::int64_t groups, std::uintptr_t ws,
-           std::size_t ws_bytes) {
+           std::size_t ws_bytes, bool tf32) {
           const char* where = "conv_backward_filter";
           const CudaArrayView X = view(x, where, "x", false), DY = view(dy, where, "dy", false),
                               DW = view(dw, where, "dw", true);
-          const cp::Problem p = from_arrays(where, X, "x", DW, "dw", DY, "dy", groups);
+          const cp::Problem p = from_arrays(where, X, "x", DW, "dw", DY, "dy", groups, tf32);
           const cudnn::Library& lib = library(where);
           cudnn::backward_filter(lib, device(where), p, X.data, DY.data, DW.data, pointer(ws),
                                  ws_bytes, stream_of(DW));
         },
         py::arg("x"), py::arg("dy"), py::arg("dw"), py::arg("groups"), py::arg("workspace"),
-        py::arg("workspace_bytes"), "dw <- the weight VJP of conv2d(x, .) applied to dy.");
+        py::arg("workspace_bytes"), py::arg("tf32") = false,
+        "dw <- the weight VJP of conv2d(x, .) applied to dy.");
   m.def("conv_backward_bias",
         [](py::handle dy, py::handle db) {
           const char* where = "conv_backward_bias";

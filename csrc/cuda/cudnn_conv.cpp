@@ -24,6 +24,10 @@ void check(const Library& lib, Status s, const char* call) {
 
 int data_type(int dtype) { return dtype == cp::kF64 ? kDataDouble : kDataFloat; }
 
+static_assert(cp::kMathDefault == kDefaultMath && cp::kMathTensorOp == kTensorOpMath &&
+                  cp::kMathFma == kFmaMath,
+              "conv_plan.hpp's math types are cuDNN's cudnnMathType_t values");
+
 // A problem's descriptors, destroyed with it.
 struct Descriptors {
   const Library* lib = nullptr;
@@ -69,9 +73,9 @@ std::unique_ptr<Descriptors> make_descriptors(const Library& lib, const cp::Prob
   BRAIDPY_CUDNN(lib, SetConvolution2dDescriptor, d->conv, c.pad_h, c.pad_w, c.stride_h,
                 c.stride_w, c.dil_h, c.dil_w, kCrossCorrelation, dt);
   BRAIDPY_CUDNN(lib, SetConvolutionGroupCount, d->conv, c.groups);
-  // float32: no TF32 tensor-core rounding (braidpy's float32 tolerance is 1e-5).
-  BRAIDPY_CUDNN(lib, SetConvolutionMathType, d->conv,
-                p.dtype == cp::kF32 ? kFmaMath : kDefaultMath);
+  // float32: no TF32 tensor-core rounding (braidpy's float32 tolerance is 1e-5) unless the
+  // problem allows it (BRAIDPY_TF32=1); float64: the default.
+  BRAIDPY_CUDNN(lib, SetConvolutionMathType, d->conv, cp::math_type(p.dtype, p.tf32));
   return d;
 }
 

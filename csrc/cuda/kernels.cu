@@ -44,6 +44,13 @@ __global__ void step_epilogue_kernel(const T* U, const T* Y, const T* b, const T
     kern::step_epilogue_at(i, U, Y, b, h, act, m, N, C, HW, out);
 }
 
+template <class T, bool Slope>
+__global__ void dense_finish_kernel(int act, const T* Z, const T* X, const T* b, const T* h,
+                                    T h0, Index rows, Index width, T* out, Index n) {
+  BRAIDPY_GRID_LOOP(i, n)
+    kern::dense_finish_at<T, Slope>(i, act, Z, X, b, h, h0, rows, width, out);
+}
+
 template <class T>
 __global__ void gather_kernel(const T* const* srcs, Index len, T* block, Index n) {
   BRAIDPY_GRID_LOOP(i, n)
@@ -239,6 +246,41 @@ int step_epilogue(int dtype, int act, const void* U, const void* Y, const void* 
         static_cast<const float*>(b), static_cast<const float*>(h), act, m, N, C, HW,
         static_cast<float*>(out), n);
   return launched();
+}
+
+namespace {
+
+template <class T>
+int dense_finish_t(bool slope, int act, const void* Z, const void* X, const void* b,
+                   const void* h, double h0, void* out, Index rows, Index width, Index n,
+                   cudaStream_t s) {
+  const auto* z = static_cast<const T*>(Z);
+  const auto* x = static_cast<const T*>(X);
+  const auto* bv = static_cast<const T*>(b);
+  const auto* hv = static_cast<const T*>(h);
+  auto* o = static_cast<T*>(out);
+  // h0 rounded to T once, as NumPy rounds a Python float next to a float32 array.
+  if (slope)
+    dense_finish_kernel<T, true><<<blocks_for(n), kThreads, 0, s>>>(
+        act, z, x, bv, hv, static_cast<T>(h0), rows, width, o, n);
+  else
+    dense_finish_kernel<T, false><<<blocks_for(n), kThreads, 0, s>>>(
+        act, z, x, bv, hv, static_cast<T>(h0), rows, width, o, n);
+  return launched();
+}
+
+}  // namespace
+
+int dense_finish(int dtype, bool slope, int act, const void* Z, const void* X, const void* b,
+                 const void* h, double h0, void* out, std::int64_t m, std::int64_t rows,
+                 std::int64_t width, std::uintptr_t stream) {
+  cudaError_t e = static_cast<cudaError_t>(check_device());
+  const Index n = m * rows * width;
+  if (e != cudaSuccess || n == 0) return e;
+  const cudaStream_t s = as_stream(stream);
+  return dtype == kDeviceF64
+             ? dense_finish_t<double>(slope, act, Z, X, b, h, h0, out, rows, width, n, s)
+             : dense_finish_t<float>(slope, act, Z, X, b, h, h0, out, rows, width, n, s);
 }
 
 int driver_version(int* version) { return cudaDriverGetVersion(version); }

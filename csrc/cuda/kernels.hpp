@@ -110,6 +110,22 @@ BRAIDPY_HD inline T dense_slope_value(int act, T w, T z, T b, T h) {
   return (activate_derivative(act, z + b) * w) * h;
 }
 
+// Element i of a dense step's epilogue on the GPU, over Z = u K^T shaped (m, rows, width)
+// (m = 1 for a single step): its interval iv and column j pick the bias b[iv, j] and the
+// step size h[iv] (h null: the single step's h0). out[i] <- X[i] + h * act(Z[i] + b)
+// (forward, X = U) or (act'(Z[i] + b) * X[i]) * h (Slope, X = W); out may be Z or X
+// (each element is read, then written once).
+template <class T, bool Slope>
+BRAIDPY_HD inline void dense_finish_at(Index i, int act, const T* Z, const T* X, const T* b,
+                                       const T* h, T h0, Index rows, Index width, T* out) {
+  const Index j = i % width;
+  const Index iv = i / (rows * width);
+  const T hv = h != nullptr ? h[iv] : h0;
+  const T bv = b[iv * width + j];
+  out[i] = Slope ? dense_slope_value(act, X[i], Z[i], bv, hv)
+                 : dense_step_value(act, X[i], Z[i], bv, hv);
+}
+
 // Element i of a batched conv step's epilogue, out = U + h * act(Z), Z = Y + b: U and
 // out (m, N, C, HW) in braidpy's interval-major layout, Y the grouped convolution's
 // (N, m*C, HW) output (channel block iv is interval iv), b (m, C), h (m). The

@@ -52,6 +52,62 @@ void same(const CudaArrayView& a, const CudaArrayView& b, const char* where) {
     throw py::value_error(std::string(where) + ": arrays differ in dtype or size");
 }
 
+// Whether the element ranges of two arrays overlap without being the same array.
+bool partly_overlap(const CudaArrayView& a, const CudaArrayView& b) {
+  const auto* a0 = static_cast<const char*>(a.data);
+  const auto* b0 = static_cast<const char*>(b.data);
+  const bool overlap = a0 < b0 + b.size * b.itemsize() && b0 < a0 + a.size * a.itemsize();
+  return overlap && (a0 != b0 || a.size != b.size);
+}
+
+// dense_step / dense_slope: Z (rows, width) with b (width,) and h a number, or Z
+// (m, rows, width) with b (m, width) and h (m,) a CUDA array; X (U or W) and out Z's shape.
+void dense_finish_call(const char* where, bool slope, py::handle Z, py::handle X, py::handle b,
+                       py::handle h, py::handle out, int act) {
+  if (act != kern::kActTanh && act != kern::kActRelu && act != kern::kActSmoothRelu)
+    throw py::value_error(std::string(where) +
+                          ": act must be 1 (tanh), 2 (relu) or 3 (smooth_relu), got " +
+                          std::to_string(act));
+  const CudaArrayView z = view(Z, where, false), x = view(X, where, false),
+                      bv = view(b, where, false), o = view(out, where, true);
+  const std::size_t nd = z.shape.size();
+  if (nd != 2 && nd != 3)
+    throw py::value_error(std::string(where) + ": Z must be (rows, width) or (m, rows, width)");
+  const std::int64_t m = nd == 3 ? z.shape[0] : 1, rows = z.shape[nd - 2],
+                     width = z.shape[nd - 1];
+  const char* xname = slope ? "W" : "U";
+  if (x.shape != z.shape || o.shape != z.shape)
+    throw py::value_error(std::string(where) + ": " + xname + " and out must have Z's shape");
+  const std::vector<std::int64_t> bshape =
+      nd == 3 ? std::vector<std::int64_t>{m, width} : std::vector<std::int64_t>{width};
+  if (bv.shape != bshape)
+    throw py::value_error(std::string(where) + ": b must be " +
+                          (nd == 3 ? "(m, width)" : "(width,)") + " for Z's shape");
+  for (const CudaArrayView* v : {&x, &bv, &o})
+    if (v->dtype != z.dtype) throw py::value_error(std::string(where) + ": dtypes differ");
+  if (partly_overlap(o, z) || partly_overlap(o, x) || partly_overlap(z, x))
+    throw py::value_error(std::string(where) + ": Z, " + xname +
+                          " and out must be the same array or not overlap");
+  const void* hp = nullptr;
+  double h0 = 0.0;
+  if (nd == 3) {
+    const CudaArrayView hv = view(h, where, false);
+    if (hv.dtype != z.dtype || hv.shape != std::vector<std::int64_t>{m})
+      throw py::value_error(std::string(where) + ": h must be Z's dtype, shaped (m,)");
+    hp = hv.data;
+  } else {
+    try {
+      h0 = py::cast<double>(h);  // one step's size, a number
+    } catch (const py::cast_error&) {
+      throw py::type_error(std::string(where) + ": h must be a number for a 2-D Z, got " +
+                           std::string(py::str(py::type::of(h).attr("__name__"))));
+    }
+  }
+  check(cuda::dense_finish(z.dtype, slope, act, z.data, x.data, bv.data, hp, h0, o.data, m,
+                           rows, width, o.stream),
+        where);
+}
+
 py::dict info() {
   py::dict d;
   int runtime = 0, driver = 0, count = 0;
@@ -158,6 +214,17 @@ PYBIND11_MODULE(_cuda, m) {
               where);
       }, py::arg("U"), py::arg("Y"), py::arg("b"), py::arg("h"), py::arg("out"), py::arg("act"),
       "out <- U + h * act(Y + b) of a batched conv step in one kernel (see kernels.hpp).");
+  // The dense steps' elementwise half after cuBLAS's product (kern::dense_finish_at).
+  m.def("dense_step", [](py::handle Z, py::handle U, py::handle b, py::handle h,
+                         py::handle out, int act) {
+        dense_finish_call("dense_step", false, Z, U, b, h, out, act);
+      }, py::arg("Z"), py::arg("U"), py::arg("b"), py::arg("h"), py::arg("out"), py::arg("act"),
+      "out <- U + h * act(Z + b) in one kernel (Z = U @ K^T; out may be Z or U).");
+  m.def("dense_slope", [](py::handle Z, py::handle W, py::handle b, py::handle h,
+                          py::handle out, int act) {
+        dense_finish_call("dense_slope", true, Z, W, b, h, out, act);
+      }, py::arg("Z"), py::arg("W"), py::arg("b"), py::arg("h"), py::arg("out"), py::arg("act"),
+      "out <- (act'(Z + b) * W) * h in one kernel (Z = U @ K^T; out may be Z or W).");
   // The direct convolution steps (conv_direct.hpp), on stacked (m, N, C, H, W) states.
   struct Operands {
     std::vector<CudaArrayView> v;

@@ -315,6 +315,26 @@ void test_cache() {
          "hash and equality see dtype and groups");
 }
 
+// The convolution descriptor's math type: TF32 tensor cores only for float32 that asks
+// for them (CUDNN_TENSOR_OP_MATH, never ..._ALLOW_CONVERSION = 2), FMA only for other
+// float32, the default for float64 whatever it asks; and a TF32 problem is a plan of its
+// own (its descriptor differs).
+void test_math_type() {
+  report(cp::math_type(cp::kF32, false) == 3 && cp::math_type(cp::kF32, true) == 1,
+         "float32: FMA math (3) by default, tensor-op math (1) with tf32");
+  report(cp::math_type(cp::kF64, false) == 0 && cp::math_type(cp::kF64, true) == 0,
+         "float64: the default math (0), tf32 ignored");
+  cp::Problem a;
+  a.dtype = cp::kF32; a.n = 2; a.c_in = a.c_out = 8; a.h = a.w = 28; a.k = 3; a.groups = 2;
+  cp::Problem t = a;
+  t.tf32 = true;
+  report(!(a == t) && cp::ProblemHash()(a) != cp::ProblemHash()(t),
+         "tf32 is part of the plan cache's key");
+  cp::PlanCache<int> cache(4);
+  cache.insert(a, 1, [](int&) {});
+  report(cache.find(t) == nullptr && *cache.find(a) == 1, "a tf32 problem misses a plain plan");
+}
+
 }  // namespace
 
 int main() {
@@ -327,6 +347,7 @@ int main() {
   test_grouped_equals_per_interval(2, 1, 4, 3, 3, 1);
   test_workspace();
   test_cache();
+  test_math_type();
   std::printf("%s: %d failed\n", failures ? "FAILED" : "PASSED", failures);
   return failures ? 1 : 0;
 }

@@ -184,6 +184,57 @@ void test_dense_elements(const char* type) {
   }
 }
 
+// What dense_finish_kernel computes: every index of a launch over Z (m, rows, width),
+// against the element functions called with the bias and step size of each element's
+// interval and column found by 3-d indices (stacked: h per interval; single: h0), into
+// a separate out and in place over Z and over X.
+template <class T>
+void test_dense_finish(const char* type) {
+  const Index m = 3, rows = 4, width = 5, total = m * rows * width;
+  const std::vector<T> Z = values<T>(total, 0.6), X = values<T>(total, 1.9),
+                       b = values<T>(m * width, 2.6), h = values<T>(m, 0.8);
+  const T h0 = T(0.37);
+  for (bool slope : {false, true})
+    for (int act : {kern::kActTanh, kern::kActRelu, kern::kActSmoothRelu})
+      for (bool stacked : {true, false}) {
+        const Index mm = stacked ? m : 1, n = mm * rows * width;
+        std::vector<T> want(static_cast<std::size_t>(n));
+        for (Index iv = 0; iv < mm; ++iv)
+          for (Index r = 0; r < rows; ++r)
+            for (Index j = 0; j < width; ++j) {
+              const std::size_t i = static_cast<std::size_t>((iv * rows + r) * width + j);
+              const T bv = b[static_cast<std::size_t>(iv * width + j)];
+              const T hv = stacked ? h[static_cast<std::size_t>(iv)] : h0;
+              want[i] = slope ? kern::dense_slope_value(act, X[i], Z[i], bv, hv)
+                              : kern::dense_step_value(act, X[i], Z[i], bv, hv);
+            }
+        const T* hp = stacked ? h.data() : nullptr;
+        std::vector<T> out(static_cast<std::size_t>(n), T(-7));
+        std::vector<T> overZ(Z.begin(), Z.begin() + n), overX(X.begin(), X.begin() + n);
+        for (Index i = 0; i < n; ++i) {
+          if (slope) {
+            kern::dense_finish_at<T, true>(i, act, Z.data(), X.data(), b.data(), hp, h0, rows,
+                                           width, out.data());
+            kern::dense_finish_at<T, true>(i, act, overZ.data(), X.data(), b.data(), hp, h0,
+                                           rows, width, overZ.data());
+            kern::dense_finish_at<T, true>(i, act, Z.data(), overX.data(), b.data(), hp, h0,
+                                           rows, width, overX.data());
+          } else {
+            kern::dense_finish_at<T, false>(i, act, Z.data(), X.data(), b.data(), hp, h0,
+                                            rows, width, out.data());
+            kern::dense_finish_at<T, false>(i, act, overZ.data(), X.data(), b.data(), hp, h0,
+                                            rows, width, overZ.data());
+            kern::dense_finish_at<T, false>(i, act, Z.data(), overX.data(), b.data(), hp, h0,
+                                            rows, width, overX.data());
+          }
+        }
+        report(bit_equal(out, want) && bit_equal(overZ, want) && bit_equal(overX, want),
+               std::string("dense finish<") + type + "> " + (slope ? "slope" : "step") +
+                   " act " + std::to_string(act) + (stacked ? " stacked" : " single") +
+                   " (out, over Z, over X)");
+      }
+}
+
 // What gather_kernel computes: every element of the block.
 template <class T>
 void test_gather(const char* type) {
@@ -283,6 +334,8 @@ int main() {
   test_step_epilogue<float>("float");
   test_dense_elements<double>("double");
   test_dense_elements<float>("float");
+  test_dense_finish<double>("double");
+  test_dense_finish<float>("float");
   test_norms<double>("double");
   test_norms<float>("float");
   std::printf("%s: %d failed\n", failures ? "FAILED" : "PASSED", failures);
