@@ -509,7 +509,6 @@ NOT_RUN = {
     "python benchmarks/bench_perf_grids.py --ranks 1 2": BENCHMARK,
     "python benchmarks/bench_perf_grids.py --ranks 1 2 4": BENCHMARK,
     "python benchmarks/bench_perf_model.py --ranks 1 2": BENCHMARK,
-    "python benchmarks/bench_perf_model.py --ranks 1 2 4": BENCHMARK,
     "python benchmarks/bench_perf_model.py --ranks 1 2 4 8": BENCHMARK,
     # docs/performance.md
     "braidpy calibrate -o cal.json":
@@ -528,6 +527,8 @@ NOT_RUN = {
     "python benchmarks/bench_perf_grids.py --from-json grids.json --plot perf_grids.png":
         "reads the benchmark's runs (above)",
     "python benchmarks/bench_work_ratio.py": "a benchmark: 3 x 100 steps of 256 layers",
+    "python benchmarks/bench_work_ratio.py --samples 5000 --steps 10 --repeats 2 --settings "
+    "serial os2-FCF os12-F": "a benchmark: 2 x 10 steps of 256 layers at 5000 samples",
     "python benchmarks/bench_work_ratio.py --settings serial os12-F os2-FCF os1-F --steps 20":
         "a benchmark: 4 settings x 3 runs x 20 steps of 256 layers (minutes)",
     # docs/benchmarks.md, docs/batching.md, docs/torch.md, docs/architecture.md, gpu.md
@@ -553,6 +554,8 @@ NOT_RUN = {
     "python benchmarks/bench_heat_batched.py --repeats 3": "a benchmark (16384 steps)",
     "python benchmarks/bench_gpu.py": "a GPU",
     "python benchmarks/bench_gpu.py --conv": "a GPU",
+    "python benchmarks/bench_gpu.py --dense-fused": "a GPU",
+    "python benchmarks/bench_gpu.py --validation": "a GPU",
     "python benchmarks/bench_gpu.py --conv-net": "a GPU",
     "python benchmarks/bench_torch.py --device cuda": "a GPU",
     "braidpy train digits --device cuda --iterations 20": "a GPU",
