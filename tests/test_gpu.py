@@ -633,22 +633,15 @@ def fused_dense(cuda):
 
 
 # cuBLAS's products and the device's tanh against NumPy's (OpenBLAS, glibc): rounding
-# differences only, relative to the largest entry of the result.
-DENSE_RTOL = {np.float64: 1e-12, np.float32: 1e-5}
-
-
-def dense_close(got, want, dtype):
-    want = np.asarray(want)
-    scale = float(np.max(np.abs(want))) or 1.0
-    np.testing.assert_allclose(to_host(got), want, rtol=DENSE_RTOL[dtype],
-                               atol=DENSE_RTOL[dtype] * scale)
+# differences only, relative to the largest entry of the result, as for cuDNN's.
+dense_close = conv_close
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("act", ["tanh", "relu", "smooth_relu"])
 def test_fused_dense_steps_on_the_gpu_equal_numpys(cp, fused_dense, act, dtype):
     """One kernel after cuBLAS's product: forward, adjoint, gradient (single and stacked
-    over intervals, out=U in place) equal NumPy's kernels to DENSE_RTOL; CuPy arrays
+    over intervals, out=U in place) equal NumPy's kernels to CONV_RTOL; CuPy arrays
     take them through braidpy.nn.dense's public functions by default."""
     dense = fused_dense
     rng = np.random.default_rng(20261205)
