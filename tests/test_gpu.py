@@ -271,6 +271,21 @@ def cudnn(cuda):
     return cuda
 
 
+def assert_exact_mgrit_gradient(net, p, X, C, loss, grad):
+    """An exact two-level MGRIT gradient (several iterations each way) equals serial
+    backprop's ``loss``, ``grad`` to 1e-10; returns ``grad`` on the host."""
+    from braidpy.train.evaluate import LayerParallelEvaluator
+
+    ev = LayerParallelEvaluator(net, p.copy(), X, C,
+                                mgrit=dict(cfactor=4, max_levels=2, abs_tol=1e-13))
+    mloss, mgrad, stats = ev.gradient(p, X, C)
+    assert stats["primal_iterations"] > 1 and stats["adjoint_iterations"] > 1
+    assert float(mloss) == pytest.approx(float(loss), rel=1e-10)
+    g = to_host(grad)
+    np.testing.assert_allclose(to_host(mgrad), g, rtol=1e-10, atol=1e-10 * np.max(np.abs(g)))
+    return g
+
+
 CONV_RTOL = {np.float64: 1e-12, np.float32: 1e-5}
 
 
@@ -399,7 +414,6 @@ def test_exact_mgrit_conv_gradient_on_the_gpu_equals_serial_backprop(cp, cuda, r
     equals serial backprop on the GPU to 1e-10; and serial backprop agrees with a central
     finite difference of the GPU loss (one random direction)."""
     from braidpy.nn import ResNet
-    from braidpy.train.evaluate import LayerParallelEvaluator
 
     if backend == "cudnn":
         request.getfixturevalue("cudnn")  # skips without cuDNN
@@ -411,13 +425,7 @@ def test_exact_mgrit_conv_gradient_on_the_gpu_equals_serial_backprop(cp, cuda, r
     X = cp.asarray(rng.standard_normal((5, 1, 8, 8)))
     C = cp.asarray(np.eye(3)[rng.integers(0, 3, 5)])
     loss, grad = net.loss_and_gradient(p, X, C)
-    ev = LayerParallelEvaluator(net, p.copy(), X, C,
-                                mgrit=dict(cfactor=4, max_levels=2, abs_tol=1e-13))
-    mloss, mgrad, stats = ev.gradient(p, X, C)
-    assert stats["primal_iterations"] > 1 and stats["adjoint_iterations"] > 1
-    assert float(mloss) == pytest.approx(float(loss), rel=1e-10)
-    g = to_host(grad)
-    np.testing.assert_allclose(to_host(mgrad), g, rtol=1e-10, atol=1e-10 * np.max(np.abs(g)))
+    g = assert_exact_mgrit_gradient(net, p, X, C, loss, grad)
     d = cp.asarray(rng.standard_normal(g.size))
     eps = 1e-6
     fd = (float(net.loss(p + eps * d, X, C)) - float(net.loss(p - eps * d, X, C))) / (2 * eps)
@@ -680,7 +688,6 @@ def test_fused_dense_layer_parallel_gradient_on_the_gpu_equals_serial_backprop(c
     gradient (both MGRIT solves to 1e-13) equals serial backprop on the GPU to 1e-10, and
     serial backprop with the fused kernels equals the NumPy network's to 1e-10."""
     from braidpy.nn import ResNet
-    from braidpy.train.evaluate import LayerParallelEvaluator
 
     rng = np.random.default_rng(20261206)
     kw = dict(width=8, nlayers=32, activation="smooth_relu")
@@ -695,13 +702,7 @@ def test_fused_dense_layer_parallel_gradient_on_the_gpu_equals_serial_backprop(c
     assert float(loss) == pytest.approx(hloss, rel=1e-10)
     np.testing.assert_allclose(to_host(grad), hgrad, rtol=1e-10,
                                atol=1e-10 * np.max(np.abs(hgrad)))
-    ev = LayerParallelEvaluator(net, p.copy(), X, C,
-                                mgrit=dict(cfactor=4, max_levels=2, abs_tol=1e-13))
-    mloss, mgrad, stats = ev.gradient(p, X, C)
-    assert stats["primal_iterations"] > 1 and stats["adjoint_iterations"] > 1
-    assert float(mloss) == pytest.approx(float(loss), rel=1e-10)
-    g = to_host(grad)
-    np.testing.assert_allclose(to_host(mgrad), g, rtol=1e-10, atol=1e-10 * np.max(np.abs(g)))
+    assert_exact_mgrit_gradient(net, p, X, C, loss, grad)
 
 
 # ------------------------------------------------------------ TF32 cuDNN convolutions (issue 32)
