@@ -27,8 +27,10 @@ per block of layers, seed paper 000), and the array-API im2col path; and the adj
 parameter-gradient calls, grouped cuDNN vs im2col vs braidpy's direct kernels
 ("cuda-direct": a step of every interval in one kernel). When torch sees the GPU, PyTorch's
 references: its grouped conv2d with and without TF32, its whole step from braidpy's
-layout, and its backward data + filter. Needs CuPy, a GPU and cuDNN; otherwise it says
-which is missing.
+layout, and its backward data + filter. Then wider layers (issue 32 item 2;
+--conv-channels, default 32 and 64): the same calls, cuDNN grouped vs cuda-direct only,
+with the family of direct kernels the shape takes (braidpy.nn.conv_direct.kernel_family).
+Needs CuPy, a GPU and cuDNN; otherwise it says which is missing.
 
 Conv network (--conv-net): a conv ResNet (28x28 input, 8 channels, N = 1024 layers,
 batch 32 and 256, tanh, float64) on the device: serial forward + backward against the
@@ -52,7 +54,8 @@ kernel) against the array-API arithmetic (about eleven launches), forward and
 adjoint + gradient. Needs CuPy, a GPU and braidpy._cuda; otherwise it says so and skips.
 
 Run: python benchmarks/bench_gpu.py [--layers N] [--batches 1 32] [--repeats R]
-     [--conv [--intervals M]] [--conv-net [--conv-layers N] [--conv-batches B ...]]
+     [--conv [--intervals M] [--conv-channels C ...]]
+     [--conv-net [--conv-layers N] [--conv-batches B ...]]
      [--validation [--validation-steps S] [--validate-every V]] [--dense-fused]
 """
 
@@ -205,6 +208,52 @@ def conv_steps(xp, args):
         for name, t in times.items():
             print(f"  {name:50s} {t * 1e3:9.3f} ms  ({t / base:.2f}x grouped forward)",
                   flush=True)
+    for C in args.conv_channels:
+        _wide_conv_rows(xp, args, m, C, H)
+
+
+def _wide_conv_rows(xp, args, m, C, H):
+    """--conv's wider layers (issue 32 item 2): the same calls as the 8-channel rows
+    (m intervals, batch BATCH, 3x3, tanh) with C channels, cuDNN grouped against
+    cuda-direct only (per interval, streams and im2col add little here and im2col's
+    columns grow with C), and the direct kernels' family for the shape."""
+    from braidpy.nn import ConvLayer
+    from braidpy.nn.conv_direct import kernel_family
+
+    cudnn = ConvLayer(C, 3, "tanh", backend="cudnn")
+    direct = ConvLayer(C, 3, "tanh", backend="cuda-direct")
+    for dtype in ("float64", "float32"):
+        rng = np.random.default_rng(20261201)
+        U, Wt = (xp.asarray(rng.standard_normal((m, BATCH, C, H, H)), dtype=dtype)
+                 for _ in range(2))
+        Ks = xp.asarray(rng.standard_normal((m, C, C, 3, 3)) / (3 * C), dtype=dtype)
+        bs = xp.asarray(0.1 * rng.standard_normal((m, C)), dtype=dtype)
+        hs = xp.asarray(np.full(m, 1.0 / m), dtype=dtype)
+        times = _wide_conv_times(xp, args, {"cuDNN grouped": cudnn, "cuda-direct": direct},
+                                 Wt, U, Ks, bs, hs)
+        base = times["forward, cuDNN grouped"]
+        family = kernel_family(U.shape, Ks.shape, dtype)
+        print(f"conv calls over {m} intervals, batch {BATCH}, {C} channels, {H}x{H}, 3x3, "
+              f"tanh, {dtype} (cuda-direct: the {family} kernels):")
+        for name, t in times.items():
+            print(f"  {name:50s} {t * 1e3:9.3f} ms  ({t / base:.2f}x grouped forward)",
+                  flush=True)
+
+
+def _wide_conv_times(xp, args, layers, Wt, U, Ks, bs, hs):
+    """Seconds per forward, adjoint and gradient call of each named layer (warmed)."""
+    def timed(fn):
+        fn()  # kernels, plans and pools warmed
+        sync(xp)
+        return best(lambda: (fn(), sync(xp)), args.repeats)
+
+    def calls(layer):
+        return {"forward": lambda: layer.forward_batched(U, Ks, bs, hs),
+                "adjoint": lambda: layer.adjoint_batched(Wt, U, Ks, bs, hs),
+                "gradient": lambda: layer.gradient_batched(Wt, U, Ks, bs, hs)}
+
+    return {f"{call}, {name}": timed(fn)
+            for name, layer in layers.items() for call, fn in calls(layer).items()}
 
 
 def _torch_conv_cases(torch, U, Wt, Ks, bs, hs, m, C, H, device="cuda"):
@@ -590,6 +639,9 @@ def main(argv=None):
     p.add_argument("--conv", action="store_true", help="the cuDNN conv step comparison")
     p.add_argument("--intervals", type=int, default=64, help="--conv: intervals m")
     p.add_argument("--streams", type=int, default=4, help="--conv: streams (layer blocks)")
+    p.add_argument("--conv-channels", type=int, nargs="*", default=[32, 64],
+                   help="--conv: wider layers' channels, after the 8-channel rows (cuDNN "
+                        "grouped vs cuda-direct); none to skip")
     p.add_argument("--conv-net", action="store_true",
                    help="a conv ResNet's one-shot gradient vs serial fwd+bwd, per backend")
     p.add_argument("--conv-layers", type=int, default=1024, help="--conv-net: layers")

@@ -59,8 +59,8 @@ def close(got, want, rtol):
 def test_direct_kernels_equal_the_numpy_kernels(host_cuda, act, shape):
     """forward, adjoint and parameter gradients, batched and single, float64 to 1e-12
     (odd sizes, H != W, k from 1 to 7, one interval; planes over several tiles with
-    partial ones; C = 17 and a 16-channel 7x7 kernel take the element kernels, the
-    others the tiled ones)."""
+    partial ones; C = 17 and a 16-channel 7x7 kernel take the wide kernels, the others
+    the tiled ones)."""
     layer, ref = ConvLayer(shape[2], shape[5], act, backend="cuda-direct"), \
         ConvLayer(shape[2], shape[5], act, backend="numpy")
     assert layer.backend == "cuda-direct"
@@ -80,6 +80,115 @@ def test_direct_kernels_equal_the_numpy_kernels(host_cuda, act, shape):
                          ref.gradient(Wa[i], U[i], Ks[i], bs[i], h)):
         assert got.shape == want.shape
         close(got, want, 1e-12)
+
+
+#: Wide layers (issue 32 item 2), (m, N, C, H, W, k): C = 16 (float64: over the tiled
+#: kernels' 48 KiB), 24, 32, 33, 64 (C not a multiple of the chunk of 4 or the group of
+#: 16 channels), k 3 and 5, planes not multiples of 16 (one over two tiles of rows).
+WIDE = [(2, 1, 16, 5, 6, 3), (1, 2, 24, 17, 9, 3), (1, 1, 32, 6, 5, 5), (2, 1, 33, 4, 6, 5),
+        (1, 1, 64, 7, 5, 3), (1, 1, 64, 5, 4, 5)]
+
+
+@pytest.mark.parametrize("dtype, rtol", [(np.float64, 1e-12), (np.float32, 1e-5)])
+@pytest.mark.parametrize("shape", WIDE)
+def test_wide_layers_equal_the_numpy_kernels(host_cuda, shape, dtype, rtol):
+    """forward, adjoint and parameter gradients of the wide layers, in the dtype, against
+    the NumPy kernels in float64 (the wide kernels take them: C = 16 in float32 the tiled)."""
+    m, N, C, H, W, k = shape
+    want_family = "tiled" if C == 16 and dtype == np.float32 else "wide"
+    assert cd.kernel_family((m, N, C, H, W), (m, C, C, k, k), dtype) == want_family
+    layer = ConvLayer(C, k, "tanh", backend="cuda-direct")
+    ref = ConvLayer(C, k, "tanh", backend="numpy")
+    args = data(*shape, dtype)
+    args64 = [a.astype(np.float64) for a in args]
+    got = layer.forward_batched(*args[1:])
+    assert got.dtype == dtype
+    close(got, ref.forward_batched(*args64[1:]), rtol)
+    close(layer.adjoint_batched(*args), ref.adjoint_batched(*args64), rtol)
+    for g, w in zip(layer.gradient_batched(*args), ref.gradient_batched(*args64)):
+        assert g.dtype == dtype
+        close(g, w, rtol)
+
+
+def families_of(shape, dtype):
+    """The kernel families that can take a shape: element and wide always here, tiled
+    where the GPU would pick it."""
+    m, N, C, H, W, k = shape
+    tiled = cd.kernel_family((m, N, C, H, W), (m, C, C, k, k), dtype) == "tiled"
+    return ["element", "wide"] + (["tiled"] if tiled else [])
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("shape", WIDE + [(2, 1, 8, 17, 5, 3), (1, 1, 5, 6, 7, 5)])
+def test_kernel_families_give_the_same_bits(shape, dtype):
+    """Every family that can take a shape gives the element functions' bits in every mode
+    (forward step, the adjoint's G, its transpose; the parameter gradients' reductions
+    then read the same G), each activation."""
+    Wa, U, Ks, bs, hs = data(*shape, dtype)
+    results = {}
+    for family in families_of(shape, dtype):
+        out = []
+        for act in (1, 2, 3):
+            F, G, A = (np.empty_like(U) for _ in range(3))
+            HOST.conv_direct_step(U, Ks, bs, hs, F, act, kernels=family)
+            HOST.conv_direct_g(Wa, U, Ks, bs, hs, G, act, kernels=family)
+            HOST.conv_direct_transpose_add(Wa, G, Ks, A, kernels=family)
+            dK, db = np.empty_like(Ks), np.empty_like(bs)
+            HOST.conv_direct_param_grads(G, U, dK, db)
+            out += [F, G, A, dK, db]
+        results[family] = out
+    for family, out in results.items():
+        for got, want in zip(out, results["element"]):
+            assert np.array_equal(got, want), family
+
+
+def documented_family(shape, itemsize):
+    """conv_direct.py's rule: tiled where C <= 16 and C halo planes of (16 + k - 1)^2
+    and the C*C*k*k kernel fit 48 KiB, else wide (grids under 2^31 blocks)."""
+    m, N, C, H, W, k = shape
+    halo = 16 + k - 1
+    if C <= 16 and (C * halo * halo + C * C * k * k) * itemsize <= 48 * 1024:
+        return "tiled"
+    return "wide"
+
+
+def test_kernel_family_is_the_documented_rule():
+    for dtype in (np.float64, np.float32):
+        itemsize = np.dtype(dtype).itemsize
+        for C in range(1, 81):
+            for k in (1, 3, 5, 7):
+                got = cd.kernel_family((2, 32, C, 28, 28), (2, C, C, k, k), dtype)
+                assert got == documented_family((2, 32, C, 28, 28, k), itemsize), (C, k, dtype)
+
+
+@pytest.mark.parametrize("U, k, dtype, family", [
+    ((64, 32, 8, 28, 28), 3, "float64", "tiled"),
+    ((64, 32, 16, 28, 28), 3, "float32", "tiled"),
+    ((64, 32, 16, 28, 28), 3, "float64", "wide"),
+    ((64, 128, 32, 32, 32), 5, "float32", "wide"),
+    ((64, 128, 64, 32, 32), 7, "float64", "wide"),
+    ((2 ** 29, 1, 8, 16, 16), 3, "float64", "tiled"),    # 2^29 tiles: a grid of 2^29
+    ((2 ** 29, 1, 64, 16, 16), 3, "float64", "element"),  # 4 groups each: 2^31 blocks
+])
+def test_kernel_family_of_the_issues_shapes_and_grid_limits(U, k, dtype, family):
+    assert cd.kernel_family(U, (U[0], U[2], U[2], k, k), dtype) == family
+
+
+def test_kernel_family_and_forced_families_refuse_what_does_not_fit():
+    _, U, Ks, bs, hs = data(1, 1, 16, 4, 4, 3)
+    out = np.empty_like(U)
+    with pytest.raises(ValueError, match="dtype must be float32 or float64, got int64"):
+        cd.kernel_family(U.shape, Ks.shape, np.int64)
+    with pytest.raises(ValueError, match="itemsize must be 4 or 8, got 2"):
+        HOST.conv_direct_family(U.shape, Ks.shape, 2)
+    with pytest.raises(ValueError, match=r"K must be \(m, C, C, k, k\)"):
+        cd.kernel_family(U.shape, (1, 16, 16, 2, 2), np.float64)
+    with pytest.raises(ValueError, match="the 'tiled' kernels cannot take C = 16, k = 3 in "
+                                         "8-byte floats"):
+        HOST.conv_direct_step(U, Ks, bs, hs, out, 1, kernels="tiled")
+    with pytest.raises(ValueError, match="kernels must be 'auto', 'element', 'tiled' or "
+                                         "'wide', got 'fast'"):
+        HOST.conv_direct_transpose_add(U, U, Ks, out, kernels="fast")
 
 
 def test_float32_kernels_are_float32_and_close(host_cuda):

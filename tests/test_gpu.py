@@ -491,6 +491,63 @@ def test_direct_conv_kernels_equal_numpy_and_their_host_twins(cp, cuda, dtype, a
         assert bool(cp.array_equal(dK[i], gK)) and bool(cp.array_equal(db[i], gb))
 
 
+#: Wide conv layers (issue 32 item 2), (m, N, C, H, W, k): the issue's 16, 32 and 64
+#: channels on 28x28 and 32x32 planes, and C = 24 on planes over partial tiles; k 3 and 5.
+WIDE_CONV = [(4, 8, 16, 28, 28, 3), (2, 4, 32, 28, 28, 5), (2, 2, 64, 32, 32, 3),
+             (3, 2, 24, 17, 20, 5)]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("shape", WIDE_CONV)
+def test_wide_direct_conv_kernels_on_the_gpu(cp, cuda, dtype, shape):
+    """The wide direct kernels (the tiled ones for 16 channels in float32): forward,
+    adjoint and parameter gradients equal the NumPy kernels (CONV_RTOL) with tanh and
+    relu; with relu (no libm call) they are the host twin's element functions bit for bit
+    (the same sums in the same order, no contraction); batched rows equal single calls."""
+    from braidpy import _core
+    from braidpy.nn import ConvLayer
+    from braidpy.nn.conv_direct import kernel_family
+
+    m, N, C, H, W, k = shape
+    family = "tiled" if C == 16 and dtype == np.float32 else "wide"
+    assert kernel_family((m, N, C, H, W), (m, C, C, k, k), dtype) == family
+    rng = np.random.default_rng(20261201)
+    host = [rng.standard_normal((m, N, C, H, W)), rng.standard_normal((m, N, C, H, W)),
+            rng.standard_normal((m, C, C, k, k)) / (C * k), rng.standard_normal((m, C)),
+            rng.uniform(0.1, 0.5, m)]
+    host = [a.astype(dtype) for a in host]
+    ref_args = [a.astype(np.float64) for a in host]
+    dev = [cp.asarray(a) for a in host]
+    for act in ("tanh", "relu"):
+        layer = ConvLayer(C, k, act, backend="cuda-direct")
+        ref = ConvLayer(C, k, act, backend="numpy")
+        F = layer.forward_batched(*dev[1:])
+        A = layer.adjoint_batched(*dev)
+        dK, db = layer.gradient_batched(*dev)
+        assert F.dtype == dtype and A.dtype == dtype and dK.dtype == dtype
+        conv_close(F, ref.forward_batched(*ref_args[1:]), dtype)
+        conv_close(A, ref.adjoint_batched(*ref_args), dtype)
+        for got, want in zip((dK, db), ref.gradient_batched(*ref_args)):
+            conv_close(got, want, dtype)
+    twin = _core._host_conv
+    Wh, Uh, Kh, bh, hh = host
+    F_h, G_h, A_h = (np.empty_like(Uh) for _ in range(3))
+    dK_h, db_h = np.empty_like(Kh), np.empty_like(bh)
+    twin.conv_direct_step(Uh, Kh, bh, hh, F_h, 2, kernels="element")
+    twin.conv_direct_g(Wh, Uh, Kh, bh, hh, G_h, 2, kernels="element")
+    twin.conv_direct_transpose_add(Wh, G_h, Kh, A_h, kernels="element")
+    twin.conv_direct_param_grads(G_h, Uh, dK_h, db_h)
+    for got, want in zip((F, A, dK, db), (F_h, A_h, dK_h, db_h)):  # relu: the last layer's
+        assert np.array_equal(to_host(got), want)
+    W_d, U_d, K_d, b_d, h_d = dev
+    for i in range(m):
+        h = h_d[i:i + 1].reshape(())
+        assert bool(cp.array_equal(F[i], layer.forward(U_d[i], K_d[i], b_d[i], h)))
+        assert bool(cp.array_equal(A[i], layer.adjoint(W_d[i], U_d[i], K_d[i], b_d[i], h)))
+        gK, gb = layer.gradient(W_d[i], U_d[i], K_d[i], b_d[i], h)
+        assert bool(cp.array_equal(dK[i], gK)) and bool(cp.array_equal(db[i], gb))
+
+
 def test_short_peaks_training_on_the_gpu_equals_numpy(cp):
     """Five one-shot Adam steps on Peaks with the network on CUDA: the same losses and
     parameters as on the host, to rounding (test_device runs the same on

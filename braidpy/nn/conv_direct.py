@@ -5,12 +5,21 @@ batches the k-th step of m intervals, each interval with its own kernel. On an H
 cuDNN's grouped convolution of that shape ran float64 at a small fraction of the GPU's
 rate (docs/benchmarks.md, "On a GPU"); one output element is only C*k*k multiply-adds on
 neighbouring inputs. So braidpy._cuda computes a whole step in one pass
-(csrc/cuda/conv_direct.hpp): one thread per output element, the convolution, bias,
-activation, step size and residual update together:
+(csrc/cuda/conv_direct.hpp): the convolution, bias, activation, step size and residual
+update together:
 
 - forward: ``U + h * act(conv(U, K) + b)``, one kernel for all m intervals;
 - adjoint: ``G = h * (W * act'(conv(U, K) + b))``, then ``W + conv^T(G, K)``: two kernels;
 - parameter gradients: G, then dK and db as fixed-order block reductions: three kernels.
+
+Three kernel families compute these passes, with the same bits (every sum in one
+documented order: channel ascending, then dy, dx); which one a shape takes depends on its
+shape and dtype only (:func:`kernel_family`): "tiled" (one block per 16x16 tile of a
+sample's plane, its C input planes and the whole kernel in shared memory, each thread all
+C channels at its position) where C <= 16 and that fits 48 KiB; else "wide" (one block
+per tile and group of 16 channels, the input channels streamed through shared memory four
+at a time; any C, 7x7 included); else "element" (one thread per output element, every tap
+read from global memory; only for grids of 2^31 blocks or more).
 
 No cuDNN is needed, float64 and float32, odd kernels up to 7x7 (larger ones, and
 activations other than braidpy's own tanh, relu and smooth_relu with its default eps,
@@ -28,11 +37,14 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable, Dict, Optional, Tuple
 
+import numpy as np
+
+from .._core import _host_conv  # type: ignore[attr-defined]  # private submodule, not stubbed
 from ._common import _as_steps, _namespace, _shape, cuda_module_problem, no_gpu_reason
 from .activations import ActivationLike, get_activation, relu, smooth_relu, tanh
 from .conv import check_step, check_steps
 
-__all__ = ["direct_unavailable", "STEPS", "MAX_KERNEL"]
+__all__ = ["direct_unavailable", "kernel_family", "STEPS", "MAX_KERNEL"]
 
 #: Largest (odd) kernel size of the direct kernels (csrc/cuda/conv_direct.hpp's kConvMaxK).
 MAX_KERNEL = 7
@@ -58,6 +70,27 @@ def direct_unavailable() -> Optional[str]:
     """
     cuda, why = cuda_module_problem(_cuda)
     return why if cuda is None else no_gpu_reason(cuda)
+
+
+def kernel_family(U_shape: Tuple[int, ...], K_shape: Tuple[int, ...], dtype: Any) -> str:
+    """Which of braidpy._cuda's kernel families computes the direct steps of states of
+    shape ``U_shape`` = (m, N, C, H, W) with kernels ``K_shape`` = (m, C, C, k, k) in
+    ``dtype`` (float32 or float64): ``"tiled"``, ``"wide"`` or ``"element"``. The
+    families give the same bits; the choice depends on these arguments only (the module
+    docstring says how). Answered by braidpy._core, the same C++ function as the GPU's
+    launchers use, so it needs no GPU.
+
+    Examples
+    --------
+    >>> kernel_family((4, 32, 8, 28, 28), (4, 8, 8, 3, 3), "float64")
+    'tiled'
+    >>> kernel_family((4, 32, 64, 28, 28), (4, 64, 64, 5, 5), "float64")
+    'wide'
+    """
+    dt = np.dtype(dtype)
+    if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise ValueError(f"kernel_family: dtype must be float32 or float64, got {dt}")
+    return str(_host_conv.conv_direct_family(tuple(U_shape), tuple(K_shape), dt.itemsize))
 
 
 def _code(act: ActivationLike, K: Any) -> Optional[int]:

@@ -5,6 +5,7 @@
 #include "host_conv.hpp"
 
 #include <pybind11/numpy.h>
+#include <pybind11/stl.h>
 
 #include <string>
 
@@ -65,37 +66,68 @@ void check_act(const char* where, int act) {
                           std::to_string(act));
 }
 
-// Each mode takes the path the GPU takes for these dims: the tiled kernels' emulation
-// (conv_tiled_host) or the element functions.
+const char* const kFamilyNames[] = {"element", "tiled", "wide"};
+
+// The kernel family a call runs: the GPU's pick for these dims (kernels "auto"), or the
+// family named (so tests can compare the families' bits), if it can take these dims.
+int family_of(const char* where, const std::string& kernels, const ConvDims& d,
+              Index itemsize) {
+  const std::string w(where);
+  if (kernels == "auto") return kern::conv_family(d, itemsize);
+  int f = -1;
+  for (int k = 0; k < 3; ++k)
+    if (kernels == kFamilyNames[k]) f = k;
+  if (f < 0)
+    throw py::value_error(w + ": kernels must be 'auto', 'element', 'tiled' or 'wide', got '" +
+                          kernels + "'");
+  const bool fits = f == kern::kConvElement ||
+                    (f == kern::kConvTiled && kern::conv_tiled(d, itemsize)) ||
+                    (f == kern::kConvWide && kern::conv_wide(d, itemsize));
+  if (!fits)
+    throw py::value_error(w + ": the '" + kernels + "' kernels cannot take C = " +
+                          std::to_string(d.C) + ", k = " + std::to_string(d.k) + " in " +
+                          std::to_string(itemsize) + "-byte floats");
+  return f;
+}
+
+// A tiled or wide family's emulation, block by block (conv_tiled_host, conv_wide_host).
 template <class T>
-void step(Host& h, int act) {
-  if (kern::conv_tiled(h.d, sizeof(T)))
-    return kern::conv_tiled_host(kern::kConvStep, in<T>(h.a[0]), in<T>(h.a[1]), h.d,
-                                 in<T>(h.a[0]), static_cast<const T*>(nullptr), in<T>(h.a[2]),
-                                 in<T>(h.a[3]), act, out<T>(h.a[4]));
+void blocked(int family, int mode, const T* X, const T* K, const ConvDims& d, const T* U,
+             const T* Wa, const T* bias, const T* h, int act, T* o) {
+  if (family == kern::kConvTiled) kern::conv_tiled_host(mode, X, K, d, U, Wa, bias, h, act, o);
+  else kern::conv_wide_host(mode, X, K, d, U, Wa, bias, h, act, o);
+}
+
+// Each mode takes the family's path (family_of): the tiled or wide kernels' emulation, or
+// the element functions.
+template <class T>
+void step(Host& h, int act, int family) {
+  if (family != kern::kConvElement)
+    return blocked(family, kern::kConvStep, in<T>(h.a[0]), in<T>(h.a[1]), h.d, in<T>(h.a[0]),
+                   static_cast<const T*>(nullptr), in<T>(h.a[2]), in<T>(h.a[3]), act,
+                   out<T>(h.a[4]));
   for (Index i = 0; i < h.d.size(); ++i)
     kern::conv_step_at(i, in<T>(h.a[0]), in<T>(h.a[1]), in<T>(h.a[2]), in<T>(h.a[3]), act, h.d,
                        out<T>(h.a[4]));
 }
 
 template <class T>
-void g(Host& h, int act) {
-  if (kern::conv_tiled(h.d, sizeof(T)))
-    return kern::conv_tiled_host(kern::kConvG, in<T>(h.a[1]), in<T>(h.a[2]), h.d,
-                                 static_cast<const T*>(nullptr), in<T>(h.a[0]), in<T>(h.a[3]),
-                                 in<T>(h.a[4]), act, out<T>(h.a[5]));
+void g(Host& h, int act, int family) {
+  if (family != kern::kConvElement)
+    return blocked(family, kern::kConvG, in<T>(h.a[1]), in<T>(h.a[2]), h.d,
+                   static_cast<const T*>(nullptr), in<T>(h.a[0]), in<T>(h.a[3]), in<T>(h.a[4]),
+                   act, out<T>(h.a[5]));
   for (Index i = 0; i < h.d.size(); ++i)
     kern::conv_step_g_at(i, in<T>(h.a[0]), in<T>(h.a[1]), in<T>(h.a[2]), in<T>(h.a[3]),
                          in<T>(h.a[4]), act, h.d, out<T>(h.a[5]));
 }
 
 template <class T>
-void transpose_add(Host& h) {
-  if (kern::conv_tiled(h.d, sizeof(T)))
-    return kern::conv_tiled_host(kern::kConvTransposeAdd, in<T>(h.a[1]), in<T>(h.a[2]), h.d,
-                                 static_cast<const T*>(nullptr), in<T>(h.a[0]),
-                                 static_cast<const T*>(nullptr), static_cast<const T*>(nullptr),
-                                 0, out<T>(h.a[3]));
+void transpose_add(Host& h, int family) {
+  if (family != kern::kConvElement)
+    return blocked(family, kern::kConvTransposeAdd, in<T>(h.a[1]), in<T>(h.a[2]), h.d,
+                   static_cast<const T*>(nullptr), in<T>(h.a[0]), static_cast<const T*>(nullptr),
+                   static_cast<const T*>(nullptr), 0, out<T>(h.a[3]));
   for (Index i = 0; i < h.d.size(); ++i)
     kern::conv_transpose_add_at(i, in<T>(h.a[0]), in<T>(h.a[1]), in<T>(h.a[2]), h.d,
                                 out<T>(h.a[3]));
@@ -112,34 +144,49 @@ void param_grads(Host& h) {
 void bind_host_conv(py::module_& core) {
   py::module_ m = core.def_submodule(
       "_host_conv", "The direct convolution steps on NumPy arrays (the GPU kernels' host twins).");
+  // kernels: "auto" (the GPU's pick), or "element", "tiled", "wide" (a host-only option).
   m.def("conv_direct_step", [](py::handle U, py::handle K, py::handle b, py::handle h,
-                               py::handle o, int act) {
+                               py::handle o, int act, const std::string& kernels) {
         const char* where = "conv_direct_step";
         check_act(where, act);
         Host x = host(where, {U, K, b, h, o}, 0, 1);
         conv_direct_expect_step(where, x.d, shape_of(x.a[2]), shape_of(x.a[3]));
         conv_direct_expect(where, "out", shape_of(x.a[4]), shape_of(x.a[0]));
-        x.f64 ? step<double>(x, act) : step<float>(x, act);
-      }, py::arg("U"), py::arg("K"), py::arg("b"), py::arg("h"), py::arg("out"), py::arg("act"));
+        const int f = family_of(where, kernels, x.d, x.f64 ? 8 : 4);
+        x.f64 ? step<double>(x, act, f) : step<float>(x, act, f);
+      }, py::arg("U"), py::arg("K"), py::arg("b"), py::arg("h"), py::arg("out"), py::arg("act"),
+      py::arg("kernels") = "auto");
   m.def("conv_direct_g", [](py::handle W, py::handle U, py::handle K, py::handle b,
-                            py::handle h, py::handle G, int act) {
+                            py::handle h, py::handle G, int act, const std::string& kernels) {
         const char* where = "conv_direct_g";
         check_act(where, act);
         Host x = host(where, {W, U, K, b, h, G}, 1, 2);
         conv_direct_expect(where, "W", shape_of(x.a[0]), shape_of(x.a[1]));
         conv_direct_expect_step(where, x.d, shape_of(x.a[3]), shape_of(x.a[4]));
         conv_direct_expect(where, "G", shape_of(x.a[5]), shape_of(x.a[1]));
-        x.f64 ? g<double>(x, act) : g<float>(x, act);
+        const int f = family_of(where, kernels, x.d, x.f64 ? 8 : 4);
+        x.f64 ? g<double>(x, act, f) : g<float>(x, act, f);
       }, py::arg("W"), py::arg("U"), py::arg("K"), py::arg("b"), py::arg("h"), py::arg("G"),
-      py::arg("act"));
+      py::arg("act"), py::arg("kernels") = "auto");
   m.def("conv_direct_transpose_add", [](py::handle W, py::handle G, py::handle K,
-                                        py::handle o) {
+                                        py::handle o, const std::string& kernels) {
         const char* where = "conv_direct_transpose_add";
         Host x = host(where, {W, G, K, o}, 1, 2);
         conv_direct_expect(where, "W", shape_of(x.a[0]), shape_of(x.a[1]));
         conv_direct_expect(where, "out", shape_of(x.a[3]), shape_of(x.a[1]));
-        x.f64 ? transpose_add<double>(x) : transpose_add<float>(x);
-      }, py::arg("W"), py::arg("G"), py::arg("K"), py::arg("out"));
+        const int f = family_of(where, kernels, x.d, x.f64 ? 8 : 4);
+        x.f64 ? transpose_add<double>(x, f) : transpose_add<float>(x, f);
+      }, py::arg("W"), py::arg("G"), py::arg("K"), py::arg("out"), py::arg("kernels") = "auto");
+  m.def("conv_direct_family", [](const Shape& U, const Shape& K, int itemsize) {
+        const char* where = "conv_direct_family";
+        if (itemsize != 4 && itemsize != 8)
+          throw py::value_error(std::string(where) + ": itemsize must be 4 or 8, got " +
+                                std::to_string(itemsize));
+        return std::string(kFamilyNames[kern::conv_family(conv_direct_dims(where, U, K),
+                                                          itemsize)]);
+      }, py::arg("U_shape"), py::arg("K_shape"), py::arg("itemsize"),
+      "The kernel family ('tiled', 'wide' or 'element') braidpy._cuda runs for states of "
+      "shape U_shape (m, N, C, H, W) and kernels K_shape (m, C, C, k, k) of itemsize bytes.");
   m.def("conv_direct_param_grads", [](py::handle G, py::handle U, py::handle dK,
                                       py::handle db) {
         const char* where = "conv_direct_param_grads";

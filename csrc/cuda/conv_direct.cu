@@ -66,6 +66,48 @@ int launch_tiled(int mode, const T* X, const T* K, const ConvDims& d, const T* U
   return cudaGetLastError();
 }
 
+// The wide kernels (conv_direct.hpp): one block per (tile, channel group),
+// kern::kTileThreads threads, the streamed channels in chunks through shared memory.
+template <class T>
+__global__ void conv_wide_kernel(int mode, const T* X, const T* K, ConvDims d, const T* U,
+                                 const T* Wa, const T* bias, const T* h, int act, T* out) {
+  extern __shared__ __align__(16) unsigned char wide_raw[];
+  T* smem = reinterpret_cast<T*>(wide_raw);
+  const int t = static_cast<int>(threadIdx.x);
+  const Index b = blockIdx.x;
+  T acc[kern::kWideGroup];
+#pragma unroll
+  for (int a = 0; a < kern::kWideGroup; ++a) acc[a] = T(0);
+  for (Index c0 = 0; c0 < d.C; c0 += kern::kWideChunk) {
+    if (c0 > 0) __syncthreads();  // every thread is done with the previous chunk
+    kern::conv_wide_load(mode == kern::kConvTransposeAdd, X, K, d, b, c0, t,
+                         kern::kTileThreads, smem);
+    __syncthreads();
+    kern::conv_wide_sums(smem, d, c0, t, acc);
+  }
+  kern::conv_wide_finish(mode, acc, b, t, d, U, Wa, bias, h, act, out);
+}
+
+template <class T>
+int launch_wide(int mode, const T* X, const T* K, const ConvDims& d, const T* U, const T* Wa,
+                const T* bias, const T* h, int act, T* out, cudaStream_t st) {
+  const auto blocks = static_cast<unsigned>(kern::conv_wide_blocks(d));
+  const auto bytes = static_cast<std::size_t>(kern::conv_wide_smem(d)) * sizeof(T);
+  conv_wide_kernel<T><<<blocks, kern::kTileThreads, bytes, st>>>(mode, X, K, d, U, Wa, bias, h,
+                                                                 act, out);
+  return cudaGetLastError();
+}
+
+// The tiled or the wide kernel, whichever conv_family picks for these dims (called only
+// where it picks one of the two).
+template <class T>
+int launch_family(int mode, const T* X, const T* K, const ConvDims& d, const T* U, const T* Wa,
+                  const T* bias, const T* h, int act, T* out, cudaStream_t st) {
+  if (kern::conv_family(d, sizeof(T)) == kern::kConvTiled)
+    return launch_tiled<T>(mode, X, K, d, U, Wa, bias, h, act, out, st);
+  return launch_wide<T>(mode, X, K, d, U, Wa, bias, h, act, out, st);
+}
+
 // One block of kern::kConvThreads threads per row (iv, o, c, dy) of dK.
 template <class T>
 __global__ void conv_wgrad_kernel(const T* G, const T* U, ConvDims d, T* dK) {
@@ -102,13 +144,14 @@ const T* in(const void* p) {
   return static_cast<const T*>(p);
 }
 
-// Each mode in precision T: the tiled kernel where it applies, else the element kernel.
+// Each mode in precision T: the tiled or wide kernel where one applies (conv_family), else
+// the element kernel.
 template <class T>
 int step_t(int act, const void* U, const void* K, const void* b, const void* h, void* out,
            const ConvDims& d, cudaStream_t st) {
-  if (kern::conv_tiled(d, sizeof(T)))
-    return launch_tiled<T>(kern::kConvStep, in<T>(U), in<T>(K), d, in<T>(U), nullptr, in<T>(b),
-                           in<T>(h), act, static_cast<T*>(out), st);
+  if (kern::conv_family(d, sizeof(T)) != kern::kConvElement)
+    return launch_family<T>(kern::kConvStep, in<T>(U), in<T>(K), d, in<T>(U), nullptr, in<T>(b),
+                            in<T>(h), act, static_cast<T*>(out), st);
   conv_step_kernel<T><<<blocks_for(d.size()), kThreads, 0, st>>>(
       in<T>(U), in<T>(K), in<T>(b), in<T>(h), act, d, static_cast<T*>(out));
   return cudaGetLastError();
@@ -117,9 +160,9 @@ int step_t(int act, const void* U, const void* K, const void* b, const void* h, 
 template <class T>
 int g_t(int act, const void* Wa, const void* U, const void* K, const void* b, const void* h,
         void* G, const ConvDims& d, cudaStream_t st) {
-  if (kern::conv_tiled(d, sizeof(T)))
-    return launch_tiled<T>(kern::kConvG, in<T>(U), in<T>(K), d, nullptr, in<T>(Wa), in<T>(b),
-                           in<T>(h), act, static_cast<T*>(G), st);
+  if (kern::conv_family(d, sizeof(T)) != kern::kConvElement)
+    return launch_family<T>(kern::kConvG, in<T>(U), in<T>(K), d, nullptr, in<T>(Wa), in<T>(b),
+                            in<T>(h), act, static_cast<T*>(G), st);
   conv_step_g_kernel<T><<<blocks_for(d.size()), kThreads, 0, st>>>(
       in<T>(Wa), in<T>(U), in<T>(K), in<T>(b), in<T>(h), act, d, static_cast<T*>(G));
   return cudaGetLastError();
@@ -128,9 +171,9 @@ int g_t(int act, const void* Wa, const void* U, const void* K, const void* b, co
 template <class T>
 int transpose_add_t(const void* Wa, const void* G, const void* K, void* out, const ConvDims& d,
                     cudaStream_t st) {
-  if (kern::conv_tiled(d, sizeof(T)))
-    return launch_tiled<T>(kern::kConvTransposeAdd, in<T>(G), in<T>(K), d, nullptr, in<T>(Wa),
-                           nullptr, nullptr, 0, static_cast<T*>(out), st);
+  if (kern::conv_family(d, sizeof(T)) != kern::kConvElement)
+    return launch_family<T>(kern::kConvTransposeAdd, in<T>(G), in<T>(K), d, nullptr, in<T>(Wa),
+                            nullptr, nullptr, 0, static_cast<T*>(out), st);
   conv_transpose_add_kernel<T><<<blocks_for(d.size()), kThreads, 0, st>>>(
       in<T>(Wa), in<T>(G), in<T>(K), d, static_cast<T*>(out));
   return cudaGetLastError();

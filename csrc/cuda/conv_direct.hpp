@@ -14,6 +14,8 @@
 // "same" padding p = k/2, cross-correlation (cuDNN's and PyTorch's convention).
 #pragma once
 
+#include <vector>
+
 #include "kernels.hpp"
 
 namespace braidpy {
@@ -141,7 +143,7 @@ BRAIDPY_HD inline void conv_transpose_add_at(Index i, const T* Wa, const T* G, c
 // tile's input planes with a zero halo of k/2 and the interval's kernel into shared
 // memory (conv_tile_load), then each thread sums (conv_tile_sums) in the element
 // functions' order, so both give the same bits. Used where C <= kTileMaxC and the shared
-// memory fits kTileSmemBytes; the element kernels otherwise.
+// memory fits kTileSmemBytes; the wide kernels (below) otherwise (conv_family).
 
 constexpr int kTile = 16;
 constexpr int kTileThreads = kTile * kTile;
@@ -245,6 +247,17 @@ BRAIDPY_HD inline Index conv_tile_target(Index b, const ConvDims& d, int t, Inde
 // Modes of the tiled kernels.
 enum ConvMode : int { kConvStep = 0, kConvG = 1, kConvTransposeAdd = 2 };
 
+// Element i's last operations in a mode, given its sum z over channel ch's taps: the
+// tiled and the wide kernels share them.
+template <class T>
+BRAIDPY_HD inline void conv_epilogue(int mode, Index i, T z, Index iv, Index ch, const T* U,
+                                     const T* Wa, const T* bias, const T* h, int act,
+                                     const ConvDims& d, T* out) {
+  if (mode == kConvStep) conv_step_finish(i, z, iv, ch, U, bias, h, act, d, out);
+  else if (mode == kConvG) conv_g_finish(i, z, iv, ch, Wa, bias, h, act, d, out);
+  else out[i] = Wa[i] + z;
+}
+
 // The tiled kernels' work for thread t of block b, after the block's conv_tile_load of
 // X (U, or G for the transpose): sums, then each channel's epilogue.
 template <class T, int MaxC>
@@ -259,12 +272,8 @@ BRAIDPY_HD inline void conv_tile_finish(int mode, const T* smem, Index b, int t,
   if (i0 < 0) return;
   BRAIDPY_UNROLL
   for (int a = 0; a < MaxC; ++a)
-    if (a < d.C) {
-      const Index i = i0 + a * d.plane();
-      if (mode == kConvStep) conv_step_finish(i, acc[a], iv, Index(a), U, bias, h, act, d, out);
-      else if (mode == kConvG) conv_g_finish(i, acc[a], iv, Index(a), Wa, bias, h, act, d, out);
-      else out[i] = Wa[i] + acc[a];
-    }
+    if (a < d.C) conv_epilogue(mode, i0 + a * d.plane(), acc[a], iv, Index(a), U, Wa, bias, h,
+                               act, d, out);
 }
 
 // The tiled kernels on the host, block by block, each block's threads in two phases
@@ -277,6 +286,160 @@ inline void conv_tiled_host(int mode, const T* X, const T* K, const ConvDims& d,
     for (int t = 0; t < kTileThreads; ++t) conv_tile_load(X, K, d, b, t, kTileThreads, smem);
     for (int t = 0; t < kTileThreads; ++t)
       conv_tile_finish<T, kTileMaxC>(mode, smem, b, t, d, U, Wa, bias, h, act, out);
+  }
+}
+
+// ------------------------------------------------------------------- the wide kernels
+//
+// For layers the tiled kernels do not hold (more than kTileMaxC channels, or C halo
+// planes and the C*C*k*k kernel over kTileSmemBytes: 16 channels 3x3 in float64 already
+// are). One block per (interval, sample, kTile x kTile tile, group of kWideGroup
+// accumulated channels: output channels o forward, input channels c for the transpose);
+// each thread keeps the group's kWideGroup sums at its position in registers. The
+// streamed channels (c forward, o for the transpose) pass through shared memory in
+// chunks of kWideChunk, ascending: per chunk, the block loads the chunk's halo planes and
+// the matching kernel slice (conv_wide_load), synchronizes, and each thread adds the
+// chunk's taps to its sums (conv_wide_sums) in the element functions' order (channel
+// ascending across and within chunks, then dy, dx), so all three families give the same
+// bits. Shared memory kWideGroup*kWideChunk*k*k + kWideChunk*(kTile+k-1)^2 entries: at
+// most 40576 bytes (float64, k = 7), whatever C is.
+//
+// Which family a shape takes (conv_family) depends on its dims and itemsize only:
+// tiled where conv_tiled holds, else wide where conv_wide holds, else element.
+
+constexpr int kWideGroup = 16;
+constexpr int kWideChunk = 4;
+
+// The kernel slice's entries (first in shared memory), then the chunk's halo planes.
+BRAIDPY_HD inline Index conv_wide_slice(const ConvDims& d) {
+  return Index(kWideGroup) * kWideChunk * d.k * d.k;
+}
+
+BRAIDPY_HD inline Index conv_wide_smem(const ConvDims& d) {
+  return conv_wide_slice(d) + kWideChunk * conv_halo(d) * conv_halo(d);
+}
+
+BRAIDPY_HD inline Index conv_wide_groups(const ConvDims& d) {
+  return (d.C + kWideGroup - 1) / kWideGroup;
+}
+
+BRAIDPY_HD inline Index conv_wide_blocks(const ConvDims& d) {
+  return conv_tile_blocks(d) * conv_wide_groups(d);
+}
+
+// Whether the wide kernels can take these dims (shared memory, fewer than 2^31 blocks).
+inline bool conv_wide(const ConvDims& d, Index itemsize) {
+  return conv_wide_smem(d) * itemsize <= kTileSmemBytes &&
+         conv_wide_blocks(d) < (Index(1) << 31);
+}
+
+// The kernel families, and the one a shape takes.
+enum ConvFamily : int { kConvElement = 0, kConvTiled = 1, kConvWide = 2 };
+
+inline int conv_family(const ConvDims& d, Index itemsize) {
+  if (conv_tiled(d, itemsize)) return kConvTiled;
+  return conv_wide(d, itemsize) ? kConvWide : kConvElement;
+}
+
+// Block b's tile block (conv_tile_origin's b) and first accumulated channel a0: the
+// groups of one tile are neighbouring blocks (they read the same input planes).
+BRAIDPY_HD inline Index conv_wide_tile(Index b, const ConvDims& d, Index* a0) {
+  // 32-bit arithmetic: a grid has fewer than 2^31 blocks
+  const auto groups = static_cast<std::uint32_t>(conv_wide_groups(d));
+  const auto b32 = static_cast<std::uint32_t>(b), tile = b32 / groups;
+  *a0 = Index(b32 - tile * groups) * kWideGroup;
+  return tile;
+}
+
+// Thread t of nt's share of loading the chunk of streamed channels c0 .. c0+kWideChunk-1
+// for block b: the kernel slice, entry ((s*k + e)*k + f)*kWideGroup + a holding the weight
+// of accumulated channel a0+a, streamed channel c0+s, tap (e, f) (forward: K[iv, a0+a,
+// c0+s, e, f]; transpose: K[iv, c0+s, a0+a, k-1-e, k-1-f]; 0 past C), then the streamed
+// channels' halo planes as conv_tile_load's (zeros outside the plane; past C unread).
+template <class T>
+BRAIDPY_HD inline void conv_wide_load(bool transpose, const T* X, const T* K, const ConvDims& d,
+                                      Index b, Index c0, int t, int nt, T* smem) {
+  Index a0 = 0, ivn = 0, y0 = 0, x0 = 0;
+  conv_tile_origin(conv_wide_tile(b, d, &a0), d, &ivn, &y0, &x0);
+  const Index p = d.k / 2, h = conv_halo(d), hh = h * h, hw = d.plane(), C = d.C;
+  const Index iv = ivn / d.N, kk = d.k * d.k, slice = conv_wide_slice(d);
+  // 32-bit index arithmetic (a block's few thousand entries; 64-bit division is slow)
+  const auto k32 = static_cast<std::uint32_t>(d.k);
+  for (std::uint32_t e = static_cast<std::uint32_t>(t); e < slice; e += nt) {
+    const std::uint32_t a = e % kWideGroup, r = e / kWideGroup, rr = r / k32;
+    const std::uint32_t f = r - rr * k32, s = rr / k32, ey = rr - s * k32;
+    const Index acc_ch = a0 + a, str_ch = c0 + s;
+    T w = T(0);
+    if (acc_ch < C && str_ch < C)
+      w = transpose ? K[((iv * C + str_ch) * C + acc_ch) * kk + (d.k - 1 - ey) * d.k +
+                        (d.k - 1 - f)]
+                    : K[((iv * C + acc_ch) * C + str_ch) * kk + ey * d.k + f];
+    smem[e] = w;
+  }
+  const T* xs = X + ivn * C * hw;
+  const auto h32 = static_cast<std::uint32_t>(h), hh32 = static_cast<std::uint32_t>(hh);
+  for (std::uint32_t e = static_cast<std::uint32_t>(t); e < kWideChunk * hh; e += nt) {
+    const std::uint32_t s = e / hh32, r = e - s * hh32, ry = r / h32;
+    const Index c = c0 + s, yy = y0 - p + ry, xx = x0 - p + (r - ry * h32);
+    smem[slice + e] = (c < C && yy >= 0 && yy < d.H && xx >= 0 && xx < d.W)
+                          ? xs[c * hw + yy * d.W + xx]
+                          : T(0);
+  }
+}
+
+// Thread t's sums at its tile position over the loaded chunk (streamed channels c0 ..
+// min(c0 + kWideChunk, C) - 1, then dy, dx): acc[a] += w * v for its kWideGroup
+// accumulated channels. Channels past C are skipped, not added as zeros: the element
+// functions make no such operations.
+template <class T>
+BRAIDPY_HD inline void conv_wide_sums(const T* smem, const ConvDims& d, Index c0, int t,
+                                      T* acc) {
+  const Index h = conv_halo(d), hh = h * h, k = d.k;
+  const Index n = d.C - c0 < kWideChunk ? d.C - c0 : kWideChunk;
+  const T* planes = smem + conv_wide_slice(d);
+  const Index ty = t / kTile, tx = t % kTile;
+  for (Index s = 0; s < n; ++s)
+    for (Index e = 0; e < k; ++e)
+      for (Index f = 0; f < k; ++f) {
+        const T v = planes[s * hh + (ty + e) * h + tx + f];
+        const T* w = smem + ((s * k + e) * k + f) * kWideGroup;
+        BRAIDPY_UNROLL
+        for (int a = 0; a < kWideGroup; ++a) acc[a] = acc[a] + w[a] * v;
+      }
+}
+
+// Thread t's results after the last chunk: each accumulated channel's epilogue.
+template <class T>
+BRAIDPY_HD inline void conv_wide_finish(int mode, const T* acc, Index b, int t,
+                                        const ConvDims& d, const T* U, const T* Wa,
+                                        const T* bias, const T* h, int act, T* out) {
+  Index a0 = 0, iv = 0;
+  const Index i0 = conv_tile_target(conv_wide_tile(b, d, &a0), d, t, &iv);
+  if (i0 < 0) return;
+  BRAIDPY_UNROLL
+  for (int a = 0; a < kWideGroup; ++a)
+    if (a0 + a < d.C)
+      conv_epilogue(mode, i0 + (a0 + a) * d.plane(), acc[a], iv, a0 + a, U, Wa, bias, h, act,
+                    d, out);
+}
+
+// The wide kernels on the host, block by block: per chunk, every thread's load, then
+// every thread's sums (the GPU's __syncthreads() between them), then the epilogues.
+template <class T>
+inline void conv_wide_host(int mode, const T* X, const T* K, const ConvDims& d, const T* U,
+                           const T* Wa, const T* bias, const T* h, int act, T* out) {
+  std::vector<T> smem(static_cast<std::size_t>(conv_wide_smem(d)));
+  std::vector<T> acc(static_cast<std::size_t>(kTileThreads) * kWideGroup);
+  for (Index b = 0; b < conv_wide_blocks(d); ++b) {
+    for (T& a : acc) a = T(0);
+    for (Index c0 = 0; c0 < d.C; c0 += kWideChunk) {
+      for (int t = 0; t < kTileThreads; ++t)
+        conv_wide_load(mode == kConvTransposeAdd, X, K, d, b, c0, t, kTileThreads, smem.data());
+      for (int t = 0; t < kTileThreads; ++t)
+        conv_wide_sums(smem.data(), d, c0, t, acc.data() + t * kWideGroup);
+    }
+    for (int t = 0; t < kTileThreads; ++t)
+      conv_wide_finish(mode, acc.data() + t * kWideGroup, b, t, d, U, Wa, bias, h, act, out);
   }
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "../cuda/conv_direct.hpp"
 #include "../cuda/kernels.hpp"
 
 namespace {
@@ -321,6 +322,178 @@ void test_norms(const char* type) {
   }
 }
 
+// ------------------------------------------------------- direct convolutions (conv_direct.hpp)
+
+struct ConvCase {
+  Index m, N, C, H, W, k;
+};
+
+// The convolution at (iv, n, o, y, x), written from the definition with 5-d indices: taps
+// over c, dy, dx ascending, a tap outside the plane as K * 0 (the kernels' documented
+// order, so the kernels must give these bits).
+template <class T>
+T reference_conv(const std::vector<T>& X, const std::vector<T>& K, const ConvCase& c, Index iv,
+                 Index n, Index o, Index y, Index x) {
+  const Index p = c.k / 2;
+  T acc = T(0);
+  for (Index ci = 0; ci < c.C; ++ci)
+    for (Index dy = 0; dy < c.k; ++dy)
+      for (Index dx = 0; dx < c.k; ++dx) {
+        const Index yy = y + dy - p, xx = x + dx - p;
+        const bool in = yy >= 0 && yy < c.H && xx >= 0 && xx < c.W;
+        const T v = in ? X[static_cast<std::size_t>((((iv * c.N + n) * c.C + ci) * c.H + yy) * c.W + xx)] : T(0);
+        acc = acc + K[static_cast<std::size_t>((((iv * c.C + o) * c.C + ci) * c.k + dy) * c.k + dx)] * v;
+      }
+  return acc;
+}
+
+// The transpose (input VJP) at input channel ci: sum over o, then the taps (dy, dx) from
+// the last to the first, of K[o, ci, dy, dx] * G[o, y - dy + p, x - dx + p] (each output
+// the tap fed, as the scatter form of conv^T reads; documented order).
+template <class T>
+T reference_transpose(const std::vector<T>& G, const std::vector<T>& K, const ConvCase& c,
+                      Index iv, Index n, Index ci, Index y, Index x) {
+  const Index p = c.k / 2;
+  T acc = T(0);
+  for (Index o = 0; o < c.C; ++o)
+    for (Index dy = c.k - 1; dy >= 0; --dy)
+      for (Index dx = c.k - 1; dx >= 0; --dx) {
+        const Index yy = y - dy + p, xx = x - dx + p;
+        const bool in = yy >= 0 && yy < c.H && xx >= 0 && xx < c.W;
+        const T g = in ? G[static_cast<std::size_t>((((iv * c.N + n) * c.C + o) * c.H + yy) * c.W + xx)] : T(0);
+        acc = acc + K[static_cast<std::size_t>((((iv * c.C + o) * c.C + ci) * c.k + dy) * c.k + dx)] * g;
+      }
+  return acc;
+}
+
+// Mode `mode` of a family on the host: the element functions, or the tiled or wide
+// kernels' block-by-block emulation. X is U (G for the transpose).
+template <class T>
+std::vector<T> conv_family_run(int family, int mode, int act, const std::vector<T>& X,
+                               const std::vector<T>& K, const std::vector<T>& Wa,
+                               const std::vector<T>& b, const std::vector<T>& h,
+                               const kern::ConvDims& d) {
+  std::vector<T> out(X.size(), T(-7));
+  const T* U = mode == kern::kConvTransposeAdd ? nullptr : X.data();
+  if (family == kern::kConvTiled)
+    kern::conv_tiled_host(mode, X.data(), K.data(), d, U, Wa.data(), b.data(), h.data(), act,
+                          out.data());
+  else if (family == kern::kConvWide)
+    kern::conv_wide_host(mode, X.data(), K.data(), d, U, Wa.data(), b.data(), h.data(), act,
+                         out.data());
+  else
+    for (Index i = 0; i < d.size(); ++i) {
+      if (mode == kern::kConvStep)
+        kern::conv_step_at(i, X.data(), K.data(), b.data(), h.data(), act, d, out.data());
+      else if (mode == kern::kConvG)
+        kern::conv_step_g_at(i, Wa.data(), X.data(), K.data(), b.data(), h.data(), act, d,
+                             out.data());
+      else kern::conv_transpose_add_at(i, Wa.data(), X.data(), K.data(), d, out.data());
+    }
+  return out;
+}
+
+// The reference of a mode: the sums above and the epilogue's operations written out.
+template <class T>
+std::vector<T> conv_reference_run(int mode, int act, const std::vector<T>& X,
+                                  const std::vector<T>& K, const std::vector<T>& Wa,
+                                  const std::vector<T>& b, const std::vector<T>& h,
+                                  const ConvCase& c) {
+  std::vector<T> out(X.size());
+  std::size_t i = 0;
+  for (Index iv = 0; iv < c.m; ++iv)
+    for (Index n = 0; n < c.N; ++n)
+      for (Index ch = 0; ch < c.C; ++ch)
+        for (Index y = 0; y < c.H; ++y)
+          for (Index x = 0; x < c.W; ++x, ++i) {
+            const T bias = b[static_cast<std::size_t>(iv * c.C + ch)], hv = h[static_cast<std::size_t>(iv)];
+            if (mode == kern::kConvTransposeAdd) {
+              out[i] = Wa[i] + reference_transpose(X, K, c, iv, n, ch, y, x);
+              continue;
+            }
+            const T z = reference_conv(X, K, c, iv, n, ch, y, x) + bias;
+            if (mode == kern::kConvStep) out[i] = X[i] + hv * kern::activate(act, z);
+            else out[i] = hv * (Wa[i] * kern::activate_derivative(act, z));
+          }
+  return out;
+}
+
+const char* const kConvModeNames[] = {"step", "g", "transpose_add"};
+const char* const kConvFamilyNames[] = {"element", "tiled", "wide"};
+
+// The wide kernels (and, where they fit, the tiled ones) give the element functions' bits
+// and the reference's, in every mode: C not a multiple of the chunk or the group, planes
+// over several tiles with partial ones, k = 3, 5, 7, several intervals and samples.
+template <class T>
+void test_conv_families(const char* type) {
+  const ConvCase cases[] = {{1, 1, 16, 9, 9, 3},  {2, 1, 24, 17, 20, 3}, {1, 2, 33, 7, 9, 5},
+                            {1, 1, 64, 5, 6, 3},  {1, 1, 18, 4, 3, 7},   {2, 1, 8, 17, 5, 3},
+                            {1, 1, 5, 6, 7, 5}};
+  for (const ConvCase& c : cases) {
+    const kern::ConvDims d{c.m, c.N, c.C, c.H, c.W, c.k};
+    const Index n = d.size();
+    const std::vector<T> U = values<T>(n, 0.3), Wa = values<T>(n, 1.9),
+                         b = values<T>(c.m * c.C, 2.2), h = values<T>(c.m, 0.7);
+    std::vector<T> K = values<T>(c.m * c.C * c.C * c.k * c.k, 0.8);
+    for (T& w : K) w = w / static_cast<T>(c.C * c.k);
+    for (int mode : {kern::kConvStep, kern::kConvG, kern::kConvTransposeAdd})
+      for (int act : {kern::kActTanh, kern::kActRelu, kern::kActSmoothRelu}) {
+        if (mode == kern::kConvTransposeAdd && act != kern::kActTanh) continue;
+        const std::vector<T> want = conv_reference_run(mode, act, U, K, Wa, b, h, c);
+        for (int family : {kern::kConvElement, kern::kConvTiled, kern::kConvWide}) {
+          if (family == kern::kConvTiled && !kern::conv_tiled(d, sizeof(T))) continue;
+          const std::vector<T> got = conv_family_run(family, mode, act, U, K, Wa, b, h, d);
+          char what[160];
+          std::snprintf(what, sizeof what,
+                        "conv %s<%s> %s act %d (m, N, C, H, W, k) = (%lld, %lld, %lld, %lld, "
+                        "%lld, %lld): the reference's bits",
+                        kConvFamilyNames[family], type, kConvModeNames[mode], act,
+                        static_cast<long long>(c.m), static_cast<long long>(c.N),
+                        static_cast<long long>(c.C), static_cast<long long>(c.H),
+                        static_cast<long long>(c.W), static_cast<long long>(c.k));
+          report(bit_equal(got, want), what);
+        }
+      }
+  }
+}
+
+// Which family a shape takes: documented in conv_direct.hpp ("tiled where conv_tiled
+// holds, else wide where conv_wide holds, else element"), from dims and itemsize only.
+void test_conv_family_choice() {
+  struct Choice {
+    kern::ConvDims d;
+    Index itemsize;
+    int family;
+  };
+  const Index big = Index(1) << 29;  // intervals enough for a grid of 2^31 blocks
+  const Choice choices[] = {
+      {{4, 32, 8, 28, 28, 3}, 8, kern::kConvTiled},     // 8 channels: tiled
+      {{4, 32, 16, 28, 28, 3}, 4, kern::kConvTiled},    // 16 channels 3x3 float32 fits
+      {{4, 32, 16, 28, 28, 3}, 8, kern::kConvWide},     // ... float64 does not (59904 B)
+      {{4, 32, 8, 28, 28, 7}, 8, kern::kConvWide},      // 8 channels 7x7 float64
+      {{4, 32, 17, 28, 28, 3}, 4, kern::kConvWide},     // over kTileMaxC
+      {{1, 128, 32, 32, 32, 5}, 8, kern::kConvWide},
+      {{1, 128, 64, 32, 32, 7}, 8, kern::kConvWide},    // the largest slice: 40576 B
+      {{64, 1, 64, 28, 28, 5}, 4, kern::kConvWide},
+      {{big, 1, 8, 16, 16, 3}, 8, kern::kConvTiled},    // 2^29 tile blocks
+      {{big, 1, 64, 16, 16, 3}, 8, kern::kConvElement}, // 4 groups: 2^31 wide blocks
+      {{4 * big, 1, 8, 16, 16, 3}, 8, kern::kConvElement}};
+  for (const Choice& c : choices) {
+    char what[160];
+    const int got = kern::conv_family(c.d, c.itemsize);
+    std::snprintf(what, sizeof what, "conv family of C=%lld k=%lld m=%lld itemsize %lld: %s",
+                  static_cast<long long>(c.d.C), static_cast<long long>(c.d.k),
+                  static_cast<long long>(c.d.m), static_cast<long long>(c.itemsize),
+                  kConvFamilyNames[got]);
+    report(got == c.family, what);
+  }
+  bool fits = true;
+  for (Index C = 1; C <= 256; ++C)
+    for (Index k = 1; k <= kern::kConvMaxK; k += 2)
+      fits = fits && kern::conv_wide(kern::ConvDims{1, 1, C, 28, 28, k}, 8);
+  report(fits, "conv wide kernels take every C up to 256 and k up to 7 in float64");
+}
+
 }  // namespace
 
 int main() {
@@ -338,6 +511,9 @@ int main() {
   test_dense_finish<float>("float");
   test_norms<double>("double");
   test_norms<float>("float");
+  test_conv_families<double>("double");
+  test_conv_families<float>("float");
+  test_conv_family_choice();
   std::printf("%s: %d failed\n", failures ? "FAILED" : "PASSED", failures);
   return failures ? 1 : 0;
 }
