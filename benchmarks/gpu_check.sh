@@ -4,8 +4,8 @@
 # benchmarks and a short --device cuda training. Each step has its own time limit and
 # log; a failing step does not stop the next. Logs go to $OUT (default ./gpu-check).
 #
-#   bash benchmarks/gpu_check.sh            # about 6 minutes on one H100/H200 (estimated:
-#   the dense-fused and validation steps have not run on one yet)
+#   bash benchmarks/gpu_check.sh            # about 8 minutes on one H100/H200 (estimated:
+#   the dense-fused, validation and regimes steps have not run on one yet)
 #   (benchmarks/build_for_gpu_machine.sh first, here, and carrying its two .so files
 #   saves the build: about 85 s of the device time)
 #   STEPS="pytest-gpu bench-gpu-conv" bash benchmarks/gpu_check.sh   # some steps only
@@ -32,7 +32,7 @@ export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 STEPS=${STEPS:-pytest-gpu bench-gpu bench-gpu-conv bench-gpu-dense-fused gpu-overheads bench-gpu-conv-net \
-bench-torch-cuda train-digits-cuda bench-gpu-validation train-digits28-cuda calibrate-gpu}
+bench-gpu-regimes bench-torch-cuda train-digits-cuda bench-gpu-validation train-digits28-cuda calibrate-gpu}
 
 step() {  # step NAME SECONDS COMMAND...: run, log to $OUT/NAME.log, report the status
     local name=$1 limit=$2
@@ -90,6 +90,11 @@ step bench-gpu-conv 60 $PY benchmarks/bench_gpu.py --conv
 step bench-gpu-dense-fused 60 $PY benchmarks/bench_gpu.py --dense-fused
 step gpu-overheads 60 bash -c "cd benchmarks && $PY gpu_overheads.py"
 step bench-gpu-conv-net 240 $PY benchmarks/bench_gpu.py --conv-net --conv-cfactors 64 16
+# The regime map against PyTorch's best serial settings (issue 32 item 5): per call and
+# whole gradient, float32/64 x 8/32/64 channels x N 256/1024 x batch 1/32/128, its own
+# --budget of 100 s here (rows past it skipped, each named; the script's own default is
+# 170 s), so the whole check stays near 8 minutes; JSON in $OUT/gpu-regimes.json.
+step bench-gpu-regimes 160 $PY benchmarks/bench_gpu_regimes.py --budget 100 --json "$OUT/gpu-regimes.json"
 step bench-torch-cuda 150 $PY benchmarks/bench_torch.py --device cuda --repeats 3
 step train-digits-cuda 120 $PY -m braidpy train digits --device cuda --iterations 20
 # Seconds per validation against seconds per training step (issue 32 item 4: target <= 10),
