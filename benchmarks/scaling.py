@@ -80,6 +80,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import dataclasses
 import io
 import json
 import math
@@ -964,24 +965,27 @@ def calibrate(runner: Runner, ranks: Sequence[int], train: Sequence[Dict[str, An
 def auto_choice(row: Dict[str, Any], P: int, calibration: Optional[str]
                 ) -> Dict[str, Any]:
     """What --grid auto picks for this row at P (braidpy.perf.auto.decide_grid, the
-    function the command line runs on rank 0), with the preset's MGRIT settings."""
+    function the command line runs on rank 0): the grid and the MGRIT setting, among
+    those the command line tries (the rows fix none: every qualified one)."""
     if P == 1:
         return {"shape": [1, 1, 1], "summary": "one rank: the only grid"}
     if not calibration:
         return {"error": "no calibration (braidpy calibrate failed or was skipped)"}
     try:
         from braidpy.nn import ResNet
-        from braidpy.perf.auto import decide_grid, training_spec
+        from braidpy.perf.auto import Setting, decide_grid, training_settings, training_spec
         from braidpy.train.presets import preset
 
         s = preset("paper", "peaks")
         net = ResNet((2,), 5, width=s["width"], nlayers=row["layers"])
         spec = training_spec(net.kind, net.input_shape, net.width, net.nlayers,
                              row["samples"], net.nclasses, None, net.nparams)
-        c = decide_grid(spec, P, calibration, levels=s["max_levels"], cfactor=s["cfactor"],
-                        mode=s["mode"], iterations=(s["m1"], s["m2"]))
+        default = Setting(s["m1"], s["m2"], s["relax"], s["max_levels"], s["cfactor"])
+        c = decide_grid(spec, P, calibration, mode=s["mode"],
+                        settings=training_settings(s["mode"], {}, default))
         return {"shape": list(c.shape), "predicted_seconds": c.seconds,
-                "summary": c.summary}
+                "summary": c.summary, "setting": dataclasses.asdict(c.setting),
+                "preset_setting": c.setting == default}
     except Exception as exc:  # noqa: BLE001 - any failure is this cell's reason
         return {"error": f"{type(exc).__name__}: {exc}"}
 
@@ -1279,8 +1283,9 @@ def measure_training_P(runner: Runner, row: Dict[str, Any], out: Dict[str, Any],
     else:
         choice = auto_choice(row, P, cal_path)
         grid = grid_text(choice["shape"]) if "shape" in choice else None
+        # A measured grid is --grid auto's run only if auto kept the preset's setting.
         same = [c for c in cells if c["P"] == P and c["grid"] == grid
-                and c.get("mode") == "oneshot"]
+                and c.get("mode") == "oneshot" and choice.get("preset_setting")]
         if "error" in choice:
             m = metric(reason=f"--grid auto: {choice['error']}", kind="error")
             runner.done((row["name"], "auto", P))

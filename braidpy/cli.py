@@ -57,7 +57,7 @@ from .parallel.interrupts import deferred_interrupts
 from .parallel.collectives import bcast_bytes
 from .perf import commands as _perf_commands
 from .perf.allocator import keep_freed_memory
-from .perf.auto import choose_grid, training_spec
+from .perf.auto import Setting, choose_grid, training_settings, training_spec
 from .train import MODES, OPTIMIZERS, TrainConfig, Trainer, resolve_mode
 from .train.trainer import RELAXATIONS
 from .train.optim import ELASTIC
@@ -106,6 +106,7 @@ SETTINGS = {
     "tikhonov": "tikhonov", "ddt": "ddt", "classifier_reg": "classifier_reg",
     "validate_every": "validate_every", "validation_solve": "validation_solve",
     "patience": "patience", "target_accuracy": "target_accuracy", "checkpoint_every": "checkpoint_every",
+    "quality_check_every": "quality_check_every", "quality_floor": "quality_floor",
 }
 
 
@@ -389,6 +390,15 @@ def build_parser() -> argparse.ArgumentParser:
                         f"abs_tol) {_default('abs_tol')}")
     # --tol: the earlier spelling, kept working but not shown (abs_tol is the library's word).
     g.add_argument("--tol", type=POSITIVE, dest="abs_tol", help=argparse.SUPPRESS)
+    g.add_argument("--quality-check-every", type=count_argument(0, INT_MAX, INT_WHY),
+                   metavar="K",
+                   help="every K steps compare the MGRIT gradient with the exact one (a "
+                        "serial sweep each way); below --quality-floor the step uses the "
+                        "exact gradient and one-shot takes one more iteration from then on "
+                        f"(0: never) {_default('quality_check_every')}")
+    g.add_argument("--quality-floor", type=_float_in(0.0, 1.0, open_low=True), metavar="COS",
+                   help="the cosine to the exact gradient a checked step must reach "
+                        f"{_default('quality_floor')}")
 
     g = p.add_argument_group("optimization")
     g.add_argument("--optimizer", choices=tuple(OPTIMIZERS),
@@ -508,6 +518,8 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
         # took it and reached 82% where its own 0.05 reaches 93%): another optimizer
         # takes its own default.
         values = {**values, "lr": None}
+    # What the command line fixed (--grid auto chooses the rest of the MGRIT setting).
+    args.given = frozenset(o for o in SETTINGS if getattr(args, o) is not None)
     for option, key in SETTINGS.items():
         if getattr(args, option) is None:
             setattr(args, option, values[key])
@@ -711,7 +723,8 @@ def make_config(args: argparse.Namespace) -> TrainConfig:
         ddt=args.ddt, classifier_reg=args.classifier_reg, seed=args.seed,
         init_scale=args.init_scale, validate_every=args.validate_every,
         validation_solve=args.validation_solve, patience=args.patience, target_accuracy=args.target_accuracy,
-        checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every)
+        checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every,
+        quality_check_every=args.quality_check_every, quality_floor=args.quality_floor)
 
 
 def _one_level_warning(args: argparse.Namespace, mode: str) -> Optional[str]:
@@ -728,7 +741,7 @@ def _one_level_warning(args: argparse.Namespace, mode: str) -> Optional[str]:
 
 #: The options that only MGRIT uses (the gradient modes exact and oneshot).
 MGRIT_OPTIONS = ("--m1", "--m2", "--relax", "--cf", "--levels", "--abs-tol", "--tol",
-                 "--validation-solve")
+                 "--validation-solve", "--quality-check-every", "--quality-floor")
 
 
 def _unused_mgrit_warning(argv: Sequence[str], mode: str) -> Optional[str]:
@@ -800,7 +813,10 @@ def _setup(args: argparse.Namespace, comm: Any, error: Callable[[str], None]):
 
 def _auto_grid(args: argparse.Namespace, net: ResNet, train: Any, comm: Any,
                error: Callable[[str], None]) -> Tuple[int, int, int]:
-    """--grid auto: the model's fastest grid for this network, batch and MGRIT setting."""
+    """--grid auto: the model's fastest grid for this network and batch; for one-shot
+    training (modes oneshot, auto) with the fastest of the qualified MGRIT settings
+    that agree with the options given (braidpy.perf.auto.QUALIFIED), which it puts in
+    ``args``."""
     if not args.calibration:
         error("--grid auto needs --calibration FILE (write one with: braidpy calibrate -o "
               "FILE)")
@@ -811,14 +827,22 @@ def _auto_grid(args: argparse.Namespace, net: ResNet, train: Any, comm: Any,
     spec = training_spec(net.kind, net.input_shape, net.width, net.nlayers, samples,
                          net.nclasses, net.kernel if net.kind == "conv" else None,
                          net.nparams)
+    fields = {"m1": "m1", "m2": "m2", "relax": "relax", "levels": "levels", "cf": "cfactor"}
+    default = Setting(args.m1, args.m2, args.relax, args.levels, args.cf)
+    fixed = {field: getattr(args, option) for option, field in fields.items()
+             if option in getattr(args, "given", fields)}
+    settings = training_settings(args.mode, fixed, default)
     try:
-        choice = choose_grid(spec, comm, args.calibration, levels=args.levels,
-                             cfactor=args.cf, mode=args.mode, iterations=(args.m1, args.m2),
-                             nrelax=RELAXATIONS[args.relax],
+        choice = choose_grid(spec, comm, args.calibration, mode=args.mode,
+                             settings=settings,
                              # conv networks split image rows (exact, oneshot)
                              max_space=max_space(net, args.mode))
     except ValueError as exc:
         error(f"--grid auto: {exc}")
+    chosen = choice.setting
+    if chosen is not None:
+        args.m1, args.m2, args.relax, args.levels, args.cf = (
+            chosen.m1, chosen.m2, chosen.relax, chosen.levels, chosen.cfactor)
     if comm is None or comm.Get_rank() == 0:
         logger.info("%s", choice.summary)
     return choice.shape

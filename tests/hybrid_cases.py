@@ -64,6 +64,10 @@ TRAININGS = {
                          iterations=5, mgrit=ONESHOT),
     "exact_lbfgs": dict(mode="exact", optimizer="lbfgs", iterations=3, mgrit=EXACT),
     "serial_sgd": dict(mode="serial", optimizer="sgd", batch_size=9, iterations=4, lr=0.5),
+    # Every step checked against a floor no inexact gradient meets: serial_sgd's steps.
+    "oneshot_sgd_checked": dict(mode="oneshot", optimizer="sgd", batch_size=9, iterations=4,
+                                lr=0.5, m1=1, m2=1, relax="F", mgrit=ONESHOT,
+                                quality_check_every=1, quality_floor=1.0),
 }
 
 

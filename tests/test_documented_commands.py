@@ -475,6 +475,10 @@ NOT_RUN = {
         "the_config",
     "mpiexec -n 2 braidpy train peaks --relax F --cf 8,4 --levels 3":
         "as the line above it",
+    "mpiexec -n 4 braidpy train peaks --m1 1 --m2 2 --relax F --quality-check-every 10":
+        "100 one-shot steps on 5000 points at 4 ranks (minutes on 2 cores); the checks on "
+        "the command line: tests/test_train_quality.py::test_command_line_checks_and_"
+        "shows_the_cosine, at 1, 2, 4 ranks: tests/train_cases.py",
     "braidpy train peaks --layers 128 --plot out/training.png --log out/log.jsonl":
         "100 steps of 128 layers (about 12 s here); --plot and --log run in the session "
         "of docs/training.md's examples",

@@ -175,3 +175,59 @@ def test_grid_auto_on_the_command_line_under_mpi(tmp_path):
     assert proc.returncode == 2 and "none.json' not found" in proc.stderr
     proc = run_train(2, "--grid", "auto", timeout=60)
     assert proc.returncode == 2 and "--grid auto needs --calibration FILE" in proc.stderr
+
+
+# ------------------------------------------------------------ the MGRIT setting too
+def test_settings_to_try_keep_what_the_user_fixed():
+    from braidpy.perf.auto import QUALIFIED, Setting, settings_to_try
+
+    default = Setting(2, 2, "FCF", 2, 4)
+    assert settings_to_try({}, default) == list(QUALIFIED)
+    assert all(s.m2 == 2 for s in QUALIFIED)  # every m2 = 1 setting failed the floor
+    assert settings_to_try({"relax": "FCF"}, default) == [
+        Setting(1, 2, "FCF", 2, 4), Setting(2, 2, "FCF", 2, 4)]
+    assert settings_to_try({"cfactor": 8, "m1": 2}, default) == [Setting(2, 2, "F", 2, 8)]
+    # Nothing qualified agrees: the user's own setting, the defaults filling the rest.
+    assert settings_to_try({"m2": 1}, default) == [Setting(2, 1, "FCF", 2, 4)]
+    with pytest.raises(ValueError, match="not fields of a Setting: cf"):
+        settings_to_try({"cf": 4}, default)
+
+
+@pytest.mark.parametrize("nlayers, nprocs", [(64, 4), (256, 4), (1024, 8)])
+def test_the_fastest_setting_and_grid_are_chosen_together(tmp_path, nlayers, nprocs):
+    from braidpy.perf.auto import QUALIFIED
+
+    path = tmp_path / "cal.json"
+    save_calibration(made_up(step=1e-3), str(path))
+    spec = dense_spec(64, nlayers=nlayers)
+    choice = decide_grid(spec, nprocs, str(path), mode="oneshot", settings=QUALIFIED)
+    each = {s: decide_grid(spec, nprocs, str(path), mode="oneshot", settings=[s])
+            for s in QUALIFIED}
+    best = min(each, key=lambda s: each[s].seconds)
+    assert choice.seconds == each[best].seconds
+    assert choice.setting == best and choice.shape == each[best].shape
+    assert f"with {best.label()}" in choice.summary
+    one = decide_grid(spec, nprocs, str(path), mode="oneshot", levels=2, cfactor=4,
+                      iterations=(2, 2), nrelax=1)
+    assert one.setting.relax == "FCF" and " with " not in one.summary
+
+
+def test_grid_auto_chooses_the_setting_on_the_command_line_under_mpi(tmp_path):
+    from braidpy.perf.auto import QUALIFIED, settings_to_try
+
+    path = tmp_path / "cal.json"
+    save_calibration(made_up(step=1e-3), str(path))  # layer ranks win
+    log = tmp_path / "log.json"
+    proc = run_train(2, "--grid", "auto", "--calibration", path, "--layers", 64,
+                     "--relax", "F", "--log", log)
+    assert proc.returncode == 0, proc.stderr
+    header = json.loads(log.read_text().splitlines()[0])
+    spec = training_spec("dense", (2,), header["network"]["width"], 64, 200, 5, None, 0)
+    fixed = settings_to_try({"relax": "F"}, QUALIFIED[0])
+    want = decide_grid(spec, 2, str(path), mode="auto", settings=fixed)
+    assert header["grid"] == list(want.shape) and want.shape[2] == 2
+    s = want.setting
+    config = header["config"]
+    assert (config["m1"], config["m2"], config["relax"], config["cfactor"]) == \
+        (s.m1, s.m2, "F", s.cfactor)
+    assert f"with {s.label()}" in proc.stderr + proc.stdout

@@ -75,7 +75,8 @@ def _training_case(mode, optimizer, comm, **extra):
     trainer = Trainer(net, (X, C), (X[:10], C[:10]), cfg, comm=comm)
     history = trainer.run()
     assert_split(comm, trainer.evaluator.solver.primal_core.owned, net.nlayers + 1, "layers")
-    keys = ("loss", "objective", "gradient_norm", "step_size", "val_accuracy")
+    keys = ("loss", "objective", "gradient_norm", "step_size", "val_accuracy",
+            "gradient_cosine", "exact_gradient_used", "oneshot")
     return {"history": [[r.get(k) for k in keys] for r in history],
             "params": trainer.params.tolist()}
 
@@ -88,4 +89,8 @@ CASES = {
     "train_oneshot_lbfgs": lambda comm: _training_case("oneshot", "lbfgs", comm),
     "train_oneshot_adam_batches": lambda comm: _training_case(
         "oneshot", "adam", comm, batch_size=10, shuffle=True),
+    # A floor this high fails on most checks: exact gradients and raised iterations.
+    "train_oneshot_quality_checks": lambda comm: _training_case(
+        "oneshot", "lbfgs", comm, m1=1, m2=1, relax="F", quality_check_every=2,
+        quality_floor=0.99999999),
 }

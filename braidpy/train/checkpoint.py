@@ -344,6 +344,10 @@ def check_state(state: Mapping[str, Any], where: str = "checkpoint") -> None:
             f.fail("order", "must be a 1-D integer array (the batch order)", order)
         if order.size and order.min() < 0:
             f.fail("order", "must hold sample indices >= 0", order)
+    oneshot = get("oneshot")
+    if oneshot is not None and not (isinstance(oneshot, list) and len(oneshot) == 2 and
+                                    all(_is_int(m) and 1 <= m <= INDEX_MAX for m in oneshot)):
+        f.fail("oneshot", "must be null or a pair [m1, m2] of ints >= 1", oneshot)
     if "rng" in state:
         _check_rng(f, state["rng"])
     if "best" in state:

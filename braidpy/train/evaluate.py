@@ -205,6 +205,44 @@ class LayerParallelEvaluator:
             self._owner_of_first = 0 in self.solver.primal_core.owned
         return self.solver
 
+    def set_oneshot(self, m1: int, m2: int) -> None:
+        """Run m1 state and m2 adjoint iterations per gradient from the next one on
+        (one-shot mode; on every rank alike). The solves continue from where they are:
+        this rank's fine C-points of both become the guesses of a new solver's cold
+        start, which equals the warm start it replaces (skip and seq_soln off), so only
+        the iteration counts change."""
+        if self.mode != "oneshot":
+            raise ValueError(f"set_oneshot applies to one-shot mode, not {self.mode!r}")
+        for name, m in (("m1", m1), ("m2", m2)):
+            if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {m!r}")
+        solver = self.solver
+        if solver is not None:
+            if self._evaluated:
+                self._keep_fine_c_points(solver)
+                self._resumed, self._evaluated = True, False
+            solver.close()
+            self.solver = None
+        self.oneshot = (m1, m2)
+
+    def _fine_c_points(self, solver: GradientSolver) -> Dict[str, Dict[int, Any]]:
+        """This rank's fine C-point values of both solves ({'primal': {n: u},
+        'adjoint': {n: w}}; the adjoint's under their primal index n), not copied."""
+        N, out = self.net.nlayers, {}
+        for key, core, mirror in (("primal", solver.primal_core, False),
+                                  ("adjoint", solver.adjoint_core, True)):
+            cf = core.level_info[0]["cfactor"]
+            out[key] = {N - m if mirror else m: core.stored(m)
+                        for m in core.owned if m % cf == 0 and m > 0}
+        return out
+
+    def _keep_fine_c_points(self, solver: GradientSolver) -> None:
+        """This rank's fine C-points of both solves as the app's guesses (where
+        :meth:`load_warm_state` puts a checkpoint's)."""
+        clone, kept = self.app.clone, self._fine_c_points(solver)
+        self.app.guesses = {n: clone(u) for n, u in kept["primal"].items()}
+        self.app.adjoint_guesses = {n: clone(w) for n, w in kept["adjoint"].items()}
+
     # ---------------------------------------------------------------- helpers
     def _use(self, params, X, C) -> GradientSolver:
         if params is not self.params:
@@ -371,16 +409,18 @@ class LayerParallelEvaluator:
     def warm_state(self) -> Dict[str, Any]:
         """The fine C-point states of both solves, gathered from all ranks
         ({'primal': {n: array}, 'adjoint': {n: array}}, complete on rank 0; collective)."""
-        solver = self.solver
-        if not self._evaluated or solver is None:
+        solver, host = self.solver, self.placement.to_host
+        if self._evaluated and solver is not None:
+            local = self._fine_c_points(solver)
+        elif self._resumed and solver is None and (self.app.guesses or
+                                                   self.app.adjoint_guesses):
+            # set_oneshot kept them for the next solve, which has not run yet
+            local = {"primal": self.app.guesses, "adjoint": self.app.adjoint_guesses}
+        else:
             return {}
-        out: Dict[str, Any] = {"primal": {}, "adjoint": {}}
-        N = self.net.nlayers
-        for key, core, mirror in (("primal", solver.primal_core, False),
-                                  ("adjoint", solver.adjoint_core, True)):
-            cf = core.level_info[0]["cfactor"]
-            mine = {N - m if mirror else m: self.placement.to_host(core.stored(m))
-                    for m in core.owned if m % cf == 0 and m > 0}
+        out: Dict[str, Any] = {}
+        for key in ("primal", "adjoint"):
+            mine = {n: host(u) for n, u in local[key].items()}
             out[key] = gather_arrays(self.comm, mine, root=0) or {}
         out["batch_shape"] = self._batch_shape
         return out

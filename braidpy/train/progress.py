@@ -53,7 +53,9 @@ def _number(x: float, digits: int = 4) -> str:
 
 def format_step(record: Mapping[str, Any], total: int, compact: bool = False) -> str:
     """One step in a line: step/total, loss, validation accuracy, MGRIT iterations with
-    the last residual of the state and adjoint solves (layer-parallel modes), seconds.
+    the last residual of the state and adjoint solves (layer-parallel modes), the
+    cosine to the exact gradient where it was checked (``*``: below the floor, the
+    exact gradient taken), seconds.
     ``compact`` fits 80 columns (for the terminal bar)."""
     parts = [f"{record['iteration']}/{total}" if compact else
              f"step {record['iteration']}/{total}",
@@ -65,6 +67,9 @@ def format_step(record: Mapping[str, Any], total: int, compact: bool = False) ->
             res = record.get(f"{key}_residuals") or [math.nan]
             parts.append(f"{name} {record[f'{key}_iterations']} it "
                          f"{'' if compact else 'r '}{res[-1]:.1e}")
+    if "gradient_cosine" in record:  # a quality check (braidpy.train.quality)
+        parts.append(f"cos {record['gradient_cosine']:.6f}"
+                     + ("*" if record.get("exact_gradient_used") else ""))
     parts.append(f"{record['seconds']:.2f} s")
     return (" " if compact else "  ").join(parts)
 

@@ -261,6 +261,11 @@ class DataParallelEvaluator:
         correct = int(round(acc * len(rows)))
         return allreduce_int(self.data_comm, correct) / X.shape[0]
 
+    def set_oneshot(self, m1: int, m2: int) -> None:
+        """One-shot iterations from the next gradient on (every rank alike; see
+        :meth:`braidpy.train.LayerParallelEvaluator.set_oneshot`)."""
+        self.inner.set_oneshot(m1, m2)
+
     # ------------------------------------------------------------ warm states
     def warm_state(self) -> Dict[str, Any]:
         """Every data group's MGRIT states, ``{"data_groups": [state of group d]}``,

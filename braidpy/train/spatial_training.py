@@ -452,6 +452,10 @@ class SpaceParallelEvaluator:
         with self.channel.guard():
             return self.inner.accuracy(params, X, C)
 
+    def set_oneshot(self, m1: int, m2: int) -> None:
+        """One-shot iterations from the next gradient on (every rank alike)."""
+        self.inner.set_oneshot(m1, m2)
+
     def warm_state(self) -> Dict[str, Any]:
         """The inner warm state with every band joined into the whole image (on the
         ranks where the inner state is complete: layer rank 0 of each group)."""

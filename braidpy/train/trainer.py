@@ -29,6 +29,7 @@ from .evaluate import (VALIDATION_SOLVES, LayerParallelEvaluator, SerialEvaluato
                        training_options)
 from .optim import ELASTIC, OPTIMIZERS, make_optimizer
 from .progress import format_step, progress_bar, summary, summary_lines
+from .quality import QUALITY_FLOOR, check_quality_options, gradient_cosine, next_iterations
 from .regularize import Regularizer
 from .sharded import (DataParallelEvaluator, WorkerShardEvaluator, check_training_grid,
                       shard_warm_state)
@@ -133,6 +134,17 @@ class TrainConfig:
         Stop once the validation accuracy reaches this (None: never).
     checkpoint : str or None
         File to save the whole training state to; checkpoint_every steps.
+    quality_check_every : int
+        Every this many steps (0: never, the default), compare the MGRIT gradient with
+        the exact one at the same parameters (one MGRIT level: forward and backward
+        propagation, layer by layer across the layer ranks) and record the cosine in
+        the step's ``gradient_cosine``. Below ``quality_floor`` the step uses the exact
+        gradient and one-shot mode takes one more iteration from then on
+        (:mod:`braidpy.train.quality`). A check costs about one serial gradient (no
+        faster with more layer ranks) and, across layer ranks, a second solver's
+        storage. Modes oneshot and exact; not with EASGD or space ranks.
+    quality_floor : float
+        The cosine a checked gradient must reach (docs/performance.md's floor, 0.99).
     """
 
     mode: str = "auto"
@@ -161,6 +173,8 @@ class TrainConfig:
     target_accuracy: Optional[float] = None
     checkpoint: Optional[str] = None
     checkpoint_every: int = 10
+    quality_check_every: int = 0
+    quality_floor: float = QUALITY_FLOOR
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -182,6 +196,15 @@ class TrainConfig:
                 not np.isfinite(self.init_scale) or self.init_scale < 0:
             raise ValueError(f"init_scale must be a finite number >= 0, got {self.init_scale!r}")
         self._check_optimizer()
+        check_quality_options(self.quality_check_every, self.quality_floor)
+        if self.quality_check_every and self.mode == "serial":
+            raise ValueError(f"quality_check_every={self.quality_check_every} checks MGRIT "
+                             f"gradients, but mode 'serial' computes exact ones; use mode "
+                             f"oneshot, exact or auto, or leave it 0")
+        if self.quality_check_every and self.optimizer in ELASTIC:
+            raise ValueError(f"quality_check_every applies to gradients averaged over the "
+                             f"data groups, not to optimizer {self.optimizer!r}'s per-group "
+                             f"ones; leave it 0")
         if self.validation_solve not in VALIDATION_SOLVES:
             raise ValueError(f"validation_solve must be one of "
                              f"{', '.join(VALIDATION_SOLVES)}, got {self.validation_solve!r}")
@@ -420,6 +443,9 @@ class Trainer:
                                  1 if grid is None else grid.space)
         if grid is not None:
             check_training_grid(grid, net, self.mode)
+            if grid.space > 1 and self.config.quality_check_every:
+                raise ValueError("quality_check_every is not available with space ranks "
+                                 "(its exact gradient has no row-split form yet); leave it 0")
         self.grid = grid
         self.X, self.C = _check_pair("train", train)
         net.check_data(self.X, self.C)
@@ -461,7 +487,14 @@ class Trainer:
         rank's arguments agree."""
         cfg = self.config
         layers_comm = comm if grid is None else grid.layers_comm
+        self._layers_comm = layers_comm
         params, self._initial_params = self._initial_params, None
+        #: One-shot's (m1, m2) now: the config's, raised by the quality checks.
+        self.oneshot: Optional[Tuple[int, int]] = \
+            (cfg.m1, cfg.m2) if self.mode == "oneshot" else None
+        # Serial backpropagation (mode auto on one layer rank) is exact: nothing to check.
+        self.quality_check_every = 0 if self.mode == "serial" else cfg.quality_check_every
+        self._reference: Any = None  # the exact gradient's evaluator, built at first check
         where = self.placement
         # Per-step agreement: every rank, except asynchronous workers (they never wait
         # for each other; the centre's protocol stops them all when one fails).
@@ -635,6 +668,10 @@ class Trainer:
             X, C = self._batch(idx)
             reg, reg_grad = self.regularizer(self.params)
         loss, grad, stats = self.evaluator.gradient(self.params, X, C)
+        every = self.quality_check_every
+        raised: Optional[Tuple[int, int]] = None
+        if every and (self.iteration + 1) % every == 0:
+            loss, grad, raised = self._check_quality(loss, grad, X, C, stats)
         with self._agreed("adding the regularization to the gradient"):
             total = loss + reg
             grad = grad + reg_grad
@@ -646,6 +683,9 @@ class Trainer:
         objective = self._objective(X, C) if self.optimizer.needs_objective else None
         with self._agreed("the optimizer step"):
             info = self.optimizer.step(self.params, total, grad, objective)
+        if raised is not None:  # after this step's line search, which used its gradient's
+            self.evaluator.set_oneshot(*raised)
+            self.oneshot = raised
         self.iteration += 1
         record: Dict[str, Any] = {
             "iteration": self.iteration, "epoch": self.epoch, "loss": loss,
@@ -676,6 +716,60 @@ class Trainer:
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("%s", format_step(record, cfg.iterations))
         return record
+
+    # ---------------------------------------------------------- quality checks
+    def _check_quality(self, loss: float, grad: Any, X: Any, C: Any,
+                       stats: Dict[str, Any]) -> Tuple[float, Any, Optional[Tuple[int, int]]]:
+        """The step's (loss, gradient) after comparing ``grad`` with the exact gradient
+        (:mod:`braidpy.train.quality`): its own, or the exact one where the cosine is
+        below the floor; and the one-shot iterations to take from the next step (None:
+        unchanged)."""
+        start = time.perf_counter()
+        reference = self._reference_evaluator(X, C)
+        before = reference.step_calls
+        exact_loss, exact_grad, _ = reference.gradient(self.params, X, C)
+        with self._agreed("the gradient-quality check"):
+            cosine = gradient_cosine(grad, exact_grad)  # the same bits on every rank
+            stats["gradient_cosine"] = cosine
+            stats["quality_check_steps"] = reference.step_calls - before
+            floor = self.config.quality_floor
+            below = cosine < floor
+            stats["exact_gradient_used"] = below
+            raised = None
+            if below:
+                raised = next_iterations(*self.oneshot) if self.oneshot else None
+                if raised is not None:
+                    stats["oneshot"] = list(raised)
+                if self.rank == 0:
+                    logger.warning(
+                        "step %d: cosine %.12g of the %s gradient to the exact one, below the "
+                        "floor %s: the step uses the exact gradient; %s", self.iteration + 1,
+                        cosine, self.mode, floor,
+                        f"one-shot runs m1={raised[0]}, m2={raised[1]} from the next step"
+                        if raised else "the iterations stay as they are (" +
+                        ("at the most the check gives" if self.oneshot else
+                         "exact mode: a smaller abs_tol would help") + ")")
+            stats["quality_check_seconds"] = time.perf_counter() - start
+        return (exact_loss, exact_grad, raised) if below else (loss, grad, None)
+
+    def _reference_evaluator(self, X: Any, C: Any) -> Any:
+        """Exact gradients for the quality checks, built at the first: one MGRIT level
+        (layer by layer across the layer ranks: forward and backward propagation, the
+        same bits on any rank count), averaged over the data groups of a grid like the
+        training's."""
+        if self._reference is None:
+            comm, grid, net = self._layers_comm, self.grid, self.net
+            if grid is not None:
+                rows = shard_of(X.shape[0], *self._shard())
+                X, C = X[rows.start:rows.stop, ...], C[rows.start:rows.stop, ...]
+            # One level on one layer rank too (not SerialEvaluator): the same bits as
+            # on several, so a run's answer does not depend on its rank count.
+            inner: Any = LayerParallelEvaluator(net, self.params, X, C, comm=comm,
+                                                mgrit=self.config.mgrit.replace(max_levels=1))
+            self._reference = inner if grid is None else DataParallelEvaluator(
+                inner, grid, min(self.config.batch_size or self.X.shape[0],
+                                 self.X.shape[0]))
+        return self._reference
 
     def _agreed(self, what: str) -> Any:
         """An agreement over the training ranks (:attr:`step_comm`) for ``what``."""
@@ -805,7 +899,7 @@ class Trainer:
             "params": self.placement.to_host(self.model_params),
             "optimizer": host(self.optimizer.state_dict()), "history": list(self.history),
             "best": host(dict(self.best)), "stale": self._stale,
-            "warm": warm,
+            "warm": warm, "oneshot": None if self.oneshot is None else list(self.oneshot),
             "data_fingerprint": self.data_fingerprint,
             "data": self._data_shapes(),
             "network": network_spec(self.net),
@@ -869,7 +963,8 @@ class Trainer:
                              f"{self.net.describe()!r}")
         mine, theirs = self._comparable_config(), dict(state["config"])
         for key in ("iterations", "checkpoint", "checkpoint_every", "patience",
-                    "target_accuracy", "validate_every", "validation_solve"):
+                    "target_accuracy", "validate_every", "validation_solve",
+                    "quality_check_every", "quality_floor"):
             mine.pop(key, None)
             theirs.pop(key, None)
         for key in ("relax", "cfactor"):  # derived from mgrit, which is compared; older
@@ -909,6 +1004,10 @@ class Trainer:
         self.history = list(state["history"])
         self.best = self.placement.tree_from_host(dict(state["best"]))
         self._stale = int(state["stale"])
+        saved = state.get("oneshot")  # as the quality checks left it (older files: none)
+        if self.oneshot is not None and saved is not None and tuple(saved) != self.oneshot:
+            self.evaluator.set_oneshot(*saved)
+            self.oneshot = (int(saved[0]), int(saved[1]))
         if not new_data:
             warm = state.get("warm") or {}
             if self.grid is None and "data_groups" in warm:  # written by data groups
