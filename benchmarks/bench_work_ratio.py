@@ -25,6 +25,16 @@ by side in one process for each setting:
         [--repeats 3] [--settings serial os2-FCF os1-F os12-F ...] [--json FILE|-]
         [--quick]
 
+``--source digits`` (or ``digits28``) measures the same on `braidpy train digits`'s
+setup instead: the conv ResNet, data split and training of the source's quick preset
+(digits: 8 layers of 4 channels, Adam with lr 0.02 on shuffled batches of 100;
+digits28: 16 layers of 8 channels, Adam with lr 0.005 on shuffled batches of 64), with
+``--layers``, ``--width``, ``--batch``, ``--optimizer`` and ``--lr`` to change it. With
+mini-batches the cosine of step k is taken against the exact gradient of step k's batch
+(the rows the Trainer drew, recorded per step) at the same parameters, and the exact
+losses are those of the whole training set. ``--seed`` seeds the data, the
+initialization and the shuffling, as `braidpy train --seed` does.
+
 Setting names: os<m1><m2> (one m for m1 = m2), the relaxation, cf<C> where it is not 4,
 L3 for three levels.
 
@@ -45,7 +55,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -58,6 +68,7 @@ from braidpy import __version__, data  # noqa: E402
 from braidpy.nn import ResNet  # noqa: E402
 from braidpy.perf.allocator import keep_freed_memory  # noqa: E402
 from braidpy.train import TrainConfig, Trainer  # noqa: E402
+from braidpy.train.presets import NETWORK_KEYS, preset  # noqa: E402
 from braidpy.train.trainer import RELAXATIONS  # noqa: E402
 
 #: name -> (mode, m1, m2, relax, cfactor, max_levels)
@@ -69,6 +80,8 @@ SETTINGS: Dict[str, tuple] = {
     "os1-F": ("oneshot", 1, 1, "F", 4, 2),
     "os12-F": ("oneshot", 1, 2, "F", 4, 2),
     "os12-F-cf8": ("oneshot", 1, 2, "F", 8, 2),
+    "os12-F-L3": ("oneshot", 1, 2, "F", 4, 3),
+    "os12-FCF": ("oneshot", 1, 2, "FCF", 4, 2),
     "os21-F": ("oneshot", 2, 1, "F", 4, 2),
     "os2-F-cf8": ("oneshot", 2, 2, "F", 8, 2),
     "os1-F-cf8": ("oneshot", 1, 1, "F", 8, 2),
@@ -83,6 +96,9 @@ LOSS_STEPS = (5, 20)
 #: to the exact gradient at least FLOOR_COSINE at every step, and the exact loss after
 #: 20 and after K steps at most FLOOR_LOSS above serial's (relative).
 FLOOR_COSINE, FLOOR_LOSS = 0.99, 0.05
+#: The digits sources' validation share (`braidpy train`'s --validation-fraction default):
+#: the benchmark trains on the rest.
+VALIDATION_FRACTION = 0.2
 
 
 def solve_calls(ntime: int, iterations: int, max_levels: int, cfactor: Any, nrelax: int,
@@ -120,11 +136,26 @@ def trial_calls(ntime: int, iterations: int, max_levels: int, cfactor: Any, nrel
 
 
 def run_setting(name: str, net: ResNet, X: np.ndarray, C: np.ndarray, steps: int,
-                keep: bool) -> Dict[str, Any]:
+                keep: bool, training: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """One training run of setting ``name``; ``training``: more TrainConfig fields
+    (optimizer, lr, batch_size, shuffle, seed). With ``keep``, the gradient, the
+    parameters before each step and the rows of each step's batch are kept."""
     mode, m1, m2, relax, cfactor, levels = SETTINGS[name]
     cfg = TrainConfig(mode=mode, m1=m1, m2=m2, relax=relax, cfactor=cfactor,
-                      mgrit=dict(max_levels=levels), iterations=steps, validate_every=0)
+                      mgrit=dict(max_levels=levels), iterations=steps, validate_every=0,
+                      **(training or {}))
     trainer = Trainer(net, (X, C), None, cfg)
+    # The rows of each step's batch: the exact gradient to compare with is that batch's.
+    # (Trainer.step draws them once per step and gathers them with _batch.)
+    batches: List[np.ndarray] = []
+    draw = trainer._batch
+
+    def recorded_batch(idx):
+        if keep:
+            batches.append(np.array(idx))
+        return draw(idx)
+
+    trainer._batch = recorded_batch  # type: ignore[method-assign]
     ev = trainer.evaluator
     grads: List[np.ndarray] = []
     grad_calls: List[int] = []
@@ -158,8 +189,11 @@ def run_setting(name: str, net: ResNet, X: np.ndarray, C: np.ndarray, steps: int
     seconds = [r["seconds"] for r in history]
     cpu_seconds = list(np.diff(cpu))
     calls = [r["steps"] for r in history]
+    if keep:  # one batch and one gradient per step (no quality checks run here)
+        assert len(batches) == len(grads) == len(history), (name, "batches per step")
     return {"name": name, "history": history, "grads": grads, "params": params,
-            "grad_calls": grad_calls, "loss_calls": loss_calls, "step_calls": calls,
+            "batches": batches, "grad_calls": grad_calls, "loss_calls": loss_calls,
+            "step_calls": calls,
             "step_seconds": statistics.median(seconds[1:] or seconds),
             "step_cpu_seconds": statistics.median(cpu_seconds[1:] or cpu_seconds),
             "call_seconds": sum(cpu_seconds[1:] or cpu_seconds) / sum(calls[1:] or calls)}
@@ -167,10 +201,12 @@ def run_setting(name: str, net: ResNet, X: np.ndarray, C: np.ndarray, steps: int
 
 def quality(run: Dict[str, Any], net: ResNet, X: np.ndarray, C: np.ndarray
             ) -> Dict[str, Any]:
-    """Cosines to the exact gradient at the same parameters and exact losses."""
+    """Cosines to the exact gradient of the same batch at the same parameters, and the
+    exact losses of the whole training set (X, C)."""
     cosines, errors = [], []
     for k, g in enumerate(run["grads"]):
-        exact = net.loss_and_gradient(run["params"][k], X, C)[1]
+        rows = run["batches"][k]
+        exact = net.loss_and_gradient(run["params"][k], X[rows], C[rows])[1]
         cosines.append(float(g @ exact / (np.linalg.norm(g) * np.linalg.norm(exact))))
         errors.append(float(np.linalg.norm(g - exact) / np.linalg.norm(exact)))
     losses = [float(net.loss(p, X, C)) for p in run["params"]]  # after 0, 1, ... steps
@@ -181,33 +217,104 @@ def fmt(x: Optional[float], spec: str) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1 (the error names the value given)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return value
+
+
+#: The data sources: Peaks (the dense network of the paper) and the conv sources of
+#: `braidpy train` whose quick preset trains with Adam on mini-batches.
+SOURCES = ("peaks", "digits", "digits28")
+
+
+def problem(args: argparse.Namespace) -> Tuple[np.ndarray, np.ndarray, ResNet,
+                                               Dict[str, Any], str]:
+    """(X, C, network, TrainConfig fields, description) of the source: Peaks (256
+    layers of width 8, 1000 samples, full-batch L-BFGS), or `braidpy train SOURCE`'s
+    quick preset (network, data split, optimizer, step size, batches, shuffling), with
+    the options given laid over it. The seed seeds the data, the initialization and the
+    shuffling, as `braidpy train --seed` does (Peaks' initialization was seed 1's at
+    every --seed until the digits check; seed 1 measures the same as before)."""
+    values = preset("quick", args.source)
+    if args.optimizer is not None and args.optimizer != values["optimizer"]:
+        values["lr"] = None  # a preset's step size is tuned for its optimizer (as the CLI)
+    for option, key in (("layers", "nlayers"), ("width", "width"), ("batch", "batch_size"),
+                        ("optimizer", "optimizer"), ("lr", "lr")):
+        if getattr(args, option) is not None:
+            values[key] = getattr(args, option)
+    if args.source == "peaks":
+        X, C = data.peaks(args.samples, args.seed)
+        what = f"Peaks, {values['nlayers']} layers x {values['width']}, {X.shape[0]} samples"
+    else:
+        loader = data.digits if args.source == "digits" else data.digits28
+        X, C = loader(VALIDATION_FRACTION, args.seed)["train"]
+        what = (f"{args.source}, conv {values['nlayers']} layers x {values['width']} "
+                f"channels, {X.shape[0]} training images")
+    net = ResNet(X.shape[1:], C.shape[1], **{k: values[k] for k in NETWORK_KEYS})
+    training = {k: values[k] for k in ("optimizer", "lr", "batch_size", "shuffle")}
+    training["seed"] = args.seed
+    batch = values["batch_size"]
+    what += f", {values['optimizer']}" + (f" lr {values['lr']}" if values["lr"] else "") + (
+        ", full batch" if batch is None or batch >= X.shape[0] else
+        f", {'shuffled ' if values['shuffle'] else ''}batches of {batch}")
+    return X, C, net, training, what
+
+
 def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--layers", type=int, default=256)
-    ap.add_argument("--samples", type=int, default=1000)
-    ap.add_argument("--width", type=int, default=8)
-    ap.add_argument("--steps", type=int, default=100, help="L-BFGS steps per run "
-                    "(braidpy train's default run length)")
-    ap.add_argument("--repeats", type=int, default=3, help="interleaved runs of every setting")
-    ap.add_argument("--seed", type=int, default=1, help="data and initialization (CLI's)")
+    ap.add_argument("--source", choices=SOURCES, default="peaks",
+                    help="peaks (default), or the conv network and training of "
+                    "`braidpy train digits|digits28`'s quick preset")
+    ap.add_argument("--layers", type=positive_int, help="peaks: 256; digits, digits28: "
+                    "the preset's (8, 16)")
+    ap.add_argument("--samples", type=positive_int, help="peaks only: 1000")
+    ap.add_argument("--width", type=positive_int, help="peaks: 8; digits, digits28: the "
+                    "preset's channels (4, 8)")
+    ap.add_argument("--batch", type=positive_int, help="samples per step (peaks: all; "
+                    "digits: 100, digits28: 64, shuffled)")
+    ap.add_argument("--optimizer", choices=("lbfgs", "adam", "sgd"),
+                    help="peaks: lbfgs; digits, digits28: adam")
+    ap.add_argument("--lr", type=float, help="step size (the preset's for its optimizer, "
+                    "else the optimizer's default)")
+    ap.add_argument("--steps", type=positive_int, default=100, help="optimizer steps per "
+                    "run (braidpy train's default run length)")
+    ap.add_argument("--repeats", type=positive_int, default=3,
+                    help="interleaved runs of every setting")
+    ap.add_argument("--seed", type=int, default=1, help="data, initialization and "
+                    "shuffling (as braidpy train --seed)")
     ap.add_argument("--settings", nargs="+", choices=tuple(SETTINGS), default=DEFAULT)
     ap.add_argument("--json", metavar="FILE", help="also write the results as JSON ('-': "
                     "stdout, after the tables)")
-    ap.add_argument("--quick", action="store_true", help="smoke run: 32 layers, 200 "
-                    "samples, 5 steps, 1 repeat")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 5 steps, 1 repeat "
+                    "(peaks: 32 layers, 200 samples)")
     args = ap.parse_args(argv)
+    if args.source != "peaks" and args.samples is not None:
+        ap.error(f"--samples {args.samples}: only --source peaks generates its samples "
+                 f"(the {args.source} training set is fixed)")
+    if args.source == "peaks":
+        args.layers = args.layers or 256
+        args.width = args.width or 8
+        args.samples = args.samples or 1000
     if args.quick:
-        args.layers, args.samples, args.steps, args.repeats = 32, 200, 5, 1
+        args.steps, args.repeats = 5, 1
+        if args.source == "peaks":
+            args.layers, args.samples = 32, 200
     if "serial" not in args.settings:
         args.settings = ["serial"] + args.settings
     keep_freed_memory()  # as braidpy train does
-    X, C = data.peaks(args.samples, args.seed)
-    net = ResNet(X.shape[1:], C.shape[1], width=args.width, nlayers=args.layers)
-    N = args.layers
+    X, C, net, training, what = problem(args)
+    N = net.nlayers
     runs: Dict[str, List[Dict[str, Any]]] = {name: [] for name in args.settings}
     for repeat in range(args.repeats):
         for name in args.settings:
-            r = run_setting(name, net, X, C, args.steps, keep=repeat == 0)
+            r = run_setting(name, net, X, C, args.steps, keep=repeat == 0,
+                            training=training)
             if repeat:
                 first = runs[name][0]
                 assert r["step_calls"] == first["step_calls"], (name, "calls differ")
@@ -256,8 +363,10 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
         r["time_ratio_median"] = r["seconds_per_step_median"] / s["seconds_per_step_median"]
         r["cpu_time_ratio_median"] = r["cpu_seconds_per_step_median"] / \
             s["cpu_seconds_per_step_median"]
-        rows.append([name, r["gradient_calls"], r["gradient_calls_formula"], r["loss_calls"],
-                     r["loss_calls_formula"],
+        searched = r["loss_calls"] is not None  # L-BFGS's line search; Adam has none
+        rows.append([name, r["gradient_calls"], r["gradient_calls_formula"],
+                     r["loss_calls"] if searched else "-",
+                     r["loss_calls_formula"] if searched else "-",
                      f"{r['calls_per_step']:.0f}", f"{calls_x:.2f}x",
                      f"{r['seconds_per_step_min'] * 1e3:.1f} / "
                      f"{r['seconds_per_step_median'] * 1e3:.1f}", f"{time_x:.2f}x",
@@ -281,14 +390,14 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     print_table(["setting", "calls/grad", "formula", "calls/trial", "formula", "calls/step",
                  "x serial", "wall ms/step min / med", "x serial", "cpu ms/step min / med",
                  "x serial", "cpu us/call"], rows,
-                f"Work per step, one rank (Peaks, {N} layers x {args.width}, "
-                f"{args.samples} samples, L-BFGS, {args.steps} steps, {args.repeats} "
-                f"run(s); calls/step and ms/step include the line search)")
+                f"Work per step, one rank ({what}, seed {args.seed}, {args.steps} steps, "
+                f"{args.repeats} run(s); calls/step and ms/step include any line search)")
     print_table(["setting"] + [f"cos@{k}" for k in cos_steps] + ["min cos (2..)"] +
                 [f"{what}@{k}" for k in loss_steps for what in ("loss", "vs serial")] +
                 [f"floor ({args.steps} steps)"], qrows,
-                f"Gradient quality: cosine to the exact gradient at the same parameters; "
-                f"exact loss after k steps and against serial's; floor: cosine >= "
+                f"Gradient quality: cosine to the exact gradient of the step's batch at "
+                f"the same parameters; exact loss of the whole training set after k steps "
+                f"and against serial's; floor: cosine >= "
                 f"{FLOOR_COSINE} at every step and loss at most {100 * FLOOR_LOSS:.0f}% "
                 f"above serial's after " + (" and ".join(str(k) for k in loss_steps
                                                      if k >= 20) or "(none: < 20)")
@@ -296,7 +405,8 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     out = {"benchmark": "bench_work_ratio", "braidpy": __version__,
            "host": platform.node(), "cpus": os.cpu_count(),
            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-           "layers": N, "samples": args.samples, "width": args.width, "steps": args.steps,
+           "source": args.source, "setup": what, "layers": N, "samples": X.shape[0],
+           "width": net.width, **training, "steps": args.steps,
            "repeats": args.repeats, "seed": args.seed, "results": results,
            "when": time.strftime("%Y-%m-%d %H:%M:%S")}
     if args.json:

@@ -965,8 +965,8 @@ def calibrate(runner: Runner, ranks: Sequence[int], train: Sequence[Dict[str, An
 def auto_choice(row: Dict[str, Any], P: int, calibration: Optional[str]
                 ) -> Dict[str, Any]:
     """What --grid auto picks for this row at P (braidpy.perf.auto.decide_grid, the
-    function the command line runs on rank 0): the grid and the MGRIT setting, among
-    those the command line tries (the rows fix none: every qualified one)."""
+    function the command line runs on rank 0): the grid, with the MGRIT setting the
+    command line keeps (the rows run without --quality-check-every: the preset's)."""
     if P == 1:
         return {"shape": [1, 1, 1], "summary": "one rank: the only grid"}
     if not calibration:
@@ -982,7 +982,7 @@ def auto_choice(row: Dict[str, Any], P: int, calibration: Optional[str]
                              row["samples"], net.nclasses, None, net.nparams)
         default = Setting(s["m1"], s["m2"], s["relax"], s["max_levels"], s["cfactor"])
         c = decide_grid(spec, P, calibration, mode=s["mode"],
-                        settings=training_settings(s["mode"], {}, default))
+                        settings=training_settings(s["mode"], {}, default, checked=False))
         return {"shape": list(c.shape), "predicted_seconds": c.seconds,
                 "summary": c.summary, "setting": dataclasses.asdict(c.setting),
                 "preset_setting": c.setting == default}

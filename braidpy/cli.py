@@ -814,9 +814,9 @@ def _setup(args: argparse.Namespace, comm: Any, error: Callable[[str], None]):
 def _auto_grid(args: argparse.Namespace, net: ResNet, train: Any, comm: Any,
                error: Callable[[str], None]) -> Tuple[int, int, int]:
     """--grid auto: the model's fastest grid for this network and batch; for one-shot
-    training (modes oneshot, auto) with the fastest of the qualified MGRIT settings
-    that agree with the options given (braidpy.perf.auto.QUALIFIED), which it puts in
-    ``args``."""
+    training (modes oneshot, auto) that checks its gradients (--quality-check-every),
+    with the fastest of the qualified MGRIT settings that agree with the options given
+    (braidpy.perf.auto.training_settings), which it puts in ``args``."""
     if not args.calibration:
         error("--grid auto needs --calibration FILE (write one with: braidpy calibrate -o "
               "FILE)")
@@ -831,7 +831,8 @@ def _auto_grid(args: argparse.Namespace, net: ResNet, train: Any, comm: Any,
     default = Setting(args.m1, args.m2, args.relax, args.levels, args.cf)
     fixed = {field: getattr(args, option) for option, field in fields.items()
              if option in getattr(args, "given", fields)}
-    settings = training_settings(args.mode, fixed, default)
+    checked = bool(args.quality_check_every)
+    settings = training_settings(args.mode, fixed, default, checked=checked)
     try:
         choice = choose_grid(spec, comm, args.calibration, mode=args.mode,
                              settings=settings,
@@ -845,6 +846,10 @@ def _auto_grid(args: argparse.Namespace, net: ResNet, train: Any, comm: Any,
             chosen.m1, chosen.m2, chosen.relax, chosen.levels, chosen.cfactor)
     if comm is None or comm.Get_rank() == 0:
         logger.info("%s", choice.summary)
+        if not checked and args.mode in ("auto", "oneshot") and len(fixed) < len(fields):
+            logger.info("--grid auto kept the MGRIT setting: with --quality-check-every K "
+                        "it also chooses among the settings that kept the gradient-quality "
+                        "floor on Peaks, and the checks hold the floor on this network")
     return choice.shape
 
 

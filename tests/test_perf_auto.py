@@ -212,14 +212,32 @@ def test_the_fastest_setting_and_grid_are_chosen_together(tmp_path, nlayers, npr
     assert one.setting.relax == "FCF" and " with " not in one.summary
 
 
+def test_without_quality_checks_grid_auto_keeps_the_setting():
+    from braidpy.perf.auto import QUALIFIED, Setting, training_settings
+
+    default = Setting(2, 2, "FCF", 2, 4)
+    for mode in ("auto", "oneshot", "exact", "serial"):
+        assert training_settings(mode, {"m1": 1}, default, checked=False) == \
+            [Setting(1, 2, "FCF", 2, 4)]
+    assert training_settings("exact", {}, default, checked=True) == [default]
+    assert training_settings("oneshot", {}, default, checked=True) == list(QUALIFIED)
+
+
 def test_grid_auto_chooses_the_setting_on_the_command_line_under_mpi(tmp_path):
     from braidpy.perf.auto import QUALIFIED, settings_to_try
 
     path = tmp_path / "cal.json"
     save_calibration(made_up(step=1e-3), str(path))  # layer ranks win
     log = tmp_path / "log.json"
+    # Without quality checks: the grid only, the MGRIT setting as given (and a hint).
     proc = run_train(2, "--grid", "auto", "--calibration", path, "--layers", 64,
                      "--relax", "F", "--log", log)
+    assert proc.returncode == 0, proc.stderr
+    config = json.loads(log.read_text().splitlines()[0])["config"]
+    assert (config["m1"], config["m2"], config["relax"]) == (2, 2, "F")
+    assert "--grid auto kept the MGRIT setting" in proc.stderr + proc.stdout
+    proc = run_train(2, "--grid", "auto", "--calibration", path, "--layers", 64,
+                     "--relax", "F", "--quality-check-every", 1, "--log", log)
     assert proc.returncode == 0, proc.stderr
     header = json.loads(log.read_text().splitlines()[0])
     spec = training_spec("dense", (2,), header["network"]["width"], 64, 200, 5, None, 0)

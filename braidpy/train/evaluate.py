@@ -189,6 +189,7 @@ class LayerParallelEvaluator:
         self._validation: Dict[Tuple[int, ...], Tuple[ResNetApp, Core]] = {}
         self._evaluated = False
         self._resumed = False
+        self._guesses_pending = False  # this rank's C-points kept by set_oneshot, unused yet
         self.step_calls = 0  # primal and adjoint step calls over all ranks (not validation)
 
     def _ensure_solver(self) -> GradientSolver:
@@ -217,13 +218,15 @@ class LayerParallelEvaluator:
             if isinstance(m, bool) or not isinstance(m, int) or m < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {m!r}")
         solver = self.solver
-        if solver is not None:
-            if self._evaluated:
-                self._keep_fine_c_points(solver)
-                self._resumed, self._evaluated = True, False
-            solver.close()
-            self.solver = None
         self.oneshot = (m1, m2)
+        if solver is None:  # not built yet: it will be with these counts
+            return
+        if self._evaluated:
+            self._keep_fine_c_points(solver)
+            self._resumed, self._evaluated, self._guesses_pending = True, False, True
+        solver.close()
+        self.solver = None
+        self._ensure_solver()  # (collective, as set_oneshot is)
 
     def _fine_c_points(self, solver: GradientSolver) -> Dict[str, Dict[int, Any]]:
         """This rank's fine C-point values of both solves ({'primal': {n: u},
@@ -284,7 +287,7 @@ class LayerParallelEvaluator:
     def _gradient(self, params, X, C) -> Tuple[float, Any, Any]:
         solver = self._use(params, X, C)
         result = solver.evaluate()
-        self._evaluated = True
+        self._evaluated, self._guesses_pending = True, False
         net = self.net
         local = self.placement.zeros(net.nparams)
         g = net.views(local)
@@ -333,7 +336,7 @@ class LayerParallelEvaluator:
                     average.add("mu", host(self.app.classifier_grad["mu"]))
 
             result = solver.evaluate(after_objective)
-            self._evaluated = True
+            self._evaluated, self._guesses_pending = True, False
             average.point("the adjoint solve")
             for key, size in layout:
                 if isinstance(key, tuple):
@@ -364,7 +367,7 @@ class LayerParallelEvaluator:
     def loss(self, params, X, C) -> float:
         solver = self._use(params, X, C)
         value = solver.objective()
-        self._evaluated = True
+        self._evaluated, self._guesses_pending = True, False
         self.step_calls += allreduce_int(self.comm, _steps(solver.primal_core.counts()))
         return value
 
@@ -412,9 +415,7 @@ class LayerParallelEvaluator:
         solver, host = self.solver, self.placement.to_host
         if self._evaluated and solver is not None:
             local = self._fine_c_points(solver)
-        elif self._resumed and solver is None and (self.app.guesses or
-                                                   self.app.adjoint_guesses):
-            # set_oneshot kept them for the next solve, which has not run yet
+        elif self._guesses_pending:  # set_oneshot kept them for a solve not run yet
             local = {"primal": self.app.guesses, "adjoint": self.app.adjoint_guesses}
         else:
             return {}
@@ -432,7 +433,7 @@ class LayerParallelEvaluator:
         if self.solver is not None:
             self.solver.reset()
         self._resumed = True
-        self._evaluated = False
+        self._evaluated = self._guesses_pending = False
         to_device = self.placement.tree_from_host
         self.app.guesses = {int(n): to_device(u) for n, u in state.get("primal", {}).items()}
         self.app.adjoint_guesses = {int(n): to_device(w)
