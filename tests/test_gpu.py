@@ -551,7 +551,7 @@ def test_wide_direct_conv_kernels_on_the_gpu(cp, cuda, dtype, shape):
 def test_short_peaks_training_on_the_gpu_equals_numpy(cp):
     """Five one-shot Adam steps on Peaks with the network on CUDA: the same losses and
     parameters as on the host, to rounding (test_device runs the same on
-    array-api-strict's second device, where it is bitwise)."""
+    array-api-strict's second device)."""
     from backend_cases import peaks_training
 
     host_losses, host_params = peaks_training()

@@ -31,6 +31,7 @@ from nn_checks import min_kink_distance as _min_kink_distance
 from nn_checks import rel as _rel
 
 SEED = 20261121
+RTOL_DTYPE = {np.float64: 1e-13, np.float32: 2e-6}  # sums in another order
 ACTIVATIONS = ["tanh", "relu", "smooth_relu"]
 # Points of non-smoothness (where the second derivative jumps) for each activation.
 BATCH, WIDTH, M = 5, 4, 3
@@ -222,17 +223,40 @@ def test_dense_float32_stays_float32(name):
     assert dense_forward_batched(U, Ks, bs, hs.astype(np.float64), name).dtype == np.float32
 
 
-# ---------------------------------------------------------------- the compiled pass
-# relu and smooth_relu finish their steps in one compiled sweep (braidpy._core._host_dense)
-# after NumPy's product. Its bits must be those of the unfused NumPy operations (the
-# activation from braidpy.nn.activations, then *h, +u; act', *w, *h), for both dtypes,
-# one interval or stacked ones, and arrays in any memory layout.
+# ---------------------------------------------------------------- the compiled kernels
+# relu and smooth_relu layers of width up to ROWS_MAX_WIDTH take the one-pass kernels
+# (braidpy._core._host_dense.dense_rows_*): the product in a fixed order, k ascending,
+# one rounding per operation; the gradient's sums rows ascending. Their bits must be
+# those of NumPy operations written out in that order (the activation from
+# braidpy.nn.activations, then *h, +u; act', *w, *h), for both dtypes, one interval or
+# stacked ones, and arrays in any memory layout. Wider layers keep NumPy's (BLAS's)
+# product and the compiled elementwise pass after it (dense_step_finish, dense_slope).
 
 
-def _unfused(name, u, K, b, h, w):
-    """Forward and scaled slope by NumPy operations written out here, in u's dtype."""
+def _ordered_product(x, M):
+    """x @ M (also stacked) summed k ascending, one rounding per operation: the order of
+    the one-pass kernels (NumPy's matmul sums in BLAS's order)."""
+    z = x[..., 0:1] * M[..., 0:1, :]
+    for k in range(1, x.shape[-1]):
+        z = z + x[..., k:k + 1] * M[..., k:k + 1, :]
+    return z
+
+
+def _ordered_gradient(g, x):
+    """(g^T @ x, g summed over the rows) accumulated from zero, rows ascending."""
+    dK = np.zeros(g.shape[:-2] + (g.shape[-1], x.shape[-1]), g.dtype)
+    db = np.zeros(g.shape[:-2] + g.shape[-1:], g.dtype)
+    for r in range(g.shape[-2]):
+        dK = dK + g[..., r, :, None] * x[..., r, None, :]
+        db = db + g[..., r, :]
+    return dK, db
+
+
+def _unfused(name, u, K, b, h, w, product=_ordered_product):
+    """Forward and scaled slope by NumPy operations written out here, in u's dtype
+    (product: how u @ K^T is summed)."""
     act = get_activation(name)
-    z = np.matmul(u, np.swapaxes(K, -1, -2))
+    z = product(u, np.swapaxes(K, -1, -2))
     z = z + (b[:, None, :] if u.ndim == 3 else b)
     hh = h[:, None, None] if u.ndim == 3 else u.dtype.type(h)
     return u + hh * act.value(z), (act.derivative(z) * w) * hh
@@ -240,7 +264,7 @@ def _unfused(name, u, K, b, h, w):
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("name", ["relu", "smooth_relu"])
-def test_compiled_pass_has_the_bits_of_the_numpy_operations(name, dtype):
+def test_compiled_kernels_have_the_bits_of_the_ordered_numpy_operations(name, dtype):
     u, K, b, h, c = (x.astype(dtype) if isinstance(x, np.ndarray) else x for x in _layer(5))
     # pre-activations on both sides of smooth_relu's blend and at its ends
     u[0, :3] = np.array([SMOOTH_RELU_EPS, -SMOOTH_RELU_EPS, 0.0], dtype) - b[:3]
@@ -258,9 +282,16 @@ def test_compiled_pass_has_the_bits_of_the_numpy_operations(name, dtype):
             got_dK, got_db = dense_gradient(w, x, kk, bb, hh, name)
         assert got_f.dtype == dtype and got_a.dtype == dtype
         np.testing.assert_array_equal(got_f, want_f)
-        np.testing.assert_array_equal(got_a, w + np.matmul(want_g, kk))
-        np.testing.assert_array_equal(got_dK, np.matmul(np.swapaxes(want_g, -1, -2), x))
-        np.testing.assert_array_equal(got_db, np.sum(want_g, axis=-2))
+        np.testing.assert_array_equal(got_a, w + _ordered_product(want_g, kk))
+        want_dK, want_db = _ordered_gradient(want_g, x)
+        np.testing.assert_array_equal(got_dK, want_dK)
+        np.testing.assert_array_equal(got_db, want_db)
+        # and NumPy's own (BLAS's) sums, to rounding
+        tol = dict(rtol=RTOL_DTYPE[dtype], atol=RTOL_DTYPE[dtype])
+        np.testing.assert_allclose(got_f, _unfused(name, x, kk, bb, hh, w, np.matmul)[0], **tol)
+        np.testing.assert_allclose(got_a, w + np.matmul(want_g, kk), **tol)
+        np.testing.assert_allclose(got_dK, np.matmul(np.swapaxes(want_g, -1, -2), x), **tol)
+        np.testing.assert_allclose(got_db, np.sum(want_g, axis=-2), **tol)
 
 
 # The compiled pass's loops exist twice, for baseline x86-64 and for AVX2, picked at run
@@ -288,10 +319,10 @@ def simd(request):
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("name", ["relu", "smooth_relu"])
-def test_compiled_pass_has_the_numpy_bits_in_either_instruction_set(name, dtype, simd):
+def test_compiled_kernels_have_the_reference_bits_in_either_instruction_set(name, dtype, simd):
     from braidpy._core import _host_dense
     assert _host_dense.simd() == simd
-    test_compiled_pass_has_the_bits_of_the_numpy_operations(name, dtype)
+    test_compiled_kernels_have_the_bits_of_the_ordered_numpy_operations(name, dtype)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
@@ -322,6 +353,112 @@ def test_instruction_sets_agree_bit_for_bit(act, dtype):
                 results.append((fin, slope, upd))
             for base, wide in zip(*results):
                 np.testing.assert_array_equal(base, wide, err_msg=f"{shape} act {act}")
+
+
+# Every width up to 32 takes the one-pass kernels: unrolled for 2, 4, 8, 16 and 32, a loop
+# for the others (both pairs of rows and a last odd row; rows beyond one tile).
+ROWS_WIDTHS = (1, 2, 3, 4, 5, 8, 13, 16, 17, 31, 32)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("name", ["relu", "smooth_relu"])
+def test_one_pass_kernels_have_the_reference_bits_at_every_width(name, dtype, simd):
+    from braidpy._core import _host_dense
+    code = {"relu": 2, "smooth_relu": 3}[name]
+    rng = _rng(43)
+    for width in ROWS_WIDTHS:
+        for lead in ((), (3,)):
+            rows = 2 * (256 // width) + 3  # two whole tiles and three rows more, odd
+            U, W = (rng.standard_normal(lead + (rows, width)).astype(dtype) for _ in "UW")
+            K = (rng.standard_normal(lead + (width, width)) / np.sqrt(width)).astype(dtype)
+            b = (0.1 * rng.standard_normal(lead + (width,))).astype(dtype)
+            h = rng.uniform(0.1, 0.5, 3).astype(dtype) if lead else 0.37
+            want_f, g = _unfused(name, U, K, b, h, W)
+            want_a = W + _ordered_product(g, K)
+            want_dK, want_db = _ordered_gradient(g, U)
+            where = f"width {width}, shape {U.shape}"
+            out = np.empty_like(U)
+            _host_dense.dense_rows_step(U, K, b, h, code, out)
+            np.testing.assert_array_equal(out, want_f, err_msg=where)
+            _host_dense.dense_rows_adjoint(W, U, K, b, h, code, out)
+            np.testing.assert_array_equal(out, want_a, err_msg=where)
+            dK, db = _host_dense.dense_rows_gradient(W, U, K, b, h, code)
+            np.testing.assert_array_equal(dK, want_dK, err_msg=where)
+            np.testing.assert_array_equal(db, want_db, err_msg=where)
+            # in place: each row read whole before it is written
+            Wc = W.copy()
+            dK, db = _host_dense.dense_rows_adjoint_gradient(Wc, U, K, b, h, code, Wc)
+            np.testing.assert_array_equal(Wc, want_a, err_msg=where)
+            np.testing.assert_array_equal(dK, want_dK, err_msg=where)
+            np.testing.assert_array_equal(db, want_db, err_msg=where)
+            _host_dense.dense_rows_step(U, K, b, h, code, U)
+            np.testing.assert_array_equal(U, want_f, err_msg=where)
+
+
+@pytest.mark.parametrize("name", ["relu", "smooth_relu"])
+def test_single_and_stacked_calls_give_the_same_bits(name):
+    """Serial backprop steps one interval at a time, MGRIT's relaxation m at once: the
+    same kernels, so the same bits (at widths up to 32 and beyond)."""
+    for width in (8, 13, 40):
+        rng = _rng(width)
+        U, C = rng.standard_normal((2, 4, 600, width))
+        Ks = rng.standard_normal((4, width, width)) / np.sqrt(width)
+        bs, hs = 0.1 * rng.standard_normal((4, width)), rng.uniform(0.1, 0.5, 4)
+        F = dense_forward_batched(U, Ks, bs, hs, name)
+        A = dense_adjoint_batched(C, U, Ks, bs, hs, name)
+        dKs, dbs = dense_gradient_batched(C, U, Ks, bs, hs, name)
+        for i in range(4):
+            args = (U[i], Ks[i], bs[i], float(hs[i]), name)
+            np.testing.assert_array_equal(F[i], dense_forward(*args))
+            w, dK, db = dense_adjoint_and_gradient(C[i], *args)
+            for got, want in ((A[i], w), (A[i], dense_adjoint(C[i], *args)),
+                              (dKs[i], dK), (dbs[i], db)):
+                np.testing.assert_array_equal(got, want)
+
+
+def test_wider_layers_keep_numpys_product():
+    """Above ROWS_MAX_WIDTH the product is NumPy's matmul (BLAS's order)."""
+    from braidpy.nn import dense
+
+    width = dense.ROWS_MAX_WIDTH + 1
+    rng = _rng(44)
+    u, c = rng.standard_normal((2, 9, width))
+    K, b = rng.standard_normal((width, width)) / np.sqrt(width), rng.standard_normal(width)
+    blas = lambda x, M: np.matmul(x, np.ascontiguousarray(M))  # noqa: E731  (K^T copied)
+    want_f, want_g = _unfused("relu", u, K, b, 0.3, c, blas)
+    np.testing.assert_array_equal(dense_forward(u, K, b, 0.3, "relu"), want_f)
+    np.testing.assert_array_equal(dense_adjoint(c, u, K, b, 0.3, "relu"), c + want_g @ K)
+
+
+def test_one_pass_kernels_refuse_what_they_cannot_take():
+    from braidpy._core import _host_dense
+
+    U, K, b, out = np.ones((3, 4)), np.eye(4), np.zeros(4), np.empty((3, 4))
+    with pytest.raises(ValueError, match=r"act must be 2 \(relu\) or 3 \(smooth_relu\), got 1"):
+        _host_dense.dense_rows_step(U, K, b, 0.5, 1, out)
+    with pytest.raises(ValueError, match="width 33 exceeds 32"):
+        _host_dense.dense_rows_step(np.ones((3, 33)), np.eye(33), np.zeros(33), 0.5, 2,
+                                    np.empty((3, 33)))
+    with pytest.raises(ValueError, match=r"K must be U's dtype, shaped \(width, width\)"):
+        _host_dense.dense_rows_step(U, np.eye(3), b, 0.5, 2, out)
+    with pytest.raises(ValueError, match=r"K must be U's dtype, shaped \(m, width, width\)"):
+        _host_dense.dense_rows_gradient(np.ones((2, 3, 4)), np.ones((2, 3, 4)),
+                                        np.ones((3, 4, 4)), np.zeros((2, 4)), np.ones(2), 3)
+    with pytest.raises(ValueError, match="b does not match U"):
+        _host_dense.dense_rows_adjoint(U, U, K, np.zeros(3), 0.5, 2, out)
+    with pytest.raises(ValueError, match="out must have U's shape and dtype"):
+        _host_dense.dense_rows_step(U, K, b, 0.5, 2, np.empty((3, 4), np.float32))
+    with pytest.raises(ValueError, match="out must be W itself or share no memory"):
+        _host_dense.dense_rows_adjoint(np.ones((3, 4)), U, K, b, 0.5, 2, U)
+    with pytest.raises(ValueError, match="out must be U itself or share no memory"):
+        big = np.ones((4, 4))
+        _host_dense.dense_rows_step(big[:3], K, b, 0.5, 2, big[1:])
+    with pytest.raises(ValueError, match="out must be writable"):
+        ro = np.empty((3, 4))
+        ro.flags.writeable = False
+        _host_dense.dense_rows_step(U, K, b, 0.5, 2, ro)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        _host_dense.dense_rows_step(np.ones((4, 3)).T, K, b, 0.5, 2, np.empty((3, 4)))
 
 
 def test_instruction_set_is_reported_and_chosen():
@@ -485,3 +622,32 @@ def test_array_api_strict_namespace_gives_numpy_results(name):
     for g, w in zip(got, want):
         assert type(g) is type(a(u))
         np.testing.assert_allclose(np.asarray(g), w, rtol=1e-14, atol=1e-14)
+
+
+def test_unpickled_arrays_take_the_same_kernels_and_bits():
+    """A state received from another rank is unpickled, with its own float64 descriptor
+    object: it must take the kernels a local array takes (else the bits of a training
+    run would depend on its rank count; tests/test_cli.py's two-rank resume found it)."""
+    import pickle
+
+    from braidpy.nn import dense
+
+    rng = np.random.default_rng(7)
+    for dt in (np.float64, np.float32):
+        u, w = (rng.standard_normal((30, 8)).astype(dt) for _ in range(2))
+        K, b = rng.standard_normal((8, 8)).astype(dt), rng.standard_normal(8).astype(dt)
+        U, W = (pickle.loads(pickle.dumps(x)) for x in (u, w))
+        assert U.dtype == u.dtype and U.dtype is not u.dtype  # the case in question
+        for act in ("smooth_relu", "relu", "tanh"):
+            assert np.array_equal(dense.dense_forward(U, K, b, 0.25, act),
+                                  dense.dense_forward(u, K, b, 0.25, act))
+            assert np.array_equal(dense.dense_adjoint(W, U, K, b, 0.25, act),
+                                  dense.dense_adjoint(w, u, K, b, 0.25, act))
+            for got, want in zip(dense.dense_gradient(W, U, K, b, 0.25, act),
+                                 dense.dense_gradient(w, u, K, b, 0.25, act)):
+                assert np.array_equal(got, want)
+            Us = pickle.loads(pickle.dumps(u[None]))
+            assert np.array_equal(
+                dense.dense_forward_batched(Us, K[None], b[None], np.array([0.25], dt), act),
+                dense.dense_forward_batched(u[None], K[None], b[None], np.array([0.25], dt),
+                                            act))

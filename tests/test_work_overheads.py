@@ -34,18 +34,25 @@ def _rows(fn, *arrays, hs, act):
     return [fn(*(a[i] for a in arrays), float(hs[i]), act) for i in range(len(hs))]
 
 
+@pytest.fixture(params=[8, 40], ids=["width 8", "width 40"])
+def width(request):
+    """Width 8 takes the one-pass kernels (braidpy.nn.dense.ROWS_MAX_WIDTH), 40 BLAS's
+    product and the compiled pass in chunks (braidpy.nn._dense_chunks)."""
+    return request.param
+
+
 @pytest.fixture(params=["whole", "chunks of 3 rows"])
-def chunking(request, monkeypatch):
-    """The batched kernels as one call, and in chunks (3 rows of 37 x 8 float64)."""
+def chunking(request, monkeypatch, width):
+    """The batched kernels as one call, and in chunks (3 rows of 37 x width float64)."""
     if request.param != "whole":
-        monkeypatch.setattr(_dense_chunks, "CHUNK_BYTES", 3 * 37 * 8 * 8)
+        monkeypatch.setattr(_dense_chunks, "CHUNK_BYTES", 3 * 37 * width * 8)
     return request.param
 
 
 # ------------------------------------------------------------ dense kernels, out=
 @pytest.mark.parametrize("act", ACTS)
-def test_forward_batched_into_its_input_or_out_is_the_single_steps(act, chunking):
-    U, _, Ks, bs, hs = _problem(10)
+def test_forward_batched_into_its_input_or_out_is_the_single_steps(act, chunking, width):
+    U, _, Ks, bs, hs = _problem(10, width=width)
     want = np.stack(_rows(dense_forward, U, Ks, bs, hs=hs, act=act))
     assert np.array_equal(dense_forward_batched(U, Ks, bs, hs, act), want)
     out = np.full_like(U, np.nan)
@@ -59,14 +66,14 @@ def test_forward_batched_into_its_input_or_out_is_the_single_steps(act, chunking
     alias = V[...]
     assert dense_forward_batched(V, Ks, bs, hs, act, out=alias) is alias
     assert np.array_equal(V, want)
-    wide = np.full(U.shape[:2] + (16,), np.nan)
-    dense_forward_batched(U, Ks, bs, hs, act, out=wide[..., :8])
-    assert np.array_equal(wide[..., :8], want)
+    wide = np.full(U.shape[:2] + (2 * width,), np.nan)
+    dense_forward_batched(U, Ks, bs, hs, act, out=wide[..., :width])
+    assert np.array_equal(wide[..., :width], want)
 
 
 @pytest.mark.parametrize("act", ACTS)
-def test_adjoint_batched_into_its_adjoints_or_out_is_the_single_steps(act, chunking):
-    U, W, Ks, bs, hs = _problem(10)
+def test_adjoint_batched_into_its_adjoints_or_out_is_the_single_steps(act, chunking, width):
+    U, W, Ks, bs, hs = _problem(10, width=width)
     Ks_strided = np.repeat(Ks, 2, axis=0)[::2]  # as a coarse level's every-cf-th layer
     want = np.stack(_rows(dense_adjoint, W, U, Ks, bs, hs=hs, act=act))
     assert np.array_equal(dense_adjoint_batched(W, U, Ks_strided, bs, hs, act), want)
@@ -83,8 +90,8 @@ def test_adjoint_batched_into_its_adjoints_or_out_is_the_single_steps(act, chunk
 
 
 @pytest.mark.parametrize("act", ACTS)
-def test_gradient_batched_in_chunks_is_the_single_steps(act, chunking):
-    U, W, Ks, bs, hs = _problem(10)
+def test_gradient_batched_in_chunks_is_the_single_steps(act, chunking, width):
+    U, W, Ks, bs, hs = _problem(10, width=width)
     dKs, dbs = dense_gradient_batched(W, U, Ks, bs, hs, act)
     for i, (dK, db) in enumerate(_rows(dense_gradient, W, U, Ks, bs, hs=hs, act=act)):
         assert np.array_equal(dKs[i], dK) and np.array_equal(dbs[i], db), i

@@ -1,4 +1,8 @@
-"""Stacked dense steps in cache-sized chunks of rows: the fused NumPy path of the batched kernels.
+"""Stacked dense steps in cache-sized chunks of rows: the batched NumPy path of wide layers.
+
+Layers of width up to braidpy.nn.dense.ROWS_MAX_WIDTH (relu, smooth_relu) take the
+compiled one-pass kernels instead, which stream the rows with no product temporaries;
+the chunks below serve the wider ones, whose product stays BLAS's.
 
 MGRIT's batched relaxation hands the dense kernels m states at once (Peaks, 256 layers,
 cfactor 4: m = 64 states of 1000 x 8 or 5000 x 8, 4 or 20 MB). Computed whole, the

@@ -13,9 +13,12 @@ products are
 which is what braidpy's adjoint contract (``step_adjoint``/``step_gradient``) asks for;
 see Günther et al., "Layer-parallel training of deep residual neural networks", SIAM J.
 Math. Data Sci. 2 (2020), eqs. (2.11)-(2.18). The ``*_batched`` variants apply m
-independent steps at once along a leading "interval" axis with batched matmuls (NumPy
-arrays in cache-sized chunks of intervals: :mod:`braidpy.nn._dense_chunks`); the forward
+independent steps at once along a leading "interval" axis with batched matmuls; the forward
 step and the state adjoint can write their result over their input (``out=U``, ``out=W``).
+NumPy arrays of layers up to :data:`ROWS_MAX_WIDTH` wide with relu or smooth_relu take
+compiled one-pass kernels (product included, single and stacked alike); wider ones
+BLAS's product and a compiled pass after it (stacked: in cache-sized chunks of
+intervals, :mod:`braidpy.nn._dense_chunks`).
 
 All functions are pure and written against the array namespace of their inputs
 (``u.__array_namespace__()``, NumPy otherwise), so NumPy and CuPy arrays both work. The
@@ -95,12 +98,14 @@ _seen_batched: Dict[tuple, bool] = {}
 
 
 def _one_float(dt: Any, *others: Any) -> bool:
-    """All of others have dtype dt, which is float64 or float32 (identity: the
-    builtin descriptors; anything else just takes the general arithmetic)."""
-    if dt is not _F64 and dt is not _F32:
+    """All of others have dtype dt, which is float64 or float32 (by equality, not
+    identity: an unpickled array, e.g. a state received from another rank, has its own
+    descriptor object, and must take the same kernels as a local one, or the bits would
+    depend on the rank count)."""
+    if dt != _F64 and dt != _F32:
         return False
     for x in others:
-        if x is not None and x.dtype is not dt:
+        if x is not None and x.dtype != dt:
             return False
     return True
 
@@ -226,6 +231,85 @@ def _np_step(u: Any, K: Any, b: Any, h: Any, a: Activation, out: Any = None) -> 
         v += u
         return _into(out, v)
     return _into(out, u + h * v)
+
+
+# Layers of width up to ROWS_MAX_WIDTH with relu or smooth_relu take the compiled
+# one-pass kernels (braidpy._core._host_dense.dense_rows_*, csrc/bindings/dense_rows.hpp):
+# the product u K^T in a fixed order (k ascending, one rounding per operation), bias,
+# activation and update per sample row, the adjoint's second product and the gradient's
+# sums (rows ascending) in the same pass. BLAS's product of (5000, 8) by (8, 8) cost more
+# than the rest of the step, and writing it out a second pass. Single and stacked calls,
+# so serial backprop and MGRIT, run the same kernels: the same bits at every rank count.
+# Wider layers keep BLAS's product (and _dense_chunks for stacked calls).
+
+#: The widest dense layer the one-pass kernels take (csrc/bindings/dense_rows.hpp).
+ROWS_MAX_WIDTH = 32
+
+
+def _rows_code(a: Activation, x: Any) -> int:
+    """The one-pass kernels' activation code for a NumPy state x (one float dtype,
+    checked by the caller), or 0: x's layer is wider than ROWS_MAX_WIDTH, or the
+    activation is not relu or smooth_relu."""
+    code = _FUSED_CODES.get(id(a), 0)
+    return code if code and x.shape[-1] <= ROWS_MAX_WIDTH else 0
+
+
+def _c(x: Any) -> Any:
+    """x C-contiguous, copied when it is not (the kernels read rows in place)."""
+    return x if x.flags.c_contiguous else np.ascontiguousarray(x)
+
+
+def _rows_target(out: Any, own: Any, *others: Any) -> Any:
+    """Where a one-pass kernel writes the result that replaces ``own`` (U forward, W
+    backward): own itself (out is own, C-contiguous: each row is read before it is
+    written), out when it is C-contiguous and shares no memory with the inputs, else a
+    new array (copied into out afterwards)."""
+    if out is own and own.flags.c_contiguous:
+        return own
+    if (out is not None and out is not own and out.flags.c_contiguous
+            and not any(np.may_share_memory(out, y) for y in (own,) + others)):
+        return out
+    return np.empty(own.shape, own.dtype)
+
+
+def _rows_step(u: Any, K: Any, b: Any, h: Any, code: int, out: Any = None) -> Any:
+    """u + h * act(u @ K^T + b) by the one-pass kernel, single or stacked, into out
+    (u itself included) when given."""
+    target = _rows_target(out, u, K, b)
+    _host_dense.dense_rows_step(_c(u), _c(K), _c(b), _small(h), code, target)
+    return target if out is None or target is out else _into(out, target)
+
+
+def _rows_adjoint(w: Any, u: Any, K: Any, b: Any, h: Any, code: int,
+                  out: Any = None) -> Any:
+    """w + (h w act'(u @ K^T + b)) @ K by the one-pass kernel, into out (w itself
+    included) when given."""
+    target = _rows_target(out, w, u, K, b)
+    _host_dense.dense_rows_adjoint(_c(w), _c(u), _c(K), _c(b), _small(h), code, target)
+    return target if out is None or target is out else _into(out, target)
+
+
+def _rows_gradient(w: Any, u: Any, K: Any, b: Any, h: Any, code: int) -> Tuple[Any, Any]:
+    """(g^T @ u, g summed over the rows), g = h w act'(u @ K^T + b): the one-pass kernel."""
+    return _host_dense.dense_rows_gradient(_c(w), _c(u), _c(K), _c(b), _small(h), code)
+
+
+def _rows_adjoint_and_gradient(w: Any, u: Any, K: Any, b: Any, h: Any,
+                               code: int) -> Tuple[Any, Any, Any]:
+    """(_rows_adjoint, *_rows_gradient) in one pass: g formed once per row."""
+    r = np.empty(w.shape, w.dtype)
+    dK, db = _host_dense.dense_rows_adjoint_gradient(_c(w), _c(u), _c(K), _c(b), _small(h),
+                                                     code, r)
+    return r, dK, db
+
+
+def _plain_step(u: Any, h: Any) -> bool:
+    """Whether a single step's h is a plain number for the fast path: for float64 any
+    real Python or NumPy float (a float subclass) or int; for float32 a Python float or
+    int only (a NumPy float64 would promote NumPy's result to float64)."""
+    if u.dtype == _F64:
+        return isinstance(h, (float, int))
+    return h.__class__ is float or h.__class__ is int
 
 
 def _into(out: Any, r: Any) -> Any:
@@ -647,8 +731,12 @@ def dense_forward(u: Any, K: Any, b: Any, h: float, act: ActivationLike) -> Any:
     a = act if act.__class__ is Activation else get_activation(act)
     if u.__class__ is _ND and K.__class__ is _ND and b.__class__ is _ND:
         _check_single_np("dense_forward", u, K, b)
-        if u.dtype is _F64 and _one_float(_F64, K, b) and isinstance(h, (float, int)):
-            return _np_step(u, K, b, h, a)
+        if _one_float(u.dtype, K, b) and _plain_step(u, h):
+            code = _rows_code(a, u)
+            if code:
+                return _rows_step(u, K, b, h, code)
+            if u.dtype == _F64:
+                return _np_step(u, K, b, h, a)
         return u + h * a.value(_pre(u, K, b, np))
     return (_gpu_forward if _fused_here(u) else _api_forward)(u, K, b, h, a)
 
@@ -669,7 +757,10 @@ def dense_adjoint(w: Any, u: Any, K: Any, b: Any, h: float, act: ActivationLike)
     a = act if act.__class__ is Activation else get_activation(act)
     if u.__class__ is _ND and K.__class__ is _ND and b.__class__ is _ND and w.__class__ is _ND:
         _check_single_np("dense_adjoint", u, K, b, w)
-        if u.dtype is _F64 and _one_float(_F64, K, b, w) and isinstance(h, (float, int)):
+        code = _rows_code(a, u)
+        if code and _one_float(u.dtype, K, b, w) and _plain_step(u, h):
+            return _rows_adjoint(w, u, K, b, h, code)
+        if u.dtype == _F64 and _one_float(_F64, K, b, w) and isinstance(h, (float, int)):
             g = _np_scaled_slope(w, u, K, b, h, a)
             r = np.matmul(g, K)
             r += w
@@ -696,7 +787,10 @@ def dense_gradient(w: Any, u: Any, K: Any, b: Any, h: float,
     a = act if act.__class__ is Activation else get_activation(act)
     if u.__class__ is _ND and K.__class__ is _ND and b.__class__ is _ND and w.__class__ is _ND:
         _check_single_np("dense_gradient", u, K, b, w)
-        if u.dtype is _F64 and _one_float(_F64, K, b, w) and isinstance(h, (float, int)):
+        code = _rows_code(a, u)
+        if code and _one_float(u.dtype, K, b, w) and _plain_step(u, h):
+            return _rows_gradient(w, u, K, b, h, code)
+        if u.dtype == _F64 and _one_float(_F64, K, b, w) and isinstance(h, (float, int)):
             g = _np_scaled_slope(w, u, K, b, h, a)
         else:
             g = _scaled_slope(w, u, K, b, h, a, np)
@@ -721,8 +815,13 @@ def dense_adjoint_and_gradient(w: Any, u: Any, K: Any, b: Any, h: float,
     """
     a = act if act.__class__ is Activation else get_activation(act)
     if (u.__class__ is _ND and K.__class__ is _ND and b.__class__ is _ND and w.__class__ is _ND
-            and u.dtype is _F64 and _one_float(_F64, K, b, w) and isinstance(h, (float, int))):
+            and _one_float(u.dtype, K, b, w) and _plain_step(u, h)):
         _check_single_np("dense_adjoint_and_gradient", u, K, b, w)
+        code = _rows_code(a, u)
+        if code:
+            return _rows_adjoint_and_gradient(w, u, K, b, h, code)
+    if (u.__class__ is _ND and K.__class__ is _ND and b.__class__ is _ND and w.__class__ is _ND
+            and u.dtype == _F64 and _one_float(_F64, K, b, w) and isinstance(h, (float, int))):
         g = _np_scaled_slope(w, u, K, b, h, a)
         r = np.matmul(g, K)
         r += w
@@ -776,6 +875,9 @@ def dense_forward_batched(U: Any, Ks: Any, bs: Any, hs: Any, act: ActivationLike
         elif not U.flags.writeable:
             raise ValueError("dense_forward_batched: out is U, which is read-only")
         if _one_float(U.dtype, Ks, bs):
+            code = _rows_code(a, U)
+            if code:
+                return _rows_step(U, Ks, bs, hs, code, out)
             code = _fused_code(a, U)
             if code and _chunked(U, out):
                 return _dense_chunks.step(U, _transposed(Ks), _small(bs), _small(hs), code,
@@ -812,6 +914,9 @@ def dense_adjoint_batched(W: Any, U: Any, Ks: Any, bs: Any, hs: Any,
         elif not W.flags.writeable:
             raise ValueError("dense_adjoint_batched: out is W, which is read-only")
         if _one_float(U.dtype, Ks, bs, W):
+            code = _rows_code(a, U)
+            if code:
+                return _rows_adjoint(W, U, Ks, bs, hs, code, out)
             code = _fused_code(a, W)
             if code and _chunked(W, out, U):
                 return _dense_chunks.adjoint(W, U, _transposed(Ks), Ks, _small(bs),
@@ -845,6 +950,9 @@ def dense_gradient_batched(W: Any, U: Any, Ks: Any, bs: Any, hs: Any,
         hs = _np_steps(hs, U)
         _check_batched_np("dense_gradient_batched", U, Ks, bs, hs, W)
         if _one_float(U.dtype, Ks, bs, W):
+            code = _rows_code(a, U)
+            if code:
+                return _rows_gradient(W, U, Ks, bs, hs, code)
             code = _fused_code(a, W)
             if code and _chunked(W, None):
                 return _dense_chunks.gradient(W, U, _transposed(Ks), _small(bs), _small(hs),

@@ -198,6 +198,7 @@ def choose_grid(spec: NetSpec, comm: Any, calibration: str, *, mode: str,
             c = decide_grid(spec, nprocs, calibration, levels=levels, cfactor=cfactor,
                             mode=mode, iterations=iterations, max_space=max_space,
                             nrelax=nrelax, settings=settings)
+            assert c.setting is not None  # decide_grid names the setting it chose
             payload = json.dumps({"shape": list(c.shape), "seconds": c.seconds,
                                   "summary": c.summary,
                                   "setting": dataclasses.asdict(c.setting)}).encode()

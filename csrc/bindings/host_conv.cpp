@@ -7,6 +7,8 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include "same_dtype.hpp"
+
 #include <string>
 
 #include "../cuda/conv_direct_shapes.hpp"
@@ -41,11 +43,11 @@ Host host(const char* where, std::initializer_list<py::handle> arrays, std::size
     h.a.push_back(arr);
   }
   const py::dtype dt = h.a[0].dtype();
-  h.f64 = dt.is(py::dtype::of<double>());
-  if (!h.f64 && !dt.is(py::dtype::of<float>()))
+  h.f64 = same_dtype(dt, py::dtype::of<double>());
+  if (!h.f64 && !same_dtype(dt, py::dtype::of<float>()))
     throw py::type_error(std::string(where) + ": float64 or float32 arrays expected");
   for (const py::array& x : h.a)
-    if (!x.dtype().is(dt)) throw py::value_error(std::string(where) + ": dtypes differ");
+    if (!same_dtype(x.dtype(), dt)) throw py::value_error(std::string(where) + ": dtypes differ");
   h.d = conv_direct_dims(where, shape_of(h.a[iU]), shape_of(h.a[iK]));
   return h;
 }

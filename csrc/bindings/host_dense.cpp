@@ -7,15 +7,20 @@
 // those operations made up to ten full-size NumPy temporaries per call, which at
 // Peaks' 5000 samples fall out of cache and cost several times the product itself.
 // The element functions are csrc/cuda/kernels.hpp's, shared with the GPU kernels.
+// Layers up to 32 wide take dense_rows.hpp's one-pass kernels instead (product
+// included; dense_rows_* below); this pass serves wider ones and the GPU path's tests.
 #include "host_dense.hpp"
 
 #include <pybind11/numpy.h>
+
+#include "same_dtype.hpp"
 
 #include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "../cuda/kernels.hpp"
+#include "dense_rows.hpp"
 
 namespace py = pybind11;
 
@@ -41,28 +46,30 @@ py::array as_array(const char* where, const char* name, py::handle x) {
 
 // Checks the shapes and dtypes of Z, X (U or W: Z's shape), b and h:
 // b (width,) and h a number for a 2-D Z, b (m, width) and h (m,) for a 3-D Z.
+// zname: what the caller calls Z in its messages.
 Dims check(const char* where, const py::array& Z, const py::array& X, const py::array& b,
-           py::handle h, bool& f64) {
+           py::handle h, bool& f64, const std::string& zname = "Z") {
   const py::dtype dt = Z.dtype();
-  f64 = dt.is(py::dtype::of<double>());
-  if (!f64 && !dt.is(py::dtype::of<float>()))
+  f64 = same_dtype(dt, py::dtype::of<double>());
+  if (!f64 && !same_dtype(dt, py::dtype::of<float>()))
     throw py::type_error(std::string(where) + ": float64 or float32 arrays expected");
   for (const py::array* a : {&X, &b})
-    if (!a->dtype().is(dt)) throw py::value_error(std::string(where) + ": dtypes differ");
+    if (!same_dtype(a->dtype(), dt)) throw py::value_error(std::string(where) + ": dtypes differ");
   const Index nd = Z.ndim();
   if (nd != 2 && nd != 3)
-    throw py::value_error(std::string(where) + ": Z must be 2-D or 3-D");
+    throw py::value_error(std::string(where) + ": " + zname + " must be 2-D or 3-D");
   if (X.ndim() != nd) throw py::value_error(std::string(where) + ": shapes differ");
   for (Index k = 0; k < nd; ++k)
     if (X.shape(k) != Z.shape(k)) throw py::value_error(std::string(where) + ": shapes differ");
   Dims d{nd == 3 ? Z.shape(0) : 1, Z.shape(nd - 2), Z.shape(nd - 1)};
   const bool b_ok = nd == 3 ? (b.ndim() == 2 && b.shape(0) == d.m && b.shape(1) == d.width)
                             : (b.ndim() == 1 && b.shape(0) == d.width);
-  if (!b_ok) throw py::value_error(std::string(where) + ": b does not match Z");
+  if (!b_ok) throw py::value_error(std::string(where) + ": b does not match " + zname);
   if (nd == 3) {
     py::array hs = as_array(where, "h", h);
-    if (!hs.dtype().is(dt) || hs.ndim() != 1 || hs.shape(0) != d.m)
-      throw py::value_error(std::string(where) + ": h must be Z's dtype, shaped (m,)");
+    if (!same_dtype(hs.dtype(), dt) || hs.ndim() != 1 || hs.shape(0) != d.m)
+      throw py::value_error(std::string(where) + ": h must be " + zname +
+                            "'s dtype, shaped (m,)");
   }
   return d;
 }
@@ -233,6 +240,161 @@ void run(const char* where, py::handle Zh, py::handle Xh, py::handle bh, py::han
   }
 }
 
+// ------------------------------------------------------------------ product included
+// dense_rows.hpp's one-pass kernels, compiled like the loops above: baseline and AVX2,
+// the same operations in the same order (the tests compare the bits), unrolled for the
+// common widths and a loop for the others up to kMaxWidth.
+using dense_rows::Job;
+
+template <class T, int A, int N, int M>
+BRAIDPY_NOINLINE void rows_baseline(const Job<T>& job) {
+  dense_rows::run_job<T, A, N, M>(job);
+}
+
+#if BRAIDPY_HOST_AVX2
+template <class T, int A, int N, int M>
+BRAIDPY_AVX2_CLONE void rows_avx2(const Job<T>& job) {
+  dense_rows::run_job<T, A, N, M>(job);
+}
+#endif
+
+template <class T, int A, int N, int M>
+void rows_simd(const Job<T>& job) {
+#if BRAIDPY_HOST_AVX2
+  if (g_simd == Simd::kAvx2) return rows_avx2<T, A, N, M>(job);
+#endif
+  rows_baseline<T, A, N, M>(job);
+}
+
+template <class T, int A, int M>
+void rows_width(const Job<T>& job) {
+  switch (job.width) {
+    case 2: return rows_simd<T, A, 2, M>(job);
+    case 4: return rows_simd<T, A, 4, M>(job);
+    case 8: return rows_simd<T, A, 8, M>(job);
+    case 16: return rows_simd<T, A, 16, M>(job);
+    case 32: return rows_simd<T, A, 32, M>(job);
+    default: return rows_simd<T, A, 0, M>(job);
+  }
+}
+
+template <class T, int M>
+void rows_act(int act, const Job<T>& job) {
+  if (act == kern::kActRelu) return rows_width<T, kern::kActRelu, M>(job);
+  rows_width<T, kern::kActSmoothRelu, M>(job);
+}
+
+template <class T>
+void rows_mode(int mode, int act, const Job<T>& job) {
+  switch (mode) {
+    case dense_rows::kForward: return rows_act<T, dense_rows::kForward>(act, job);
+    case dense_rows::kAdjoint: return rows_act<T, dense_rows::kAdjoint>(act, job);
+    case dense_rows::kGradient: return rows_act<T, dense_rows::kGradient>(act, job);
+    default: return rows_act<T, dense_rows::kAdjointGradient>(act, job);
+  }
+}
+
+bool overlap(const py::array& a, const py::array& b) {
+  const auto* a0 = static_cast<const char*>(a.data());
+  const auto* b0 = static_cast<const char*>(b.data());
+  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
+}
+
+// The arrays of one product-included call, checked; gradient: fresh dK (K's shape) and
+// db (b's shape).
+struct RowsCall {
+  py::array U, W, K, b, out, dK, db;
+  Dims d;
+  bool f64 = true;
+};
+
+RowsCall check_rows(const char* where, int mode, py::handle Uh, py::handle Wh, py::handle Kh,
+                    py::handle bh, py::handle h, int act, py::handle outh) {
+  const std::string w(where);
+  if (act != kern::kActRelu && act != kern::kActSmoothRelu)
+    throw py::value_error(w + ": act must be 2 (relu) or 3 (smooth_relu), got " +
+                          std::to_string(act));
+  const bool backward = mode != dense_rows::kForward;
+  const bool adjoint = mode == dense_rows::kAdjoint || mode == dense_rows::kAdjointGradient;
+  const bool gradient = mode == dense_rows::kGradient || mode == dense_rows::kAdjointGradient;
+  const bool writes = !backward || adjoint;
+  RowsCall c;
+  c.U = as_array(where, "U", Uh);
+  c.W = backward ? as_array(where, "W", Wh) : c.U;
+  c.K = as_array(where, "K", Kh);
+  c.b = as_array(where, "b", bh);
+  c.d = check(where, c.U, c.W, c.b, h, c.f64, "U");
+  const Index nd = c.U.ndim();
+  if (c.d.width > dense_rows::kMaxWidth)
+    throw py::value_error(w + ": width " + std::to_string(c.d.width) + " exceeds " +
+                          std::to_string(dense_rows::kMaxWidth) +
+                          " (wider layers take BLAS's product)");
+  const bool K_ok = same_dtype(c.K.dtype(), c.U.dtype()) && c.K.ndim() == nd &&
+                    (nd == 2 || c.K.shape(0) == c.d.m) && c.K.shape(nd - 2) == c.d.width &&
+                    c.K.shape(nd - 1) == c.d.width;
+  if (!K_ok)
+    throw py::value_error(w + ": K must be U's dtype, shaped " +
+                          (nd == 3 ? "(m, width, width)" : "(width, width)"));
+  if (writes) {
+    c.out = as_array(where, "out", outh);
+    if (!c.out.writeable()) throw py::value_error(w + ": out must be writable");
+    if (!same_dtype(c.out.dtype(), c.U.dtype()) || c.out.ndim() != nd)
+      throw py::value_error(w + ": out must have U's shape and dtype");
+    for (Index k = 0; k < nd; ++k)
+      if (c.out.shape(k) != c.U.shape(k))
+        throw py::value_error(w + ": out must have U's shape and dtype");
+    // out may be the array it replaces (U forward, W backward: each row is read whole
+    // before it is written), or lie apart from every input.
+    const py::array& own = backward ? c.W : c.U;
+    const bool same = c.out.data() == own.data();
+    for (const py::array* a : {&c.U, &c.W, &c.K, &c.b})
+      if (!(same && a->data() == own.data()) && overlap(c.out, *a))
+        throw py::value_error(w + ": out must be " + (backward ? "W" : "U") +
+                              " itself or share no memory with the inputs");
+  }
+  if (gradient) {
+    const py::dtype dt = c.U.dtype();
+    std::vector<py::ssize_t> ks(c.K.shape(), c.K.shape() + nd);
+    std::vector<py::ssize_t> bs(c.b.shape(), c.b.shape() + c.b.ndim());
+    c.dK = py::array(dt, ks);
+    c.db = py::array(dt, bs);
+  }
+  return c;
+}
+
+template <class T>
+void run_rows_typed(int mode, int act, RowsCall& c, py::handle h) {
+  const std::vector<T> hs = steps<T>(h, c.d.m, c.U.ndim() == 3);
+  const bool writes = mode != dense_rows::kGradient;
+  const bool gradient = mode == dense_rows::kGradient || mode == dense_rows::kAdjointGradient;
+  Job<T> job{static_cast<const T*>(c.U.data()),
+             static_cast<const T*>(c.W.data()),
+             static_cast<const T*>(c.K.data()),
+             static_cast<const T*>(c.b.data()),
+             hs.data(),
+             writes ? static_cast<T*>(c.out.mutable_data()) : nullptr,
+             gradient ? static_cast<T*>(c.dK.mutable_data()) : nullptr,
+             gradient ? static_cast<T*>(c.db.mutable_data()) : nullptr,
+             c.d.m,
+             c.d.rows,
+             c.d.width};
+  rows_mode<T>(mode, act, job);
+}
+
+// One product-included call; returns (dK, db) for the gradient modes, else None.
+py::object run_rows(const char* where, int mode, py::handle U, py::handle W, py::handle K,
+                    py::handle b, py::handle h, int act, py::handle out) {
+  RowsCall c = check_rows(where, mode, U, W, K, b, h, act, out);
+  if (c.f64) {
+    run_rows_typed<double>(mode, act, c, h);
+  } else {
+    run_rows_typed<float>(mode, act, c, h);
+  }
+  if (mode == dense_rows::kGradient || mode == dense_rows::kAdjointGradient)
+    return py::make_tuple(c.dK, c.db);
+  return py::none();
+}
+
 }  // namespace
 
 void bind_host_dense(py::module_& core) {
@@ -253,6 +415,39 @@ void bind_host_dense(py::module_& core) {
                           int act) { run<true>("dense_slope", Z, W, b, h, act); },
         py::arg("Z"), py::arg("W"), py::arg("b"), py::arg("h"), py::arg("act"),
         "Z <- (act'(Z + b) * W) * h, in place (Z: the product U @ K^T).");
+  m.def("dense_rows_step",
+        [](py::handle U, py::handle K, py::handle b, py::handle h, int act, py::handle out) {
+          run_rows("dense_rows_step", dense_rows::kForward, U, U, K, b, h, act, out);
+        },
+        py::arg("U"), py::arg("K"), py::arg("b"), py::arg("h"), py::arg("act"),
+        py::arg("out"),
+        "out <- U + h * act(U @ K^T + b), the product included, one pass per row (width "
+        "<= 32; out may be U).");
+  m.def("dense_rows_adjoint",
+        [](py::handle W, py::handle U, py::handle K, py::handle b, py::handle h, int act,
+           py::handle out) {
+          run_rows("dense_rows_adjoint", dense_rows::kAdjoint, U, W, K, b, h, act, out);
+        },
+        py::arg("W"), py::arg("U"), py::arg("K"), py::arg("b"), py::arg("h"), py::arg("act"),
+        py::arg("out"),
+        "out <- W + (h * W * act'(U @ K^T + b)) @ K, one pass per row (out may be W).");
+  m.def("dense_rows_gradient",
+        [](py::handle W, py::handle U, py::handle K, py::handle b, py::handle h, int act) {
+          return run_rows("dense_rows_gradient", dense_rows::kGradient, U, W, K, b, h, act,
+                          py::none());
+        },
+        py::arg("W"), py::arg("U"), py::arg("K"), py::arg("b"), py::arg("h"), py::arg("act"),
+        "(g^T @ U, g summed over the rows) with g = h * W * act'(U @ K^T + b), new arrays; "
+        "rows accumulated in ascending order.");
+  m.def("dense_rows_adjoint_gradient",
+        [](py::handle W, py::handle U, py::handle K, py::handle b, py::handle h, int act,
+           py::handle out) {
+          return run_rows("dense_rows_adjoint_gradient", dense_rows::kAdjointGradient, U, W,
+                          K, b, h, act, out);
+        },
+        py::arg("W"), py::arg("U"), py::arg("K"), py::arg("b"), py::arg("h"), py::arg("act"),
+        py::arg("out"),
+        "dense_rows_adjoint into out and dense_rows_gradient's (dK, db), g formed once.");
   m.def("simd", []() { return g_simd == Simd::kAvx2 ? "avx2" : "baseline"; },
         "The instruction set of the loops in use: 'avx2' or 'baseline' (x86-64's SSE2, "
         "or the compiler's default elsewhere); BRAIDPY_HOST_SIMD=baseline at import "
