@@ -59,16 +59,22 @@ enum StepActivation : int { kActTanh = 1, kActRelu = 2, kActSmoothRelu = 3 };
 constexpr double kSmoothReluEps = 0.1;
 
 // smooth_relu's operations as NumPy does them: s = clip(z, -eps, eps) + eps, then
-// z > eps ? z : s * s / (4 eps); eps and 4 eps rounded to T once (NumPy's weak scalars).
-// Both pieces are computed and one selected, with no branch around the division, so
-// that the host compiler vectorizes the loop (a branch on random signs mispredicted
-// half the time: 4x slower at 5000 x 8). The same operations, so the same bits.
+// z > eps ? z : s * s * (1 / (4 eps)); eps and 1 / (4 eps) computed in double and
+// rounded to T once (NumPy's weak scalars). A product by the reciprocal, not a
+// division: a vector division costs as much as the rest of a dense step's pass
+// (braidpy.nn.activations says the same). Both pieces are computed and one selected,
+// with no branch, so that the host compiler vectorizes the loop (a branch on random
+// signs mispredicted half the time: 4x slower at 5000 x 8). The same operations, so the
+// same bits.
+constexpr double kSmoothReluQuarterInverse = 1.0 / (4 * kSmoothReluEps);
+constexpr double kSmoothReluHalfInverse = 1.0 / (2 * kSmoothReluEps);
+
 template <class T>
 BRAIDPY_HD inline T smooth_relu_value(T z) {
   const T eps = T(kSmoothReluEps);
   const T c = z > eps ? eps : z;
   const T s = (c < -eps ? -eps : c) + eps;
-  const T blend = s * s / T(4 * kSmoothReluEps);
+  const T blend = s * s * T(kSmoothReluQuarterInverse);
   return z > eps ? z : blend;
 }
 
@@ -79,7 +85,7 @@ BRAIDPY_HD inline T activate(int act, T z) {
 }
 
 // act'(z) as braidpy.nn.activations computes it: tanh: 1 - tanh(z)^2; relu: 1 where
-// z > 0, else 0; smooth_relu: (clip(z, -eps, eps) + eps) / (2 eps).
+// z > 0, else 0; smooth_relu: (clip(z, -eps, eps) + eps) * (1 / (2 eps)).
 template <class T>
 BRAIDPY_HD inline T activate_derivative(int act, T z) {
   if (act == kActTanh) {
@@ -89,7 +95,7 @@ BRAIDPY_HD inline T activate_derivative(int act, T z) {
   if (act == kActSmoothRelu) {
     const T eps = T(kSmoothReluEps);
     const T c = z > eps ? eps : z;
-    return ((c < -eps ? -eps : c) + eps) / T(2 * kSmoothReluEps);
+    return ((c < -eps ? -eps : c) + eps) * T(kSmoothReluHalfInverse);
   }
   return z > T(0) ? T(1) : T(0);
 }

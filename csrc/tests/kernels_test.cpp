@@ -170,8 +170,8 @@ void test_dense_elements(const char* type) {
         d = x > T(0) ? T(1) : T(0);
       } else {
         const T s = (x < -eps ? -eps : (x > eps ? eps : x)) + eps;
-        a = x > eps ? x : s * s / T(0.4);
-        d = s / T(0.2);
+        a = x > eps ? x : s * s * T(1 / 0.4);
+        d = s * T(1 / 0.2);
       }
       const T zi = z[static_cast<std::size_t>(i)] * T(0.2);
       const T f = kern::dense_step_value(act, u[static_cast<std::size_t>(i)], zi, b, h);
