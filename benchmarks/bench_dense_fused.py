@@ -59,6 +59,13 @@ def unfused(act, U, Ks, bs, hs, W):
         d *= h
         return d
 
+    return {"forward": forward, **backward_from(slope, U, Ks, W)}
+
+
+def backward_from(slope, U, Ks, W):
+    """The adjoint w + g K and the gradient (g^T u, sum g) from ``slope()`` = g, as
+    NumPy operations (both references share them)."""
+
     def adjoint():
         r = np.matmul(slope(), Ks)
         r += W
@@ -68,7 +75,7 @@ def unfused(act, U, Ks, bs, hs, W):
         g = slope()
         return np.matmul(np.swapaxes(g, -1, -2), U), np.sum(g, axis=-2)
 
-    return {"forward": forward, "adjoint": adjoint, "gradient": gradient}
+    return {"adjoint": adjoint, "gradient": gradient}
 
 
 def blas_then_pass(act, U, Ks, bs, hs, W):
@@ -86,16 +93,7 @@ def blas_then_pass(act, U, Ks, bs, hs, W):
         _host_dense.dense_slope(z, W, bs, hs, code)
         return z
 
-    def adjoint():
-        r = np.matmul(slope(), Ks)
-        r += W
-        return r
-
-    def gradient():
-        g = slope()
-        return np.matmul(np.swapaxes(g, -1, -2), U), np.sum(g, axis=-2)
-
-    return {"forward": forward, "adjoint": adjoint, "gradient": gradient}
+    return {"forward": forward, **backward_from(slope, U, Ks, W)}
 
 
 def fused(act, U, Ks, bs, hs, W):

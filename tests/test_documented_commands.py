@@ -476,6 +476,8 @@ NOT_RUN = {
     "mpiexec -n 2 braidpy train peaks --relax F --cf 8,4 --levels 3":
         "as the line above it",
     "python benchmarks/bench_work_ratio.py --steps 10 --repeats 2": BENCHMARK,
+    "python benchmarks/bench_work_ratio.py --samples 5000 --steps 10 --repeats 2 --settings "
+    "serial os12-F": BENCHMARK,
     "mpiexec -n 4 braidpy train peaks --m1 1 --m2 2 --relax F --quality-check-every 10":
         "100 one-shot steps on 5000 points at 4 ranks (minutes on 2 cores); the checks on "
         "the command line: tests/test_train_quality.py::test_command_line_checks_and_"

@@ -544,8 +544,7 @@ class Trainer:
         if self.asynchronous:
             self.evaluator = WorkerShardEvaluator(self.evaluator, *self._shard())
         elif grid is not None:
-            batch = min(cfg.batch_size or self.X.shape[0], self.X.shape[0])
-            self.evaluator = DataParallelEvaluator(self.evaluator, grid, batch,
+            self.evaluator = DataParallelEvaluator(self.evaluator, grid, self._batch_size(),
                                                    average=not self.elastic)
 
     def _check_elastic(self, grid: Optional[ProcessGrid], where: Any) -> None:
@@ -609,8 +608,7 @@ class Trainer:
         return self.rng.permutation(n) if self.config.shuffle else np.arange(n)
 
     def _next_batch_indices(self) -> np.ndarray:
-        n = self.X.shape[0]
-        size = min(self.config.batch_size or n, n)
+        n, size = self.X.shape[0], self._batch_size()
         if self._order is None or self._position >= n:
             if self._order is not None:
                 self.epoch += 1
@@ -621,9 +619,14 @@ class Trainer:
             return self._next_batch_indices()
         return idx
 
+    def _batch_size(self) -> int:
+        """Samples per step: batch_size, or the whole training set (and at most it)."""
+        n = self.X.shape[0]
+        return min(self.config.batch_size or n, n)
+
     def _peek_batch(self):
         """A batch of the first batch's shape (sets the solvers up; draws nothing)."""
-        size = min(self.config.batch_size or self.X.shape[0], self.X.shape[0])
+        size = self._batch_size()
         if self._device_data is not None:
             X, C = self._device_data
             return X[:size, ...], C[:size, ...]
@@ -767,8 +770,7 @@ class Trainer:
             inner: Any = LayerParallelEvaluator(net, self.params, X, C, comm=comm,
                                                 mgrit=self.config.mgrit.replace(max_levels=1))
             self._reference = inner if grid is None else DataParallelEvaluator(
-                inner, grid, min(self.config.batch_size or self.X.shape[0],
-                                 self.X.shape[0]))
+                inner, grid, self._batch_size())
         return self._reference
 
     def _agreed(self, what: str) -> Any:
