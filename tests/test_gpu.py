@@ -451,6 +451,19 @@ def test_cudnn_streams_equals_grouped_cudnn(cp, cudnn):
         conv_close(got, to_host(want), np.float64)
 
 
+def assert_batched_is_single(cp, layer, batched, operands):
+    """Each interval's rows of a batched (forward, adjoint, dK, db) equal the layer's
+    single-interval calls bit for bit; operands (W, U, Ks, bs, hs) on the device."""
+    F, A, dK, db = batched
+    W, U, Ks, bs, hs = operands
+    for i in range(hs.shape[0]):
+        h = hs[i:i + 1].reshape(())
+        assert bool(cp.array_equal(F[i], layer.forward(U[i], Ks[i], bs[i], h)))
+        assert bool(cp.array_equal(A[i], layer.adjoint(W[i], U[i], Ks[i], bs[i], h)))
+        gK, gb = layer.gradient(W[i], U[i], Ks[i], bs[i], h)
+        assert bool(cp.array_equal(dK[i], gK)) and bool(cp.array_equal(db[i], gb))
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("act", ["tanh", "relu", "smooth_relu"])
 def test_direct_conv_kernels_equal_numpy_and_their_host_twins(cp, cuda, dtype, act):
@@ -483,12 +496,7 @@ def test_direct_conv_kernels_equal_numpy_and_their_host_twins(cp, cuda, dtype, a
     _core._host_conv.conv_direct_step(host[1], host[2], host[3], host[4], twin,
                                       {"tanh": 1, "relu": 2, "smooth_relu": 3}[act])
     conv_close(F, twin.astype(np.float64), dtype)
-    for i in range(m):
-        h = hs[i:i + 1].reshape(())
-        assert bool(cp.array_equal(F[i], layer.forward(U[i], Ks[i], bs[i], h)))
-        assert bool(cp.array_equal(A[i], layer.adjoint(W[i], U[i], Ks[i], bs[i], h)))
-        gK, gb = layer.gradient(W[i], U[i], Ks[i], bs[i], h)
-        assert bool(cp.array_equal(dK[i], gK)) and bool(cp.array_equal(db[i], gb))
+    assert_batched_is_single(cp, layer, (F, A, dK, db), (W, U, Ks, bs, hs))
 
 
 #: Wide conv layers (issue 32 item 2), (m, N, C, H, W, k): the issue's 16, 32 and 64
@@ -539,13 +547,7 @@ def test_wide_direct_conv_kernels_on_the_gpu(cp, cuda, dtype, shape):
     twin.conv_direct_param_grads(G_h, Uh, dK_h, db_h)
     for got, want in zip((F, A, dK, db), (F_h, A_h, dK_h, db_h)):  # relu: the last layer's
         assert np.array_equal(to_host(got), want)
-    W_d, U_d, K_d, b_d, h_d = dev
-    for i in range(m):
-        h = h_d[i:i + 1].reshape(())
-        assert bool(cp.array_equal(F[i], layer.forward(U_d[i], K_d[i], b_d[i], h)))
-        assert bool(cp.array_equal(A[i], layer.adjoint(W_d[i], U_d[i], K_d[i], b_d[i], h)))
-        gK, gb = layer.gradient(W_d[i], U_d[i], K_d[i], b_d[i], h)
-        assert bool(cp.array_equal(dK[i], gK)) and bool(cp.array_equal(db[i], gb))
+    assert_batched_is_single(cp, layer, (F, A, dK, db), dev)
 
 
 def test_short_peaks_training_on_the_gpu_equals_numpy(cp):
