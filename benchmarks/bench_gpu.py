@@ -30,6 +30,9 @@ references: its grouped conv2d with and without TF32, its whole step from braidp
 layout, and its backward data + filter. Then wider layers (issue 32 item 2;
 --conv-channels, default 32 and 64): the same calls, cuDNN grouped vs cuda-direct only,
 with the family of direct kernels the shape takes (braidpy.nn.conv_direct.kernel_family).
+Each table names the cuDNN algorithms of its grouped step (forward, backward data,
+backward filter) and whether they were measured: --cudnn-benchmark sets
+BRAIDPY_CUDNN_BENCHMARK=1 (chosen by measurement at first use, not by cuDNN's heuristics).
 Needs CuPy, a GPU and cuDNN; otherwise it says which is missing.
 
 Conv network (--conv-net): a conv ResNet (28x28 input, 8 channels, N = 1024 layers,
@@ -54,7 +57,7 @@ kernel) against the array-API arithmetic (about eleven launches), forward and
 adjoint + gradient. Needs CuPy, a GPU and braidpy._cuda; otherwise it says so and skips.
 
 Run: python benchmarks/bench_gpu.py [--layers N] [--batches 1 32] [--repeats R]
-     [--conv [--intervals M] [--conv-channels C ...]]
+     [--conv [--intervals M] [--conv-channels C ...] [--cudnn-benchmark]]
      [--conv-net [--conv-layers N] [--conv-batches B ...]]
      [--validation [--validation-steps S] [--validate-every V]] [--dense-fused]
 """
@@ -154,7 +157,7 @@ def best(fn, repeats):
 def conv_steps(xp, args):
     """Grouped vs per-interval vs streams per layer block vs im2col (see the docstring)."""
     from braidpy.nn import ConvLayer
-    from braidpy.nn.conv_backends import STREAMS_ENV, cudnn_unavailable
+    from braidpy.nn.conv_backends import BENCHMARK_ENV, STREAMS_ENV, cudnn_unavailable
 
     why = cudnn_unavailable() if xp is not np else "no GPU"
     if why is not None:
@@ -162,6 +165,8 @@ def conv_steps(xp, args):
         return
     m, C, H = args.intervals, 8, 28
     os.environ[STREAMS_ENV] = str(args.streams)
+    if args.cudnn_benchmark:
+        os.environ[BENCHMARK_ENV] = "1"
     cudnn, im2col = ConvLayer(C, 3, "tanh", backend="cudnn"), ConvLayer(C, 3, "tanh",
                                                                          backend="array-api")
     streams = ConvLayer(C, 3, "tanh", backend="cudnn-streams")
@@ -204,7 +209,7 @@ def conv_steps(xp, args):
             torch.backends.cudnn.allow_tf32 = True  # PyTorch's default again
         base = times["forward, cuDNN grouped (1 call)"]
         print(f"conv calls over {m} intervals, batch {BATCH}, {C} channels, {H}x{H}, 3x3, "
-              f"tanh, {dtype}:")
+              f"tanh, {dtype}; {_grouped_plan(m, C, H, dtype)}:")
         for name, t in times.items():
             print(f"  {name:50s} {t * 1e3:9.3f} ms  ({t / base:.2f}x grouped forward)",
                   flush=True)
@@ -234,10 +239,22 @@ def _wide_conv_rows(xp, args, m, C, H):
         base = times["forward, cuDNN grouped"]
         family = kernel_family(U.shape, Ks.shape, dtype)
         print(f"conv calls over {m} intervals, batch {BATCH}, {C} channels, {H}x{H}, 3x3, "
-              f"tanh, {dtype} (cuda-direct: the {family} kernels):")
+              f"tanh, {dtype} (cuda-direct: the {family} kernels); "
+              f"{_grouped_plan(m, C, H, dtype)}:")
         for name, t in times.items():
             print(f"  {name:50s} {t * 1e3:9.3f} ms  ({t / base:.2f}x grouped forward)",
                   flush=True)
+
+
+def _grouped_plan(m, C, H, dtype):
+    """The cuDNN algorithms of the grouped step over m intervals (run already, so its
+    plan is cached, measured under BRAIDPY_CUDNN_BENCHMARK=1), in words."""
+    from braidpy.nn.conv_backends import cudnn_plan
+
+    plan = cudnn_plan((BATCH, m * C, H, H), m * C, 3, m, dtype)
+    how = "measured" if all(plan["measured"]) else (
+        "heuristic" if not any(plan["measured"]) else f"measured {plan['measured']}")
+    return f"cuDNN grouped algorithms {plan['algorithms']} ({how})"
 
 
 def _wide_conv_times(xp, args, layers, Wt, U, Ks, bs, hs):
@@ -642,6 +659,9 @@ def main(argv=None):
     p.add_argument("--conv-channels", type=int, nargs="*", default=[32, 64],
                    help="--conv: wider layers' channels, after the 8-channel rows (cuDNN "
                         "grouped vs cuda-direct); none to skip")
+    p.add_argument("--cudnn-benchmark", action="store_true",
+                   help="--conv: cuDNN's algorithms chosen by measurement "
+                        "(BRAIDPY_CUDNN_BENCHMARK=1) instead of its heuristics")
     p.add_argument("--conv-net", action="store_true",
                    help="a conv ResNet's one-shot gradient vs serial fwd+bwd, per backend")
     p.add_argument("--conv-layers", type=int, default=1024, help="--conv-net: layers")

@@ -5,11 +5,20 @@ array-api-strict's second device), and the "cudnn" kernels' Python wiring run on
 against a stand-in for braidpy._cuda's entry points that computes with braidpy's NumPy
 convolutions (so what is checked is the packing, the grouped filter, the bias layout and
 the one call per batched step; cuDNN's numerics are checked on a GPU in
-tests/test_gpu.py)."""
+tests/test_gpu.py), and the measured choice of cuDNN's algorithms
+(BRAIDPY_CUDNN_BENCHMARK): its switch, its wiring on the stand-in, and a cuDNN that lacks
+the functions it needs."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -344,3 +353,187 @@ def test_stream_count_is_checked(monkeypatch):
         with pytest.raises(ValueError, match=f"BRAIDPY_CUDNN_STREAMS must be a positive "
                                              f"integer, got '{bad}'"):
             cb.stream_count()
+
+
+# ------------------------------------------------------------------ measured algorithms
+
+
+def test_benchmark_is_opt_in_and_checked(monkeypatch):
+    monkeypatch.delenv(cb.BENCHMARK_ENV, raising=False)
+    assert cb.BENCHMARK_ENV == "BRAIDPY_CUDNN_BENCHMARK" and not cb.benchmark_enabled()
+    for flag, on in (("0", False), ("1", True), (" 1 ", True), ("", False)):
+        monkeypatch.setenv(cb.BENCHMARK_ENV, flag)
+        assert cb.benchmark_enabled() is on
+    for bad in ("yes", "2", "true", "on"):
+        monkeypatch.setenv(cb.BENCHMARK_ENV, bad)
+        with pytest.raises(ValueError, match=f"BRAIDPY_CUDNN_BENCHMARK must be 0 or 1, got "
+                                             f"'{bad}'"):
+            cb.benchmark_enabled()
+
+
+class MeasuringStandIn(StandIn):
+    """The stand-in with braidpy._cuda's measuring entry points and the benchmark keyword:
+    a problem's plan is measured at most once, on zeroed scratch arrays of its shapes (not
+    the caller's) with the workspace the measurement offers; the keywords of every conv
+    call are recorded."""
+
+    OFFER = 4096
+
+    def __init__(self):
+        super().__init__()
+        self.plans = set()      # measured problems (the C++ cache's keys)
+        self.keywords = []      # the keywords of each workspace and conv call
+
+    def conv_measured(self, *problem, **kw):
+        return (problem, tuple(sorted(kw))) in self.plans
+
+    def conv_measure_workspace(self, *problem, **kw):
+        assert not self.conv_measured(*problem, **kw), f"{problem} measured twice"
+        return self.OFFER
+
+    def conv_measure(self, x, w, y, groups, ws, nbytes, **kw):
+        assert ws != 0 and nbytes == self.OFFER
+        assert not (x.any() or w.any() or y.any()), "scratch arrays, not the caller's"
+        (N, cin, H, W), (cout, _, k, _) = x.shape, w.shape
+        assert y.shape == (N, cout, H, W) and w.shape[1] * groups == cin
+        problem = (N, cin, cout, H, W, k, groups, str(x.dtype))
+        self.plans.add((problem, tuple(sorted(kw))))
+        self.calls.append(("measure", problem))
+        return {"algorithms": (1, 1, 1), "measured": (True, True, True)}
+
+    def conv_workspace(self, *problem, benchmark=False, **kw):
+        if benchmark:  # the C++ refuses a measured plan that is not cached
+            assert self.conv_measured(*problem, **kw), f"{problem} not measured"
+        self.keywords.append(dict(kw, **({"benchmark": True} if benchmark else {})))
+        return {"request": self.WORKSPACE}
+
+    def conv_forward(self, x, K, y, groups, ws, nbytes, **kw):
+        self.keywords.append(kw)
+        super().conv_forward(x, K, y, groups, ws, nbytes)
+
+    def conv_backward_data(self, K, dy, dx, groups, ws, nbytes, **kw):
+        self.keywords.append(kw)
+        super().conv_backward_data(K, dy, dx, groups, ws, nbytes)
+
+    def conv_backward_filter(self, x, dy, dK, groups, ws, nbytes, **kw):
+        self.keywords.append(kw)
+        super().conv_backward_filter(x, dy, dK, groups, ws, nbytes)
+
+
+@pytest.fixture
+def measuring(monkeypatch):
+    fake = MeasuringStandIn()
+    monkeypatch.setattr(cb, "_cuda", lambda: fake)
+    monkeypatch.delenv(cb.ENV, raising=False)
+    monkeypatch.delenv(cb.TF32_ENV, raising=False)
+    no_direct_kernels(monkeypatch)
+    return fake
+
+
+def test_measured_plans_are_made_once_per_problem_on_scratch_arrays(measuring, monkeypatch):
+    """BRAIDPY_CUDNN_BENCHMARK=1: the first call of each problem (the single step's and
+    the grouped batched step's) measures it once, whatever calls follow; every workspace
+    and conv call then asks for the measured plan; the results are the kernels' own."""
+    monkeypatch.setenv(cb.BENCHMARK_ENV, "1")
+    layer, ref = ConvLayer(3, 3, "tanh", xp=CUPY), ConvLayer(3, 3, "tanh", backend="numpy")
+    assert layer.backend == "cudnn"
+    rng = np.random.default_rng(SEED + 5)
+    m = 4
+    U, W = rng.standard_normal((m, 2, 3, 5, 4)), rng.standard_normal((m, 2, 3, 5, 4))
+    Ks, bs = rng.standard_normal((m, 3, 3, 3, 3)) / 5, rng.standard_normal((m, 3))
+    hs = np.array([0.25, 0.5, 0.125, 1.0])
+    close = dict(rtol=1e-12, atol=1e-14)
+    for _ in range(2):
+        np.testing.assert_allclose(layer.forward(U[1], Ks[1], bs[1], 0.5),
+                                   ref.forward(U[1], Ks[1], bs[1], 0.5), **close)
+        np.testing.assert_allclose(layer.adjoint_batched(W, U, Ks, bs, hs),
+                                   ref.adjoint_batched(W, U, Ks, bs, hs), **close)
+        for got, want in zip(layer.gradient_batched(W, U, Ks, bs, hs),
+                             ref.gradient_batched(W, U, Ks, bs, hs)):
+            np.testing.assert_allclose(got, want, **close)
+    measured = [c for c in measuring.calls if c[0] == "measure"]
+    assert measured == [("measure", (2, 3, 3, 5, 4, 3, 1, "float64")),      # one step
+                        ("measure", (2, 12, 12, 5, 4, 3, m, "float64"))]   # grouped over m
+    assert len(measuring.keywords) == 20  # 10 workspaces and 10 conv calls
+    assert all(kw == {"benchmark": True} for kw in measuring.keywords), measuring.keywords
+
+
+def test_without_benchmark_nothing_is_measured_and_the_calls_are_unchanged(measuring,
+                                                                           monkeypatch):
+    monkeypatch.setenv(cb.BENCHMARK_ENV, "0")
+    rng = np.random.default_rng(SEED + 6)
+    U, Ks = rng.standard_normal((2, 1, 3, 4, 4)), rng.standard_normal((2, 3, 3, 3, 3)) / 5
+    ConvLayer(3, 3, "tanh", xp=CUPY).forward_batched(U, Ks, np.zeros((2, 3)), [0.5, 0.5])
+    assert [c for c in measuring.calls if c[0] == "measure"] == []
+    assert measuring.keywords == [{}, {}]
+
+
+#: A stand-in libcudnn.so.9: every function braidpy requires (the names of
+#: cudnn_loader.cpp's BRAIDPY_RESOLVE) as a stub that succeeds, version 9.28.1, and of the
+#: three functions measuring needs, all but cudnnFindConvolutionBackwardFilterAlgorithmEx.
+STUB_HEADER = """#include <stddef.h>
+size_t cudnnGetVersion(void) { return 92801; }
+const char* cudnnGetErrorString(int s) { (void)s; return "stub"; }
+int cudnnFindConvolutionForwardAlgorithmEx(void) { return 0; }
+int cudnnFindConvolutionBackwardDataAlgorithmEx(void) { return 0; }
+"""
+
+LACKING = """
+import numpy as np, braidpy
+from braidpy import _cuda
+assert _cuda.cudnn_info()["version"] == 92801, _cuda.cudnn_info()
+class Fake:
+    def __init__(self, a): self.a = a
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": self.a.shape, "typestr": self.a.dtype.str, "strides": None,
+                "data": (self.a.ctypes.data, False), "version": 3, "stream": 1}
+x, w = Fake(np.zeros((1, 2, 3, 3))), Fake(np.zeros((2, 2, 3, 3)))
+y = Fake(np.zeros((1, 2, 3, 3)))
+for name, call in (("conv_measure_workspace",
+                    lambda: _cuda.conv_measure_workspace(1, 2, 2, 3, 3, 3, 1, "float64")),
+                   ("conv_measure", lambda: _cuda.conv_measure(x, w, y, 1, 0, 0))):
+    try:
+        call()
+    except braidpy.CudnnError as e:
+        assert e.code is None, name
+        print(e)
+    else:
+        raise AssertionError(name + " did not raise")
+try:  # the heuristic choice gets past cuDNN to the device
+    _cuda.conv_workspace(1, 2, 2, 3, 3, 3, 1, "float64")
+    print("heuristic: planned")
+except braidpy.NoGPUError:
+    print("heuristic: no GPU")
+"""
+
+
+def test_a_cudnn_lacking_a_find_function_refuses_only_the_measured_choice(tmp_path):
+    if importlib.util.find_spec("braidpy._cuda") is None:
+        pytest.skip("braidpy._cuda was not compiled (BRAIDPY_CUDA=OFF or no nvcc)")
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to build a stand-in libcudnn.so.9")
+    root = Path(__file__).resolve().parents[1]
+    loader = (root / "csrc" / "cuda" / "cudnn_loader.cpp").read_text()
+    required = sorted(set(re.findall(r"BRAIDPY_RESOLVE\((\w+)\)", loader)) - {"name"})
+    assert "ConvolutionForward" in required and "GetErrorString" in required
+    stubs = [f"int cudnn{n}(void) {{ return 0; }}" for n in required
+             if n not in ("GetVersion", "GetErrorString")]
+    (tmp_path / "stub.c").write_text(STUB_HEADER + "\n".join(stubs) + "\n")
+    lib = tmp_path / "libcudnn.so.9"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(tmp_path / "stub.c")],
+                   check=True, capture_output=True)
+    env = dict(os.environ, BRAIDPY_CUDNN_LIBRARY=str(lib), PYTHONPATH=os.pathsep.join(
+        [str(root)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    proc = subprocess.run([sys.executable, "-c", LACKING], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    for line, name in zip(lines, ("conv_measure_workspace", "conv_measure")):
+        assert line.startswith(f"{name}: choosing cuDNN's algorithms by measurement "
+                               f"(BRAIDPY_CUDNN_BENCHMARK=1) needs "
+                               f"cudnnFindConvolutionBackwardFilterAlgorithmEx, which {lib} "
+                               f"lacks;"), line
+        assert "ForwardAlgorithmEx" not in line and "DataAlgorithmEx" not in line, line
+    assert lines[2] in ("heuristic: planned", "heuristic: no GPU"), lines

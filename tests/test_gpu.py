@@ -342,6 +342,40 @@ def test_cudnn_grouped_over_intervals_equals_per_interval_calls(cp, cudnn, dtype
     print(f"grouped rows bitwise equal to per-interval calls ({np.dtype(dtype)}): {bitwise}")
 
 
+def test_cudnn_measured_algorithms_give_the_heuristic_plans_results(cp, cudnn, monkeypatch):
+    """BRAIDPY_CUDNN_BENCHMARK=1: a grouped convolution's forward, backward data and
+    backward filter run the algorithms chosen by measurement (each operation measured,
+    once per shape) and equal the heuristic plan's results to 1e-12 (float64)."""
+    from braidpy.nn import conv_backends as cb
+
+    rng = np.random.default_rng(20261203)
+    m, N, C, k = 6, 3, 4, 3
+    X = cb.pack_intervals(cp.asarray(rng.standard_normal((m, N, C, 9, 7))))
+    Gp = cb.pack_intervals(cp.asarray(rng.standard_normal((m, N, C, 9, 7))))
+    F = cp.asarray(rng.standard_normal((m * C, C, k, k)))
+
+    def run():
+        return (cb.conv2d_cudnn(X, F, m), cb.conv2d_input_vjp_cudnn(Gp, F, m),
+                cb.conv2d_weight_vjp_cudnn(Gp, X, k, m))
+
+    monkeypatch.delenv(cb.BENCHMARK_ENV, raising=False)
+    heuristic = [to_host(a) for a in run()]
+    plan = cb.cudnn_plan(X.shape, m * C, k, m)
+    monkeypatch.setenv(cb.BENCHMARK_ENV, "1")
+    measured = run()
+    chosen = cb.cudnn_plan(X.shape, m * C, k, m)
+    print(f"heuristic algorithms {plan['algorithms']}, measured {chosen['algorithms']} "
+          f"(workspace {plan['request']} -> {chosen['request']} bytes)")
+    assert plan["measured"] == (False, False, False)
+    assert chosen["measured"] == (True, True, True), chosen
+    for got, want in zip(measured, heuristic):
+        conv_close(got, want, np.float64)
+    plans = cudnn.cudnn_cache()["plans"]
+    for got, want in zip(run(), heuristic):  # the cached measured plan: no new plan
+        conv_close(got, want, np.float64)
+    assert cudnn.cudnn_cache()["plans"] == plans
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("act", ["tanh", "relu"])
 def test_fused_step_epilogue_equals_the_array_code_bitwise(cp, cudnn, dtype, act):

@@ -7,7 +7,9 @@ braidpy's own C++ (``braidpy._cuda``; cuDNN loaded at first use, see
 :mod:`braidpy._cudnn`), float64 and float32, on CuPy's current stream, workspace from
 CuPy's memory pool, descriptors and algorithms cached per shape in C++. float32
 convolutions use FMA math, no TF32 tensor cores, unless ``BRAIDPY_TF32=1``
-(:func:`tf32_allowed` says why that is opt-in).
+(:func:`tf32_allowed` says why that is opt-in). cuDNN's heuristics choose the algorithms,
+unless ``BRAIDPY_CUDNN_BENCHMARK=1`` asks for the fastest by measurement, as PyTorch's
+``torch.backends.cudnn.benchmark`` does (:func:`benchmark_enabled` says what it costs).
 
 The choice is made once per layer object (:func:`braidpy.nn.kernels.choose_kernels`): an
 explicit ``backend`` argument wins, then the environment variable ``BRAIDPY_CONV_BACKEND``,
@@ -41,10 +43,10 @@ from ._common import _as_steps, _namespace, _permute, _shape, cuda_module_proble
 from .activations import Activation, ActivationLike, get_activation, relu, tanh
 from .conv import check_step, check_steps
 
-__all__ = ["ENV", "STREAMS_ENV", "TF32_ENV", "tf32_allowed", "cudnn_unavailable", "is_cupy",
-           "pack_intervals", "unpack_intervals", "fused_epilogue", "conv2d_cudnn",
-           "conv2d_input_vjp_cudnn", "conv2d_weight_vjp_cudnn", "bias_grad_cudnn",
-           "stream_count"]
+__all__ = ["ENV", "STREAMS_ENV", "TF32_ENV", "BENCHMARK_ENV", "tf32_allowed",
+           "benchmark_enabled", "cudnn_plan", "cudnn_unavailable", "is_cupy", "pack_intervals",
+           "unpack_intervals", "fused_epilogue", "conv2d_cudnn", "conv2d_input_vjp_cudnn",
+           "conv2d_weight_vjp_cudnn", "bias_grad_cudnn", "stream_count"]
 
 #: The environment variable that overrides the default conv backend of new layers.
 ENV = "BRAIDPY_CONV_BACKEND"
@@ -52,6 +54,8 @@ ENV = "BRAIDPY_CONV_BACKEND"
 STREAMS_ENV = "BRAIDPY_CUDNN_STREAMS"
 #: The environment variable that lets float32 cuDNN convolutions use TF32 tensor cores ("1").
 TF32_ENV = "BRAIDPY_TF32"
+#: The environment variable that makes cuDNN choose its algorithms by measurement ("1").
+BENCHMARK_ENV = "BRAIDPY_CUDNN_BENCHMARK"
 
 
 def is_cupy(xp: Any) -> bool:
@@ -159,29 +163,104 @@ def tf32_allowed(dtype: Any) -> bool:
     >>> tf32_allowed("float64")
     False
     """
-    raw = os.environ.get(TF32_ENV, "").strip()
+    return _env_flag(TF32_ENV) and _dtype_name(dtype) == "float32"
+
+
+def benchmark_enabled() -> bool:
+    """Whether cuDNN convolutions choose their algorithms by measurement:
+    ``BRAIDPY_CUDNN_BENCHMARK=1``; off by default (cuDNN's heuristics choose).
+
+    On, the first call of each problem (shape, dtype, groups, TF32 setting) times every
+    algorithm of its forward, backward data and backward filter convolutions
+    (``cudnnFind*AlgorithmEx``, on scratch arrays and a workspace of at most 1 GiB from
+    CuPy's pool) and keeps, per operation, the fastest that ran, fits that workspace and
+    is deterministic, for the rest of the process. Measuring costs time at first use,
+    and timings differ from run to run, so two runs may choose different algorithms and
+    their results differ in the last bits (within a run every call of a problem runs
+    the same algorithm, so results repeat there). PyTorch's
+    ``torch.backends.cudnn.benchmark`` has the same trade.
+
+    Raises
+    ------
+    ValueError
+        If ``BRAIDPY_CUDNN_BENCHMARK`` is set to something other than 0 or 1 (the message
+        names it).
+
+    Examples
+    --------
+    >>> benchmark_enabled() if BENCHMARK_ENV not in os.environ else False
+    False
+    """
+    return _env_flag(BENCHMARK_ENV)
+
+
+def _env_flag(name: str) -> bool:
+    """The 0/1 environment variable ``name`` (unset or empty: 0), else ValueError."""
+    raw = os.environ.get(name, "").strip()
     if raw not in ("", "0", "1"):
-        raise ValueError(f"{TF32_ENV} must be 0 or 1, got {raw!r}")
-    return raw == "1" and _dtype_name(dtype) == "float32"
+        raise ValueError(f"{name} must be 0 or 1, got {raw!r}")
+    return raw == "1"
 
 
-def _tf32(dtype: Any) -> Dict[str, bool]:
-    """The tf32 keyword of braidpy._cuda's conv calls: given only when TF32 is allowed
-    (the plans and calls without it are the ones braidpy always made)."""
-    return {"tf32": True} if tf32_allowed(dtype) else {}
+def _plan_keywords(dtype: Any) -> Dict[str, bool]:
+    """The tf32 and benchmark keywords of braidpy._cuda's conv calls, each given only
+    when on (the plans and calls without them are the ones braidpy always made)."""
+    kw = {"tf32": True} if tf32_allowed(dtype) else {}
+    if benchmark_enabled():
+        kw["benchmark"] = True
+    return kw
+
+
+def _problem(shape: Tuple[int, ...], cout: int, k: int, groups: int,
+             dtype: Any) -> Tuple[Any, ...]:
+    """braidpy._cuda's problem arguments (n, c_in, c_out, h, w, k, groups, dtype) of an
+    input of ``shape`` (N, Cin, H, W)."""
+    N, cin, H, W = shape
+    return (N, cin, cout, H, W, k, groups, _dtype_name(dtype))
+
+
+def _measure_once(xp: Any, args: Tuple[Any, ...], tf32: Dict[str, bool]) -> None:
+    """Measures the problem's algorithms unless its measured plan is cached: scratch
+    input, filter and output arrays (cuDNN overwrites all three while timing, so never
+    the caller's) and the workspace the measurement offers, from the array library's
+    allocator, freed once braidpy._cuda has cached the plan."""
+    cuda = _cuda()
+    if cuda.conv_measured(*args, **tf32):
+        return
+    N, cin, cout, H, W, k, groups, dtype = args
+    offer = cuda.conv_measure_workspace(*args, **tf32)
+    x = xp.zeros((N, cin, H, W), dtype=dtype)
+    w = xp.zeros((cout, cin // groups, k, k), dtype=dtype)
+    y = xp.zeros((N, cout, H, W), dtype=dtype)
+    buf = xp.empty((offer,), dtype=xp.uint8) if offer else None
+    cuda.conv_measure(x, w, y, groups, _address(buf) if offer else 0, offer, **tf32)
 
 
 def _workspace(xp: Any, shape: Tuple[int, ...], cout: int, k: int, groups: int,
                dtype: Any) -> Tuple[Any, int, int]:
     """(buffer, pointer, bytes) of the workspace the problem's plan asks for, from the
-    array library's allocator (CuPy's memory pool); the buffer must outlive the call."""
-    N, cin, H, W = shape
-    need = _cuda().conv_workspace(N, cin, cout, H, W, k, groups, _dtype_name(dtype),
-                                  **_tf32(dtype))["request"]
+    array library's allocator (CuPy's memory pool); the buffer must outlive the call.
+    Under ``BRAIDPY_CUDNN_BENCHMARK=1`` the plan is measured first, once per problem."""
+    args, kw = _problem(shape, cout, k, groups, dtype), _plan_keywords(dtype)
+    if kw.get("benchmark"):
+        _measure_once(xp, args, {"tf32": True} if "tf32" in kw else {})
+    need = _cuda().conv_workspace(*args, **kw)["request"]
     if need == 0:
         return None, 0, 0
     buf = xp.empty((need,), dtype=xp.uint8)
     return buf, _address(buf), need
+
+
+def cudnn_plan(shape: Tuple[int, ...], cout: int, k: int, groups: int = 1,
+               dtype: Any = "float64") -> Dict[str, Any]:
+    """The cuDNN plan the current settings give the convolution of an input of
+    ``shape`` (N, Cin, H, W) with a (cout, Cin / groups, k, k) filter: ``algorithms``
+    (forward, backward data, backward filter: cudnnConvolution*Algo_t values),
+    ``measured`` (whether each was chosen by measurement), the workspace bytes per
+    operation and the one ``request``. Needs a GPU; under ``BRAIDPY_CUDNN_BENCHMARK=1``
+    the problem must have run once (ValueError otherwise: its plan is not measured)."""
+    return dict(_cuda().conv_workspace(*_problem(shape, cout, k, groups, dtype),
+                                       **_plan_keywords(dtype)))
 
 
 def _dtype_name(dtype: Any) -> str:
@@ -199,7 +278,7 @@ def conv2d_cudnn(x: Any, K: Any, groups: int = 1) -> Any:
     cout, k = _shape(K)[0], _shape(K)[-1]
     y = xp.empty((N, cout, H, W), dtype=x.dtype)
     buf, ptr, nbytes = _workspace(xp, _shape(x), cout, k, groups, x.dtype)
-    _cuda().conv_forward(x, K, y, groups, ptr, nbytes, **_tf32(x.dtype))
+    _cuda().conv_forward(x, K, y, groups, ptr, nbytes, **_plan_keywords(x.dtype))
     del buf  # returned to the pool; CuPy's pool orders reuse on the stream
     return y
 
@@ -212,7 +291,7 @@ def conv2d_input_vjp_cudnn(g: Any, K: Any, groups: int = 1) -> Any:
     cin, k = _shape(K)[1] * groups, _shape(K)[-1]
     dx = xp.empty((N, cin, H, W), dtype=g.dtype)
     buf, ptr, nbytes = _workspace(xp, (N, cin, H, W), cout, k, groups, g.dtype)
-    _cuda().conv_backward_data(K, g, dx, groups, ptr, nbytes, **_tf32(g.dtype))
+    _cuda().conv_backward_data(K, g, dx, groups, ptr, nbytes, **_plan_keywords(g.dtype))
     del buf
     return dx
 
@@ -224,7 +303,7 @@ def conv2d_weight_vjp_cudnn(g: Any, x: Any, k: int, groups: int = 1) -> Any:
     cout, cin = _shape(g)[1], _shape(x)[1]
     dK = xp.empty((cout, cin // groups, k, k), dtype=g.dtype)
     buf, ptr, nbytes = _workspace(xp, _shape(x), cout, k, groups, g.dtype)
-    _cuda().conv_backward_filter(x, g, dK, groups, ptr, nbytes, **_tf32(g.dtype))
+    _cuda().conv_backward_filter(x, g, dK, groups, ptr, nbytes, **_plan_keywords(g.dtype))
     del buf
     return dK
 

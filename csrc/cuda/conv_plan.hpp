@@ -2,8 +2,8 @@
 // header: the parameters of the NCHW tensor, filter and convolution descriptors
 // for "same" zero padding, output dimensions by cuDNN's documented formula, the
 // grouped layout that runs the k-th step of m intervals as ONE grouped
-// convolution, the bias-gradient layout, workspace bookkeeping and a cache of
-// per-shape plans. csrc/tests/conv_plan_test.cpp tests it with g++ against
+// convolution, the bias-gradient layout, workspace bookkeeping, the choice among
+// measured algorithms and a cache of per-shape plans. csrc/tests/conv_plan_test.cpp tests it with g++ against
 // naive per-interval convolutions; tests/test_cudnn.py against cuDNN's own
 // answers where cuDNN gives them without a GPU.
 //
@@ -84,10 +84,14 @@ struct Problem {
   int dtype = kF64;
   Index n = 0, c_in = 0, c_out = 0, h = 0, w = 0, k = 0, groups = 1;
   bool tf32 = false;  // float32 may use TF32 tensor cores (math_type); a plan of its own
+  // Algorithms chosen by measurement (BRAIDPY_CUDNN_BENCHMARK=1), not by cuDNN's
+  // heuristics; a plan of its own, so both choices of one shape can live side by side.
+  bool benchmark = false;
 
   bool operator==(const Problem& o) const {
     return dtype == o.dtype && n == o.n && c_in == o.c_in && c_out == o.c_out && h == o.h &&
-           w == o.w && k == o.k && groups == o.groups && tf32 == o.tf32;
+           w == o.w && k == o.k && groups == o.groups && tf32 == o.tf32 &&
+           benchmark == o.benchmark;
   }
 };
 
@@ -227,11 +231,55 @@ struct Workspace {
   bool enough(Op op, std::size_t have) const { return have >= need[op]; }
 };
 
+// ---- algorithms chosen by measurement (BRAIDPY_CUDNN_BENCHMARK=1)
+
+// The most workspace a measurement offers cuDNN: 1 GiB, taken from the caller's pool for
+// the measurement only. Algorithms that ask for more (FFT ones may ask for several times
+// the tensors) are not candidates, so no plan's workspace grows past it by measuring.
+constexpr std::size_t kMeasureWorkspaceLimit = std::size_t(1) << 30;
+
+// The workspace a measurement offers, given what each candidate algorithm asks for
+// (needs[0 .. count)): the largest need within limit, so that every candidate that may
+// be chosen can run, and no byte more; 0 when none asks for any.
+inline std::size_t measure_offer(const std::size_t* needs, int count, std::size_t limit) {
+  std::size_t most = 0;
+  for (int i = 0; i < count; ++i)
+    if (needs[i] <= limit && needs[i] > most) most = needs[i];
+  return most;
+}
+
+// One algorithm as cuDNN's measurement reports it: the fields of a
+// cudnnConvolution*AlgoPerf_t record that the choice reads.
+struct Timed {
+  int algo = -1;
+  bool ran = false;            // its status was CUDNN_STATUS_SUCCESS
+  float ms = 0.0f;             // its time
+  std::size_t workspace = 0;   // the workspace bytes it needs
+  bool deterministic = false;  // CUDNN_DETERMINISTIC
+  int math_type = kMathDefault;
+};
+
+// The fastest of timed[0 .. count) that ran, needs at most `offered` workspace bytes (what
+// the measurement had), is deterministic (as the heuristic choice: every call of a plan
+// gives the same bits within a run) and ran with the plan's own math type `math` (a
+// tensor-op result must not stand for an FMA plan's algorithm); the first of equal
+// times; -1 when none qualifies.
+inline int fastest(const Timed* timed, int count, std::size_t offered, int math) {
+  int best = -1;
+  for (int i = 0; i < count; ++i) {
+    const Timed& t = timed[i];
+    if (!t.ran || !t.deterministic || t.workspace > offered || t.math_type != math) continue;
+    if (best < 0 || t.ms < timed[best].ms) best = i;
+  }
+  return best < 0 ? -1 : timed[best].algo;
+}
+
 // Hash of a Problem (FNV-1a over its fields).
 struct ProblemHash {
   std::size_t operator()(const Problem& p) const {
     std::uint64_t h = 1469598103934665603ull;
-    const Index f[] = {p.dtype, p.n, p.c_in, p.c_out, p.h, p.w, p.k, p.groups, p.tf32 ? 1 : 0};
+    const Index f[] = {p.dtype, p.n, p.c_in, p.c_out, p.h, p.w, p.k, p.groups, p.tf32 ? 1 : 0,
+                       p.benchmark ? 1 : 0};
     for (Index v : f) {
       h ^= static_cast<std::uint64_t>(v);
       h *= 1099511628211ull;
@@ -279,6 +327,9 @@ class PlanCache {
     }
     return order_.front().second;
   }
+
+  // Whether p has a plan (no hit or miss counted, recency unchanged).
+  bool contains(const Problem& p) const { return index_.count(p) != 0; }
 
   template <class Evict>
   void clear(Evict evict) {

@@ -139,6 +139,28 @@ struct Api {
   Status (*ConvolutionBackwardBias)(Handle, const void* alpha, TensorDesc dy,
                                     const void* dy_data, const void* beta, TensorDesc db,
                                     void* db_data);
+
+  // Optional: nullptr where the library lacks them (cudnn_loader.cpp does not refuse it);
+  // only the measured choice of algorithms (BRAIDPY_CUDNN_BENCHMARK=1) calls them. They
+  // run every algorithm on the caller's buffers (the outputs y, dx, dw are overwritten)
+  // with the caller's workspace, and return the records sorted by time.
+  Status (*FindConvolutionForwardAlgorithmEx)(Handle, TensorDesc x, const void* x_data,
+                                              FilterDesc w, const void* w_data, ConvDesc,
+                                              TensorDesc y, void* y_data, int requested,
+                                              int* returned, AlgoPerf* results,
+                                              void* workspace, std::size_t workspace_bytes);
+  Status (*FindConvolutionBackwardDataAlgorithmEx)(Handle, FilterDesc w, const void* w_data,
+                                                   TensorDesc dy, const void* dy_data,
+                                                   ConvDesc, TensorDesc dx, void* dx_data,
+                                                   int requested, int* returned,
+                                                   AlgoPerf* results, void* workspace,
+                                                   std::size_t workspace_bytes);
+  Status (*FindConvolutionBackwardFilterAlgorithmEx)(Handle, TensorDesc x, const void* x_data,
+                                                     TensorDesc dy, const void* dy_data,
+                                                     ConvDesc, FilterDesc dw, void* dw_data,
+                                                     int requested, int* returned,
+                                                     AlgoPerf* results, void* workspace,
+                                                     std::size_t workspace_bytes);
 };
 
 }  // namespace cudnn

@@ -1,7 +1,7 @@
 // braidpy._cuda's cuDNN entry points. Order of checks in every array call: the
-// arrays and their shapes (TypeError/ValueError), cuDNN loadable (CudnnError,
-// code None), a usable GPU (NoGPUError), then cuDNN's statuses (CudnnError with
-// the cudnnStatus_t). Arrays come through __cuda_array_interface__; the stream
+// arrays and their shapes (TypeError/ValueError), cuDNN loadable and, for measuring,
+// having the cudnnFind*AlgorithmEx functions (CudnnError, code None), a usable GPU
+// (NoGPUError), then cuDNN's statuses (CudnnError with the cudnnStatus_t). Arrays come through __cuda_array_interface__; the stream
 // is the output array's; the workspace is the caller's (CuPy's pool).
 #include "cudnn_bindings.hpp"
 
@@ -58,10 +58,11 @@ int dtype_code(const std::string& dtype, const char* where) {
 
 cp::Problem problem(const char* where, std::int64_t n, std::int64_t c_in, std::int64_t c_out,
                     std::int64_t h, std::int64_t w, std::int64_t k, std::int64_t groups,
-                    int dtype, bool tf32 = false) {
+                    int dtype, bool tf32 = false, bool benchmark = false) {
   cp::Problem p;
   p.dtype = dtype;
   p.tf32 = tf32;
+  p.benchmark = benchmark;
   p.n = n; p.c_in = c_in; p.c_out = c_out; p.h = h; p.w = w; p.k = k; p.groups = groups;
   const std::string bad = cp::check(p);
   if (!bad.empty()) throw py::value_error(std::string(where) + ": " + bad);
@@ -101,7 +102,7 @@ std::string shape_str(const std::vector<std::int64_t>& s) {
 // result (N, Cout, H, W), every shape and dtype checked against the others.
 cp::Problem from_arrays(const char* where, const CudaArrayView& x, const char* xn,
                         const CudaArrayView& f, const char* fn, const CudaArrayView& y,
-                        const char* yn, std::int64_t groups, bool tf32) {
+                        const char* yn, std::int64_t groups, bool tf32, bool benchmark) {
   if (x.dtype != f.dtype || x.dtype != y.dtype)
     throw py::value_error(std::string(where) + ": " + xn + ", " + fn + " and " + yn +
                           " must have one dtype (float64 or float32)");
@@ -120,7 +121,33 @@ cp::Problem from_arrays(const char* where, const CudaArrayView& x, const char* x
     throw py::value_error(std::string(where) + ": " + yn + " has shape " + shape_str(ys) +
                           " but " + xn + " has shape " + shape_str(xs) + "; 'same' padding "
                           "keeps batch, H and W");
-  return problem(where, xs[0], xs[1], ys[1], xs[2], xs[3], fs[2], groups, x.dtype, tf32);
+  return problem(where, xs[0], xs[1], ys[1], xs[2], xs[3], fs[2], groups, x.dtype, tf32,
+                 benchmark);
+}
+
+// The loaded library, refused (CudnnMissing, named) when it lacks what measuring needs.
+const cudnn::Library& measuring_library(const char* where) {
+  const cudnn::Library& lib = library(where);
+  const std::string lacks = cudnn::lacks_measuring(lib);
+  if (!lacks.empty())
+    throw CudnnMissing(std::string(where) + ": choosing cuDNN's algorithms by measurement "
+                       "(BRAIDPY_CUDNN_BENCHMARK=1) needs " + lacks + ", which " + lib.path +
+                       " lacks; the heuristic choice (BRAIDPY_CUDNN_BENCHMARK unset or 0) "
+                       "does not need it");
+  return lib;
+}
+
+// A plan's algorithms and workspace, as conv_workspace and conv_measure return them.
+py::dict chosen_dict(const cudnn::Chosen& c) {
+  py::dict d;
+  d["forward"] = c.workspace.need[cp::kForward];
+  d["backward_data"] = c.workspace.need[cp::kBackwardData];
+  d["backward_filter"] = c.workspace.need[cp::kBackwardFilter];
+  d["request"] = c.workspace.request();
+  d["algorithms"] = py::make_tuple(c.fwd, c.bwd_data, c.bwd_filter);
+  d["measured"] = py::make_tuple(c.measured[cp::kForward], c.measured[cp::kBackwardData],
+                                 c.measured[cp::kBackwardFilter]);
+  return d;
 }
 
 void* pointer(std::uintptr_t p) { return reinterpret_cast<void*>(p); }
@@ -212,64 +239,113 @@ void bind_cudnn(py::module_& m) {
         "needed; cuDNN needed).");
   m.def("conv_workspace",
         [](std::int64_t n, std::int64_t c_in, std::int64_t c_out, std::int64_t h, std::int64_t w,
-           std::int64_t k, std::int64_t groups, const std::string& dtype, bool tf32) {
+           std::int64_t k, std::int64_t groups, const std::string& dtype, bool tf32,
+           bool benchmark) {
           const char* where = "conv_workspace";
-          const cp::Problem p =
-              problem(where, n, c_in, c_out, h, w, k, groups, dtype_code(dtype, where), tf32);
+          const cp::Problem p = problem(where, n, c_in, c_out, h, w, k, groups,
+                                        dtype_code(dtype, where), tf32, benchmark);
           const cudnn::Library& lib = library(where);
-          const cudnn::Chosen c = cudnn::plan(lib, device(where), p);
-          py::dict d;
-          d["forward"] = c.workspace.need[cp::kForward];
-          d["backward_data"] = c.workspace.need[cp::kBackwardData];
-          d["backward_filter"] = c.workspace.need[cp::kBackwardFilter];
-          d["request"] = c.workspace.request();
-          d["algorithms"] = py::make_tuple(c.fwd, c.bwd_data, c.bwd_filter);
-          return d;
+          const int dev = device(where);
+          if (benchmark && !cudnn::measured(lib, dev, p))
+            throw py::value_error(std::string(where) + ": no measured plan of this shape is "
+                                  "cached; conv_measure makes one");
+          return chosen_dict(cudnn::plan(lib, dev, p));
         },
         py::arg("n"), py::arg("c_in"), py::arg("c_out"), py::arg("h"), py::arg("w"), py::arg("k"),
         py::arg("groups"), py::arg("dtype"), py::arg("tf32") = false,
-        "Workspace bytes per operation, the one request (bytes) and the pinned algorithms.");
-  m.def("conv_forward",
+        py::arg("benchmark") = false,
+        "Workspace bytes per operation, the one request (bytes), the pinned algorithms "
+        "(forward, backward data, backward filter) and whether each was measured; "
+        "benchmark=True: the plan conv_measure made (ValueError if none is cached).");
+  m.def("conv_measured",
+        [](std::int64_t n, std::int64_t c_in, std::int64_t c_out, std::int64_t h, std::int64_t w,
+           std::int64_t k, std::int64_t groups, const std::string& dtype, bool tf32) {
+          const char* where = "conv_measured";
+          const cp::Problem p = problem(where, n, c_in, c_out, h, w, k, groups,
+                                        dtype_code(dtype, where), tf32, true);
+          const cudnn::Library& lib = library(where);
+          return cudnn::measured(lib, device(where), p);
+        },
+        py::arg("n"), py::arg("c_in"), py::arg("c_out"), py::arg("h"), py::arg("w"), py::arg("k"),
+        py::arg("groups"), py::arg("dtype"), py::arg("tf32") = false,
+        "Whether the problem's measured plan is cached on the current device.");
+  m.def("conv_measure_workspace",
+        [](std::int64_t n, std::int64_t c_in, std::int64_t c_out, std::int64_t h, std::int64_t w,
+           std::int64_t k, std::int64_t groups, const std::string& dtype, bool tf32) {
+          const char* where = "conv_measure_workspace";
+          const cp::Problem p = problem(where, n, c_in, c_out, h, w, k, groups,
+                                        dtype_code(dtype, where), tf32, true);
+          const cudnn::Library& lib = measuring_library(where);
+          return cudnn::measure_workspace(lib, device(where), p);
+        },
+        py::arg("n"), py::arg("c_in"), py::arg("c_out"), py::arg("h"), py::arg("w"), py::arg("k"),
+        py::arg("groups"), py::arg("dtype"), py::arg("tf32") = false,
+        "The workspace bytes conv_measure offers cuDNN for the problem (the most any "
+        "algorithm asks for, at most 1 GiB).");
+  m.def("conv_measure",
         [](py::handle x, py::handle w, py::handle y, std::int64_t groups, std::uintptr_t ws,
            std::size_t ws_bytes, bool tf32) {
+          const char* where = "conv_measure";
+          const CudaArrayView X = view(x, where, "x", true), W = view(w, where, "w", true),
+                              Y = view(y, where, "y", true);
+          const cp::Problem p = from_arrays(where, X, "x", W, "w", Y, "y", groups, tf32, true);
+          const cudnn::Library& lib = measuring_library(where);
+          cudnn::Scratch s;
+          s.x = X.data; s.w = W.data; s.y = Y.data;
+          s.workspace = pointer(ws);
+          s.bytes = ws_bytes;
+          s.stream = stream_of(Y);
+          return chosen_dict(cudnn::measure(lib, device(where), p, s));
+        },
+        py::arg("x"), py::arg("w"), py::arg("y"), py::arg("groups"), py::arg("workspace"),
+        py::arg("workspace_bytes"), py::arg("tf32") = false,
+        "Times cuDNN's algorithms of the problem of x, w, y (scratch arrays, all three "
+        "overwritten) with the given workspace, caches the measured plan and returns it "
+        "as conv_workspace does.");
+  m.def("conv_forward",
+        [](py::handle x, py::handle w, py::handle y, std::int64_t groups, std::uintptr_t ws,
+           std::size_t ws_bytes, bool tf32, bool benchmark) {
           const char* where = "conv_forward";
           const CudaArrayView X = view(x, where, "x", false), W = view(w, where, "w", false),
                               Y = view(y, where, "y", true);
-          const cp::Problem p = from_arrays(where, X, "x", W, "w", Y, "y", groups, tf32);
+          const cp::Problem p =
+              from_arrays(where, X, "x", W, "w", Y, "y", groups, tf32, benchmark);
           const cudnn::Library& lib = library(where);
           cudnn::forward(lib, device(where), p, X.data, W.data, Y.data, pointer(ws), ws_bytes,
                          stream_of(Y));
         },
         py::arg("x"), py::arg("w"), py::arg("y"), py::arg("groups"), py::arg("workspace"),
-        py::arg("workspace_bytes"), py::arg("tf32") = false,
+        py::arg("workspace_bytes"), py::arg("tf32") = false, py::arg("benchmark") = false,
         "y <- conv2d(x, w) (cross-correlation, 'same' padding).");
   m.def("conv_backward_data",
         [](py::handle w, py::handle dy, py::handle dx, std::int64_t groups, std::uintptr_t ws,
-           std::size_t ws_bytes, bool tf32) {
+           std::size_t ws_bytes, bool tf32, bool benchmark) {
           const char* where = "conv_backward_data";
           const CudaArrayView W = view(w, where, "w", false), DY = view(dy, where, "dy", false),
                               DX = view(dx, where, "dx", true);
-          const cp::Problem p = from_arrays(where, DX, "dx", W, "w", DY, "dy", groups, tf32);
+          const cp::Problem p =
+              from_arrays(where, DX, "dx", W, "w", DY, "dy", groups, tf32, benchmark);
           const cudnn::Library& lib = library(where);
           cudnn::backward_data(lib, device(where), p, W.data, DY.data, DX.data, pointer(ws),
                                ws_bytes, stream_of(DX));
         },
         py::arg("w"), py::arg("dy"), py::arg("dx"), py::arg("groups"), py::arg("workspace"),
-        py::arg("workspace_bytes"), py::arg("tf32") = false,
+        py::arg("workspace_bytes"), py::arg("tf32") = false, py::arg("benchmark") = false,
         "dx <- the input VJP of conv2d(., w) applied to dy.");
   m.def("conv_backward_filter",
         [](py::handle x, py::handle dy, py::handle dw, std::int64_t groups, std::uintptr_t ws,
-           std::size_t ws_bytes, bool tf32) {
+           std::size_t ws_bytes, bool tf32, bool benchmark) {
           const char* where = "conv_backward_filter";
           const CudaArrayView X = view(x, where, "x", false), DY = view(dy, where, "dy", false),
                               DW = view(dw, where, "dw", true);
-          const cp::Problem p = from_arrays(where, X, "x", DW, "dw", DY, "dy", groups, tf32);
+          const cp::Problem p =
+              from_arrays(where, X, "x", DW, "dw", DY, "dy", groups, tf32, benchmark);
           const cudnn::Library& lib = library(where);
           cudnn::backward_filter(lib, device(where), p, X.data, DY.data, DW.data, pointer(ws),
                                  ws_bytes, stream_of(DW));
         },
         py::arg("x"), py::arg("dy"), py::arg("dw"), py::arg("groups"), py::arg("workspace"),
-        py::arg("workspace_bytes"), py::arg("tf32") = false,
+        py::arg("workspace_bytes"), py::arg("tf32") = false, py::arg("benchmark") = false,
         "dw <- the weight VJP of conv2d(x, .) applied to dy.");
   m.def("conv_backward_bias",
         [](py::handle dy, py::handle db) {

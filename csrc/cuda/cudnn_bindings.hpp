@@ -23,9 +23,9 @@ inline void check(int code, const char* where) {
   if (code != 0) throw CudaFailure(code, where);
 }
 
-// Adds cudnn_info, conv_plan, cudnn_describe, conv_workspace, conv_forward,
-// conv_backward_data, conv_backward_filter, conv_backward_bias and cudnn_cache
-// to the module, and the translation of cuDNN failures to braidpy.CudnnError.
+// Adds cudnn_info, conv_plan, cudnn_describe, conv_workspace, conv_measured,
+// conv_measure_workspace, conv_measure, conv_forward, conv_backward_data,
+// conv_backward_filter, conv_backward_bias and cudnn_cache to the module, and the translation of cuDNN failures to braidpy.CudnnError.
 void bind_cudnn(pybind11::module_& m);
 
 }  // namespace braidpy

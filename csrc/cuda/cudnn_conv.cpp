@@ -4,6 +4,7 @@
 
 #include <map>
 #include <memory>
+#include <utility>
 #include <vector>
 
 namespace braidpy {
@@ -108,37 +109,80 @@ DeviceState& device_state(const Library& lib, int device) {
   return s;
 }
 
-Plan& get_plan(const Library& lib, int device, const cp::Problem& p) {
-  DeviceState& s = device_state(lib, device);
-  if (Plan* found = s.plans.find(p)) return *found;
-  Plan plan;
-  plan.d = make_descriptors(lib, p);
-  const Descriptors& d = *plan.d;
-  Chosen& c = plan.chosen;
+// cuDNN's heuristic choice of the three algorithms (deterministic ones; see pick).
+void choose_by_heuristics(const Library& lib, Handle h, const Descriptors& d, Chosen& c) {
   int n = 0;
   std::vector<AlgoPerf> perf(kFwdAlgoCount);
-  BRAIDPY_CUDNN(lib, GetConvolutionForwardAlgorithm_v7, s.handle, d.x, d.w, d.conv, d.y,
-                kFwdAlgoCount, &n, perf.data());
+  BRAIDPY_CUDNN(lib, GetConvolutionForwardAlgorithm_v7, h, d.x, d.w, d.conv, d.y, kFwdAlgoCount,
+                &n, perf.data());
   c.fwd = pick(perf, n, kFwdImplicitGemm);
   perf.assign(kBwdDataAlgoCount, AlgoPerf{});
-  BRAIDPY_CUDNN(lib, GetConvolutionBackwardDataAlgorithm_v7, s.handle, d.w, d.y, d.conv, d.x,
+  BRAIDPY_CUDNN(lib, GetConvolutionBackwardDataAlgorithm_v7, h, d.w, d.y, d.conv, d.x,
                 kBwdDataAlgoCount, &n, perf.data());
   c.bwd_data = pick(perf, n, kBwdDataAlgo1);
   perf.assign(kBwdFilterAlgoCount, AlgoPerf{});
-  BRAIDPY_CUDNN(lib, GetConvolutionBackwardFilterAlgorithm_v7, s.handle, d.x, d.y, d.conv, d.w,
+  BRAIDPY_CUDNN(lib, GetConvolutionBackwardFilterAlgorithm_v7, h, d.x, d.y, d.conv, d.w,
                 kBwdFilterAlgoCount, &n, perf.data());
   c.bwd_filter = pick(perf, n, kBwdFilterAlgo1);
+}
+
+// The workspace each chosen algorithm needs.
+void record_workspace(const Library& lib, Handle h, const Descriptors& d, Chosen& c) {
   std::size_t bytes = 0;
-  BRAIDPY_CUDNN(lib, GetConvolutionForwardWorkspaceSize, s.handle, d.x, d.w, d.conv, d.y, c.fwd,
-                &bytes);
+  BRAIDPY_CUDNN(lib, GetConvolutionForwardWorkspaceSize, h, d.x, d.w, d.conv, d.y, c.fwd, &bytes);
   c.workspace.record(cp::kForward, bytes);
-  BRAIDPY_CUDNN(lib, GetConvolutionBackwardDataWorkspaceSize, s.handle, d.w, d.y, d.conv, d.x,
+  BRAIDPY_CUDNN(lib, GetConvolutionBackwardDataWorkspaceSize, h, d.w, d.y, d.conv, d.x,
                 c.bwd_data, &bytes);
   c.workspace.record(cp::kBackwardData, bytes);
-  BRAIDPY_CUDNN(lib, GetConvolutionBackwardFilterWorkspaceSize, s.handle, d.x, d.y, d.conv, d.w,
+  BRAIDPY_CUDNN(lib, GetConvolutionBackwardFilterWorkspaceSize, h, d.x, d.y, d.conv, d.w,
                 c.bwd_filter, &bytes);
   c.workspace.record(cp::kBackwardFilter, bytes);
+}
+
+Plan& get_plan(const Library& lib, int device, const cp::Problem& p) {
+  DeviceState& s = device_state(lib, device);
+  if (Plan* found = s.plans.find(p)) return *found;
+  if (p.benchmark)
+    throw std::invalid_argument("no measured plan of this shape is cached (never measured, or "
+                                "evicted); conv_measure makes one");
+  Plan plan;
+  plan.d = make_descriptors(lib, p);
+  choose_by_heuristics(lib, s.handle, *plan.d, plan.chosen);
+  record_workspace(lib, s.handle, *plan.d, plan.chosen);
   return s.plans.insert(p, std::move(plan), [](Plan&) {});
+}
+
+// Records of a measurement as conv_plan.hpp's Timed (what fastest() reads).
+std::vector<cp::Timed> as_timed(const std::vector<AlgoPerf>& perf, int returned) {
+  std::vector<cp::Timed> t(static_cast<std::size_t>(returned));
+  for (int i = 0; i < returned; ++i) {
+    const AlgoPerf& r = perf[static_cast<std::size_t>(i)];
+    cp::Timed& e = t[static_cast<std::size_t>(i)];
+    e.algo = r.algo;
+    e.ran = r.status == kSuccess;
+    e.ms = r.time;
+    e.workspace = r.memory;
+    e.deterministic = r.determinism == kDeterministic;
+    e.math_type = r.math_type;
+  }
+  return t;
+}
+
+// Takes the fastest qualifying measured algorithm of operation op, if any, into c.
+void take_fastest(const std::vector<AlgoPerf>& perf, int returned, std::size_t offered,
+                  int math, cp::Op op, int* algo, Chosen& c) {
+  const std::vector<cp::Timed> t = as_timed(perf, returned);
+  const int best = cp::fastest(t.data(), returned, offered, math);
+  if (best < 0) return;  // the heuristic choice stays, measured false
+  *algo = best;
+  c.measured[op] = true;
+}
+
+void require_measuring(const Library& lib) {
+  const std::string lacks = lacks_measuring(lib);
+  if (!lacks.empty())
+    throw std::runtime_error("choosing cuDNN's algorithms by measurement needs " + lacks +
+                             ", which " + lib.path + " lacks");
 }
 
 // The handle on the caller's stream, and the plan; refuses too small a workspace.
@@ -189,6 +233,85 @@ Described describe(const Library& lib, const cp::Problem& p) {
 
 Chosen plan(const Library& lib, int device, const cp::Problem& p) {
   return get_plan(lib, device, p).chosen;
+}
+
+std::string lacks_measuring(const Library& lib) {
+  const std::pair<bool, const char*> needed[] = {
+      {lib.api.FindConvolutionForwardAlgorithmEx != nullptr,
+       "cudnnFindConvolutionForwardAlgorithmEx"},
+      {lib.api.FindConvolutionBackwardDataAlgorithmEx != nullptr,
+       "cudnnFindConvolutionBackwardDataAlgorithmEx"},
+      {lib.api.FindConvolutionBackwardFilterAlgorithmEx != nullptr,
+       "cudnnFindConvolutionBackwardFilterAlgorithmEx"}};
+  std::string lacks;
+  for (const auto& f : needed)
+    if (!f.first) lacks += (lacks.empty() ? "" : ", ") + std::string(f.second);
+  return lacks;
+}
+
+bool measured(const Library& lib, int device, const cp::Problem& p) {
+  cp::Problem key = p;
+  key.benchmark = true;
+  return device_state(lib, device).plans.contains(key);
+}
+
+std::size_t measure_workspace(const Library& lib, int device, const cp::Problem& p) {
+  require_measuring(lib);
+  const Handle h = device_state(lib, device).handle;
+  const std::unique_ptr<Descriptors> d = make_descriptors(lib, p);
+  // Every algorithm cuDNN defines for each operation; one it does not support for these
+  // descriptors answers with a non-success status and is no candidate.
+  std::vector<std::size_t> needs;
+  std::size_t bytes = 0;
+  for (int a = 0; a < kFwdAlgoCount; ++a)
+    if (lib.api.GetConvolutionForwardWorkspaceSize(h, d->x, d->w, d->conv, d->y, a, &bytes) ==
+        kSuccess)
+      needs.push_back(bytes);
+  for (int a = 0; a < kBwdDataAlgoCount; ++a)
+    if (lib.api.GetConvolutionBackwardDataWorkspaceSize(h, d->w, d->y, d->conv, d->x, a,
+                                                        &bytes) == kSuccess)
+      needs.push_back(bytes);
+  for (int a = 0; a < kBwdFilterAlgoCount; ++a)
+    if (lib.api.GetConvolutionBackwardFilterWorkspaceSize(h, d->x, d->y, d->conv, d->w, a,
+                                                          &bytes) == kSuccess)
+      needs.push_back(bytes);
+  return cp::measure_offer(needs.data(), static_cast<int>(needs.size()),
+                           cp::kMeasureWorkspaceLimit);
+}
+
+// The Ex forms of cudnnFind*Algorithm, not the plain ones: Ex runs on the caller's
+// buffers and workspace (from CuPy's pool, like every other braidpy conv call), while
+// the plain forms cudaMalloc their own tensors and workspace behind the pool's back,
+// which fails or evicts where the pool holds most of the device's memory.
+Chosen measure(const Library& lib, int device, const cp::Problem& p, const Scratch& b) {
+  require_measuring(lib);
+  DeviceState& s = device_state(lib, device);
+  BRAIDPY_CUDNN(lib, SetStream, s.handle, b.stream);
+  cp::Problem key = p;
+  key.benchmark = true;
+  Plan plan;
+  plan.d = make_descriptors(lib, key);
+  const Descriptors& d = *plan.d;
+  Chosen& c = plan.chosen;
+  choose_by_heuristics(lib, s.handle, d, c);  // what an operation keeps if nothing qualifies
+  const int math = cp::math_type(key.dtype, key.tf32);
+  // Twice the enum's count: cuDNN may report an algorithm once per math type.
+  int n = 0;
+  std::vector<AlgoPerf> perf(2 * kFwdAlgoCount);
+  BRAIDPY_CUDNN(lib, FindConvolutionForwardAlgorithmEx, s.handle, d.x, b.x, d.w, b.w, d.conv, d.y,
+                b.y, static_cast<int>(perf.size()), &n, perf.data(), b.workspace, b.bytes);
+  take_fastest(perf, n, b.bytes, math, cp::kForward, &c.fwd, c);
+  perf.assign(2 * kBwdDataAlgoCount, AlgoPerf{});
+  BRAIDPY_CUDNN(lib, FindConvolutionBackwardDataAlgorithmEx, s.handle, d.w, b.w, d.y, b.y, d.conv,
+                d.x, b.x, static_cast<int>(perf.size()), &n, perf.data(), b.workspace, b.bytes);
+  take_fastest(perf, n, b.bytes, math, cp::kBackwardData, &c.bwd_data, c);
+  perf.assign(2 * kBwdFilterAlgoCount, AlgoPerf{});
+  BRAIDPY_CUDNN(lib, FindConvolutionBackwardFilterAlgorithmEx, s.handle, d.x, b.x, d.y, b.y,
+                d.conv, d.w, b.w, static_cast<int>(perf.size()), &n, perf.data(), b.workspace,
+                b.bytes);
+  take_fastest(perf, n, b.bytes, math, cp::kBackwardFilter, &c.bwd_filter, c);
+  record_workspace(lib, s.handle, d, c);
+  return s.plans.insert(key, std::move(plan), [](Plan&) {}).chosen;
 }
 
 void forward(const Library& lib, int device, const cp::Problem& p, const void* x, const void* w,

@@ -1,5 +1,7 @@
 // braidpy's cuDNN convolutions: per-device handles, per-shape plans
-// (descriptors, pinned algorithms, workspace sizes; conv_plan.hpp's cache), and
+// (descriptors, pinned algorithms, workspace sizes; conv_plan.hpp's cache), the
+// algorithms chosen by cuDNN's heuristics or, for a Problem with benchmark set, by
+// measurement (cudnnFind*AlgorithmEx, once per shape), and
 // thin calls of cudnnConvolutionForward / BackwardData / BackwardFilter /
 // BackwardBias on the caller's stream with the caller's workspace. No Python, no
 // CUDA runtime: the binding layer checks the device and picks the stream.
@@ -33,9 +35,12 @@ struct Described {
   int out_nd[4] = {0, 0, 0, 0};   // cudnnGetConvolutionNdForwardOutputDim
 };
 
-// The algorithms a plan pinned and the workspace each needs.
+// The algorithms a plan pinned, whether each was chosen by measurement (in the order
+// forward, backward data, backward filter: conv_plan.hpp's Op), and the workspace each
+// needs.
 struct Chosen {
   int fwd = -1, bwd_data = -1, bwd_filter = -1;
+  bool measured[convplan::kOps] = {false, false, false};
   convplan::Workspace workspace;
 };
 
@@ -44,8 +49,40 @@ struct Chosen {
 Described describe(const Library& lib, const convplan::Problem& p);
 
 // The plan of p on `device` (made and cached at first use): pinned algorithms
-// and workspace sizes. Needs a GPU (cudnnCreate).
+// and workspace sizes. Needs a GPU (cudnnCreate). A p with benchmark set has the
+// plan measure() made; std::invalid_argument when there is none (never measured, or
+// evicted from the cache).
 Chosen plan(const Library& lib, int device, const convplan::Problem& p);
+
+// The cudnnFind*AlgorithmEx functions `lib` lacks, by name ("" when it has all): the
+// measured choice needs them, the heuristic one does not.
+std::string lacks_measuring(const Library& lib);
+
+// Whether p's measured plan (p.benchmark ignored) is cached on `device`. Needs a GPU.
+bool measured(const Library& lib, int device, const convplan::Problem& p);
+
+// The workspace bytes measure() offers cuDNN for p: the most any algorithm of the three
+// operations asks for, within convplan::kMeasureWorkspaceLimit. Needs a GPU.
+std::size_t measure_workspace(const Library& lib, int device, const convplan::Problem& p);
+
+// The caller's device buffers for measuring p: x (input), w (filter) and y (output) of
+// p's shapes and dtype, all three overwritten (y by the forward, x by the backward data,
+// w by the backward filter runs), and a workspace of `bytes` (measure_workspace's).
+struct Scratch {
+  void* x = nullptr;
+  void* w = nullptr;
+  void* y = nullptr;
+  void* workspace = nullptr;
+  std::size_t bytes = 0;
+  Stream stream = nullptr;
+};
+
+// Times every algorithm of the three operations on the scratch buffers (queued on
+// scratch.stream, and waited for: cuDNN's measurement blocks the host), and caches the
+// plan of p with benchmark set: per operation the fastest algorithm that ran, fits the
+// offered workspace, is deterministic and has the plan's math type (convplan::fastest),
+// else the heuristic choice (measured false). Replaces an earlier measured plan of p.
+Chosen measure(const Library& lib, int device, const convplan::Problem& p, const Scratch& s);
 
 // y <- conv(x, w); dx <- backward data (w, dy); dw <- backward filter (x, dy);
 // db <- sum of dy over (n, h, w). Arrays are packed NCHW device arrays of p's

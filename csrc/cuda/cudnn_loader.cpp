@@ -54,6 +54,17 @@ bool resolve_all(void* h, Api& a, std::string* missing) {
 #undef BRAIDPY_RESOLVE
 }
 
+// The optional functions (cudnn_api.hpp): resolved where present, left nullptr where not,
+// so that a cuDNN without them still serves the heuristic choice of algorithms.
+void resolve_optional(void* h, Api& a) {
+  std::string absent;  // no reason to refuse: cudnn_conv.cpp names it where it is needed
+#define BRAIDPY_OPTIONAL(name) resolve(h, #name, &a.name, &absent)
+  BRAIDPY_OPTIONAL(FindConvolutionForwardAlgorithmEx);
+  BRAIDPY_OPTIONAL(FindConvolutionBackwardDataAlgorithmEx);
+  BRAIDPY_OPTIONAL(FindConvolutionBackwardFilterAlgorithmEx);
+#undef BRAIDPY_OPTIONAL
+}
+
 // One candidate: the library, or nullptr and *why.
 std::unique_ptr<Library> try_one(const std::string& path, std::string* why) {
   dlerror();
@@ -70,6 +81,7 @@ std::unique_ptr<Library> try_one(const std::string& path, std::string* why) {
     dlclose(h);
     return nullptr;
   }
+  resolve_optional(h, lib->api);
   lib->version = lib->api.GetVersion();
   if (lib->version / 10000 != kMajor) {
     *why = "cuDNN version " + std::to_string(lib->version) + " is not " +

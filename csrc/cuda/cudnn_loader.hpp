@@ -1,7 +1,8 @@
 // Loading cuDNN at first use: dlopen of a libcudnn.so.9 from a list of
 // candidates (braidpy/_cudnn.py builds it: BRAIDPY_CUDNN_LIBRARY, the
 // nvidia-cudnn-cu13 wheel, the system loader), every function of cudnn_api.hpp
-// resolved, the major version checked. No Python, no CUDA.
+// resolved (the optional ones where present), the major version checked. No Python,
+// no CUDA.
 #pragma once
 
 #include <cstddef>

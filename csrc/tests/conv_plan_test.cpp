@@ -335,6 +335,54 @@ void test_math_type() {
   report(cache.find(t) == nullptr && *cache.find(a) == 1, "a tf32 problem misses a plain plan");
 }
 
+// The measured choice (BRAIDPY_CUDNN_BENCHMARK=1): the workspace a measurement offers, and
+// the fastest algorithm that ran, fits that workspace, is deterministic and has the plan's
+// math type, from records in no particular order; its plan is a cache entry of its own.
+void test_measured_choice() {
+  const std::size_t limit = cp::kMeasureWorkspaceLimit;
+  const std::size_t needs[] = {0, 5000, limit + 1, 300, limit};
+  report(cp::measure_offer(needs, 4, limit) == 5000 && cp::measure_offer(needs, 5, limit) == limit,
+         "measurement offers the largest need within the 1 GiB limit");
+  report(cp::measure_offer(needs, 1, limit) == 0 && cp::measure_offer(needs + 2, 1, limit) == 0 &&
+             cp::measure_offer(needs, 0, limit) == 0,
+         "nothing asked within the limit: no workspace offered");
+
+  auto timed = [](int algo, bool ran, float ms, std::size_t ws, bool det, int math) {
+    cp::Timed t;
+    t.algo = algo; t.ran = ran; t.ms = ms; t.workspace = ws; t.deterministic = det;
+    t.math_type = math;
+    return t;
+  };
+  const int fma = cp::kMathFma;
+  const cp::Timed rec[] = {
+      timed(0, true, 1.0f, 0, true, fma),         // slow, no workspace
+      timed(1, true, 0.5f, 100, true, fma),       // the fastest that fits 100 bytes
+      timed(2, true, 0.1f, 1000, true, fma),      // faster, needs 1000 bytes
+      timed(3, false, 0.05f, 0, true, fma),       // failed
+      timed(4, true, 0.02f, 0, false, fma),       // not deterministic
+      timed(5, true, 0.01f, 0, true, cp::kMathTensorOp),  // another math type
+      timed(6, true, 0.5f, 100, true, fma)};      // as fast as algorithm 1, listed later
+  report(cp::fastest(rec, 7, 100, fma) == 1,
+         "measured: the fastest that ran, fits, is deterministic and has the plan's math type");
+  report(cp::fastest(rec, 7, 1000, fma) == 2, "measured: a larger workspace admits a faster one");
+  report(cp::fastest(rec, 7, 99, fma) == 0, "measured: workspace 99 bytes leaves the slowest");
+  report(cp::fastest(rec, 7, 0, cp::kMathTensorOp) == 5,
+         "measured: a tensor-op plan takes its tensor-op record");
+  report(cp::fastest(rec + 3, 3, 1000, fma) == -1 && cp::fastest(rec, 0, 1000, fma) == -1,
+         "measured: none qualifies -> -1 (the heuristic choice stays)");
+
+  cp::Problem a;
+  a.dtype = cp::kF64; a.n = 2; a.c_in = a.c_out = 8; a.h = a.w = 6; a.k = 3; a.groups = 4;
+  cp::Problem b = a;
+  b.benchmark = true;
+  report(!(a == b) && cp::ProblemHash()(a) != cp::ProblemHash()(b),
+         "benchmark is part of the plan cache's key");
+  cp::PlanCache<int> cache(4);
+  cache.insert(a, 1, [](int&) {});
+  report(cache.contains(a) && !cache.contains(b) && cache.hits() == 0 && cache.misses() == 0,
+         "contains() sees the measured key apart and counts no hit or miss");
+}
+
 }  // namespace
 
 int main() {
@@ -348,6 +396,7 @@ int main() {
   test_workspace();
   test_cache();
   test_math_type();
+  test_measured_choice();
   std::printf("%s: %d failed\n", failures ? "FAILED" : "PASSED", failures);
   return failures ? 1 : 0;
 }
