@@ -442,6 +442,16 @@ class Core:
         in page by page)."""
         return self._solver.stored_block(int(start), int(stop), int(step), out)
 
+    def stored_view(self, start: int, stop: int, step: int = 1) -> Optional[Any]:
+        """The stored values at ``range(start, stop, step)`` as one read-only NumPy view
+        without a copy, or None (then :meth:`stored_block` copies them).
+
+        A view exists when the values are float64 NumPy states stored as evenly spaced
+        rows of one block, in either direction: a lockstep F-sweep stores the k-th point
+        of every interval that way, so every cf-th state, as MGRIT's batched steps ask
+        for them. Like :meth:`stored`, it is valid until the next solve."""
+        return self._solver.stored_view(int(start), int(stop), int(step))
+
     def solution(self, t: Optional[float] = None, *, index: Optional[int] = None) -> Any:
         """A copy of the fine solution at time t (or fine index) of the last solve, on
         the owning rank (see :meth:`Result.solution`)."""

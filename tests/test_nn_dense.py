@@ -416,6 +416,63 @@ def test_single_and_stacked_calls_give_the_same_bits(name):
                 np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("rows", [slice(1, 20, 4), slice(17, 0, -4), slice(19, None, -3)])
+def test_one_pass_kernels_read_strided_stacks_in_place(rows):
+    """A stack whose states lie apart (every cf-th state of a trajectory, either
+    direction: what the adjoint's batched steps get) is read and written in place, with
+    the bits of its contiguous copy; the states in between are left alone."""
+    from braidpy._core import _host_dense
+
+    rng = _rng(7)
+    T = rng.standard_normal((20, 50, 8))
+    U = T[rows]
+    m = len(U)
+    W = rng.standard_normal(U.shape)
+    K = rng.standard_normal((m, 8, 8)) / np.sqrt(8)
+    b, h = 0.1 * rng.standard_normal((m, 8)), rng.uniform(0.1, 0.5, m)
+    Uc = np.ascontiguousarray(U)
+    assert not U.flags.c_contiguous
+    for call in ("dense_rows_step", "dense_rows_adjoint", "dense_rows_adjoint_gradient"):
+        fn = getattr(_host_dense, call)
+        args = (K, b, h, 3)
+        got, want = np.empty(U.shape), np.empty(U.shape)
+        if call == "dense_rows_step":
+            fn(U, *args, got), fn(Uc, *args, want)
+        else:
+            g1, g2 = fn(W, U, *args, got), fn(W, Uc, *args, want)
+            assert all(np.array_equal(x, y) for x, y in zip(g1 or (), g2 or ())), call
+        np.testing.assert_array_equal(got, want, err_msg=call)
+    dK, db = _host_dense.dense_rows_gradient(W, U, K, b, h, 3)
+    dKc, dbc = _host_dense.dense_rows_gradient(W, Uc, K, b, h, 3)
+    assert np.array_equal(dK, dKc) and np.array_equal(db, dbc)
+    # In place over the strided states themselves.
+    T2 = T.copy()
+    V = T2[rows]
+    want = np.empty(V.shape)
+    _host_dense.dense_rows_step(np.ascontiguousarray(V), K, b, h, 2, want)
+    _host_dense.dense_rows_step(V, K, b, h, 2, V)
+    np.testing.assert_array_equal(V, want)
+    others = np.setdiff1d(np.arange(20), np.arange(20)[rows])
+    np.testing.assert_array_equal(T2[others], T[others])
+
+
+def test_one_pass_kernels_refuse_overlapping_strided_stacks():
+    """Interleaved stacks overlap although no two states share an element: out must
+    be U itself or lie apart from it, also for strided and reversed stacks."""
+    from braidpy._core import _host_dense
+
+    T = np.ones((20, 5, 4))
+    K, b, h = np.ones((5, 4, 4)), np.zeros((5, 4)), np.ones(5)
+    with pytest.raises(ValueError, match="out must be U itself or share no memory"):
+        _host_dense.dense_rows_step(T[1:20:4], K, b, h, 2, T[2:20:4])
+    with pytest.raises(ValueError, match="out must be U itself or share no memory"):
+        _host_dense.dense_rows_step(T[17::-4], K, b, h, 2, T[18::-4][:5])
+    with pytest.raises(ValueError, match="out must be U itself or share no memory"):
+        _host_dense.dense_rows_step(T[1:20:4], K, b, h, 2, T[17::-4])  # U, reversed
+    with pytest.raises(ValueError, match="C-contiguous, or a 3-D stack"):
+        _host_dense.dense_rows_step(T[1:20:4, ::2], K[:, :4], b, h, 2, np.empty((5, 3, 4)))
+
+
 def test_wider_layers_keep_numpys_product():
     """Above ROWS_MAX_WIDTH the product is NumPy's matmul (BLAS's order)."""
     from braidpy.nn import dense

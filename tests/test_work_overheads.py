@@ -248,29 +248,69 @@ def _gradients(solver):
     return g.objective, {n: (dK.copy(), db.copy()) for n, (dK, db) in g.gradients.items()}
 
 
-def test_trajectory_buffer_is_reused_and_gradients_unchanged():
+class _SeesPrimalRows(ResNetApp):
+    """Records, for each batched adjoint call, whether its steps start at primal
+    F-points (cf 4), whether its primal states U are a view (no copy of their own) and
+    whether U is read-only."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.seen = []
+
+    def step_adjoint_batch(self, W, U, t0s, t1s, status):
+        f_points = bool(np.all(status.fine_indices % 4 != 0))
+        self.seen.append((f_points, not U.flags.owndata, U.flags.writeable))
+        return super().step_adjoint_batch(W, U, t0s, t1s, status)
+
+
+def test_adjoint_batches_read_primal_states_in_place_and_gradients_unchanged(monkeypatch):
+    """The batched adjoint F-sweeps read the primal states where the primal Core's
+    lockstep sweep stored them (views, read-only, nothing stacked per evaluation); the
+    gradients equal those from gathered copies, bit for bit, over two evaluations."""
     net, params, X, C = _resnet(nlayers=32, samples=30)
     mgrit = dict(cfactor=4, max_levels=2, skip=False)
-    solver = GradientSolver(ResNetApp(net, params, X, C), 0.0, net.tstop, 32, primal=mgrit,
-                            oneshot=(1, 2))
     p0, p1 = params.copy(), params + 0.01
-    first = _gradients(solver)
-    buffer = solver.reversed_app._trajectory_buffer
-    assert isinstance(buffer, np.ndarray) and buffer.shape == (33, 30, 6)
-    params[...] = p1
-    second = _gradients(solver)
-    assert solver.reversed_app._trajectory_buffer is buffer
-    # The same two evaluations, each stacking into a new array.
-    fresh = GradientSolver(ResNetApp(net, params, X, C), 0.0, net.tstop, 32, primal=mgrit,
-                           oneshot=(1, 2))
-    for p, want in ((p0, first), (p1, second)):
-        params[...] = p
-        fresh.reversed_app._trajectory_buffer = None
-        got = _gradients(fresh)
+
+    def run():
+        app = _SeesPrimalRows(net, params, X, C)
+        solver = GradientSolver(app, 0.0, net.tstop, 32, primal=mgrit, oneshot=(1, 2))
+        got = []
+        for p in (p0, p1):
+            params[...] = p
+            got.append(_gradients(solver))
+            assert solver.reversed_app.trajectory is None
+        return got, app.seen
+
+    viewed, seen = run()
+    # F-points come from the lockstep sweep's blocks; C-points are stored one by one.
+    assert {(f_points, view) for f_points, view, _ in seen} == {(True, True), (False, False)}
+    assert not any(writable for _, _, writable in seen)
+    monkeypatch.setattr(Core, "stored_view", lambda self, *a: None)
+    copied, seen = run()
+    assert not any(view for _, view, _ in seen)
+    for got, want in zip(copied, viewed):
         assert got[0] == want[0] and sorted(got[1]) == sorted(want[1]) == list(range(32))
         for n in got[1]:
             assert all(np.array_equal(a, b) for a, b in zip(got[1][n], want[1][n])), n
-    assert first[0] != second[0]
+    assert viewed[0][0] != viewed[1][0]
+
+
+def test_stored_view_is_a_read_only_view_of_evenly_spaced_rows_of_one_block():
+    """Core.stored_view: the rows a lockstep sweep stored as one block, either direction,
+    without a copy; None where they are not (C-points, mixed blocks, float32)."""
+    app = DenseResNet(32, batch=5)
+    core = Core(app, 0.0, 1.0, 32, cfactor=4, max_levels=2, storage="final")
+    core.solve()
+    # F-points 1, 5, 9, ...: the first point of every interval, one lockstep call.
+    view = core.stored_view(1, 33, 4)
+    assert view is not None and not view.flags.owndata and not view.flags.writeable
+    assert np.array_equal(view, np.stack([core.stored(n) for n in range(1, 33, 4)]))
+    assert np.shares_memory(view, core.stored(5))
+    back = core.stored_view(29, -1, -4)
+    assert np.array_equal(back, view[::-1]) and np.shares_memory(back, core.stored(1))
+    assert core.stored_view(1, 3, 1) is None  # points 1 and 2: two blocks
+    assert core.stored_view(0, 33, 4) is None  # C-points are stored one by one
+    assert core.stored_view(1, 37, 4) is None  # 33 is past the end: missing
 
 
 def test_numpy_gradients_come_in_cache_sized_chunks():

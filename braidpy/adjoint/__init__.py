@@ -39,9 +39,11 @@ docs/batching.md):
     t1s[k] (float64 arrays), ``status.fine_indices`` the forward fine index of each
     t0. Update W in place or return a new stacked array.
 ``step_gradient_batch(W, U, t0s, t1s, status)``
-    The gradients of m steps at once (all the steps this rank owns, once per
-    evaluation, after the adjoint solve): return a sequence of m per-step gradients
-    (entries may be None), or None if you accumulate yourself.
+    The gradients of m steps at once (after the adjoint solve; the steps this rank
+    owns, evenly spaced in each call: for NumPy states one call per position in the
+    level-0 intervals, or its chunks, see :func:`interval_positions`): return a sequence
+    of m per-step gradients (entries may be None), or None if you accumulate yourself.
+    W and U are read-only.
 
 Adjoint vectors use the app's clone/sum/norm/bufpack/bufunpack, so they must live in
 the same space as the states.
@@ -49,8 +51,8 @@ the same space as the states.
 
 from ..parallel.collectives import ordered_sum
 from .reversed import ReversedApp
-from .solver import Gradient, GradientSolver, gradient
+from .solver import Gradient, GradientSolver, gradient, interval_positions
 from .status import AdjointStatus
 
 __all__ = ["AdjointStatus", "Gradient", "GradientSolver", "ReversedApp", "gradient",
-           "ordered_sum"]
+           "interval_positions", "ordered_sum"]

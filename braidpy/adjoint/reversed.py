@@ -52,8 +52,10 @@ class ReversedApp(App):
         if callable(getattr(app, "step_adjoint_batch", None)):
             self.step_batch = self._step_batch  # type: ignore[method-assign, assignment]
         self.batch_gradient = callable(getattr(app, "step_gradient_batch", None))
-        self.trajectory: Optional[Any] = None  # stacked primal states lo-1..hi (batched)
-        self._trajectory_buffer: Optional[np.ndarray] = None  # reused by the next evaluation
+        # Device and other non-NumPy states: the primal states lo-1..hi stacked once per
+        # evaluation (one gather kernel), indexed by the batched calls. NumPy states are
+        # read where the primal Core stored them (primal_rows).
+        self.trajectory: Optional[Any] = None
         self.trajectory_start = 0
         self.gradients: Dict[int, Any] = {}
         self.initial_adjoint: Any = None
@@ -68,9 +70,9 @@ class ReversedApp(App):
         self._strides = [int(s) for s in strides]
 
     def start_evaluation(self, batched: bool) -> None:
-        """Forget the last gradients; with batched callbacks, stack the primal states
-        this rank can see (own.lo-1 .. own.hi) once, so that they are indexed with one
-        gather."""
+        """Forget the last gradients; with batched callbacks and states other than
+        NumPy's, stack the primal states this rank can see (own.lo-1 .. own.hi) once, so
+        that they are indexed with one gather."""
         self.gradients = {}
         self.initial_adjoint = None
         self.trajectory = None
@@ -79,18 +81,9 @@ class ReversedApp(App):
         owned = self.primal.owned
         lo = max(owned.start - 1, 0)
         self.trajectory_start = lo
-        if lo < owned.stop:
-            # One copy in C++ for float64 NumPy states and CUDA arrays (one kernel); a
-            # gather of the states otherwise. NumPy states go into the last evaluation's
-            # array: a new one above malloc's mmap threshold (82 MB for Peaks' 256
-            # layers of 5000 x 8) would be faulted in page by page at every gradient.
-            buffer = self._trajectory_buffer
-            self.trajectory = None if buffer is None else \
-                self.primal.stored_block(lo, owned.stop, out=buffer)
-            if self.trajectory is None:
-                self.trajectory = self.primal.stored_block(lo, owned.stop)
-                self._trajectory_buffer = self.trajectory \
-                    if isinstance(self.trajectory, np.ndarray) else None
+        if lo < owned.stop and not isinstance(self.primal.stored(lo), np.ndarray):
+            # One kernel for CUDA arrays (CuPy); a gather of the states otherwise.
+            self.trajectory = self.primal.stored_block(lo, owned.stop)
             if self.trajectory is None:
                 self.trajectory = backends.stack([self.primal.stored(n)
                                                  for n in range(lo, owned.stop)])
@@ -99,18 +92,11 @@ class ReversedApp(App):
         self.trajectory = None
 
     def primal_rows(self, ns: np.ndarray) -> Any:
-        """The stacked primal states u_n for the fine indices ns: for NumPy, a read-only
-        view of the stacked trajectory when ns are evenly spaced (as the core's sweeps
-        give them: a copy cost as much as the step itself at 5000 x 8), else a new array."""
-        rows = ns - self.trajectory_start
+        """The stacked primal states u_n for the fine indices ns, read-only for NumPy."""
         traj: Any = self.trajectory
-        if isinstance(traj, np.ndarray):
-            sl = as_slice(rows)
-            if sl is None:
-                return traj[rows]
-            view = traj[sl]
-            view.flags.writeable = False  # an app writing into U gets an error, not bad states
-            return view
+        if traj is None:
+            return self._stored_rows(ns)
+        rows = ns - self.trajectory_start
         # Other namespaces take no NumPy index array (array-api-strict refuses one, a GPU
         # would need it copied over); the rows are evenly spaced, so a strided view, copied.
         sl = as_slice(rows)
@@ -123,6 +109,26 @@ class ReversedApp(App):
         # ascending, flipped (flip copies where views cannot go backwards).
         ascending = slice(int(rows[-1]), int(rows[0]) + 1, -sl.step)
         return backend.clone(namespace(traj).flip(traj[ascending, ...], axis=0))
+
+    def _stored_rows(self, ns: np.ndarray) -> np.ndarray:
+        """NumPy states u_n for ns: a view of the primal Core's storage where a lockstep
+        sweep stored them as one block (every cf-th state, as the batched F-sweeps ask
+        for them), else gathered into a new array. Stacking the whole trajectory at each
+        evaluation (82 MB for Peaks' 256 layers of 5000 x 8), then copying each call's
+        strided rows out of it, had cost a third of a one-shot gradient."""
+        primal = self.primal
+        sl = as_slice(ns)
+        rows = None
+        if sl is not None:
+            start = int(ns[0])
+            stop = start + sl.step * len(ns)
+            rows = primal.stored_view(start, stop, sl.step)
+            if rows is None:
+                rows = primal.stored_block(start, stop, sl.step)
+        if rows is None:
+            rows = np.stack([primal.stored(int(n)) for n in ns])
+        rows.flags.writeable = False  # an app writing into U gets an error, not bad states
+        return rows
 
     def step_times(self, ns: np.ndarray):
         """(t_n, t_{n+1}) arrays for the steps ns."""

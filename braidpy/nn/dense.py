@@ -259,12 +259,30 @@ def _c(x: Any) -> Any:
     return x if x.flags.c_contiguous else np.ascontiguousarray(x)
 
 
+def _whole_states(x: Any) -> bool:
+    """Whether the one-pass kernels read the states x in place: C-contiguous, or a 3-D
+    stack of C-contiguous states at any distance apart (a strided view such as every
+    cf-th state of a stored trajectory, which the adjoint's batched steps get)."""
+    if x.flags.c_contiguous:
+        return True
+    if x.ndim != 3:
+        return False
+    item, (_, rows, width), (s0, s1, s2) = x.itemsize, x.shape, x.strides
+    return ((width <= 1 or s2 == item) and (rows <= 1 or s1 == width * item)
+            and s0 % item == 0)
+
+
+def _s(x: Any) -> Any:
+    """States x as the one-pass kernels take them, copied only when they must be."""
+    return x if _whole_states(x) else np.ascontiguousarray(x)
+
+
 def _rows_target(out: Any, own: Any, *others: Any) -> Any:
     """Where a one-pass kernel writes the result that replaces ``own`` (U forward, W
-    backward): own itself (out is own, C-contiguous: each row is read before it is
+    backward): own itself (out is own, whole states: each row is read before it is
     written), out when it is C-contiguous and shares no memory with the inputs, else a
     new array (copied into out afterwards)."""
-    if out is own and own.flags.c_contiguous:
+    if out is own and _whole_states(own):
         return own
     if (out is not None and out is not own and out.flags.c_contiguous
             and not any(np.may_share_memory(out, y) for y in (own,) + others)):
@@ -276,7 +294,7 @@ def _rows_step(u: Any, K: Any, b: Any, h: Any, code: int, out: Any = None) -> An
     """u + h * act(u @ K^T + b) by the one-pass kernel, single or stacked, into out
     (u itself included) when given."""
     target = _rows_target(out, u, K, b)
-    _host_dense.dense_rows_step(_c(u), _c(K), _c(b), _small(h), code, target)
+    _host_dense.dense_rows_step(_s(u), _c(K), _c(b), _small(h), code, target)
     return target if out is None or target is out else _into(out, target)
 
 
@@ -285,20 +303,20 @@ def _rows_adjoint(w: Any, u: Any, K: Any, b: Any, h: Any, code: int,
     """w + (h w act'(u @ K^T + b)) @ K by the one-pass kernel, into out (w itself
     included) when given."""
     target = _rows_target(out, w, u, K, b)
-    _host_dense.dense_rows_adjoint(_c(w), _c(u), _c(K), _c(b), _small(h), code, target)
+    _host_dense.dense_rows_adjoint(_s(w), _s(u), _c(K), _c(b), _small(h), code, target)
     return target if out is None or target is out else _into(out, target)
 
 
 def _rows_gradient(w: Any, u: Any, K: Any, b: Any, h: Any, code: int) -> Tuple[Any, Any]:
     """(g^T @ u, g summed over the rows), g = h w act'(u @ K^T + b): the one-pass kernel."""
-    return _host_dense.dense_rows_gradient(_c(w), _c(u), _c(K), _c(b), _small(h), code)
+    return _host_dense.dense_rows_gradient(_s(w), _s(u), _c(K), _c(b), _small(h), code)
 
 
 def _rows_adjoint_and_gradient(w: Any, u: Any, K: Any, b: Any, h: Any,
                                code: int) -> Tuple[Any, Any, Any]:
     """(_rows_adjoint, *_rows_gradient) in one pass: g formed once per row."""
     r = np.empty(w.shape, w.dtype)
-    dK, db = _host_dense.dense_rows_adjoint_gradient(_c(w), _c(u), _c(K), _c(b), _small(h),
+    dK, db = _host_dense.dense_rows_adjoint_gradient(_s(w), _s(u), _c(K), _c(b), _small(h),
                                                      code, r)
     return r, dK, db
 

@@ -21,8 +21,11 @@ import dataclasses
 import math
 from typing import Dict, List, Optional, Tuple
 
+import numpy as np
+
+from ..adjoint.solver import interval_positions
 from .calibration import Calibration, LayerCosts, Link
-from .schedule import Cycle, Op, Timeline, block_ranges, simulate, solve_program
+from .schedule import Cycle, Op, Timeline, block_ranges, hierarchy, simulate, solve_program
 
 __all__ = ["NetSpec", "Strategy", "Prediction", "predict", "allreduce_seconds", "band_share",
            "memory_per_rank", "check_strategy", "serial_seconds", "NETWORKS", "network_spec",
@@ -379,6 +382,32 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
     def agreements(n: int) -> List[Op]:
         return [Op("allreduce", "agreement")] * n
 
+    levels = hierarchy(s.cycle, P)
+    cf0 = levels[0].cf if len(levels) > 1 else 1
+
+    def gradient_calls(ns: np.ndarray) -> List[Op]:
+        """The batched parameter-gradient calls of the steps ns (GradientSolver): on the
+        host one per position in the level-0 intervals (braidpy.adjoint's
+        interval_positions), read in place where both the primal states and the adjoint
+        values are F-points, else stacked first (measured calibrations price the
+        stacking; older ones as the glue's); on a device one call, stacked."""
+        out: List[Op] = []
+        host = cal.device == "cpu"
+        for group in (interval_positions(ns, cf0) if host else [ns]):
+            n0, count = int(group[0]), len(group)
+            grad = Op("step", "grad", 0, count, batch=True)
+            stacked = not host or cf0 <= 1 or n0 % cf0 == 0 or (N - 1 - n0) % cf0 == 0
+            if stacked and layer.stack is not None:  # the stacking is this call's glue
+                out += [Op("work", "stack", 0, 2 * count, seconds=layer.stack.seconds(
+                    2 * count, glue_samples)), grad]
+            elif stacked and layer.glue is not None:
+                out.append(Op("work", "glue", 0, 2 * count, seconds=layer.glue.seconds(
+                    2 * count, glue_samples)))
+                out += with_glue([grad])
+            else:
+                out.append(grad)
+        return out
+
     trainer = AGREEMENTS_PER_GRADIENT - 2 * SOLVE_END_COLLECTIVES - OBJECTIVE_COLLECTIVES - \
         GRADIENT_COLLECTIVES
     for p in range(P):
@@ -402,18 +431,7 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
         steps = hi - lo + 1 - (1 if lo == 0 else 0)  # step n belongs to t_{n+1}'s rank
         if steps > 0:
             if s.cycle.batched:
-                # the final adjoints and the primal states stacked for the one call
-                # (measured calibrations only; older ones price it as the glue's)
-                grad = Op("step", "grad", 0, steps, batch=True)
-                if layer.stack is not None:  # the stacking is this call's glue
-                    ops += [Op("work", "stack", 0, 2 * steps, seconds=layer.stack.seconds(
-                        2 * steps, glue_samples)), grad]
-                elif layer.glue is not None:
-                    ops.append(Op("work", "glue", 0, 2 * steps, seconds=layer.glue.seconds(
-                        2 * steps, glue_samples)))
-                    ops += with_glue([grad])
-                else:
-                    ops.append(grad)
+                ops += gradient_calls(np.arange(max(lo - 1, 0), hi))
             else:
                 ops += with_glue([Op("step", "grad", 0, 1)] * steps)
         ops += agreements(GRADIENT_COLLECTIVES)

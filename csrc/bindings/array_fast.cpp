@@ -253,6 +253,43 @@ bool fast_stack(PyObject* const* srcs, Py_ssize_t n, PyObject** out) {
   return true;
 }
 
+bool fast_stack_view(PyObject* const* srcs, Py_ssize_t n, PyObject** out) {
+  if (n < 1) return false;
+  F64View ref;
+  if (!as_f64(srcs[0], ref) || ref.size < 1) return false;
+  auto* fa = pyd::array_proxy(srcs[0]);
+  PyObject* block = fa->base;
+  auto& api = pyd::npy_api::get();
+  if (block == nullptr || Py_TYPE(block) != api.PyArray_Type_) return false;
+  // Every source a whole row of one C-contiguous block, evenly spaced (either way).
+  F64View B;
+  if (!as_f64(block, B)) return false;
+  const auto* lo = reinterpret_cast<const char*>(B.data);
+  const auto* hi = lo + B.size * static_cast<Py_ssize_t>(sizeof(double));
+  const Py_ssize_t bytes = ref.size * static_cast<Py_ssize_t>(sizeof(double));
+  const Py_ssize_t gap = n > 1 ? pyd::array_proxy(srcs[1])->data - fa->data : bytes;
+  if (gap % bytes != 0 || gap == 0) return false;
+  for (Py_ssize_t k = 0; k < n; ++k) {
+    auto* a = pyd::array_proxy(srcs[k]);
+    if (a->base != block || !f64_like(srcs[k], fa) || a->data != fa->data + k * gap ||
+        a->data < lo || a->data + bytes > hi)
+      return false;
+  }
+  std::vector<pybind11::ssize_t> shape{static_cast<pybind11::ssize_t>(n)};
+  std::vector<pybind11::ssize_t> strides{static_cast<pybind11::ssize_t>(gap)};
+  for (int d = 0; d < fa->nd; ++d) {
+    shape.push_back(fa->dimensions[d]);
+    strides.push_back(fa->strides[d]);
+  }
+  pybind11::array view(pybind11::dtype::of<double>(), shape, strides,
+                       reinterpret_cast<const double*>(fa->data),
+                       pybind11::reinterpret_borrow<pybind11::object>(block));
+  // Read-only: the rows stay the Core's stored values.
+  pyd::array_proxy(view.ptr())->flags &= ~pyd::npy_api::NPY_ARRAY_WRITEABLE_;
+  *out = view.release().ptr();
+  return true;
+}
+
 bool fast_stack_into(PyObject* const* srcs, Py_ssize_t n, PyObject* out) {
   if (n < 1) return false;
   F64View ref, O;

@@ -34,6 +34,10 @@ bool fast_norm_vdot(PyObject* u, double* out);
 
 // srcs (float64, C-contiguous, one shape) stacked into a new array; false otherwise.
 bool fast_stack(PyObject* const* srcs, Py_ssize_t n, PyObject** out);
+// A read-only view stacking srcs without a copy, when they are whole rows (float64,
+// C-contiguous, one shape) of one C-contiguous block (their common base: the rows of
+// fast_clone_block), evenly spaced in either direction; false otherwise.
+bool fast_stack_view(PyObject* const* srcs, Py_ssize_t n, PyObject** out);
 // The same into `out`: a writable float64 C-contiguous array of shape (n, *shape) that
 // shares no memory with any source; false (nothing written) otherwise.
 bool fast_stack_into(PyObject* const* srcs, Py_ssize_t n, PyObject* out);

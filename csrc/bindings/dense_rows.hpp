@@ -46,10 +46,12 @@ constexpr Index kMaxWidth = 32;
 // What one call computes.
 enum Mode : int { kForward = 0, kAdjoint = 1, kGradient = 2, kAdjointGradient = 3 };
 
-// One call's operands: m intervals of rows x width states, C-contiguous. Per interval
-// iv: U[iv] (and W[iv]) (rows, width), K[iv] (width, width), b[iv] (width,), h[iv];
-// out[iv] (rows, width) receives the step or the adjoint (it may be U, resp. W, itself:
-// each row is read whole before it is written); dK[iv], db[iv] the gradient.
+// One call's operands: m intervals of rows x width states, each interval's state
+// C-contiguous. Per interval iv: U + iv su (and W + iv sw) (rows, width), K[iv] (width,
+// width), b[iv] (width,), h[iv]; out + iv so (rows, width) receives the step or the
+// adjoint (it may be U, resp. W, itself: each row is read whole before it is written);
+// dK[iv], db[iv] the gradient. The interval strides su, sw, so (in elements, any sign)
+// let a stack be a strided view, such as every cf-th state of a stored trajectory.
 template <class T>
 struct Job {
   const T* U;
@@ -61,6 +63,7 @@ struct Job {
   T* dK;
   T* db;
   Index m, rows, width;
+  Index su, sw, so;
 };
 
 // KT <- K^T (n x n): the product then reads a row of KT per input column.
@@ -348,18 +351,17 @@ BRAIDPY_ROWS_INLINE void backward_interval(const T* U, const T* W, const T* K, c
 template <class T, int A, int N, int M>
 BRAIDPY_ROWS_INLINE void run_job(const Job<T>& job) {
   const Index n = N ? N : job.width;
-  const Index states = job.rows * n;
   for (Index iv = 0; iv < job.m; ++iv) {
     const T* K = job.K + iv * n * n;
     const T* b = job.b + iv * n;
-    const T* U = job.U + iv * states;
+    const T* U = job.U + iv * job.su;
     if constexpr (M == kForward) {
-      forward_interval<T, A, N>(U, K, b, job.h[iv], job.out + iv * states, job.rows, n);
+      forward_interval<T, A, N>(U, K, b, job.h[iv], job.out + iv * job.so, job.rows, n);
     } else {
       constexpr bool kAdj = M == kAdjoint || M == kAdjointGradient;
       constexpr bool kGrad = M == kGradient || M == kAdjointGradient;
       backward_interval<T, A, N, kAdj, kGrad>(
-          U, job.W + iv * states, K, b, job.h[iv], kAdj ? job.out + iv * states : nullptr,
+          U, job.W + iv * job.sw, K, b, job.h[iv], kAdj ? job.out + iv * job.so : nullptr,
           kGrad ? job.dK + iv * n * n : nullptr, kGrad ? job.db + iv * n : nullptr, job.rows,
           n);
     }

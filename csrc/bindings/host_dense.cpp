@@ -17,6 +17,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../cuda/kernels.hpp"
@@ -294,10 +295,51 @@ void rows_mode(int mode, int act, const Job<T>& job) {
   }
 }
 
+// A state operand of the one-pass kernels: C-contiguous, or a 3-D stack whose intervals
+// are C-contiguous (rows, width) states at any distance apart, in either direction: a
+// strided view such as every cf-th state of a stored trajectory, which the adjoint's
+// batched steps read (copying it cost as much as the step).
+py::array as_states(const char* where, const char* name, py::handle x) {
+  if (!py::isinstance<py::array>(x))
+    throw py::type_error(std::string(where) + ": " + name + " must be a NumPy array");
+  py::array a = py::reinterpret_borrow<py::array>(x);
+  if (a.flags() & py::array::c_style) return a;
+  const py::ssize_t item = a.itemsize();
+  if (a.ndim() == 3 && (a.shape(2) <= 1 || a.strides(2) == item) &&
+      (a.shape(1) <= 1 || a.strides(1) == a.shape(2) * item) && a.strides(0) % item == 0)
+    return a;
+  throw py::value_error(std::string(where) + ": " + name +
+                        " must be C-contiguous, or a 3-D stack of C-contiguous states");
+}
+
+// The distance between a state operand's intervals, in elements.
+Index interval_stride(const py::array& a, const Dims& d) {
+  if (a.ndim() != 3 || d.m <= 1) return d.rows * d.width;
+  return static_cast<Index>(a.strides(0) / a.itemsize());
+}
+
+// [lowest, highest) byte addresses that a's elements occupy, for strides of any sign.
+std::pair<const char*, const char*> extent(const py::array& a) {
+  const char* lo = static_cast<const char*>(a.data());
+  const char* hi = lo;
+  if (a.size() == 0) return {lo, hi};
+  for (py::ssize_t k = 0; k < a.ndim(); ++k) {
+    const py::ssize_t reach = (a.shape(k) - 1) * a.strides(k);
+    (reach < 0 ? lo : hi) += reach;
+  }
+  return {lo, hi + a.itemsize()};
+}
+
 bool overlap(const py::array& a, const py::array& b) {
-  const auto* a0 = static_cast<const char*>(a.data());
-  const auto* b0 = static_cast<const char*>(b.data());
-  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
+  const auto ea = extent(a), eb = extent(b);
+  return ea.first < eb.second && eb.first < ea.second;
+}
+
+bool same_layout(const py::array& a, const py::array& b) {
+  if (a.data() != b.data() || a.ndim() != b.ndim()) return false;
+  for (py::ssize_t k = 0; k < a.ndim(); ++k)
+    if (a.shape(k) > 1 && a.strides(k) != b.strides(k)) return false;
+  return true;
 }
 
 // The arrays of one product-included call, checked; gradient: fresh dK (K's shape) and
@@ -319,8 +361,8 @@ RowsCall check_rows(const char* where, int mode, py::handle Uh, py::handle Wh, p
   const bool gradient = mode == dense_rows::kGradient || mode == dense_rows::kAdjointGradient;
   const bool writes = !backward || adjoint;
   RowsCall c;
-  c.U = as_array(where, "U", Uh);
-  c.W = backward ? as_array(where, "W", Wh) : c.U;
+  c.U = as_states(where, "U", Uh);
+  c.W = backward ? as_states(where, "W", Wh) : c.U;
   c.K = as_array(where, "K", Kh);
   c.b = as_array(where, "b", bh);
   c.d = check(where, c.U, c.W, c.b, h, c.f64, "U");
@@ -336,7 +378,7 @@ RowsCall check_rows(const char* where, int mode, py::handle Uh, py::handle Wh, p
     throw py::value_error(w + ": K must be U's dtype, shaped " +
                           (nd == 3 ? "(m, width, width)" : "(width, width)"));
   if (writes) {
-    c.out = as_array(where, "out", outh);
+    c.out = as_states(where, "out", outh);
     if (!c.out.writeable()) throw py::value_error(w + ": out must be writable");
     if (!same_dtype(c.out.dtype(), c.U.dtype()) || c.out.ndim() != nd)
       throw py::value_error(w + ": out must have U's shape and dtype");
@@ -346,7 +388,7 @@ RowsCall check_rows(const char* where, int mode, py::handle Uh, py::handle Wh, p
     // out may be the array it replaces (U forward, W backward: each row is read whole
     // before it is written), or lie apart from every input.
     const py::array& own = backward ? c.W : c.U;
-    const bool same = c.out.data() == own.data();
+    const bool same = same_layout(c.out, own);
     for (const py::array* a : {&c.U, &c.W, &c.K, &c.b})
       if (!(same && a->data() == own.data()) && overlap(c.out, *a))
         throw py::value_error(w + ": out must be " + (backward ? "W" : "U") +
@@ -377,7 +419,10 @@ void run_rows_typed(int mode, int act, RowsCall& c, py::handle h) {
              gradient ? static_cast<T*>(c.db.mutable_data()) : nullptr,
              c.d.m,
              c.d.rows,
-             c.d.width};
+             c.d.width,
+             interval_stride(c.U, c.d),
+             interval_stride(c.W, c.d),
+             writes ? interval_stride(c.out, c.d) : 0};
   rows_mode<T>(mode, act, job);
 }
 

@@ -247,19 +247,27 @@ class PySolver {
     return py::reinterpret_borrow<py::object>(static_cast<PyObject*>(u));
   }
 
+  // srcs <- the stored vectors at start, start + step, ... (before stop); false when
+  // one is missing.
+  bool stored_range(braid::Index start, braid::Index stop, braid::Index step,
+                    std::vector<PyObject*>& srcs) const {
+    check_idle();
+    if (step == 0) throw py::value_error("step must not be zero");
+    for (braid::Index i = start; step > 0 ? i < stop : i > stop; i += step) {
+      Vec u = solver_->stored(i);
+      if (u == nullptr) return false;
+      srcs.push_back(static_cast<PyObject*>(u));
+    }
+    return true;
+  }
+
   // The stored vectors at start, start + step, ... (before stop), stacked into one
   // new float64 array; None when one is missing or they are not all float64 NumPy
   // arrays of one shape (the caller then gathers them itself).
   py::object stored_block(braid::Index start, braid::Index stop, braid::Index step,
                           py::object into) const {
-    check_idle();
-    if (step == 0) throw py::value_error("step must not be zero");
     std::vector<PyObject*> srcs;
-    for (braid::Index i = start; step > 0 ? i < stop : i > stop; i += step) {
-      Vec u = solver_->stored(i);
-      if (u == nullptr) return py::none();
-      srcs.push_back(static_cast<PyObject*>(u));
-    }
+    if (!stored_range(start, stop, step, srcs)) return py::none();
     PyObject* out = nullptr;
     const auto n = static_cast<Py_ssize_t>(srcs.size());
     // Into a given array (a buffer reused from solve to solve: no new pages to fault in
@@ -275,6 +283,18 @@ class PySolver {
       if (p == braidpy::DevicePath::kDone) return py::reinterpret_steal<py::object>(out);
     }
     return py::none();
+  }
+
+  // The stored vectors at start, start + step, ... (before stop) as one read-only view
+  // without a copy, when they are evenly spaced rows of one block (as a lockstep sweep
+  // stores them); None otherwise (stored_block copies).
+  py::object stored_view(braid::Index start, braid::Index stop, braid::Index step) const {
+    std::vector<PyObject*> srcs;
+    PyObject* out = nullptr;
+    if (!stored_range(start, stop, step, srcs) ||
+        !fast_stack_view(srcs.data(), static_cast<Py_ssize_t>(srcs.size()), &out))
+      return py::none();
+    return py::reinterpret_steal<py::object>(out);
   }
 
   py::object final_value() const {
@@ -399,6 +419,8 @@ PYBIND11_MODULE(_core, m) {
       .def("stored", &PySolver::stored, py::arg("index"))
       .def("stored_block", &PySolver::stored_block, py::arg("start"), py::arg("stop"),
            py::arg("step") = 1, py::arg("out") = py::none())
+      .def("stored_view", &PySolver::stored_view, py::arg("start"), py::arg("stop"),
+           py::arg("step") = 1)
       .def("set_initial_condition", &PySolver::set_initial_condition, py::arg("u"))
       .def("reset_guess", &PySolver::reset_guess)
       .def("interrupt", &PySolver::interrupt)
