@@ -131,6 +131,9 @@ class FailingAdjoint(DecayRate):
         self._maybe("running_objective")
         return super()._running_objective(u, t, status)
 
+    def primal_solved(self):
+        self._maybe("primal_solved")
+
 
 def _run_adjoint(comm, where):
     from braidpy.adjoint import gradient
@@ -143,6 +146,7 @@ ERROR_CASES = {
     "step_adjoint": lambda c: _run_adjoint(c, "step_adjoint"),
     "step_gradient": lambda c: _run_adjoint(c, "step_gradient"),
     "running_objective": lambda c: _run_adjoint(c, "running_objective"),
+    "primal_solved": lambda c: _run_adjoint(c, "primal_solved"),
     "step_fine_iteration1": lambda c: _run(c, "step", lambda s: s.level == 0 and s.iteration == 1),
     "step_coarse_level": lambda c: _run(c, "step", lambda s: s.level == 2 and s.iteration == 2),
     "step_final_sweep": lambda c: _run(c, "step", lambda s: s.done),

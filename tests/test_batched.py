@@ -219,24 +219,32 @@ def test_resnet_gradient_matches_hand_written_backprop(batch):
         dK, db = g.gradients[k]
         np.testing.assert_allclose(dK, grads[k][0], rtol=1e-9, atol=1e-12, err_msg=str(k))
         np.testing.assert_allclose(db, grads[k][1], rtol=1e-9, atol=1e-12, err_msg=str(k))
-    # The batched paths really ran (the gradients always come from step_gradient_batch,
-    # one call per position in the intervals of cf 4: see the next test).
-    assert app.gradient_batches == 4
+    # The batched paths really ran (the gradients always come from step_gradient_batch;
+    # states this small in one call: see the next test).
+    assert app.gradient_batches == 1
     assert (g.primal.counts["step_batch"] > 0) == batch, g.primal.counts
     assert (g.adjoint.counts["step_batch"] > 0) == batch, g.adjoint.counts
 
 
+@pytest.mark.parametrize("by_position", [True, False])
 @pytest.mark.parametrize("batch", [True, False])
 @pytest.mark.parametrize("chunk_rows", [1, 5, 48])
-def test_gradient_calls_are_chunked_by_bytes_with_the_same_gradients(chunk_rows, batch):
-    """The final step_gradient_batch calls go position by position in the level-0
-    intervals (n mod cf): where lockstep sweeps stored those primal states and adjoint
-    values as blocks (F-points of both with batch=True) one call reads them in place;
-    elsewhere
-    GradientSolver.gradient_chunk_bytes splits a position's steps into calls of at most
-    that many bytes of adjoint rows. Each row has its own step's primal state, and the
-    gradients equal hand-written backprop whatever the split."""
+def test_gradient_calls_are_chunked_by_bytes_with_the_same_gradients(chunk_rows, batch,
+                                                                      by_position,
+                                                                      monkeypatch):
+    """Large states: the final step_gradient_batch calls go position by position in the
+    level-0 intervals (n mod cf): where lockstep sweeps stored those primal states and
+    adjoint values as blocks (F-points of both with batch=True) one call reads them in
+    place; elsewhere GradientSolver.gradient_chunk_bytes splits a position's steps into
+    calls of at most that many bytes of adjoint rows. Small states (below
+    POSITION_MIN_BYTES a position, as these are by default) go in chunks of consecutive
+    steps. Each row has its own step's primal state, and the gradients equal
+    hand-written backprop whatever the split."""
     from braidpy.adjoint import GradientSolver
+    from braidpy.adjoint import solver as adjoint_solver
+
+    if by_position:
+        monkeypatch.setattr(adjoint_solver, "POSITION_MIN_BYTES", 0)
 
     class Recorded(DenseResNet):
         def __init__(self, n):
@@ -255,11 +263,11 @@ def test_gradient_calls_are_chunked_by_bytes_with_the_same_gradients(chunk_rows,
     solver.gradient_chunk_bytes = chunk_rows * app.u0.nbytes
     g = solver.evaluate()
     want = []
-    for r in range(4):
-        steps = list(range(r, n, 4))
+    for r in range(4) if by_position else [None]:
+        steps = list(range(r, n, 4)) if by_position else list(range(n))
         # Primal F-points (r != 0) whose adjoint values w_{n+1} are adjoint F-points
         # too (m = 47 - n, r != 3): both in the lockstep's blocks, read in place.
-        if batch and r not in (0, 3):
+        if by_position and batch and r not in (0, 3):
             want.append(steps)
         else:
             want += [steps[a:a + chunk_rows] for a in range(0, len(steps), chunk_rows)]

@@ -538,6 +538,11 @@ NOT_RUN = {
     "serial os2-FCF os12-F": "a benchmark: 2 x 10 steps of 256 layers at 5000 samples",
     "python benchmarks/bench_work_ratio.py --settings serial os12-F os2-FCF os1-F --steps 20":
         "a benchmark: 4 settings x 3 runs x 20 steps of 256 layers (minutes)",
+    "python benchmarks/bench_work_ratio.py --settings serial os12-F os2-FCF --repeats 2":
+        "a benchmark: 3 settings x 2 runs x 10 or 20 steps of 256 layers (minutes)",
+    "python benchmarks/bench_batched.py --batches 1": "a benchmark (4096 layers)",
+    "python benchmarks/bench_batched.py --batches 1 --tables gradient":
+        "a benchmark (4096 layers)",
     # docs/benchmarks.md, docs/batching.md, docs/torch.md, docs/architecture.md, gpu.md
     "python benchmarks/bench_overhead.py": "a benchmark",
     "python benchmarks/bench_vs_pymgrit.py --repeats 5":

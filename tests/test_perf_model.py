@@ -265,24 +265,22 @@ def test_glue_and_fixed_costs_enter_by_hand():
     assert after.parts["vec"] == pytest.approx(2.0 * vec)
     assert after.seconds == pytest.approx(before.seconds + 0.5 * steps + 3.0 +
                                           (2.0 - lc.sweep_batched) * vec)
-    # batched: one gradient call per position in the intervals of cf 2 (steps 0, 2, 4, 6
-    # and 1, 3, 5, 7); each position holds C-points of the primal (n even) or of the
-    # adjoint (7 - n even), so both are stacked first: copies, priced as glue
+    # batched: the states stacked for the one gradient call (small states: not split by
+    # position, braidpy.adjoint.gradient_groups) are copies, priced as glue
     batched = predict(net, strategy(1, batched=True), glued, record=True)
     glue_ops = [e.op for e in batched.timeline.events if e.op.tag == "glue"]
     calls = sum(e.op.kind == "step" for e in batched.timeline.events)
-    grads = [e.op.rows for e in batched.timeline.events if e.op.tag == "grad"]
-    assert grads == [4, 4]
-    assert len(glue_ops) == calls + 2 and batched.parts["glue"] == 0.5 * (calls + 2)
-    stack = [op for op in glue_ops if op.rows == 2 * 4]
-    assert len(stack) == 2  # 2 states for each of a position's 4 gradients
+    assert len(glue_ops) == calls + 1 and batched.parts["glue"] == 0.5 * (calls + 1)
+    stack = [op for op in glue_ops if op.rows == 2 * 8]
+    assert len(stack) == 1  # 2 states for each of the 8 layers' gradients
 
 
 def test_gradient_calls_read_f_point_positions_in_place():
-    """With cf 4 (N 8) the positions whose primal states and adjoint values are both
-    F-points (steps 1, 5 and 2, 6) are read in place: no stacking before their calls;
-    on a device one call, stacked."""
-    net = NetSpec("dense", (4,), 8, 10)
+    """With states of 1 MiB and more (braidpy.adjoint.POSITION_MIN_BYTES per position)
+    and cf 4 (N 8), one gradient call per position, and those whose primal states and
+    adjoint values are both F-points (steps 1, 5 and 2, 6) are read in place: no
+    stacking before their calls; on a device one call, stacked; small states one call."""
+    net = NetSpec("dense", (4,), 8, 2 ** 15)  # 1 MiB states
     plain = made_up()
     lc = plain.layers[0]
     glued = Calibration((LayerCosts(**{**lc.__dict__, "glue": CostFit(0.5, 0.0)}),)
@@ -296,6 +294,9 @@ def test_gradient_calls_read_f_point_positions_in_place():
     on_device = dataclasses.replace(glued, device="cuda:0")
     pred = predict(net, strategy(1, cf=4, batched=True), on_device, record=True)
     assert [e.op.rows for e in pred.timeline.events if e.op.tag == "grad"] == [8]
+    small = predict(NetSpec("dense", (4,), 8, 10), strategy(1, cf=4, batched=True), glued,
+                    record=True)
+    assert [e.op.rows for e in small.timeline.events if e.op.tag == "grad"] == [8]
 
 
 def test_fixed_parallel_costs_enter_only_across_ranks():
@@ -385,10 +386,8 @@ def test_the_gradient_call_takes_its_own_factor():
 
 
 def test_measured_stacking_replaces_the_gradient_calls_glue():
-    """With ``stack`` measured, each batched gradient call (one per position in the
-    intervals of cf 2, both stacked: see test_glue_and_fixed_costs_enter_by_hand) is
-    preceded by the stacking (2 states per layer, its own law) instead of glue: exactly
-    its seconds more."""
+    """With ``stack`` measured, the batched gradient call is preceded by the stacking
+    (2 states per layer, its own law) instead of glue: exactly its seconds more."""
     net = NetSpec("dense", (4,), 8, 10)
     plain = made_up(vec=0.25)
     lc = plain.layers[0]
@@ -400,13 +399,11 @@ def test_measured_stacking_replaces_the_gradient_calls_glue():
     before = predict(net, strategy(1, batched=True), cal(glued), record=True)
     after = predict(net, strategy(1, batched=True), cal(stacked), record=True)
     ops = [e.op for e in after.timeline.events]
-    calls = [i for i, op in enumerate(ops) if op.kind == "step" and op.tag == "grad"]
-    assert len(calls) == 2
-    for k in calls:
-        assert ops[k - 1].tag == "stack" and ops[k - 1].rows == 2 * 4
-    assert after.parts["stack"] == 2 * (1.0 + 0.25 * 8 * 10)  # a + b * rows * samples
-    # each call's glue (0.5) and glue-priced stacking (0.5) are gone
-    assert after.seconds == pytest.approx(before.seconds - 2.0 + after.parts["stack"])
+    [k] = [i for i, op in enumerate(ops) if op.kind == "step" and op.tag == "grad"]
+    assert ops[k - 1].tag == "stack" and ops[k - 1].rows == 2 * 8
+    assert after.parts["stack"] == 1.0 + 0.25 * 16 * 10  # a + b * rows * samples
+    # the glue of the call (0.5) and the glue-priced stacking (0.5) are gone
+    assert after.seconds == pytest.approx(before.seconds - 1.0 + after.parts["stack"])
 
 
 def test_braidpy_message_and_agreement_costs_enter_by_hand():
@@ -959,8 +956,7 @@ def test_predictions_beyond_the_calibrated_calls_say_so():
     small = predict(NetSpec("dense", (4,), 4, 100), batched(4), cal)
     assert not any("extrapolated" in n for n in small.notes)
     big = predict(NetSpec("dense", (4,), 64, 1000), batched(64), cal)
-    # the largest calls: the gradients of one position in the intervals, 64 / 2 steps
-    assert "calls of up to 32 states extrapolated from the calibrated 4 (braidpy calibrate " \
-           "--rows ... 32)" in big.notes
+    assert "calls of up to 64 states extrapolated from the calibrated 4 (braidpy calibrate " \
+           "--rows ... 64)" in big.notes
     assert "1000 samples per call extrapolated from the calibrated 100 (braidpy calibrate " \
            "--samples ... 1000)" in big.notes

@@ -295,6 +295,31 @@ def test_adjoint_batches_read_primal_states_in_place_and_gradients_unchanged(mon
     assert viewed[0][0] != viewed[1][0]
 
 
+def test_with_f_relaxation_every_adjoint_and_gradient_call_reads_in_place(monkeypatch):
+    """A cold start gathers the fine C-points into one block (Solver::gather_c_points);
+    F-relaxation updates them where they lie, and a new initial condition is copied into
+    its row (Ops::copy_alike): every batched adjoint call and every gradient call then
+    reads the primal states and adjoint values in place, nothing is stacked."""
+    from braidpy.adjoint import solver as adjoint_solver
+
+    monkeypatch.setattr(adjoint_solver, "POSITION_MIN_BYTES", 0)  # these states are small
+    net, params, X, C = _resnet(nlayers=32, samples=30)
+    mgrit = dict(cfactor=4, max_levels=2, skip=False, nrelax=0)
+    app = _SeesPrimalRows(net, params, X, C)
+    solver = GradientSolver(app, 0.0, net.tstop, 32, primal=mgrit, oneshot=(1, 2))
+    stacked = []
+    block = Core.stored_block
+    monkeypatch.setattr(Core, "stored_block",
+                        lambda self, *a, **k: stacked.append(a) or block(self, *a, **k))
+    first = solver.evaluate()
+    u0 = solver.primal_core.stored(0)
+    solver.primal_core.set_initial_condition(app.initial_state() + 0.5)
+    second = solver.evaluate()
+    assert solver.primal_core.stored(0) is u0  # the new value went into the old row
+    assert stacked == [] and app.seen and all(view for _, view, _ in app.seen), app.seen
+    assert first.objective != second.objective
+
+
 def test_stored_view_is_a_read_only_view_of_evenly_spaced_rows_of_one_block():
     """Core.stored_view: the rows a lockstep sweep stored as one block, either direction,
     without a copy; None where they are not (C-points, mixed blocks, float32)."""

@@ -8,11 +8,11 @@ from braidpy.nn import ResNet
 from braidpy.train import LayerParallelEvaluator, TrainConfig, Trainer
 
 
-def dense_problem(nlayers=16, batch=24, seed=3):
+def dense_problem(nlayers=16, batch=24, seed=3, activation="tanh"):
     rng = np.random.default_rng(seed)
     X = rng.uniform(-3, 3, size=(batch, 2))
     C = np.eye(3)[rng.integers(0, 3, size=batch)]
-    net = ResNet((2,), 3, width=4, nlayers=nlayers, tstop=2.0, activation="tanh")
+    net = ResNet((2,), 3, width=4, nlayers=nlayers, tstop=2.0, activation=activation)
     return net, X, C
 
 
@@ -81,6 +81,28 @@ def _training_case(mode, optimizer, comm, **extra):
             "params": trainer.params.tolist()}
 
 
+def _kept_slopes_case(comm):
+    """One-shot training of a smooth_relu network, whose adjoint keeps the activation's
+    slopes (braidpy.nn.dense.SlopeCache), and the same training with none kept: the
+    same bits, on every rank."""
+    runs, counts = [], None
+    for keep in (True, False):
+        net, X, C = dense_problem(nlayers=16, batch=30, activation="smooth_relu")
+        if not keep:
+            net.layer.slope_cache = lambda nlayers: None
+        cfg = TrainConfig(mode="oneshot", optimizer="lbfgs", iterations=4, mgrit=MGRIT,
+                          seed=2, m1=1, m2=2, relax="F")
+        trainer = Trainer(net, (X, C), None, cfg, comm=comm)
+        history = trainer.run()
+        runs.append({"loss": [r["loss"] for r in history], "params": trainer.params.tolist()})
+        if keep:
+            slopes = trainer.evaluator.app.slope_cache
+            counts = [slopes.kept > 0, slopes.given > 0]
+    assert_split(comm, trainer.evaluator.solver.primal_core.owned, net.nlayers + 1, "layers")
+    assert runs[0] == runs[1], "kept slopes changed the training"
+    return {**runs[0], "kept and given on this rank": counts}
+
+
 CASES = {
     "dense_gradient": lambda comm: _gradient_case(dense_problem, comm),
     "conv_gradient": lambda comm: _gradient_case(conv_problem, comm),
@@ -93,4 +115,5 @@ CASES = {
     "train_oneshot_quality_checks": lambda comm: _training_case(
         "oneshot", "lbfgs", comm, m1=1, m2=1, relax="F", quality_check_every=2,
         quality_floor=0.99999999),
+    "train_oneshot_kept_slopes": _kept_slopes_case,
 }

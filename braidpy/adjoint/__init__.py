@@ -40,10 +40,16 @@ docs/batching.md):
     t0. Update W in place or return a new stacked array.
 ``step_gradient_batch(W, U, t0s, t1s, status)``
     The gradients of m steps at once (after the adjoint solve; the steps this rank
-    owns, evenly spaced in each call: for NumPy states one call per position in the
-    level-0 intervals, or its chunks, see :func:`interval_positions`): return a sequence
+    owns, evenly spaced in each call: for large NumPy states one call per position in
+    the level-0 intervals, or its chunks, see :func:`gradient_groups`): return a sequence
     of m per-step gradients (entries may be None), or None if you accumulate yourself.
     W and U are read-only.
+
+``primal_solved()`` (optional)
+    Called on every rank each time the objective of a primal solve is evaluated
+    (:meth:`GradientSolver.evaluate`, ``objective``, ``solve_adjoint``), before any
+    adjoint step that reads its states: forget what was cached from earlier primal
+    states (:class:`braidpy.nn.ResNetApp` forgets its kept activation slopes).
 
 Adjoint vectors use the app's clone/sum/norm/bufpack/bufunpack, so they must live in
 the same space as the states.
@@ -51,8 +57,8 @@ the same space as the states.
 
 from ..parallel.collectives import ordered_sum
 from .reversed import ReversedApp
-from .solver import Gradient, GradientSolver, gradient, interval_positions
+from .solver import Gradient, GradientSolver, gradient, gradient_groups, interval_positions
 from .status import AdjointStatus
 
 __all__ = ["AdjointStatus", "Gradient", "GradientSolver", "ReversedApp", "gradient",
-           "interval_positions", "ordered_sum"]
+           "gradient_groups", "interval_positions", "ordered_sum"]

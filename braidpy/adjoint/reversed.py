@@ -91,11 +91,12 @@ class ReversedApp(App):
     def end_evaluation(self) -> None:
         self.trajectory = None
 
-    def primal_rows(self, ns: np.ndarray) -> Any:
-        """The stacked primal states u_n for the fine indices ns, read-only for NumPy."""
+    def primal_rows(self, ns: np.ndarray, sl: Any = False) -> Any:
+        """The stacked primal states u_n for the fine indices ns, read-only for NumPy;
+        ``sl``: ns as a slice when the caller knows it (None: not evenly spaced)."""
         traj: Any = self.trajectory
         if traj is None:
-            return self._stored_rows(ns)
+            return self._stored_rows(ns, as_slice(ns) if sl is False else sl)
         rows = ns - self.trajectory_start
         # Other namespaces take no NumPy index array (array-api-strict refuses one, a GPU
         # would need it copied over); the rows are evenly spaced, so a strided view, copied.
@@ -110,21 +111,22 @@ class ReversedApp(App):
         ascending = slice(int(rows[-1]), int(rows[0]) + 1, -sl.step)
         return backend.clone(namespace(traj).flip(traj[ascending, ...], axis=0))
 
-    def _stored_rows(self, ns: np.ndarray) -> np.ndarray:
+    def _stored_rows(self, ns: np.ndarray, sl: Optional[slice]) -> np.ndarray:
         """NumPy states u_n for ns: a view of the primal Core's storage where a lockstep
         sweep stored them as one block (every cf-th state, as the batched F-sweeps ask
         for them), else gathered into a new array. Stacking the whole trajectory at each
         evaluation (82 MB for Peaks' 256 layers of 5000 x 8), then copying each call's
         strided rows out of it, had cost a third of a one-shot gradient."""
         primal = self.primal
-        sl = as_slice(ns)
-        rows = None
         if sl is not None:
-            start = int(ns[0])
-            stop = start + sl.step * len(ns)
-            rows = primal.stored_view(start, stop, sl.step)
-            if rows is None:
-                rows = primal.stored_block(start, stop, sl.step)
+            start, step = sl.start, sl.step
+            stop = start + step * len(ns)
+            rows = primal.stored_view(start, stop, step)  # read-only
+            if rows is not None:
+                return rows
+            rows = primal.stored_block(start, stop, step)
+        else:
+            rows = None
         if rows is None:
             rows = np.stack([primal.stored(int(n)) for n in ns])
         rows.flags.writeable = False  # an app writing into U gets an error, not bad states
@@ -209,7 +211,8 @@ class ReversedApp(App):
         st = self._batch_status(status, n0, n1,
                                 mirror_slice(status.fine_slice, N - stride, len(n0)))
         t0s, t1s = self._times_arr[n0], self._times_arr[n1]
-        r = self.app.step_adjoint_batch(stacked, self.primal_rows(n0), t0s, t1s, st)
+        r = self.app.step_adjoint_batch(stacked, self.primal_rows(n0, st.fine_slice), t0s,
+                                        t1s, st)
         if r is not None and r is not stacked:
             stacked[...] = r
         if stacked is not W:

@@ -189,6 +189,15 @@ class DenseLayer(_Layer):
         """A few words: ``"dense 8"``."""
         return f"dense {self.width}"
 
+    def slope_cache(self, nlayers: int) -> Any:
+        """A :class:`braidpy.nn.dense.SlopeCache` for ``nlayers`` layers of this layer's
+        activation (the NumPy kernels, relu or smooth_relu), which MGRIT's adjoint uses
+        to skip the product u K^T after its first visit of a layer; None otherwise."""
+        from .dense import SlopeCache  # the dense kernels' own module
+        if self.backend != "numpy" or not SlopeCache.takes(self.activation):
+            return None
+        return SlopeCache(self.activation, nlayers)
+
 
 class ConvLayer(_Layer):
     """Convolutional residual layer: u (batch, C, H, W) -> u + h * act(conv2d(u, K) + b).

@@ -43,6 +43,11 @@ class ResNetApp(App):
 
     Warm-start guesses for a cold solve (used to resume training exactly) can be put in
     :attr:`guess` and :attr:`adjoint_guesses` ({fine index: array}).
+
+    :attr:`slope_cache` is the layer's :class:`braidpy.nn.dense.SlopeCache` (dense layers
+    on the NumPy kernels; else None): the adjoint keeps the activation's slopes at its
+    first visit of a layer and reads them at the others, forgotten in
+    :meth:`primal_solved`.
     """
 
     def __init__(self, net: ResNet, params: Any, X: Any, C: Any = None):
@@ -55,6 +60,10 @@ class ResNetApp(App):
             self.array_namespace, self.array_device = where.xp, where.device
         self._views = net.views(params)
         self._u0: Any = None  # the opening's output, once computed
+        # The activation's slopes kept over one gradient's adjoint, where the layer
+        # offers it (braidpy.nn.dense.SlopeCache; reset by primal_solved).
+        make_cache = getattr(self.layer, "slope_cache", None)
+        self.slope_cache: Any = make_cache(net.nlayers) if callable(make_cache) else None
         self.set_batch(X, C)
         self._index = dict(zip(net.times.tolist(), range(len(net.times))))  # float keys
         self.classifier_grad: Dict[str, Any] = {}
@@ -66,6 +75,7 @@ class ResNetApp(App):
         self.net.check_data(X, C)
         self.X, self.C = X, C
         self._u0 = None
+        self.primal_solved()
 
     def initial_state(self) -> Any:
         """u_0 = opening(X) for the current parameters (a new array)."""
@@ -127,27 +137,46 @@ class ResNetApp(App):
         return cache[key]
 
     # ------------------------------------------------------------ adjoint
+    def primal_solved(self) -> None:
+        """Called by braidpy.adjoint on every rank when it evaluates the objective of a
+        primal solve, before any adjoint step (and by set_batch): the primal states are
+        new, so the kept slopes are forgotten."""
+        if self.slope_cache is not None:
+            self.slope_cache.reset()
+
     def step_adjoint_batch(self, W: Any, U: Any, t0s: Any, t1s: Any, status: Any) -> Any:
         """The adjoints W of the steps status.fine_indices, advanced in place where the
-        layer can (``batched_out``; W is returned), else as a new array."""
+        layer can (``batched_out``; W is returned), else as a new array. Layers with a
+        slope cache keep the activation's slopes at the first visit of a layer and read
+        them at the others (the same bits, without the product U K^T)."""
         v, sl = self._views, status.fine_slice
         layer = self.layer
+        Ks, bs, hs = v["K"][sl, ...], v["b"][sl, ...], self._steps(t0s, t1s, U)
+        if self.slope_cache is not None:
+            done = self.slope_cache.adjoint(W, U, Ks, bs, hs, sl)
+            if done is not None:
+                return done
         if getattr(layer, "batched_out", False):
-            return layer.adjoint_batched(W, U, v["K"][sl, ...], v["b"][sl, ...],
-                                         self._steps(t0s, t1s, U), out=W)
-        return layer.adjoint_batched(W, U, v["K"][sl, ...], v["b"][sl, ...],
-                                     self._steps(t0s, t1s, U))
+            return layer.adjoint_batched(W, U, Ks, bs, hs, out=W)
+        return layer.adjoint_batched(W, U, Ks, bs, hs)
 
     def step_gradient_batch(self, W: Any, U: Any, t0s: Any, t1s: Any, status: Any) -> Any:
         v, sl = self._views, status.fine_slice
-        dKs, dbs = self.layer.gradient_batched(W, U, v["K"][sl, ...], v["b"][sl, ...],
-                                               self._steps(t0s, t1s, U))
+        Ks, bs, hs = v["K"][sl, ...], v["b"][sl, ...], self._steps(t0s, t1s, U)
+        cache = self.slope_cache
+        kept = None if cache is None else cache.gradient(W, U, Ks, bs, hs, sl)
+        dKs, dbs = kept if kept is not None else self.layer.gradient_batched(W, U, Ks, bs, hs)
         return [(dKs[k, ...], dbs[k, ...]) for k in range(dKs.shape[0])]
 
     def step_adjoint(self, w: Any, u: Any, t0: float, t1: float, status: Any) -> Any:
         n = status.fine_index
         v = self._views
-        return self.layer.adjoint(w, u, v["K"][n, ...], v["b"][n, ...], t1 - t0)
+        K, b = v["K"][n, ...], v["b"][n, ...]
+        if self.slope_cache is not None:  # the coarsest level's sequential steps
+            done = self.slope_cache.adjoint_one(w, u, K, b, t1 - t0, n)
+            if done is not None:
+                return done
+        return self.layer.adjoint(w, u, K, b, t1 - t0)
 
     def step_gradient(self, w: Any, u: Any, t0: float, t1: float, status: Any) -> Any:
         n = status.fine_index

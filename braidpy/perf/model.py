@@ -23,7 +23,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from ..adjoint.solver import interval_positions
+from ..adjoint.solver import gradient_groups
 from .calibration import Calibration, LayerCosts, Link
 from .schedule import Cycle, Op, Timeline, block_ranges, hierarchy, simulate, solve_program
 
@@ -387,16 +387,19 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
 
     def gradient_calls(ns: np.ndarray) -> List[Op]:
         """The batched parameter-gradient calls of the steps ns (GradientSolver): on the
-        host one per position in the level-0 intervals (braidpy.adjoint's
-        interval_positions), read in place where both the primal states and the adjoint
+        host one per position in the level-0 intervals where the states are large enough
+        (braidpy.adjoint's gradient_groups), read in place where both the primal states
+        and the adjoint
         values are F-points, else stacked first (measured calibrations price the
         stacking; older ones as the glue's); on a device one call, stacked."""
         out: List[Op] = []
         host = cal.device == "cpu"
-        for group in (interval_positions(ns, cf0) if host else [ns]):
+        groups = gradient_groups(ns, cf0, int(state_bytes)) if host else [ns]
+        for group in groups:
             n0, count = int(group[0]), len(group)
             grad = Op("step", "grad", 0, count, batch=True)
-            stacked = not host or cf0 <= 1 or n0 % cf0 == 0 or (N - 1 - n0) % cf0 == 0
+            stacked = not host or len(groups) == 1 or n0 % cf0 == 0 or \
+                (N - 1 - n0) % cf0 == 0
             if stacked and layer.stack is not None:  # the stacking is this call's glue
                 out += [Op("work", "stack", 0, 2 * count, seconds=layer.stack.seconds(
                     2 * count, glue_samples)), grad]

@@ -4,7 +4,9 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -264,16 +266,29 @@ bool fast_stack_view(PyObject* const* srcs, Py_ssize_t n, PyObject** out) {
   // Every source a whole row of one C-contiguous block, evenly spaced (either way).
   F64View B;
   if (!as_f64(block, B)) return false;
-  const auto* lo = reinterpret_cast<const char*>(B.data);
-  const auto* hi = lo + B.size * static_cast<Py_ssize_t>(sizeof(double));
-  const Py_ssize_t bytes = ref.size * static_cast<Py_ssize_t>(sizeof(double));
-  const Py_ssize_t gap = n > 1 ? pyd::array_proxy(srcs[1])->data - fa->data : bytes;
-  if (gap % bytes != 0 || gap == 0) return false;
-  for (Py_ssize_t k = 0; k < n; ++k) {
+  // Addresses as integers: the checks below must not form pointers outside the block.
+  const auto lo = reinterpret_cast<std::intptr_t>(B.data);
+  const auto hi = lo + static_cast<std::intptr_t>(B.size * sizeof(double));
+  const auto first = reinterpret_cast<std::intptr_t>(fa->data);
+  const auto bytes = static_cast<std::intptr_t>(ref.size * sizeof(double));
+  if (n > 1 && Py_TYPE(srcs[1]) != api.PyArray_Type_) return false;
+  const std::intptr_t gap =
+      n > 1 ? reinterpret_cast<std::intptr_t>(pyd::array_proxy(srcs[1])->data) - first : bytes;
+  if (gap == 0 || gap % bytes != 0) return false;
+  const std::intptr_t last = first + (n - 1) * gap;
+  if (std::min(first, last) < lo || std::max(first, last) + bytes > hi) return false;
+  // Row by row only what a row of that block must show (a call may ask for thousands
+  // of small states): an array whose base is the block, at the row's place, of the
+  // first row's shape (the block's dtype and layout then follow).
+  for (Py_ssize_t k = 1; k < n; ++k) {
+    if (Py_TYPE(srcs[k]) != api.PyArray_Type_) return false;
     auto* a = pyd::array_proxy(srcs[k]);
-    if (a->base != block || !f64_like(srcs[k], fa) || a->data != fa->data + k * gap ||
-        a->data < lo || a->data + bytes > hi)
+    if (a->base != block || reinterpret_cast<std::intptr_t>(a->data) != first + k * gap ||
+        a->nd != fa->nd)
       return false;
+    for (int d = 0; d < a->nd; ++d)
+      if (a->dimensions[d] != fa->dimensions[d] || a->strides[d] != fa->strides[d])
+        return false;
   }
   std::vector<pybind11::ssize_t> shape{static_cast<pybind11::ssize_t>(n)};
   std::vector<pybind11::ssize_t> strides{static_cast<pybind11::ssize_t>(gap)};
@@ -317,6 +332,12 @@ bool fast_copy(PyObject* src, PyObject* dst) {
   if (!as_f64(src, S) || !as_f64(dst, D) || !D.writable || S.size != D.size) return false;
   if (S.data != D.data) std::memmove(D.data, S.data, static_cast<std::size_t>(S.size) * sizeof(double));
   return true;
+}
+
+bool fast_copy_alike(PyObject* src, PyObject* dst) {
+  F64View D;
+  if (!as_f64(dst, D) || !D.writable || !f64_like(src, pyd::array_proxy(dst))) return false;
+  return fast_copy(src, dst);
 }
 
 bool uses_app_default(PyObject* app, const char* name) {

@@ -41,6 +41,8 @@ bool fast_stack_view(PyObject* const* srcs, Py_ssize_t n, PyObject** out);
 // The same into `out`: a writable float64 C-contiguous array of shape (n, *shape) that
 // shares no memory with any source; false (nothing written) otherwise.
 bool fast_stack_into(PyObject* const* srcs, Py_ssize_t n, PyObject* out);
+// fast_copy for arrays of one shape only (float64, C-contiguous, dst writable).
+bool fast_copy_alike(PyObject* src, PyObject* dst);
 // True when the app's class inherits method `name` from braidpy.App.
 bool uses_app_default(PyObject* app, const char* name);
 

@@ -43,15 +43,29 @@ using kern::Index;
 // The widest layer these kernels take; wider ones keep BLAS's product.
 constexpr Index kMaxWidth = 32;
 
-// What one call computes.
-enum Mode : int { kForward = 0, kAdjoint = 1, kGradient = 2, kAdjointGradient = 3 };
+// What one call computes. The last three use or keep the activation's slopes
+// D = act'(U K^T + b), which depend on the primal states and weights only: MGRIT's
+// adjoint visits each layer several times per gradient with both fixed, so the first
+// visit keeps them (kAdjointKeep) and the others skip the product U K^T (kAdjointGiven,
+// kGradientGiven). g = (D w) h is the slope's own order (kern::dense_slope_value), so
+// the results have the same bits either way.
+enum Mode : int {
+  kForward = 0,
+  kAdjoint = 1,
+  kGradient = 2,
+  kAdjointGradient = 3,
+  kAdjointKeep = 4,
+  kAdjointGiven = 5,
+  kGradientGiven = 6
+};
 
 // One call's operands: m intervals of rows x width states, each interval's state
 // C-contiguous. Per interval iv: U + iv su (and W + iv sw) (rows, width), K[iv] (width,
 // width), b[iv] (width,), h[iv]; out + iv so (rows, width) receives the step or the
 // adjoint (it may be U, resp. W, itself: each row is read whole before it is written);
-// dK[iv], db[iv] the gradient. The interval strides su, sw, so (in elements, any sign)
-// let a stack be a strided view, such as every cf-th state of a stored trajectory.
+// dK[iv], db[iv] the gradient; D + iv sd the slopes (written by kAdjointKeep, read by
+// the Given modes). The interval strides su, sw, so, sd (in elements, any sign) let a
+// stack be a strided view, such as every cf-th state of a stored trajectory.
 template <class T>
 struct Job {
   const T* U;
@@ -64,6 +78,8 @@ struct Job {
   T* db;
   Index m, rows, width;
   Index su, sw, so;
+  T* D = nullptr;
+  Index sd = 0;
 };
 
 // KT <- K^T (n x n): the product then reads a row of KT per input column.
@@ -290,12 +306,17 @@ BRAIDPY_ROWS_INLINE void forward_interval(const T* U, const T* K, const T* b, T 
   }
 }
 
+// Where a backward pass gets the slopes act'(z + b): from the product (kFormed), from
+// the product and kept in D (kKept), or read from D (kGiven: no product, no bias).
+enum Slopes : int { kFormed = 0, kKept = 1, kGiven = 2 };
+
 // One interval's backward: g = h W act'(U K^T + b) row by row; with Adjoint out <- W + g K,
-// with Gradient dK <- g^T U and db <- sum_rows g (orders: see the top).
-template <class T, int A, int N, bool Adjoint, bool Gradient>
+// with Gradient dK <- g^T U and db <- sum_rows g (orders: see the top). From: where the
+// slopes come from (D: the interval's, rows x width).
+template <class T, int A, int N, bool Adjoint, bool Gradient, int From = kFormed>
 BRAIDPY_ROWS_INLINE void backward_interval(const T* U, const T* W, const T* K, const T* b,
                                            T h, T* out, T* dK, T* db, Index rows,
-                                           Index width) {
+                                           Index width, T* D = nullptr) {
   constexpr Index kCap = N ? N : kMaxWidth;
   constexpr Index kBuf = kTile > kCap ? kTile : kCap;
   const Index n = N ? N : width;
@@ -306,18 +327,33 @@ BRAIDPY_ROWS_INLINE void backward_interval(const T* U, const T* W, const T* K, c
   T S[Adjoint && !N ? kBuf : 1];
   T gK[Gradient ? kCap * kCap : 1];
   T gb[Gradient ? kCap : 1];
-  transpose(K, KT, n);
-  tile_bias(b, Bt, n);
+  if constexpr (From != kGiven) {
+    transpose(K, KT, n);
+    tile_bias(b, Bt, n);
+  }
   if constexpr (Gradient) {
     for (Index i = 0; i < n * n; ++i) gK[i] = T(0);
     for (Index j = 0; j < n; ++j) gb[j] = T(0);
   }
   for (Index r0 = 0; r0 < rows; r0 += per_tile) {
     const Index count = (rows - r0 < per_tile ? rows - r0 : per_tile) * n;
-    const T* u = U + r0 * n;
+    const T* u = Gradient || From != kGiven ? U + r0 * n : nullptr;
     const T* w = W + r0 * n;
-    tile_product<T, N>(u, KT, G, count, n);
-    for (Index i = 0; i < count; ++i) G[i] = kern::dense_slope_value(A, w[i], G[i], Bt[i], h);
+    if constexpr (From == kGiven) {  // (act'(z + b) w) h with act'(z + b) read from D
+      const T* d = D + r0 * n;
+      for (Index i = 0; i < count; ++i) G[i] = (d[i] * w[i]) * h;
+    } else if constexpr (From == kKept) {
+      tile_product<T, N>(u, KT, G, count, n);
+      T* d = D + r0 * n;
+      for (Index i = 0; i < count; ++i) {
+        d[i] = kern::activate_derivative(A, G[i] + Bt[i]);
+        G[i] = (d[i] * w[i]) * h;
+      }
+    } else {
+      tile_product<T, N>(u, KT, G, count, n);
+      for (Index i = 0; i < count; ++i)
+        G[i] = kern::dense_slope_value(A, w[i], G[i], Bt[i], h);
+    }
     if constexpr (Gradient) tile_gradient<T, N>(G, u, gK, gb, count, n);
     if constexpr (Adjoint) {
       // s = g K is the product with K^T's transpose: product() over K's rows
@@ -358,12 +394,16 @@ BRAIDPY_ROWS_INLINE void run_job(const Job<T>& job) {
     if constexpr (M == kForward) {
       forward_interval<T, A, N>(U, K, b, job.h[iv], job.out + iv * job.so, job.rows, n);
     } else {
-      constexpr bool kAdj = M == kAdjoint || M == kAdjointGradient;
-      constexpr bool kGrad = M == kGradient || M == kAdjointGradient;
-      backward_interval<T, A, N, kAdj, kGrad>(
+      constexpr bool kAdj = M == kAdjoint || M == kAdjointGradient || M == kAdjointKeep ||
+                            M == kAdjointGiven;
+      constexpr bool kGrad = M == kGradient || M == kAdjointGradient || M == kGradientGiven;
+      constexpr int kS = M == kAdjointKeep ? kKept
+                         : (M == kAdjointGiven || M == kGradientGiven) ? kGiven
+                                                                         : kFormed;
+      backward_interval<T, A, N, kAdj, kGrad, kS>(
           U, job.W + iv * job.sw, K, b, job.h[iv], kAdj ? job.out + iv * job.so : nullptr,
           kGrad ? job.dK + iv * n * n : nullptr, kGrad ? job.db + iv * n : nullptr, job.rows,
-          n);
+          n, kS == kFormed ? nullptr : job.D + iv * job.sd);
     }
   }
 }

@@ -291,6 +291,9 @@ void rows_mode(int mode, int act, const Job<T>& job) {
     case dense_rows::kForward: return rows_act<T, dense_rows::kForward>(act, job);
     case dense_rows::kAdjoint: return rows_act<T, dense_rows::kAdjoint>(act, job);
     case dense_rows::kGradient: return rows_act<T, dense_rows::kGradient>(act, job);
+    case dense_rows::kAdjointKeep: return rows_act<T, dense_rows::kAdjointKeep>(act, job);
+    case dense_rows::kAdjointGiven: return rows_act<T, dense_rows::kAdjointGiven>(act, job);
+    case dense_rows::kGradientGiven: return rows_act<T, dense_rows::kGradientGiven>(act, job);
     default: return rows_act<T, dense_rows::kAdjointGradient>(act, job);
   }
 }
@@ -345,20 +348,48 @@ bool same_layout(const py::array& a, const py::array& b) {
 // The arrays of one product-included call, checked; gradient: fresh dK (K's shape) and
 // db (b's shape).
 struct RowsCall {
-  py::array U, W, K, b, out, dK, db;
+  py::array U, W, K, b, out, dK, db, D;
   Dims d;
   bool f64 = true;
 };
 
+bool adjoint_mode(int mode) {
+  return mode == dense_rows::kAdjoint || mode == dense_rows::kAdjointGradient ||
+         mode == dense_rows::kAdjointKeep || mode == dense_rows::kAdjointGiven;
+}
+
+bool gradient_mode(int mode) {
+  return mode == dense_rows::kGradient || mode == dense_rows::kAdjointGradient ||
+         mode == dense_rows::kGradientGiven;
+}
+
+// The slopes D of the modes that keep or read them: U's shape and dtype; kept ones
+// written (apart from every other operand), given ones apart from out.
+void check_slopes(const std::string& w, int mode, RowsCall& c, py::handle Dh) {
+  c.D = as_states(w.c_str(), "D", Dh);
+  bool ok = same_dtype(c.D.dtype(), c.U.dtype()) && c.D.ndim() == c.U.ndim();
+  for (py::ssize_t k = 0; ok && k < c.U.ndim(); ++k) ok = c.D.shape(k) == c.U.shape(k);
+  if (!ok) throw py::value_error(w + ": D must have U's shape and dtype");
+  if (mode == dense_rows::kAdjointKeep) {
+    if (!c.D.writeable()) throw py::value_error(w + ": D must be writable");
+    for (const py::array* a : {&c.U, &c.W, &c.K, &c.b, &c.out})
+      if (overlap(c.D, *a))
+        throw py::value_error(w + ": D must share no memory with the other arrays");
+  } else if (mode == dense_rows::kAdjointGiven && overlap(c.D, c.out)) {
+    throw py::value_error(w + ": D must share no memory with out");
+  }
+}
+
 RowsCall check_rows(const char* where, int mode, py::handle Uh, py::handle Wh, py::handle Kh,
-                    py::handle bh, py::handle h, int act, py::handle outh) {
+                    py::handle bh, py::handle h, int act, py::handle outh,
+                    py::handle Dh = py::none()) {
   const std::string w(where);
   if (act != kern::kActRelu && act != kern::kActSmoothRelu)
     throw py::value_error(w + ": act must be 2 (relu) or 3 (smooth_relu), got " +
                           std::to_string(act));
   const bool backward = mode != dense_rows::kForward;
-  const bool adjoint = mode == dense_rows::kAdjoint || mode == dense_rows::kAdjointGradient;
-  const bool gradient = mode == dense_rows::kGradient || mode == dense_rows::kAdjointGradient;
+  const bool adjoint = adjoint_mode(mode);
+  const bool gradient = gradient_mode(mode);
   const bool writes = !backward || adjoint;
   RowsCall c;
   c.U = as_states(where, "U", Uh);
@@ -401,14 +432,15 @@ RowsCall check_rows(const char* where, int mode, py::handle Uh, py::handle Wh, p
     c.dK = py::array(dt, ks);
     c.db = py::array(dt, bs);
   }
+  if (mode >= dense_rows::kAdjointKeep) check_slopes(w, mode, c, Dh);
   return c;
 }
 
 template <class T>
 void run_rows_typed(int mode, int act, RowsCall& c, py::handle h) {
   const std::vector<T> hs = steps<T>(h, c.d.m, c.U.ndim() == 3);
-  const bool writes = mode != dense_rows::kGradient;
-  const bool gradient = mode == dense_rows::kGradient || mode == dense_rows::kAdjointGradient;
+  const bool writes = mode == dense_rows::kForward || adjoint_mode(mode);
+  const bool gradient = gradient_mode(mode);
   Job<T> job{static_cast<const T*>(c.U.data()),
              static_cast<const T*>(c.W.data()),
              static_cast<const T*>(c.K.data()),
@@ -423,20 +455,28 @@ void run_rows_typed(int mode, int act, RowsCall& c, py::handle h) {
              interval_stride(c.U, c.d),
              interval_stride(c.W, c.d),
              writes ? interval_stride(c.out, c.d) : 0};
+  if (mode >= dense_rows::kAdjointKeep) {  // the modes with slopes: checked by check_slopes
+    // Given slopes are only read (D may be a read-only view); kept ones were checked
+    // writable.
+    job.D = mode == dense_rows::kAdjointKeep
+                ? static_cast<T*>(c.D.mutable_data())
+                : const_cast<T*>(static_cast<const T*>(c.D.data()));
+    job.sd = interval_stride(c.D, c.d);
+  }
   rows_mode<T>(mode, act, job);
 }
 
 // One product-included call; returns (dK, db) for the gradient modes, else None.
 py::object run_rows(const char* where, int mode, py::handle U, py::handle W, py::handle K,
-                    py::handle b, py::handle h, int act, py::handle out) {
-  RowsCall c = check_rows(where, mode, U, W, K, b, h, act, out);
+                    py::handle b, py::handle h, int act, py::handle out,
+                    py::handle D = py::none()) {
+  RowsCall c = check_rows(where, mode, U, W, K, b, h, act, out, D);
   if (c.f64) {
     run_rows_typed<double>(mode, act, c, h);
   } else {
     run_rows_typed<float>(mode, act, c, h);
   }
-  if (mode == dense_rows::kGradient || mode == dense_rows::kAdjointGradient)
-    return py::make_tuple(c.dK, c.db);
+  if (gradient_mode(mode)) return py::make_tuple(c.dK, c.db);
   return py::none();
 }
 
@@ -493,6 +533,37 @@ void bind_host_dense(py::module_& core) {
         py::arg("W"), py::arg("U"), py::arg("K"), py::arg("b"), py::arg("h"), py::arg("act"),
         py::arg("out"),
         "dense_rows_adjoint into out and dense_rows_gradient's (dK, db), g formed once.");
+  // The two adjoints with slopes: the same arguments, one keeping D, one reading it.
+  struct WithSlopes {
+    const char* name;
+    int mode;
+    const char* doc;
+  };
+  for (const WithSlopes& a :
+       {WithSlopes{"dense_rows_adjoint_keep", dense_rows::kAdjointKeep,
+                   "dense_rows_adjoint into out, keeping the slopes act'(U @ K^T + b) in D "
+                   "(U's shape; D apart from every other array)."},
+        WithSlopes{"dense_rows_adjoint_given", dense_rows::kAdjointGiven,
+                   "out <- W + ((D * W) * h) @ K with the slopes D that "
+                   "dense_rows_adjoint_keep kept for these U, K, b: dense_rows_adjoint's bits "
+                   "without its product U @ K^T."}})
+    m.def(a.name,
+          [a](py::handle W, py::handle U, py::handle K, py::handle b, py::handle h, int act,
+              py::handle out, py::handle D) {
+            run_rows(a.name, a.mode, U, W, K, b, h, act, out, D);
+          },
+          py::arg("W"), py::arg("U"), py::arg("K"), py::arg("b"), py::arg("h"),
+          py::arg("act"), py::arg("out"), py::arg("D"), a.doc);
+  m.def("dense_rows_gradient_given",
+        [](py::handle W, py::handle U, py::handle K, py::handle b, py::handle h, int act,
+           py::handle D) {
+          return run_rows("dense_rows_gradient_given", dense_rows::kGradientGiven, U, W, K, b,
+                          h, act, py::none(), D);
+        },
+        py::arg("W"), py::arg("U"), py::arg("K"), py::arg("b"), py::arg("h"), py::arg("act"),
+        py::arg("D"),
+        "dense_rows_gradient's (dK, db) with the kept slopes D: its bits without the "
+        "product U @ K^T.");
   m.def("simd", []() { return g_simd == Simd::kAvx2 ? "avx2" : "baseline"; },
         "The instruction set of the loops in use: 'avx2' or 'baseline' (x86-64's SSE2, "
         "or the compiler's default elsewhere); BRAIDPY_HOST_SIMD=baseline at import "

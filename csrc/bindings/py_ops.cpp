@@ -413,6 +413,11 @@ void PyOps::copy_into(Vec src, Vec dst) {
   if (PyObject_SetItem(d, Py_Ellipsis, s) < 0) capture_current_error(kClone);
 }
 
+bool PyOps::copy_alike(Vec src, Vec dst) {
+  if (failed_ || src == nullptr || dst == nullptr || !fast_clone_) return false;
+  return fast_copy_alike(static_cast<PyObject*>(src), static_cast<PyObject*>(dst));
+}
+
 void PyOps::step_batch(Vec block, braid::Index first, Vec* us, braid::Index n,
                        const braid::BatchItem* items, CallInfo& info) {
   (void)info;

@@ -54,6 +54,7 @@ class PyOps final : public braid::Ops {
   bool batched() const override { return step_batch_ != nullptr; }
   Vec clone_block(const Vec* srcs, braid::Index n, Vec* out) override;
   void copy_into(Vec src, Vec dst) override;
+  bool copy_alike(Vec src, Vec dst) override;
   void step_batch(Vec block, braid::Index first, Vec* us, braid::Index n,
                   const braid::BatchItem* items, CallInfo& info) override;
   long long batch_items() const { return batch_items_; }

@@ -77,8 +77,15 @@ void Solver::init_guess() {
     have_guess_ = true;
   }
   if (new_u0_ != nullptr) {
-    if (L.owns(0)) set_slot(L.u, 0, new_u0_);
-    else ops_.free(new_u0_);
+    // Into the present value where it is alike: that may be a row of the C-points'
+    // block (gather_c_points), which a new vector in its slot would split.
+    if (!L.owns(0)) {
+      ops_.free(new_u0_);
+    } else if (!cold_ && L.u[0] != nullptr && ops_.copy_alike(new_u0_, L.u[0])) {
+      ops_.free(new_u0_);
+    } else {
+      set_slot(L.u, 0, new_u0_);
+    }
     new_u0_ = nullptr;
   }
   if (opts_.seq_soln && cold_) {
@@ -95,6 +102,35 @@ void Solver::init_guess() {
         nullptr);
     L.cf = cf;
   }
+  if (cold_) gather_c_points();
+}
+
+// The fine C-points as rows of one block (clone_block; the same values): updated in
+// place from here on (interpolation), or replaced by the rows of a lock-step block
+// (C-relaxation), they stay evenly spaced rows of one block, which the adjoint's and the
+// gradients' batched calls then read in place (braidpy's Core.stored_view) instead of
+// gathering them at every call.
+// Only for batched apps (whose batched calls could read them so) whose vectors form
+// blocks; otherwise nothing changes.
+void Solver::gather_c_points() {
+  Level& L = levels_[0];
+  if (!ops_.batched()) return;
+  std::vector<Vec> cs;
+  std::vector<Index> at;
+  for (Index c = L.c_at_or_after(L.own.lo); c <= L.own.hi; c += L.cf) {
+    cs.push_back(L.u[L.slot(c)]);
+    at.push_back(c);
+  }
+  const Index n = static_cast<Index>(cs.size());
+  if (n < 2 || std::find(cs.begin(), cs.end(), nullptr) != cs.end()) return;
+  std::vector<Vec> rows(cs.size(), nullptr);
+  Vec block = ops_.clone_block(cs.data(), n, rows.data());
+  if (block == nullptr) {  // independent copies: no block to read from
+    for (Vec r : rows) ops_.free(r);
+    return;
+  }
+  ops_.free(block);  // the rows keep it alive
+  for (Index k = 0; k < n; ++k) set_slot(L.u, L.slot(at[k]), rows[k]);
 }
 
 void Solver::down(int l) {

@@ -106,6 +106,13 @@ class Ops {
   }
   // dst <- src, for a row dst of a block (never called without blocks).
   virtual void copy_into(Vec src, Vec dst) { sum(1.0, src, 0.0, dst); }
+  // dst <- src where both are the same kind of vector (the same shape and type), which
+  // keeps dst where it lies (a row of a block); false (nothing done) otherwise.
+  virtual bool copy_alike(Vec src, Vec dst) {
+    (void)src;
+    (void)dst;
+    return false;
+  }
   // Advances us[k] from items[k].t0 to items[k].t1, k < n, all on level
   // info.level; us are rows first..first+n-1 of block (null: no block, and
   // handles may be replaced). info.batch/batch_size describe the items.

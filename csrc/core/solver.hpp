@@ -137,6 +137,7 @@ class Solver {
   double combine_norms(const std::vector<double>& local_from_right);
   // drive.cpp
   void init_guess();
+  void gather_c_points();  // fine C-points as rows of one block
   void down(int l);
   void up(int l);
   void cycle(bool skip_down, bool fcycle);
