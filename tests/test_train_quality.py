@@ -88,9 +88,13 @@ def test_reference_is_serial_backpropagation_bit_for_bit():
     net, X, C = peaks_problem()
     trainer = Trainer(net, (X, C), None, config(quality_check_every=1, iterations=2))
     trainer.run()
-    loss, grad, _ = trainer._reference_evaluator(X, C).gradient(trainer.params, X, C)
+    reference = trainer._reference_evaluator(X, C)
+    loss, grad, _ = reference.gradient(trainer.params, X, C)
     want_loss, want = net.loss_and_gradient(trainer.params, X, C)
     assert loss == want_loss and np.array_equal(grad, want)
+    # through the adjoint's kept activation slopes (smooth_relu: braidpy.nn.dense.SlopeCache)
+    cache = reference.app.slope_cache
+    assert cache.kept > 0 and cache.given > 0
 
 
 def test_cosines_are_measured_against_serial_backpropagation():
