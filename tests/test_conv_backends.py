@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fake_cuda_array import FAKE_CUDA_ARRAY
 
 from braidpy.nn import ConvLayer, DenseLayer, choose_kernels, conv2d, conv2d_input_vjp, \
     conv2d_weight_vjp
@@ -482,13 +483,7 @@ LACKING = """
 import numpy as np, braidpy
 from braidpy import _cuda
 assert _cuda.cudnn_info()["version"] == 92801, _cuda.cudnn_info()
-class Fake:
-    def __init__(self, a): self.a = a
-    @property
-    def __cuda_array_interface__(self):
-        return {"shape": self.a.shape, "typestr": self.a.dtype.str, "strides": None,
-                "data": (self.a.ctypes.data, False), "version": 3, "stream": 1}
-x, w = Fake(np.zeros((1, 2, 3, 3))), Fake(np.zeros((2, 2, 3, 3)))
+""" + FAKE_CUDA_ARRAY + """x, w = Fake(np.zeros((1, 2, 3, 3))), Fake(np.zeros((2, 2, 3, 3)))
 y = Fake(np.zeros((1, 2, 3, 3)))
 for name, call in (("conv_measure_workspace",
                     lambda: _cuda.conv_measure_workspace(1, 2, 2, 3, 3, 3, 1, "float64")),

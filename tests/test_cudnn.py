@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fake_cuda_array import FAKE_CUDA_ARRAY
 
 import braidpy
 from braidpy import _cudnn
@@ -95,13 +96,7 @@ info = braidpy.cuda_info()
 assert info["cudnn"] is None and info["cudnn_library"] is None, info
 assert "/nonexistent/libcudnn.so.9" in info["cudnn_error"], info["cudnn_error"]
 assert _cuda.cudnn_info()["version"] is None
-class Fake:
-    def __init__(self, a): self.a = a
-    @property
-    def __cuda_array_interface__(self):
-        return {"shape": self.a.shape, "typestr": self.a.dtype.str, "strides": None,
-                "data": (self.a.ctypes.data, False), "version": 3, "stream": 1}
-x, w = Fake(np.zeros((1, 2, 3, 3))), Fake(np.zeros((2, 2, 3, 3)))
+""" + FAKE_CUDA_ARRAY + """x, w = Fake(np.zeros((1, 2, 3, 3))), Fake(np.zeros((2, 2, 3, 3)))
 calls = {
     "conv_forward": lambda: _cuda.conv_forward(x, w, x, 1, 0, 0),
     "conv_backward_data": lambda: _cuda.conv_backward_data(w, x, x, 1, 0, 0),

@@ -1058,14 +1058,7 @@ class SlopeCache:
             return None
         hs = _np_steps(hs, U)
         _check_batched_np("dense_adjoint_batched", U, Ks, bs, hs, W)
-        args = (W, _s(U), _c(Ks), _c(bs), _small(hs), code, W, D[sl])
-        if self._known[sl].all():
-            _host_dense.dense_rows_adjoint_given(*args)
-            self.given += 1
-        else:  # the first visit of these layers (or of some of them): keep their slopes
-            _host_dense.dense_rows_adjoint_keep(*args)
-            self._known[sl] = True
-            self.kept += 1
+        self._adjoint_call((W, _s(U), _c(Ks), _c(bs), _small(hs), code, W, D[sl]), sl)
         return W
 
     def adjoint_one(self, w: Any, u: Any, K: Any, b: Any, h: Any, n: int) -> Optional[Any]:
@@ -1078,15 +1071,19 @@ class SlopeCache:
         if not code or not w.flags.writeable or not w.flags.c_contiguous:
             return None
         _check_single_np("dense_adjoint", u, K, b, w)
-        args = (w, _s(u), _c(K), _c(b), h, code, w, D[n])
-        if self._known[n]:
+        self._adjoint_call((w, _s(u), _c(K), _c(b), h, code, w, D[n]), n)
+        return w
+
+    def _adjoint_call(self, args: Tuple[Any, ...], layers: Any) -> None:
+        """The adjoint kernel for ``layers`` (a slice or one index): reading their slopes
+        where all are kept, else keeping them (a first visit of some of these layers)."""
+        if self._known[layers].all():
             _host_dense.dense_rows_adjoint_given(*args)
             self.given += 1
         else:
             _host_dense.dense_rows_adjoint_keep(*args)
-            self._known[n] = True
+            self._known[layers] = True
             self.kept += 1
-        return w
 
     def gradient(self, W: Any, U: Any, Ks: Any, bs: Any, hs: Any,
                  sl: slice) -> Optional[Tuple[Any, Any]]:
