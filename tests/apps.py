@@ -268,6 +268,19 @@ class BatchedDecay(Decay):
         U /= (1.0 - self.lam * (t1s - t0s))[:, None]
 
 
+class BatchedDecayInto(BatchedDecay):
+    """BatchedDecay with the out-of-place hook too (the same division, into out)."""
+
+    into_calls = 0
+    read_in_place = 0  # calls whose U was a read-only view of the core's states
+
+    def step_stacked_into(self, U, out, t0s, t1s, status):
+        assert not np.may_share_memory(U, out)  # out: fresh memory
+        self.into_calls += 1
+        self.read_in_place += not U.flags.writeable
+        np.divide(U, (1.0 - self.lam * (t1s - t0s))[:, None], out=out)
+
+
 class BatchedHeat(Heat):
     """Heat with a stacked kernel that solves row by row (one factor per dt)."""
 
@@ -350,6 +363,22 @@ class DenseResNet(braidpy.App):
         return u - self.target
 
 
+class DenseResNetInto(DenseResNet):
+    """DenseResNet with the out-of-place hooks: forward and adjoint written into out."""
+
+    into_calls = 0
+
+    def step_stacked_into(self, U, out, t0s, t1s, status):
+        self.into_calls += 1
+        n = status.fine_indices
+        dense_forward_batched(U, self.K[n], self.b[n], t1s - t0s, "tanh", out=out)
+
+    def step_adjoint_batch_into(self, W, U, out, t0s, t1s, status):
+        self.into_calls += 1
+        n = status.fine_indices
+        dense_adjoint_batched(W, U, self.K[n], self.b[n], t1s - t0s, "tanh", out=out)
+
+
 class RunningResNet(DenseResNet):
     """DenseResNet with a running term J += 0.01 sum_i |u_i|^2."""
 
@@ -358,3 +387,7 @@ class RunningResNet(DenseResNet):
 
     def running_gradient(self, u, t, status):
         return 0.02 * u
+
+
+class RunningResNetInto(RunningResNet, DenseResNetInto):
+    """RunningResNet with the out-of-place hooks (running terms added to out's rows)."""

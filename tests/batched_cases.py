@@ -3,8 +3,9 @@
 import math
 
 import numpy as np
-from apps import (BatchedDecay, BatchedHeat, BatchedLogistic, BatchedOpaqueDecay, DenseResNet,
-                  RunningResNet)
+from apps import (BatchedDecay, BatchedDecayInto, BatchedHeat, BatchedLogistic,
+                  BatchedOpaqueDecay, DenseResNet, DenseResNetInto, RunningResNet,
+                  RunningResNetInto)
 from mpi_cases import _summary
 
 import braidpy
@@ -16,12 +17,20 @@ def _batches(result, comm):
     return calls if comm is None else comm.allreduce(calls)
 
 
+def _into_calls(app, comm):
+    """Calls of the app's out-of-place hooks (step_stacked_into...), over all ranks."""
+    calls = getattr(app, "into_calls", 0)
+    return calls if comm is None else comm.allreduce(calls)
+
+
 def _solve(make, t0, t1, n, comm, **opts):
     """{batch: summary} with and without batching on the same app type."""
     out = {}
     for batch in (True, False):
-        result = braidpy.solve(make(), t0, t1, n, comm=comm, batch=batch, **opts)
-        out[str(batch)] = dict(_summary(result, comm), batched_calls=_batches(result, comm))
+        app = make()
+        result = braidpy.solve(app, t0, t1, n, comm=comm, batch=batch, **opts)
+        out[str(batch)] = dict(_summary(result, comm), batched_calls=_batches(result, comm),
+                               into_calls=_into_calls(app, comm))
     return out
 
 
@@ -38,7 +47,8 @@ def _warm(comm):
             runs.append(_summary(result, comm))
             calls.append(_batches(result, comm))
         # Every one of the three solves must take the batched path (or none of them).
-        out[str(batch)] = dict(runs=runs, batched_calls=min(calls) if batch else max(calls))
+        out[str(batch)] = dict(runs=runs, batched_calls=min(calls) if batch else max(calls),
+                               into_calls=0)
     return out
 
 
@@ -47,7 +57,8 @@ def _gradient(make, n, comm, oneshot=None, evaluations=1, **opts):
 
     out = {}
     for batch in (True, False):
-        solver = GradientSolver(make(), 0.0, 1.0, n, comm=comm, primal=dict(opts, batch=batch),
+        app = make()
+        solver = GradientSolver(app, 0.0, 1.0, n, comm=comm, primal=dict(opts, batch=batch),
                                 oneshot=oneshot)
         evals = []
         for _ in range(evaluations):
@@ -57,7 +68,8 @@ def _gradient(make, n, comm, oneshot=None, evaluations=1, **opts):
             parts = [local] if comm is None else comm.allgather(local)
             evals.append(dict(objective=g.objective, gradients=sorted(x for p in parts for x in p),
                               primal=_summary(g.primal, comm), adjoint=_summary(g.adjoint, comm)))
-        out[str(batch)] = dict(runs=evals, batched_calls=_batches(g.adjoint, comm))
+        out[str(batch)] = dict(runs=evals, batched_calls=_batches(g.adjoint, comm),
+                               into_calls=_into_calls(app, comm))
     return out
 
 
@@ -102,6 +114,15 @@ BATCHED_CASES = {
                                     abs_tol=1e-12),
     "resnet_cf8": lambda c: _solve(lambda: DenseResNet(96), 0.0, 2.0, 96, c, cfactor=8,
                                    max_levels=2, abs_tol=1e-12),
+    # Out-of-place steps (step_stacked_into): chains start from their C-points where they
+    # lie; a storing final sweep writes every position where it is kept.
+    "decay_into_cf4": lambda c: _solve(BatchedDecayInto, 0.0, 5.0, 97, c, cfactor=4,
+                                       abs_tol=1e-12),
+    "decay_into_storage_all": lambda c: _solve(BatchedDecayInto, 0.0, 5.0, 70, c, cfactor=4,
+                                               skip=False, storage="all", abs_tol=1e-12),
+    "decay_into_levels3_fmg": lambda c: _solve(BatchedDecayInto, 0.0, 5.0, 250, c,
+                                               cfactor=3, max_levels=3, fmg=True,
+                                               storage="all", abs_tol=1e-12),
     "warm_restart": _warm,
     "gradient_resnet": lambda c: _gradient(lambda: DenseResNet(64), 64, c, cfactor=4,
                                            abs_tol=1e-12),
@@ -109,4 +130,11 @@ BATCHED_CASES = {
                                                    nrelax=0, abs_tol=1e-12),
     "gradient_resnet_oneshot": lambda c: _gradient(lambda: DenseResNet(45), 45, c,
                                                    oneshot=(2, 2), evaluations=2, cfactor=3),
+    "gradient_resnet_into": lambda c: _gradient(lambda: DenseResNetInto(64), 64, c, cfactor=4,
+                                                abs_tol=1e-12),
+    "gradient_resnet_into_running": lambda c: _gradient(lambda: RunningResNetInto(50), 50, c,
+                                                        cfactor=5, nrelax=0, abs_tol=1e-12),
+    "gradient_resnet_into_oneshot": lambda c: _gradient(lambda: DenseResNetInto(45), 45, c,
+                                                        oneshot=(1, 2), evaluations=2,
+                                                        cfactor=3, nrelax=0),
 }

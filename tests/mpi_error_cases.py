@@ -76,14 +76,26 @@ class FailingBatched(Failing):
         U /= (1.0 - self.lam * (t1s - t0s))[:, None]
 
 
-def _run_batched(comm, cond):
-    braidpy.solve(FailingBatched(comm, "step_stacked", cond), 0.0, 4.0, 128, comm=comm,
-                  cfactor=4, abs_tol=1e-13, max_iter=30)
+class FailingBatchedInto(FailingBatched):
+    """FailingBatched with the out-of-place hook, which raises on the failing rank."""
+
+    def step_stacked_into(self, U, out, t0s, t1s, status):
+        if self.mine and self.where == "step_stacked_into" and self.cond(status):
+            raise Boom(f"step_stacked_into failed on purpose on rank {self.rank_name}")
+        np.divide(U, (1.0 - self.lam * (t1s - t0s))[:, None], out=out)
+
+
+def _run_batched(comm, cond, where="step_stacked"):
+    app = (FailingBatchedInto if where == "step_stacked_into" else FailingBatched)(
+        comm, where, cond)
+    braidpy.solve(app, 0.0, 4.0, 128, comm=comm, cfactor=4, abs_tol=1e-13, max_iter=30,
+                  storage="all")
 
 
 def _run_adjoint_batched(comm, where):
     from apps import DenseResNet
     from braidpy.adjoint import gradient
+    from braidpy.nn import dense_adjoint_batched
 
     class App(DenseResNet):
         mine = comm.rank == _fail_rank(comm)
@@ -97,6 +109,12 @@ def _run_adjoint_batched(comm, where):
             if self.mine and where == "step_gradient_batch":
                 raise Boom("step_gradient_batch failed on purpose")
             return super().step_gradient_batch(W, U, t0s, t1s, status)
+
+        def step_adjoint_batch_into(self, W, U, out, t0s, t1s, status):
+            if self.mine and where == "step_adjoint_batch_into" and status.done:
+                raise Boom("step_adjoint_batch_into failed on purpose")
+            n = status.fine_indices
+            dense_adjoint_batched(W, U, self.K[n], self.b[n], t1s - t0s, "tanh", out=out)
 
     gradient(App(64), 0.0, 1.0, 64, comm=comm, primal=dict(cfactor=4, abs_tol=1e-12))
 
@@ -154,7 +172,12 @@ ERROR_CASES = {
     "step_stacked_coarse_tau": lambda c: _run_batched(c, lambda s: s.level == 1 and
                                                       s.phase == "residual"),
     "step_stacked_final": lambda c: _run_batched(c, lambda s: s.done),
+    "step_stacked_into_first": lambda c: _run_batched(c, lambda s: s.iteration == 1,
+                                                      "step_stacked_into"),
+    "step_stacked_into_final": lambda c: _run_batched(c, lambda s: s.done,
+                                                      "step_stacked_into"),
     "step_adjoint_batch": lambda c: _run_adjoint_batched(c, "step_adjoint_batch"),
+    "step_adjoint_batch_into": lambda c: _run_adjoint_batched(c, "step_adjoint_batch_into"),
     "step_gradient_batch": lambda c: _run_adjoint_batched(c, "step_gradient_batch"),
     "init": lambda c: _run(c, "init"),
     "clone": lambda c: _run(c, "clone"),

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from apps import BatchedDecay, Decay, DenseResNet
+from apps import BatchedDecay, BatchedDecayInto, Decay, DenseResNet
 from batched_cases import BATCHED_CASES
 
 import braidpy
@@ -11,7 +11,8 @@ import braidpy
 def assert_batched_equals_unbatched(case, where):
     on, off = case["True"], case["False"]
     on, off = dict(on), dict(off)
-    on.pop("batched_calls"), off.pop("batched_calls")
+    for key in ("batched_calls", "into_calls"):
+        on.pop(key), off.pop(key)
     assert on == off, where  # bitwise: values, residual histories, iterations
 
 
@@ -22,6 +23,8 @@ def test_batched_equals_unbatched(name):
     if name != "decay_one_level":
         assert case["True"]["batched_calls"] > 0, "the batched path was not taken"
     assert case["False"]["batched_calls"] == 0
+    if "_into" in name:  # the out-of-place hooks were used, and only when batching
+        assert case["True"]["into_calls"] > 0 and case["False"]["into_calls"] == 0, name
 
 
 class Boom(ValueError):
@@ -53,15 +56,66 @@ def test_step_batch_exception_is_reraised_and_core_stays_usable(when):
     assert core.solve().iterations > 1
 
 
+class FailingInto(BatchedDecayInto):
+    def __init__(self, when):
+        super().__init__()
+        self.when = when
+
+    def step_stacked_into(self, U, out, t0s, t1s, status):
+        if self.when(status):
+            raise Boom("step_stacked_into failed on purpose")
+        return super().step_stacked_into(U, out, t0s, t1s, status)
+
+
+@pytest.mark.parametrize("when", [
+    lambda s: True,
+    lambda s: s.level == 1 and s.phase == "residual",
+    lambda s: s.done,
+])
+def test_step_stacked_into_exception_is_reraised_and_core_stays_usable(when):
+    app = FailingInto(when)
+    core = braidpy.Core(app, 0.0, 1.0, 64, cfactor=4, abs_tol=1e-12, storage="all")
+    with pytest.raises(Boom, match="step_stacked_into failed on purpose"):
+        core.solve()
+    app.when = lambda s: False
+    calls = app.into_calls
+    want = braidpy.solve(BatchedDecay(), 0.0, 1.0, 64, cfactor=4, abs_tol=1e-12,
+                         storage="all")
+    got = core.solve()
+    assert app.into_calls > calls and got.residuals == want.residuals
+    assert np.array_equal(got.final, want.final)
+
+
+def test_step_stacked_into_must_write_into_out():
+    class Returns(BatchedDecayInto):
+        def step_stacked_into(self, U, out, t0s, t1s, status):
+            super().step_stacked_into(U, out, t0s, t1s, status)
+            return out
+
+    with pytest.raises(TypeError, match=r"step_stacked_into\(U, out, t0s, t1s, status\) "
+                                        r"must write into out and return None, got numpy.ndarray"):
+        braidpy.solve(Returns(), 0.0, 1.0, 64, cfactor=4)
+
+
+def test_step_stacked_into_reads_c_points_where_they_lie():
+    """With F-relaxation the fine C-points stay the rows of one block (gathered at a cold
+    start), so each F-sweep's first step reads them in place: a read-only view."""
+    app = BatchedDecayInto()
+    braidpy.solve(app, 0.0, 5.0, 97, cfactor=4, nrelax=0, max_levels=2, abs_tol=1e-12)
+    assert app.read_in_place == app.into_calls > 0  # nothing stacked
+
+
+@pytest.mark.parametrize("app_class", [BatchedDecay, BatchedDecayInto])
 @pytest.mark.parametrize("storage, access_level", [("all", 1), ("final", 1), ("C", 2)])
-def test_lockstep_keeps_each_step_positions_values_in_one_block(storage, access_level):
+def test_lockstep_keeps_each_step_positions_values_in_one_block(storage, access_level,
+                                                                app_class):
     """The values a lock-step sweep keeps (stored F-points, the final sweep's access
     values) are copied per step position in one clone_block (row views of one new
     block), not one clone per point: on a GPU each clone is an allocation and a launch.
     The values themselves are the unbatched run's (test_batched_equals_unbatched)."""
     seen = {}
 
-    class Watched(BatchedDecay):
+    class Watched(app_class):
         def access(self, u, status):
             seen[status.index] = u
 

@@ -84,7 +84,7 @@ def serial_batched():
 
 
 def _strip(summary):
-    return {k: v for k, v in summary.items() if k != "batched_calls"}
+    return {k: v for k, v in summary.items() if k not in ("batched_calls", "into_calls")}
 
 
 @pytest.mark.parametrize("nranks", [1, 2, 4])
@@ -97,6 +97,8 @@ def test_batched_equals_unbatched_under_mpi(nranks, serial_batched, tmp_path):
         if name != "decay_one_level":
             assert case["True"]["batched_calls"] > 0, where
         assert case["False"]["batched_calls"] == 0, where
+        if "_into" in name:  # the out-of-place hooks were used, and only when batching
+            assert case["True"]["into_calls"] > 0 == case["False"]["into_calls"], where
         # Same rank count: batched and unbatched agree bitwise, residuals included.
         assert _strip(case["True"]) == _strip(case["False"]), where
         # And the batched values are those of the serial run.

@@ -320,6 +320,43 @@ def test_with_f_relaxation_every_adjoint_and_gradient_call_reads_in_place(monkey
     assert first.objective != second.objective
 
 
+class _InPlaceOnly(ResNetApp):
+    """ResNetApp without its out-of-place hooks: every batched step in place, on copies."""
+
+    step_stacked_into = None
+    step_adjoint_batch_into = None
+
+
+@pytest.mark.parametrize("nrelax", [0, 1])
+def test_out_of_place_steps_copy_less_and_keep_the_bits(nrelax):
+    """With step_stacked_into / step_adjoint_batch_into (ResNetApp's), the sweeps start
+    from their C-points without copying them and the final sweeps write each position
+    where it is stored: fewer copies, and the objective, gradients and stored states of
+    the in-place steps, bit for bit, over two evaluations."""
+    net, params, X, C = _resnet(nlayers=32, samples=30)
+    mgrit = dict(cfactor=4, max_levels=2, skip=False, nrelax=nrelax)
+    p0 = params.copy()
+    runs = []
+    for cls in (ResNetApp, _InPlaceOnly):
+        params[...] = p0
+        solver = GradientSolver(cls(net, params, X, C), 0.0, net.tstop, 32, primal=mgrit,
+                                oneshot=(1, 2))
+        got = []
+        for k in range(2):
+            params += 0.01 * k
+            got.append(_gradients(solver))
+        states = [solver.primal_core.stored(n).copy() for n in range(33)]
+        clones = (solver.primal_core.counts()["clone"]
+                  + solver.adjoint_core.counts()["clone"])
+        runs.append((got, states, clones))
+    (into, into_states, into_clones), (inplace, inplace_states, inplace_clones) = runs
+    for a, b in zip(into, inplace):
+        assert a[0] == b[0] and sorted(a[1]) == sorted(b[1]) == list(range(32))
+        assert all(np.array_equal(x, y) for n in a[1] for x, y in zip(a[1][n], b[1][n]))
+    assert all(np.array_equal(a, b) for a, b in zip(into_states, inplace_states))
+    assert into_clones < inplace_clones, (into_clones, inplace_clones)
+
+
 def test_stored_view_is_a_read_only_view_of_evenly_spaced_rows_of_one_block():
     """Core.stored_view: the rows a lockstep sweep stored as one block, either direction,
     without a copy; None where they are not (C-points, mixed blocks, float32)."""

@@ -38,6 +38,11 @@ docs/batching.md):
     m adjoint steps at once: W and U stacked ``(m, *state shape)``, row k from t0s[k] to
     t1s[k] (float64 arrays), ``status.fine_indices`` the forward fine index of each
     t0. Update W in place or return a new stacked array.
+``step_adjoint_batch_into(W, U, out, t0s, t1s, status)`` (optional, with the above)
+    The same steps written into ``out`` (fresh memory of W's shape), W left as it is;
+    return None. Sweeps that keep every adjoint value (the final sweep, whose values
+    the gradients read) then write them where they are kept instead of copying them
+    (docs/batching.md, ``step_stacked_into``).
 ``step_gradient_batch(W, U, t0s, t1s, status)``
     The gradients of m steps at once (after the adjoint solve; the steps this rank
     owns, evenly spaced in each call: for large NumPy states one call per position in

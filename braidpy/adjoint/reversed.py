@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -51,6 +51,8 @@ class ReversedApp(App):
         # Batched hooks only where the user has them (braidpy checks the attribute).
         if callable(getattr(app, "step_adjoint_batch", None)):
             self.step_batch = self._step_batch  # type: ignore[method-assign, assignment]
+            if callable(getattr(app, "step_adjoint_batch_into", None)):
+                self.step_stacked_into = self._step_stacked_into  # type: ignore[attr-defined]
         self.batch_gradient = callable(getattr(app, "step_gradient_batch", None))
         # Device and other non-NumPy states: the primal states lo-1..hi stacked once per
         # evaluation (one gather kernel), indexed by the batched calls. NumPy states are
@@ -202,22 +204,20 @@ class ReversedApp(App):
             w = ret
         return self._add_running(w, n0, st)
 
-    def _step_batch(self, W: Any, s0s: Any, s1s: Any, status: Any) -> None:
+    def _batch_steps(self, status: Any) -> Tuple[np.ndarray, np.ndarray, Any]:
+        """(n0, n1, status) of a batched adjoint call: the forward steps n0 -> n1 its rows
+        take back, and the status the app's batched hooks see."""
         N = self.ntime
         stride = self._strides[status.level]
         n1 = N - status.fine_indices
         n0 = n1 - stride
-        stacked = backends.stack(W) if isinstance(W, (list, tuple)) else W
         st = self._batch_status(status, n0, n1,
                                 mirror_slice(status.fine_slice, N - stride, len(n0)))
-        t0s, t1s = self._times_arr[n0], self._times_arr[n1]
-        r = self.app.step_adjoint_batch(stacked, self.primal_rows(n0, st.fine_slice), t0s,
-                                        t1s, st)
-        if r is not None and r is not stacked:
-            stacked[...] = r
-        if stacked is not W:
-            for k, w in enumerate(W):
-                w[...] = stacked[k, ...]
+        return n0, n1, st
+
+    def _end_batch(self, W: Any, n0: np.ndarray, n1: np.ndarray, status: Any) -> None:
+        """Forget the batch in the reused status, then add the running terms to W's rows."""
+        st = self._st
         st.fine_indices = st.indices = st.fine_slice = None
         st.batch_size = 0
         if self.running:
@@ -225,6 +225,31 @@ class ReversedApp(App):
             for k in range(len(n0)):
                 self._add_running(rows[k], int(n0[k]),
                                   self._status(status, int(n0[k]), int(n1[k])))
+
+    def _step_batch(self, W: Any, s0s: Any, s1s: Any, status: Any) -> None:
+        n0, n1, st = self._batch_steps(status)
+        stacked = backends.stack(W) if isinstance(W, (list, tuple)) else W
+        r = self.app.step_adjoint_batch(stacked, self.primal_rows(n0, st.fine_slice),
+                                        self._times_arr[n0], self._times_arr[n1], st)
+        if r is not None and r is not stacked:
+            stacked[...] = r
+        if stacked is not W:
+            for k, w in enumerate(W):
+                w[...] = stacked[k, ...]
+        self._end_batch(W, n0, n1, status)
+        return None
+
+    def _step_stacked_into(self, W: Any, out: Any, s0s: Any, s1s: Any, status: Any) -> None:
+        """The batched adjoint steps of W's rows written into out (W unchanged): the
+        user's step_adjoint_batch_into. The core calls it where the adjoint values are
+        kept (the final sweep stores them for the gradients) or would be copied first."""
+        n0, n1, st = self._batch_steps(status)
+        r = self.app.step_adjoint_batch_into(W, self.primal_rows(n0, st.fine_slice), out,
+                                             self._times_arr[n0], self._times_arr[n1], st)
+        if r is not None:
+            raise TypeError("step_adjoint_batch_into(W, U, out, t0s, t1s, status) must "
+                            f"write into out and return None, got {type(r).__name__}")
+        self._end_batch(out, n0, n1, status)
         return None
 
     def access(self, w: Any, status: Any) -> None:

@@ -1048,18 +1048,25 @@ class SlopeCache:
             self._known[:] = False
         return code, D
 
-    def adjoint(self, W: Any, U: Any, Ks: Any, bs: Any, hs: Any, sl: slice) -> Optional[Any]:
-        """dense_adjoint_batched(W, U, Ks, bs, hs, activation, out=W) for the layers
-        ``sl`` (the steps of U's rows), W advanced in place and returned; None when the
-        kept slopes do not apply (nothing done)."""
+    def adjoint(self, W: Any, U: Any, Ks: Any, bs: Any, hs: Any, sl: slice,
+                out: Any = None) -> Optional[Any]:
+        """dense_adjoint_batched(W, U, Ks, bs, hs, activation, out=out) for the layers
+        ``sl`` (the steps of U's rows): into ``out`` (W unchanged), or without it W
+        advanced in place; returned. None when the kept slopes do not apply (nothing
+        done)."""
+        target = W if out is None else out
         code, D = self._slopes(W, U, Ks, bs, hs)
-        if not code or U.ndim != 3 or sl.__class__ is not slice or not W.flags.writeable \
-                or not _whole_states(W):
+        if not code or U.ndim != 3 or sl.__class__ is not slice \
+                or not target.flags.writeable or not _whole_states(target) \
+                or (out is not None and (out.__class__ is not _ND or out.shape != W.shape
+                                         or out.dtype != W.dtype
+                                         or np.may_share_memory(out, W))):
             return None
         hs = _np_steps(hs, U)
         _check_batched_np("dense_adjoint_batched", U, Ks, bs, hs, W)
-        self._adjoint_call((W, _s(U), _c(Ks), _c(bs), _small(hs), code, W, D[sl]), sl)
-        return W
+        self._adjoint_call((_s(W), _s(U), _c(Ks), _c(bs), _small(hs), code, target, D[sl]),
+                           sl)
+        return target
 
     def adjoint_one(self, w: Any, u: Any, K: Any, b: Any, h: Any, n: int) -> Optional[Any]:
         """dense_adjoint(w, u, K, b, h, activation) of layer n alone (the sequential

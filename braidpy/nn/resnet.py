@@ -121,6 +121,19 @@ class ResNetApp(App):
         return layer.forward_batched(U, v["K"][sl, ...], v["b"][sl, ...],
                                      self._steps(t0s, t1s, U))
 
+    def step_stacked_into(self, U: Any, out: Any, t0s: Any, t1s: Any, status: Any) -> None:
+        """step_stacked out of place (docs/batching.md): the steps of U's rows written
+        into out, U unchanged (directly where the layer can, ``batched_out``; else
+        copied). A sweep then starts from its C-points where they lie, and one that
+        keeps every state (the final sweep of a training solve) has them written where
+        they are kept."""
+        v, sl = self._views, status.fine_slice
+        args = (U, v["K"][sl, ...], v["b"][sl, ...], self._steps(t0s, t1s, U))
+        if getattr(self.layer, "batched_out", False):
+            self.layer.forward_batched(*args, out=out)
+        else:
+            out[...] = self.layer.forward_batched(*args)
+
     def _steps(self, t0s: Any, t1s: Any, U: Any) -> Any:
         hs = t1s - t0s  # the same float64 subtraction as t1 - t0 in step()
         if isinstance(U, np.ndarray):
@@ -159,6 +172,20 @@ class ResNetApp(App):
         if getattr(layer, "batched_out", False):
             return layer.adjoint_batched(W, U, Ks, bs, hs, out=W)
         return layer.adjoint_batched(W, U, Ks, bs, hs)
+
+    def step_adjoint_batch_into(self, W: Any, U: Any, out: Any, t0s: Any, t1s: Any,
+                                status: Any) -> None:
+        """step_adjoint_batch out of place (braidpy.adjoint): the adjoint steps of W's
+        rows written into out, W unchanged (directly where the layer can, else copied)."""
+        v, sl = self._views, status.fine_slice
+        Ks, bs, hs = v["K"][sl, ...], v["b"][sl, ...], self._steps(t0s, t1s, U)
+        if self.slope_cache is not None \
+                and self.slope_cache.adjoint(W, U, Ks, bs, hs, sl, out=out) is not None:
+            return
+        if getattr(self.layer, "batched_out", False):
+            self.layer.adjoint_batched(W, U, Ks, bs, hs, out=out)
+        else:
+            out[...] = self.layer.adjoint_batched(W, U, Ks, bs, hs)
 
     def step_gradient_batch(self, W: Any, U: Any, t0s: Any, t1s: Any, status: Any) -> Any:
         v, sl = self._views, status.fine_slice

@@ -40,7 +40,8 @@ __all__ = ["Call", "Gap", "Comparison", "compare_timelines", "format_comparison"
 # The step callbacks a recorded app times: (method, tag, batched, argument whose first
 # axis counts the states of a batched call).
 _TIMED = (("step", "fwd", False, None), ("step_stacked", "fwd", True, 0),
-          ("step_adjoint", "adj", False, None), ("step_adjoint_batch", "adj", True, 0),
+          ("step_stacked_into", "fwd", True, 0), ("step_adjoint", "adj", False, None),
+          ("step_adjoint_batch", "adj", True, 0), ("step_adjoint_batch_into", "adj", True, 0),
           ("step_gradient_batch", "grad", True, 0))
 
 

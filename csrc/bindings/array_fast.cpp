@@ -50,6 +50,22 @@ bool f64_like(PyObject* o, const pyd::PyArray_Proxy* fa) {
   return true;
 }
 
+// *block = u (a new reference, taken over) and rows[k] = u[k], k < n (views); false (u
+// released) if a row cannot be taken, which cannot happen for an ndarray.
+bool with_row_views(PyObject* u, Py_ssize_t n, PyObject** block, PyObject** rows) {
+  for (Py_ssize_t k = 0; k < n; ++k) {
+    rows[k] = PySequence_GetItem(u, k);
+    if (rows[k] == nullptr) {
+      for (Py_ssize_t j = 0; j < k; ++j) Py_DECREF(rows[j]);
+      Py_DECREF(u);
+      PyErr_Clear();
+      return false;
+    }
+  }
+  *block = u;
+  return true;
+}
+
 // Uninitialised float64 array of shape (n, *fa's shape).
 pybind11::array_t<double> new_rows(Py_ssize_t n, const pyd::PyArray_Proxy* fa) {
   std::vector<pybind11::ssize_t> shape{static_cast<pybind11::ssize_t>(n)};
@@ -193,19 +209,14 @@ bool fast_clone_block(PyObject* const* srcs, Py_ssize_t n, PyObject** block, PyO
       std::memset(row, 0, bytes);
     }
   }
-  PyObject* u = U.release().ptr();
-  for (Py_ssize_t k = 0; k < n; ++k) {
-    rows[k] = PySequence_GetItem(u, k);
-    if (rows[k] == nullptr) {  // cannot happen for an ndarray; be safe
-      for (Py_ssize_t j = 0; j < k; ++j) Py_DECREF(rows[j]);
-      Py_DECREF(u);
-      PyErr_Clear();
-      return false;
-    }
-  }
   (void)api;
-  *block = u;
-  return true;
+  return with_row_views(U.release().ptr(), n, block, rows);
+}
+
+bool fast_new_block(PyObject* like, Py_ssize_t n, PyObject** block, PyObject** rows) {
+  F64View ref;
+  if (n < 1 || !as_f64(like, ref)) return false;
+  return with_row_views(new_rows(n, pyd::array_proxy(like)).release().ptr(), n, block, rows);
 }
 
 bool fast_norm_vdot(PyObject* u, double* out) {

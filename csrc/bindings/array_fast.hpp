@@ -25,6 +25,10 @@ bool fast_norm(PyObject* u, double* out);
 // entries give zeroed placeholder rows): *block = U of shape (n, *shape),
 // rows[k] = U[k] (views). False (nothing allocated) when it does not apply.
 bool fast_clone_block(PyObject* const* srcs, Py_ssize_t n, PyObject** block, PyObject** rows);
+// An uninitialised float64 array of shape (n, *like's shape), like float64 and
+// C-contiguous: *block, and rows[k] = block[k] (views). False (nothing allocated) when
+// it does not apply.
+bool fast_new_block(PyObject* like, Py_ssize_t n, PyObject** block, PyObject** rows);
 // dst[...] = src for equal-size float64 C-contiguous arrays (memcpy).
 bool fast_copy(PyObject* src, PyObject* dst);
 

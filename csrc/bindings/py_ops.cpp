@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <utility>
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -58,6 +59,10 @@ PyOps::PyOps(PyObject* app, PyObject* status, PyObject* progress, bool timings, 
       else Py_XDECREF(k);
       PyErr_Clear();
     }
+    PyObject* into = PyObject_GetAttrString(app, "step_stacked_into");  // optional
+    if (into != nullptr && PyCallable_Check(into)) step_stacked_into_ = into;
+    else Py_XDECREF(into);
+    PyErr_Clear();
   }
   init_ = get_method(app, "init");
   step_ = get_method(app, "step");
@@ -81,7 +86,8 @@ PyOps::PyOps(PyObject* app, PyObject* status, PyObject* progress, bool timings, 
 
 PyOps::~PyOps() {
   for (PyObject* p : {init_, step_, clone_, sum_, norm_, access_, bufpack_, bufunpack_,
-                      step_batch_, step_stacked_, status_, progress_, error_})
+                      step_batch_, step_stacked_, step_stacked_into_, status_, progress_,
+                      error_})
     Py_XDECREF(p);
 }
 
@@ -418,10 +424,11 @@ bool PyOps::copy_alike(Vec src, Vec dst) {
   return fast_copy_alike(static_cast<PyObject*>(src), static_cast<PyObject*>(dst));
 }
 
-void PyOps::step_batch(Vec block, braid::Index first, Vec* us, braid::Index n,
-                       const braid::BatchItem* items, CallInfo& info) {
-  (void)info;
-  if (failed_) return;
+namespace {
+
+// The items' start and end times as two float64 arrays (step_batch's t0s, t1s).
+std::pair<pybind11::array_t<double>, pybind11::array_t<double>> batch_times(
+    const braid::BatchItem* items, braid::Index n) {
   const auto nn = static_cast<pybind11::ssize_t>(n);
   pybind11::array_t<double> t0s(nn), t1s(nn);
   double* p0 = t0s.mutable_data();
@@ -430,24 +437,86 @@ void PyOps::step_batch(Vec block, braid::Index first, Vec* us, braid::Index n,
     p0[k] = items[k].t0;
     p1[k] = items[k].t1;
   }
+  return {std::move(t0s), std::move(t1s)};
+}
+
+// Rows first..first+n-1 of block B: B itself when that is all of it, else B[first:first+n]
+// (new reference; null with a Python error set on failure).
+PyObject* block_rows(PyObject* B, braid::Index first, braid::Index n) {
+  if (first == 0 && PyObject_Length(B) == n) {
+    Py_INCREF(B);
+    return B;
+  }
+  PyObject* lo = PyLong_FromLongLong(first);
+  PyObject* hi = PyLong_FromLongLong(first + n);
+  PyObject* slice = PySlice_New(lo, hi, nullptr);
+  PyObject* rows = PyObject_GetItem(B, slice);
+  Py_DECREF(lo);
+  Py_DECREF(hi);
+  Py_DECREF(slice);
+  return rows;
+}
+
+}  // namespace
+
+bool PyOps::step_batch_to(const Vec* us, braid::Index n, braid::Index first,
+                          braid::Index rows, const braid::BatchItem* items, CallInfo& info,
+                          Vec* new_block, Vec* out) {
+  (void)info;
+  if (failed_ || step_stacked_into_ == nullptr || n < 1) return false;
+  // The states as they lie (evenly spaced rows of one block, read-only), else stacked
+  // into a new array: a copy, as the in-place step's would be, in the same single call.
+  PyObject* from = nullptr;
+  const auto* srcs = reinterpret_cast<PyObject* const*>(us);
+  if (!fast_stack_view(srcs, n, &from) && !fast_stack(srcs, n, &from)) return false;
+  PyObject* next = nullptr;
+  auto** views = reinterpret_cast<PyObject**>(out);
+  if (!fast_new_block(static_cast<PyObject*>(us[0]), rows, &next, views)) {
+    Py_DECREF(from);
+    return false;
+  }
+  auto [t0s, t1s] = batch_times(items, n);
+  PyObject* to = block_rows(next, first, n);
+  PyObject* r = nullptr;
+  if (to != nullptr) {
+    PyObject* args[5] = {from, to, t0s.ptr(), t1s.ptr(), status_};
+    r = call(kStepBatch, step_stacked_into_, args, 5);
+    batch_items_ += n;
+    Py_DECREF(to);
+  } else {
+    capture_current_error(kStepBatch);
+  }
+  Py_DECREF(from);
+  if (r != nullptr && r != Py_None) {
+    PyErr_Format(PyExc_TypeError,
+                 "step_stacked_into(U, out, t0s, t1s, status) must write into out and "
+                 "return None, got %.200s",
+                 Py_TYPE(r)->tp_name);
+    capture_current_error(kStepBatch);
+  }
+  const bool done = r == Py_None;
+  Py_XDECREF(r);
+  if (!done) {
+    for (braid::Index k = 0; k < rows; ++k) Py_CLEAR(views[k]);
+    Py_DECREF(next);
+    return false;
+  }
+  *new_block = next;
+  return true;
+}
+
+void PyOps::step_batch(Vec block, braid::Index first, Vec* us, braid::Index n,
+                       const braid::BatchItem* items, CallInfo& info) {
+  (void)info;
+  if (failed_) return;
+  auto [t0s, t1s] = batch_times(items, n);
   PyObject* arg = nullptr;
   auto* B = static_cast<PyObject*>(block);
   if (B != nullptr) {
-    if (first == 0 && PyObject_Length(B) == n) {
-      Py_INCREF(B);
-      arg = B;
-    } else {
-      PyObject* lo = PyLong_FromLongLong(first);
-      PyObject* hi = PyLong_FromLongLong(first + n);
-      PyObject* slice = PySlice_New(lo, hi, nullptr);
-      arg = PyObject_GetItem(B, slice);
-      Py_DECREF(lo);
-      Py_DECREF(hi);
-      Py_DECREF(slice);
-      if (arg == nullptr) {
-        capture_current_error(kStepBatch);
-        return;
-      }
+    arg = block_rows(B, first, n);
+    if (arg == nullptr) {
+      capture_current_error(kStepBatch);
+      return;
     }
   } else {
     arg = PyList_New(static_cast<Py_ssize_t>(n));

@@ -57,6 +57,11 @@ class PyOps final : public braid::Ops {
   bool copy_alike(Vec src, Vec dst) override;
   void step_batch(Vec block, braid::Index first, Vec* us, braid::Index n,
                   const braid::BatchItem* items, CallInfo& info) override;
+  // app.step_stacked_into for float64 NumPy states (read in place where they are evenly
+  // spaced rows of one block), into a new block; else false.
+  bool step_batch_to(const Vec* us, braid::Index n, braid::Index first, braid::Index rows,
+                     const braid::BatchItem* items, CallInfo& info, Vec* new_block,
+                     Vec* out) override;
   long long batch_items() const { return batch_items_; }
 
   // Packing for the communicator (user callbacks too).
@@ -108,6 +113,7 @@ class PyOps final : public braid::Ops {
   PyObject* bufunpack_ = nullptr;
   PyObject* step_batch_ = nullptr;  // null: no batching
   PyObject* step_stacked_ = nullptr;  // App.step_batch's kernel, called directly on a block
+  PyObject* step_stacked_into_ = nullptr;  // its out-of-place twin (optional)
   PyObject* status_ = nullptr;
   PyObject* progress_ = nullptr;
   bool timings_ = false;

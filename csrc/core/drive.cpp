@@ -328,14 +328,13 @@ void Solver::final_lockstep() {
   std::vector<Vec> kept(static_cast<std::size_t>(hi - lo + 1), nullptr);
   const Exchange x{msg_tag(0, kMsgRelax) + 1000, L.right >= 0, L.left >= 0};
   auto keep_rows = [&](Vec* rows, const Index* pts, Index m) {
-    if (stored) store_rows(rows, pts, m);
     if (!keep) return;
     std::vector<Vec> copies(static_cast<std::size_t>(m), nullptr);
     clone_rows(rows, m, copies.data());
     for (Index k = 0; k < m; ++k) kept[pts[k] - lo] = copies[k];
   };
   lockstep_chains(
-      0, x, false, true, keep_rows,
+      0, x, false, true, stored, keep_rows,
       [&](Index i, Vec& w) {
         if (!keep && !stored && i == n) kept[i - lo] = ops_.clone(w);
       },

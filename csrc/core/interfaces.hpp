@@ -131,6 +131,20 @@ class Ops {
     info.batch = saved;
     info.batch_size = saved_n;
   }
+  // Out-of-place batched step (optional): us[0..n) stepped as step_batch would step
+  // them, into rows first..first+n-1 of a new block of `rows` rows; us are left
+  // unchanged. *new_block gets the block's handle, out[0..rows) its rows (those outside
+  // first..first+n-1 hold unspecified values, for the caller to fill or drop). Saves
+  // copies: a sweep starts from its C-points without copying them, and one that keeps
+  // every new value (stored F-points) has each step write where the values are kept.
+  // False: nothing was done (no such step for these states, or a callback failed).
+  virtual bool step_batch_to(const Vec* us, Index n, Index first, Index rows,
+                             const BatchItem* items, CallInfo& info, Vec* new_block,
+                             Vec* out) {
+    (void)us, (void)n, (void)first, (void)rows, (void)items, (void)info, (void)new_block;
+    (void)out;
+    return false;
+  }
 };
 
 enum class ReduceOp { kSum, kMax };

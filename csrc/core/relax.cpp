@@ -25,8 +25,7 @@ void Solver::add_tau(const Level& L, const Index* pts, Vec* us, Index n) {
   ops_.sums(1.0, taus.data(), 1.0, us, n);
 }
 
-void Solver::step_batch_on(Level& L, int l, Vec block, Index first, Vec* ws, const Index* pts,
-                           Index n, bool with_tau) {
+void Solver::begin_batch(Level& L, int l, const Index* pts, Index n) {
   items_.resize(static_cast<std::size_t>(n));
   for (Index k = 0; k < n; ++k) items_[static_cast<std::size_t>(k)] = L.step_to(pts[k]);
   info_.level = l;
@@ -34,10 +33,61 @@ void Solver::step_batch_on(Level& L, int l, Vec block, Index first, Vec* ws, con
   info_.batch = items_.data();
   info_.batch_size = n;
   comm_.advance_sends();
-  ops_.step_batch(block, first, ws, n, items_.data(), info_);
+}
+
+void Solver::end_batch() {
   info_.batch = nullptr;
   info_.batch_size = 0;
+}
+
+void Solver::step_batch_on(Level& L, int l, Vec block, Index first, Vec* ws, const Index* pts,
+                           Index n, bool with_tau) {
+  begin_batch(L, l, pts, n);
+  ops_.step_batch(block, first, ws, n, items_.data(), info_);
+  end_batch();
   if (with_tau) add_tau(L, pts, ws, n);
+}
+
+bool Solver::step_out_of_place(Level& L, int l, const Vec* srcs, Index first, Index n,
+                               const Index* pts, bool with_tau, Index rows, Vec* block,
+                               Vec* outs) {
+  begin_batch(L, l, pts, n);
+  const bool done =
+      ops_.step_batch_to(srcs, n, first, rows, items_.data(), info_, block, outs);
+  end_batch();
+  if (done && with_tau) add_tau(L, pts, outs + first, n);
+  return done;
+}
+
+Vec Solver::step_batch_from(Level& L, int l, const Vec* srcs, Index n, Vec* ws,
+                            const Index* pts) {
+  Vec block = nullptr;
+  if (step_out_of_place(L, l, srcs, 0, n, pts, false, n, &block, ws)) return block;
+  block = ops_.clone_block(srcs, n, ws);
+  step_batch_on(L, l, block, 0, ws, pts, n, false);
+  return block;
+}
+
+bool Solver::step_to_new_block(Level& L, int l, const Vec* from, Index a, Index b,
+                               const Index* pts, bool with_tau, bool store, SweepRows& sw) {
+  const Index m = static_cast<Index>(sw.rows.size());
+  std::vector<Vec> outs(sw.rows.size(), nullptr);
+  Vec next = nullptr;
+  if (!step_out_of_place(L, l, from, a, b - a, pts + a, with_tau, m, &next, outs.data()))
+    return false;
+  for (Index r = 0; r < m; ++r) {
+    if (!sw.stored[r]) ops_.free(sw.rows[r]);
+    sw.rows[r] = outs[r];
+    sw.stored[r] = 0;
+  }
+  if (store)  // level 0 keeps them; the sweep reads them on (never in place)
+    for (Index r = a; r < b; ++r) {
+      set_slot(L.u, L.slot(pts[r]), sw.rows[r]);
+      sw.stored[r] = 1;
+    }
+  ops_.free(sw.block);
+  sw.block = next;
+  return true;
 }
 
 // Ranks exchange u at their first point - 1: only where the receiver has an
@@ -120,10 +170,17 @@ bool Solver::batch_sweep(const Level& L, bool recv_left) const {
 // every chain that has an F-point c+k takes that step in one step_batch call;
 // the active rows are always a contiguous range (only row 0 joins late, only
 // the last row stops early). The left neighbour's value is received when row 0
-// first needs it (keep_left: a copy goes to left_boundary_). on_step sees each
-// new value before it is sent right; on_done sees the block before it is freed.
+// first needs it (keep_left: a copy goes to left_boundary_).
+// The block is made by the first batch of steps: written out of place from the
+// chains' sources where the app can (Ops::step_batch_to: no copy of the C-points), else
+// copies of the sources (clone_block) stepped in place. store (level 0): every new
+// value becomes the stored value of its point, the steps writing out of place straight
+// into a new block where the app can, else copied (store_rows); stored rows are read
+// by the next step, never stepped in place, so store comes without on_done (which may
+// step the rows). on_rows sees each batch's rows after storage, on_step each new value
+// before it is sent right, on_done the block before it is freed.
 void Solver::lockstep_chains(int l, const Exchange& x, bool with_tau, bool keep_left,
-                             const RowsHook& on_rows, const PointHook& on_step,
+                             bool store, const RowsHook& on_rows, const PointHook& on_step,
                              const ChainsHook& on_done) {
   Level& L = levels_[l];
   const Index lo = L.own.lo, hi = L.own.hi, cf = L.cf;
@@ -143,18 +200,27 @@ void Solver::lockstep_chains(int l, const Exchange& x, bool with_tau, bool keep_
   if (x.recv_left) add(lo - 1, nullptr);
   for (Index c = L.c_at_or_after(lo); c < hi; c += cf) add(c, L.u[L.slot(c)]);
   const Index m = static_cast<Index>(srcs.size());
-  std::vector<Vec> rows(static_cast<std::size_t>(m), nullptr);
-  Vec block = ops_.clone_block(srcs.data(), m, rows.data());
+  SweepRows sw;
+  sw.rows.assign(static_cast<std::size_t>(m), nullptr);
+  sw.stored.assign(static_cast<std::size_t>(m), 0);
+  bool started = false;      // the rows exist
+  Vec left_value = nullptr;  // received before they did: srcs[0]
+  auto start_in_place = [&]() {
+    sw.block = ops_.clone_block(srcs.data(), m, sw.rows.data());
+    started = true;
+  };
   bool received = !x.recv_left;
   auto receive = [&]() {
     Vec w = comm_.recv(L.left, x.tag);
     if (keep_left) left_boundary_ = ops_.clone(w);
-    if (block != nullptr) {
-      if (w != nullptr && rows[0] != nullptr) ops_.copy_into(w, rows[0]);
+    if (!started) {
+      srcs[0] = left_value = w;
+    } else if (sw.block != nullptr) {
+      if (w != nullptr && sw.rows[0] != nullptr) ops_.copy_into(w, sw.rows[0]);
       ops_.free(w);
     } else {
-      ops_.free(rows[0]);
-      rows[0] = w;
+      ops_.free(sw.rows[0]);
+      sw.rows[0] = w;
     }
     received = true;
   };
@@ -171,19 +237,33 @@ void Solver::lockstep_chains(int l, const Exchange& x, bool with_tau, bool keep_
     if (a == m) continue;
     if (!received && a == 0) receive();
     for (Index r = a; r < b; ++r) pts[r] = base[r] + k;
-    step_batch_on(L, l, block, a, &rows[a], &pts[a], b - a, with_tau);
-    if (on_rows) on_rows(&rows[a], &pts[a], b - a);
+    bool stepped = false;
+    if (!started) {
+      stepped = step_to_new_block(L, l, &srcs[a], a, b, pts.data(), with_tau, store, sw);
+      if (stepped) started = true;
+      else start_in_place();
+    } else if (store && sw.block != nullptr) {
+      stepped = step_to_new_block(L, l, &sw.rows[a], a, b, pts.data(), with_tau, true, sw);
+    }
+    if (!stepped) {  // (after a failed callback every step is a no-op: stored rows stay)
+      step_batch_on(L, l, sw.block, a, &sw.rows[a], &pts[a], b - a, with_tau);
+      if (store) store_rows(&sw.rows[a], &pts[a], b - a);
+    }
+    if (on_rows) on_rows(&sw.rows[a], &pts[a], b - a);
     for (Index r = a; r < b; ++r) {
       const Index i = pts[r];
-      if (on_step) on_step(i, rows[r]);
-      if (x.send_right && i == hi && !L.is_c(hi)) comm_.send(L.right, x.tag, rows[r]);
+      if (on_step) on_step(i, sw.rows[r]);
+      if (x.send_right && i == hi && !L.is_c(hi)) comm_.send(L.right, x.tag, sw.rows[r]);
     }
   }
   if (!received) receive();
+  if (!started) start_in_place();  // no F-point: the chains' ends only
+  ops_.free(left_value);
 
-  if (on_done) on_done(block, rows.data(), base.data(), m);
-  for (Vec w : rows) ops_.free(w);
-  ops_.free(block);
+  if (on_done) on_done(sw.block, sw.rows.data(), base.data(), m);
+  for (Index r = 0; r < m; ++r)
+    if (!sw.stored[r]) ops_.free(sw.rows[r]);
+  ops_.free(sw.block);
 }
 
 // Same values as chains(), every chain advanced in lock-step, one step_batch
@@ -213,12 +293,12 @@ void Solver::lockstep(int l, const Exchange& x, const RowsHook& on_points, const
     info_.phase = phase;
   };
   RowsHook on_rows = on_points;
-  if (store_f)
+  if (store_f)  // copies: the chains' ends step the rows in place
     on_rows = [&](Vec* rows, const Index* pts, Index n) {
       store_rows(rows, pts, n);
       if (on_points) on_points(rows, pts, n);
     };
-  lockstep_chains(l, x, true, false, on_rows, PointHook(),
+  lockstep_chains(l, x, true, false, false, on_rows, PointHook(),
                   end != nullptr ? ChainsHook(ends) : ChainsHook());
 }
 

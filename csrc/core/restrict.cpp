@@ -77,9 +77,8 @@ void Solver::restrict_to(int l) {
       srcs.push_back(j == C.own.lo ? left : C.v[C.slot(j - 1)]);
       js.push_back(j);
     }
-    Vec block = ops_.clone_block(srcs.data(), nparts, gs.data());
+    Vec block = step_batch_from(C, l + 1, srcs.data(), nparts, gs.data(), js.data());
     ops_.free(left);
-    step_batch_on(C, l + 1, block, 0, gs.data(), js.data(), nparts, false);
     // add_coarse_part for every part: its two sums in one pass, else each in one call
     std::vector<Vec> vs, taus;
     for (Index j : js) {

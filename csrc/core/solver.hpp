@@ -99,6 +99,31 @@ class Solver {
   // Batched step: ws[k]: t_{pts[k]-1} -> t_{pts[k]} in one call.
   void step_batch_on(Level& L, int l, Vec block, Index first, Vec* ws, const Index* pts,
                      Index n, bool with_tau);
+  // info_ and items_ for a batch of steps into pts[0..n) (then end_batch).
+  void begin_batch(Level& L, int l, const Index* pts, Index n);
+  void end_batch();
+  // srcs[0..n) (the values at pts - 1) stepped out of place (Ops::step_batch_to) into
+  // rows first..first+n-1 of a new block of `rows` rows (*block, its rows outs), adding
+  // tau if with_tau. False: nothing done.
+  bool step_out_of_place(Level& L, int l, const Vec* srcs, Index first, Index n,
+                         const Index* pts, bool with_tau, Index rows, Vec* block, Vec* outs);
+  // ws[k] <- the step of srcs[k] into pts[k] (srcs unchanged), k < n, in one batch:
+  // out of place where the app can (Ops::step_batch_to), else on copies. Returns the
+  // block of the ws, for the caller to free with them.
+  Vec step_batch_from(Level& L, int l, const Vec* srcs, Index n, Vec* ws, const Index* pts);
+  // A lock-step sweep's chains: rows[r] (of block, null for independent vectors);
+  // stored[r]: rows[r] is level 0's stored value of its point (not freed by the sweep).
+  struct SweepRows {
+    Vec block = nullptr;
+    std::vector<Vec> rows;
+    std::vector<char> stored;
+  };
+  // from[0..b-a), the values at pts[a..b) - 1, stepped out of place (Ops::step_batch_to)
+  // into rows a..b-1 of a new block, which replaces sw's rows and block (store: level 0
+  // keeps rows a..b-1 as the stored values of pts[a..b)). False: the app has no such
+  // step for these states (or failed); nothing changed.
+  bool step_to_new_block(Level& L, int l, const Vec* from, Index a, Index b, const Index* pts,
+                         bool with_tau, bool store, SweepRows& sw);
   // Coarse FAS steps: Phi(u) + tau (XBraid adds tau after the user step); us[k] is
   // the value at point pts[k], all n sums in one call.
   void add_tau(const Level& L, const Index* pts, Vec* us, Index n);
@@ -116,7 +141,7 @@ class Solver {
   bool batch_sweep(const Level& L, bool recv_left) const;
   // The chain loop both lock-step sweeps share (relax.cpp).
   // on_rows (may be empty) sees each batch's rows before on_step sees them one by one.
-  void lockstep_chains(int l, const Exchange& x, bool with_tau, bool keep_left,
+  void lockstep_chains(int l, const Exchange& x, bool with_tau, bool keep_left, bool store,
                        const RowsHook& on_rows, const PointHook& on_step,
                        const ChainsHook& on_done);
   // Independent copies out[k] of rows[k], k < n, made in one clone_block call (for
