@@ -191,6 +191,78 @@ def test_kernel_family_and_forced_families_refuse_what_does_not_fit():
         HOST.conv_direct_transpose_add(U, U, Ks, out, kernels="fast")
 
 
+#: Weight-gradient shapes (m, N, C, H, W): C from 1 to 64, multiples of the groups (4
+#: output channels; 4, 2, 1 input channels for k 1, 3, 5-7) or not, odd planes, N 1 and
+#: several; the last has 780 positions, 3 or more per thread of 256 (a changed sum order
+#: changes bits).
+WGRAD = [(2, 2, 1, 5, 7), (2, 1, 3, 7, 5), (2, 3, 8, 5, 3), (1, 2, 16, 3, 7),
+         (2, 1, 17, 5, 5), (1, 1, 32, 3, 5), (1, 2, 64, 3, 3), (1, 4, 9, 15, 13)]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("k", [1, 3, 5, 7])
+@pytest.mark.parametrize("shape", WGRAD)
+def test_grouped_weight_gradient_equals_the_row_kernels_bits(shape, k, dtype):
+    """The grouped weight-gradient kernel (a block per group of output and input channels
+    and dy) and the row kernel (a block per row of dK) give the same bits: the same sums in
+    the same order; "auto" is the GPU's pick (grouped where C >= 16), and db is the same
+    reduction either way."""
+    m, N, C, H, W = shape
+    Wa, U, Ks, bs, hs = data(m, N, C, H, W, k, dtype)
+    G = np.empty_like(U)
+    HOST.conv_direct_g(Wa, U, Ks, bs, hs, G, 1)
+    out = {}
+    for kernels in ("rows", "grouped", "auto"):
+        # dK the head of a longer buffer: a write past dK's end lands in the tail
+        buf = np.full(Ks.size + 4 * (C + 4) * k * k, np.nan, dtype=dtype)
+        dK, db = buf[:Ks.size].reshape(Ks.shape), np.full_like(bs, np.nan)
+        HOST.conv_direct_param_grads(G, U, dK, db, kernels=kernels)
+        assert np.isnan(buf[Ks.size:]).all(), kernels
+        out[kernels] = dK, db
+    for kernels in ("grouped", "auto"):
+        for got, want in zip(out[kernels], out["rows"]):
+            assert np.array_equal(got, want), kernels
+    assert not np.isnan(out["rows"][0]).any()
+    want_family = "grouped" if C >= 16 else "rows"
+    assert HOST.conv_direct_wgrad_family(U.shape, Ks.shape) == want_family
+
+
+@pytest.mark.parametrize("shape", [(2, 2, 18, 7, 5, 1), (1, 2, 32, 6, 5, 3), (2, 1, 17, 5, 6, 5),
+                                   (1, 1, 33, 5, 3, 7)])
+def test_wide_weight_gradients_equal_numpys_and_finite_differences(host_cuda, shape):
+    """The grouped kernel's dK (every k, C not a multiple of a group) against the NumPy
+    kernels, and one entry of each against a finite difference of <W, forward>."""
+    m, N, C, H, W, k = shape
+    assert HOST.conv_direct_wgrad_family((m, N, C, H, W), (m, C, C, k, k)) == "grouped"
+    layer = ConvLayer(C, k, "tanh", backend="cuda-direct")
+    ref = ConvLayer(C, k, "tanh", backend="numpy")
+    Wa, U, Ks, bs, hs = data(*shape, seed=SEED + 2)
+    dK, db = layer.gradient_batched(Wa, U, Ks, bs, hs)
+    want_K, want_b = ref.gradient_batched(Wa, U, Ks, bs, hs)
+    close(dK, want_K, 1e-12)
+    close(db, want_b, 1e-12)
+    index = (m - 1, C - 1, C // 2, k - 1, k // 2)  # the last output channel's group
+    eps, h = 1e-6, hs[-1:]
+
+    def f(K):
+        return float(np.sum(Wa[-1:] * layer.forward_batched(U[-1:], K, bs[-1:], h)))
+
+    plus, minus = Ks[-1:].copy(), Ks[-1:].copy()
+    plus[(0,) + index[1:]] += eps
+    minus[(0,) + index[1:]] -= eps
+    assert dK[index] == pytest.approx((f(plus) - f(minus)) / (2 * eps), rel=1e-6, abs=1e-9)
+
+
+def test_weight_gradient_kernels_option_is_checked():
+    Wa, U, Ks, bs, hs = data(1, 1, 8, 4, 4, 3)
+    with pytest.raises(ValueError, match="kernels must be 'auto', 'rows' or 'grouped', "
+                                         "got 'tiled'"):
+        HOST.conv_direct_param_grads(U, U, np.empty_like(Ks), np.empty_like(bs),
+                                     kernels="tiled")
+    with pytest.raises(ValueError, match=r"K must be \(m, C, C, k, k\)"):
+        HOST.conv_direct_wgrad_family(U.shape, (1, 8, 8, 4, 4))
+
+
 def test_float32_kernels_are_float32_and_close(host_cuda):
     layer, ref = ConvLayer(3, 3, "tanh", backend="cuda-direct"), \
         ConvLayer(3, 3, "tanh", backend="numpy")

@@ -40,13 +40,15 @@ def test_core_builds_and_passes_without_python(build):
 
 def test_cuda_kernels_arithmetic_passes_on_the_host(build):
     out = run(build, "kernels_test")
-    assert out.count("ok  ") == 558
+    assert out.count("ok  ") == 690
     for kernel in ("axpby<double>", "axpby<float>", "gather<double>", "gather<float>",
                    "dense elements<double>", "dense elements<float>",
                    "dense finish<double> slope act 3 stacked",
                    "dense finish<float> step act 1 single",
                    "row norm<double>", "row norm<float>", "(x is y)", "zero row",
-                   "conv wide<double>", "conv tiled<float>", "conv family of"):
+                   "conv wide<double>", "conv tiled<float>", "conv family of",
+                   "conv wgrad grouped<double>", "conv wgrad grouped<float>",
+                   "conv wgrad family"):
         assert kernel in out, kernel
 
 

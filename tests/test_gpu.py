@@ -584,6 +584,30 @@ def test_wide_direct_conv_kernels_on_the_gpu(cp, cuda, dtype, shape):
     assert_batched_is_single(cp, layer, (F, A, dK, db), dev)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("shape", [(2, 4, 32, 28, 28, 3), (2, 3, 32, 17, 20, 5),
+                                   (1, 2, 33, 9, 11, 3)])
+def test_grouped_weight_gradient_on_the_gpu_equals_its_host_twin(cp, cuda, dtype, shape):
+    """The grouped weight-gradient kernel (C >= 16: a block per group of output and input
+    channels and dy, the trees pass by pass through shared memory) on the device gives its
+    host twin's bits, and the row kernel's (the same sums in the same order); db too. G is
+    given, so no activation (libm) is involved. 33 channels: partial groups."""
+    from braidpy import _core
+
+    m, N, C, H, W, k = shape
+    twin = _core._host_conv
+    assert twin.conv_direct_wgrad_family((m, N, C, H, W), (m, C, C, k, k)) == "grouped"
+    rng = np.random.default_rng(20261202)
+    G, U = (rng.standard_normal((m, N, C, H, W)).astype(dtype) for _ in range(2))
+    dK, db = cp.empty((m, C, C, k, k), dtype=dtype), cp.empty((m, C), dtype=dtype)
+    cuda.conv_direct_param_grads(cp.asarray(G), cp.asarray(U), dK, db)
+    for kernels in ("grouped", "rows"):
+        dK_h, db_h = np.empty((m, C, C, k, k), dtype=dtype), np.empty((m, C), dtype=dtype)
+        twin.conv_direct_param_grads(G, U, dK_h, db_h, kernels=kernels)
+        assert np.array_equal(to_host(dK), dK_h), kernels
+        assert np.array_equal(to_host(db), db_h), kernels
+
+
 def test_short_peaks_training_on_the_gpu_equals_numpy(cp):
     """Five one-shot Adam steps on Peaks with the network on CUDA: the same losses and
     parameters as on the host, to rounding (test_device runs the same on

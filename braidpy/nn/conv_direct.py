@@ -21,6 +21,15 @@ per tile and group of 16 channels, the input channels streamed through shared me
 at a time; any C, 7x7 included); else "element" (one thread per output element, every tap
 read from global memory; only for grids of 2^31 blocks or more).
 
+The weight gradient dK is a fixed-order reduction: each of its entries sums
+``G * U`` over the positions, thread t of 256 the positions t, t + 256, ... in double,
+then a tree over the 256 partials. Two kernels compute it with the same bits: "rows" (a
+block per row (interval, o, c, dy) of dK) where C < 16, else "grouped" (a block per
+interval, dy, 4 output channels and 4, 2 or 1 input channels for k = 1, 3, 5-7: each
+thread reads G and U once per position for the whole group, 2.7x to 4x fewer loads). The
+choice depends on the shape only (``_core._host_conv.conv_direct_wgrad_family``); the
+grouped kernel was written and compiled, but has not yet run on a GPU.
+
 No cuDNN is needed, float64 and float32, odd kernels up to 7x7 (larger ones, and
 activations other than braidpy's own tanh, relu and smooth_relu with its default eps,
 take the "array-api" kernels).

@@ -135,9 +135,23 @@ void transpose_add(Host& h, int family) {
                                 out<T>(h.a[3]));
 }
 
+const char* const kWgradNames[] = {"rows", "grouped"};
+
+// The weight-gradient kernel a call runs: the GPU's pick (kernels "auto"), or the one named
+// (both take any dims), so tests can compare their bits.
+int wgrad_family_of(const char* where, const std::string& kernels, const ConvDims& d) {
+  if (kernels == "auto") return kern::conv_wgrad_family(d);
+  for (int k = 0; k < 2; ++k)
+    if (kernels == kWgradNames[k]) return k;
+  throw py::value_error(std::string(where) + ": kernels must be 'auto', 'rows' or 'grouped', "
+                        "got '" + kernels + "'");
+}
+
 template <class T>
-void param_grads(Host& h) {
-  kern::conv_wgrad_host(in<T>(h.a[0]), in<T>(h.a[1]), h.d, out<T>(h.a[2]));
+void param_grads(Host& h, int wgrad) {
+  if (wgrad == kern::kWgradGrouped)
+    kern::conv_wgrad_grouped_host(in<T>(h.a[0]), in<T>(h.a[1]), h.d, out<T>(h.a[2]));
+  else kern::conv_wgrad_rows_host(in<T>(h.a[0]), in<T>(h.a[1]), h.d, out<T>(h.a[2]));
   kern::conv_bgrad_host(in<T>(h.a[0]), h.d, out<T>(h.a[3]));
 }
 
@@ -189,14 +203,22 @@ void bind_host_conv(py::module_& core) {
       }, py::arg("U_shape"), py::arg("K_shape"), py::arg("itemsize"),
       "The kernel family ('tiled', 'wide' or 'element') braidpy._cuda runs for states of "
       "shape U_shape (m, N, C, H, W) and kernels K_shape (m, C, C, k, k) of itemsize bytes.");
+  m.def("conv_direct_wgrad_family", [](const Shape& U, const Shape& K) {
+        return std::string(kWgradNames[kern::conv_wgrad_family(
+            conv_direct_dims("conv_direct_wgrad_family", U, K))]);
+      }, py::arg("U_shape"), py::arg("K_shape"),
+      "The weight-gradient kernel ('rows' or 'grouped') braidpy._cuda runs for states of "
+      "shape U_shape (m, N, C, H, W) and kernels K_shape (m, C, C, k, k), either dtype.");
+  // kernels: "auto" (the GPU's pick of the weight-gradient kernel), "rows" or "grouped".
   m.def("conv_direct_param_grads", [](py::handle G, py::handle U, py::handle dK,
-                                      py::handle db) {
+                                      py::handle db, const std::string& kernels) {
         const char* where = "conv_direct_param_grads";
         Host x = host(where, {G, U, dK, db}, 1, 2);
         conv_direct_expect(where, "G", shape_of(x.a[0]), shape_of(x.a[1]));
         conv_direct_expect(where, "db", shape_of(x.a[3]), Shape{x.d.m, x.d.C});
-        x.f64 ? param_grads<double>(x) : param_grads<float>(x);
-      }, py::arg("G"), py::arg("U"), py::arg("dK"), py::arg("db"));
+        const int f = wgrad_family_of(where, kernels, x.d);
+        x.f64 ? param_grads<double>(x, f) : param_grads<float>(x, f);
+      }, py::arg("G"), py::arg("U"), py::arg("dK"), py::arg("db"), py::arg("kernels") = "auto");
 }
 
 }  // namespace braidpy

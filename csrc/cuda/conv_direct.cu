@@ -108,19 +108,70 @@ int launch_family(int mode, const T* X, const T* K, const ConvDims& d, const T* 
   return launch_wide<T>(mode, X, K, d, U, Wa, bias, h, act, out, st);
 }
 
-// One block of kern::kConvThreads threads per row (iv, o, c, dy) of dK.
+// The row kernel: one block of kern::kConvThreads threads per row (iv, o, c, dy) of dK.
 template <class T>
 __global__ void conv_wgrad_kernel(const T* G, const T* U, ConvDims d, T* dK) {
   __shared__ double parts[kern::kConvMaxK * kern::kConvThreads];
   const int t = static_cast<int>(threadIdx.x);
-  const Index row = blockIdx.x;
-  kern::conv_wgrad_part(G, U, row, d, t, kern::kConvThreads, parts);
-  __syncthreads();
-  for (int s = kern::kConvThreads / 2; s > 0; s >>= 1) {
-    for (Index dx = 0; dx < d.k; ++dx) kern::tree_step(parts + dx * kern::kConvThreads, t, s);
+  const Index rows = d.m * d.C * d.C * d.k;
+  for (Index row = blockIdx.x; row < rows; row += gridDim.x) {
+    if (row != blockIdx.x) __syncthreads();  // the previous row's results are read
+    kern::conv_wgrad_part(G, U, row, d, t, kern::kConvThreads, parts);
     __syncthreads();
+    for (int s = kern::kConvThreads / 2; s > 0; s >>= 1) {
+      for (Index dx = 0; dx < d.k; ++dx) kern::tree_step(parts + dx * kern::kConvThreads, t, s);
+      __syncthreads();
+    }
+    if (t < d.k) dK[row * d.k + t] = static_cast<T>(parts[t * kern::kConvThreads]);
   }
-  if (t < d.k) dK[row * d.k + t] = static_cast<T>(parts[t * kern::kConvThreads]);
+}
+
+// The grouped kernel for kernel size K (conv_direct.hpp): one block of kern::kConvThreads
+// threads per (iv, output group, input group, dy); its accumulators in registers, the
+// trees in one 48 KiB buffer, pass by pass.
+template <class T, int K>
+__global__ void __launch_bounds__(kern::kConvThreads)
+    conv_wgrad_grouped_kernel(const T* G, const T* U, ConvDims d, T* dK) {
+  __shared__ double parts[kern::kWgradPartsRows * kern::kConvThreads];
+  const int t = static_cast<int>(threadIdx.x);
+  const Index blocks = kern::conv_wgrad_group_blocks(d);
+  for (Index b = blockIdx.x; b < blocks; b += gridDim.x) {
+    double acc[kern::conv_wgrad_accs(K)];
+    kern::conv_wgrad_group_part<T, K>(G, U, b, d, t, kern::kConvThreads, acc);
+#pragma unroll
+    for (int pass = 0; pass < kern::conv_wgrad_passes(K); ++pass) {
+      __syncthreads();  // the previous pass's (or block's) results are read
+      kern::conv_wgrad_group_store<K>(acc, pass, t, kern::kConvThreads, parts);
+      __syncthreads();
+      for (int s = kern::kConvThreads / 2; s > 0; s >>= 1) {
+        kern::conv_wgrad_group_tree<K>(parts, pass, t, kern::kConvThreads, s);
+        __syncthreads();
+      }
+      kern::conv_wgrad_group_write<T, K>(parts, pass, b, d, t, kern::kConvThreads, dK);
+    }
+  }
+}
+
+template <class T, int K>
+int launch_wgrad_grouped(const T* G, const T* U, const ConvDims& d, T* dK, cudaStream_t st) {
+  const Index blocks = kern::conv_wgrad_group_blocks(d);
+  const auto grid = static_cast<unsigned>(kern::conv_reduction_grid(blocks));
+  conv_wgrad_grouped_kernel<T, K><<<grid, kern::kConvThreads, 0, st>>>(G, U, d, dK);
+  return cudaGetLastError();
+}
+
+// The row or the grouped kernel, whichever conv_wgrad_family picks for these dims.
+template <class T>
+int launch_wgrad(const T* G, const T* U, const ConvDims& d, T* dK, cudaStream_t st) {
+  if (kern::conv_wgrad_family(d) == kern::kWgradRows) {
+    const auto grid = static_cast<unsigned>(kern::conv_reduction_grid(d.m * d.C * d.C * d.k));
+    conv_wgrad_kernel<T><<<grid, kern::kConvThreads, 0, st>>>(G, U, d, dK);
+    return cudaGetLastError();
+  }
+  if (d.k == 1) return launch_wgrad_grouped<T, 1>(G, U, d, dK, st);
+  if (d.k == 3) return launch_wgrad_grouped<T, 3>(G, U, d, dK, st);
+  if (d.k == 5) return launch_wgrad_grouped<T, 5>(G, U, d, dK, st);
+  return launch_wgrad_grouped<T, 7>(G, U, d, dK, st);
 }
 
 // One block per row (iv, o) of db.
@@ -128,13 +179,16 @@ template <class T>
 __global__ void conv_bgrad_kernel(const T* G, ConvDims d, T* db) {
   __shared__ double parts[kern::kConvThreads];
   const int t = static_cast<int>(threadIdx.x);
-  parts[t] = kern::conv_bgrad_part(G, static_cast<Index>(blockIdx.x), d, t, kern::kConvThreads);
-  __syncthreads();
-  for (int s = kern::kConvThreads / 2; s > 0; s >>= 1) {
-    kern::tree_step(parts, t, s);
+  for (Index row = blockIdx.x; row < d.m * d.C; row += gridDim.x) {
+    if (row != blockIdx.x) __syncthreads();  // the previous row's result is read
+    parts[t] = kern::conv_bgrad_part(G, row, d, t, kern::kConvThreads);
     __syncthreads();
+    for (int s = kern::kConvThreads / 2; s > 0; s >>= 1) {
+      kern::tree_step(parts, t, s);
+      __syncthreads();
+    }
+    if (t == 0) db[row] = static_cast<T>(parts[0]);
   }
-  if (t == 0) db[blockIdx.x] = static_cast<T>(parts[0]);
 }
 
 ConvDims dims(const ConvShape& s) { return ConvDims{s.m, s.N, s.C, s.H, s.W, s.k}; }
@@ -182,12 +236,9 @@ int transpose_add_t(const void* Wa, const void* G, const void* K, void* out, con
 template <class T>
 int param_grads_t(const void* G, const void* U, void* dK, void* db, const ConvDims& d,
                   cudaStream_t st) {
-  const auto wrows = static_cast<unsigned>(d.m * d.C * d.C * d.k);
-  const auto brows = static_cast<unsigned>(d.m * d.C);
-  conv_wgrad_kernel<T><<<wrows, kern::kConvThreads, 0, st>>>(in<T>(G), in<T>(U), d,
-                                                              static_cast<T*>(dK));
-  const cudaError_t e = cudaGetLastError();
+  const int e = launch_wgrad<T>(in<T>(G), in<T>(U), d, static_cast<T*>(dK), st);
   if (e != cudaSuccess) return e;
+  const auto brows = static_cast<unsigned>(kern::conv_reduction_grid(d.m * d.C));
   conv_bgrad_kernel<T><<<brows, kern::kConvThreads, 0, st>>>(in<T>(G), d, static_cast<T*>(db));
   return cudaGetLastError();
 }

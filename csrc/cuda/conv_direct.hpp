@@ -443,10 +443,24 @@ inline void conv_wide_host(int mode, const T* X, const T* K, const ConvDims& d, 
   }
 }
 
+// ------------------------------------------------------------------ the reductions
+//
+// The parameter gradients are fixed-order block reductions of kConvThreads threads: each
+// thread sums its positions in double, then a tree over the kConvThreads partials
+// (tree_step, s = nt/2 ... 1). A grid has at most kConvMaxGrid blocks; the kernels loop
+// over the rest (b = blockIdx.x, blockIdx.x + gridDim.x, ...), so any m fits.
+
+constexpr Index kConvMaxGrid = (Index(1) << 31) - 1;  // CUDA's limit of gridDim.x
+
+BRAIDPY_HD inline Index conv_reduction_grid(Index blocks) {
+  return blocks < kConvMaxGrid ? blocks : kConvMaxGrid;
+}
+
 // Weight gradient dK[iv, o, c, dy, dx] = sum_{n, y, x} G[iv, n, o, y, x] *
-// U[iv, n, c, y + dy - p, x + dx - p], one block per row (iv, o, c, dy) of dK: thread t
-// of nt sums the positions q = t, t + nt, ... (q = (n*H + y)*W + x) in that order, in
-// double, one partial per dx in parts[dx * nt + t]; then the tree (tree_step per dx).
+// U[iv, n, c, y + dy - p, x + dx - p], the row kernel: one block per row (iv, o, c, dy)
+// of dK: thread t of nt sums the positions q = t, t + nt, ... (q = (n*H + y)*W + x) in
+// that order, in double, one partial per dx in parts[dx * nt + t]; then the tree
+// (tree_step per dx). The grouped kernel (below) gives the same bits.
 template <class T>
 BRAIDPY_HD inline void conv_wgrad_part(const T* G, const T* U, Index row, const ConvDims& d,
                                        int t, int nt, double* parts) {
@@ -494,9 +508,9 @@ BRAIDPY_HD inline double conv_bgrad_part(const T* G, Index row, const ConvDims& 
 }
 
 // The reductions' results on the host, in the kernels' order (kConvThreads partials, then
-// the tree nt/2 ... 1): what conv_wgrad's and conv_bgrad's blocks compute.
+// the tree nt/2 ... 1): what the row kernel's and conv_bgrad's blocks compute.
 template <class T>
-inline void conv_wgrad_host(const T* G, const T* U, const ConvDims& d, T* dK) {
+inline void conv_wgrad_rows_host(const T* G, const T* U, const ConvDims& d, T* dK) {
   double parts[kConvMaxK * kConvThreads];
   const Index rows = d.m * d.C * d.C * d.k;
   for (Index row = 0; row < rows; ++row) {
@@ -519,6 +533,207 @@ inline void conv_bgrad_host(const T* G, const ConvDims& d, T* db) {
       for (int t = 0; t < s; ++t) tree_step(parts, t, s);
     db[row] = static_cast<T>(parts[0]);
   }
+}
+
+// ------------------------------------------------- the grouped weight-gradient kernel
+//
+// The row kernel's block reads the G[iv, :, o] plane and rows of the U[iv, :, c] plane
+// for ONE row (o, c, dy) of dK: every G plane and every U plane is read C*k times over an
+// interval's C*C*k rows, which for wide layers (C = 32, 64) is most of the traffic. The
+// grouped kernel's block computes kWgradOut output channels x conv_wgrad_in(k) input
+// channels at one dy: per position q, thread t reads the kWgradOut values of G and the
+// conv_wgrad_in(k)*k values of U once and updates its kWgradOut*conv_wgrad_in(k)*k
+// accumulators (registers). Every accumulator sees exactly the row kernel's operations in
+// the row kernel's order (positions q = t, t + nt, ..., acc += g * u in double, the same
+// taps skipped), and each dK entry's kConvThreads partials go through the same tree
+// (tree_step, s = nt/2 ... 1), so both kernels give the same bits. The trees share one
+// shared-memory buffer of kWgradPartsRows rows of kConvThreads doubles (48 KiB), a pass
+// of conv_wgrad_pass_pairs(k) (o, c) pairs at a time: store, sync, tree, write results.
+// Channels past C (C not a multiple of a group) are neither read nor written.
+
+// Output channels of a grouped block.
+constexpr int kWgradOut = 4;
+
+// Input channels of a grouped block for kernel size k (4x4 for k 1, 4x2 for k 3, 4x1 for k
+// 5 and 7: 16, 24, 20 and 28 accumulators, doubles). kWgradOut is the larger side because
+// a thread's loads per position are kWgradOut + conv_wgrad_in(k) * k: each G plane is then
+// read C*k / conv_wgrad_in(k) times and each U plane C*k / 4 times per interval, 2.7x to
+// 4x fewer loads than the row kernel. Sized so that ptxas (nvcc 13, sm_80 and sm_90) gives
+// every instance at most 124 registers with no spills unforced: two blocks of 256 threads
+// per SM. (4x4 at k 3 and 4x2 at k 5, 7 took 155-200 registers, one block per SM; held
+// to 128, 4x4 at k 3 and 4x2 at k 7 spilled.)
+BRAIDPY_HD constexpr int conv_wgrad_in(int k) { return k == 1 ? 4 : k == 3 ? 2 : 1; }
+
+BRAIDPY_HD constexpr int conv_wgrad_accs(int k) { return kWgradOut * conv_wgrad_in(k) * k; }
+
+// The trees' buffer: rows of kConvThreads partials, 24 * 256 doubles = 48 KiB (static).
+constexpr int kWgradPartsRows = 24;
+
+// (o, c) pairs per tree pass, and the passes of a block.
+BRAIDPY_HD constexpr int conv_wgrad_pass_pairs(int k) { return kWgradPartsRows / k; }
+
+BRAIDPY_HD constexpr int conv_wgrad_passes(int k) {
+  return (kWgradOut * conv_wgrad_in(k) + conv_wgrad_pass_pairs(k) - 1) / conv_wgrad_pass_pairs(k);
+}
+
+BRAIDPY_HD inline Index conv_wgrad_group_blocks(const ConvDims& d) {
+  const Index in = conv_wgrad_in(static_cast<int>(d.k));
+  return d.m * ((d.C + kWgradOut - 1) / kWgradOut) * ((d.C + in - 1) / in) * d.k;
+}
+
+// Block b's interval, first output channel o0, first input channel c0 and dy: blocks in
+// the order (iv, output group, input group, dy), so neighbouring blocks share G planes.
+BRAIDPY_HD inline void conv_wgrad_group_at(Index b, const ConvDims& d, Index* iv, Index* o0,
+                                           Index* c0, Index* dy) {
+  const Index in = conv_wgrad_in(static_cast<int>(d.k));
+  const Index groups_in = (d.C + in - 1) / in, groups_out = (d.C + kWgradOut - 1) / kWgradOut;
+  *dy = b % d.k;
+  Index r = b / d.k;
+  *c0 = (r % groups_in) * in;
+  r /= groups_in;
+  *o0 = (r % groups_out) * kWgradOut;
+  *iv = r / groups_out;
+}
+
+// Thread t of nt's partials for block b: acc[(a * conv_wgrad_in(K) + s) * K + dx] sums, as
+// conv_wgrad_part does for row (iv, o0 + a, c0 + s, dy), g * u over the positions q = t,
+// t + nt, ... in double. K = d.k, a compile-time constant (the accumulators' count).
+template <class T, int K>
+BRAIDPY_HD inline void conv_wgrad_group_part(const T* G, const T* U, Index b, const ConvDims& d,
+                                             int t, int nt, double* acc) {
+  constexpr int GO = kWgradOut, GC = conv_wgrad_in(K), p = K / 2;
+  Index iv = 0, o0 = 0, c0 = 0, dy = 0;
+  conv_wgrad_group_at(b, d, &iv, &o0, &c0, &dy);
+  BRAIDPY_UNROLL
+  for (int j = 0; j < conv_wgrad_accs(K); ++j) acc[j] = 0.0;
+  // 32-bit positions and plane indices (N*H*W < 2^31: conv_direct_dims checks; fewer
+  // registers and much faster division on a GPU), 64-bit offsets of samples and channels
+  const Index hw = d.plane(), sample = d.C * hw;
+  const T* gb = G + (iv * d.N * d.C + o0) * hw;  // sample 0, channel o0
+  const T* ub = U + (iv * d.N * d.C + c0) * hw;
+  const int H = static_cast<int>(d.H), W = static_cast<int>(d.W), ry = static_cast<int>(dy) - p;
+  const int out_left = static_cast<int>(d.C - o0), in_left = static_cast<int>(d.C - c0);
+  const auto hw32 = static_cast<std::uint32_t>(hw), w32 = static_cast<std::uint32_t>(d.W);
+  const auto positions = static_cast<std::uint32_t>(d.N * hw);
+  for (auto q = static_cast<std::uint32_t>(t); q < positions; q += static_cast<std::uint32_t>(nt)) {
+    const std::uint32_t n = q / hw32, yx = q - n * hw32, y = yx / w32;
+    const int x = static_cast<int>(yx - y * w32), yy = static_cast<int>(y) + ry;
+    if (yy < 0 || yy >= H) continue;
+    const T* gs = gb + n * sample + yx;
+    const T* us = ub + n * sample + yy * W;
+    // g = 0 for channels past C: their sums are never written
+    double g[GO];
+    BRAIDPY_UNROLL
+    for (int a = 0; a < GO; ++a) g[a] = a < out_left ? static_cast<double>(gs[a * hw]) : 0.0;
+    BRAIDPY_UNROLL
+    for (int s = 0; s < GC; ++s) {
+      if (s >= in_left) continue;
+      BRAIDPY_UNROLL
+      for (int dx = 0; dx < K; ++dx) {
+        const int xx = x + dx - p;
+        if (xx < 0 || xx >= W) continue;
+        const double u = static_cast<double>(us[s * hw + xx]);
+        BRAIDPY_UNROLL
+        for (int a = 0; a < GO; ++a) acc[(a * GC + s) * K + dx] += g[a] * u;
+      }
+    }
+  }
+}
+
+// Thread t's partials of tree pass `pass` into the buffer: pair j = a * conv_wgrad_in(K) + s
+// of the pass's pairs j0 = pass * conv_wgrad_pass_pairs(K) ... takes rows (j - j0) * K + dx.
+template <int K>
+BRAIDPY_HD inline void conv_wgrad_group_store(const double* acc, int pass, int t, int nt,
+                                              double* parts) {
+  constexpr int pairs = kWgradOut * conv_wgrad_in(K), pp = conv_wgrad_pass_pairs(K);
+  const int j0 = pass * pp;
+  // every j, a constant index into acc (registers on the GPU), the pass's ones stored
+  BRAIDPY_UNROLL
+  for (int j = 0; j < pairs; ++j)
+    if (j >= j0 && j < j0 + pp) {
+      BRAIDPY_UNROLL
+      for (int dx = 0; dx < K; ++dx) parts[((j - j0) * K + dx) * nt + t] = acc[j * K + dx];
+    }
+}
+
+// Rows of the buffer that pass `pass` uses.
+template <int K>
+BRAIDPY_HD inline int conv_wgrad_pass_rows(int pass) {
+  constexpr int pairs = kWgradOut * conv_wgrad_in(K), pp = conv_wgrad_pass_pairs(K);
+  const int left = pairs - pass * pp;
+  return (left < pp ? left : pp) * K;
+}
+
+// Thread t's share of tree step s of a pass: tree_step on each of the pass's rows.
+template <int K>
+BRAIDPY_HD inline void conv_wgrad_group_tree(double* parts, int pass, int t, int nt, int s) {
+  const int rows = conv_wgrad_pass_rows<K>(pass);
+  for (int r = 0; r < rows; ++r) tree_step(parts + r * nt, t, s);
+}
+
+// After a pass's tree: thread t < the pass's rows writes row t's sum, dK[iv, o, c, dy, dx]
+// for its pair (o, c) and dx, where o and c are below C.
+template <class T, int K>
+BRAIDPY_HD inline void conv_wgrad_group_write(const double* parts, int pass, Index b,
+                                              const ConvDims& d, int t, int nt, T* dK) {
+  if (t >= conv_wgrad_pass_rows<K>(pass)) return;
+  Index iv = 0, o0 = 0, c0 = 0, dy = 0;
+  conv_wgrad_group_at(b, d, &iv, &o0, &c0, &dy);
+  const int j = pass * conv_wgrad_pass_pairs(K) + t / K, dx = t % K;
+  const Index o = o0 + j / conv_wgrad_in(K), c = c0 + j % conv_wgrad_in(K);
+  if (o >= d.C || c >= d.C) return;
+  dK[(((iv * d.C + o) * d.C + c) * K + dy) * K + dx] = static_cast<T>(parts[t * nt]);
+}
+
+// The grouped kernel on the host, block by block: every thread's partials, then per pass
+// every thread's store, each tree step for every thread (the GPU's __syncthreads() between
+// the phases), every thread's write.
+template <class T, int K>
+inline void conv_wgrad_grouped_host_k(const T* G, const T* U, const ConvDims& d, T* dK) {
+  constexpr int A = conv_wgrad_accs(K), nt = kConvThreads;
+  std::vector<double> acc(static_cast<std::size_t>(nt) * A);
+  std::vector<double> parts(static_cast<std::size_t>(kWgradPartsRows) * nt);
+  for (Index b = 0; b < conv_wgrad_group_blocks(d); ++b) {
+    for (int t = 0; t < nt; ++t) conv_wgrad_group_part<T, K>(G, U, b, d, t, nt, &acc[t * A]);
+    for (int pass = 0; pass < conv_wgrad_passes(K); ++pass) {
+      double* ps = parts.data();
+      for (int t = 0; t < nt; ++t) conv_wgrad_group_store<K>(&acc[t * A], pass, t, nt, ps);
+      for (int s = nt / 2; s > 0; s >>= 1)
+        for (int t = 0; t < nt; ++t) conv_wgrad_group_tree<K>(ps, pass, t, nt, s);
+      for (int t = 0; t < nt; ++t) conv_wgrad_group_write<T, K>(ps, pass, b, d, t, nt, dK);
+    }
+  }
+}
+
+template <class T>
+inline void conv_wgrad_grouped_host(const T* G, const T* U, const ConvDims& d, T* dK) {
+  if (d.k == 1) conv_wgrad_grouped_host_k<T, 1>(G, U, d, dK);
+  else if (d.k == 3) conv_wgrad_grouped_host_k<T, 3>(G, U, d, dK);
+  else if (d.k == 5) conv_wgrad_grouped_host_k<T, 5>(G, U, d, dK);
+  else conv_wgrad_grouped_host_k<T, 7>(G, U, d, dK);
+}
+
+// The weight-gradient kernels, and the one a shape takes: grouped where C >= 16, else rows
+// (from dims only; the launchers and the host twins use the same rule). The grouped
+// kernel saves loads by sharing each among the rows of its group: that matters for wide
+// layers (C = 16-64: C*k reads of every plane per interval), little for narrow ones, whose
+// grid of m * k * ceil(C/4) * ceil(C/conv_wgrad_in(k)) blocks would also be small for a
+// GPU of 100+ SMs. Below 16 the row kernel stays: it is the one the 8-channel networks ran
+// on an H200 (2026-11-26). Both give the same bits; the threshold is an estimate, not yet
+// measured on a GPU.
+enum ConvWgradFamily : int { kWgradRows = 0, kWgradGrouped = 1 };
+
+constexpr Index kWgradGroupedMinC = 16;
+
+inline int conv_wgrad_family(const ConvDims& d) {
+  return d.C >= kWgradGroupedMinC ? kWgradGrouped : kWgradRows;
+}
+
+// The weight gradient on the host as the GPU computes it for these dims (conv_wgrad_family).
+template <class T>
+inline void conv_wgrad_host(const T* G, const T* U, const ConvDims& d, T* dK) {
+  if (conv_wgrad_family(d) == kWgradGrouped) conv_wgrad_grouped_host(G, U, d, dK);
+  else conv_wgrad_rows_host(G, U, d, dK);
 }
 
 }  // namespace kern

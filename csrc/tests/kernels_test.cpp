@@ -494,6 +494,106 @@ void test_conv_family_choice() {
   report(fits, "conv wide kernels take every C up to 256 and k up to 7 in float64");
 }
 
+// The weight gradient written from the definition: entry (iv, o, c, dy, dx) sums
+// G[iv, n, o, y, x] * U[iv, n, c, y + dy - p, x + dx - p] over the positions q = (n*H + y)*W
+// + x inside the plane into partial q % kConvThreads, ascending, in double, then the tree
+// s = 128 ... 1 (the reductions' documented order: both kernels must give these bits).
+template <class T>
+std::vector<T> reference_wgrad(const std::vector<T>& G, const std::vector<T>& U,
+                               const ConvCase& c) {
+  std::vector<T> dK(static_cast<std::size_t>(c.m * c.C * c.C * c.k * c.k));
+  const Index p = c.k / 2, hw = c.H * c.W;
+  std::size_t i = 0;
+  for (Index iv = 0; iv < c.m; ++iv)
+    for (Index o = 0; o < c.C; ++o)
+      for (Index ch = 0; ch < c.C; ++ch)
+        for (Index dy = 0; dy < c.k; ++dy)
+          for (Index dx = 0; dx < c.k; ++dx, ++i) {
+            std::vector<double> parts(kern::kConvThreads, 0.0);
+            for (Index n = 0; n < c.N; ++n)
+              for (Index y = 0; y < c.H; ++y)
+                for (Index x = 0; x < c.W; ++x) {
+                  const Index yy = y + dy - p, xx = x + dx - p;
+                  if (yy < 0 || yy >= c.H || xx < 0 || xx >= c.W) continue;
+                  const Index gi = ((iv * c.N + n) * c.C + o) * hw + y * c.W + x;
+                  const Index ui = ((iv * c.N + n) * c.C + ch) * hw + yy * c.W + xx;
+                  const Index q = n * hw + y * c.W + x;
+                  const double g = G[static_cast<std::size_t>(gi)];
+                  const double u = U[static_cast<std::size_t>(ui)];
+                  double& part = parts[static_cast<std::size_t>(q % kern::kConvThreads)];
+                  part = part + g * u;
+                }
+            for (int s = kern::kConvThreads / 2; s > 0; s >>= 1)
+              for (int t = 0; t < s; ++t) parts[t] = parts[t] + parts[t + s];
+            dK[i] = static_cast<T>(parts[0]);
+          }
+  return dK;
+}
+
+// The row and the grouped weight-gradient kernels (host twins, block by block) give the
+// reference's bits: C = 1 ... 64, multiples of the groups or not, k 1 to 7, odd planes,
+// N 1 and several, and cases with 3 or more positions per thread (so that a changed sum
+// order changes bits). dK is followed by sentinels that neither may overwrite.
+template <class T>
+void test_conv_wgrad(const char* type) {
+  std::vector<ConvCase> cases;
+  for (Index C : {1, 3, 8, 16, 17, 32, 64})
+    for (Index k : {1, 3, 5, 7}) cases.push_back({2, C == 17 ? 1 : 2, C, 5, 7, k});
+  cases.push_back({1, 5, 8, 13, 15, 3});   // 975 positions
+  cases.push_back({2, 4, 17, 13, 15, 5});  // 780
+  cases.push_back({2, 6, 9, 13, 11, 7});   // 858: k 7's two tree passes
+  cases.push_back({3, 4, 18, 13, 15, 1});
+  for (const ConvCase& c : cases) {
+    const kern::ConvDims d{c.m, c.N, c.C, c.H, c.W, c.k};
+    const std::vector<T> G = values<T>(d.size(), 0.4), U = values<T>(d.size(), 1.3);
+    const std::vector<T> want = reference_wgrad(G, U, c);
+    const T sentinel = static_cast<T>(-12345.5);
+    for (int family : {kern::kWgradRows, kern::kWgradGrouped}) {
+      // room for every write a missing channel guard would make past the end
+      const Index room = (kern::kWgradOut * c.C + 16) * c.k * c.k;
+      std::vector<T> dK(want.size() + static_cast<std::size_t>(room), sentinel);
+      if (family == kern::kWgradGrouped)
+        kern::conv_wgrad_grouped_host(G.data(), U.data(), d, dK.data());
+      else kern::conv_wgrad_rows_host(G.data(), U.data(), d, dK.data());
+      bool untouched = true;
+      for (std::size_t j = want.size(); j < dK.size(); ++j)
+        untouched = untouched && dK[j] == sentinel;
+      dK.resize(want.size());
+      char what[200];
+      std::snprintf(what, sizeof what,
+                    "conv wgrad %s<%s> (m, N, C, H, W, k) = (%lld, %lld, %lld, %lld, %lld, %lld): "
+                    "the reference's bits, nothing past dK",
+                    family == kern::kWgradGrouped ? "grouped" : "rows", type,
+                    static_cast<long long>(c.m), static_cast<long long>(c.N),
+                    static_cast<long long>(c.C), static_cast<long long>(c.H),
+                    static_cast<long long>(c.W), static_cast<long long>(c.k));
+      report(bit_equal(dK, want) && untouched, what);
+    }
+  }
+}
+
+// Which weight-gradient kernel a shape takes (conv_direct.hpp: grouped where C >= 16), its
+// blocks, and grids under CUDA's 2^31 blocks (the kernels loop over the rest).
+void test_conv_wgrad_choice() {
+  bool rule = true;
+  for (Index C = 1; C <= 80; ++C)
+    for (Index k = 1; k <= kern::kConvMaxK; k += 2)
+      rule = rule && kern::conv_wgrad_family(kern::ConvDims{3, 2, C, 28, 28, k}) ==
+                         (C >= 16 ? kern::kWgradGrouped : kern::kWgradRows);
+  report(rule, "conv wgrad family: grouped exactly where C >= 16");
+  const kern::ConvDims wide{64, 32, 64, 28, 28, 3};
+  report(kern::conv_wgrad_group_blocks(wide) == 64 * 16 * 32 * 3,
+         "conv wgrad grouped blocks of C=64 k=3: m * 16 output groups * 32 input groups * k");
+  report(kern::conv_wgrad_group_blocks(kern::ConvDims{2, 1, 17, 5, 5, 7}) == 2 * 5 * 17 * 7,
+         "conv wgrad grouped blocks of C=17 k=7: partial output group counted");
+  const Index big = Index(1) << 29;
+  const kern::ConvDims huge{big, 1, 64, 4, 4, 3};
+  report(kern::conv_reduction_grid(kern::conv_wgrad_group_blocks(huge)) == kern::kConvMaxGrid &&
+             kern::conv_reduction_grid(huge.m * huge.C * huge.C * huge.k) == kern::kConvMaxGrid &&
+             kern::conv_reduction_grid(12288) == 12288 && kern::kConvMaxGrid == 2147483647,
+         "conv wgrad grids of 2^31 blocks or more capped at 2^31 - 1 (the kernels loop)");
+}
+
 }  // namespace
 
 int main() {
@@ -514,6 +614,9 @@ int main() {
   test_conv_families<double>("double");
   test_conv_families<float>("float");
   test_conv_family_choice();
+  test_conv_wgrad<double>("double");
+  test_conv_wgrad<float>("float");
+  test_conv_wgrad_choice();
   std::printf("%s: %d failed\n", failures ? "FAILED" : "PASSED", failures);
   return failures ? 1 : 0;
 }
