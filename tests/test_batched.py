@@ -31,59 +31,47 @@ class Boom(ValueError):
     pass
 
 
-class FailingBatchedDecay(BatchedDecay):
-    def __init__(self, when):
+class FailingBatchedDecay(BatchedDecayInto):
+    """Raises Boom in `hook` (step_stacked or step_stacked_into) where `when(status)`;
+    into=False hides the out-of-place hook, so that every batched step is step_stacked."""
+
+    def __init__(self, hook, when, into):
         super().__init__()
-        self.when = when
+        self.hook, self.when = hook, when
+        if not into:
+            self.step_stacked_into = None
+
+    def _maybe(self, name, status):
+        if name == self.hook and self.when(status):
+            raise Boom(f"{name} failed on purpose")
 
     def step_stacked(self, U, t0s, t1s, status):
-        if self.when(status):
-            raise Boom("step_stacked failed on purpose")
+        self._maybe("step_stacked", status)
         return super().step_stacked(U, t0s, t1s, status)
 
-
-@pytest.mark.parametrize("when", [
-    lambda s: True,
-    lambda s: s.level == 1 and s.phase == "residual",
-    lambda s: s.done,
-])
-def test_step_batch_exception_is_reraised_and_core_stays_usable(when):
-    app = FailingBatchedDecay(when)
-    core = braidpy.Core(app, 0.0, 1.0, 64, cfactor=4, abs_tol=1e-12)
-    with pytest.raises(Boom, match="step_stacked failed on purpose"):
-        core.solve()
-    app.when = lambda s: False
-    assert core.solve().iterations > 1
-
-
-class FailingInto(BatchedDecayInto):
-    def __init__(self, when):
-        super().__init__()
-        self.when = when
-
     def step_stacked_into(self, U, out, t0s, t1s, status):
-        if self.when(status):
-            raise Boom("step_stacked_into failed on purpose")
+        self._maybe("step_stacked_into", status)
         return super().step_stacked_into(U, out, t0s, t1s, status)
 
 
+@pytest.mark.parametrize("hook, into", [("step_stacked", False), ("step_stacked_into", True)])
 @pytest.mark.parametrize("when", [
     lambda s: True,
     lambda s: s.level == 1 and s.phase == "residual",
     lambda s: s.done,
 ])
-def test_step_stacked_into_exception_is_reraised_and_core_stays_usable(when):
-    app = FailingInto(when)
+def test_batched_hook_exception_is_reraised_and_core_stays_usable(hook, into, when):
+    app = FailingBatchedDecay(hook, when, into)
     core = braidpy.Core(app, 0.0, 1.0, 64, cfactor=4, abs_tol=1e-12, storage="all")
-    with pytest.raises(Boom, match="step_stacked_into failed on purpose"):
+    with pytest.raises(Boom, match=f"{hook} failed on purpose"):
         core.solve()
     app.when = lambda s: False
     calls = app.into_calls
     want = braidpy.solve(BatchedDecay(), 0.0, 1.0, 64, cfactor=4, abs_tol=1e-12,
                          storage="all")
     got = core.solve()
-    assert app.into_calls > calls and got.residuals == want.residuals
-    assert np.array_equal(got.final, want.final)
+    assert got.residuals == want.residuals and np.array_equal(got.final, want.final)
+    assert (app.into_calls > calls) == into
 
 
 def test_step_stacked_into_must_write_into_out():

@@ -35,7 +35,7 @@ def run(build, name):
 
 
 def test_core_builds_and_passes_without_python(build):
-    assert run(build, "core_test").count("ok  ") == 11
+    assert run(build, "core_test").count("ok  ") == 13
 
 
 def test_cuda_kernels_arithmetic_passes_on_the_host(build):

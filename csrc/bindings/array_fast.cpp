@@ -156,8 +156,12 @@ bool fast_chained_sums(double a1, PyObject* const* xs, double b1, PyObject* cons
     if (!as_f64(xs[k], X) || !as_f64(ys[k], Y) || !as_f64(zs[k], Z) || !Z.writable ||
         X.size != Y.size || Z.size != Y.size)
       return false;
+    // z may be y itself (a shared vector: each element read before it is written), else
+    // neither input may overlap it
+    const bool y_is_z = Y.data == Z.data;
     for (const F64View* v : {&X, &Y})
-      if (v->data < Z.data + Z.size && Z.data < v->data + Z.size) return false;  // overlap
+      if (!(v == &Y && y_is_z) && v->data < Z.data + Z.size && Z.data < v->data + Z.size)
+        return false;  // overlap
   }
   for (Py_ssize_t k = 0; k < n; ++k) {
     const double* xp = views[3 * k].data;
@@ -178,6 +182,11 @@ bool fast_chained_sums(double a1, PyObject* const* xs, double b1, PyObject* cons
     }
   }
   return true;
+}
+
+bool fast_shareable(PyObject* u) {
+  F64View v;
+  return as_f64(u, v) && v.writable;
 }
 
 bool fast_norm(PyObject* u, double* out) {

@@ -14,11 +14,15 @@ bool fast_clone(PyObject* u, PyObject** out);
 // writable, x and y identical or disjoint.
 bool fast_sum(double a, PyObject* x, double b, PyObject* y);
 // zs[k] <- a2*(a1*xs[k] + b1*ys[k]) + b2*zs[k], k < n, as fast_sum twice would compute
-// it (ys untouched), for a1 = 1, b1 = -1, a2 = b2 = 1 (the core's pairs): every array as
-// fast_sum's, zs[k] sharing no memory with xs[k] or ys[k]. False (nothing written) when
-// one pair does not qualify.
+// it (ys untouched unless zs[k] is ys[k]), for a1 = 1, b1 = -1, a2 = b2 = 1 (the core's
+// pairs): every array as fast_sum's, zs[k] sharing no memory with xs[k], and with ys[k]
+// none or all of it (the same array: each element is read before it is written). False
+// (nothing written) when one pair does not qualify.
 bool fast_chained_sums(double a1, PyObject* const* xs, double b1, PyObject* const* ys,
                        double a2, double b2, PyObject* const* zs, Py_ssize_t n);
+// Whether u is an array that fast_chained_sums takes as ys and zs alike (a writable,
+// C-contiguous, aligned float64 ndarray).
+bool fast_shareable(PyObject* u);
 // *out = sqrt(u*u) for a one-element float64 array.
 bool fast_norm(PyObject* u, double* out);
 // Stacked copies of n float64 arrays of one shape (C-contiguous, >= 1-D; null

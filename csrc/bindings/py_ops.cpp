@@ -282,6 +282,15 @@ void PyOps::sums(double a, const Vec* xs, double b, const Vec* ys, braid::Index 
 // One pass per pair for float64 NumPy states with App's sum, counted as the two sums it
 // replaces; anything else (a device's states: one kernel per sum over all points) is
 // left to the caller.
+Vec PyOps::share(Vec u) {
+  // Only where fused_sums runs the compiled loop, which takes ys[k] identical to zs[k].
+  auto* o = static_cast<PyObject*>(u);
+  if (failed_ || !fast_sum_ || !fast_clone_ || o == nullptr || !fast_shareable(o))
+    return nullptr;
+  Py_INCREF(o);
+  return u;
+}
+
 bool PyOps::fused_sums(double a1, const Vec* xs, double b1, const Vec* ys, double a2, double b2,
                        const Vec* zs, braid::Index n) {
   if (failed_ || !fast_sum_ || n < 1) return false;

@@ -48,6 +48,9 @@ class PyOps final : public braid::Ops {
   void sums(double a, const Vec* xs, double b, const Vec* ys, braid::Index n) override;
   bool fused_sums(double a1, const Vec* xs, double b1, const Vec* ys, double a2, double b2,
                   const Vec* zs, braid::Index n) override;
+  // u itself (a new reference) for writable float64 NumPy states under App's default
+  // clone and sum, whose fused_sums are the compiled loop; else null.
+  Vec share(Vec u) override;
   void progress(int iteration, double rnorm, bool has_rnorm) override;
   bool failed() const override { return failed_; }
 
@@ -59,6 +62,7 @@ class PyOps final : public braid::Ops {
                   const braid::BatchItem* items, CallInfo& info) override;
   // app.step_stacked_into for float64 NumPy states (read in place where they are evenly
   // spaced rows of one block), into a new block; else false.
+  bool steps_to() const override { return step_stacked_into_ != nullptr; }
   bool step_batch_to(const Vec* us, braid::Index n, braid::Index first, braid::Index rows,
                      const braid::BatchItem* items, CallInfo& info, Vec* new_block,
                      Vec* out) override;

@@ -29,6 +29,8 @@ struct Level {
   // v (injected values) and tau (FAS right-hand side) exist on coarse levels.
   std::vector<Vec> u, v, tau;
   bool has_tau = false;
+  // v's handles are the finer level's C-point vectors themselves (Ops::share), not copies.
+  bool v_shared = false;
 
   bool is_c(Index i) const { return i % cf == 0; }
   Index slot(Index i) const { return i - own.lo; }

@@ -80,6 +80,15 @@ class Ops {
     (void)a1, (void)xs, (void)b1, (void)ys, (void)a2, (void)b2, (void)zs, (void)n;
     return false;
   }
+  // A second handle to u itself (no copy), freed separately; null where the ops cannot
+  // share vectors. The core shares a fine C-point as the coarse level's injected value v
+  // (which nobody writes into) and then corrects the fine C-point by u - v with
+  // fused_sums(..., ys = zs): an ops that shares must take ys[k] identical to zs[k] there
+  // (each element read before it is written).
+  virtual Vec share(Vec u) {
+    (void)u;
+    return nullptr;
+  }
   virtual double norm(Vec u) = 0;
   // out[k] = norm(us[k]), k < n: the residual norms of one evaluation in one
   // call (a device block's row norms in one kernel). Same values as norm().
@@ -138,6 +147,8 @@ class Ops {
   // copies: a sweep starts from its C-points without copying them, and one that keeps
   // every new value (stored F-points) has each step write where the values are kept.
   // False: nothing was done (no such step for these states, or a callback failed).
+  // steps_to() false: the ops have no such step at all (the core does not ask).
+  virtual bool steps_to() const { return false; }
   virtual bool step_batch_to(const Vec* us, Index n, Index first, Index rows,
                              const BatchItem* items, CallInfo& info, Vec* new_block,
                              Vec* out) {

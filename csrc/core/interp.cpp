@@ -12,7 +12,9 @@ void Solver::interp_from(int l) {
   // where the ops can (the fine C-points are not read on this level, and clean() drops
   // v below); else e goes into v at once and u_fine += e for every point at the end,
   // in one call (a device's one kernel). One call per chain step or lock-step batch.
-  std::vector<Vec> es, fines;
+  // Where v is the fine C-points themselves (C.v_shared, Ops::share), e cannot go into v:
+  // the fallback computes e = -v + u into copies of u (the same bits) and frees them.
+  std::vector<Vec> es, fines, copies;
   auto errors = [&](Vec* us, const Index* js, Index n) {
     std::vector<Vec> vs(static_cast<std::size_t>(n)), fs(static_cast<std::size_t>(n));
     for (Index k = 0; k < n; ++k) {
@@ -20,7 +22,15 @@ void Solver::interp_from(int l) {
       fs[static_cast<std::size_t>(k)] = F.u[F.slot(js[k] * F.cf)];
     }
     if (ops_.fused_sums(1.0, us, -1.0, vs.data(), 1.0, 1.0, fs.data(), n)) return;
-    ops_.sums(1.0, us, -1.0, vs.data(), n);
+    if (C.v_shared) {
+      std::vector<Vec> e(static_cast<std::size_t>(n));
+      for (Index k = 0; k < n; ++k) e[static_cast<std::size_t>(k)] = ops_.clone(us[k]);
+      ops_.sums(-1.0, vs.data(), 1.0, e.data(), n);
+      copies.insert(copies.end(), e.begin(), e.end());
+      vs = e;
+    } else {
+      ops_.sums(1.0, us, -1.0, vs.data(), n);
+    }
     es.insert(es.end(), vs.begin(), vs.end());
     fines.insert(fines.end(), fs.begin(), fs.end());
   };
@@ -35,6 +45,7 @@ void Solver::interp_from(int l) {
     if (!js.empty()) errors(us.data(), js.data(), static_cast<Index>(js.size()));
   }
   if (!es.empty()) ops_.sums(1.0, es.data(), 1.0, fines.data(), static_cast<Index>(es.size()));
+  for (Vec e : copies) ops_.free(e);
   clean(l);
 }
 

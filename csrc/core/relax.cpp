@@ -51,6 +51,7 @@ void Solver::step_batch_on(Level& L, int l, Vec block, Index first, Vec* ws, con
 bool Solver::step_out_of_place(Level& L, int l, const Vec* srcs, Index first, Index n,
                                const Index* pts, bool with_tau, Index rows, Vec* block,
                                Vec* outs) {
+  if (!ops_.steps_to()) return false;
   begin_batch(L, l, pts, n);
   const bool done =
       ops_.step_batch_to(srcs, n, first, rows, items_.data(), info_, block, outs);

@@ -114,6 +114,9 @@ void Solver::inject_all() {
 
 // v_j = u_{j*cf} for every owned coarse point j, and u_j = v_j at coarse C-points: two
 // clone_block calls (one block each for array states) instead of a clone per point.
+// v is the fine C-values themselves where the ops can share them (Ops::share): nothing
+// writes into a fine C-point until interp_from(l+1) corrects it by u - v, and the coarse
+// level's v is freed right after (clean).
 void Solver::inject(int l) {
   Level& L = levels_[l];
   Level& C = levels_[l + 1];
@@ -128,7 +131,19 @@ void Solver::inject(int l) {
     clone_rows(from.data(), static_cast<Index>(from.size()), copies.data());
     for (std::size_t k = 0; k < js.size(); ++k) set_slot(slots, C.slot(js[k]), copies[k]);
   };
-  copy_to(C.v);
+  std::vector<Vec> shared;
+  for (Vec u : from) {
+    Vec s = ops_.share(u);
+    if (s == nullptr) break;
+    shared.push_back(s);
+  }
+  C.v_shared = shared.size() == from.size();
+  if (C.v_shared) {
+    for (std::size_t k = 0; k < js.size(); ++k) set_slot(C.v, C.slot(js[k]), shared[k]);
+  } else {
+    for (Vec s : shared) ops_.free(s);
+    copy_to(C.v);
+  }
   from.clear();
   js.erase(std::remove_if(js.begin(), js.end(), [&](Index j) { return !C.is_c(j); }),
            js.end());

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -19,8 +20,17 @@ using braid::Vec;
 // Vectors are heap doubles; u' = -u with backward Euler as XBraid's ex-01.
 class ScalarOps final : public braid::Ops {
  public:
-  explicit ScalarOps(double guess, bool batched = false, bool out_of_place = false)
-      : guess_(guess), batched_(batched), out_of_place_(out_of_place) {}
+  explicit ScalarOps(double guess, bool batched = false, bool out_of_place = false,
+                     bool sharing = false)
+      : guess_(guess), batched_(batched), out_of_place_(out_of_place), sharing_(sharing) {}
+  // Sharing: share() hands out the vector itself, counted; free() drops one count. No
+  // fused_sums: the core's fallback for shared v (interp.cpp) runs.
+  Vec share(Vec u) override {
+    if (!sharing_ || u == nullptr) return nullptr;
+    ++shares_[u];
+    ++shared;
+    return u;
+  }
   // Batched: the core's lock-step sweeps, through Ops' default step_batch.
   bool batched() const override { return batched_; }
   // Out of place: blocks are tokens (the rows stay separate doubles), so that the core
@@ -30,6 +40,7 @@ class ScalarOps final : public braid::Ops {
     braid::Ops::clone_block(srcs, n, out);
     return out_of_place_ ? token() : nullptr;
   }
+  bool steps_to() const override { return out_of_place_; }
   bool step_batch_to(const Vec* us, braid::Index n, braid::Index first, braid::Index rows,
                      const braid::BatchItem* items, CallInfo& info, Vec* new_block,
                      Vec* out) override {
@@ -41,7 +52,7 @@ class ScalarOps final : public braid::Ops {
       step(out[first + k], info);
     }
     *new_block = token();
-    ++steps_to;
+    ++to_calls;
     return true;
   }
   Vec init(const CallInfo& info) override { return make(info.t == 0.0 ? 1.0 : guess_); }
@@ -61,6 +72,11 @@ class ScalarOps final : public braid::Ops {
   }
   void free(Vec u) override {
     if (u == nullptr) return;
+    auto it = shares_.find(u);
+    if (it != shares_.end()) {  // a shared handle: the vector lives on
+      if (--it->second == 0) shares_.erase(it);
+      return;
+    }
     if (tokens_.erase(u) == 1) {  // a block
       delete static_cast<char*>(u);
       return;
@@ -74,7 +90,8 @@ class ScalarOps final : public braid::Ops {
   long long steps = 0;
   long long live = 0;
   long long copies = 0;    // clone and clone_block rows
-  long long steps_to = 0;  // step_batch_to calls
+  long long to_calls = 0;  // step_batch_to calls
+  long long shared = 0;    // share calls that shared
   std::vector<double> seen;
   std::size_t blocks() const { return tokens_.size(); }
 
@@ -90,8 +107,9 @@ class ScalarOps final : public braid::Ops {
     return new double(v);
   }
   double guess_;
-  bool batched_, out_of_place_;
+  bool batched_, out_of_place_, sharing_;
   std::set<Vec> tokens_;
+  std::map<Vec, int> shares_;
 };
 
 std::vector<double> grid(double t0, double t1, long n) {
@@ -208,7 +226,7 @@ void test_out_of_place_steps_equal_in_place() {
     ++k;
   }
   check(in_place.seen == out_of_place.seen && histories[0] == histories[1] &&
-            stored[0] == stored[1] && !histories[0].empty() && out_of_place.steps_to > 0,
+            stored[0] == stored[1] && !histories[0].empty() && out_of_place.to_calls > 0,
         "out-of-place batched steps (step_batch_to) equal in-place ones bitwise, stored "
         "states too");
   check(out_of_place.copies < in_place.copies,
@@ -216,6 +234,38 @@ void test_out_of_place_steps_equal_in_place() {
             std::to_string(in_place.copies) + " copied states");
   check(in_place.live == 0 && out_of_place.live == 0 && out_of_place.blocks() == 0,
         "every vector and block freed after out-of-place solves");
+}
+
+void test_shared_injection_equals_copies() {
+  // Ops::share: the coarse levels' v are the fine C-points themselves; without fused_sums
+  // the interpolation computes u - v apart. The same values and residuals as copies, at
+  // 2 and 3 levels, F- and FCF-relaxation, batched or not; nothing leaked.
+  bool same = true, used = true, freed = true;
+  for (int levels : {2, 3})
+    for (int nrelax : {0, 1})
+      for (bool batched : {false, true}) {
+        braid::SerialComm comm;
+        braid::Options o;
+        o.cfactor = 4;
+        o.max_levels = levels;
+        o.nrelax = nrelax;
+        o.abs_tol = 1e-12;
+        o.access_level = 2;
+        ScalarOps copies(0.3, batched), sharing(0.3, batched, false, true);
+        std::vector<std::pair<int, double>> histories[2];
+        int k = 0;
+        for (ScalarOps* ops : {&copies, &sharing}) {
+          braid::Solver s(*ops, comm, o, grid(0.0, 3.0, 96));
+          s.solve();
+          histories[k++] = s.residuals();
+        }
+        same = same && copies.seen == sharing.seen && histories[0] == histories[1] &&
+               !histories[0].empty();
+        used = used && sharing.shared > 0 && sharing.copies < copies.copies;
+        freed = freed && sharing.live == 0;
+      }
+  check(same, "shared injected values (Ops::share) equal copies bitwise");
+  check(used && freed, "sharing replaces copies, and every vector is freed once");
 }
 
 // What the Solver constructor throws for options, or "" if it accepts them.
@@ -267,6 +317,7 @@ int main() {
   test_converges_and_overhead();
   test_batched_equals_unbatched();
   test_out_of_place_steps_equal_in_place();
+  test_shared_injection_equals_copies();
   test_impossible_options_are_rejected();
   return failures == 0 ? 0 : 1;
 }
