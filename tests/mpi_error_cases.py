@@ -77,7 +77,10 @@ class FailingBatched(Failing):
 
 
 class FailingBatchedInto(FailingBatched):
-    """FailingBatched with the out-of-place hook, which raises on the failing rank."""
+    """FailingBatched with the out-of-place hook, which raises on the failing rank (App's
+    own clone: braidpy steps out of place only where the new states are its blocks)."""
+
+    clone = braidpy.App.clone
 
     def step_stacked_into(self, U, out, t0s, t1s, status):
         if self.mine and self.where == "step_stacked_into" and self.cond(status):

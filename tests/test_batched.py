@@ -85,6 +85,19 @@ def test_step_stacked_into_must_write_into_out():
         braidpy.solve(Returns(), 0.0, 1.0, 64, cfactor=4)
 
 
+def test_step_stacked_into_is_left_alone_under_an_apps_own_clone():
+    """An app's own clone makes its new states: braidpy then steps in place on them."""
+    class OwnClone(BatchedDecayInto):
+        def clone(self, u):
+            return u.copy()
+
+    app = OwnClone()
+    got = braidpy.solve(app, 0.0, 5.0, 97, cfactor=4, abs_tol=1e-12, storage="all")
+    want = braidpy.solve(BatchedDecay(), 0.0, 5.0, 97, cfactor=4, abs_tol=1e-12,
+                         storage="all")
+    assert app.into_calls == 0 and got.residuals == want.residuals
+
+
 def test_step_stacked_into_reads_c_points_where_they_lie():
     """With F-relaxation the fine C-points stay the rows of one block (gathered at a cold
     start), so each F-sweep's first step reads them in place: a read-only view."""

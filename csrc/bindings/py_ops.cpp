@@ -472,7 +472,7 @@ bool PyOps::step_batch_to(const Vec* us, braid::Index n, braid::Index first,
                           braid::Index rows, const braid::BatchItem* items, CallInfo& info,
                           Vec* new_block, Vec* out) {
   (void)info;
-  if (failed_ || step_stacked_into_ == nullptr || n < 1) return false;
+  if (failed_ || !steps_to() || n < 1) return false;
   // The states as they lie (evenly spaced rows of one block, read-only), else stacked
   // into a new array: a copy, as the in-place step's would be, in the same single call.
   PyObject* from = nullptr;

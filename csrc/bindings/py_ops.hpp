@@ -60,9 +60,10 @@ class PyOps final : public braid::Ops {
   bool copy_alike(Vec src, Vec dst) override;
   void step_batch(Vec block, braid::Index first, Vec* us, braid::Index n,
                   const braid::BatchItem* items, CallInfo& info) override;
-  // app.step_stacked_into for float64 NumPy states (read in place where they are evenly
-  // spaced rows of one block), into a new block; else false.
-  bool steps_to() const override { return step_stacked_into_ != nullptr; }
+  // app.step_stacked_into for float64 NumPy states under App's default clone (read in
+  // place where they are evenly spaced rows of one block), into a new block; else false.
+  // The new states are blocks' rows, as App's default clone would make them.
+  bool steps_to() const override { return step_stacked_into_ != nullptr && fast_clone_; }
   bool step_batch_to(const Vec* us, braid::Index n, braid::Index first, braid::Index rows,
                      const braid::BatchItem* items, CallInfo& info, Vec* new_block,
                      Vec* out) override;

@@ -146,8 +146,10 @@ class Ops {
   // first..first+n-1 hold unspecified values, for the caller to fill or drop). Saves
   // copies: a sweep starts from its C-points without copying them, and one that keeps
   // every new value (stored F-points) has each step write where the values are kept.
-  // False: nothing was done (no such step for these states, or a callback failed).
-  // steps_to() false: the ops have no such step at all (the core does not ask).
+  // False: nothing was done (no such step for these states, or a callback failed). For
+  // states of one kind the answer must not change except by a failure (after which
+  // every callback is a no-op): a storing sweep's rows, once stored, are never stepped in
+  // place. steps_to() false: the ops have no such step at all (the core does not ask).
   virtual bool steps_to() const { return false; }
   virtual bool step_batch_to(const Vec* us, Index n, Index first, Index rows,
                              const BatchItem* items, CallInfo& info, Vec* new_block,
