@@ -547,6 +547,9 @@ NOT_RUN = {
     "python benchmarks/bench_overhead.py": "a benchmark",
     "python benchmarks/bench_vs_pymgrit.py --repeats 5":
         "a benchmark; needs PyMGRIT's venv (benchmarks/setup_pymgrit_env.sh)",
+    # docs/performance.md (session 19's regression checks)
+    "python benchmarks/bench_vs_pymgrit.py --repeats 3":
+        "a benchmark; needs PyMGRIT's venv (benchmarks/setup_pymgrit_env.sh)",
     "python benchmarks/bench_vs_serial.py": "a benchmark",
     "python benchmarks/bench_batched.py --repeats 5 --batches 1 --tables overhead forward "
     "gradient": "a benchmark (4096 layers)",
