@@ -70,6 +70,13 @@ class App:
         and on ``status.level``; all rows are on one level. Row k must come out as
         ``step`` would compute it, bit for bit if you want batched and unbatched
         runs to agree exactly.
+    step_stacked_into(U, out, t0s, t1s, status)
+        Optional, with ``step_stacked``: the same steps written into ``out`` (fresh
+        memory of U's shape), ``U`` left as it is (for float64 NumPy states it may be a
+        read-only, strided view of braidpy's states); return None. For float64 NumPy
+        states with the default ``clone`` the core then starts its sweeps from the
+        C-points where they lie and writes the states it keeps where it keeps them,
+        instead of copying them.
     step_batch(us, t0s, t1s, status)
         The general hook the core calls. ``us`` is either a stacked array (when
         the core keeps the states in one array, which it does for float64 NumPy
