@@ -113,13 +113,7 @@ class ResNetApp(App):
         """Batched relaxation (docs/batching.md): row k is step status.fine_indices[k].
         Layers that can (``batched_out``) advance U where it lies: returned as itself,
         the core has nothing to copy back."""
-        v, sl = self._views, status.fine_slice
-        layer = self.layer
-        if getattr(layer, "batched_out", False):
-            return layer.forward_batched(U, v["K"][sl, ...], v["b"][sl, ...],
-                                         self._steps(t0s, t1s, U), out=U)
-        return layer.forward_batched(U, v["K"][sl, ...], v["b"][sl, ...],
-                                     self._steps(t0s, t1s, U))
+        return self._forward(U, U, t0s, t1s, status)
 
     def step_stacked_into(self, U: Any, out: Any, t0s: Any, t1s: Any, status: Any) -> None:
         """step_stacked out of place (docs/batching.md): the steps of U's rows written
@@ -127,12 +121,18 @@ class ResNetApp(App):
         copied). A sweep then starts from its C-points where they lie, and one that
         keeps every state (the final sweep of a training solve) has them written where
         they are kept."""
+        r = self._forward(U, out, t0s, t1s, status)
+        if r is not out:
+            out[...] = r
+
+    def _forward(self, U: Any, out: Any, t0s: Any, t1s: Any, status: Any) -> Any:
+        """The layer's batched forward steps of U's rows: written into ``out`` where the
+        layer writes without a copy (``batched_out``; out returned), else a new array."""
         v, sl = self._views, status.fine_slice
         args = (U, v["K"][sl, ...], v["b"][sl, ...], self._steps(t0s, t1s, U))
         if getattr(self.layer, "batched_out", False):
-            self.layer.forward_batched(*args, out=out)
-        else:
-            out[...] = self.layer.forward_batched(*args)
+            return self.layer.forward_batched(*args, out=out)
+        return self.layer.forward_batched(*args)
 
     def _steps(self, t0s: Any, t1s: Any, U: Any) -> Any:
         hs = t1s - t0s  # the same float64 subtraction as t1 - t0 in step()
@@ -162,30 +162,29 @@ class ResNetApp(App):
         layer can (``batched_out``; W is returned), else as a new array. Layers with a
         slope cache keep the activation's slopes at the first visit of a layer and read
         them at the others (the same bits, without the product U K^T)."""
-        v, sl = self._views, status.fine_slice
-        layer = self.layer
-        Ks, bs, hs = v["K"][sl, ...], v["b"][sl, ...], self._steps(t0s, t1s, U)
-        if self.slope_cache is not None:
-            done = self.slope_cache.adjoint(W, U, Ks, bs, hs, sl)
-            if done is not None:
-                return done
-        if getattr(layer, "batched_out", False):
-            return layer.adjoint_batched(W, U, Ks, bs, hs, out=W)
-        return layer.adjoint_batched(W, U, Ks, bs, hs)
+        return self._adjoint(W, U, W, t0s, t1s, status)
 
     def step_adjoint_batch_into(self, W: Any, U: Any, out: Any, t0s: Any, t1s: Any,
                                 status: Any) -> None:
         """step_adjoint_batch out of place (braidpy.adjoint): the adjoint steps of W's
         rows written into out, W unchanged (directly where the layer can, else copied)."""
+        r = self._adjoint(W, U, out, t0s, t1s, status)
+        if r is not out:
+            out[...] = r
+
+    def _adjoint(self, W: Any, U: Any, out: Any, t0s: Any, t1s: Any, status: Any) -> Any:
+        """The batched adjoint steps of W's rows: into ``out`` where the slope cache or
+        the layer writes without a copy (out returned), else a new array."""
         v, sl = self._views, status.fine_slice
         Ks, bs, hs = v["K"][sl, ...], v["b"][sl, ...], self._steps(t0s, t1s, U)
-        if self.slope_cache is not None \
-                and self.slope_cache.adjoint(W, U, Ks, bs, hs, sl, out=out) is not None:
-            return
+        if self.slope_cache is not None:
+            done = self.slope_cache.adjoint(W, U, Ks, bs, hs, sl,
+                                            out=None if out is W else out)
+            if done is not None:
+                return done
         if getattr(self.layer, "batched_out", False):
-            self.layer.adjoint_batched(W, U, Ks, bs, hs, out=out)
-        else:
-            out[...] = self.layer.adjoint_batched(W, U, Ks, bs, hs)
+            return self.layer.adjoint_batched(W, U, Ks, bs, hs, out=out)
+        return self.layer.adjoint_batched(W, U, Ks, bs, hs)
 
     def step_gradient_batch(self, W: Any, U: Any, t0s: Any, t1s: Any, status: Any) -> Any:
         v, sl = self._views, status.fine_slice
