@@ -6,17 +6,23 @@ the columns are
 
 - serial: ``braidpy train --mode serial`` on one process (training rows); plain
   sequential stepping of the example's app, one process (time-integration rows);
-- layer 1,1,P: ``--grid 1,1,P`` with braidpy's default settings (one-shot m1 = m2 = 2,
-  2 levels, cf 4); for the time rows the example's own MGRIT solve on P ranks;
+- layer 1,1,P: ``--grid 1,1,P --quality-check-every K`` (--quality-check-every, default
+  10) with the one-shot MGRIT setting ``--grid auto`` would choose for that grid: the
+  fastest by the model of the settings qualified for the row's depth
+  (braidpy.perf.auto.qualified; the multilevel ones from 1024 layers on); with K = 0 or
+  without a calibration the preset's (one-shot m1 = m2 = 2, FCF, 2 levels, cf 4) and no
+  checks. For the time rows the example's own MGRIT solve on P ranks;
 - data P,1,1: ``--grid P,1,1 --mode serial`` (each data group backpropagates its shard
   of every batch exactly; the gradients are averaged): work ratio 1. Training rows only;
 - best: the fastest of the grids measured at P (layer, data, auto's, and with --mixed
   every D,1,L), separately per step and to the loss;
-- auto: the grid ``--grid auto`` picks at P (braidpy's default mode, one-shot) from a
-  ``braidpy calibrate`` of this host made at the start (or --calibration). The choice is
-  computed with the function the command line uses (braidpy.perf.auto.decide_grid);
-  when it is a grid already measured at P, that run is its time, else a ``--grid auto``
-  run is timed (and the grid its log reports is checked against the prediction).
+- auto: the grid and setting ``--grid auto --quality-check-every K`` picks at P
+  (braidpy's default mode, one-shot) from a ``braidpy calibrate`` of this host made at
+  the start (or --calibration); with K = 0 the grid only, the preset's setting. The
+  choice is computed with the function the command line uses
+  (braidpy.perf.auto.decide_grid); when it is a grid and setting already measured at P
+  with the same checks, that run is its time, else a ``--grid auto`` run is timed (and
+  the grid its log reports is checked against the prediction).
 
 Rows (defaults; --small for CI, --quick for a shorter run):
 
@@ -69,7 +75,7 @@ would overrun it are cut short or skipped.
     python benchmarks/scaling.py [--json FILE] [--quick | --small] [--budget S]
         [--ranks 1 2 4 ...] [--oversubscribe] [--steps K] [--adam-steps K]
         [--rows peaks256 peaks1024 batch32 heat ode] [--mixed] [--calibration FILE]
-        [--timeout S] [--cap C] [--keep-logs DIR] [--dry-run]
+        [--quality-check-every K] [--timeout S] [--cap C] [--keep-logs DIR] [--dry-run]
     STEPS="scale" bash benchmarks/gpu_check.sh     # on the lent 16-core machine
 
 Nothing is meaningful with more ranks than cores (marked "over" in the tables).
@@ -813,8 +819,9 @@ class Runner:
 def run_training(runner: Runner, row: Dict[str, Any], P: int, grid: Optional[str],
                  mode: Optional[str], key: Any, target: Optional[Dict[str, Any]],
                  serial_means: Sequence[Optional[float]], limit: float,
-                 steps: int) -> Dict[str, Any]:
-    """One ``braidpy train`` launch, watched through its log; its run record."""
+                 steps: int, extra: Sequence[str] = ()) -> Dict[str, Any]:
+    """One ``braidpy train`` launch (``extra``: more of its options), watched through
+    its log; its run record."""
     log = os.path.join(runner.workdir, f"{row['name']}-{P}-{grid or 'serial'}"
                        f"-{mode or 'default'}.jsonl".replace(",", "x"))
     with contextlib.suppress(OSError):
@@ -827,7 +834,7 @@ def run_training(runner: Runner, row: Dict[str, Any], P: int, grid: Optional[str
         cmd += ["--calibration", runner.args.calibration_path]
     if mode:
         cmd += ["--mode", mode]
-    cmd = runner.prefix(P) + cmd
+    cmd = runner.prefix(P) + cmd + list(extra)
     seen: Dict[str, Any] = {"header_at": None, "projected": None}
     window = row["window"]
 
@@ -863,7 +870,12 @@ def run_training(runner: Runner, row: Dict[str, Any], P: int, grid: Optional[str
                                                               runner.share(key) * 3))
     run = launch(cmd, runner.env, hard, runner.workdir, watch)
     header, recs, end = read_log(log)
+    config = (header or {}).get("config") or {}
     run.update(grid=header.get("grid") if header else None, steps_logged=len(recs),
+               # the MGRIT setting and checks the run reports (its log's header)
+               ran={k: config.get(k) for k in ("m1", "m2", "relax", "cfactor",
+                                               "quality_check_every")}
+               | {"levels": (config.get("mgrit") or {}).get("max_levels")},
                losses=losses_of(recs), step_seconds=seconds_of(recs),
                startup_seconds=seen["header_at"], limit_seconds=limit if target else None,
                projected_seconds=seen["projected"],
@@ -962,11 +974,12 @@ def calibrate(runner: Runner, ranks: Sequence[int], train: Sequence[Dict[str, An
             "reason": None if ok else (run["reason"] or run["output_tail"][-400:])}
 
 
-def auto_choice(row: Dict[str, Any], P: int, calibration: Optional[str]
-                ) -> Dict[str, Any]:
+def auto_choice(row: Dict[str, Any], P: int, calibration: Optional[str], checked: bool,
+                grid: Optional[Tuple[int, int, int]] = None) -> Dict[str, Any]:
     """What --grid auto picks for this row at P (braidpy.perf.auto.decide_grid, the
     function the command line runs on rank 0): the grid, with the MGRIT setting the
-    command line keeps (the rows run without --quality-check-every: the preset's)."""
+    command line takes: with quality checks (``checked``) the fastest qualified one for
+    the row's depth, else the preset's. ``grid``: only that grid (the setting for it)."""
     if P == 1:
         return {"shape": [1, 1, 1], "summary": "one rank: the only grid"}
     if not calibration:
@@ -981,13 +994,32 @@ def auto_choice(row: Dict[str, Any], P: int, calibration: Optional[str]
         spec = training_spec(net.kind, net.input_shape, net.width, net.nlayers,
                              row["samples"], net.nclasses, None, net.nparams)
         default = Setting(s["m1"], s["m2"], s["relax"], s["max_levels"], s["cfactor"])
-        c = decide_grid(spec, P, calibration, mode=s["mode"],
-                        settings=training_settings(s["mode"], {}, default, checked=False))
+        c = decide_grid(spec, P, calibration, mode=s["mode"], grid=grid,
+                        settings=training_settings(s["mode"], {}, default, checked=checked,
+                                                   nlayers=net.nlayers))
+        # In the default mode a grid without layer or space ranks runs serial
+        # backpropagation: its setting is moot.
         return {"shape": list(c.shape), "predicted_seconds": c.seconds,
                 "summary": c.summary, "setting": dataclasses.asdict(c.setting),
-                "preset_setting": c.setting == default}
+                "preset_setting": c.setting == default,
+                "runs_mgrit": c.shape[1] > 1 or c.shape[2] > 1}
     except Exception as exc:  # noqa: BLE001 - any failure is this cell's reason
         return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def setting_args(setting: Dict[str, Any]) -> List[str]:
+    """braidpy train's options of a Setting (as a dict)."""
+    return ["--m1", str(setting["m1"]), "--m2", str(setting["m2"]), "--relax",
+            setting["relax"], "--levels", str(setting["levels"]), "--cf",
+            str(setting["cfactor"])]
+
+
+def setting_text(setting: Optional[Dict[str, Any]]) -> str:
+    """A table's short form of a Setting: 'm1/2 F L3 cf8'."""
+    if not setting:
+        return ""
+    return (f"m{setting['m1']}/{setting['m2']} {setting['relax']} L{setting['levels']} "
+            f"cf{setting['cfactor']}")
 
 
 def measure(args: argparse.Namespace) -> Dict[str, Any]:
@@ -1241,7 +1273,8 @@ def measure_training_P(runner: Runner, row: Dict[str, Any], out: Dict[str, Any],
     max_steps = args.max_steps_factor * row["steps"] if target else max(2, row["steps"])
     names = ("per_step", "to_target")
 
-    def cell(column: str, grid: Optional[str], mode: Optional[str]) -> Dict[str, Any]:
+    def cell(column: str, grid: Optional[str], mode: Optional[str],
+             extra: Sequence[str] = ()) -> Dict[str, Any]:
         key = (row["name"], column, P)
         share = runner.share(key)
         limit = args.cap * s_target if s_target else share
@@ -1255,7 +1288,7 @@ def measure_training_P(runner: Runner, row: Dict[str, Any], out: Dict[str, Any],
             return {"P": P, "column": column, "grid": grid, "mode": mode or "oneshot",
                     "over": over, "metrics": {n: dict(m) for n in names}}
         run = run_training(runner, row, P, grid, mode, key, target,
-                           serial_means.get(row["name"], []), limit, max_steps)
+                           serial_means.get(row["name"], []), limit, max_steps, extra)
         runner.done(key)
         mets = training_metrics(run, target, row["window"], max_steps)
         with_speedup(mets["per_step"], s_step)
@@ -1271,7 +1304,22 @@ def measure_training_P(runner: Runner, row: Dict[str, Any], out: Dict[str, Any],
                           "same_as": "serial", "speedup": 1.0} for n in names}})
     else:
         cells.append(cell("data", f"{P},1,1", "serial"))
-    cells.append(cell("layer", f"1,1,{P}", None))
+    K = args.quality_check_every
+    checks = ["--quality-check-every", str(K)] if K else []
+    # The layer grid with the setting --grid auto would choose for it (and its checks);
+    # one rank runs serial backpropagation in the default mode: nothing to choose.
+    layer_choice = auto_choice(row, P, cal_path, checked=True, grid=(1, 1, P)) \
+        if K and P > 1 else {}
+    if "setting" in layer_choice:
+        layer = cell("layer", f"1,1,{P}", None,
+                     setting_args(layer_choice["setting"]) + checks)
+        layer.update(setting=layer_choice["setting"], checks=K)
+    else:
+        layer = cell("layer", f"1,1,{P}", None)
+        layer.update(setting=None, checks=0)
+        if "error" in layer_choice:
+            layer["setting_reason"] = f"the preset's setting: {layer_choice['error']}"
+    cells.append(layer)
     if args.mixed:
         for d in range(2, P):
             if P % d == 0:
@@ -1281,11 +1329,14 @@ def measure_training_P(runner: Runner, row: Dict[str, Any], out: Dict[str, Any],
         cells.append({"P": P, "column": "auto", "grid": None, "over": over,
                       "metrics": {n: dict(m) for n in names}})
     else:
-        choice = auto_choice(row, P, cal_path)
+        choice = auto_choice(row, P, cal_path, checked=bool(K))
         grid = grid_text(choice["shape"]) if "shape" in choice else None
-        # A measured grid is --grid auto's run only if auto kept the preset's setting.
+        # A measured grid is --grid auto's run only if it ran auto's setting and checks
+        # (a cell without a setting ran the preset's).
+        chosen = None if choice.get("preset_setting") else choice.get("setting")
         same = [c for c in cells if c["P"] == P and c["grid"] == grid
-                and c.get("mode") == "oneshot" and choice.get("preset_setting")]
+                and c.get("mode") == "oneshot" and "shape" in choice
+                and c.get("setting") == chosen and c.get("checks", 0) == (K if P > 1 else 0)]
         if "error" in choice:
             m = metric(reason=f"--grid auto: {choice['error']}", kind="error")
             runner.done((row["name"], "auto", P))
@@ -1297,7 +1348,7 @@ def measure_training_P(runner: Runner, row: Dict[str, Any], out: Dict[str, Any],
                  "metrics": {n: {**same[0]["metrics"][n], "same_as": same[0]["column"]}
                              for n in names}}
         else:
-            c = cell("auto", "auto", None)
+            c = cell("auto", "auto", None, checks if P > 1 else [])
             got = c.get("run", {}).get("grid")
             if got and grid_text(got) != grid:
                 c["mismatch"] = f"predicted {grid}, the run chose {grid_text(got)}"
@@ -1369,6 +1420,11 @@ def print_tables(report: Dict[str, Any]) -> None:
                         m = c["metrics"].get(name, {})
                         label = (m.get("grid") or "") if col == "best" else \
                             (c.get("grid") or "") if col in ("auto", "mixed") else ""
+                        if col in ("layer", "auto"):  # the MGRIT setting it ran
+                            choice = c.get("choice") or {}
+                            ran = c.get("setting") or (choice.get("setting")
+                                                       if choice.get("runs_mgrit") else None)
+                            label = f"{label} {setting_text(ran)}".strip()
                         text = short(m)
                         if name == "solve" and "iterations" in m:
                             text += f" {m['iterations']} it"
@@ -1411,6 +1467,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--budget", type=float, default=None,
                    help="seconds for the whole run (default 240, --quick 120, --small 90; "
                         "0: no limit)")
+    p.add_argument("--quality-check-every", type=int, default=10, metavar="K",
+                   help="the layer and auto columns check every K-th gradient and run the "
+                        "setting --grid auto chooses with the checks (0: the preset's "
+                        "setting, no checks)")
     p.add_argument("--timeout", type=float, default=300, help="seconds per launch at most")
     p.add_argument("--quick", action="store_true",
                    help="without the 1024-layer full-batch row, budget 120 s")

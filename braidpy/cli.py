@@ -832,7 +832,8 @@ def _auto_grid(args: argparse.Namespace, net: ResNet, train: Any, comm: Any,
     fixed = {field: getattr(args, option) for option, field in fields.items()
              if option in getattr(args, "given", fields)}
     checked = bool(args.quality_check_every)
-    settings = training_settings(args.mode, fixed, default, checked=checked)
+    settings = training_settings(args.mode, fixed, default, checked=checked,
+                                 nlayers=net.nlayers)
     try:
         choice = choose_grid(spec, comm, args.calibration, mode=args.mode,
                              settings=settings,

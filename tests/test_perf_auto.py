@@ -193,6 +193,27 @@ def test_settings_to_try_keep_what_the_user_fixed():
         settings_to_try({"cf": 4}, default)
 
 
+def test_deep_networks_also_try_the_multilevel_settings():
+    from braidpy.perf.auto import (DEEP_LAYERS, QUALIFIED, QUALIFIED_DEEP, Setting,
+                                   settings_to_try, training_settings)
+
+    default = Setting(2, 2, "FCF", 2, 4)
+    assert DEEP_LAYERS == 1024
+    assert all(s.levels >= 3 and s.m2 == 2 and s.relax == "F" for s in QUALIFIED_DEEP)
+    assert settings_to_try({}, default, DEEP_LAYERS) == list(QUALIFIED + QUALIFIED_DEEP)
+    assert settings_to_try({}, default, DEEP_LAYERS - 1) == list(QUALIFIED)
+    assert settings_to_try({}, default) == list(QUALIFIED)  # depth unknown
+    assert settings_to_try({"levels": 3, "m1": 1}, default, 2048) == [
+        Setting(1, 2, "F", 3, 8), Setting(1, 2, "F", 3, 4)]
+    # Below the depth a fixed --levels 3 has no qualified setting: the user's own.
+    assert settings_to_try({"levels": 3, "m1": 1}, default, 256) == [
+        Setting(1, 2, "FCF", 3, 4)]
+    assert training_settings("oneshot", {}, default, checked=True, nlayers=1024) == \
+        list(QUALIFIED + QUALIFIED_DEEP)
+    assert training_settings("oneshot", {}, default, checked=False, nlayers=1024) == \
+        [default]
+
+
 @pytest.mark.parametrize("nlayers, nprocs", [(64, 4), (256, 4), (1024, 8)])
 def test_the_fastest_setting_and_grid_are_chosen_together(tmp_path, nlayers, nprocs):
     from braidpy.perf.auto import QUALIFIED
@@ -249,3 +270,44 @@ def test_grid_auto_chooses_the_setting_on_the_command_line_under_mpi(tmp_path):
     assert (config["m1"], config["m2"], config["relax"], config["cfactor"]) == \
         (s.m1, s.m2, "F", s.cfactor)
     assert f"with {s.label()}" in proc.stderr + proc.stdout
+
+
+def test_a_fixed_grid_gets_its_fastest_setting(tmp_path):
+    from braidpy.perf.auto import qualified
+
+    path = tmp_path / "cal.json"
+    save_calibration(per_sample(1e-6), str(path))  # data groups win overall
+    spec = dense_spec(64, nlayers=1024)
+    free = decide_grid(spec, 4, str(path), mode="oneshot", settings=qualified(1024))
+    assert free.shape == (4, 1, 1)
+    layers = decide_grid(spec, 4, str(path), mode="oneshot", settings=qualified(1024),
+                         grid=(1, 1, 4))
+    assert layers.shape == (1, 1, 4)
+    each = {s: decide_grid(spec, 4, str(path), mode="oneshot", settings=[s],
+                           grid=(1, 1, 4)) for s in qualified(1024)}
+    assert layers.setting == min(each, key=lambda s: each[s].seconds)
+    assert layers.seconds == min(c.seconds for c in each.values()) > free.seconds
+    with pytest.raises(ValueError, match="grid 1,2,2"):  # a dense net has no space split
+        decide_grid(spec, 4, str(path), mode="oneshot", settings=qualified(1024),
+                    grid=(1, 2, 2))
+
+
+def test_grid_auto_on_a_deep_network_can_choose_more_levels_under_mpi(tmp_path):
+    from braidpy.perf.auto import QUALIFIED_DEEP, qualified
+
+    path = tmp_path / "cal.json"
+    save_calibration(made_up(step=1e-3), str(path))  # layer ranks win
+    log = tmp_path / "log.json"
+    proc = run_train(2, "--grid", "auto", "--calibration", path, "--layers", 1024,
+                     "--samples", 20, "--iterations", 1, "--quality-check-every", 1,
+                     "--log", log)
+    assert proc.returncode == 0, proc.stderr
+    header = json.loads(log.read_text().splitlines()[0])
+    spec = training_spec("dense", (2,), header["network"]["width"], 1024, 20, 5, None, 0)
+    want = decide_grid(spec, 2, str(path), mode="auto", settings=qualified(1024))
+    assert want.setting in QUALIFIED_DEEP  # the model prefers more levels here
+    config = header["config"]
+    assert header["grid"] == list(want.shape)
+    assert (config["m1"], config["m2"], config["relax"], config["mgrit"]["max_levels"],
+            config["cfactor"]) == (want.setting.m1, want.setting.m2, want.setting.relax,
+                                   want.setting.levels, want.setting.cfactor)

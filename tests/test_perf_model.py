@@ -634,6 +634,31 @@ def test_plan_prints_the_best(tmp_path, capsys):
     assert proc.returncode == 0, proc.stderr  # and as a command
 
 
+def test_plan_relax_option_plans_that_relaxation(tmp_path, capsys):
+    path = tmp_path / "cal.json"
+    save_calibration(made_up(step=1e-4, alpha=1e-6, beta=1e-9), str(path))
+    common = ("plan", "--calibration", path, "--network", "dense:4:64", "--batch", "64",
+              "-P", "4", "--levels", "2", "--cfactors", "4", "--json", "--top", "50")
+    ranked = {}
+    for relax in ("F", "FCF"):
+        status, out, err = in_process(capsys, *common, "--relax", relax)
+        assert status == 0, err
+        ranked[relax] = {(p["data"], p["layers"]): p for p in json.loads(out)["ranked"]
+                         if p["max_levels"] > 1}
+        assert {p["relax"] for p in ranked[relax].values()} == {relax}
+    # F-relaxation skips the C-relaxation's steps: every MGRIT split is predicted faster.
+    assert ranked["F"].keys() == ranked["FCF"].keys() and ranked["F"]
+    for split, p in ranked["F"].items():
+        assert p["seconds"] < ranked["FCF"][split]["seconds"], split
+    status, out, err = in_process(capsys, *common[:-3], "--relax", "F", "--top", "3")
+    assert status == 0, err
+    assert " L2 cf4 F m2/2 " in out  # the label names a relaxation other than FCF
+    status, out, err = in_process(capsys, *common[:-3], "--top", "3")
+    assert " L2 cf4 m2/2 " in out
+    status, out, err = in_process(capsys, *common, "--relax", "C")
+    assert status == 2 and "argument --relax: invalid choice: 'C'" in err
+
+
 @pytest.mark.parametrize("args,status,message", [
     (["--calibration", "{missing}", "--network", "peaks", "-P", "2"], 1,
      "calibration file '{missing}' not found"),

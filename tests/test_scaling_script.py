@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from braidpy.perf.auto import Setting, qualified
+
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "scaling.py"
 
 
@@ -182,6 +184,20 @@ def test_small_run_json(tmp_path):
             P1 = {c["column"]: c for c in row["cells"] if c["P"] == 1}
             assert P1["data"]["metrics"]["per_step"]["same_as"] == "serial"
             assert P1["auto"]["grid"] == "1,1,1"
+            # The layer grid ran the setting --grid auto chooses for it, with the checks
+            # (the calibration made at the start), as its log reports.
+            P2 = {c["column"]: c for c in row["cells"] if c["P"] == 2}
+            layer = P2["layer"]
+            assert report["calibration"].get("path"), report["calibration"]
+            assert layer["checks"] == 10
+            s = layer["setting"]
+            assert Setting(**s) in qualified(16)
+            assert layer["run"]["ran"] == {**s, "quality_check_every": 10}
+            assert layer["run"]["grid"] == [1, 1, 2]
+            auto = P2["auto"]
+            if "run" in auto:  # a launch of its own: with the checks, auto's grid
+                assert auto["run"]["ran"]["quality_check_every"] == 10
+                assert auto["run"]["grid"] == auto["choice"]["shape"]
             # Speedups wherever a parallel cell has a number.
             for c in row["cells"]:
                 for name in names:

@@ -6,11 +6,12 @@ layers is chosen among the grids training can run (``max_space``: 1 where spatia
 splitting is not available for the network), together with the MGRIT setting (one-shot
 m1, m2, relaxation, levels, cfactor) among the :class:`Setting` s given. One-shot
 training that checks its gradient's quality (``--quality-check-every``) tries the
-:data:`QUALIFIED` settings that agree with what the user fixed; without the checks the
-setting stays the user's, since no setting keeps the gradient-quality floor on every
-network (docs/performance.md: the qualified ones kept it on Peaks with 256 layers and
-missed it on 8- to 32-layer conv networks, as did the defaults at 32 layers), and a
-cheaper setting could cost accuracy unseen. Exact mode's iteration counts are not known
+:data:`QUALIFIED` settings that agree with what the user fixed (and on networks of at
+least :data:`DEEP_LAYERS` layers the multilevel :data:`QUALIFIED_DEEP` too); without the
+checks the setting stays the user's, since no setting keeps the gradient-quality floor
+on every network (docs/performance.md: the qualified ones kept it on Peaks with 256
+layers and missed it on 8- to 32-layer conv networks, as did the defaults at 32 layers),
+and a cheaper setting could cost accuracy unseen. Exact mode's iteration counts are not known
 before training, so they are taken to be m1, m2 (stated in the choice).
 
 Rank 0 reads the calibration file and decides; the choice reaches the other ranks as
@@ -32,14 +33,11 @@ from ..parallel.comm import rank_size
 from .calibration import load_calibration
 from .model import NetSpec, Prediction
 from .plan import plan
+from .schedule import NRELAX, RELAX_NAMES
 
-__all__ = ["GridChoice", "Setting", "QUALIFIED", "settings_to_try", "training_settings",
+__all__ = ["GridChoice", "Setting", "QUALIFIED", "QUALIFIED_DEEP", "DEEP_LAYERS",
+           "qualified", "settings_to_try", "training_settings",
            "training_spec", "decide_grid", "choose_grid"]
-
-#: MGRIT's nrelax of each relaxation name (braidpy.train.RELAXATIONS; not imported:
-#: braidpy.perf does not depend on braidpy.train).
-_NRELAX = {"F": 0, "FCF": 1, "FCFCF": 2}
-
 
 @dataclass(frozen=True)
 class Setting:
@@ -69,10 +67,38 @@ QUALIFIED: Tuple[Setting, ...] = (
     Setting(1, 2, "FCF", 2, 4), Setting(2, 2, "FCF", 2, 4))
 
 
-def settings_to_try(fixed: Mapping[str, Any], default: Setting) -> List[Setting]:
-    """The :data:`QUALIFIED` settings that agree with ``fixed`` ({field: value} of
-    :class:`Setting` fields the user gave); where none does, ``default`` with
-    ``fixed`` laid over it (the user's own setting, unqualified).
+#: The depth from which :data:`QUALIFIED_DEEP` are qualified as well.
+DEEP_LAYERS = 1024
+
+#: Multilevel one-shot settings that kept the same floor (cosine >= 0.99 at every one of
+#: 100 L-BFGS steps, and the loss after 20 and 100 steps at most 5 % above serial's) on
+#: Peaks with 1024 layers and 5000 samples at both seeds measured (docs/performance.md,
+#: "Deep networks"), fewest layer calls first. Fewer levels leave a long coarse solve,
+#: sequential across layer ranks: at 1024 layers on 16 layer ranks these are the
+#: settings the model predicts fast. Qualified only from DEEP_LAYERS layers on: on Peaks
+#: with 256 layers (1, 2) F with 3 levels fell to a cosine of 0.77.
+QUALIFIED_DEEP: Tuple[Setting, ...] = (
+    Setting(1, 2, "F", 3, 8), Setting(1, 2, "F", 3, 4), Setting(1, 2, "F", 4, 4),
+    Setting(2, 2, "F", 3, 8), Setting(2, 2, "F", 3, 4))
+
+
+def qualified(nlayers: Optional[int] = None) -> Tuple[Setting, ...]:
+    """The qualified settings for a network of ``nlayers`` layers (None: of any
+    depth): :data:`QUALIFIED`, and from :data:`DEEP_LAYERS` layers on
+    :data:`QUALIFIED_DEEP` after them.
+
+    >>> len(qualified(256)), len(qualified(1024))
+    (5, 10)
+    """
+    deep = nlayers is not None and nlayers >= DEEP_LAYERS
+    return QUALIFIED + QUALIFIED_DEEP if deep else QUALIFIED
+
+
+def settings_to_try(fixed: Mapping[str, Any], default: Setting,
+                    nlayers: Optional[int] = None) -> List[Setting]:
+    """The :func:`qualified` settings (for ``nlayers`` layers) that agree with ``fixed``
+    ({field: value} of :class:`Setting` fields the user gave); where none does,
+    ``default`` with ``fixed`` laid over it (the user's own setting, unqualified).
 
     >>> default = Setting(2, 2, "FCF", 2, 4)
     >>> [s.cfactor for s in settings_to_try({"m1": 2, "relax": "F"}, default)]
@@ -83,18 +109,20 @@ def settings_to_try(fixed: Mapping[str, Any], default: Setting) -> List[Setting]
     unknown = set(fixed) - {f.name for f in dataclasses.fields(Setting)}
     if unknown:
         raise ValueError(f"not fields of a Setting: {', '.join(sorted(unknown))}")
-    agree = [s for s in QUALIFIED if all(getattr(s, k) == v for k, v in fixed.items())]
+    agree = [s for s in qualified(nlayers)
+             if all(getattr(s, k) == v for k, v in fixed.items())]
     return agree or [dataclasses.replace(default, **fixed)]
 
 
 def training_settings(mode: str, fixed: Mapping[str, Any], default: Setting, *,
-                      checked: bool) -> List[Setting]:
+                      checked: bool, nlayers: Optional[int] = None) -> List[Setting]:
     """The settings ``--grid auto`` tries for a training ``mode``: in one-shot training
     (modes 'oneshot' and 'auto') that ``checked`` its gradients' quality
-    (``--quality-check-every``), :func:`settings_to_try`; else ``default`` with
-    ``fixed`` laid over it (the user's setting: nothing is qualified everywhere)."""
+    (``--quality-check-every``), :func:`settings_to_try` for a network of ``nlayers``
+    layers; else ``default`` with ``fixed`` laid over it (the user's setting: nothing is
+    qualified everywhere)."""
     if checked and mode in ("auto", "oneshot"):
-        return settings_to_try(fixed, default)
+        return settings_to_try(fixed, default, nlayers)
     return [dataclasses.replace(default, **fixed)]
 
 
@@ -134,20 +162,21 @@ def _settings(settings: Optional[Sequence[Setting]], levels: Optional[int],
         return list(settings)
     if levels is None or cfactor is None or iterations is None:
         raise ValueError("give settings, or levels, cfactor and iterations")
-    names = {n: name for name, n in _NRELAX.items()}
-    if nrelax not in names:
-        raise ValueError(f"nrelax must be one of {sorted(names)}, got {nrelax!r}")
-    return [Setting(int(iterations[0]), int(iterations[1]), names[nrelax], int(levels),
+    if nrelax not in RELAX_NAMES:
+        raise ValueError(f"nrelax must be one of {sorted(RELAX_NAMES)}, got {nrelax!r}")
+    return [Setting(int(iterations[0]), int(iterations[1]), RELAX_NAMES[nrelax], int(levels),
                     int(cfactor))]
 
 
 def decide_grid(spec: NetSpec, nprocs: int, calibration: str, *, mode: str,
                 levels: Optional[int] = None, cfactor: Optional[int] = None,
                 iterations: Optional[Tuple[int, int]] = None, max_space: int = 1,
-                nrelax: int = 1, settings: Optional[Sequence[Setting]] = None) -> GridChoice:
+                nrelax: int = 1, settings: Optional[Sequence[Setting]] = None,
+                grid: Optional[Tuple[int, int, int]] = None) -> GridChoice:
     """The fastest grid of ``nprocs`` ranks, with the fastest of ``settings`` (or the
     one setting of levels, cfactor, iterations and nrelax), by the model (no
-    communication: what rank 0 does for :func:`choose_grid`). ValueError when the file
+    communication: what rank 0 does for :func:`choose_grid`). ``grid``: only that
+    (data, space, layers), i.e. the fastest setting for it. ValueError when the file
     or no grid fits."""
     cal = load_calibration(calibration)
     serial = mode == "serial"
@@ -159,16 +188,19 @@ def decide_grid(spec: NetSpec, nprocs: int, calibration: str, *, mode: str,
         # rows are not split, one-shot elsewhere: braidpy.train.resolve_mode).
         result = plan(spec, nprocs, cal, levels=(setting.levels,),
                       cfactors=(setting.cfactor,), iterations=(setting.m1, setting.m2),
-                      mode=model_mode, nrelax=_NRELAX[setting.relax],
+                      mode=model_mode, nrelax=NRELAX[setting.relax],
                       mgrit_on_one_rank=mode not in ("serial", "auto"))
         usable = [p for p in result.ranked if p.strategy.space <= max_space
-                  and (not serial or p.strategy.layers == 1)]
+                  and (not serial or p.strategy.layers == 1)
+                  and (grid is None or (p.strategy.data, p.strategy.space,
+                                        p.strategy.layers) == tuple(grid))]
         if usable and (best is None or usable[0].seconds < best[0].seconds):
             best = (usable[0], setting, result.serial)
     if best is None:
+        only = "" if grid is None else f", grid {','.join(map(str, grid))}"
         raise ValueError(f"the performance model found no grid of {nprocs} ranks that "
                          f"training can run for this network (space at most {max_space}"
-                         f"{', one layer rank in serial mode' if serial else ''})")
+                         f"{', one layer rank in serial mode' if serial else ''}{only})")
     pred, setting, serial_seconds = best
     s = pred.strategy
     assumed = " (exact mode: iterations assumed m1, m2)" if mode == "exact" else ""

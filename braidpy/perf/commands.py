@@ -21,6 +21,7 @@ from .calibrate import (DEFAULT_LAYERS, DEFAULT_SAMPLES, calibrate, calibrate_fo
 from .calibration import load_calibration, save_calibration
 from .model import NETWORKS, network_spec
 from .plan import CLUSTERS, format_plan, plan
+from .schedule import NRELAX, RELAX_NAMES
 
 __all__ = ["COMMANDS", "add_commands", "run"]
 
@@ -172,6 +173,9 @@ def add_commands(commands: Any) -> None:
     p.add_argument("--m2", type=_positive_int, default=2, metavar="M",
                    help="one-shot adjoint iterations (exact: assumed adjoint iterations) "
                         "(default %(default)s)")
+    p.add_argument("--relax", choices=tuple(NRELAX), default="FCF",
+                   help="the MGRIT settings' relaxation: F, FCF or FCFCF (braidpy train's "
+                        "--relax) (default %(default)s)")
     p.add_argument("--cores", type=_positive_int, metavar="N",
                    help=f"{CORES_HELP}; with more ranks than N, compute x ranks / N: a "
                         f"lower bound, not validated (default: a core per rank)")
@@ -238,12 +242,13 @@ def _plan(args: argparse.Namespace) -> int:
     result = plan(net, args.procs, cal, memory=None if args.memory is None else
                   args.memory * 2**30, network=link, cores=args.cores,
                   levels=args.levels, cfactors=args.cfactors, iterations=iterations,
-                  mode=args.mode)
+                  mode=args.mode, nrelax=NRELAX[args.relax])
     if args.json:
         print(json.dumps({"serial_s": result.serial, "ranked": [
             {"data": p.strategy.data, "space": p.strategy.space, "layers": p.strategy.layers,
              "max_levels": p.strategy.cycle.max_levels,
-             "cfactor": p.strategy.cycle.cfactor_at(0), "seconds": p.seconds,
+             "cfactor": p.strategy.cycle.cfactor_at(0),
+             "relax": RELAX_NAMES.get(p.strategy.cycle.nrelax_at(0)), "seconds": p.seconds,
              "memory_bytes": p.memory, "parts": p.parts, "notes": p.notes}
             for p in result.ranked[:args.top]],
             "rejected": [[s.label(), why] for s, why in result.rejected]}, indent=1))

@@ -25,7 +25,8 @@ import numpy as np
 
 from ..adjoint.solver import gradient_groups
 from .calibration import Calibration, LayerCosts, Link
-from .schedule import Cycle, Op, Timeline, block_ranges, hierarchy, simulate, solve_program
+from .schedule import (RELAX_NAMES, Cycle, Op, Timeline, block_ranges, hierarchy, simulate,
+                       solve_program)
 
 __all__ = ["NetSpec", "Strategy", "Prediction", "predict", "allreduce_seconds", "band_share",
            "memory_per_rank", "check_strategy", "serial_seconds", "NETWORKS", "network_spec",
@@ -170,6 +171,9 @@ class Strategy:
         mg = "serial" if c.max_levels == 1 else \
             f"L{c.max_levels} cf{c.cfactor_at(0)}{' skip' if c.skip else ''}" \
             f"{' fmg' if c.fmg else ''}"
+        relax = sorted({c.nrelax_at(k) for k in range(c.max_levels)})
+        if c.max_levels > 1 and relax != [1]:  # FCF, braidpy's default, goes unsaid
+            mg += " " + "/".join(RELAX_NAMES.get(n, f"nrelax {n}") for n in relax)
         it = f"m{self.iterations[0]}/{self.iterations[1]}" if self.mode == "oneshot" else \
             f"it{self.iterations[0]}/{self.iterations[1]}"
         return f"{self.data}x{self.space}x{self.layers} {mg} {it}"

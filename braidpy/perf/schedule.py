@@ -30,7 +30,8 @@ import heapq
 from collections import defaultdict, deque
 from typing import Callable, Deque, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-__all__ = ["Cycle", "Op", "Level", "hierarchy", "block_ranges", "solve_program",
+__all__ = ["Cycle", "NRELAX", "RELAX_NAMES", "Op", "Level", "hierarchy", "block_ranges",
+           "solve_program",
            "program_counts", "simulate", "Timeline", "Event", "PHASES"]
 
 PerLevel = Union[int, Mapping[int, int]]
@@ -58,6 +59,12 @@ class Op:
     peer: int = -1
     seconds: float = 0.0
     batch: bool = False
+
+
+#: MGRIT's nrelax of each relaxation name (braidpy.train.RELAXATIONS, which braidpy.perf
+#: does not import) and back.
+NRELAX: Dict[str, int] = {"F": 0, "FCF": 1, "FCFCF": 2}
+RELAX_NAMES: Dict[int, str] = {n: name for name, n in NRELAX.items()}
 
 
 @dataclasses.dataclass(frozen=True)
