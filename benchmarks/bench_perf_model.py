@@ -5,7 +5,8 @@ to tolerance) this script times braidpy's layer-parallel gradient (the trainer's
 LayerParallelEvaluator.gradient: opening, primal MGRIT, classifier, adjoint MGRIT,
 per-layer gradients, allreduce) on a Peaks-sized dense ResNet, under
 ``mpiexec -n P`` for P > 1, and prints it beside the model's prediction from a
-calibration file (``braidpy calibrate``; made here when none is given). Settings with
+calibration file (``braidpy calibrate``; made here when none is given). The "serial" row
+on one rank times what serial training runs, ResNet.loss_and_gradient. Settings with
 ``skip`` time cold evaluations (both solves reset before each gradient: skip applies only
 to a cold start), the others warm ones as in training. Exact mode is predicted with the
 iteration counts the run measured (the model predicts time per iteration, not
@@ -73,6 +74,10 @@ def worker(spec: dict) -> None:
     oneshot = tuple(spec["m"]) if spec["mode"] == "oneshot" else None
     solver = GradientSolver(app, 0.0, net.tstop, layers, comm=comm if comm.Get_size() > 1
                             else None, primal=opts, oneshot=oneshot)
+    # Serial propagation on one rank is what serial training runs: the network's own
+    # sweeps (ResNet.loss_and_gradient), which the model prices by the calibrated
+    # `serial` where the layer has them; across layer ranks, the core's.
+    own_sweeps = spec["levels"] == 1 and comm.Get_size() == 1
     times, cpus, iters = [], [], []
     for k in range(spec["repeats"] + WARMUP_GRADIENTS):
         params += 1e-4  # a new parameter, as after an optimizer step
@@ -80,9 +85,13 @@ def worker(spec: dict) -> None:
             solver.reset()
         comm.Barrier()
         start, cpu = time.perf_counter(), time.process_time()
-        if rank == 0:
-            solver.primal_core.set_initial_condition(app.initial_state())
-        g = solver.evaluate()
+        if own_sweeps:
+            net.loss_and_gradient(params, app.X, app.C)
+            g = None
+        else:
+            if rank == 0:
+                solver.primal_core.set_initial_condition(app.initial_state())
+            g = solver.evaluate()
         grad = np.zeros(net.nparams)
         comm.Allreduce(MPI.IN_PLACE, grad)
         cpu = time.process_time() - cpu  # before the barrier: MPICH spins in it
@@ -94,7 +103,8 @@ def worker(spec: dict) -> None:
         if k >= WARMUP_GRADIENTS:  # the first include exact mode's cold start
             times.append(wall)
             cpus.append(cpu)
-            iters.append((g.primal.iterations, g.adjoint.iterations))
+            iters.append((1, 1) if g is None else (g.primal.iterations,
+                                                   g.adjoint.iterations))
     solver.close()
     if rank == 0:
         print("RESULT " + json.dumps({"times": times, "cpu": cpus, "iterations": iters}),

@@ -58,7 +58,8 @@ def test_measured_glue_round_trips_and_older_files_load_without_it(tmp_path):
                              "stack": CostFit(4e-5, 6e-9),
                              "fixed_parallel": CostFit(1e-4, 1e-6),
                              "concurrency": ((1, 1.0), (2, 1.1), (4, 1.3)),
-                             "sweep_grad": 1.07})
+                             "sweep_grad": 1.07,
+                             "serial": CostFit(1e-6, 2e-8, ((1, 16, 1.3e-6),))})
     cal = Calibration((measured,) + cal.layers[1:], cal.callback_s, cal.p2p, cal.allreduce)
     cal = Calibration(cal.layers, cal.callback_s, cal.p2p, cal.allreduce,
                       message_software=Link(6e-6, 2e-10, "measured: test"), agreement_s=5e-6)
@@ -81,6 +82,7 @@ def test_measured_glue_round_trips_and_older_files_load_without_it(tmp_path):
     (lambda d: d["layers"][0].update(concurrency={"2": 1.1}),
      "layers[0].concurrency must be a list"),
     (lambda d: d["layers"][0].update(sweep_grad=0), "layers[0].sweep_grad must be a finite"),
+    (lambda d: d["layers"][0].update(serial={"a": 1e-6}), "missing field layers[0].serial.b"),
     (lambda d: d.update(software={"message": {"alpha": 1e-6, "beta": -1.0,
                                               "source": "x"}, "agreement_s": 0.0}),
      "software.message.beta must be a finite number"),
@@ -571,6 +573,41 @@ def test_infeasible_strategies_say_why():
         predict(conv, strategy(1, space=8), made_up())
 
 
+def test_serial_propagation_with_a_sweep_fit_is_priced_by_it():
+    """Where the calibration measured the serial sweeps (``serial``), serial propagation
+    costs N of them plus the opening and the classifier, whatever the calls cost; MGRIT
+    keeps the calls' prices."""
+    net = NetSpec("dense", (4,), 64, 100)
+    base = made_up(step=1e-3, alpha=1e-6, beta=1e-9)
+    swept = dataclasses.replace(base, layers=(dataclasses.replace(
+        base.layers[0], serial=CostFit(2e-6, 1e-8)),) + base.layers[1:])
+    serial = Strategy(4, 1, 1, Cycle(ntime=64, max_levels=1))
+    got = predict(net, serial, swept)
+    per_layer = 2e-6 + 1e-8 * 25  # 100 samples over 4 data groups
+    heads = 2 * 1e-3 + 2 * 1e-3  # opening forward and gradient, loss and its gradient
+    want = 64 * per_layer + heads + allreduce_seconds(8.0 * net.nparams, 4, base.p2p,
+                                                      base.allreduce)
+    assert got.seconds == pytest.approx(want, rel=1e-12)
+    assert got.parts["serial"] == pytest.approx(64 * per_layer, rel=1e-12)
+    assert predict(net, serial, base).seconds > 40 * got.seconds  # the calls' price
+    mgrit = Strategy(1, 1, 4, Cycle(ntime=64, max_levels=2, cfactor=4, batched=True))
+    assert predict(net, mgrit, swept).seconds == predict(net, mgrit, base).seconds
+    # plan's reference (serial on one process) takes it too
+    assert plan(net, 4, swept).serial == pytest.approx(predict(
+        net, Strategy(1, 1, 1, Cycle(ntime=64, max_levels=1)), swept).seconds)
+
+
+def test_calibrate_serial_measures_dense_sweeps_only():
+    from braidpy.perf.calibrate import calibrate_serial
+
+    fit = calibrate_serial("dense", (4,), samples=[8, 64], repeats=1, min_time=1e-3,
+                           layers=(2, 10))
+    assert fit is not None and [p[1] for p in fit.points] == [8, 64]
+    assert all(p[2] > 0 for p in fit.points)
+    assert calibrate_serial("conv", (2, 6, 6), samples=[4], repeats=1, min_time=1e-3,
+                            layers=(2, 4)) is None
+
+
 # ------------------------------------------------------------ the plan
 def test_factorizations():
     assert factorizations(1) == [(1, 1, 1)]
@@ -911,6 +948,8 @@ def test_calibrate_writes_a_file_plan_reads(tmp_path):
     assert 0.25 <= lc.sweep <= 8 and 0.25 <= lc.sweep_batched <= 8
     assert lc.sweep_grad is not None and 0.25 <= lc.sweep_grad <= 8
     assert 0.25 <= lc.vec_scale <= 8 and lc.fixed.a >= 0 and lc.fixed.b >= 0
+    # dense layers sweep in one call: their serial gradients are measured too
+    assert lc.serial is not None and lc.serial.seconds(1, 2) > 0
 
 
 def test_calibrate_on_a_device_keeps_the_numbers_there(tmp_path):

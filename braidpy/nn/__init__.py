@@ -45,6 +45,8 @@ from .dense import (
     dense_forward_batched,
     dense_gradient,
     dense_gradient_batched,
+    dense_sweep_backward,
+    dense_sweep_forward,
 )
 from .kernels import LayerKernels, backend_names, choose_kernels, select_kernels
 from .layers import (
@@ -67,7 +69,8 @@ from .resnet import ResNetApp
 __all__ = ["Activation", "SMOOTH_RELU_EPS", "activation_names", "get_activation", "relu",
            "relu_derivative", "smooth_relu", "smooth_relu_derivative", "tanh",
            "tanh_derivative", "dense_forward", "dense_adjoint", "dense_gradient",
-           "dense_adjoint_and_gradient", "dense_forward_batched", "dense_adjoint_batched", "dense_gradient_batched",
+           "dense_adjoint_and_gradient", "dense_forward_batched", "dense_adjoint_batched",
+           "dense_gradient_batched", "dense_sweep_forward", "dense_sweep_backward",
            "conv2d", "conv2d_input_vjp", "conv2d_weight_vjp", "conv_forward", "conv_adjoint",
            "conv_gradient", "conv_forward_batched", "conv_adjoint_batched",
            "conv_gradient_batched", "dense_opening", "dense_opening_gradient", "conv_opening",

@@ -98,6 +98,14 @@ class LayerKernels:
         ``(w, u, K, b, h, act)`` -> ``(w_new, dK, db)``: adjoint and gradient of one step
         in one call, the same bits as the two (serial backprop needs both at every
         layer); None where the backend has no such kernel (the layer calls the two).
+    sweeps_take, sweep_forward, sweep_backward : callable or None
+        Serial propagation through all layers in one call, where the backend has it:
+        ``sweeps_take(u, Ks, bs, act)`` whether the sweeps take states like u;
+        ``sweep_forward(S, Ks, bs, hs, act)`` fills S[1:] (N + 1 states) from S[0], or
+        steps S (one state) in place to the last; ``sweep_backward(w, S, Ks, bs, hs, act,
+        dK, db)`` takes w from w_N to w_0 in place and writes every layer's (dK, db).
+        Each returns True, or False having done nothing where it does not take the
+        arrays (the layer then steps one call at a time); the same bits as the calls.
     batched_out : bool
         True when ``forward_batched`` and ``adjoint_batched`` take ``out=`` and write
         their result there, ``U`` (``W``) itself included, with no copy: MGRIT's batched
@@ -116,6 +124,9 @@ class LayerKernels:
     gradient_batched: Callable[..., Any] = field(repr=False)
     adjoint_and_gradient: Optional[Callable[..., Any]] = field(default=None, repr=False)
     batched_out: bool = field(default=False, repr=False)
+    sweeps_take: Optional[Callable[..., bool]] = field(default=None, repr=False)
+    sweep_forward: Optional[Callable[..., bool]] = field(default=None, repr=False)
+    sweep_backward: Optional[Callable[..., bool]] = field(default=None, repr=False)
 
 
 _REGISTRY: Dict[Tuple[str, str], LayerKernels] = {}
@@ -130,7 +141,9 @@ _register(LayerKernels(
     "dense", "numpy", "NumPy, shape checks cached per signature, in-place temporaries",
     dense.dense_forward, dense.dense_adjoint, dense.dense_gradient,
     dense.dense_forward_batched, dense.dense_adjoint_batched, dense.dense_gradient_batched,
-    dense.dense_adjoint_and_gradient, batched_out=True))
+    dense.dense_adjoint_and_gradient, batched_out=True,
+    sweeps_take=dense.dense_sweeps_take, sweep_forward=dense.dense_sweep_forward,
+    sweep_backward=dense.dense_sweep_backward))
 _register(LayerKernels(
     "dense", "array-api", "array-API arithmetic in the arguments' namespace",
     dense._api_forward, dense._api_adjoint, dense._api_gradient,

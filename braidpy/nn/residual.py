@@ -53,6 +53,8 @@ class _Layer:
         #: Whether forward_batched / adjoint_batched write ``out`` (U / W itself
         #: included) with no copy (the kernels' ``batched_out``).
         self.batched_out: bool = k.batched_out
+        self._sweeps_take = k.sweeps_take
+        self._sweep_forward, self._sweep_backward = k.sweep_forward, k.sweep_backward
 
     @property
     def backend(self) -> str:
@@ -91,6 +93,29 @@ class _Layer:
             return self._adjoint_and_gradient(w, u, K, b, h, self.activation)
         dK, db = self.gradient(w, u, K, b, h)
         return self.adjoint(w, u, K, b, h), dK, db
+
+    # ------------------------------------------------------------ serial sweeps
+    def sweeps(self, u: Any, Ks: Any, bs: Any) -> bool:
+        """Whether :meth:`sweep_forward` and :meth:`sweep_backward` take states like u
+        with these weights (one call for all layers); else step one layer at a time."""
+        f = self._sweeps_take
+        return f is not None and f(u, Ks, bs, self.activation)
+
+    def sweep_forward(self, S: Any, Ks: Any, bs: Any, hs: Sequence[float]) -> bool:
+        """Serial propagation through len(hs) layers in one call where the kernels have
+        it (the kernels' ``sweep_forward``): S[n + 1] = forward(S[n], Ks[n], bs[n],
+        hs[n]) for S (N + 1 states) from S[0], or S (one state) in place to the last.
+        True; False, with nothing done, where they do not (step one layer at a time)."""
+        f = self._sweep_forward
+        return f is not None and f(S, Ks, bs, hs, self.activation)
+
+    def sweep_backward(self, w: Any, S: Any, Ks: Any, bs: Any, hs: Sequence[float],
+                       dK: Any, db: Any) -> bool:
+        """The backward sweep in one call where the kernels have it: w from w_N to w_0
+        in place, (dK[n], db[n]) of every layer written (:meth:`adjoint_and_gradient`
+        layer by layer, n descending). True, or False with nothing done."""
+        f = self._sweep_backward
+        return f is not None and f(w, S, Ks, bs, hs, self.activation, dK, db)
 
     # ------------------------------------------------------------ m intervals at once
     def forward_batched(self, U: Any, Ks: Any, bs: Any, hs: Any, out: Any = None) -> Any:

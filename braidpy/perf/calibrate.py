@@ -40,7 +40,7 @@ from .calibration import Calibration, CostFit, LayerCosts, Link, layer_name
 
 __all__ = ["DEFAULT_LAYERS", "ASSUMED_P2P", "ASSUMED_ALLREDUCE", "parse_layer",
            "DEFAULT_SAMPLES", "time_call", "calibrate_layer", "calibrate_callback",
-           "calibrate_sweep", "calibrate_in_solve", "calibrate_in_solve_parallel",
+           "calibrate_sweep", "calibrate_serial", "calibrate_in_solve", "calibrate_in_solve_parallel",
            "quiet_barrier", "alone", "busy_ranks", "calibrate_network",
            "calibrate_software", "calibrate_communication",
            "calibrate", "calibrate_follower"]
@@ -264,6 +264,41 @@ def calibrate_callback(ntime: int = 2000, repeats: int = 5) -> Tuple[float, floa
     long, short = per_solve(ntime), per_solve(1)
     callback = max(long - short, 0.0) / (ntime - 1)
     return callback, max(short - callback, 0.0)
+
+
+def calibrate_serial(kind: str, shape: Sequence[int], kernel: int = 3, *,
+                     samples: Sequence[int] = DEFAULT_SAMPLES, repeats: int = 5,
+                     min_time: float = 5e-3, layers: Tuple[int, int] = (8, 264)
+                     ) -> Optional[CostFit]:
+    """One layer's share of a serial gradient (:meth:`braidpy.nn.ResNet.loss_and_gradient`,
+    what serial training runs) at each sample count, fitted ``a + b * samples``: the
+    difference of whole gradients with ``layers`` residual layers over the difference
+    in layers (the opening and the classifier cancel; 264 layers of 4096 samples of
+    width 8 hold 69 MB of states, past the caches, as deep networks' do: with 40 the
+    layer cost 30 % less here). On the host and only where the
+    layer sweeps in one compiled call (None elsewhere: serial propagation is then priced
+    by the calls, as MGRIT's are)."""
+    from ..nn import ResNet
+
+    shape = tuple(int(x) for x in shape)
+    input_shape = shape if kind == "conv" else (shape[0],)
+    rng = np.random.default_rng(13)
+    points = []
+    for n in sorted({int(x) for x in samples}):
+        X = rng.standard_normal((n,) + tuple(input_shape))
+        C = np.eye(2)[rng.integers(0, 2, n)]
+        seconds = []
+        for nlayers in layers:
+            net = ResNet(input_shape, 2, width=shape[0], nlayers=nlayers, kernel=kernel)
+            params = net.init_params(seed=5, scale=0.1)
+            v = net.views(params)
+            if not net.layer.sweeps(net.open(params, X), v["K"], v["b"]):
+                return None
+            seconds.append(time_call(lambda: net.loss_and_gradient(params, X, C), repeats,
+                                     min_time))
+        per_layer = (seconds[1] - seconds[0]) / (layers[1] - layers[0])
+        points.append((1, n, max(per_layer, 1e-9)))
+    return CostFit.fit(points)
 
 
 def calibrate_sweep(cal: Calibration, layer: LayerCosts, samples: int, nlayers: int = 32,
@@ -955,8 +990,11 @@ def calibrate(layers: Sequence[str] = DEFAULT_LAYERS, *, comm: Any = None,
             parallel, concurrency = calibrate_in_solve_parallel(
                 comm, lc.kind, lc.shape, lc.kernel, cal=cal, layer=measured, samples=both,
                 repeats=repeats, cores=cores)
+            with alone(comm, f"measuring {lc.name}'s serial sweeps"):
+                serial = calibrate_serial(lc.kind, lc.shape, lc.kernel, samples=n,
+                                          repeats=repeats)
             swept.append(dataclasses.replace(measured, fixed_parallel=parallel,
-                                             concurrency=concurrency))
+                                             concurrency=concurrency, serial=serial))
         else:  # calls on a device return before their work is done: whole gradients
             single, batched = calibrate_sweep(cal, lc, n[len(n) // 2],
                                               repeats=max(repeats // 2, 1), where=where)
@@ -983,3 +1021,5 @@ def calibrate_follower(comm: Any, layers: Sequence[str] = DEFAULT_LAYERS, *,
         with alone(comm, f"measuring {layer_name(kind, shape, kernel)} in a solve"):
             pass  # rank 0's work
         calibrate_in_solve_parallel(comm, kind, shape, kernel, repeats=repeats, cores=cores)
+        with alone(comm, f"measuring {layer_name(kind, shape, kernel)}'s serial sweeps"):
+            pass  # rank 0's work

@@ -21,7 +21,8 @@ Layout (version 1)::
                  "fixed_parallel": {"a": ..., "b": ..., "points": []},  # 2+ ranks
                  "concurrency": [[1, 1.0], [2, 1.06], [4, 1.2]],   # 2+ ranks
                  "vec_factor": 2.1,                                #   on the host
-                 "fixed": {"a": ..., "b": ..., "points": []}}, ...],
+                 "fixed": {"a": ..., "b": ..., "points": []},
+                 "serial": {"a": ..., "b": ..., "points": [...]}}, ...],  # optional
      "network": {"p2p": {"alpha": s, "beta": s_per_byte, "source": "measured"},
                  "allreduce": {"alpha": ..., "beta": ..., "source": "assumed: ..."},
                  "nranks": 1},
@@ -166,7 +167,13 @@ class LayerCosts:
     :func:`braidpy.perf.calibrate.calibrate_in_solve_parallel`). None: not measured
     (one rank, files of before, GPU calibrations), no slowdown. Ranks sharing cores
     are not measured (``braidpy calibrate`` with more ranks than cores measures on as
-    many as there are cores)."""
+    many as there are cores).
+
+    ``serial``: one layer's share of a serial gradient (the forward and the backward
+    sweep of :meth:`braidpy.nn.ResNet.loss_and_gradient`, ``a + b * samples``), where
+    the layer sweeps in one compiled call (dense layers on the host): serial
+    propagation then pays neither the calls' Python nor the core's. None: serial
+    propagation is priced by the calls, as MGRIT's are."""
 
     name: str
     kind: str  # "dense" or "conv"
@@ -182,6 +189,7 @@ class LayerCosts:
     fixed_parallel: Optional[CostFit] = None
     concurrency: Optional[Tuple[Tuple[int, float], ...]] = None
     sweep_grad: Optional[float] = None
+    serial: Optional[CostFit] = None
 
     def slowdown(self, busy: int) -> float:
         """The factor on this layer's step calls with ``busy`` ranks computing at
@@ -298,6 +306,8 @@ def _layer_json(lc: LayerCosts) -> Dict[str, Any]:
         out.update(concurrency=[[k, f] for k, f in lc.concurrency])
     if lc.sweep_grad is not None:
         out.update(sweep_grad=lc.sweep_grad)
+    if lc.serial is not None:
+        out.update(serial=_fit_json(lc.serial))
     return out
 
 
@@ -426,9 +436,10 @@ def calibration_from_json(data: Any) -> Calibration:
             if "concurrency" in lr else None
         sweep_grad = _number(lr, "sweep_grad", where, low=1e-3) if "sweep_grad" in lr \
             else None
+        serial = _fit(lr["serial"], f"{where}.serial") if "serial" in lr else None
         layers.append(LayerCosts(str(name), kind, tuple(shape), kernel, costs, sweep,
                                  sweep_batched, glue, vec_factor, fixed, stack, parallel,
-                                 concurrency, sweep_grad))
+                                 concurrency, sweep_grad, serial))
     net = _field(data, "network", "calibration")
     nranks = _field(net, "nranks", "network")
     if isinstance(nranks, bool) or not isinstance(nranks, int) or nranks < 1:

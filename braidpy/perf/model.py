@@ -383,6 +383,15 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
     progs: List[List[Op]] = []
     solve = Op("work", "solve", seconds=cal.solve_s)  # Core.solve's own Python
 
+    if s.cycle.max_levels == 1 and P == 1 and s.space == 1 and layer.serial is not None:
+        # Serial propagation where the layer sweeps in one compiled call: what serial
+        # training runs (ResNet.loss_and_gradient), no core and no per-call Python.
+        sweeps = N * layer.serial.seconds(1, samples * scale)
+        progs = [[Op("work", "head", seconds=opening), Op("work", "serial", seconds=sweeps),
+                  Op("work", "head", seconds=2 * head + opening)]]
+        return _finish(net, s, simulate(progs, cost, message, reduce, record=record), p2p,
+                       small, notes)
+
     def agreements(n: int) -> List[Op]:
         return [Op("allreduce", "agreement")] * n
 
@@ -449,6 +458,14 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
     tl = simulate(progs, cost, message, reduce, record=record)
     notes += _extrapolation_notes(layer, progs, samples * scale * band_share(net, s.space,
                                                                              "fwd"))
+    return _finish(net, s, tl, p2p, small, notes)
+
+
+def _finish(net: NetSpec, s: Strategy, tl: Timeline, p2p: Link, small: Link,
+            notes: List[str]) -> Prediction:
+    """The prediction of a simulated gradient: its critical path and the gradient's
+    allreduces over the layer, data and space ranks."""
+    P = s.layers
     grad_bytes = 8.0 * net.nparams
     layer_ar = allreduce_seconds(grad_bytes, P, p2p, small)
     data_ar = allreduce_seconds(grad_bytes, s.data, p2p, small)

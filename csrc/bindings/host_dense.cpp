@@ -480,6 +480,149 @@ py::object run_rows(const char* where, int mode, py::handle U, py::handle W, py:
   return py::none();
 }
 
+// ------------------------------------------------------------------ whole sweeps
+// Serial propagation through N layers in one call: the forward sweep S[n + 1] <- step(S[n])
+// and the backward sweep w <- adjoint(w, S[n]) with (dK[n], db[n]), n descending. Each
+// layer is the job a single dense_rows_step / dense_rows_adjoint_gradient call runs, so
+// the bits are theirs; what goes is the Python between the calls (about 3 us a layer)
+// and the fresh state a call returns.
+
+// The layers' weights of a sweep: K (N, width, width), b (N, width) and h (N,), C-contiguous,
+// of the states' dtype.
+struct SweepWeights {
+  py::array K, b, h;
+  Index layers;
+};
+
+SweepWeights check_sweep_weights(const std::string& w, const py::dtype& dt, Index width,
+                                 py::handle Kh, py::handle bh, py::handle hh) {
+  SweepWeights s{as_array(w.c_str(), "K", Kh), as_array(w.c_str(), "b", bh),
+                 as_array(w.c_str(), "h", hh), 0};
+  for (const py::array* a : {&s.K, &s.b, &s.h})
+    if (!same_dtype(a->dtype(), dt))
+      throw py::value_error(w + ": K, b and h must have the states' dtype");
+  s.layers = s.h.ndim() == 1 ? static_cast<Index>(s.h.shape(0)) : -1;
+  const bool ok = s.layers >= 0 && s.K.ndim() == 3 && s.K.shape(0) == s.layers &&
+                  s.K.shape(1) == width && s.K.shape(2) == width && s.b.ndim() == 2 &&
+                  s.b.shape(0) == s.layers && s.b.shape(1) == width;
+  if (!ok)
+    throw py::value_error(w + ": expected K (N, width, width), b (N, width) and h (N,)");
+  return s;
+}
+
+// A writable C-contiguous float64 or float32 array of the given rank; f64 set.
+py::array sweep_operand(const std::string& w, const char* name, py::handle x, int ndim,
+                        bool& f64) {
+  py::array a = as_array(w.c_str(), name, x);
+  f64 = same_dtype(a.dtype(), py::dtype::of<double>());
+  if (!f64 && !same_dtype(a.dtype(), py::dtype::of<float>()))
+    throw py::type_error(w + ": float64 or float32 arrays expected");
+  if (a.ndim() != ndim)
+    throw py::value_error(w + ": " + name + " must be " + std::to_string(ndim) + "-D");
+  if (!a.writeable()) throw py::value_error(w + ": " + name + " must be writable");
+  return a;
+}
+
+void check_act_width(const std::string& w, int act, Index width) {
+  if (act != kern::kActRelu && act != kern::kActSmoothRelu)
+    throw py::value_error(w + ": act must be 2 (relu) or 3 (smooth_relu), got " +
+                          std::to_string(act));
+  if (width > dense_rows::kMaxWidth)
+    throw py::value_error(w + ": width " + std::to_string(width) + " exceeds " +
+                          std::to_string(dense_rows::kMaxWidth) +
+                          " (wider layers take BLAS's product)");
+}
+
+void check_apart(const std::string& w, const char* name, const py::array& a,
+                 std::initializer_list<const py::array*> others) {
+  for (const py::array* o : others)
+    if (overlap(a, *o)) throw py::value_error(w + ": " + name + " shares memory with an input");
+}
+
+// S (N + 1, rows, width): S[0] given, the others written; S (rows, width): in place, the
+// last state only. One job over the N layers: layer n reads S[n], which layer n - 1 wrote.
+template <class T>
+void sweep_forward_typed(py::array& S, const SweepWeights& s, int act) {
+  const bool keep = S.ndim() == 3;
+  const Index rows = S.shape(S.ndim() - 2), width = S.shape(S.ndim() - 1);
+  T* states = static_cast<T*>(S.mutable_data());
+  const Index stride = keep ? rows * width : 0;
+  Job<T> job{states, states, static_cast<const T*>(s.K.data()),
+             static_cast<const T*>(s.b.data()), static_cast<const T*>(s.h.data()),
+             states + stride, nullptr, nullptr, s.layers, rows, width, stride, stride, stride};
+  if (s.layers > 0) rows_mode<T>(dense_rows::kForward, act, job);
+}
+
+void sweep_forward(py::handle Sh, py::handle Kh, py::handle bh, py::handle hh, int act) {
+  const std::string w("dense_rows_sweep_forward");
+  bool f64 = true;
+  py::array S = as_array(w.c_str(), "S", Sh);
+  if (S.ndim() != 2 && S.ndim() != 3)
+    throw py::value_error(w + ": S must be (N + 1, rows, width) or (rows, width)");
+  S = sweep_operand(w, "S", S, static_cast<int>(S.ndim()), f64);
+  const Index width = S.shape(S.ndim() - 1);
+  check_act_width(w, act, width);
+  const SweepWeights s = check_sweep_weights(w, S.dtype(), width, Kh, bh, hh);
+  if (S.ndim() == 3 && S.shape(0) != s.layers + 1)
+    throw py::value_error(w + ": S must hold N + 1 = " + std::to_string(s.layers + 1) +
+                          " states, got " + std::to_string(S.shape(0)));
+  check_apart(w, "S", S, {&s.K, &s.b, &s.h});
+  if (f64) {
+    sweep_forward_typed<double>(S, s, act);
+  } else {
+    sweep_forward_typed<float>(S, s, act);
+  }
+}
+
+// W (rows, width) in place from w_N to w_0; S[n] (n < N) the states the layers started
+// from; dK (N, width, width) and db (N, width) written. A job per layer, n descending.
+template <class T>
+void sweep_backward_typed(py::array& W, const py::array& S, const SweepWeights& s, int act,
+                          py::array& dK, py::array& db) {
+  const Index rows = W.shape(0), width = W.shape(1);
+  T* w = static_cast<T*>(W.mutable_data());
+  const T* states = static_cast<const T*>(S.data());
+  const T* K = static_cast<const T*>(s.K.data());
+  const T* b = static_cast<const T*>(s.b.data());
+  const T* h = static_cast<const T*>(s.h.data());
+  T* gK = static_cast<T*>(dK.mutable_data());
+  T* gb = static_cast<T*>(db.mutable_data());
+  for (Index n = s.layers - 1; n >= 0; --n) {
+    Job<T> job{states + n * rows * width, w, K + n * width * width, b + n * width, h + n,
+               w, gK + n * width * width, gb + n * width, 1, rows, width,
+               rows * width, rows * width, rows * width};
+    rows_mode<T>(dense_rows::kAdjointGradient, act, job);
+  }
+}
+
+void sweep_backward(py::handle Wh, py::handle Sh, py::handle Kh, py::handle bh, py::handle hh,
+                    int act, py::handle dKh, py::handle dbh) {
+  const std::string w("dense_rows_sweep_backward");
+  bool f64 = true, same = true;
+  py::array W = sweep_operand(w, "W", Wh, 2, f64);
+  py::array S = as_array(w.c_str(), "S", Sh);
+  const Index rows = W.shape(0), width = W.shape(1);
+  check_act_width(w, act, width);
+  const SweepWeights s = check_sweep_weights(w, W.dtype(), width, Kh, bh, hh);
+  if (!same_dtype(S.dtype(), W.dtype()) || S.ndim() != 3 || S.shape(0) < s.layers ||
+      S.shape(1) != rows || S.shape(2) != width)
+    throw py::value_error(w + ": S must be W's dtype, shaped (at least N, rows, width)");
+  py::array dK = sweep_operand(w, "dK", dKh, 3, same);
+  py::array db = sweep_operand(w, "db", dbh, 2, same);
+  if (!same_dtype(dK.dtype(), W.dtype()) || !same_dtype(db.dtype(), W.dtype()) ||
+      dK.shape(0) != s.layers || dK.shape(1) != width || dK.shape(2) != width ||
+      db.shape(0) != s.layers || db.shape(1) != width)
+    throw py::value_error(w + ": dK and db must be K's and b's shape and dtype");
+  check_apart(w, "W", W, {&S, &s.K, &s.b, &s.h, &dK, &db});
+  check_apart(w, "dK", dK, {&S, &s.K, &s.b, &s.h, &db});
+  check_apart(w, "db", db, {&S, &s.K, &s.b, &s.h});
+  if (f64) {
+    sweep_backward_typed<double>(W, S, s, act, dK, db);
+  } else {
+    sweep_backward_typed<float>(W, S, s, act, dK, db);
+  }
+}
+
 }  // namespace
 
 void bind_host_dense(py::module_& core) {
@@ -564,6 +707,15 @@ void bind_host_dense(py::module_& core) {
         py::arg("D"),
         "dense_rows_gradient's (dK, db) with the kept slopes D: its bits without the "
         "product U @ K^T.");
+  m.def("dense_rows_sweep_forward", &sweep_forward, py::arg("S"), py::arg("K"), py::arg("b"),
+        py::arg("h"), py::arg("act"),
+        "Serial forward sweep through N layers: S[n + 1] <- S[n] + h[n] * act(S[n] @ "
+        "K[n]^T + b[n]) for S (N + 1, rows, width) from S[0], or in place for S (rows, "
+        "width); dense_rows_step's bits layer by layer.");
+  m.def("dense_rows_sweep_backward", &sweep_backward, py::arg("W"), py::arg("S"),
+        py::arg("K"), py::arg("b"), py::arg("h"), py::arg("act"), py::arg("dK"), py::arg("db"),
+        "Serial backward sweep: for n = N - 1 down to 0, (W, dK[n], db[n]) <- "
+        "dense_rows_adjoint_gradient(W, S[n], K[n], b[n], h[n]), W in place.");
   m.def("simd", []() { return g_simd == Simd::kAvx2 ? "avx2" : "baseline"; },
         "The instruction set of the loops in use: 'avx2' or 'baseline' (x86-64's SSE2, "
         "or the compiler's default elsewhere); BRAIDPY_HOST_SIMD=baseline at import "
