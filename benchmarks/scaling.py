@@ -43,7 +43,9 @@ record per optimizer step with its ``loss`` and ``seconds``; validation is off):
   A run's time to it is the sum of its step times up to the first step whose trailing
   W-step mean loss is <= the target (relative slack 1e-9 for round-off). The loss of a
   record is the one its step computed (for one-shot runs the inexact MGRIT loss: what
-  the log holds). The serial run's own time to the target is found the same way.
+  the log holds). The serial run's own time to the target is found the same way. For
+  runs with gradient-quality checks the JSON gives the checks' part of that time
+  (``check_seconds``, from the records' ``quality_check_seconds``).
 
 A parallel run stops at whichever comes first: the target reached (the rest is not
 needed), M = 2K steps (--max-steps-factor) -> "not reached within M steps", or its time
@@ -877,6 +879,8 @@ def run_training(runner: Runner, row: Dict[str, Any], P: int, grid: Optional[str
                                                "quality_check_every")}
                | {"levels": (config.get("mgrit") or {}).get("max_levels")},
                losses=losses_of(recs), step_seconds=seconds_of(recs),
+               # of the steps' seconds, what the gradient-quality checks took
+               check_seconds=[as_float(r.get("quality_check_seconds", 0.0)) for r in recs],
                startup_seconds=seen["header_at"], limit_seconds=limit if target else None,
                projected_seconds=seen["projected"],
                stop_reason=end.get("stop_reason") if end else None)
@@ -907,7 +911,10 @@ def training_metrics(run: Dict[str, Any], target: Optional[Dict[str, Any]], wind
             reason="no target: the serial run logged no loss", kind="error")}
     hit = first_reaching(losses, secs, target["loss"], window)
     if hit:
-        return {"per_step": step, "to_target": metric(hit[1], step=hit[0])}
+        reach = metric(hit[1], step=hit[0])
+        if (run.get("ran") or {}).get("quality_check_every"):  # of which the checks took
+            reach["check_seconds"] = sum(run["check_seconds"][:hit[0]])
+        return {"per_step": step, "to_target": reach}
     if run["status"] == "stopped" and run["reason"].startswith("abandoned"):
         reach = metric(reason="not reached: " + run["reason"], kind="projected",
                        at_least=run["projected_seconds"])

@@ -85,6 +85,21 @@ def _run(scaling, path, status="exited", reason=None, limit=None):
             "stop_reason": end.get("stop_reason") if end else None}
 
 
+def test_the_checks_share_of_the_time_to_the_loss(scaling):
+    run = {"status": "exited", "reason": None, "rc": 0,
+           "losses": [2.0, 1.0, 0.6, 0.4, 0.3, 0.2],
+           "step_seconds": [0.9, 0.5, 0.2, 0.5, 0.2, 0.5],
+           "check_seconds": [0, 0.3, 0, 0.3, 0, 0.3],
+           "ran": {"quality_check_every": 2}, "stop_reason": "iterations"}
+    m = scaling.training_metrics(run, {"loss": 0.5, "step": 3, "seconds": 1.0}, 1, 10)
+    # reached at step 4 in 2.1 s, of which the checks of steps 2 and 4 took 0.6 s
+    assert m["to_target"]["seconds"] == pytest.approx(2.1)
+    assert m["to_target"]["check_seconds"] == pytest.approx(0.6)
+    run["ran"] = {"quality_check_every": 0}  # a run without checks says nothing of them
+    assert "check_seconds" not in scaling.training_metrics(
+        run, {"loss": 0.5, "step": 3, "seconds": 1.0}, 1, 10)["to_target"]
+
+
 def test_synthetic_log_reached_and_not_reached(scaling, tmp_path):
     log = tmp_path / "run.jsonl"
     _write_log(log, [2.0, 1.0, "nan", 0.4, 0.3], [0.9, 0.2, 0.2, 0.2, 0.2], cut_last=True,
@@ -193,6 +208,13 @@ def test_small_run_json(tmp_path):
             s = layer["setting"]
             assert Setting(**s) in qualified(16)
             assert layer["run"]["ran"] == {**s, "quality_check_every": 10}
+            # what the checks took, step by step and up to the loss (none before step 10)
+            checks = layer["run"]["check_seconds"]
+            assert len(checks) == layer["run"]["steps_logged"] and all(c >= 0 for c in checks)
+            assert not any(checks[:9]) and (len(checks) < 10 or checks[9] > 0)
+            reach = layer["metrics"]["to_target"]
+            if "seconds" in reach:
+                assert reach["check_seconds"] == pytest.approx(sum(checks[:reach["step"]]))
             assert layer["run"]["grid"] == [1, 1, 2]
             auto = P2["auto"]
             if "run" in auto:  # a launch of its own: with the checks, auto's grid
