@@ -36,7 +36,7 @@ from .layers import (classifier_gradient, classifier_loss, classifier_predict,
                      replicate_opening, zero_pad_opening)
 from .residual import BackendLike, ConvLayer, DenseLayer, _positive_int
 
-__all__ = ["ResNet", "OPENINGS", "EVALUATION_STATE_BYTES"]
+__all__ = ["ResNet", "OPENINGS", "EVALUATION_STATE_BYTES", "SWEEP_WORKSPACE_MAX_BYTES"]
 
 OPENINGS = ("dense", "conv", "replicate", "zero-pad")
 

@@ -16,7 +16,7 @@ import numpy as np
 from .._device import vector_norm
 from .._limits import check_finite
 from .._options import Options
-from ..nn.network import ResNet
+from ..nn.network import SWEEP_WORKSPACE_MAX_BYTES, ResNet
 from ..parallel.agree import agreed, agreement_point
 from ..parallel.interrupts import deferred_interrupts
 from ..parallel.collectives import gather_arrays
@@ -136,13 +136,15 @@ class TrainConfig:
         File to save the whole training state to; checkpoint_every steps.
     quality_check_every : int
         Every this many steps (0: never, the default), compare the MGRIT gradient with
-        the exact one at the same parameters (one MGRIT level: forward and backward
-        propagation, layer by layer across the layer ranks) and record the cosine in
-        the step's ``gradient_cosine``. Below ``quality_floor`` the step uses the exact
-        gradient and one-shot mode takes one more iteration from then on
+        the exact one at the same parameters (serial backpropagation: on every layer
+        rank at once where a rank holds all N + 1 states within
+        ``braidpy.nn.network.SWEEP_WORKSPACE_MAX_BYTES``, else one MGRIT level, layer
+        by layer through the layer ranks) and record the cosine in the step's
+        ``gradient_cosine``. Below ``quality_floor`` the step uses the exact gradient
+        and one-shot mode takes one more iteration from then on
         (:mod:`braidpy.train.quality`). A check costs about one serial gradient (no
-        faster with more layer ranks) and, across layer ranks, a second solver's
-        storage. Modes oneshot and exact; not with EASGD or space ranks.
+        faster with more layer ranks) and the memory of its states. Modes oneshot and
+        exact; not with EASGD or space ranks.
     quality_floor : float
         The cosine a checked gradient must reach (docs/performance.md's floor, 0.99).
     """
@@ -756,19 +758,24 @@ class Trainer:
         return (exact_loss, exact_grad, raised) if below else (loss, grad, None)
 
     def _reference_evaluator(self, X: Any, C: Any) -> Any:
-        """Exact gradients for the quality checks, built at the first: one MGRIT level
-        (layer by layer across the layer ranks: forward and backward propagation, the
-        same bits on any rank count), averaged over the data groups of a grid like the
-        training's."""
+        """Exact gradients for the quality checks, built at the first, averaged over the
+        data groups of a grid like the training's: serial backpropagation of the whole
+        network on every layer rank at once (:class:`SerialEvaluator`: one serial
+        gradient's time; the dense layers' sweeps are one compiled call each) where a
+        rank can hold all its N + 1 states (``SWEEP_WORKSPACE_MAX_BYTES``), else one
+        MGRIT level, layer by layer through the layer ranks (each holding its share).
+        The same bits either way, on any rank count."""
         if self._reference is None:
             comm, grid, net = self._layers_comm, self.grid, self.net
             if grid is not None:
                 rows = shard_of(X.shape[0], *self._shard())
                 X, C = X[rows.start:rows.stop, ...], C[rows.start:rows.stop, ...]
-            # One level on one layer rank too (not SerialEvaluator): the same bits as
-            # on several, so a run's answer does not depend on its rank count.
-            inner: Any = LayerParallelEvaluator(net, self.params, X, C, comm=comm,
-                                                mgrit=self.config.mgrit.replace(max_levels=1))
+            itemsize = np.dtype(getattr(self.params, "dtype", np.float64)).itemsize
+            states = (net.nlayers + 1) * X.shape[0] * math.prod(net.state_shape) * itemsize
+            inner: Any = SerialEvaluator(net, comm=comm) \
+                if states <= SWEEP_WORKSPACE_MAX_BYTES else \
+                LayerParallelEvaluator(net, self.params, X, C, comm=comm,
+                                       mgrit=self.config.mgrit.replace(max_levels=1))
             self._reference = inner if grid is None else DataParallelEvaluator(
                 inner, grid, self._batch_size())
         return self._reference
