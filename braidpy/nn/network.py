@@ -314,18 +314,16 @@ class ResNet:
         v = self.views(params)
         u = self.open(params, X)
         hs = self.steps.tolist()  # Python floats: no NumPy scalar meets a device array
-        # Without keep, one call where the layer has it, in place on u_0 when that is an
-        # array of the opening's own (not X or the parameters).
-        if not keep and not _shares(u, X, params) and \
-                self.layer.sweep_forward(u, v["K"], v["b"], hs):
+        if keep:
+            return self._forward_states(v, u, hs)
+        # One call where the layer has it, in place on u_0 when that is an array of the
+        # opening's own (not X or the parameters).
+        if not _shares(u, X, params) and self.layer.sweep_forward(u, v["K"], v["b"], hs):
             return u
-        states = [u]
         step = self.layer.forward
         for n in range(self.nlayers):
             u = step(u, v["K"][n, ...], v["b"][n, ...], hs[n])
-            if keep:
-                states.append(u)
-        return states if keep else u
+        return u
 
     def loss(self, params: Any, X: Any, C: Any) -> float:
         """Mean cross-entropy loss of the serial forward sweep."""
