@@ -952,6 +952,17 @@ def test_calibrate_writes_a_file_plan_reads(tmp_path):
     assert lc.serial is not None and lc.serial.seconds(1, 2) > 0
 
 
+def test_calibrate_measures_inside_a_solve_at_the_smallest_middle_and_largest(tmp_path):
+    """Glue and fixed costs are measured at three sample counts, the largest included:
+    fitted to the smallest and the middle, they had been extrapolated 20-fold."""
+    out = tmp_path / "c.json"
+    proc = cli("calibrate", "-o", out, "--layer", "dense:2", "--samples", "2", "3", "4",
+               "6", "--rows", "1", "2", "--repeats", "1", "-q")
+    assert proc.returncode == 0, proc.stderr
+    lc = load_calibration(str(out)).layers[0]
+    assert sorted({n for _, n, _ in lc.glue.points}) == [2, 4, 6]
+
+
 def test_calibrate_on_a_device_keeps_the_numbers_there(tmp_path):
     """calibrate(device=...) on array-api-strict's device1, whose arrays refuse any
     conversion to NumPy: a hidden host copy in the layer, vector or sweep timing would

@@ -81,6 +81,34 @@ def test_a_different_schedule_is_refused_naming_rank_and_call():
         compare_timelines([calls[0], wrong], tl.events, 1.0, 1.0)
 
 
+@pytest.mark.parametrize("levels", [1, 2])
+def test_large_states_gradient_calls_pair_with_the_model(levels):
+    """States of 320 KB: the gradient calls go by position (levels 2) or, stacked, in
+    the solver's chunks of 4 MiB (levels 1: 13 + 13 + 6 of 32); the model makes the same
+    calls (``braidpy calibrate --samples ... 5000`` had failed on the difference)."""
+    layers, samples = 32, 5000
+    net = ResNet((2,), 3, width=8, nlayers=layers)
+    params = net.init_params(seed=1, scale=0.1)
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((samples, 2))
+    C = np.eye(3)[rng.integers(0, 3, samples)]
+    app = recording(ResNetApp)(net, params, X, C)
+    solver = GradientSolver(app, 0.0, net.tstop, layers, oneshot=(1, 1),
+                            primal={"max_levels": levels, "cfactor": 4})
+    solver.evaluate()
+    app.calls = []
+    solver.evaluate()
+    solver.close()
+    s = Strategy(1, 1, 1, Cycle(ntime=layers, max_levels=levels, cfactor=4, batched=True),
+                 (1, 1))
+    pred = predict(NetSpec("dense", (8,), layers, samples), s, made_up(step=1e-3),
+                   record=True)
+    model_steps = [e.op for e in pred.timeline.events if e.op.kind == "step"]
+    grads = [x.rows for x in app.calls if x.tag == "grad"]
+    assert grads == ([13, 13, 6] if levels == 1 else [8, 8, 8, 8])
+    assert [(x.tag, x.rows, x.batch) for x in app.calls] == \
+        [(op.tag, op.rows, op.batch) for op in model_steps]
+
 @pytest.mark.parametrize("levels,cf", [(1, 4), (2, 4), (3, 2)])
 def test_a_real_gradient_pairs_with_the_model_call_for_call(levels, cf):
     """The recorded calls of GradientSolver.evaluate (primal, adjoint, the batched

@@ -22,7 +22,7 @@ from .reversed import ReversedApp
 from .status import AdjointStatus, as_slice
 
 __all__ = ["Gradient", "GradientSolver", "gradient", "gradient_groups", "interval_positions",
-           "POSITION_MIN_BYTES"]
+           "chunk_size", "POSITION_MIN_BYTES"]
 
 # What the reversed app's callbacks call, for error messages.
 _ADJOINT_CALLBACKS = {"step": "step_adjoint/running_gradient",
@@ -317,7 +317,7 @@ class GradientSolver:
                 limit = self.gradient_chunk_bytes
                 if host:
                     limit = min(limit, self.host_gradient_chunk_bytes)
-                size = _chunk_size(len(ns), _nbytes(row), limit)
+                size = chunk_size(len(ns), _nbytes(row), limit)
                 groups = gradient_groups(ns, self._lockstep_stride, _nbytes(row)) \
                     if host else [ns]
                 for group in groups:
@@ -447,12 +447,12 @@ def _nbytes(state: Any) -> Optional[int]:
     return None if total is None else int(total)
 
 
-def _chunk_size(nsteps: int, row_bytes: Optional[int], limit: int) -> int:
+def chunk_size(nsteps: int, row_bytes: Optional[int], limit: int) -> int:
     """Steps per step_gradient_batch call: as many as fit ``limit`` bytes, at least 1.
 
-    >>> _chunk_size(1024, 13 * 2**20, 256 * 2**20), _chunk_size(1024, 2048, 256 * 2**20)
+    >>> chunk_size(1024, 13 * 2**20, 256 * 2**20), chunk_size(1024, 2048, 256 * 2**20)
     (19, 1024)
-    >>> _chunk_size(5, None, 1)
+    >>> chunk_size(5, None, 1)
     5
     """
     if row_bytes is None or row_bytes <= 0:

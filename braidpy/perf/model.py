@@ -23,7 +23,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from ..adjoint.solver import gradient_groups
+from ..adjoint.solver import GradientSolver, chunk_size, gradient_groups
 from .calibration import Calibration, LayerCosts, Link
 from .schedule import (RELAX_NAMES, Cycle, Op, Timeline, block_ranges, hierarchy, simulate,
                        solve_program)
@@ -408,20 +408,26 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
         out: List[Op] = []
         host = cal.device == "cpu"
         groups = gradient_groups(ns, cf0, int(state_bytes)) if host else [ns]
+        # Stacked groups go in chunks of at most the solver's bytes per call.
+        limit = min(GradientSolver.gradient_chunk_bytes,
+                    GradientSolver.host_gradient_chunk_bytes) if host else \
+            GradientSolver.gradient_chunk_bytes
         for group in groups:
-            n0, count = int(group[0]), len(group)
-            grad = Op("step", "grad", 0, count, batch=True)
+            n0 = int(group[0])
             stacked = not host or len(groups) == 1 or n0 % cf0 == 0 or \
                 (N - 1 - n0) % cf0 == 0
-            if stacked and layer.stack is not None:  # the stacking is this call's glue
-                out += [Op("work", "stack", 0, 2 * count, seconds=layer.stack.seconds(
-                    2 * count, glue_samples)), grad]
-            elif stacked and layer.glue is not None:
-                out.append(Op("work", "glue", 0, 2 * count, seconds=layer.glue.seconds(
-                    2 * count, glue_samples)))
-                out += with_glue([grad])
-            else:
-                out.append(grad)
+            size = chunk_size(len(group), int(state_bytes), limit) if stacked else len(group)
+            for count in [min(size, len(group) - a) for a in range(0, len(group), size)]:
+                grad = Op("step", "grad", 0, count, batch=True)
+                if stacked and layer.stack is not None:  # the stacking is this call's glue
+                    out += [Op("work", "stack", 0, 2 * count, seconds=layer.stack.seconds(
+                        2 * count, glue_samples)), grad]
+                elif stacked and layer.glue is not None:
+                    out.append(Op("work", "glue", 0, 2 * count, seconds=layer.glue.seconds(
+                        2 * count, glue_samples)))
+                    out += with_glue([grad])
+                else:
+                    out.append(grad)
         return out
 
     trainer = AGREEMENTS_PER_GRADIENT - 2 * SOLVE_END_COLLECTIVES - OBJECTIVE_COLLECTIVES - \
