@@ -81,61 +81,54 @@ def test_a_different_schedule_is_refused_naming_rank_and_call():
         compare_timelines([calls[0], wrong], tl.events, 1.0, 1.0)
 
 
-@pytest.mark.parametrize("levels", [1, 2])
-def test_large_states_gradient_calls_pair_with_the_model(levels):
-    """States of 320 KB: the gradient calls go by position (levels 2) or, stacked, in
-    the solver's chunks of 4 MiB (levels 1: 13 + 13 + 6 of 32); the model makes the same
-    calls (``braidpy calibrate --samples ... 5000`` had failed on the difference)."""
-    layers, samples = 32, 5000
-    net = ResNet((2,), 3, width=8, nlayers=layers)
+def _recorded_and_predicted(layers, samples, width, levels, cf, oneshot):
+    """A warm GradientSolver gradient of a recording ResNetApp (its calls) and the
+    model's prediction of the same gradient (recorded)."""
+    net = ResNet((2,), 3, width=width, nlayers=layers)
     params = net.init_params(seed=1, scale=0.1)
     rng = np.random.default_rng(0)
     X = rng.standard_normal((samples, 2))
     C = np.eye(3)[rng.integers(0, 3, samples)]
     app = recording(ResNetApp)(net, params, X, C)
-    solver = GradientSolver(app, 0.0, net.tstop, layers, oneshot=(1, 1),
-                            primal={"max_levels": levels, "cfactor": 4})
-    solver.evaluate()
-    app.calls = []
-    solver.evaluate()
-    solver.close()
-    s = Strategy(1, 1, 1, Cycle(ntime=layers, max_levels=levels, cfactor=4, batched=True),
-                 (1, 1))
-    pred = predict(NetSpec("dense", (8,), layers, samples), s, made_up(step=1e-3),
-                   record=True)
-    model_steps = [e.op for e in pred.timeline.events if e.op.kind == "step"]
-    grads = [x.rows for x in app.calls if x.tag == "grad"]
-    assert grads == ([13, 13, 6] if levels == 1 else [8, 8, 8, 8])
-    assert [(x.tag, x.rows, x.batch) for x in app.calls] == \
-        [(op.tag, op.rows, op.batch) for op in model_steps]
-
-@pytest.mark.parametrize("levels,cf", [(1, 4), (2, 4), (3, 2)])
-def test_a_real_gradient_pairs_with_the_model_call_for_call(levels, cf):
-    """The recorded calls of GradientSolver.evaluate (primal, adjoint, the batched
-    gradient) are the model's step operations one for one: tag, batch and states."""
-    layers, samples = 16, 4
-    net = ResNet((2,), 3, width=4, nlayers=layers)
-    params = net.init_params(seed=1, scale=0.1)
-    rng = np.random.default_rng(0)
-    X = rng.standard_normal((samples, 2))
-    C = np.eye(3)[rng.integers(0, 3, samples)]
-    app = recording(ResNetApp)(net, params, X, C)
-    solver = GradientSolver(app, 0.0, net.tstop, layers, oneshot=(2, 2),
+    solver = GradientSolver(app, 0.0, net.tstop, layers, oneshot=oneshot,
                             primal={"max_levels": levels, "cfactor": cf})
     solver.evaluate()  # warm, as the model predicts training's gradients
     app.calls = []
     solver.evaluate()
     solver.close()
     s = Strategy(1, 1, 1, Cycle(ntime=layers, max_levels=levels, cfactor=cf, batched=True),
-                 (2, 2))
-    pred = predict(NetSpec("dense", (4,), layers, samples), s, made_up(step=1e-3),
+                 oneshot)
+    pred = predict(NetSpec("dense", (width,), layers, samples), s, made_up(step=1e-3),
                    record=True)
-    c = compare_timelines([app.calls], pred.timeline.events, app.calls[-1].end,
-                          pred.timeline.makespan)
+    return app.calls, pred
+
+
+def _same_steps(calls, pred):
     model_steps = [e.op for e in pred.timeline.events if e.op.kind == "step"]
-    assert [(x.tag, x.rows, x.batch) for x in app.calls] == \
+    return [(x.tag, x.rows, x.batch) for x in calls] == \
         [(op.tag, op.rows, op.batch) for op in model_steps]
-    assert sum(n for _, _, n in c.calls[0].values()) == len(app.calls)
+
+
+@pytest.mark.parametrize("levels,cf", [(1, 4), (2, 4), (3, 2)])
+def test_a_real_gradient_pairs_with_the_model_call_for_call(levels, cf):
+    """The recorded calls of GradientSolver.evaluate (primal, adjoint, the batched
+    gradient) are the model's step operations one for one: tag, batch and states."""
+    calls, pred = _recorded_and_predicted(16, 4, 4, levels, cf, (2, 2))
+    c = compare_timelines([calls], pred.timeline.events, calls[-1].end,
+                          pred.timeline.makespan)
+    assert _same_steps(calls, pred)
+    assert sum(n for _, _, n in c.calls[0].values()) == len(calls)
+
+
+@pytest.mark.parametrize("levels", [1, 2])
+def test_large_states_gradient_calls_pair_with_the_model(levels):
+    """States of 320 KB: the gradient calls go by position (levels 2) or, stacked, in
+    the solver's chunks of 4 MiB (levels 1: 13 + 13 + 6 of 32); the model makes the same
+    calls (``braidpy calibrate --samples ... 5000`` had failed on the difference)."""
+    calls, pred = _recorded_and_predicted(32, 5000, 8, levels, 4, (1, 1))
+    grads = [x.rows for x in calls if x.tag == "grad"]
+    assert grads == ([13, 13, 6] if levels == 1 else [8, 8, 8, 8])
+    assert _same_steps(calls, pred)
 
 
 def test_recording_keeps_the_apps_capabilities():
