@@ -57,7 +57,8 @@ _FUSED_CODES = {id(get_activation("relu")): 2, id(get_activation("smooth_relu"))
 
 __all__ = ["dense_forward", "dense_adjoint", "dense_gradient", "dense_adjoint_and_gradient",
            "dense_forward_batched", "dense_adjoint_batched", "dense_gradient_batched",
-           "dense_sweeps_take", "dense_sweep_forward", "dense_sweep_backward", "ENV", "fused_unavailable", "gpu_choice", "fused_kernels"]
+           "dense_sweeps_take", "dense_sweep_forward", "dense_sweep_backward", "ENV",
+           "fused_unavailable", "gpu_choice", "fused_kernels"]
 
 
 def _check_single(fn: str, u: Any, K: Any, b: Any, w: Any = None) -> None:
@@ -855,24 +856,26 @@ def dense_adjoint_and_gradient(w: Any, u: Any, K: Any, b: Any, h: float,
 # layer the job of one single-step call, so the same bits, without the Python between
 # the calls (about 3 us a layer, a third of a layer's cost at 320 samples).
 
-def _sweeps_take(S: Any, Ks: Any, bs: Any, a: Activation, *others: Any) -> int:
-    """The one-pass kernels' activation code where a sweep takes these arrays (NumPy,
-    one float dtype, S C-contiguous and writable), else 0."""
-    if not (S.__class__ is _ND and Ks.__class__ is _ND and bs.__class__ is _ND
-            and all(x.__class__ is _ND for x in others)):
+def _sweep_code(x: Any, Ks: Any, bs: Any, a: Activation, *others: Any) -> int:
+    """The one-pass kernels' activation code where a sweep takes states like x with these
+    weights (NumPy arrays of one float dtype, width and activation the kernels have),
+    else 0; the layout of the arrays written is the caller's to check."""
+    if not (x.__class__ is _ND and Ks.__class__ is _ND and bs.__class__ is _ND
+            and all(y.__class__ is _ND for y in others)):
         return 0
-    if not (_one_float(S.dtype, Ks, bs, *others) and S.flags.c_contiguous
-            and S.flags.writeable):
-        return 0
-    return _rows_code(a, S)
+    return _rows_code(a, x) if _one_float(x.dtype, Ks, bs, *others) else 0
+
+
+def _written(*xs: Any) -> bool:
+    """Whether every x is C-contiguous and writable (a sweep writes it in place)."""
+    return all(x.flags.c_contiguous and x.flags.writeable for x in xs)
 
 
 def dense_sweeps_take(u: Any, Ks: Any, bs: Any, act: ActivationLike) -> bool:
     """Whether :func:`dense_sweep_forward` and :func:`dense_sweep_backward` take states
     like u (a block of them allocated by the caller) with these weights."""
     a = act if act.__class__ is Activation else get_activation(act)
-    return u.__class__ is _ND and bool(_sweeps_take(np.empty((0,) + u.shape[1:], u.dtype),
-                                                    Ks, bs, a))
+    return bool(_sweep_code(u, Ks, bs, a))
 
 
 def dense_sweep_forward(S: Any, Ks: Any, bs: Any, hs: Sequence[float],
@@ -892,8 +895,8 @@ def dense_sweep_forward(S: Any, Ks: Any, bs: Any, hs: Sequence[float],
     [[2.25, -1.0]]
     """
     a = act if act.__class__ is Activation else get_activation(act)
-    code = _sweeps_take(S, Ks, bs, a)
-    if not code:
+    code = _sweep_code(S, Ks, bs, a)
+    if not (code and _written(S)):
         return False
     _host_dense.dense_rows_sweep_forward(S, _c(Ks), _c(bs), np.asarray(hs, S.dtype), code)
     return True
@@ -908,9 +911,8 @@ def dense_sweep_backward(w: Any, S: Any, Ks: Any, bs: Any, hs: Sequence[float],
     states (a forward sweep's N + 1). True, or False with nothing done (as
     :func:`dense_sweep_forward`; dK and db C-contiguous and writable too)."""
     a = act if act.__class__ is Activation else get_activation(act)
-    code = _sweeps_take(w, Ks, bs, a, S, dK, db)
-    if not (code and S.flags.c_contiguous and dK.flags.c_contiguous and db.flags.c_contiguous
-            and dK.flags.writeable and db.flags.writeable):
+    code = _sweep_code(w, Ks, bs, a, S, dK, db)
+    if not (code and S.flags.c_contiguous and _written(w, dK, db)):
         return False
     _host_dense.dense_rows_sweep_backward(w, S, _c(Ks), _c(bs), np.asarray(hs, w.dtype), code,
                                           dK, db)

@@ -30,6 +30,7 @@ import dataclasses
 import math
 import platform
 import time
+from functools import partial
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -40,7 +41,8 @@ from .calibration import Calibration, CostFit, LayerCosts, Link, layer_name
 
 __all__ = ["DEFAULT_LAYERS", "ASSUMED_P2P", "ASSUMED_ALLREDUCE", "parse_layer",
            "DEFAULT_SAMPLES", "time_call", "calibrate_layer", "calibrate_callback",
-           "calibrate_sweep", "calibrate_serial", "calibrate_in_solve", "calibrate_in_solve_parallel",
+           "calibrate_sweep", "calibrate_serial", "calibrate_in_solve",
+           "calibrate_in_solve_parallel",
            "quiet_barrier", "alone", "busy_ranks", "calibrate_network",
            "calibrate_software", "calibrate_communication",
            "calibrate", "calibrate_follower"]
@@ -294,7 +296,7 @@ def calibrate_serial(kind: str, shape: Sequence[int], kernel: int = 3, *,
             v = net.views(params)
             if not net.layer.sweeps(net.open(params, X), v["K"], v["b"]):
                 return None
-            seconds.append(time_call(lambda: net.loss_and_gradient(params, X, C), repeats,
+            seconds.append(time_call(partial(net.loss_and_gradient, params, X, C), repeats,
                                      min_time))
         per_layer = (seconds[1] - seconds[0]) / (layers[1] - layers[0])
         points.append((1, n, max(per_layer, 1e-9)))

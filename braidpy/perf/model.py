@@ -366,22 +366,12 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
 
     P = s.layers
     N = net.nlayers
-    m1, m2 = s.iterations
-    primal = [with_glue(ops) for ops in
-              solve_program(s.cycle, P, m1, tag="fwd", stream="primal", cold=s.cold)]
-    ranges = block_ranges(N + 1, P)
-    mirrored = [(N - hi, N - lo) for lo, hi in reversed(ranges)]
-    adjoint = [with_glue(ops) for ops in
-               solve_program(s.cycle, P, m2, tag="adj", ranges=mirrored,
-                             world=list(range(P - 1, -1, -1)), stream="adjoint",
-                             cold=s.cold)]
     # The opening and the classifier cost about a layer's gradient call each; with
     # space ranks the opening runs on the band, the classifier on the gathered image.
     opening = costs["grad"].seconds(1, samples * scale * band_share(net, s.space, "fwd")) * \
         layer.sweep
     head = costs["grad"].seconds(1, samples * scale) * layer.sweep
     progs: List[List[Op]] = []
-    solve = Op("work", "solve", seconds=cal.solve_s)  # Core.solve's own Python
 
     if s.cycle.max_levels == 1 and P == 1 and s.space == 1 and layer.serial is not None:
         # Serial propagation where the layer sweeps in one compiled call: what serial
@@ -391,6 +381,17 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
                   Op("work", "head", seconds=2 * head + opening)]]
         return _finish(net, s, simulate(progs, cost, message, reduce, record=record), p2p,
                        small, notes)
+
+    m1, m2 = s.iterations
+    primal = [with_glue(ops) for ops in
+              solve_program(s.cycle, P, m1, tag="fwd", stream="primal", cold=s.cold)]
+    ranges = block_ranges(N + 1, P)
+    mirrored = [(N - hi, N - lo) for lo, hi in reversed(ranges)]
+    adjoint = [with_glue(ops) for ops in
+               solve_program(s.cycle, P, m2, tag="adj", ranges=mirrored,
+                             world=list(range(P - 1, -1, -1)), stream="adjoint",
+                             cold=s.cold)]
+    solve = Op("work", "solve", seconds=cal.solve_s)  # Core.solve's own Python
 
     def agreements(n: int) -> List[Op]:
         return [Op("allreduce", "agreement")] * n
