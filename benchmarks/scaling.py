@@ -981,12 +981,13 @@ def calibrate(runner: Runner, ranks: Sequence[int], train: Sequence[Dict[str, An
             "reason": None if ok else (run["reason"] or run["output_tail"][-400:])}
 
 
-def auto_choice(row: Dict[str, Any], P: int, calibration: Optional[str], checked: bool,
+def auto_choice(row: Dict[str, Any], P: int, calibration: Optional[str], check_every: int,
                 grid: Optional[Tuple[int, int, int]] = None) -> Dict[str, Any]:
     """What --grid auto picks for this row at P (braidpy.perf.auto.decide_grid, the
     function the command line runs on rank 0): the grid, with the MGRIT setting the
-    command line takes: with quality checks (``checked``) the fastest qualified one for
-    the row's depth, else the preset's. ``grid``: only that grid (the setting for it)."""
+    command line takes: with quality checks every ``check_every`` steps (their cost
+    counted) the fastest qualified one for the row's depth, else (0) the preset's.
+    ``grid``: only that grid (the setting for it)."""
     if P == 1:
         return {"shape": [1, 1, 1], "summary": "one rank: the only grid"}
     if not calibration:
@@ -1002,8 +1003,10 @@ def auto_choice(row: Dict[str, Any], P: int, calibration: Optional[str], checked
                              row["samples"], net.nclasses, None, net.nparams)
         default = Setting(s["m1"], s["m2"], s["relax"], s["max_levels"], s["cfactor"])
         c = decide_grid(spec, P, calibration, mode=s["mode"], grid=grid,
-                        settings=training_settings(s["mode"], {}, default, checked=checked,
-                                                   nlayers=net.nlayers))
+                        settings=training_settings(s["mode"], {}, default,
+                                                   checked=bool(check_every),
+                                                   nlayers=net.nlayers),
+                        check_every=check_every)
         # In the default mode a grid without layer or space ranks runs serial
         # backpropagation: its setting is moot.
         return {"shape": list(c.shape), "predicted_seconds": c.seconds,
@@ -1315,7 +1318,7 @@ def measure_training_P(runner: Runner, row: Dict[str, Any], out: Dict[str, Any],
     checks = ["--quality-check-every", str(K)] if K else []
     # The layer grid with the setting --grid auto would choose for it (and its checks);
     # one rank runs serial backpropagation in the default mode: nothing to choose.
-    layer_choice = auto_choice(row, P, cal_path, checked=True, grid=(1, 1, P)) \
+    layer_choice = auto_choice(row, P, cal_path, K, grid=(1, 1, P)) \
         if K and P > 1 else {}
     if "setting" in layer_choice:
         layer = cell("layer", f"1,1,{P}", None,
@@ -1336,7 +1339,7 @@ def measure_training_P(runner: Runner, row: Dict[str, Any], out: Dict[str, Any],
         cells.append({"P": P, "column": "auto", "grid": None, "over": over,
                       "metrics": {n: dict(m) for n in names}})
     else:
-        choice = auto_choice(row, P, cal_path, checked=bool(K))
+        choice = auto_choice(row, P, cal_path, K)
         grid = grid_text(choice["shape"]) if "shape" in choice else None
         # A measured grid is --grid auto's run only if it ran auto's setting and checks
         # (a cell without a setting ran the preset's).

@@ -836,7 +836,7 @@ def _auto_grid(args: argparse.Namespace, net: ResNet, train: Any, comm: Any,
                                  nlayers=net.nlayers)
     try:
         choice = choose_grid(spec, comm, args.calibration, mode=args.mode,
-                             settings=settings,
+                             settings=settings, check_every=args.quality_check_every,
                              # conv networks split image rows (exact, oneshot)
                              max_space=max_space(net, args.mode))
     except ValueError as exc:

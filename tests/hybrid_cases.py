@@ -6,6 +6,7 @@ import hashlib
 import time
 
 import numpy as np
+from train_cases import reference_block_rows
 
 from braidpy.nn import ResNet
 from braidpy.parallel.data import shard_of
@@ -81,7 +82,8 @@ def training_case(grid, name, resume=None, iterations=None, checkpoint=None):
     trainer = Trainer(net, (X, C), (X[:11], C[:11]), cfg, grid=grid)
     if resume is not None:
         trainer.resume(resume)
-    history = trainer.run()
+    with reference_block_rows(2):  # checks' exact gradients: a data group's 2-5 samples in
+        history = trainer.run()   # blocks of 2 or more, over its layer ranks
     keys = ("loss", "objective", "val_accuracy")
     return {"history": [[r.get(k) for k in keys] for r in history],
             "steps": [r["steps"] for r in history],

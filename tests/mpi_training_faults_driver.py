@@ -4,8 +4,10 @@
 
 Every case trains a small network on P ranks while one rank (the victim) fails at one
 place of a step that is not inside a solve: the regularizer, the optimizer's own work,
-the line search between two evaluations, the elastic averaging's local part,
-validation, the step report, checkpointing, the stopping rule; by raising, or by a
+the line search between two evaluations, the elastic averaging's local part, the
+quality check's exact gradient (serial backpropagation of blocks of samples shared
+out over the layer ranks), validation, the step report, checkpointing, the stopping
+rule; by raising, or by a
 Ctrl-C (SIGINT to itself, which braidpy defers to its next agreement point). Rank 0
 writes, per case and rank, what training came to and at which step it stopped. Each
 case prints its name first, so a hang killed by the test's timeout names it.
@@ -30,6 +32,7 @@ from braidpy.parallel import ProcessGrid  # noqa: E402
 from braidpy.parallel.agree import agreed, safe_text  # noqa: E402
 from braidpy.parallel.collectives import allgather_texts  # noqa: E402
 from braidpy.train import TrainConfig, Trainer  # noqa: E402
+from train_cases import reference_block_rows  # noqa: E402
 
 COMM = MPI.COMM_WORLD
 CASE_SECONDS = 20.0  # a case takes well under a second; past this it hung
@@ -81,8 +84,8 @@ LAYOUTS = {
     "grid-oneshot": ("grid", "oneshot", "lbfgs"),
 }
 
-PLACES = ["regularizer", "optimizer", "line search", "elastic averaging", "validation",
-          "report", "checkpoint", "stopping rule"]
+PLACES = ["regularizer", "optimizer", "line search", "elastic averaging", "quality check",
+          "validation", "report", "checkpoint", "stopping rule"]
 
 
 def applies(layout, place):
@@ -91,6 +94,8 @@ def applies(layout, place):
         return optimizer == "lbfgs"
     if place == "elastic averaging":
         return optimizer == "easgd"
+    if place == "quality check":
+        return LAYOUTS[layout][1] == "oneshot"
     return True
 
 
@@ -126,6 +131,9 @@ def plant(trainer, place, kind):
     elif place == "elastic averaging":  # EASGD's local work before its reduction
         hook = trainer.optimizer.before_reduction
         trainer.optimizer.before_reduction = failing_after(hook, kind)
+    elif place == "quality check":  # one block's serial backpropagation, on the victim
+        trainer.quality_check_every = 1
+        trainer.net.loss_and_gradient = failing_after(trainer.net.loss_and_gradient, kind)
     elif place == "validation":
         trainer._validation_data = failing_after(trainer._validation_data, kind)
     elif place == "checkpoint":  # a local part of the state, after its collectives
@@ -158,7 +166,8 @@ def run_case(layout, place, kind, tmp):
     watchdog.daemon = True
     watchdog.start()
     try:
-        trainer.run(on_step=on_step)
+        with reference_block_rows(2):  # every layer rank has blocks of the 24 samples
+            trainer.run(on_step=on_step)
         outcome = ["ok", ""]
     except BaseException as exc:  # noqa: BLE001 - every outcome is reported
         outcome = [type(exc).__name__, safe_text(exc)]

@@ -53,6 +53,15 @@ def rank_ordered_sum(comm):
     return [total.tolist(), bool(np.array_equal(total, ref))]
 
 
+def held_sum(comm):
+    # Only the first two ranks hold items (told by holders=2): the chain stops there and
+    # the second broadcasts; every rank ends with the sum.
+    holders = min(2, comm.size)
+    items = [np.array([1.0 + comm.rank, 1e16])] if comm.rank < holders else []
+    total = ordered_sum(items, comm, holders=2)
+    return allgatherv(comm, total).tolist()  # every rank's
+
+
 def scalar_sum(comm):
     # 0-d items stay 0-d through the messages (a 1-element array would be a planted bug).
     total = ordered_sum([0.5 * comm.rank], comm)
@@ -134,7 +143,7 @@ def sends_advanced(comm):
 
 PARALLEL_CASES = {
     "texts": texts, "gathered_terms": gathered_terms, "ordered_sum": rank_ordered_sum,
-    "scalar_sum": scalar_sum, "gathered_arrays": gathered_arrays, "broadcast": broadcast,
+    "scalar_sum": scalar_sum, "held_sum": held_sum, "gathered_arrays": gathered_arrays, "broadcast": broadcast,
     "agreement_on_failure": lambda c: c.gather(agreement_on_failure(c)),
     "agreement_when_fine": lambda c: c.gather(agreement_when_fine(c)),
     "forged_headers": forged_headers,

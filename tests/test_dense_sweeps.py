@@ -147,7 +147,7 @@ def test_resnet_serial_gradient_is_the_layer_by_layer_one(opening):
     net = ResNet((3,), 4, width=6, nlayers=40, opening=opening)
     p = net.init_params(2, scale=0.5)
     rng = np.random.default_rng(7)
-    for rows in (50, 50, 31):  # the kept block, then one of another shape
+    for rows in (50, 50, 31, 64):  # the kept buffer, a smaller block in it, a larger one
         X = rng.standard_normal((rows, 3))
         C = np.eye(4)[rng.integers(0, 4, rows)]
         X_before = X.copy()
@@ -159,7 +159,7 @@ def test_resnet_serial_gradient_is_the_layer_by_layer_one(opening):
         np.testing.assert_array_equal(X, X_before)  # the in-place sweep leaves X alone
         assert net.loss(p, X, C) == pytest.approx(want_loss, rel=0, abs=0)
     kept = net._sweep_workspace
-    assert kept is not None and kept.shape == (41, 31, 6)
+    assert kept is not None and kept.shape == (41 * 64 * 6,)
 
 
 def test_a_state_that_is_the_input_is_not_stepped_in_place(monkeypatch):

@@ -21,6 +21,7 @@ def test_collectives_under_mpi(nranks, tmp_path):
     total, bitwise = res["ordered_sum"]
     assert bitwise, total
     assert res["scalar_sum"] == [[], sum(0.5 * r for r in range(nranks))]
+    assert res["held_sum"] == ([3.0, 2e16] if nranks > 1 else [1.0, 1e16]) * nranks
     arrays = res["gathered_arrays"]
     assert sorted(arrays, key=int) == [str(k) for k in
                                        sorted([10 + r for r in range(nranks)] +
@@ -98,3 +99,5 @@ def test_ordered_sum_is_left_to_right():
     items = [np.array([1e16]), np.array([1.0]), np.array([-1e16])]
     assert ordered_sum(items, None)[0] == (1e16 + 1.0) - 1e16
     assert ordered_sum([], None) is None
+    with pytest.raises(ValueError, match="holders must be an int >= 1, got 0"):
+        ordered_sum(items, None, holders=0)

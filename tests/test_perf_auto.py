@@ -258,13 +258,14 @@ def test_grid_auto_chooses_the_setting_on_the_command_line_under_mpi(tmp_path):
     assert (config["m1"], config["m2"], config["relax"]) == (2, 2, "F")
     assert "--grid auto kept the MGRIT setting" in proc.stderr + proc.stdout
     proc = run_train(2, "--grid", "auto", "--calibration", path, "--layers", 64,
-                     "--relax", "F", "--quality-check-every", 1, "--log", log)
+                     "--relax", "F", "--quality-check-every", 10, "--log", log)
     assert proc.returncode == 0, proc.stderr
     header = json.loads(log.read_text().splitlines()[0])
     spec = training_spec("dense", (2,), header["network"]["width"], 64, 200, 5, None, 0)
     fixed = settings_to_try({"relax": "F"}, QUALIFIED[0])
-    want = decide_grid(spec, 2, str(path), mode="auto", settings=fixed)
+    want = decide_grid(spec, 2, str(path), mode="auto", settings=fixed, check_every=10)
     assert header["grid"] == list(want.shape) and want.shape[2] == 2
+    assert "ms per step for the quality checks" in proc.stderr + proc.stdout
     s = want.setting
     config = header["config"]
     assert (config["m1"], config["m2"], config["relax"], config["cfactor"]) == \
@@ -292,6 +293,63 @@ def test_a_fixed_grid_gets_its_fastest_setting(tmp_path):
                     grid=(1, 2, 2))
 
 
+def test_a_check_costs_a_serial_gradient_shared_by_up_to_16_layer_ranks():
+    """braidpy.train.reference: blocks of at least 128 samples, at most 16; with costs
+    per sample and free messages a check on L layer ranks costs serial / min(L, 16)
+    (of the data group's shard); messages add the chain through the ranks holding
+    blocks and the broadcast."""
+    from braidpy.perf.auto import check_seconds
+    from braidpy.perf.model import Strategy, serial_seconds
+    from braidpy.perf.schedule import Cycle
+
+    cal, spec = per_sample(1e-6), dense_spec(4096, nlayers=64)
+    serial = serial_seconds(spec, cal)
+
+    def on(d, l, c=cal, sp=spec):
+        return check_seconds(sp, Strategy(d, 1, l, Cycle(ntime=64, max_levels=2)), c)
+
+    for layers in (1, 2, 4, 8, 16, 32):
+        assert on(1, layers) == pytest.approx(serial / min(layers, 16), rel=1e-9)
+    assert on(2, 4) == pytest.approx(serial / 8, rel=1e-9)  # 2048 samples a group
+    small = dense_spec(40, nlayers=64)  # one block: its one rank does all of it
+    assert on(1, 8, sp=small) == pytest.approx(serial_seconds(small, cal), rel=1e-9)
+    slow = Calibration(cal.layers, 0.0, Link(1e-3, 0.0, "assumed: test"),
+                       Link(5e-3, 0.0, "assumed: test"), solve_s=0.0)
+    assert on(1, 8, slow) - on(1, 8) == pytest.approx((7 + 3) * 1e-3, rel=1e-9)
+    assert on(2, 8, slow) - on(2, 8) == pytest.approx((7 + 3) * 1e-3 + 5e-3, rel=1e-9)
+    assert on(1, 32, slow) - on(1, 32) == pytest.approx((15 + 5) * 1e-3, rel=1e-9)
+
+
+def test_quality_checks_count_in_the_choice_where_mgrit_runs(tmp_path):
+    """Mode auto: data groups alone run serial backpropagation (no checks), layer
+    ranks one-shot MGRIT (checked). Costs per call make each block of a check cost a
+    whole serial gradient: checked every step, layer ranks lose; every 100, they win."""
+    path = tmp_path / "cal.json"
+    save_calibration(made_up(step=1e-3), str(path))
+    spec = dense_spec(5000, nlayers=256)
+    kw = dict(levels=2, cfactor=8, mode="auto", iterations=(1, 2), nrelax=0)
+    unchecked = decide_grid(spec, 4, str(path), **kw)
+    rare = decide_grid(spec, 4, str(path), check_every=100, **kw)
+    often = decide_grid(spec, 4, str(path), check_every=1, **kw)
+    assert unchecked.shape[2] > 1 and rare.shape == unchecked.shape, rare.summary
+    assert "ms per step for the quality checks" in rare.summary
+    assert "quality checks" not in unchecked.summary
+    assert often.shape == (4, 1, 1), often.summary
+    assert "quality checks" not in often.summary  # serial backpropagation: none
+
+
+def test_checked_training_gets_no_space_ranks(tmp_path):
+    """Quality checks have no form for space ranks (the Trainer refuses the pair)."""
+    path = tmp_path / "cal.json"
+    save_calibration(made_up(step=1e-3), str(path))
+    spec = training_spec("conv", (1, 28, 28), 4, 32, 1, 10, 3, 0)
+    kw = dict(mode="oneshot", levels=2, cfactor=4, iterations=(1, 2), max_space=14,
+              grid=(1, 2, 1))
+    assert decide_grid(spec, 2, str(path), **kw).shape == (1, 2, 1)
+    with pytest.raises(ValueError, match=r"space at most 1 \(quality checks\)"):
+        decide_grid(spec, 2, str(path), check_every=10, **kw)
+
+
 def test_grid_auto_on_a_deep_network_can_choose_more_levels_under_mpi(tmp_path):
     from braidpy.perf.auto import QUALIFIED_DEEP, qualified
 
@@ -299,12 +357,13 @@ def test_grid_auto_on_a_deep_network_can_choose_more_levels_under_mpi(tmp_path):
     save_calibration(made_up(step=1e-3), str(path))  # layer ranks win
     log = tmp_path / "log.json"
     proc = run_train(2, "--grid", "auto", "--calibration", path, "--layers", 1024,
-                     "--samples", 20, "--iterations", 1, "--quality-check-every", 1,
+                     "--samples", 20, "--iterations", 1, "--quality-check-every", 5,
                      "--log", log)
     assert proc.returncode == 0, proc.stderr
     header = json.loads(log.read_text().splitlines()[0])
     spec = training_spec("dense", (2,), header["network"]["width"], 1024, 20, 5, None, 0)
-    want = decide_grid(spec, 2, str(path), mode="auto", settings=qualified(1024))
+    want = decide_grid(spec, 2, str(path), mode="auto", settings=qualified(1024),
+                       check_every=5)
     assert want.setting in QUALIFIED_DEEP  # the model prefers more levels here
     config = header["config"]
     assert header["grid"] == list(want.shape)

@@ -85,24 +85,33 @@ def test_mode_auto_on_one_layer_rank_has_nothing_to_check():
 
 # ------------------------------------------------------------------ in training
 @pytest.mark.parametrize("fits", [True, False])
-def test_reference_is_serial_backpropagation_bit_for_bit(monkeypatch, fits):
-    """Serial backpropagation where a rank holds all the states, else one MGRIT level
-    through the layer ranks; serial backpropagation's bits either way."""
+def test_reference_is_serial_backpropagation(monkeypatch, fits):
+    """Serial backpropagation of fixed blocks of samples, added in block order, where a
+    rank holds a block's states (within rounding of one serial gradient of the whole
+    batch); else one MGRIT level through the layer ranks, with serial
+    backpropagation's bits."""
     import braidpy.train.trainer as trainer_module
-    from braidpy.train.evaluate import LayerParallelEvaluator, SerialEvaluator
+    from braidpy.train import reference as reference_module
+    from braidpy.train.evaluate import LayerParallelEvaluator
+    from braidpy.train.reference import BlockedSerialEvaluator
 
+    monkeypatch.setattr(reference_module, "MIN_BLOCK_ROWS", 32)
     net, X, C = peaks_problem()
     if not fits:
         monkeypatch.setattr(trainer_module, "SWEEP_WORKSPACE_MAX_BYTES", 0)
     trainer = Trainer(net, (X, C), None, config(quality_check_every=1, iterations=2))
     trainer.run()
     reference = trainer._reference_evaluator(X, C)
-    assert isinstance(reference, SerialEvaluator if fits else LayerParallelEvaluator)
+    assert isinstance(reference, BlockedSerialEvaluator if fits else LayerParallelEvaluator)
     loss, grad, _ = reference.gradient(trainer.params, X, C)
     want_loss, want = net.loss_and_gradient(trainer.params, X, C)
-    assert loss == want_loss and np.array_equal(grad, want)
-    if not fits:  # through the adjoint's kept activation slopes (braidpy.nn.dense.SlopeCache)
-        cache = reference.app.slope_cache
+    if fits:
+        assert len(reference.blocks(X.shape[0])) == 3  # 120 samples, 32 at least each
+        assert loss == pytest.approx(want_loss, rel=1e-14)
+        np.testing.assert_allclose(grad, want, rtol=0, atol=1e-14 * np.abs(want).max())
+    else:
+        assert loss == want_loss and np.array_equal(grad, want)
+        cache = reference.app.slope_cache  # the adjoint's kept activation slopes
         assert cache.kept > 0 and cache.given > 0
 
 

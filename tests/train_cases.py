@@ -1,11 +1,13 @@
 """Training cases run serially in-process and under mpiexec (tests/mpi_train_driver.py);
 every case returns plain JSON data that must be identical for any rank count."""
 
+from contextlib import contextmanager
+
 import numpy as np
 from mpi_world import assert_split
 
 from braidpy.nn import ResNet
-from braidpy.train import LayerParallelEvaluator, TrainConfig, Trainer
+from braidpy.train import LayerParallelEvaluator, TrainConfig, Trainer, reference
 
 
 def dense_problem(nlayers=16, batch=24, seed=3, activation="tanh"):
@@ -68,6 +70,40 @@ def _gradient_case(problem, comm, oneshot=None):
             "adjoint": stats["adjoint_iterations"]}
 
 
+@contextmanager
+def reference_block_rows(rows):
+    """Quality checks made meanwhile cut their batches into blocks of at least ``rows``
+    samples (braidpy.train.reference.MIN_BLOCK_ROWS): small test batches then make
+    several blocks, shared out over the ranks."""
+    before = reference.MIN_BLOCK_ROWS
+    reference.MIN_BLOCK_ROWS = rows
+    try:
+        yield
+    finally:
+        reference.MIN_BLOCK_ROWS = before
+
+
+def _blocked_reference_case(comm):
+    """The quality checks' exact gradient: 30 samples in 7 blocks shared out over the
+    layer ranks, each block backpropagated by exactly one rank; the same bits on any
+    number of ranks."""
+    net, X, C = dense_problem(nlayers=16, batch=30)
+    p = net.init_params(seed=5, scale=1.0)
+    ev = reference.BlockedSerialEvaluator(net, comm=comm, min_rows=4)
+    starts = [rows.start for rows in ev.blocks(X.shape[0])]
+    seen = []
+    whole = net.loss_and_gradient
+
+    def recording(params, Xb, Cb):
+        seen.append(starts.index(int(np.flatnonzero((X == Xb[0]).all(axis=1))[0])))
+        return whole(params, Xb, Cb)
+
+    net.loss_and_gradient = recording
+    loss, grad, stats = ev.gradient(p, X, C)
+    assert_split(comm, seen, len(starts), "blocks")
+    return {"loss": loss, "grad": grad.tolist(), "blocks": len(starts), "steps": stats["steps"]}
+
+
 def _training_case(mode, optimizer, comm, **extra):
     net, X, C = dense_problem(nlayers=16, batch=30)
     cfg = TrainConfig(mode=mode, optimizer=optimizer, iterations=4, mgrit=MGRIT, seed=2,
@@ -79,6 +115,13 @@ def _training_case(mode, optimizer, comm, **extra):
             "gradient_cosine", "exact_gradient_used", "oneshot")
     return {"history": [[r.get(k) for k in keys] for r in history],
             "params": trainer.params.tolist()}
+
+
+def _checks_in_blocks(comm):
+    """Quality checks whose exact gradients come in 7 blocks of the 30 samples."""
+    with reference_block_rows(4):
+        return _training_case("oneshot", "lbfgs", comm, m1=1, m2=1, relax="F",
+                              quality_check_every=2, quality_floor=0.99999999)
 
 
 def _kept_slopes_case(comm):
@@ -115,5 +158,7 @@ CASES = {
     "train_oneshot_quality_checks": lambda comm: _training_case(
         "oneshot", "lbfgs", comm, m1=1, m2=1, relax="F", quality_check_every=2,
         quality_floor=0.99999999),
+    "blocked_reference_gradient": _blocked_reference_case,
+    "train_oneshot_quality_checks_blocked": lambda comm: _checks_in_blocks(comm),
     "train_oneshot_kept_slopes": _kept_slopes_case,
 }

@@ -22,6 +22,7 @@ Opening kinds: ``"dense"`` (L width x nf, for feature vectors), ``"conv"`` (for 
 
 from __future__ import annotations
 
+import math
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -173,8 +174,9 @@ class ResNet:
         self.times = (i / self.nlayers) * self.tstop
         self.steps = np.diff(self.times)
         self._layout = self._make_layout()
-        # The serial gradient's block of states, kept for the next one (see
-        # _sweep_block); taken out while in use, so a concurrent call makes its own.
+        # The flat buffer of the serial gradient's block of states, kept for the next
+        # one (see _sweep_block); taken out while in use, so a concurrent call makes
+        # its own.
         self._sweep_workspace: Any = None
         self.nparams = sum(int(np.prod(s)) for _, s in self._layout)
 
@@ -374,18 +376,24 @@ class ResNet:
 
     def _sweep_block(self, u0: Any) -> np.ndarray:
         """A C-contiguous block of N + 1 states of u0's shape and dtype holding u0 first:
-        the one kept from the last gradient where it fits, else a new one."""
+        in the buffer kept from the last gradient where it is large enough (batches
+        of a few sizes, as the quality checks' blocks are, share one), else a new one."""
         shape = (self.nlayers + 1,) + u0.shape
-        block, self._sweep_workspace = self._sweep_workspace, None
-        if block is None or block.shape != shape or block.dtype != u0.dtype:
-            block = np.empty(shape, u0.dtype)
+        need = math.prod(shape)
+        buffer, self._sweep_workspace = self._sweep_workspace, None
+        if buffer is None or buffer.size < need or buffer.dtype != u0.dtype:
+            buffer = np.empty(need, u0.dtype)
+        block = buffer[:need].reshape(shape)
         block[0] = u0
         return block
 
     def _keep_sweep_block(self, block: Any) -> None:
-        """Keep the serial gradient's block for the next one, if small enough."""
-        if block is not None and block.nbytes <= SWEEP_WORKSPACE_MAX_BYTES:
-            self._sweep_workspace = block
+        """Keep the serial gradient's buffer (flat) for the next one, if small enough."""
+        if block is None:
+            return
+        buffer = block if block.base is None else block.base
+        if buffer.nbytes <= SWEEP_WORKSPACE_MAX_BYTES:
+            self._sweep_workspace = buffer
 
     # ------------------------------------------------------- batched evaluation
     def evaluation_batch(self, batch_size: Optional[int] = None) -> int:

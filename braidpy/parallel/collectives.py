@@ -152,26 +152,37 @@ def _bcast_array(comm: Any, a: Optional[np.ndarray], root: int) -> Optional[np.n
     return None if not got else wire.to_numpy(wire.decode(got))
 
 
-def ordered_sum(items: Iterable[Any], comm: Any) -> Optional[np.ndarray]:
+def ordered_sum(items: Iterable[Any], comm: Any, holders: Optional[int] = None
+                ) -> Optional[np.ndarray]:
     """Sum of array-likes held in rank order (rank r's items come after rank r-1's),
     added strictly left to right as float64: rank r continues the partial sum of rank
     r-1 and the last rank broadcasts it, so the bits do not depend on the number of
     ranks. None if there are no items anywhere.
 
+    ``holders``: every rank knows that only ranks below it hold items (the others'
+    ``items`` are empty); the partial sum then passes through those ranks alone, and
+    the last of them broadcasts it.
+
     >>> ordered_sum([[1.0, 2.0], [0.5, 0.5]], None)
     array([1.5, 2.5])
     """
     rank, size = rank_size(comm)
+    last = size - 1 if holders is None else min(size, int(holders)) - 1
+    if last < 0:
+        raise ValueError(f"holders must be an int >= 1, got {holders!r}")
     partial: Optional[np.ndarray] = None
     tag = 77
-    if rank > 0:
+    if 0 < rank <= last:
         partial = recv_array(comm, rank - 1, tag)
     for item in items:
+        if rank > last:
+            raise ValueError(f"rank {rank} holds an item of the sum, beyond the "
+                             f"{last + 1} holder(s) it was told of")
         g = np.asarray(item, dtype=np.float64)
         partial = g.copy() if partial is None else partial + g
-    if rank < size - 1:
+    if rank < last:
         send_array(comm, partial, rank + 1, tag)
-    return partial if size == 1 else _bcast_array(comm, partial, root=size - 1)
+    return partial if size == 1 else _bcast_array(comm, partial, root=last)
 
 
 def gather_arrays(comm: Any, arrays: Mapping[int, np.ndarray],

@@ -30,14 +30,15 @@ from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 from ..parallel.collectives import bcast_bytes
 from ..parallel.comm import rank_size
-from .calibration import load_calibration
-from .model import NetSpec, Prediction
+from ..train.reference import blocks_of_rank, reference_blocks
+from .calibration import Calibration, load_calibration
+from .model import NetSpec, Prediction, Strategy, serial_seconds
 from .plan import plan
 from .schedule import NRELAX, RELAX_NAMES
 
 __all__ = ["GridChoice", "Setting", "QUALIFIED", "QUALIFIED_DEEP", "DEEP_LAYERS",
            "qualified", "settings_to_try", "training_settings",
-           "training_spec", "decide_grid", "choose_grid"]
+           "training_spec", "check_seconds", "decide_grid", "choose_grid"]
 
 @dataclass(frozen=True)
 class Setting:
@@ -151,6 +152,26 @@ def training_spec(kind: str, input_shape: Sequence[int], width: int, nlayers: in
                    nclasses=int(nclasses), params=int(params))
 
 
+def check_seconds(spec: NetSpec, s: Strategy, cal: Calibration) -> float:
+    """Predicted seconds of one gradient-quality check's exact gradient on the grid of
+    ``s`` (:class:`braidpy.train.reference.BlockedSerialEvaluator`): a data group's
+    share of the samples in blocks, the first layer rank's blocks (it has the most)
+    each a serial gradient of its samples, their sum passed along the layer ranks
+    holding blocks and broadcast, then averaged over the data groups."""
+    shard = -(-spec.samples // s.data)  # the largest data group's
+    blocks = reference_blocks(shard)
+    mine = blocks_of_rank(len(blocks), 0, s.layers)
+    seconds = sum(serial_seconds(dataclasses.replace(spec, samples=len(blocks[b])), cal)
+                  for b in mine)
+    nbytes = 8.0 * (spec.nparams + 1)
+    holders = min(len(blocks), s.layers)
+    seconds += (holders - 1) * cal.p2p.seconds(nbytes)  # the chain through the holders
+    seconds += math.ceil(math.log2(s.layers)) * cal.p2p.seconds(nbytes)  # its broadcast
+    if s.data > 1:
+        seconds += cal.allreduce.seconds(nbytes)
+    return seconds
+
+
 def _settings(settings: Optional[Sequence[Setting]], levels: Optional[int],
               cfactor: Optional[int], iterations: Optional[Tuple[int, int]],
               nrelax: int) -> List[Setting]:
@@ -172,16 +193,22 @@ def decide_grid(spec: NetSpec, nprocs: int, calibration: str, *, mode: str,
                 levels: Optional[int] = None, cfactor: Optional[int] = None,
                 iterations: Optional[Tuple[int, int]] = None, max_space: int = 1,
                 nrelax: int = 1, settings: Optional[Sequence[Setting]] = None,
-                grid: Optional[Tuple[int, int, int]] = None) -> GridChoice:
+                grid: Optional[Tuple[int, int, int]] = None,
+                check_every: int = 0) -> GridChoice:
     """The fastest grid of ``nprocs`` ranks, with the fastest of ``settings`` (or the
     one setting of levels, cfactor, iterations and nrelax), by the model (no
     communication: what rank 0 does for :func:`choose_grid`). ``grid``: only that
-    (data, space, layers), i.e. the fastest setting for it. ValueError when the file
-    or no grid fits."""
+    (data, space, layers), i.e. the fastest setting for it. ``check_every``: the
+    training checks the gradient's quality every that many steps where it runs MGRIT
+    (0: never), which adds :func:`check_seconds` over it to those grids' time per
+    step; the checks have no form for space ranks, so then ``max_space`` is 1.
+    ValueError when the file or no grid fits."""
     cal = load_calibration(calibration)
+    if check_every:
+        max_space = 1
     serial = mode == "serial"
     model_mode = "exact" if mode == "exact" else "oneshot"
-    best: Optional[Tuple[Prediction, Setting, float]] = None
+    best: Optional[Tuple[float, Prediction, Setting, float]] = None
     for setting in _settings(settings, levels, cfactor, iterations, nrelax):
         # The Trainer runs its MGRIT setting on a single layer rank too, except in serial
         # mode (serial on every grid) and in mode 'auto' (serial where the layers and
@@ -190,34 +217,48 @@ def decide_grid(spec: NetSpec, nprocs: int, calibration: str, *, mode: str,
                       cfactors=(setting.cfactor,), iterations=(setting.m1, setting.m2),
                       mode=model_mode, nrelax=NRELAX[setting.relax],
                       mgrit_on_one_rank=mode not in ("serial", "auto"))
-        usable = [p for p in result.ranked if p.strategy.space <= max_space
-                  and (not serial or p.strategy.layers == 1)
-                  and (grid is None or (p.strategy.data, p.strategy.space,
-                                        p.strategy.layers) == tuple(grid))]
-        if usable and (best is None or usable[0].seconds < best[0].seconds):
-            best = (usable[0], setting, result.serial)
+        for p in result.ranked:
+            s = p.strategy
+            if s.space > max_space or (serial and s.layers > 1) or \
+                    (grid is not None and (s.data, s.space, s.layers) != tuple(grid)):
+                continue
+            checks = check_seconds(spec, s, cal) / check_every \
+                if check_every and _runs_mgrit(mode, s) else 0.0
+            if best is None or p.seconds + checks < best[0]:
+                best = (p.seconds + checks, p, setting, result.serial)
     if best is None:
         only = "" if grid is None else f", grid {','.join(map(str, grid))}"
+        checked = " (quality checks)" if check_every else ""
         raise ValueError(f"the performance model found no grid of {nprocs} ranks that "
                          f"training can run for this network (space at most {max_space}"
+                         f"{checked}"
                          f"{', one layer rank in serial mode' if serial else ''}{only})")
-    pred, setting, serial_seconds = best
+    per_step, pred, setting, one_process = best
     s = pred.strategy
     assumed = " (exact mode: iterations assumed m1, m2)" if mode == "exact" else ""
-    # A grid without layer or space ranks runs serial backpropagation in mode auto.
-    runs_mgrit = not serial and not (mode == "auto" and s.layers == 1 and s.space == 1)
+    runs_mgrit = _runs_mgrit(mode, s)
     with_setting = f" with {setting.label()}" if runs_mgrit and settings is not None \
         and len(settings) > 1 else ""
+    checks = "" if per_step == pred.seconds else \
+        f" and {(per_step - pred.seconds) * 1e3:.3g} ms per step for the quality checks"
     summary = (f"--grid auto chose {s.data},{s.space},{s.layers}{with_setting}: predicted "
-               f"{pred.seconds * 1e3:.4g} ms per gradient, {serial_seconds / pred.seconds:.2f}x "
-               f"one process{assumed}; calibration {calibration}")
+               f"{pred.seconds * 1e3:.4g} ms per gradient, {one_process / pred.seconds:.2f}x "
+               f"one process{assumed}{checks}; calibration {calibration}")
     return GridChoice((s.data, s.space, s.layers), pred.seconds, summary, setting)
+
+
+def _runs_mgrit(mode: str, s: Strategy) -> bool:
+    """Whether training in ``mode`` runs MGRIT on the grid of ``s``: not in serial mode,
+    nor in mode auto on a grid without layer or space ranks (serial backpropagation
+    there: braidpy.train.resolve_mode)."""
+    return mode != "serial" and not (mode == "auto" and s.layers == 1 and s.space == 1)
 
 
 def choose_grid(spec: NetSpec, comm: Any, calibration: str, *, mode: str,
                 levels: Optional[int] = None, cfactor: Optional[int] = None,
                 iterations: Optional[Tuple[int, int]] = None, max_space: int = 1,
-                nrelax: int = 1, settings: Optional[Sequence[Setting]] = None) -> GridChoice:
+                nrelax: int = 1, settings: Optional[Sequence[Setting]] = None,
+                check_every: int = 0) -> GridChoice:
     """The fastest grid (and setting) for ``comm``'s ranks (collective; see the module
     docstring and :func:`decide_grid`).
 
@@ -229,7 +270,7 @@ def choose_grid(spec: NetSpec, comm: Any, calibration: str, *, mode: str,
         try:
             c = decide_grid(spec, nprocs, calibration, levels=levels, cfactor=cfactor,
                             mode=mode, iterations=iterations, max_space=max_space,
-                            nrelax=nrelax, settings=settings)
+                            nrelax=nrelax, settings=settings, check_every=check_every)
             assert c.setting is not None  # decide_grid names the setting it chose
             payload = json.dumps({"shape": list(c.shape), "seconds": c.seconds,
                                   "summary": c.summary,

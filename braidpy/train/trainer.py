@@ -30,6 +30,7 @@ from .evaluate import (VALIDATION_SOLVES, LayerParallelEvaluator, SerialEvaluato
 from .optim import ELASTIC, OPTIMIZERS, make_optimizer
 from .progress import format_step, progress_bar, summary, summary_lines
 from .quality import QUALITY_FLOOR, check_quality_options, gradient_cosine, next_iterations
+from .reference import BlockedSerialEvaluator
 from .regularize import Regularizer
 from .sharded import (DataParallelEvaluator, WorkerShardEvaluator, check_training_grid,
                       shard_warm_state)
@@ -759,21 +760,23 @@ class Trainer:
 
     def _reference_evaluator(self, X: Any, C: Any) -> Any:
         """Exact gradients for the quality checks, built at the first, averaged over the
-        data groups of a grid like the training's: serial backpropagation of the whole
-        network on every layer rank at once (:class:`SerialEvaluator`: one serial
-        gradient's time; the dense layers' sweeps are one compiled call each) where a
-        rank can hold all its N + 1 states (``SWEEP_WORKSPACE_MAX_BYTES``), else one
-        MGRIT level, layer by layer through the layer ranks (each holding its share).
-        The same bits either way, on any rank count."""
+        data groups of a grid like the training's: serial backpropagation of fixed
+        blocks of samples shared out over the layer ranks
+        (:class:`~braidpy.train.reference.BlockedSerialEvaluator`: about one serial
+        gradient's time over the ranks sharing it) where a rank can hold a block's N + 1
+        states (``SWEEP_WORKSPACE_MAX_BYTES``), else one MGRIT level, layer by layer
+        through the layer ranks (each holding its share). The same bits on any number
+        of layer ranks either way."""
         if self._reference is None:
             comm, grid, net = self._layers_comm, self.grid, self.net
             if grid is not None:
                 rows = shard_of(X.shape[0], *self._shard())
                 X, C = X[rows.start:rows.stop, ...], C[rows.start:rows.stop, ...]
+            blocked = BlockedSerialEvaluator(net, comm=comm)
+            block_rows = len(blocked.blocks(X.shape[0])[0])  # the largest block
             itemsize = np.dtype(getattr(self.params, "dtype", np.float64)).itemsize
-            states = (net.nlayers + 1) * X.shape[0] * math.prod(net.state_shape) * itemsize
-            inner: Any = SerialEvaluator(net, comm=comm) \
-                if states <= SWEEP_WORKSPACE_MAX_BYTES else \
+            states = (net.nlayers + 1) * block_rows * math.prod(net.state_shape) * itemsize
+            inner: Any = blocked if states <= SWEEP_WORKSPACE_MAX_BYTES else \
                 LayerParallelEvaluator(net, self.params, X, C, comm=comm,
                                        mgrit=self.config.mgrit.replace(max_levels=1))
             self._reference = inner if grid is None else DataParallelEvaluator(
