@@ -436,9 +436,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--validate-every", type=count_argument(0, INT_MAX, INT_WHY), metavar="K",
                    help=f"steps between validations, 0: never {_default('validate_every')}")
     g.add_argument("--validation-solve", choices=("sequential", "mgrit"),
-                   help="validation's forward pass: layer by layer across the layer ranks "
-                        "(exact; the least work) or MGRIT to --abs-tol (parallel; pays with "
-                        f"many layer ranks) {_default('validation_solve')}")
+                   help="validation's forward pass: exact, the samples shared out over the "
+                        "layer ranks (the least work) or MGRIT to --abs-tol (several times "
+                        f"the work; for comparison) {_default('validation_solve')}")
     g.add_argument("--patience", type=count_argument(0, INT_MAX, INT_WHY), metavar="K",
                    help="stop after this many validations without improvement (default 0: "
                         "never)")

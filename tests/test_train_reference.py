@@ -9,8 +9,9 @@ import pytest
 
 from braidpy import data
 from braidpy.nn import ResNet
+from braidpy.parallel.data import share_of
 from braidpy.train.reference import (MAX_BLOCKS, MIN_BLOCK_ROWS, BlockedSerialEvaluator,
-                                     blocks_of_rank, reference_blocks)
+                                     reference_blocks)
 
 
 def test_blocks_cover_the_batch_in_order_from_its_size_alone():
@@ -43,12 +44,14 @@ def test_a_bad_block_rule_fails_when_the_evaluator_is_made():
     net = ResNet((2,), 3, width=4, nlayers=4)
     with pytest.raises(ValueError, match="max_blocks must be an int >= 1, got -1"):
         BlockedSerialEvaluator(net, max_blocks=-1)
+    with pytest.raises(ValueError, match="part 3 is not one of 3 parts"):
+        share_of(10, 3, 3)
 
 
 def test_ranks_share_the_blocks_contiguously_in_rank_order():
     for nblocks in range(1, 18):
         for size in range(1, 9):
-            parts = [blocks_of_rank(nblocks, r, size) for r in range(size)]
+            parts = [share_of(nblocks, size, r) for r in range(size)]
             assert [b for p in parts for b in p] == list(range(nblocks))
             counts = [len(p) for p in parts]
             assert max(counts) - min(counts) <= 1

@@ -104,6 +104,27 @@ def _blocked_reference_case(comm):
     return {"loss": loss, "grad": grad.tolist(), "blocks": len(starts), "steps": stats["steps"]}
 
 
+def _validation_case(comm):
+    """Sequential validation shares the samples out over the layer ranks, each sweeping
+    its share through every layer: the count of one process's serial forward pass."""
+    net, X, C = dense_problem(nlayers=16, batch=30)
+    p = net.init_params(seed=5, scale=1.0)
+    ev = LayerParallelEvaluator(net, p.copy(), X[:8], C[:8], comm=comm, mgrit=MGRIT)
+    seen = []
+    forward = net.forward
+
+    def recording(params, Xb, keep=False):
+        seen.extend(int(np.flatnonzero((X == row).all(axis=1))[0]) for row in Xb)
+        return forward(params, Xb, keep)
+
+    net.forward = recording
+    acc = ev.accuracy(p, X, C)
+    net.forward = forward
+    assert_split(comm, seen, X.shape[0], "validation samples")
+    assert acc == net.accuracy(p, X, C) and 0 < acc < 1, acc
+    return {"accuracy": acc}
+
+
 def _training_case(mode, optimizer, comm, **extra):
     net, X, C = dense_problem(nlayers=16, batch=30)
     cfg = TrainConfig(mode=mode, optimizer=optimizer, iterations=4, mgrit=MGRIT, seed=2,
@@ -159,6 +180,7 @@ CASES = {
         "oneshot", "lbfgs", comm, m1=1, m2=1, relax="F", quality_check_every=2,
         quality_floor=0.99999999),
     "blocked_reference_gradient": _blocked_reference_case,
+    "validation_by_samples": _validation_case,
     "train_oneshot_quality_checks_blocked": lambda comm: _checks_in_blocks(comm),
     "train_oneshot_kept_slopes": _kept_slopes_case,
 }

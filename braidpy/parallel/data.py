@@ -26,7 +26,7 @@ import numpy as np
 
 from .comm import mpi, rank_size
 
-__all__ = ["GradientAverager", "shard_of"]
+__all__ = ["GradientAverager", "shard_of", "share_of"]
 
 
 def shard_of(nsamples: int, ngroups: int, group: int) -> range:
@@ -40,6 +40,21 @@ def shard_of(nsamples: int, ngroups: int, group: int) -> range:
     base, extra = divmod(nsamples, ngroups)
     lo = group * base + min(group, extra)
     return range(lo, lo + base + (1 if group < extra else 0))
+
+
+def share_of(count: int, parts: int, part: int) -> range:
+    """Part ``part``'s share of ``count`` items split into ``parts``: contiguous, in
+    part order, sizes differing by at most one, the larger ones first; parts beyond
+    the count get an empty share (where :func:`shard_of` refuses them).
+
+    >>> [share_of(5, 3, p) for p in range(3)], share_of(1, 2, 1)
+    ([range(0, 2), range(2, 4), range(4, 5)], range(1, 1))
+    """
+    if parts < 1 or not 0 <= part < parts:
+        raise ValueError(f"part {part!r} is not one of {parts!r} parts")
+    base, extra = divmod(count, parts)
+    lo = part * base + min(part, extra)
+    return range(lo, lo + base + (1 if part < extra else 0))
 
 
 class GradientAverager:

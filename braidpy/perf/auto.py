@@ -30,7 +30,8 @@ from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 from ..parallel.collectives import bcast_bytes
 from ..parallel.comm import rank_size
-from ..train.reference import blocks_of_rank, reference_blocks
+from ..parallel.data import share_of
+from ..train.reference import reference_blocks
 from .calibration import Calibration, load_calibration
 from .model import NetSpec, Prediction, Strategy, serial_seconds
 from .plan import plan
@@ -160,7 +161,7 @@ def check_seconds(spec: NetSpec, s: Strategy, cal: Calibration) -> float:
     holding blocks and broadcast, then averaged over the data groups."""
     shard = -(-spec.samples // s.data)  # the largest data group's
     blocks = reference_blocks(shard)
-    mine = blocks_of_rank(len(blocks), 0, s.layers)
+    mine = share_of(len(blocks), s.layers, 0)
     seconds = sum(serial_seconds(dataclasses.replace(spec, samples=len(blocks[b])), cal)
                   for b in mine)
     nbytes = 8.0 * (spec.nparams + 1)
@@ -239,11 +240,11 @@ def decide_grid(spec: NetSpec, nprocs: int, calibration: str, *, mode: str,
     runs_mgrit = _runs_mgrit(mode, s)
     with_setting = f" with {setting.label()}" if runs_mgrit and settings is not None \
         and len(settings) > 1 else ""
-    checks = "" if per_step == pred.seconds else \
+    check_note = "" if per_step == pred.seconds else \
         f" and {(per_step - pred.seconds) * 1e3:.3g} ms per step for the quality checks"
     summary = (f"--grid auto chose {s.data},{s.space},{s.layers}{with_setting}: predicted "
                f"{pred.seconds * 1e3:.4g} ms per gradient, {one_process / pred.seconds:.2f}x "
-               f"one process{assumed}{checks}; calibration {calibration}")
+               f"one process{assumed}{check_note}; calibration {calibration}")
     return GridChoice((s.data, s.space, s.layers), pred.seconds, summary, setting)
 
 

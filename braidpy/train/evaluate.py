@@ -27,8 +27,10 @@ from .._options import Options
 from .._renamed import renamed_arguments
 from .._solver import Core
 from ..adjoint import GradientSolver
+from ..parallel.agree import agreed
 from ..parallel.collectives import allreduce_int, gather_arrays
 from ..parallel.comm import rank_size
+from ..parallel.data import share_of
 from ..parallel.staging import allreduce_sum_anywhere
 from ..nn.layers import classifier_sums
 from ..nn.network import ResNet
@@ -159,8 +161,10 @@ class LayerParallelEvaluator:
         :class:`~braidpy.nn.ResNetApp`; :mod:`braidpy.train.spatial_training` gives
         apps whose states are bands of image rows).
     validation : str
-        How :meth:`accuracy` propagates: 'sequential' (one level, layer by layer across
-        the ranks: exact) or 'mgrit' (these options, to tolerance, from a cold start).
+        How :meth:`accuracy` propagates: 'sequential' (the exact forward pass: the
+        samples shared out over the ranks, each sweeping its share through every layer;
+        one level across the ranks with another ``make_app``) or 'mgrit' (these options,
+        to tolerance, from a cold start).
     """
 
     def __init__(self, net: ResNet, params: np.ndarray, X: Any, C: Any, *, comm: Any = None,
@@ -372,18 +376,24 @@ class LayerParallelEvaluator:
         return value
 
     def accuracy(self, params, X, C) -> float:
-        """Accuracy of the final states of a forward solve: sequential (one level: the
-        exact forward pass, layer by layer across the ranks) or, with validation
-        'mgrit', MGRIT to tolerance started cold; either way the answer depends on the
-        parameters only, and is the same on any number of ranks.
+        """Accuracy of the final states of a forward pass: sequential (the exact forward
+        pass) or, with validation 'mgrit', MGRIT to tolerance started cold; either way
+        the answer depends on the parameters only, and is the same on any number of
+        ranks.
 
-        The samples go through in the network's evaluation batches
+        Sequential with braidpy's own app: the samples are shared out over the layer
+        ranks, each running the serial forward sweep of its share through the whole
+        network (:meth:`_accuracy_by_samples`). Otherwise (MGRIT, or an app whose states
+        are parts of the image, one level across the layer ranks) the samples go
+        through in the network's evaluation batches
         (:meth:`braidpy.nn.ResNet.evaluation_batches`: bounded state memory), one solve
         each, on the parameters' device; the correct counts are added up there and one
         number comes back. A solver is built once per batch shape (the full batches and
         a shorter last one) and reused by every later validation."""
         if params is not self.params:
             self.params[...] = params
+        if self.validation == "sequential" and self.make_app is ResNetApp:
+            return self._accuracy_by_samples(X, C)
         v = self.net.views(self.params)
         correct: Any = 0
         for rows in self.net.evaluation_batches(int(X.shape[0])):
@@ -394,6 +404,27 @@ class LayerParallelEvaluator:
             final = app.classifier_state(core.solve().final)
             correct = correct + classifier_accuracy(final, Cb, v["W"], v["mu"])
         return int(correct) / int(X.shape[0])
+
+    def _accuracy_by_samples(self, X: Any, C: Any) -> float:
+        """Sequential validation shared out over the layer ranks by samples: each rank
+        sweeps its contiguous share (:func:`~braidpy.parallel.data.share_of`)
+        through all the layers in the network's evaluation batches, and the counts of
+        correct ones are added over the ranks (integers: the same on any number of
+        ranks). A rank's share costs a serial forward pass of its samples, instead of
+        every rank waiting its turn in a pass layer by layer across the ranks."""
+        n = int(X.shape[0])
+        rank, size = rank_size(self.comm)
+        mine = share_of(n, size, rank)
+        v = self.net.views(self.params)
+        correct: Any = 0
+        with agreed(self.comm, "validation"):  # no rank left in the sum when one failed
+            for rows in self.net.evaluation_batches(len(mine)) if len(mine) else []:
+                lo, hi = mine.start + rows.start, mine.start + rows.stop
+                final = self.net.forward(self.params, X[lo:hi, ...])
+                correct = correct + classifier_accuracy(final, C[lo:hi, ...], v["W"],
+                                                        v["mu"])
+            correct = int(correct)
+        return allreduce_int(self.comm, correct) / n
 
     def _validation_solver(self, X: Any, C: Any) -> Tuple[Any, Core]:
         """The app and Core that validate batches of X's shape, built at first use."""

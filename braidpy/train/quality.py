@@ -5,9 +5,10 @@ the previous step, so its error depends on the problem and grows as training mov
 (docs/performance.md, "Work per gradient at one rank": on Peaks every m2 = 1 setting fell
 below a cosine of 0.99 to the exact gradient within 100 steps, after 50 good ones). A
 setting measured good on one problem is not known to be good on another, so training can
-measure it: every K-th step also computes the exact gradient at the same parameters (a
-serial forward and backward sweep, or one MGRIT level, i.e. layer by layer across the
-layer ranks) and compares. Below the floor (the cosine 0.99 of docs/performance.md) the
+measure it: every K-th step also computes the exact gradient at the same parameters
+(serial forward and backward sweeps of blocks of the samples shared out over the layer
+ranks, :mod:`braidpy.train.reference`; or one MGRIT level, layer by layer across the
+layer ranks, where a block's states do not fit) and compares. Below the floor (the cosine 0.99 of docs/performance.md) the
 step uses the exact gradient, and one-shot takes one more iteration from then on
 (:func:`next_iterations`), so that the next steps meet the floor again.
 

@@ -25,6 +25,7 @@ from ..nn.network import ResNet
 from ..parallel.agree import agreed
 from ..parallel.collectives import ordered_sum
 from ..parallel.comm import rank_size
+from ..parallel.data import share_of
 
 __all__ = ["BlockedSerialEvaluator", "MAX_BLOCKS", "MIN_BLOCK_ROWS", "reference_blocks"]
 
@@ -58,15 +59,6 @@ def reference_blocks(nsamples: int, max_blocks: Optional[int] = None,
     base, extra = divmod(nsamples, count)
     starts = [b * base + min(b, extra) for b in range(count + 1)]
     return [range(lo, hi) for lo, hi in zip(starts, starts[1:])]
-
-
-def blocks_of_rank(nblocks: int, rank: int, size: int) -> range:
-    """The indices of the blocks layer rank ``rank`` of ``size`` computes: contiguous,
-    in rank order, counts differing by at most one (ranks past the block count get
-    none)."""
-    base, extra = divmod(nblocks, size)
-    lo = rank * base + min(rank, extra)
-    return range(lo, lo + base + (1 if rank < extra else 0))
 
 
 class BlockedSerialEvaluator:
@@ -108,7 +100,7 @@ class BlockedSerialEvaluator:
         blocks = self.blocks(X.shape[0])
         rank, size = rank_size(self.comm)
         out = []
-        for b in blocks_of_rank(len(blocks), rank, size):
+        for b in share_of(len(blocks), size, rank):
             rows = blocks[b]
             loss, grad = self.net.loss_and_gradient(params, X[rows.start:rows.stop],
                                                     C[rows.start:rows.stop])

@@ -125,10 +125,10 @@ class TrainConfig:
         Steps between validations, and the last step validates too (0: never).
     validation_solve : str
         How validation propagates the images through the layers: 'sequential' (the
-        default; one MGRIT level, i.e. layer by layer across the layer ranks: the exact
-        forward pass, the same bits on any rank count) or 'mgrit' (the training's MGRIT
-        setting solved to tolerance from a cold start: parallel over the layer ranks,
-        several times the work; worth it only with many layer ranks).
+        default; the exact forward pass, the validation samples shared out over the
+        layer ranks, each sweeping its share through every layer; the same counts on
+        any rank count) or 'mgrit' (the training's MGRIT setting solved to tolerance
+        from a cold start: several times the work, kept for comparison).
     patience : int
         Stop after this many validations without a better accuracy (0: never).
     target_accuracy : float or None
