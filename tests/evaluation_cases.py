@@ -27,10 +27,11 @@ def network(kind, where=None):
     return net, net.init_params(seed=SEED, scale=3.0), X, C
 
 
-def validating_trainer(mode, where=None, iterations=2):
+def validating_trainer(mode, where=None, iterations=2, validation="sequential"):
     """A trainer of a dense network that validates 7 samples at every step, and its
     host validation data; mode 'serial' (SerialEvaluator) or 'oneshot'
-    (LayerParallelEvaluator's validation solves). Not run yet."""
+    (LayerParallelEvaluator's validation: forward sweeps of shares of the samples, or
+    with ``validation`` 'mgrit' MGRIT solves). Not run yet."""
     from braidpy.nn import ResNet
     from braidpy.train import TrainConfig, Trainer
 
@@ -39,7 +40,8 @@ def validating_trainer(mode, where=None, iterations=2):
     Xv, Cv = rng.uniform(-3, 3, (7, 2)), np.eye(3)[rng.integers(0, 3, 7)]
     net = ResNet((2,), 3, width=4, nlayers=8, tstop=2.0, **(where or {}))
     config = TrainConfig(mode=mode, optimizer="adam", lr=0.05, iterations=iterations,
-                         batch_size=6, init_scale=2.0, mgrit=dict(cfactor=4, abs_tol=1e-12))
+                         batch_size=6, init_scale=2.0, mgrit=dict(cfactor=4, abs_tol=1e-12),
+                         validation_solve=validation)
     return Trainer(net, (X, C), (Xv, Cv), config)
 
 
