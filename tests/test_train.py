@@ -131,6 +131,47 @@ def test_lbfgs_armijo_backtracks_and_state_roundtrips():
     np.testing.assert_array_equal(x, x2)
 
 
+def _two_loop(pairs, g):
+    """Nocedal & Wright's Algorithm 7.4: -H g over the pairs (s, y), oldest first,
+    H_0 = (s'y / y'y) I of the newest; every product as written there."""
+    q, alphas = g.copy(), []
+    for s, y in reversed(pairs):
+        rho = 1.0 / float(y @ s)
+        a = rho * float(s @ q)
+        q = q - a * y
+        alphas.append((rho, a))
+    if pairs:
+        s, y = pairs[-1]
+        q = q * (float(s @ y) / float(y @ y))
+    for (s, y), (rho, a) in zip(pairs, reversed(alphas)):
+        q = q + (a - rho * float(y @ q)) * s
+    return -q
+
+
+def test_lbfgs_direction_is_the_two_loop_recursion_bit_for_bit():
+    """Over more steps than its memory, through a state round trip: the pairs the
+    optimizer keeps and its direction, against the recursion computed afresh."""
+    rng = np.random.default_rng(4)
+    A = np.diag(rng.uniform(0.5, 20.0, 300))
+    f = lambda x: 0.5 * float(x @ A @ x)  # noqa: E731
+    x = rng.standard_normal(300)
+    opt = LBFGS(lr=1.0, memory=3)
+    for k in range(9):
+        if k == 5:
+            clone = LBFGS(lr=1.0, memory=3)
+            clone.load_state_dict(opt.state_dict())
+            opt = clone
+        g = A @ x
+        pairs = list(zip(opt.s, opt.y))
+        if opt.prev_params is not None:
+            pairs = (pairs + [(x - opt.prev_params, g - opt.prev_grad)])[-3:]
+        opt.step(x, f(x), g, f)
+        assert len(opt.s) == len(pairs) == min(k, 3)
+        assert all(np.array_equal(a, s) and np.array_equal(b, y)
+                   for a, b, (s, y) in zip(opt.s, opt.y, pairs))
+        assert np.array_equal(opt._direction(g), _two_loop(pairs, g)), k
+
+
 def test_optimizer_errors():
     with pytest.raises(ValueError, match="unknown optimizer 'rmsprop'"):
         make_optimizer("rmsprop")

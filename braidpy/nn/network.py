@@ -174,6 +174,11 @@ class ResNet:
         self.times = (i / self.nlayers) * self.tstop
         self.steps = np.diff(self.times)
         self._layout = self._make_layout()
+        # (name, shape, start, stop) of each block in the flat vector
+        self._spans: List[Tuple[str, Tuple[int, ...], int, int]] = []
+        for name, shape in self._layout:
+            start = self._spans[-1][3] if self._spans else 0
+            self._spans.append((name, shape, start, start + math.prod(shape)))
         # The flat buffer of the serial gradient's block of states, kept for the next
         # one (see _sweep_block); taken out while in use, so a concurrent call makes
         # its own.
@@ -212,22 +217,14 @@ class ResNet:
         if getattr(params, "shape", None) != (self.nparams,):
             raise ValueError(f"params must be a flat vector of {self.nparams} entries, got "
                              f"shape {getattr(params, 'shape', None)}")
-        out, start = {}, 0
+        if isinstance(params, np.ndarray):  # called several times a step: no lookups
+            return {name: params[lo:hi].reshape(shape) for name, shape, lo, hi in self._spans}
         reshape = _namespace(params).reshape
-        for name, shape in self._layout:
-            size = int(np.prod(shape))
-            out[name] = reshape(params[start:start + size], shape)
-            start += size
-        return out
+        return {name: reshape(params[lo:hi], shape) for name, shape, lo, hi in self._spans}
 
     def slices(self) -> Dict[str, slice]:
         """Where each named block lives in the flat vector."""
-        out, start = {}, 0
-        for name, shape in self._layout:
-            size = int(np.prod(shape))
-            out[name] = slice(start, start + size)
-            start += size
-        return out
+        return {name: slice(lo, hi) for name, _, lo, hi in self._spans}
 
     def init_params(self, seed: Optional[int] = None, scale: float = 1.0) -> Any:
         """Random parameters: layer weights ~ N(0, 1/fan_in) * scale, biases zero.

@@ -41,6 +41,16 @@ def _copy(a: Any) -> Any:
     return a.copy() if isinstance(a, np.ndarray) else namespace(a).asarray(a, copy=True)
 
 
+def _add_scaled(q: Any, c: float, v: Any, scratch: Any) -> None:
+    """q += c * v in place: c * v is rounded first, as that expression is, but made in
+    ``scratch`` (NumPy) instead of a new array each time."""
+    if scratch is None:
+        q += c * v
+    else:
+        np.multiply(v, c, out=scratch)
+        q += scratch
+
+
 def _loaded(a: Any) -> Any:
     """A state array from :meth:`load_state_dict`: float64 on its own device (host data,
     lists included, as NumPy arrays)."""
@@ -188,22 +198,35 @@ class LBFGS:
         self.y: List[np.ndarray] = []
         self.prev_params: Optional[np.ndarray] = None
         self.prev_grad: Optional[np.ndarray] = None
+        # s'y of each pair and y'y of the newest, kept from when the pair came: every
+        # rank runs this replicated, so what it recomputed was serial time on all.
+        self._sy: List[float] = []
+        self._yy = 0.0
 
     def _direction(self, grad: np.ndarray) -> np.ndarray:
         q = _copy(grad)
+        scratch = np.empty_like(q) if isinstance(q, np.ndarray) else None
         alphas = []
-        for s, y in zip(reversed(self.s), reversed(self.y)):
-            rho = 1.0 / float(y @ s)
+        for s, y, sy in zip(reversed(self.s), reversed(self.y), reversed(self._sy)):
+            rho = 1.0 / sy
             a = rho * float(s @ q)
-            q -= a * y
+            _add_scaled(q, -a, y, scratch)
             alphas.append((rho, a))
         if self.s:
-            s, y = self.s[-1], self.y[-1]
-            q *= float(s @ y) / float(y @ y)
+            q *= self._sy[-1] / self._yy
         for (s, y), (rho, a) in zip(zip(self.s, self.y), reversed(alphas)):
             b = rho * float(y @ q)
-            q += (a - b) * s
+            _add_scaled(q, a - b, s, scratch)
         return -q
+
+    def _remember(self, s: Any, y: Any, sy: float) -> None:
+        """Add the pair (s, y) with its s'y, dropping the oldest past ``memory``."""
+        self.s.append(s)
+        self.y.append(y)
+        self._sy.append(sy)
+        self._yy = float(y @ y)
+        if len(self.s) > self.memory:
+            del self.s[0], self.y[0], self._sy[0]
 
     def step(self, params: np.ndarray, loss: float, grad: np.ndarray,
              objective: Optional[Objective] = None) -> Dict[str, Any]:
@@ -212,16 +235,13 @@ class LBFGS:
         if self.prev_params is not None:
             s = params - self.prev_params
             y = grad - self.prev_grad
-            if float(s @ y) > 1e-12 * (vector_norm(s) * vector_norm(y)):
-                self.s.append(s)
-                self.y.append(y)
-                if len(self.s) > self.memory:
-                    self.s.pop(0)
-                    self.y.pop(0)
+            sy = float(s @ y)
+            if sy > 1e-12 * (vector_norm(s) * vector_norm(y)):
+                self._remember(s, y, sy)
         d = self._direction(grad)
         slope = float(grad @ d)
         if not slope < 0:  # not a descent direction: forget the memory
-            self.s, self.y = [], []
+            self.s, self.y, self._sy = [], [], []
             d = -grad
             slope = -float(grad @ grad)
         self.prev_params = _copy(params)
@@ -255,7 +275,10 @@ class LBFGS:
                              f"pairs, got {len(s)} and {len(y)}")
         prev_params = shapes(state.get("prev_params"), "prev_params")
         prev_grad = shapes(state.get("prev_grad"), "prev_grad")
-        self.s, self.y, self.prev_params, self.prev_grad = s, y, prev_params, prev_grad
+        self.s, self.y, self._sy = [], [], []
+        for si, yi in zip(s, y):
+            self._remember(si, yi, float(si @ yi))
+        self.prev_params, self.prev_grad = prev_params, prev_grad
 
 
 OPTIMIZERS: Dict[str, Any] = {"sgd": SGD, "adam": Adam, "lbfgs": LBFGS,
