@@ -6,8 +6,9 @@ dense ResNet of width 8, T 5, smoothed ReLU, full-batch L-BFGS, seed 1), measure
 by side in one process for each setting:
 
 * layer calls (deterministic): of one gradient (state + adjoint MGRIT solves; serial: a
-  forward and a backward sweep), of one line-search trial (a state solve without its
-  final F sweep; serial: a forward sweep), and per optimizer step (line search included)
+  backward sweep after a line search, whose last trial's forward states it reuses,
+  else a forward and a backward one), of one line-search trial (a state solve without
+  its final F sweep; serial: a forward sweep), and per optimizer step (line search included)
   against serial's; the gradient's and the trial's counts beside the formula of
   docs/performance.md ("Work per gradient at one rank");
 * seconds per step, wall and this process's CPU time (the median over steps 2..K of
@@ -330,8 +331,9 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
         first = runs[name][0]
         mode, m1, m2, relax, cfactor, levels = SETTINGS[name]
         nrelax = RELAXATIONS[relax]
-        if mode == "serial":
-            formula, trial_formula = 2 * N, N
+        if mode == "serial":  # after a line search the last trial's forward states
+            formula = N if first["loss_calls"] else 2 * N  # are reused: backward only
+            trial_formula = N
         else:
             formula = solve_calls(N, m1, levels, cfactor, nrelax) + \
                 solve_calls(N, m2, levels, cfactor, nrelax)

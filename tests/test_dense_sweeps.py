@@ -162,6 +162,55 @@ def test_resnet_serial_gradient_is_the_layer_by_layer_one(opening):
     assert kept is not None and kept.shape == (41 * 64 * 6,)
 
 
+def test_a_gradient_after_a_loss_at_its_point_reuses_the_forward_states(monkeypatch):
+    """loss(keep_states=True) keeps its sweep's states; loss_and_gradient at the same
+    parameters and inputs then sweeps backward only, and anything else (parameters
+    changed in place, other inputs, a gradient of other data in between) sweeps
+    again. Every result is the layer-by-layer gradient's, bit for bit."""
+    net = ResNet((3,), 4, width=6, nlayers=30)
+    p = net.init_params(2, scale=0.5)
+    rng = np.random.default_rng(8)
+    X, X2 = rng.standard_normal((40, 3)), rng.standard_normal((40, 3))
+    C = np.eye(4)[rng.integers(0, 4, 40)]
+    forward = net.layer.sweep_forward
+    sweeps = []
+    monkeypatch.setattr(net.layer, "sweep_forward",
+                        lambda *a: sweeps.append(1) or forward(*a))
+
+    def gradient_sweeps(params, X_):
+        before, C_ = len(sweeps), C[:len(X_)]
+        loss, grad = net.loss_and_gradient(params, X_, C_)
+        want_loss, want_grad, _ = _reference_gradient(net, params, X_, C_)
+        assert loss == want_loss and np.array_equal(grad, want_grad)
+        return len(sweeps) - before
+
+    assert net.loss(p, X, C, keep_states=True) == net.loss(p, X, C)
+    assert gradient_sweeps(p, X) == 0 and net.forward_sweeps_reused == 1
+    assert gradient_sweeps(p, X) == 1  # used once: the gradient's own sweep is not kept
+    net.loss(p, X, C, keep_states=True)
+    p[5] += 1e-3  # the optimizer moves the parameters in place
+    assert gradient_sweeps(p, X) == 1
+    net.loss(p, X, C, keep_states=True)
+    assert gradient_sweeps(p, X2) == 1
+    net.loss(p, X, C, keep_states=True)
+    gradient_sweeps(p, X2[:25])  # another batch's gradient takes the buffer
+    assert gradient_sweeps(p, X) == 1 and net.forward_sweeps_reused == 1
+
+
+def test_serial_training_counts_the_reused_forward_sweeps():
+    from braidpy.train import TrainConfig, Trainer
+
+    net = ResNet((3,), 4, width=6, nlayers=30)
+    rng = np.random.default_rng(8)
+    X, C = rng.standard_normal((40, 3)), np.eye(4)[rng.integers(0, 4, 40)]
+    history = Trainer(net, (X, C), None, TrainConfig(mode="serial", optimizer="lbfgs",
+                                                     iterations=4, validate_every=0)).run()
+    # the first gradient sweeps both ways; later ones reuse the last trial's states
+    assert [r["steps"] - 30 * r["line_search_trials"] for r in history] == \
+        [60, 30, 30, 30]
+    assert net.forward_sweeps_reused == 3
+
+
 def test_a_state_that_is_the_input_is_not_stepped_in_place(monkeypatch):
     # braidpy's openings return new arrays; one that passed X through must not see it
     # overwritten by the in-place forward sweep.

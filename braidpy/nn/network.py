@@ -183,6 +183,11 @@ class ResNet:
         # one (see _sweep_block); taken out while in use, so a concurrent call makes
         # its own.
         self._sweep_workspace: Any = None
+        # (parameters, inputs, buffer): the buffer holds their forward states (loss
+        # with keep_states), until someone takes it.
+        self._kept_forward: Optional[Tuple[Any, Any, Any]] = None
+        #: Forward sweeps loss_and_gradient skipped, its point's states kept by loss.
+        self.forward_sweeps_reused = 0
         self.nparams = sum(int(np.prod(s)) for _, s in self._layout)
 
     # ------------------------------------------------------------------ layout
@@ -324,10 +329,38 @@ class ResNet:
             u = step(u, v["K"][n, ...], v["b"][n, ...], hs[n])
         return u
 
-    def loss(self, params: Any, X: Any, C: Any) -> float:
-        """Mean cross-entropy loss of the serial forward sweep."""
+    def loss(self, params: Any, X: Any, C: Any, *, keep_states: bool = False) -> float:
+        """Mean cross-entropy loss of the serial forward sweep.
+
+        ``keep_states``: sweep into the serial gradient's block of states and keep it,
+        so that a :meth:`loss_and_gradient` at the same parameters and inputs next
+        skips its forward sweep (a line search's last trial is the point of the next
+        gradient). The same loss, bit for bit; where the layer has no compiled sweeps
+        or the block would not be kept, the plain sweep."""
         v = self.views(params)
+        if keep_states:
+            kept = self._loss_keeping_states(params, X, C, v)
+            if kept is not None:
+                return kept
         return float(classifier_loss(self.forward(params, X), C, v["W"], v["mu"]))
+
+    def _loss_keeping_states(self, params: Any, X: Any, C: Any, v: Dict[str, Any]
+                             ) -> Optional[float]:
+        """The loss by the forward sweep into the kept block, remembering the parameters
+        and inputs it holds the states of; None where it cannot be kept."""
+        u0 = self.open(params, X)
+        if not isinstance(params, np.ndarray) or not self.layer.sweeps(u0, v["K"], v["b"]) \
+                or (self.nlayers + 1) * u0.nbytes > SWEEP_WORKSPACE_MAX_BYTES:
+            return None
+        block = self._sweep_block(u0)
+        try:
+            if not self.layer.sweep_forward(block, v["K"], v["b"], self.steps.tolist()):
+                return None
+            loss = float(classifier_loss(block[-1], C, v["W"], v["mu"]))
+            self._kept_forward = (params.copy(), np.array(X, copy=True), block.base)
+        finally:
+            self._keep_sweep_block(block)
+        return loss
 
     def loss_and_gradient(self, params: Any, X: Any, C: Any) -> Tuple[float, Any]:
         """Loss and its gradient (on the parameters' device) by serial forward and
@@ -335,12 +368,18 @@ class ResNet:
         v = self.views(params)
         hs = self.steps.tolist()
         u0 = self.open(params, X)
+        kept, self._kept_forward = self._kept_forward, None
         block: Optional[np.ndarray] = \
             self._sweep_block(u0) if self.layer.sweeps(u0, v["K"], v["b"]) else None
         try:
             # Both sweeps in one call each where the layer has them (the same bits as
-            # the loops below), the states in one block kept for the next gradient.
-            swept = block is not None and self.layer.sweep_forward(block, v["K"], v["b"], hs)
+            # the loops below), the states in one block kept for the next gradient; the
+            # forward one not at all where the block holds this point's states already
+            # (loss(keep_states=True) at these parameters and inputs).
+            reused = block is not None and self._holds_states(kept, block, params, X)
+            self.forward_sweeps_reused += int(reused)
+            swept = block is not None and (
+                reused or self.layer.sweep_forward(block, v["K"], v["b"], hs))
             states: Any = block if swept else self._forward_states(v, u0, hs)
             loss, w, dW, dmu = classifier_gradient(states[-1], C, v["W"], v["mu"])
             grad = placement_of(params).zeros(self.nparams)
@@ -362,6 +401,14 @@ class ResNet:
             g[name][...] = value
         return float(loss), grad
 
+    @staticmethod
+    def _holds_states(kept: Any, block: Any, params: Any, X: Any) -> bool:
+        """Whether ``block`` is the buffer ``kept`` (from :meth:`loss` with
+        keep_states) says holds the forward states of these parameters and inputs."""
+        return kept is not None and block.base is kept[2] and \
+            kept[0].shape == params.shape and np.array_equal(kept[0], params) and \
+            kept[1].shape == X.shape and np.array_equal(kept[1], X)
+
     def _forward_states(self, v: Dict[str, Any], u: Any, hs: List[float]) -> List[Any]:
         """[u_0, ..., u_N] layer by layer from u_0 = u."""
         states = [u]
@@ -378,6 +425,7 @@ class ResNet:
         shape = (self.nlayers + 1,) + u0.shape
         need = math.prod(shape)
         buffer, self._sweep_workspace = self._sweep_workspace, None
+        self._kept_forward = None  # whoever takes the buffer overwrites its states
         if buffer is None or buffer.size < need or buffer.dtype != u0.dtype:
             buffer = np.empty(need, u0.dtype)
         block = buffer[:need].reshape(shape)

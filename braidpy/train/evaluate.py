@@ -102,6 +102,7 @@ class SerialEvaluator:
                  ) -> Tuple[float, np.ndarray, Dict[str, Any]]:
         """``average``: an :class:`~braidpy.train.sharded.AveragingRound` over the data
         groups (None: this batch alone)."""
+        reused = self.net.forward_sweeps_reused
         if average is None:
             loss, grad = self.net.loss_and_gradient(params, X, C)
         else:
@@ -114,12 +115,16 @@ class SerialEvaluator:
             average.add("grad", where.to_host(grad))
             mean = average.finish()
             loss, grad = float(mean["loss"][0]), where.from_host(mean["grad"])
-        self.step_calls += 2 * self.net.nlayers
-        return loss, grad, {"steps": 2 * self.net.nlayers}
+        # N backward steps, and N forward ones unless the last loss's were reused
+        steps = (2 - (self.net.forward_sweeps_reused - reused)) * self.net.nlayers
+        self.step_calls += steps
+        return loss, grad, {"steps": steps}
 
     def loss(self, params, X, C) -> float:
+        """The loss, its forward states kept: the next gradient at these parameters
+        (a line search's last trial) skips its forward sweep."""
         self.step_calls += self.net.nlayers
-        return self.net.loss(params, X, C)
+        return self.net.loss(params, X, C, keep_states=True)
 
     def accuracy(self, params, X, C) -> float:
         """The serial forward sweep in the network's evaluation batches, on the
