@@ -26,7 +26,7 @@ import dataclasses
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..parallel.collectives import bcast_bytes
 from ..parallel.comm import rank_size
@@ -210,6 +210,7 @@ def decide_grid(spec: NetSpec, nprocs: int, calibration: str, *, mode: str,
     serial = mode == "serial"
     model_mode = "exact" if mode == "exact" else "oneshot"
     best: Optional[Tuple[float, Prediction, Setting, float]] = None
+    checks_on: Dict[Tuple[int, int], float] = {}  # per (data, layers): any setting's
     for setting in _settings(settings, levels, cfactor, iterations, nrelax):
         # The Trainer runs its MGRIT setting on a single layer rank too, except in serial
         # mode (serial on every grid) and in mode 'auto' (serial where the layers and
@@ -223,8 +224,11 @@ def decide_grid(spec: NetSpec, nprocs: int, calibration: str, *, mode: str,
             if s.space > max_space or (serial and s.layers > 1) or \
                     (grid is not None and (s.data, s.space, s.layers) != tuple(grid)):
                 continue
-            checks = check_seconds(spec, s, cal) / check_every \
-                if check_every and _runs_mgrit(mode, s) else 0.0
+            checks = 0.0
+            if check_every and _runs_mgrit(mode, s):
+                if (s.data, s.layers) not in checks_on:
+                    checks_on[s.data, s.layers] = check_seconds(spec, s, cal) / check_every
+                checks = checks_on[s.data, s.layers]
             if best is None or p.seconds + checks < best[0]:
                 best = (p.seconds + checks, p, setting, result.serial)
     if best is None:
