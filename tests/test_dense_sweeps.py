@@ -226,6 +226,22 @@ def test_a_state_that_is_the_input_is_not_stepped_in_place(monkeypatch):
     assert not np.shares_memory(out, X)
 
 
+def test_kept_states_of_an_input_changed_in_place_are_not_reused(monkeypatch):
+    # An opening that passes X through: the kept u_0 must be a copy, or X changed in
+    # place would still look like the point of the kept states.
+    net = ResNet((6,), 3, width=6, nlayers=5, opening="zero-pad")
+    p = net.init_params(1)
+    rng = np.random.default_rng(0)
+    X, C = rng.standard_normal((8, 6)), np.eye(3)[rng.integers(0, 3, 8)]
+    monkeypatch.setattr(net, "open", lambda params, X: X)
+    net.loss(p, X, C, keep_states=True)
+    X[2, 3] += 0.5
+    want_loss, want_grad, _ = _reference_gradient(net, p, X, C)
+    loss, grad = net.loss_and_gradient(p, X, C)
+    assert net.forward_sweeps_reused == 0
+    assert loss == want_loss and np.array_equal(grad, want_grad)
+
+
 def test_blocks_above_the_limit_are_not_kept(monkeypatch):
     net = ResNet((2,), 3, width=4, nlayers=6)
     p = net.init_params(1)

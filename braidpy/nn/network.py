@@ -183,8 +183,8 @@ class ResNet:
         # one (see _sweep_block); taken out while in use, so a concurrent call makes
         # its own.
         self._sweep_workspace: Any = None
-        # (parameters, inputs, buffer): the buffer holds their forward states (loss
-        # with keep_states), until someone takes it.
+        # (parameters, u_0, buffer): the buffer holds their forward states (loss with
+        # keep_states), until someone takes it.
         self._kept_forward: Optional[Tuple[Any, Any, Any]] = None
         #: Forward sweeps loss_and_gradient skipped, its point's states kept by loss.
         self.forward_sweeps_reused = 0
@@ -357,7 +357,9 @@ class ResNet:
             if not self.layer.sweep_forward(block, v["K"], v["b"], self.steps.tolist()):
                 return None
             loss = float(classifier_loss(block[-1], C, v["W"], v["mu"]))
-            self._kept_forward = (params.copy(), np.array(X, copy=True), block.base)
+            # The states follow from the parameters and u_0 (X only through u_0, which
+            # is smaller than X where the opening reduces it).
+            self._kept_forward = (params.copy(), u0.copy(), block.base)
         finally:
             self._keep_sweep_block(block)
         return loss
@@ -376,7 +378,7 @@ class ResNet:
             # the loops below), the states in one block kept for the next gradient; the
             # forward one not at all where the block holds this point's states already
             # (loss(keep_states=True) at these parameters and inputs).
-            reused = block is not None and self._holds_states(kept, block, params, X)
+            reused = block is not None and self._holds_states(kept, block, params, u0)
             self.forward_sweeps_reused += int(reused)
             swept = block is not None and (
                 reused or self.layer.sweep_forward(block, v["K"], v["b"], hs))
@@ -402,12 +404,12 @@ class ResNet:
         return float(loss), grad
 
     @staticmethod
-    def _holds_states(kept: Any, block: Any, params: Any, X: Any) -> bool:
+    def _holds_states(kept: Any, block: Any, params: Any, u0: Any) -> bool:
         """Whether ``block`` is the buffer ``kept`` (from :meth:`loss` with
-        keep_states) says holds the forward states of these parameters and inputs."""
+        keep_states) says holds the forward states of these parameters from u_0."""
         return kept is not None and block.base is kept[2] and \
             kept[0].shape == params.shape and np.array_equal(kept[0], params) and \
-            kept[1].shape == X.shape and np.array_equal(kept[1], X)
+            kept[1].shape == u0.shape and np.array_equal(kept[1], u0)
 
     def _forward_states(self, v: Dict[str, Any], u: Any, hs: List[float]) -> List[Any]:
         """[u_0, ..., u_N] layer by layer from u_0 = u."""
