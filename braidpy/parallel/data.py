@@ -37,9 +37,7 @@ def shard_of(nsamples: int, ngroups: int, group: int) -> range:
     if nsamples < ngroups:
         raise ValueError(f"a batch of {nsamples} samples cannot feed {ngroups} data groups "
                          f"(each needs at least one)")
-    base, extra = divmod(nsamples, ngroups)
-    lo = group * base + min(group, extra)
-    return range(lo, lo + base + (1 if group < extra else 0))
+    return share_of(nsamples, ngroups, group)
 
 
 def share_of(count: int, parts: int, part: int) -> range:

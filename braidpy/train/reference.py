@@ -56,9 +56,7 @@ def reference_blocks(nsamples: int, max_blocks: Optional[int] = None,
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"{name} must be an int >= 1, got {value!r}")
     count = max(1, min(int(max_blocks), int(nsamples) // int(min_rows)))
-    base, extra = divmod(nsamples, count)
-    starts = [b * base + min(b, extra) for b in range(count + 1)]
-    return [range(lo, hi) for lo, hi in zip(starts, starts[1:])]
+    return [share_of(int(nsamples), count, b) for b in range(count)]
 
 
 class BlockedSerialEvaluator:
