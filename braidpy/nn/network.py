@@ -188,7 +188,7 @@ class ResNet:
         self._kept_forward: Optional[Tuple[Any, Any, Any]] = None
         #: Forward sweeps loss_and_gradient skipped, its point's states kept by loss.
         self.forward_sweeps_reused = 0
-        self.nparams = sum(int(np.prod(s)) for _, s in self._layout)
+        self.nparams = self._spans[-1][3]
 
     # ------------------------------------------------------------------ layout
     @property

@@ -92,10 +92,10 @@ class BlockedSerialEvaluator:
         """The blocks of a batch of ``nsamples``."""
         return reference_blocks(nsamples, self.max_blocks, self.min_rows)
 
-    def _local_sums(self, params: Any, X: Any, C: Any) -> List[np.ndarray]:
-        """``[loss, gradient]`` of each of this rank's blocks, weighted by the block's
-        share of the samples, as host vectors in block order."""
-        blocks = self.blocks(X.shape[0])
+    def _local_sums(self, params: Any, X: Any, C: Any, blocks: List[range]
+                    ) -> List[np.ndarray]:
+        """``[loss, gradient]`` of each of this rank's ``blocks``, weighted by the
+        block's share of the samples, as host vectors in block order."""
         rank, size = rank_size(self.comm)
         out = []
         for b in share_of(len(blocks), size, rank):
@@ -116,16 +116,17 @@ class BlockedSerialEvaluator:
         :class:`~braidpy.train.sharded.AveragingRound` over the data groups (None: this
         batch alone). Collective over the layer ranks."""
         what = "the exact gradient of the quality check"
+        blocks = self.blocks(X.shape[0])
         if average is None:
             with agreed(self.comm, what):  # no rank left in the sum when one failed
-                local = self._local_sums(params, X, C)
+                local = self._local_sums(params, X, C, blocks)
         else:
             with average.guarded(what):
                 average.begin([("loss", 1), ("grad", self.net.nparams)])
-                local = self._local_sums(params, X, C)
+                local = self._local_sums(params, X, C, blocks)
             average.point(what)
         # Through the ranks that hold blocks (a small batch: one block, one rank).
-        total = ordered_sum(local, self.comm, holders=len(self.blocks(X.shape[0])))
+        total = ordered_sum(local, self.comm, holders=len(blocks))
         assert total is not None  # every batch has a block
         loss, grad = float(total[0]), total[1:]
         if average is not None:
