@@ -32,10 +32,32 @@ PROBE = textwrap.dedent("""
 """)
 
 
-def _probe(mode):
+# Minor page faults of writing a 96 MiB array the second time, after the first was
+# freed: above glibc's highest mmap threshold (32 MiB), such a block is mapped afresh and
+# faulted in again unless mmap is off for single requests (M_MMAP_MAX 0).
+LARGE_PROBE = textwrap.dedent("""
+    import json, resource, sys
+    import numpy as np
+    from braidpy.perf.allocator import keep_freed_memory
+    out = keep_freed_memory() if sys.argv[1] == "keep" else (False, "default")
+
+    def faults():
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+    counts = []
+    for _ in range(2):
+        before = faults()
+        a = np.ones(12 * 2 ** 20)   # 96 MiB, every page written
+        counts.append(faults() - before)
+        del a
+    print(json.dumps([out[0], out[1], counts]))
+""")
+
+
+def _probe(mode, probe=PROBE):
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    out = subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True,
+    out = subprocess.run([sys.executable, "-c", probe, mode], capture_output=True,
                          text=True, env=env, timeout=60, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -44,6 +66,7 @@ def test_glibc_constants():
     # malloc.h: #define M_TRIM_THRESHOLD -1, #define M_MMAP_THRESHOLD -3
     assert allocator.M_TRIM_THRESHOLD == -1
     assert allocator.M_MMAP_THRESHOLD == -3
+    assert allocator.M_MMAP_MAX == -4
     assert allocator.MMAP_LIMIT == 32 * 2 ** 20
 
 
@@ -61,11 +84,28 @@ def test_keeps_large_temporaries_without_page_faults():
     assert kept <= 0.5 * default, (kept, default)
 
 
-def test_environment_wins_and_once_per_process(monkeypatch):
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc only")
+def test_keeps_blocks_above_the_highest_mmap_threshold():
+    applied, what, kept = _probe("keep", LARGE_PROBE)
+    if not applied:
+        pytest.skip(what)
+    assert what.endswith(", mmap max 0"), what
+    _, _, default = _probe("default", LARGE_PROBE)
+    # Written once, the block is faulted in (4 KiB or 2 MiB pages); freed and taken
+    # again, glibc's own mmap gives fresh pages while the heap gives the same ones.
+    assert default[0] >= 40 and default[1] >= default[0] // 2, default
+    assert kept[0] >= 40 and kept[1] <= kept[0] // 10, (kept, default)
+
+
+@pytest.mark.parametrize("name", ["MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_",
+                                  "MALLOC_MMAP_MAX_"])
+def test_environment_wins_and_once_per_process(monkeypatch, name):
     monkeypatch.setattr(allocator, "_state", {"done": None})
-    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "1000")
+    for other in ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_MMAP_MAX_"):
+        monkeypatch.delenv(other, raising=False)
+    monkeypatch.setenv(name, "1000")
     assert allocator.keep_freed_memory() == (
-        False, "left to MALLOC_*_THRESHOLD_ from the environment")
-    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_")
+        False, f"left to {name} from the environment")
+    monkeypatch.delenv(name)
     # Remembered: the environment's answer stands for this process.
     assert allocator.keep_freed_memory()[0] is False
