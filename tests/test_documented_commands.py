@@ -519,6 +519,8 @@ NOT_RUN = {
     "python benchmarks/bench_perf_model.py --ranks 1": BENCHMARK,
     "python benchmarks/bench_work_ratio.py --settings serial os12-F": BENCHMARK,
     "python benchmarks/bench_work_ratio.py --settings serial os12-F os12-F-L3-cf8": BENCHMARK,
+    "python benchmarks/bench_work_ratio.py --layers 1024 --samples 5000 --steps 20 "
+    "--repeats 1 --settings serial os12-F-L3-cf8 os12-F": BENCHMARK,
     "python benchmarks/bench_perf_model.py --ranks 1 2 4 8": BENCHMARK,
     # docs/performance.md
     "braidpy calibrate -o cal.json":
