@@ -994,7 +994,8 @@ def auto_choice(row: Dict[str, Any], P: int, calibration: Optional[str], check_e
         return {"error": "no calibration (braidpy calibrate failed or was skipped)"}
     try:
         from braidpy.nn import ResNet
-        from braidpy.perf.auto import Setting, decide_grid, training_settings, training_spec
+        from braidpy.perf.auto import (Setting, decide_grid, training_settings,
+                                       training_spec, trials_per_step)
         from braidpy.train.presets import preset
 
         s = preset("paper", "peaks")
@@ -1006,7 +1007,8 @@ def auto_choice(row: Dict[str, Any], P: int, calibration: Optional[str], check_e
                         settings=training_settings(s["mode"], {}, default,
                                                    checked=bool(check_every),
                                                    nlayers=net.nlayers),
-                        check_every=check_every)
+                        check_every=check_every,
+                        trials=trials_per_step(row["optimizer"]))
         # In the default mode a grid without layer or space ranks runs serial
         # backpropagation: its setting is moot.
         return {"shape": list(c.shape), "predicted_seconds": c.seconds,

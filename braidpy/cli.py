@@ -57,7 +57,8 @@ from .parallel.interrupts import deferred_interrupts
 from .parallel.collectives import bcast_bytes
 from .perf import commands as _perf_commands
 from .perf.allocator import keep_freed_memory
-from .perf.auto import Setting, choose_grid, training_settings, training_spec
+from .perf.auto import (Setting, choose_grid, training_settings, training_spec,
+                        trials_per_step)
 from .train import MODES, OPTIMIZERS, TrainConfig, Trainer, resolve_mode
 from .train.trainer import RELAXATIONS
 from .train.optim import ELASTIC
@@ -837,6 +838,7 @@ def _auto_grid(args: argparse.Namespace, net: ResNet, train: Any, comm: Any,
     try:
         choice = choose_grid(spec, comm, args.calibration, mode=args.mode,
                              settings=settings, check_every=args.quality_check_every,
+                             trials=trials_per_step(args.optimizer),
                              # conv networks split image rows (exact, oneshot)
                              max_space=max_space(net, args.mode))
     except ValueError as exc:

@@ -14,8 +14,11 @@ def main(nranks, path):
     expect_world(comm, nranks)
     out = {}
     for name, fields, iterations in CASES:
-        counts, owned, calls = run_counts(fields, iterations, comm)
-        out[name] = comm.gather({"counts": counts, "owned": owned, "calls": calls}, root=0)
+        for final_sweep in (True, False):  # False: a line-search trial's solve
+            counts, owned, calls = run_counts(fields, iterations, comm, final_sweep)
+            key = name if final_sweep else name + ":trial"
+            out[key] = comm.gather({"counts": counts, "owned": owned, "calls": calls},
+                                   root=0)
     if comm.Get_rank() == 0:
         with open(path, "w") as f:
             json.dump(out, f)

@@ -55,14 +55,14 @@ class RecordingBatchedDecay(_Calls, BatchedDecay):
     calls: list
 
 
-def run_counts(fields, iterations, comm=None):
-    """Step counts of this rank in a real solve: (counts, owned range, calls in order
-    as [batched, states, level])."""
+def run_counts(fields, iterations, comm=None, final_sweep=True):
+    """Step counts of this rank in a real solve (``final_sweep``: as Core.solve's):
+    (counts, owned range, calls in order as [batched, states, level])."""
     app = RecordingBatchedDecay() if fields.get("batched") else RecordingDecay()
     app.calls = []
     core = braidpy.Core(app, 0.0, 1.0, fields["ntime"], comm=comm,
                         options=options_of(fields, iterations))
-    core.solve()
+    core.solve(final_sweep=final_sweep)
     c = core.counts()
     out = {k: int(c.get(k, 0)) for k in ("step", "step_batch", "step_batch_items")}
     owned = core.owned
@@ -70,19 +70,21 @@ def run_counts(fields, iterations, comm=None):
     return out, (owned.start, owned.stop - 1), [list(c) for c in app.calls]
 
 
-def model_counts(fields, iterations, nranks):
+def model_counts(fields, iterations, nranks, final_sweep=True):
     from braidpy.perf.schedule import program_counts, solve_program
-    progs = solve_program(Cycle(**fields), nranks, iterations, cold=True)
+    progs = solve_program(Cycle(**fields), nranks, iterations, cold=True,
+                          final_sweep=final_sweep)
     return [{k: program_counts(p).get(k, 0) for k in ("step", "step_batch",
                                                       "step_batch_items")}
             for p in progs]
 
 
-def model_calls(fields, iterations, nranks):
+def model_calls(fields, iterations, nranks, final_sweep=True):
     """Each rank's step calls in the order the model's simulation runs them, as
     [batched, states, level] (what run_counts records from the core)."""
     from braidpy.perf.schedule import simulate, solve_program
-    progs = solve_program(Cycle(**fields), nranks, iterations, cold=True)
+    progs = solve_program(Cycle(**fields), nranks, iterations, cold=True,
+                          final_sweep=final_sweep)
     tl = simulate(progs, lambda op: 1.0 if op.kind == "step" else 0.0, lambda op: 0.0,
                   lambda op, n: 0.0, record=True)
     calls = [[] for _ in range(nranks)]

@@ -370,3 +370,29 @@ def test_grid_auto_on_a_deep_network_can_choose_more_levels_under_mpi(tmp_path):
     assert (config["m1"], config["m2"], config["relax"], config["mgrit"]["max_levels"],
             config["cfactor"]) == (want.setting.m1, want.setting.m2, want.setting.relax,
                                    want.setting.levels, want.setting.cfactor)
+
+
+def test_line_search_trials_are_priced_with_the_setting(tmp_path):
+    # Adjoint calls cost 1.5x forward ones: m1 = 2, m2 = 1 is the cheaper gradient, but
+    # each L-BFGS trial runs m1 state iterations, which makes m1 = 1, m2 = 2 the
+    # cheaper step. Adam (no trials) keeps the cheaper gradient.
+    from braidpy.perf.auto import Setting, trials_per_step
+
+    fwd, adj = CostFit(0.0, 1e-6), CostFit(0.0, 1.5e-6)
+    layers = (LayerCosts("dense-w4", "dense", (4,), 1,
+                         {"fwd": fwd, "adj": adj, "grad": CostFit(0.0, 0.0),
+                          "vec": CostFit(0.0, 0.0)}),)
+    free = Link(0.0, 0.0, "assumed: test")
+    path = tmp_path / "cal.json"
+    save_calibration(Calibration(layers, 0.0, free, free, solve_s=0.0), str(path))
+    a, b = Setting(2, 1, "F", 2, 4), Setting(1, 2, "F", 2, 4)
+    spec = dense_spec(64)
+    adam = decide_grid(spec, 2, str(path), mode="oneshot", settings=[a, b], grid=(1, 1, 2),
+                       trials=trials_per_step("adam"))
+    lbfgs = decide_grid(spec, 2, str(path), mode="oneshot", settings=[a, b],
+                        grid=(1, 1, 2), trials=trials_per_step("lbfgs"))
+    assert adam.setting == a and "per step" not in adam.summary, adam.summary
+    assert lbfgs.setting == b, lbfgs.summary
+    assert "per step with 1 line-search trial(s)" in lbfgs.summary
+    with pytest.raises(ValueError, match="optimizer must be one of"):
+        trials_per_step("newton")

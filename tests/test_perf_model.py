@@ -249,6 +249,26 @@ def test_one_gradient_by_hand():
     assert pred.parts["fwd"] == 28 and pred.parts["adj"] == 28 and pred.parts["grad"] == 8
 
 
+def test_a_line_search_trial_by_hand():
+    # The gradient above (68) and, per trial, the opening of the new parameters 1, the
+    # state solve without its final F-sweep (28 - 4: the last point is a C-point) and
+    # the loss 1.
+    net = NetSpec("dense", (4,), 8, 10)
+    pred = predict(net, strategy(1), made_up(), trials=2)
+    assert pred.seconds == 68 and pred.parts["fwd"] == 28
+    assert pred.trial_seconds == 1 + 24 + 1
+    assert pred.step_seconds == 68 + 2 * 26
+    assert predict(net, strategy(1), made_up()).step_seconds == 68  # per gradient
+    # Two ranks: a trial is one state solve's share of the gradient's path, less its
+    # final sweep; the messages of the coarse relay stay.
+    two = predict(net, strategy(2), made_up(alpha=0.5), trials=1)
+    assert 0 < two.trial_seconds < two.seconds / 2
+    assert two.step_seconds == two.seconds + two.trial_seconds
+    for bad in (-1, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="trials must be a finite number >= 0"):
+            predict(net, strategy(1), made_up(), trials=bad)
+
+
 def test_glue_and_fixed_costs_enter_by_hand():
     """A measured calibration's glue (before every step call), fixed seconds per
     gradient and vector factor add exactly what they say to the by-hand gradient."""
@@ -597,6 +617,43 @@ def test_serial_propagation_with_a_sweep_fit_is_priced_by_it():
         net, Strategy(1, 1, 1, Cycle(ntime=64, max_levels=1)), swept).seconds)
 
 
+def test_serial_trials_sweep_forward_and_the_gradient_after_one_backward_only():
+    """A serial trial is the opening, the forward part of the sweeps (in the proportion
+    of the calls' costs: a third with equal fwd, adj and grad) and the loss; the
+    gradient at the point of a trial reuses its forward sweep and the opening."""
+    net = NetSpec("dense", (4,), 64, 100)
+    base = made_up(step=1e-3, alpha=1e-6, beta=1e-9)
+    swept = dataclasses.replace(base, layers=(dataclasses.replace(
+        base.layers[0], serial=CostFit(2e-6, 1e-8)),) + base.layers[1:])
+    serial = Strategy(4, 1, 1, Cycle(ntime=64, max_levels=1))
+    sweeps = 64 * (2e-6 + 1e-8 * 25)
+    loss_allreduce = allreduce_seconds(8.0, 4, base.p2p, base.allreduce)
+    one = predict(net, serial, swept, trials=1)
+    assert one.trial_seconds == pytest.approx(1e-3 + sweeps / 3 + 1e-3 + loss_allreduce,
+                                              rel=1e-12)
+    assert one.reused_seconds == pytest.approx(sweeps / 3 + 1e-3, rel=1e-12)
+    assert one.step_seconds == pytest.approx(one.seconds + 1e-3 + loss_allreduce, rel=1e-12)
+    # Fewer than one trial a step on average: no gradient is sure to follow one.
+    half = predict(net, serial, swept, trials=0.5)
+    assert half.reused_seconds == 0
+    assert half.step_seconds == pytest.approx(half.seconds + 0.5 * one.trial_seconds,
+                                              rel=1e-12)
+
+
+def test_plan_with_trials_ranks_by_the_step():
+    net = NetSpec("dense", (4,), 64, 100)
+    cal = made_up(step=1e-3, alpha=1e-6, beta=1e-9)
+    got = plan(net, 4, cal, levels=(2,), cfactors=(4,), iterations=(2, 1), trials=1)
+    steps = [p.step_seconds for p in got.ranked]
+    assert steps == sorted(steps) and got.trials == 1
+    assert all(p.trial_seconds > 0 for p in got.ranked)
+    assert got.serial_step == pytest.approx(predict(
+        net, Strategy(1, 1, 1, Cycle(ntime=64, max_levels=1, batched=True)), cal,
+        trials=1).step_seconds)
+    assert got.serial_step > got.serial  # no sweep fit: the trial's calls, none reused
+    assert plan(net, 4, cal, levels=(2,), cfactors=(4,)).serial_step == got.serial
+
+
 def test_calibrate_serial_measures_dense_sweeps_only():
     from braidpy.perf.calibrate import calibrate_serial
 
@@ -669,6 +726,22 @@ def test_plan_prints_the_best(tmp_path, capsys):
     assert json.loads(out)["ranked"][0]["seconds"] > 0
     proc = cli("plan", "--calibration", path, "--network", "dense:4:32", "-P", "2")
     assert proc.returncode == 0, proc.stderr  # and as a command
+    # With line-search trials: the seconds per step too, ranked and compared by them.
+    status, out, err = in_process(capsys, "plan", "--calibration", path, "--network",
+                                  "dense:4:32", "--batch", "64", "-P", "4", "--json",
+                                  "--trials", "1", "--top", "50")
+    assert status == 0, err
+    got = json.loads(out)
+    assert got["trials"] == 1 and got["serial_step_s"] > 0
+    mgrit = [p for p in got["ranked"] if p["max_levels"] > 1]
+    assert mgrit and all(p["step_seconds"] == pytest.approx(
+        p["seconds"] + p["trial_seconds"]) for p in mgrit)
+    steps = [p["step_seconds"] for p in got["ranked"]]
+    assert steps == sorted(steps)
+    status, out, err = in_process(capsys, "plan", "--calibration", path, "--network",
+                                  "dense:4:32", "--batch", "64", "-P", "4", "--trials", "1")
+    assert status == 0, err
+    assert "s/step" in out and "with 1 line-search trial(s) per step" in out
 
 
 def test_plan_relax_option_plans_that_relaxation(tmp_path, capsys):
@@ -714,6 +787,8 @@ def test_plan_relax_option_plans_that_relaxation(tmp_path, capsys):
      "no strategy for P=2 fits in"),
     (["--calibration", "{dense}", "--network", "mnist", "-P", "2"], 1,
      "the calibration has no conv layers"),
+    (["--calibration", "{good}", "--network", "peaks", "-P", "2", "--trials", "-1"], 2,
+     "argument --trials: expected a number >= 0, got '-1'"),
 ])
 def test_plan_bad_input_names_the_value(tmp_path, capsys, args, status, message):
     files = {"missing": str(tmp_path / "missing.json"), "bad": str(tmp_path / "bad.json"),

@@ -137,14 +137,31 @@ def test_counts_equal_a_real_solve(name, fields, iterations):
     assert [calls] == model_calls(fields, iterations, 1)
 
 
+@pytest.mark.parametrize("name,fields,iterations", CASES, ids=[c[0] for c in CASES])
+def test_counts_equal_a_real_trial_solve(name, fields, iterations):
+    """A line-search trial's solve (Core.solve(final_sweep=False)): no final F-sweep
+    where the last point is a C-point, the whole sweep where it is not."""
+    real, _, calls = run_counts(fields, iterations, final_sweep=False)
+    assert [real] == model_counts(fields, iterations, 1, final_sweep=False)
+    assert [calls] == model_calls(fields, iterations, 1, final_sweep=False)
+    whole, _, _ = run_counts(fields, iterations)
+    levels = hierarchy(Cycle(**fields), 1)
+    if len(levels) > 1 and fields["ntime"] % levels[0].cf == 0:
+        assert sum(real.values()) < sum(whole.values()), name
+    else:
+        assert real == whole, name
+
+
 @pytest.mark.parametrize("nranks", [2, 4])
 def test_counts_equal_a_real_solve_per_rank_under_mpi(nranks, tmp_path):
     out = launch("mpi_perf_driver.py", nranks, tmp_path)
     for name, fields, iterations in CASES:
-        model = model_counts(fields, iterations, nranks)
-        real = [row["counts"] for row in out[name]]
-        assert real == model, name
-        assert [row["calls"] for row in out[name]] == model_calls(fields, iterations,
-                                                                  nranks), name
-        ranges = [tuple(row["owned"]) for row in out[name]]
-        assert ranges == block_ranges(fields["ntime"] + 1, nranks)
+        for final_sweep in (True, False):
+            key = name if final_sweep else name + ":trial"
+            model = model_counts(fields, iterations, nranks, final_sweep)
+            real = [row["counts"] for row in out[key]]
+            assert real == model, key
+            assert [row["calls"] for row in out[key]] == model_calls(
+                fields, iterations, nranks, final_sweep), key
+            ranges = [tuple(row["owned"]) for row in out[key]]
+            assert ranges == block_ranges(fields["ntime"] + 1, nranks)

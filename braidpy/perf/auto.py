@@ -31,6 +31,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from ..parallel.collectives import bcast_bytes
 from ..parallel.comm import rank_size
 from ..parallel.data import share_of
+from ..train.optim import OPTIMIZERS
 from ..train.reference import reference_blocks
 from .calibration import Calibration, load_calibration
 from .model import NetSpec, Prediction, Strategy, serial_seconds
@@ -39,7 +40,8 @@ from .schedule import NRELAX, RELAX_NAMES
 
 __all__ = ["GridChoice", "Setting", "QUALIFIED", "QUALIFIED_DEEP", "DEEP_LAYERS",
            "qualified", "settings_to_try", "training_settings",
-           "training_spec", "check_seconds", "decide_grid", "choose_grid"]
+           "training_spec", "check_seconds", "trials_per_step", "decide_grid",
+           "choose_grid"]
 
 @dataclass(frozen=True)
 class Setting:
@@ -153,6 +155,21 @@ def training_spec(kind: str, input_shape: Sequence[int], width: int, nlayers: in
                    nclasses=int(nclasses), params=int(params))
 
 
+def trials_per_step(optimizer: str) -> float:
+    """Line-search trials the model prices per step of ``optimizer`` (a name of
+    :data:`braidpy.train.optim.OPTIMIZERS`): 1 where it searches a line (L-BFGS tries
+    at least one point a step; Peaks measured 1.04-1.06 on average,
+    benchmarks/bench_work_ratio.py), else 0.
+
+    >>> trials_per_step("lbfgs"), trials_per_step("adam")
+    (1.0, 0.0)
+    """
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {', '.join(sorted(OPTIMIZERS))}, "
+                         f"got {optimizer!r}")
+    return 1.0 if OPTIMIZERS[optimizer].needs_objective else 0.0
+
+
 def check_seconds(spec: NetSpec, s: Strategy, cal: Calibration) -> float:
     """Predicted seconds of one gradient-quality check's exact gradient on the grid of
     ``s`` (:class:`braidpy.train.reference.BlockedSerialEvaluator`): a data group's
@@ -195,7 +212,7 @@ def decide_grid(spec: NetSpec, nprocs: int, calibration: str, *, mode: str,
                 iterations: Optional[Tuple[int, int]] = None, max_space: int = 1,
                 nrelax: int = 1, settings: Optional[Sequence[Setting]] = None,
                 grid: Optional[Tuple[int, int, int]] = None,
-                check_every: int = 0) -> GridChoice:
+                check_every: int = 0, trials: float = 0.0) -> GridChoice:
     """The fastest grid of ``nprocs`` ranks, with the fastest of ``settings`` (or the
     one setting of levels, cfactor, iterations and nrelax), by the model (no
     communication: what rank 0 does for :func:`choose_grid`). ``grid``: only that
@@ -203,7 +220,9 @@ def decide_grid(spec: NetSpec, nprocs: int, calibration: str, *, mode: str,
     training checks the gradient's quality every that many steps where it runs MGRIT
     (0: never), which adds :func:`check_seconds` over it to those grids' time per
     step; the checks have no form for space ranks, so then ``max_space`` is 1.
-    ValueError when the file or no grid fits."""
+    ``trials``: the optimizer's line-search trials per step (L-BFGS: 1; Adam, SGD: 0),
+    priced on every grid as it runs them (:func:`braidpy.perf.model.predict`), so
+    that grids are compared per step. ValueError when the file or no grid fits."""
     cal = load_calibration(calibration)
     if check_every:
         max_space = 1
@@ -218,7 +237,7 @@ def decide_grid(spec: NetSpec, nprocs: int, calibration: str, *, mode: str,
         result = plan(spec, nprocs, cal, levels=(setting.levels,),
                       cfactors=(setting.cfactor,), iterations=(setting.m1, setting.m2),
                       mode=model_mode, nrelax=NRELAX[setting.relax],
-                      mgrit_on_one_rank=mode not in ("serial", "auto"))
+                      mgrit_on_one_rank=mode not in ("serial", "auto"), trials=trials)
         for p in result.ranked:
             s = p.strategy
             if s.space > max_space or (serial and s.layers > 1) or \
@@ -229,8 +248,8 @@ def decide_grid(spec: NetSpec, nprocs: int, calibration: str, *, mode: str,
                 if (s.data, s.layers) not in checks_on:
                     checks_on[s.data, s.layers] = check_seconds(spec, s, cal) / check_every
                 checks = checks_on[s.data, s.layers]
-            if best is None or p.seconds + checks < best[0]:
-                best = (p.seconds + checks, p, setting, result.serial)
+            if best is None or p.step_seconds + checks < best[0]:
+                best = (p.step_seconds + checks, p, setting, result.serial_step)
     if best is None:
         only = "" if grid is None else f", grid {','.join(map(str, grid))}"
         checked = " (quality checks)" if check_every else ""
@@ -244,11 +263,17 @@ def decide_grid(spec: NetSpec, nprocs: int, calibration: str, *, mode: str,
     runs_mgrit = _runs_mgrit(mode, s)
     with_setting = f" with {setting.label()}" if runs_mgrit and settings is not None \
         and len(settings) > 1 else ""
-    check_note = "" if per_step == pred.seconds else \
-        f" and {(per_step - pred.seconds) * 1e3:.3g} ms per step for the quality checks"
+    check_note = "" if per_step == pred.step_seconds else \
+        f" and {(per_step - pred.step_seconds) * 1e3:.3g} ms per step for the quality checks"
+    if trials:
+        per = (f"{pred.seconds * 1e3:.4g} ms per gradient, {pred.step_seconds * 1e3:.4g} ms "
+               f"per step with {trials:g} line-search trial(s), "
+               f"{one_process / pred.step_seconds:.2f}x one process per step")
+    else:
+        per = (f"{pred.seconds * 1e3:.4g} ms per gradient, {one_process / pred.seconds:.2f}x "
+               f"one process")
     summary = (f"--grid auto chose {s.data},{s.space},{s.layers}{with_setting}: predicted "
-               f"{pred.seconds * 1e3:.4g} ms per gradient, {one_process / pred.seconds:.2f}x "
-               f"one process{assumed}{check_note}; calibration {calibration}")
+               f"{per}{assumed}{check_note}; calibration {calibration}")
     return GridChoice((s.data, s.space, s.layers), pred.seconds, summary, setting)
 
 
@@ -263,7 +288,7 @@ def choose_grid(spec: NetSpec, comm: Any, calibration: str, *, mode: str,
                 levels: Optional[int] = None, cfactor: Optional[int] = None,
                 iterations: Optional[Tuple[int, int]] = None, max_space: int = 1,
                 nrelax: int = 1, settings: Optional[Sequence[Setting]] = None,
-                check_every: int = 0) -> GridChoice:
+                check_every: int = 0, trials: float = 0.0) -> GridChoice:
     """The fastest grid (and setting) for ``comm``'s ranks (collective; see the module
     docstring and :func:`decide_grid`).
 
@@ -275,7 +300,8 @@ def choose_grid(spec: NetSpec, comm: Any, calibration: str, *, mode: str,
         try:
             c = decide_grid(spec, nprocs, calibration, levels=levels, cfactor=cfactor,
                             mode=mode, iterations=iterations, max_space=max_space,
-                            nrelax=nrelax, settings=settings, check_every=check_every)
+                            nrelax=nrelax, settings=settings, check_every=check_every,
+                            trials=trials)
             assert c.setting is not None  # decide_grid names the setting it chose
             payload = json.dumps({"shape": list(c.shape), "seconds": c.seconds,
                                   "summary": c.summary,

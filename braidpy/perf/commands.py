@@ -59,6 +59,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _nonnegative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
 def _layer(text: str) -> str:
     try:
         parse_layer(text)
@@ -179,6 +189,11 @@ def add_commands(commands: Any) -> None:
     p.add_argument("--cores", type=_positive_int, metavar="N",
                    help=f"{CORES_HELP}; with more ranks than N, compute x ranks / N: a "
                         f"lower bound, not validated (default: a core per rank)")
+    p.add_argument("--trials", type=_nonnegative_float, default=0.0, metavar="K",
+                   help="line-search trials per optimizer step (braidpy train's L-BFGS: "
+                        "1; Adam, SGD: 0): also price each step, rank the splits by it "
+                        "and give the speedups per step (default %(default)g: per "
+                        "gradient)")
     p.add_argument("--top", type=_positive_int, default=5, metavar="K",
                    help="how many of the best splits to print (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print the ranking as JSON")
@@ -242,13 +257,15 @@ def _plan(args: argparse.Namespace) -> int:
     result = plan(net, args.procs, cal, memory=None if args.memory is None else
                   args.memory * 2**30, network=link, cores=args.cores,
                   levels=args.levels, cfactors=args.cfactors, iterations=iterations,
-                  mode=args.mode, nrelax=NRELAX[args.relax])
+                  mode=args.mode, nrelax=NRELAX[args.relax], trials=args.trials)
     if args.json:
-        print(json.dumps({"serial_s": result.serial, "ranked": [
+        print(json.dumps({"serial_s": result.serial, "trials": result.trials,
+                          "serial_step_s": result.serial_step, "ranked": [
             {"data": p.strategy.data, "space": p.strategy.space, "layers": p.strategy.layers,
              "max_levels": p.strategy.cycle.max_levels,
              "cfactor": p.strategy.cycle.cfactor_at(0),
              "relax": RELAX_NAMES.get(p.strategy.cycle.nrelax_at(0)), "seconds": p.seconds,
+             "trial_seconds": p.trial_seconds, "step_seconds": p.step_seconds,
              "memory_bytes": p.memory, "parts": p.parts, "notes": p.notes}
             for p in result.ranked[:args.top]],
             "rejected": [[s.label(), why] for s, why in result.rejected]}, indent=1))

@@ -182,7 +182,8 @@ class Strategy:
 @dataclasses.dataclass
 class Prediction:
     """Predicted seconds per gradient with the parts of its critical path, and the
-    memory per rank."""
+    memory per rank; with line-search trials (``predict(trials=...)``) the seconds of
+    one trial and of one optimizer step as well."""
 
     strategy: Strategy
     seconds: float
@@ -190,6 +191,17 @@ class Prediction:
     memory: float
     timeline: Timeline
     notes: List[str]
+    #: Line-search trials per optimizer step, and the seconds of one.
+    trials: float = 0.0
+    trial_seconds: float = 0.0
+    #: What a gradient after a trial at its point does not repeat (serial propagation:
+    #: the forward sweep, kept by the trial; ResNet.loss(keep_states=True)).
+    reused_seconds: float = 0.0
+
+    @property
+    def step_seconds(self) -> float:
+        """Seconds per optimizer step: the gradient, its trials, less what it reuses."""
+        return self.seconds + self.trials * self.trial_seconds - self.reused_seconds
 
 
 def allreduce_seconds(nbytes: float, nprocs: int, p2p: Link, small: Link) -> float:
@@ -265,8 +277,15 @@ def band_share(net: NetSpec, space: int, tag: str) -> float:
 
 def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] = None,
             small: Optional[Link] = None, cores: Optional[int] = None,
-            record: bool = False) -> Prediction:
+            record: bool = False, trials: float = 0.0) -> Prediction:
     """Seconds per gradient of ``net`` with strategy ``s`` and the calibrated costs.
+
+    ``trials``: line-search trials per optimizer step (L-BFGS: at least one; Adam and
+    SGD: none). Each is priced as the Trainer runs it: the opening, the state solve of
+    m1 iterations without its final F-sweep (``Core.solve(final_sweep=False)``; exact
+    mode: m1 assumed) and the loss on MGRIT grids, the forward sweep and the loss in
+    serial propagation, whose gradient after a trial then sweeps backward only
+    (:attr:`Prediction.step_seconds`).
 
     ``p2p`` and ``small`` replace the calibration's network (e.g. a cluster's);
     ``cores``: the cores the ranks have (None: one each). Step calls take the layer's
@@ -373,14 +392,29 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
     head = costs["grad"].seconds(1, samples * scale) * layer.sweep
     progs: List[List[Op]] = []
 
+    if trials < 0 or not math.isfinite(trials):
+        raise ValueError(f"trials must be a finite number >= 0, got {trials!r}")
+    loss_allreduce = allreduce_seconds(8.0, s.data, p2p, small)  # a trial's, over groups
+
     if s.cycle.max_levels == 1 and P == 1 and s.space == 1 and layer.serial is not None:
         # Serial propagation where the layer sweeps in one compiled call: what serial
         # training runs (ResNet.loss_and_gradient), no core and no per-call Python.
         sweeps = N * layer.serial.seconds(1, samples * scale)
         progs = [[Op("work", "head", seconds=opening), Op("work", "serial", seconds=sweeps),
                   Op("work", "head", seconds=2 * head + opening)]]
-        return _finish(net, s, simulate(progs, cost, message, reduce, record=record), p2p,
+        pred = _finish(net, s, simulate(progs, cost, message, reduce, record=record), p2p,
                        small, notes)
+        if not trials:
+            return pred
+        # The calibrated sweep is forward and backward together; its forward part is
+        # taken in the proportion of the single calls' costs.
+        n = samples * scale
+        fwd = costs["fwd"].seconds(1, n)
+        forward = sweeps * fwd / (fwd + costs["adj"].seconds(1, n) + costs["grad"].seconds(1, n))
+        trial = opening + forward + head + loss_allreduce
+        reused = forward + opening if trials >= 1 else 0.0
+        return dataclasses.replace(pred, trials=float(trials), trial_seconds=trial,
+                                   reused_seconds=reused)
 
     m1, m2 = s.iterations
     primal = [with_glue(ops) for ops in
@@ -465,7 +499,26 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
     tl = simulate(progs, cost, message, reduce, record=record)
     notes += _extrapolation_notes(layer, progs, samples * scale * band_share(net, s.space,
                                                                              "fwd"))
-    return _finish(net, s, tl, p2p, small, notes)
+    pred = _finish(net, s, tl, p2p, small, notes)
+    if not trials:
+        return pred
+    # A line-search trial (GradientSolver.objective): the opening of the new parameters,
+    # the state solve without its final sweep, the loss and its collectives.
+    trial_solve = [with_glue(ops) for ops in
+                   solve_program(s.cycle, P, m1, tag="fwd", stream="primal", cold=s.cold,
+                                 final_sweep=False)]
+    trial_progs: List[List[Op]] = []
+    for p in range(P):
+        ops = [Op("work", "head", seconds=opening)] if p == 0 else []
+        ops.append(solve)
+        ops += trial_solve[p] + agreements(SOLVE_END_COLLECTIVES)
+        if p == P - 1:
+            ops.append(Op("work", "head", seconds=head))  # the classifier's loss
+        ops.append(Op("allreduce", "objective"))
+        ops += agreements(OBJECTIVE_COLLECTIVES)
+        trial_progs.append(ops)
+    trial = simulate(trial_progs, cost, message, reduce).makespan + loss_allreduce
+    return dataclasses.replace(pred, trials=float(trials), trial_seconds=trial)
 
 
 def _finish(net: NetSpec, s: Strategy, tl: Timeline, p2p: Link, small: Link,
@@ -517,8 +570,9 @@ def _extrapolation_notes(layer: LayerCosts, progs: List[List[Op]], samples: floa
     return out
 
 
-def serial_seconds(net: NetSpec, cal: Calibration) -> float:
-    """One process, serial propagation (max_levels 1): the reference of speedups."""
+def serial_seconds(net: NetSpec, cal: Calibration, trials: float = 0.0) -> float:
+    """One process, serial propagation (max_levels 1): the reference of speedups; per
+    gradient, or with ``trials`` per optimizer step (:attr:`Prediction.step_seconds`)."""
     s = Strategy(1, 1, 1, Cycle(ntime=net.nlayers, max_levels=1, batched=True), (1, 1))
-    return predict(net, s, cal).seconds
+    return predict(net, s, cal, trials=trials).step_seconds
 

@@ -109,17 +109,23 @@ class Plan:
     ranked: List[Prediction]
     rejected: List[Tuple[Strategy, str]]
     serial: float
+    #: Line-search trials per step the predictions price (0: per gradient), and serial
+    #: propagation's seconds per step with them.
+    trials: float = 0.0
+    serial_step: float = 0.0
 
 
 def plan(net: NetSpec, P: int, cal: Calibration, *, memory: Optional[float] = None,
          network: Optional[Link] = None, cores: Optional[int] = None,
-         **menu) -> Plan:
+         trials: float = 0.0, **menu) -> Plan:
     """Predict every candidate (see :func:`candidates`), fastest first.
 
     ``memory``: bytes per rank available (None: no limit); ``network``: a cluster
     link replacing the calibration's (e.g. :data:`CLUSTERS`); ``cores``: as
     :func:`~braidpy.perf.model.predict`'s (more ranks than cores: a lower bound, noted);
-    ``menu``: passed to :func:`candidates`.
+    ``trials``: line-search trials per optimizer step, which then ranks the candidates
+    by their seconds per step (:attr:`Prediction.step_seconds`) instead of per
+    gradient; ``menu``: passed to :func:`candidates`.
     """
     _check_work(net, P, menu)
     ranked: List[Prediction] = []
@@ -130,7 +136,7 @@ def plan(net: NetSpec, P: int, cal: Calibration, *, memory: Optional[float] = No
         if why:
             rejected.append((s, "; ".join(why)))
             continue
-        pred = predict(net, s, cal, p2p=network, small=network, cores=cores)
+        pred = predict(net, s, cal, p2p=network, small=network, cores=cores, trials=trials)
         if not (math.isfinite(pred.seconds) and pred.seconds > 0):
             raise ValueError(f"the calibration predicts {pred.seconds} s/gradient for "
                              f"{s.label()}: its costs must be finite and > 0 (measure them "
@@ -149,12 +155,13 @@ def plan(net: NetSpec, P: int, cal: Calibration, *, memory: Optional[float] = No
         shown = reasons[:8] + ([f"and {len(reasons) - 8} more"] if len(reasons) > 8 else [])
         raise ValueError(f"no strategy for P={P} can run {net.kind} x {net.nlayers} layers: "
                          + "; ".join(shown))
-    ranked.sort(key=lambda p: p.seconds)
+    ranked.sort(key=lambda p: p.step_seconds)
     serial = serial_seconds(net, cal)
     if not (math.isfinite(serial) and serial > 0):
         raise ValueError(f"the calibration predicts {serial} s/gradient serially: its costs "
                          f"must be finite and > 0 (measure them again with braidpy calibrate)")
-    return Plan(ranked, rejected, serial)
+    return Plan(ranked, rejected, serial, float(trials),
+                serial_seconds(net, cal, trials) if trials else serial)
 
 
 def _check_work(net: NetSpec, P: int, menu: Dict) -> None:
@@ -176,17 +183,25 @@ def _check_work(net: NetSpec, P: int, menu: Dict) -> None:
 
 
 def format_plan(p: Plan, top: int = 5) -> str:
-    """The best ``top`` strategies with their breakdown, as text."""
-    lines = [f"{'rank':>4s}  {'data x space x layers, MGRIT':34s} {'s/gradient':>11s} "
-             f"{'speedup':>8s} {'GiB/rank':>9s}  critical path"]
+    """The best ``top`` strategies with their breakdown, as text (with trials, the
+    seconds per step too, and the speedup per step)."""
+    step = f" {'s/step':>9s}" if p.trials else ""
+    lines = [f"{'rank':>4s}  {'data x space x layers, MGRIT':34s} {'s/gradient':>11s}{step} "
+             f"{'speedup':>8s} {'GiB/rank':>9s}  critical path (of the gradient)"]
     for i, pred in enumerate(p.ranked[:top], 1):
         parts = ", ".join(f"{k} {v * 1e3:.3g} ms" for k, v in
                           sorted(pred.parts.items(), key=lambda kv: -kv[1]) if v > 0)
-        lines.append(f"{i:4d}  {pred.strategy.label():34s} {pred.seconds:11.4g} "
-                     f"{p.serial / pred.seconds:7.2f}x {pred.memory / 2**30:9.3g}  {parts}")
+        per_step = f" {pred.step_seconds:9.4g}" if p.trials else ""
+        speedup = p.serial_step / pred.step_seconds if p.trials else p.serial / pred.seconds
+        lines.append(f"{i:4d}  {pred.strategy.label():34s} {pred.seconds:11.4g}{per_step} "
+                     f"{speedup:7.2f}x {pred.memory / 2**30:9.3g}  {parts}")
     notes = sorted({n for pred in p.ranked[:top] for n in pred.notes})
     for n in notes:
         lines.append(f"note: {n}")
+    serial = f"{p.serial:.4g} s/gradient"
+    if p.trials:
+        serial += (f", {p.serial_step:.4g} s/step with {p.trials:g} line-search "
+                   f"trial(s) per step (the speedups are per step)")
     lines.append(f"{len(p.ranked)} strategies ranked, {len(p.rejected)} rejected; serial "
-                 f"on one process: {p.serial:.4g} s/gradient")
+                 f"on one process: {serial}")
     return "\n".join(lines)

@@ -404,12 +404,14 @@ class _Writer:
             self.interp_from(l)
 
     # -- the final F-sweep (drive.cpp's final_relax)
-    def final_relax(self, final_fc_relax: bool) -> None:
+    def final_relax(self, final_fc_relax: bool, sweep: bool = True) -> None:
         if final_fc_relax:
             self.f_relax(0, True)
         L = self.levels[0]
         lo, hi = L.ranges[self.rank]
         left, right = L.neighbours(self.rank)
+        if not sweep and L.is_c(L.n):
+            return  # Core.solve(final_sweep=False): the last point is kept, no steps
         if self.batch_sweep(L, left >= 0):
             self.lockstep_chains(0, right >= 0, left >= 0, "final")
         elif hi >= lo:
@@ -464,11 +466,13 @@ class _Writer:
 
 def solve_program(cycle: Cycle, nranks: int, iterations: int, *, tag: str = "fwd",
                   ranges: Optional[Sequence[Range]] = None, cold: bool = False,
-                  world: Optional[Sequence[int]] = None, stream: str = "primal"
-                  ) -> List[List[Op]]:
+                  world: Optional[Sequence[int]] = None, stream: str = "primal",
+                  final_sweep: bool = True) -> List[List[Op]]:
     """Every rank's operations of one solve of ``iterations`` MGRIT iterations
     (Core.solve: the initial guess, the cycles with an allreduce at each iteration's
-    end, the final F-sweep), as the compiled core issues them.
+    end, the final F-sweep), as the compiled core issues them. ``final_sweep=False``:
+    ``Core.solve(final_sweep=False)``, a line-search trial's state solve (no final
+    F-sweep where the last point is a C-point).
 
     Parameters
     ----------
@@ -510,7 +514,7 @@ def solve_program(cycle: Cycle, nranks: int, iterations: int, *, tag: str = "fwd
                 skip_down = k == 0 and cycle.skip and cold and not cycle.seq_soln
                 w.cycle(skip_down, cycle.fmg and cycle.nfmg != k, cycle.fmg_vcycles)
                 w.collective("top")
-        w.final_relax(cycle.final_fc_relax)
+        w.final_relax(cycle.final_fc_relax, final_sweep)
         w.collective("agree")
         progs[to_world[q]] = w.ops
     return progs
