@@ -49,24 +49,24 @@ def _positive_int_at_most(high: int, why: str) -> Any:
     return convert
 
 
-def _positive_float(text: str) -> float:
+def _finite_float(text: str, zero_ok: bool) -> float:
+    """A finite number above 0 (or at least 0, ``zero_ok``), else the error naming it."""
+    want = "a number >= 0" if zero_ok else "a number > 0"
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected {want}, got {text!r}") from None
+    if not (value >= 0 if zero_ok else value > 0) or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected {want}, got {text!r}")
     return value
+
+
+def _positive_float(text: str) -> float:
+    return _finite_float(text, zero_ok=False)
 
 
 def _nonnegative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
-    return value
+    return _finite_float(text, zero_ok=True)
 
 
 def _layer(text: str) -> str:

@@ -295,6 +295,8 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
     says so). ``record`` keeps every simulated operation in
     ``Prediction.timeline.events``.
     """
+    if trials < 0 or not math.isfinite(trials):
+        raise ValueError(f"trials must be a finite number >= 0, got {trials!r}")
     why = check_strategy(net, s)
     if why:
         raise ValueError(f"strategy {s.label()}: " + "; ".join(why))
@@ -392,8 +394,6 @@ def predict(net: NetSpec, s: Strategy, cal: Calibration, *, p2p: Optional[Link] 
     head = costs["grad"].seconds(1, samples * scale) * layer.sweep
     progs: List[List[Op]] = []
 
-    if trials < 0 or not math.isfinite(trials):
-        raise ValueError(f"trials must be a finite number >= 0, got {trials!r}")
     loss_allreduce = allreduce_seconds(8.0, s.data, p2p, small)  # a trial's, over groups
 
     if s.cycle.max_levels == 1 and P == 1 and s.space == 1 and layer.serial is not None:
