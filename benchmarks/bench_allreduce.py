@@ -1,4 +1,4 @@
-"""MPI's allreduce against the ring allreduce and its bandwidth model (issue 16, item 5).
+"""MPI's allreduce against the ring allreduce and its bandwidth model.
 
     mpiexec -n P python benchmarks/bench_allreduce.py [--repeats R] [--quick]
 

@@ -8,7 +8,7 @@ relative residual drop of 1e-5) should need about as many iterations for every N
 
     python benchmarks/bench_depth.py [--batch 5000] [--layers 256 512 1024 2048]
 
-Goal (issue 4): iterations differ by at most 1 between N = 256 and N = 2048.
+Goal: iterations differ by at most 1 between N = 256 and N = 2048.
 """
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-"""EASGD (seed paper 003) against allreduce SGD and Adam, on digits with 4 workers
-(issue 16, item 3).
+"""EASGD (seed paper 003) against allreduce SGD and Adam, on digits with 4 workers.
 
     mpiexec -n 4 python benchmarks/bench_easgd.py [--steps S] [--quick] [--tau T]
     mpiexec -n 5 python benchmarks/bench_easgd.py --methods async-easgd [...]

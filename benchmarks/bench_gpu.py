@@ -3,7 +3,7 @@
 Network: N = 4096 layers u <- u + h tanh(u K_n^T + b_n), width 8, T = 2, its own
 weights per layer (a fixed deterministic pattern, no seed), batch 1 and 32.
 
-Forward (issue 14's targets): a loop over the layers on CuPy ("serial") against
+Forward: a loop over the layers on CuPy ("serial") against
 braidpy.solve with cfactor 64, 2 levels, F-relaxation, batched (step_stacked: one
 batched matmul per step position), (a) 2 iterations (abs_tol 0: the forward of one-shot
 training) and (b) to a 1e-8 relative residual drop.
@@ -27,8 +27,8 @@ per block of layers, seed paper 000), and the array-API im2col path; and the adj
 parameter-gradient calls, grouped cuDNN vs im2col vs braidpy's direct kernels
 ("cuda-direct": a step of every interval in one kernel). When torch sees the GPU, PyTorch's
 references: its grouped conv2d with and without TF32, its whole step from braidpy's
-layout, and its backward data + filter. Then wider layers (issue 32 item 2;
---conv-channels, default 32 and 64): the same calls, cuDNN grouped vs cuda-direct only,
+layout, and its backward data + filter. Then wider layers
+(--conv-channels, default 32 and 64): the same calls, cuDNN grouped vs cuda-direct only,
 with the family of direct kernels the shape takes (braidpy.nn.conv_direct.kernel_family).
 Each table names the cuDNN algorithms of its grouped step (forward, backward data,
 backward filter) and whether they were measured: --cudnn-benchmark sets
@@ -41,7 +41,7 @@ one-shot (2, 2) gradient (2 levels, each --conv-cfactors), with the cuda-direct,
 and array-API im2col backends, and PyTorch's autograd through the same conv residual
 loop.
 
-Validation (--validation, issue 32 item 4): ``braidpy.train.Trainer`` with the quick
+Validation (--validation): ``braidpy.train.Trainer`` with the quick
 preset's network and settings for scikit-learn's digits (8 conv layers of 4 channels, 8x8)
 and digits28 (16 layers of 8 channels, 28x28) on ``device="cuda"``, serial and one-shot:
 seconds per training step (median, the first step left out) against seconds per
@@ -50,7 +50,7 @@ the classifier's argmax and count, printed apart) and per ``ResNet.evaluate`` of
 validation set, as a ratio with the target: a validation costs at most 10 training steps.
 Needs CuPy and a GPU; otherwise it says so and skips (exit 0).
 
-Fused dense steps (--dense-fused, issue 32 item 3): per call, a dense step's kernels on
+Fused dense steps (--dense-fused): per call, a dense step's kernels on
 CuPy (Peaks' shape: width 8, batch 5000, smooth_relu, float64 and float32; single and
 stacked over 16 intervals): braidpy._cuda's fused kernels (cuBLAS's product, then one
 kernel) against the array-API arithmetic (about eleven launches), forward and
@@ -218,7 +218,7 @@ def conv_steps(xp, args):
 
 
 def _wide_conv_rows(xp, args, m, C, H):
-    """--conv's wider layers (issue 32 item 2): the same calls as the 8-channel rows
+    """--conv's wider layers: the same calls as the 8-channel rows
     (m intervals, batch BATCH, 3x3, tanh) with C channels, cuDNN grouped against
     cuda-direct only (per interval, streams and im2col add little here and im2col's
     columns grow with C), and the direct kernels' family for the shape."""
@@ -274,8 +274,8 @@ def _wide_conv_times(xp, args, layers, Wt, U, Ks, bs, hs):
 
 
 def _torch_conv_cases(torch, U, Wt, Ks, bs, hs, m, C, H, device="cuda"):
-    """PyTorch's calls for the same shapes, as references (issue 15's "within 1.5x of
-    PyTorch"): the grouped conv alone with TF32 allowed (PyTorch's default for cuDNN
+    """PyTorch's calls for the same shapes, as references (the conv target: "within
+    1.5x of PyTorch"): the grouped conv alone with TF32 allowed (PyTorch's default for cuDNN
     convolutions) and not (braidpy's cuDNN calls use FMA math: like for like); the whole
     step u + h tanh(conv(u) + b) from braidpy's (m, batch, C, H, W) layout and back; and
     the gradient call's two convolutions (backward data and backward filter)."""

@@ -1,6 +1,6 @@
 """Regime map: braidpy's layer-parallel gradient on one GPU vs PyTorch's serial loop.
 
-Issue 32 item 5. Network: the conv ResNet of bench_gpu.py --conv-net (paper 000's
+Network: the conv ResNet of bench_gpu.py --conv-net (paper 000's
 style): a 3x3 conv opening of a 1-channel 28x28 image to C channels, N residual layers
 u <- u + h tanh(conv(u, K_n) + b_n) (T = 2), a softmax classifier over 10 classes;
 braidpy.nn.ResNet's weights (init_params), the same weights and batch copied into

@@ -1,4 +1,4 @@
-"""Time per gradient of data x space x layers training on every grid of P ranks (issue 16).
+"""Time per gradient of data x space x layers training on every grid of P ranks.
 
     mpiexec -n P python benchmarks/bench_grids.py [--repeats R] [--quick]
         [--problems digits peaks] [--mode oneshot|exact]

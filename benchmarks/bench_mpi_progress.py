@@ -1,4 +1,4 @@
-"""Does a message arrive while its sender computes outside MPI? (issue 17, item 4 (b))
+"""Does a message arrive while its sender computes outside MPI?
 
 Under ``mpiexec -n 2``: rank 0 posts K Isends of n bytes, then computes for 50 ms
 without entering MPI, then waits; rank 1 receives them as braidpy's time communicator

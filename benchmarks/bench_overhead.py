@@ -25,7 +25,7 @@ Two estimates of the time braidpy spends outside user callbacks, per step call:
    little low; its freshly cloned arrays die at once (cache-hot), unlike the
    solve's, which makes it a little high.
 
-Per step call, the issue's figure (third table): total = timings=False solve wall
+Per step call, the headline figure (third table): total = timings=False solve wall
 time / step calls; floor = the same app.step called as many times from a plain
 Python loop with the same argument types (a 1-element array, two floats and
 the braidpy.Status of a live solver), per call; core share = total - floor

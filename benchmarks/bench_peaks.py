@@ -9,7 +9,7 @@ points; MGRIT cfactor 4 with 2 levels and with 3 levels; one-shot m1 = m2 = 2.
 
 Prints, per run: best validation accuracy, and the iterations, layer-step calls
 (forward, adjoint and line search; validation not counted) and training seconds
-(validation not counted) needed to first reach the target accuracy. Goals (issue 4):
+(validation not counted) needed to first reach the target accuracy. Goals:
 accuracy >= 95%; one-shot within 2 points of exact; one-shot needing less than half
 the step calls and time of exact layer-parallel training.
 """

@@ -1,9 +1,9 @@
 """Predicted vs measured seconds per gradient on every data x space x layers grid.
 
-Issue 17, item 4 for the grids (bench_perf_model.py checks MGRIT settings with layer
-ranks only): for P = 1, 2, 4 ranks, every grid D x S x L = P that training can run on
-two problems, the time of one loss-and-gradient of a whole batch as the Trainer
-computes it (``trainer.evaluator.gradient``: each data group's one-shot (2, 2) MGRIT
+The performance model's validation on the grids (bench_perf_model.py checks MGRIT
+settings with layer ranks only): for P = 1, 2, 4 ranks, every grid D x S x L = P that
+training can run on two problems, the time of one loss-and-gradient of a whole batch as
+the Trainer computes it (``trainer.evaluator.gradient``: each data group's one-shot (2, 2) MGRIT
 over its layer ranks on its shard, the spatial ranks splitting a conv net's image rows,
 then the average over the data groups), beside the model's prediction
 (:func:`braidpy.perf.model.predict` for that grid and MGRIT setting):

@@ -175,7 +175,7 @@ def main(argv=None) -> None:
                              predicted=pred, error=err, iterations=its,
                              parts=dict(prediction.parts)))
             # Each row as it comes, and the JSON so far: a run cut off by a time
-            # limit (a lent GPU machine's) keeps what it measured.
+            # limit (a GPU machine's) keeps what it measured.
             print(f"measured {name} at P = {P}: {t:.4f} s, model {pred:.4f} s "
                   f"({err:+.0%})", flush=True)
             if args.json:
@@ -190,7 +190,7 @@ def aggregate(paths):
     out = []
     for key in keys:
         same = [r for run in runs for r in run if (r["setting"], r["P"]) == key]
-        for r in same:  # files of before session 16 may have compared CPU time
+        for r in same:  # files written before 2026-11-29 may have compared CPU time
             r.setdefault("measured", r["cpu"])
         row = dict(same[0])
         for field in ("cpu", "wall", "measured", "predicted"):

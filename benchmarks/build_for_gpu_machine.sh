@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build braidpy's extensions (braidpy._core, braidpy._cuda with sm_80/90) HERE for the
-# Python of the lent GPU machines (3.12; this machine needs that Python, e.g. pyenv's),
-# so that a device run can skip its own build (about 85 s of a 15-minute device budget).
+# Python of the GPU machines (3.12; this machine needs that Python, e.g. pyenv's), so
+# that a run there can skip its own build (about 85 s).
 # The .so files land in braidpy/ beside this machine's own; carry them with the run:
 #   carry: [".whl", "braidpy/_core.cpython-312-x86_64-linux-gnu.so",
 #           "braidpy/_cuda.cpython-312-x86_64-linux-gnu.so"]

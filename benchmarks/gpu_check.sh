@@ -7,7 +7,7 @@
 #   bash benchmarks/gpu_check.sh            # about 8 minutes on one H100/H200 (estimated:
 #   the dense-fused, validation and regimes steps have not run on one yet)
 #   (benchmarks/build_for_gpu_machine.sh first, here, and carrying its two .so files
-#   saves the build: about 85 s of the device time)
+#   saves the build: about 85 s on the GPU machine)
 #   STEPS="pytest-gpu bench-gpu-conv" bash benchmarks/gpu_check.sh   # some steps only
 #   BENCH_GPU_ARGS="--hierarchies 2:64 3:16" ...                      # options of a step
 #   STEPS="perf-cpu" bash benchmarks/gpu_check.sh   # the performance model's validation
@@ -85,19 +85,18 @@ step pytest-gpu 240 $PY -m pytest -m gpu -ra -p no:cacheprovider -W ignore::Depr
     -W ignore::FutureWarning tests/test_gpu.py
 step bench-gpu 150 $PY benchmarks/bench_gpu.py ${BENCH_GPU_ARGS:-}
 step bench-gpu-conv 60 $PY benchmarks/bench_gpu.py --conv
-# Dense steps: braidpy._cuda's fused kernel against the array-API arithmetic, per call
-# (issue 32 item 3).
+# Dense steps: braidpy._cuda's fused kernel against the array-API arithmetic, per call.
 step bench-gpu-dense-fused 60 $PY benchmarks/bench_gpu.py --dense-fused
 step gpu-overheads 60 bash -c "cd benchmarks && $PY gpu_overheads.py"
 step bench-gpu-conv-net 240 $PY benchmarks/bench_gpu.py --conv-net --conv-cfactors 64 16
-# The regime map against PyTorch's best serial settings (issue 32 item 5): per call and
+# The regime map against PyTorch's best serial settings: per call and
 # whole gradient, float32/64 x 8/32/64 channels x N 256/1024 x batch 1/32/128, its own
 # --budget of 100 s here (rows past it skipped, each named; the script's own default is
 # 170 s), so the whole check stays near 8 minutes; JSON in $OUT/gpu-regimes.json.
 step bench-gpu-regimes 160 $PY benchmarks/bench_gpu_regimes.py --budget 100 --json "$OUT/gpu-regimes.json"
 step bench-torch-cuda 150 $PY benchmarks/bench_torch.py --device cuda --repeats 3
 step train-digits-cuda 120 $PY -m braidpy train digits --device cuda --iterations 20
-# Seconds per validation against seconds per training step (issue 32 item 4: target <= 10),
+# Seconds per validation against seconds per training step (target: <= 10),
 # digits and digits28 with their quick presets, serial and one-shot, 20 steps each.
 step bench-gpu-validation 120 $PY benchmarks/bench_gpu.py --validation
 # An MNIST-size conv ResNet (28x28, 8 channels): scikit-learn's digits scaled 3x and
@@ -118,7 +117,7 @@ step train-digits28-cuda 120 $PY -m braidpy train /tmp/digits28.npy \
 step train-mnist-cuda 300 bash -c "$PY benchmarks/mnist_subset.py /tmp/mnist5k && \
     $PY -m braidpy train mnist --data /tmp/mnist5k --device cuda --iterations 400 \
     --validate-every 100"
-# The performance model's GPU costs (issue 17): layer calls timed on the GPU, then the
+# The performance model's GPU costs: layer calls timed on the GPU, then the
 # best splits of a 1024-layer MNIST-size conv ResNet over 4-64 GPUs with them.
 step calibrate-gpu 200 bash -c "$PY -m braidpy calibrate --device cuda -o '$OUT/cal-gpu.json' \
     --layer dense:8 --layer conv:8x28x28:3 -v && for P in 4 16 64; do $PY -m braidpy plan \
@@ -134,6 +133,6 @@ step perf-grids 300 $PY benchmarks/bench_perf_grids.py --ranks 1 2 4 --json "$OU
 step perf-timeline 240 $PY benchmarks/bench_perf_timeline.py --ranks 1 2 4 8 \
     --json "$OUT/perf-timeline.json"
 # Scaling on this machine's CPU cores, 1 to 16 ranks (a core each): one command, its own
-# 240 s budget (issue 29); "scale" names it.
+# 240 s budget; "scale" names it.
 step scale 300 $PY benchmarks/scaling.py --json "$OUT/scaling.json"
 cat "$OUT/summary.log"

@@ -1,8 +1,7 @@
 """Scaling on this host in one command: serial vs layer/time-parallel vs data-parallel.
 
-Issue 29, item 1. Every rank count P (1, 2, 4, 8, 16: those up to this host's physical
-cores, unless --oversubscribe or --ranks) and every row below is one line of a table;
-the columns are
+Every rank count P (1, 2, 4, 8, 16: those up to this host's physical cores, unless
+--oversubscribe or --ranks) and every row below is one line of a table; the columns are
 
 - serial: ``braidpy train --mode serial`` on one process (training rows); plain
   sequential stepping of the example's app, one process (time-integration rows);
@@ -78,7 +77,7 @@ would overrun it are cut short or skipped.
         [--ranks 1 2 4 ...] [--oversubscribe] [--steps K] [--adam-steps K]
         [--rows peaks256 peaks1024 batch32 heat ode] [--mixed] [--calibration FILE]
         [--quality-check-every K] [--timeout S] [--cap C] [--keep-logs DIR] [--dry-run]
-    STEPS="scale" bash benchmarks/gpu_check.sh     # on the lent 16-core machine
+    STEPS="scale" bash benchmarks/gpu_check.sh     # on a 16-core GPU machine
 
 Nothing is meaningful with more ranks than cores (marked "over" in the tables).
 """

@@ -1,4 +1,4 @@
-"""EASGD in training (issue 16 item 3): cases run under mpiexec by
+"""EASGD in training: cases run under mpiexec by
 tests/mpi_easgd_train_driver.py, and the NumPy reference of test_easgd_training.py."""
 
 

@@ -1,4 +1,4 @@
-"""Data x layers training cases (issue 16), run serially in-process and on every grid of
+"""Data x layers training cases, run serially in-process and on every grid of
 tests/mpi_hybrid_driver.py. Each case takes a ProcessGrid and returns this rank's plain
 JSON data; the driver gathers them over the world."""
 

@@ -11,7 +11,7 @@ Rank 0 writes the gathered outcomes as JSON.
 
 With ``mismatch``, rank 1 alone is given another problem (an option, tstop, ntime, the
 time grid, an invalid option), turns its next start cold (reset_guess, a failed
-solution()), or raises an exception whose str() fails (issue 30); each case prints its
+solution()), or raises an exception whose str() fails; each case prints its
 name first, so a hang killed by the test's timeout names the case that hung.
 """
 
@@ -299,10 +299,10 @@ def soak(solves):
     return records
 
 
-# ----------------------------------------------- one rank given another problem (issue 30)
+# ---------------------------------------------------------- one rank given another problem
 
 MISMATCH_RANK = 1  # the rank that differs (a middle one of 4, the last of 2)
-PROBLEM = (0.0, 5.0, 256)  # tstart, tstop, ntime of the issue's reproducers
+PROBLEM = (0.0, 5.0, 256)  # tstart, tstop, ntime of the original reproducers
 #: case -> (what rank 1 alone changes: solve() arguments, or the option to give it)
 MISMATCHES = {
     "cfactor": {"cfactor": 8},
@@ -318,7 +318,7 @@ MISMATCHES = {
 
 
 class Oops(Exception):
-    """An exception whose str() fails (issue 30, item 2)."""
+    """An exception whose str() fails."""
 
     def __str__(self):
         raise RuntimeError("no str")

@@ -1,5 +1,5 @@
-"""Spatially split training cases (issue 16, item 4), run serially in-process and on every
-grid D x S x L with S > 1 of tests/mpi_space_driver.py. Each case takes a ProcessGrid and
+"""Spatially split training cases, run serially in-process and on every grid D x S x L
+with S > 1 of tests/mpi_space_driver.py. Each case takes a ProcessGrid and
 returns this rank's plain JSON data; the driver gathers them over the world."""
 
 import hashlib

@@ -698,7 +698,7 @@ def test_forged_messages_fail_the_cupy_receiver_too(fake_cp, case):
 
 
 def test_a_message_naming_a_module_imports_nothing(tmp_path, monkeypatch):
-    """The probe of issue 10: a header naming a planted module made a rank import it."""
+    """A probe: a header naming a planted module made a rank import it."""
     (tmp_path / "braidpy_planted_probe.py").write_text("import sys\nsys.planted = True\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     head = b"braidpy_planted_probe;<f8;2"

@@ -1,4 +1,4 @@
-"""``braidpy train --grid D,S,L`` (issue 16): data x space x layers training from the
+"""``braidpy train --grid D,S,L``: data x space x layers training from the
 command line, and the errors for grids that cannot train."""
 
 import json

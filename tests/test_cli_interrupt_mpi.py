@@ -1,4 +1,4 @@
-"""Ctrl-C on one rank of `mpiexec -n P braidpy train` (issue 30's reproducer): every
+"""Ctrl-C on one rank of `mpiexec -n P braidpy train`: every
 rank ends, the interrupted one with status 130, the others naming it; whether the
 signal lands in a solve, between solves, or in the set-up before the first step."""
 

@@ -82,7 +82,7 @@ def test_direct_kernels_equal_the_numpy_kernels(host_cuda, act, shape):
         close(got, want, 1e-12)
 
 
-#: Wide layers (issue 32 item 2), (m, N, C, H, W, k): C = 16 (float64: over the tiled
+#: Wide layers, (m, N, C, H, W, k): C = 16 (float64: over the tiled
 #: kernels' 48 KiB), 24, 32, 33, 64 (C not a multiple of the chunk of 4 or the group of
 #: 16 channels), k 3 and 5, planes not multiples of 16 (one over two tiles of rows).
 WIDE = [(2, 1, 16, 5, 6, 3), (1, 2, 24, 17, 9, 3), (1, 1, 32, 6, 5, 5), (2, 1, 33, 4, 6, 5),
@@ -170,7 +170,7 @@ def test_kernel_family_is_the_documented_rule():
     ((2 ** 29, 1, 8, 16, 16), 3, "float64", "tiled"),    # 2^29 tiles: a grid of 2^29
     ((2 ** 29, 1, 64, 16, 16), 3, "float64", "element"),  # 4 groups each: 2^31 blocks
 ])
-def test_kernel_family_of_the_issues_shapes_and_grid_limits(U, k, dtype, family):
+def test_kernel_family_of_the_wide_shapes_and_grid_limits(U, k, dtype, family):
     assert cd.kernel_family(U, (U[0], U[2], U[2], k, k), dtype) == family
 
 

@@ -1,4 +1,4 @@
-"""Evaluation where the model is (issue 32 item 4): validation inside Trainer.step,
+"""Evaluation where the model is: validation inside Trainer.step,
 ResNet.evaluate/accuracy/predict/probabilities and ``braidpy evaluate``/``predict`` run
 batch by batch on the parameters' device and bring back only scalars and class ids.
 
@@ -360,8 +360,8 @@ def test_the_validation_benchmark_skips_cleanly_without_a_gpu():
 
 
 def test_the_validation_benchmark_rows_run_on_the_host(capsys):
-    """The GPU row's code, run on the host with device "cpu" (a GPU session runs it on
-    CUDA): it trains, validates and prints the ratio with the target."""
+    """The GPU row's code, run on the host with device "cpu" (a GPU run of the
+    benchmark runs it on CUDA): it trains, validates and prints the ratio with the target."""
     import argparse
 
     sys.path.insert(0, str(ROOT / "benchmarks"))

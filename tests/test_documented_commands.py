@@ -1,10 +1,10 @@
 """Every shell command the documentation shows parses, and the cheap ones run and print
-what the text around them says (issue 31 item 3).
+what the text around them says.
 
 Where commands are found
 ------------------------
-README.md and docs/*.md (not docs/journal.md, a dated history), and the --help texts of
-``braidpy`` and of each of its subcommands (braidpy/cli.py, braidpy/perf/commands.py).
+README.md and docs/*.md, and the --help texts of ``braidpy`` and of each of its
+subcommands (braidpy/cli.py, braidpy/perf/commands.py).
 
 * Fenced blocks marked ``bash``, ``sh``, ``shell`` or ``console``, and unmarked ones: a
   line whose first word, after ``VAR=value`` settings and a ``$`` prompt, is one of
@@ -87,8 +87,7 @@ from braidpy.cli import build_parser
 from braidpy.train.trainer import RELAXATIONS
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md"] + sorted(p for p in (ROOT / "docs").glob("*.md")
-                                      if p.name != "journal.md")
+PAGES = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
 COMMAND_WORDS = ("braidpy", "mpiexec", "python", "pip", "bash")
 SHELL_BLOCKS = ("bash", "sh", "shell", "console")
 #: Scripts a page names by file name alone, and where they live.
@@ -552,7 +551,7 @@ NOT_RUN = {
     "python benchmarks/bench_overhead.py": "a benchmark",
     "python benchmarks/bench_vs_pymgrit.py --repeats 5":
         "a benchmark; needs PyMGRIT's venv (benchmarks/setup_pymgrit_env.sh)",
-    # docs/performance.md (session 19's regression checks)
+    # docs/performance.md (the regression checks of the out-of-place steps)
     "python benchmarks/bench_vs_pymgrit.py --repeats 3":
         "a benchmark; needs PyMGRIT's venv (benchmarks/setup_pymgrit_env.sh)",
     "python benchmarks/bench_vs_serial.py": "a benchmark",

@@ -1,4 +1,4 @@
-"""Synchronous EASGD (issue 16, item 3): under mpiexec at 1, 2 and 4 ranks, against a
+"""Synchronous EASGD: under mpiexec at 1, 2 and 4 ranks, against a
 simulation of the paper's equations written independently here, and against the
 consensus fixed point."""
 

@@ -1,4 +1,4 @@
-"""EASGD as training optimizers (issue 16 item 3): ``Trainer(grid=...)`` and ``braidpy
+"""EASGD as training optimizers: ``Trainer(grid=...)`` and ``braidpy
 train --optimizer easgd|easgd-async`` against an independent NumPy simulation of seed
 paper 003's equations over per-shard serial gradients; determinism, exact resume,
 asynchronous runs and failures on every rank, and the option checks. The MPI driver is

@@ -1,5 +1,5 @@
 """braidpy.parallel.fingerprint (every rank was given the same problem) and the
-describing of exceptions that refuse to be described (issue 30, items 1 and 2).
+describing of exceptions that refuse to be described.
 
 Here, in one process: the canonical encoding, the digest, and the whole exchange of
 :func:`same_everywhere` over an in-process communicator of threads (so the messages
@@ -184,7 +184,7 @@ def test_a_failure_to_build_the_fields_on_one_rank_stops_every_rank():
         assert isinstance(out[rank], BraidError), out[rank]
         assert "rank 1: ValueError: cfactor must be >= 2, got 1" in str(out[rank])
 
-# -------------------------------------------------- describing an exception (item 2)
+# ----------------------------------------------------------- describing an exception
 
 
 class Oops(Exception):

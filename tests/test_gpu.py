@@ -533,8 +533,8 @@ def test_direct_conv_kernels_equal_numpy_and_their_host_twins(cp, cuda, dtype, a
     assert_batched_is_single(cp, layer, (F, A, dK, db), (W, U, Ks, bs, hs))
 
 
-#: Wide conv layers (issue 32 item 2), (m, N, C, H, W, k): the issue's 16, 32 and 64
-#: channels on 28x28 and 32x32 planes, and C = 24 on planes over partial tiles; k 3 and 5.
+#: Wide conv layers, (m, N, C, H, W, k): 16, 32 and 64 channels (as benchmarked)
+#: on 28x28 and 32x32 planes, and C = 24 on planes over partial tiles; k 3 and 5.
 WIDE_CONV = [(4, 8, 16, 28, 28, 3), (2, 4, 32, 28, 28, 5), (2, 2, 64, 32, 32, 3),
              (3, 2, 24, 17, 20, 5)]
 
@@ -623,8 +623,8 @@ def test_short_peaks_training_on_the_gpu_equals_numpy(cp):
 @pytest.mark.parametrize("mode", ["serial", "oneshot"])
 def test_batched_validation_and_evaluation_on_the_gpu_equal_numpy(cp, mode, monkeypatch):
     """Validation inside Trainer.step in batches of 3 (3, 3, 1: a remainder) and
-    ResNet.evaluate/predict/probabilities in batches of 1, 4 and the default on CuPy
-    (issue 32 item 4): NumPy's accuracies and class ids, loss and probabilities to
+    ResNet.evaluate/predict/probabilities in batches of 1, 4 and the default on CuPy:
+    NumPy's accuracies and class ids, loss and probabilities to
     rounding, the ids left on the GPU. test_device_evaluation.py runs the same on
     array-api-strict's second device."""
     import braidpy.nn.network as network
@@ -745,7 +745,7 @@ def test_calibrate_on_the_gpu_writes_device_costs(cp, tmp_path):
     assert load_calibration(str(tmp_path / "gpu.json")).device == "cuda:0"
 
 
-# ------------------------------------------------------------ fused dense steps (issue 32)
+# ----------------------------------------------------------------------- fused dense steps
 
 @pytest.fixture(scope="module")
 def fused_dense(cuda):
@@ -822,7 +822,7 @@ def test_fused_dense_layer_parallel_gradient_on_the_gpu_equals_serial_backprop(c
     assert_exact_mgrit_gradient(net, p, X, C, loss, grad)
 
 
-# ------------------------------------------------------------ TF32 cuDNN convolutions (issue 32)
+# ----------------------------------------------------------------------- TF32 cuDNN convolutions
 
 def test_tf32_one_shot_conv_gradient_stays_near_float32s(cp, cudnn, monkeypatch):
     """BRAIDPY_TF32=1: a float32 conv ResNet's one-shot (2, 2) gradient with cuDNN's TF32

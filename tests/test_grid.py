@@ -1,5 +1,5 @@
-"""ProcessGrid: data x space x layers sub-communicators at 1, 2 and 4 ranks
-(issue 16, item 1)."""
+"""ProcessGrid: data x space x layers sub-communicators at 1, 2 and 4
+ranks."""
 
 
 import numpy as np

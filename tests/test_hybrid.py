@@ -1,4 +1,4 @@
-"""Data x layers training on a ProcessGrid at 1, 2 and 4 ranks (issue 16): every grid
+"""Data x layers training on a ProcessGrid at 1, 2 and 4 ranks: every grid
 D x 1 x L gives the single-process gradient of the concatenated batch, trains the same
 on every rank and run to run, resumes checkpoints of any grid, and stops every rank
 together when one fails. The driver is tests/mpi_hybrid_driver.py (one launch per rank

@@ -1,5 +1,5 @@
-"""Options: every value checked by name before it reaches the compiled core (issue 12,
-defect 7): huge integers, booleans where numbers are meant, NumPy scalars."""
+"""Options: every value checked by name before it reaches the compiled core:
+huge integers, booleans where numbers are meant, NumPy scalars."""
 
 import math
 

@@ -109,7 +109,7 @@ def test_a_bad_field_is_named(mutate, message):
         calibration_from_json(data)
 
 
-#: A layer as files of before session 16 held it: with what ranks sharing cores cost.
+#: A layer as files written before 2026-11-29 held it: with what ranks sharing cores cost.
 _SHARING_FIELDS = {"oversubscription": [2.0, 1.25], "oversubscription_space": [2.0, 1.3],
                    "oversubscription_samples": [[500, 1.3], [2000, 1.1]]}
 

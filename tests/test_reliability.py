@@ -1,4 +1,4 @@
-"""Serial reliability (issue 12): contract violations caught at the gateway, a Core
+"""Serial reliability: contract violations caught at the gateway, a Core
 guarded against concurrent and re-entrant use, Ctrl-C handled without breaking a Core.
 The parallel cases are in test_reliability_mpi.py."""
 
@@ -32,7 +32,7 @@ def assert_right(core):
     np.testing.assert_array_equal(core.solve().final, reference())
 
 
-# ------------------------------------------------------ contract violations (defect 5)
+# ----------------------------------------------------------------- contract violations
 
 class SharedInit(Decay):
     """init hands out one array for every C-point."""
@@ -122,7 +122,7 @@ def test_a_step_returning_a_new_state_of_the_same_kind_is_fine():
                                reference(), rtol=1e-13)
 
 
-# ------------------------------------------------ one Core, one call at a time (defect 4)
+# ----------------------------------------------------------- one Core, one call at a time
 
 def test_a_core_refuses_a_solve_from_another_thread_while_solving():
     seen = []

@@ -1,4 +1,4 @@
-"""Hostile inputs (issue 30, items 4-6): sizes from a user, a file or a peer are bounded
+"""Hostile inputs: sizes from a user, a file or a peer are bounded
 before anything is allocated; no input gives a silently wrong answer; output files are
 regular files or absent. Every case checks the error's type and that its message names
 the option, file or field (docs/errors.md, "Inputs, sizes and files")."""
@@ -44,7 +44,7 @@ def one_gib(monkeypatch):
     monkeypatch.setattr(_limits, "available_memory", lambda: GiB)
 
 
-# ====================================================================== sizes (item 4)
+# =============================================================================== sizes
 
 def test_an_ntime_beyond_memory_is_refused_by_name_before_allocating(one_gib):
     start = time.perf_counter()
@@ -259,7 +259,7 @@ def test_plan_refuses_work_it_cannot_finish_at_once(capsys, calibration, args, w
     assert time.perf_counter() - start < 10
 
 
-# ================================================= no silently wrong answer (item 5)
+# ========================================================== no silently wrong answer
 
 class ViewClone(Decay):
     def clone(self, u):
@@ -592,7 +592,7 @@ def test_a_failure_after_the_cores_solve_leaves_the_next_solve_cold(monkeypatch)
     assert strict.counts()["init"] > 0
 
 
-# ======================================================================= files (item 6)
+# ================================================================================ files
 
 WRITERS = {
     "checkpoint": lambda p: checkpoint.save(p, {"iteration": 1}),

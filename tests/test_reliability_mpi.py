@@ -1,7 +1,6 @@
 """Faults outside user callbacks at 2 and 4 ranks: every rank ends, together, and the
-Core solves correctly afterwards (issue 12, defects 2, 3 and 8; the soak test). Ranks
-given different problems, and an exception whose str() fails, end with a clear error on
-every rank (issue 30).
+Core solves correctly afterwards (the soak test). Ranks given different problems, and an
+exception whose str() fails, end with a clear error on every rank.
 
 The driver is tests/mpi_reliability_driver.py; a hang is turned into a failure by the
 timeout of :func:`launch`, which kills mpiexec's process group and every rank it
@@ -147,7 +146,7 @@ def test_soak_random_faults_on_random_ranks(run):
             "sigint", "sigint_later"} <= seen, seen
 
 
-# ------------------------------------------ ranks given different problems (issue 30)
+# ----------------------------------------------------- ranks given different problems
 
 MISMATCH_RANK = 1
 #: case -> (field named, its value on the other ranks, on rank 1), as the message shows it

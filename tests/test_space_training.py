@@ -1,4 +1,4 @@
-"""Training with image rows split over space ranks (issue 16, item 4): grids 1x2x1,
+"""Training with image rows split over space ranks: grids 1x2x1,
 1x2x2, 2x2x1 and 1x4x1 give the single-process gradient and training to rounding, the
 same bits on every rank; a failure on one rank stops every rank; a checkpoint of a
 split run resumes in one process; dense networks are refused. The driver is

@@ -1,4 +1,4 @@
-"""Spatially parallel convolutions (issue 16, item 4): image rows split over 1, 2 and 4
+"""Spatially parallel convolutions: image rows split over 1, 2 and 4
 ranks with a halo of the kernel radius; forward, backward data and backward filter equal
 the single-process convolution to 1e-12."""
 

@@ -1,5 +1,5 @@
-"""braidpy.torch.LayerParallel given different set-ups on one rank, at 2 and 4 ranks
-(issue 30, item 1): one clear error on every rank, in LayerParallel's own terms."""
+"""braidpy.torch.LayerParallel given different set-ups on one rank, at 2 and 4 ranks:
+one clear error on every rank, in LayerParallel's own terms."""
 
 import pytest
 from test_reliability_mpi import launch

@@ -1,5 +1,5 @@
-"""Faults in training steps outside the solves, at 2 and 4 ranks (issue 30, item 3),
-and ranks given different training set-ups (item 1).
+"""Faults in training steps outside the solves, at 2 and 4 ranks,
+and ranks given different training set-ups.
 
 One rank raises, or gets Ctrl-C, in the regularizer, the optimizer's own work, the line
 search between evaluations, the elastic averaging's local part, validation, the step

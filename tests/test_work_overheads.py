@@ -1,4 +1,4 @@
-"""The one-rank work beyond the layer calls (issue 29): dense batched kernels that advance
+"""The one-rank work beyond the layer calls: dense batched kernels that advance
 their stacked states in place and in cache-sized chunks, the core's paired sums, the final
 sweep that reads its stored states instead of copying them again, stacking into a reused
 buffer, cache-sized gradient chunks, and line-search objectives without the final sweep.

@@ -35,9 +35,9 @@ cost per sample and state; seed 001's per-layer cost model, Dryden et al. sec. 4
 with batching as one more dimension of the work); the model interpolates the measured
 points themselves, which also follow the cache (:meth:`CostFit.seconds`).
 
-Files written before session 16 may hold ``oversubscription``,
-``oversubscription_space`` and ``oversubscription_samples`` per layer (factors for
-ranks sharing cores, no longer modelled): they load, and those fields are ignored.
+Files written before 2026-11-29 may hold ``oversubscription``, ``oversubscription_space``
+and ``oversubscription_samples`` per layer (factors for ranks sharing cores, no longer
+modelled): they load, and those fields are ignored.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ VERSION = 1
 #: and a vector operation (copy or axpy) of one state.
 KINDS = ("fwd", "adj", "grad", "vec")
 #: Layer fields of older files that loading skips: what ranks sharing cores cost,
-#: measured until session 16 and no longer modelled (docs/performance.md, "Removed").
+#: measured until 2026-11-29 and no longer modelled (docs/performance.md, "Removed").
 IGNORED_FIELDS = ("oversubscription", "oversubscription_space", "oversubscription_samples")
 
 

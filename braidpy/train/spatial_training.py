@@ -1,4 +1,4 @@
-"""Training with image rows split over the space ranks of a ProcessGrid (issue 16).
+"""Training with image rows split over the space ranks of a ProcessGrid.
 
 On a grid data x space x layers with space S > 1, the S ranks of a space group hold the
 same samples and the same layers; each holds one band of image rows
