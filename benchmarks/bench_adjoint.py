@@ -1,79 +1,27 @@
-"""Adjoint MGRIT (braidpy.adjoint): cost of one gradient, iterations vs N, memory; one process.
+"""What does one adjoint-MGRIT gradient cost against serial backpropagation, and does it
+stay depth-independent and within 1.5x the trajectory's memory? (braidpy.adjoint, one process)
 
-Problems (apps defined here; NumPy and SciPy only):
+Apps (defined here): a width-8 "ResNet" u <- u + h tanh(K_n u + b_n) on [0, 2] with its
+own random weights per step (J = |u_N - y|^2 / 2; 72 gradient entries per step), and the
+1D heat equation with a control c_n per step (implicit Euler, cached splu per dt, a
+running term 1e-3 sum |u_i|^2). Both store dJ/dtheta_n into preallocated arrays.
 
-ResNet (width 8): u_{n+1} = u_n + h tanh(K_n u_n + b_n) on [0, 2], h = t1 - t0,
-    with its own random K_n = Kbar + sigma*G_n/sqrt(8) (sigma 0.5) and
-    b_n = bbar + 0.1*g_n per step (Kbar: a random antisymmetric matrix minus
-    0.1 I; all draws from one fixed-seed Generator per N); a coarse step from
-    t_n uses the weights of step n. J = |u_N - y|^2 / 2. Gradients with respect to every
-    K_n and b_n (72 numbers per step).
-Heat control (nx interior points, on [0, 1]): u_{n+1} = S_dt (u_n + dt c_n g), S_dt =
-    (I - dt A)^-1 (implicit Euler, one cached splu factor per dt, as
-    _problems.HeatOperator), a control c_n per step and a fixed source profile
-    g; J = |u_N - y|^2 / 2 + 1e-3 sum_i |u_i|^2 (a running term).
-    Gradient with respect to every c_n: dt (S_dt g) . w_{n+1}.
+Tables (min and median over --repeats; ratios of mins and of medians):
+  cost        serial (forward loop keeping every state + backward loop over the same
+              callbacks) vs exact GradientSolver.evaluate() (cf 4, FCF, rel_tol 1e-8,
+              cold) vs one-shot oneshot=(2, 2) (warm, after a 1e-3 parameter
+              perturbation), N = 256 ... 4096; "grad err" = max|g - g_serial| / max|g_serial|;
+              each timing builds a fresh app and solver;
+  iterations  primal and adjoint Result.iterations vs N (must not grow);
+  memory      tracemalloc over primal_core.solve() then adjoint_core.solve():
+              trajectory (getsizeof of the N+1 states), primal kept, adjoint peak,
+              adjoint kept, whole peak, as multiples of the trajectory (goal: adjoint
+              peak < 1.5x);
+  breakdown   the fastest exact evaluation at the largest N: per step call braidpy's
+              callback time (Result.timings) vs the user's step / step_adjoint alone
+              in a plain loop, the difference, and clone/sum/norm as Python callbacks.
 
-Both apps store dJ/dtheta_n into preallocated arrays and return None from
-step_gradient ("accumulate yourself" in braidpy.adjoint), so that the
-gradient's own storage is allocated before any measurement starts and is the
-same for the serial and the MGRIT runs.
-
-Serial: a Python loop of N app.step calls from app.init(tstart) that keeps a
-clone of every state (the trajectory), J, then a backward loop of N
-step_gradient + step_adjoint calls (+ running_gradient), i.e. the same user
-callbacks braidpy calls, in the order of tests/apps.py's serial_gradient.
-Exact: a GradientSolver built with primal=dict(cfactor, max_levels 30, FCF,
-skip, rel_tol, abs_tol 0, timings=True) (the adjoint's options default to the
-primal's; the timers cost two clock reads per callback call) and one cold
-evaluate(). One-shot: GradientSolver(..., oneshot=(2, 2)); one
-evaluate() untimed, then per evaluation a perturbation of the parameters
-(1e-3 times a standard normal draw added to each) and a timed evaluate(), warm-started from the
-previous one. Every timing includes building a fresh app from the stored
-weights (for heat: the LU factors, computed on first use) and, for MGRIT,
-the GradientSolver. "grad err" is max |g - g_serial| / max |g_serial| over
-all parameters (one-shot: of its last evaluation, against a serial gradient
-at the same parameters). Iterations are Result.iterations of the primal and
-of the adjoint solve (XBraid's count); they must not grow with N.
-
-Memory, one run per case after the timings (tracemalloc traces NumPy's data
-buffers and every Python object, including the array headers, which matter
-for width-8 states): a fresh app and GradientSolver, then the steps of
-GradientSolver.evaluate() by hand: primal_core.solve(), J and w_N =
-dJ/du_N from Result.final, adjoint_core.set_initial_condition(w_N),
-adjoint_core.solve().
-  trajectory    sum of sys.getsizeof (data + array header) over the N+1
-                primal states, i.e. what storage="all" must keep (measured
-                on copies from Result.solution after tracing stops).
-  primal kept   tracemalloc growth over the primal solve, all still held for
-                the adjoint and the next warm start: the trajectory and
-                whatever else the solve leaves behind.
-  adjoint peak  tracemalloc peak during adjoint_core.solve() minus the traced
-                size just before it: everything the adjoint solve allocates
-                at its worst moment (its fine C-points, the coarse levels'
-                vectors during a cycle, temporaries, the status objects of
-                the callbacks in flight); the primal, read but not copied,
-                is not in it.
-  adjoint kept  growth over the adjoint solve still held after it (its fine
-                C-points, kept for the next warm start).
-  whole peak    tracemalloc peak over both solves minus the size before the
-                primal; a serial sweep needs the trajectory + O(1).
-Ratios are to the trajectory (goal for the adjoint peak: < 1.5x).
-
-The last table takes the fastest exact evaluation at the largest N apart with
-braidpy's callback timers (Result.timings): per step call, the step
-callback's time (for the adjoint: braidpy.adjoint's wrapper around the
-user's step_adjoint, with its status object, running term and index
-arithmetic), the user's step or step_adjoint alone in a plain loop over the
-fine steps (min over repeats), and the difference: what braidpy adds to each
-step call. The clone/sum/norm column is their time as Python callbacks
-(braidpy runs App's defaults in C++ when it can, and then they show ~0).
-
-The tables show min and median over repeats of each timing and the ratios of
-mins and medians (one-shot: over the warm evaluations); on a shared machine
-trust the mins.
-
-Run: python benchmarks/bench_adjoint.py [--repeats R] [--quick]
+Run: python benchmarks/bench_adjoint.py [--repeats R] [--ntime N ...] [--nx NX] [--quick]
 """
 
 from __future__ import annotations
@@ -86,181 +34,11 @@ import time
 import tracemalloc
 
 import numpy as np
-from _problems import HeatOperator
-from _report import microseconds, min_median, print_table, seconds
+from _apps_adjoint import (HEAT_TSTOP, RESNET_TSTOP, WIDTH, HeatControl, HeatControlData,
+                           ResNet, ResNetWeights, _Status, serial_gradient)
+from _harness import microseconds, min_median, print_table, ratio, seconds
 
-import braidpy
 from braidpy.adjoint import GradientSolver
-
-WIDTH = 8
-RESNET_TSTOP = 2.0
-HEAT_TSTOP = 1.0
-
-
-# ------------------------------------------------------------------------- apps
-
-
-class ResNetWeights:
-    """Per-step weights, initial state and target of the ResNet problem."""
-
-    def __init__(self, ntime: int, sigma: float = 0.5, seed: int = 20240611):
-        rng = np.random.default_rng(seed + ntime)
-        a = rng.standard_normal((WIDTH, WIDTH)) / np.sqrt(WIDTH)
-        kbar = 1.5 * (a - a.T) - 0.1 * np.eye(WIDTH)
-        self.K = kbar + sigma * rng.standard_normal((ntime, WIDTH, WIDTH)) / np.sqrt(WIDTH)
-        self.b = 0.3 * rng.standard_normal(WIDTH) + 0.1 * rng.standard_normal((ntime, WIDTH))
-        self.u0 = rng.standard_normal(WIDTH)
-        self.target = rng.standard_normal(WIDTH)
-
-    def perturb(self, rng: np.random.Generator, scale: float = 1e-3) -> None:
-        self.K += scale * rng.standard_normal(self.K.shape)
-        self.b += scale * rng.standard_normal(self.b.shape)
-
-
-class ResNet(braidpy.App):
-    """u <- u + h tanh(K_n u + b_n); J = |u_N - y|^2 / 2; dJ/dK_n, dJ/db_n stored in place."""
-
-    def __init__(self, weights: ResNetWeights):
-        self.w = weights
-        n = weights.K.shape[0]
-        self.dK = np.zeros((n, WIDTH, WIDTH))
-        self.db = np.zeros((n, WIDTH))
-
-    def gradient(self) -> np.ndarray:
-        return np.concatenate([self.dK.ravel(), self.db.ravel()])
-
-    def init(self, t):
-        return self.w.u0.copy() if t == self.tstart else np.zeros(WIDTH)
-
-    def step(self, u, t0, t1, status):
-        i = status.fine_index
-        u += (t1 - t0) * np.tanh(self.w.K[i] @ u + self.w.b[i])
-
-    def step_adjoint(self, w, u, t0, t1, status):
-        i = status.fine_index
-        K = self.w.K[i]
-        s = np.tanh(K @ u + self.w.b[i])
-        w += (t1 - t0) * ((1.0 - s * s) * w) @ K
-
-    def step_gradient(self, w, u, t0, t1, status):
-        i = status.fine_index
-        s = np.tanh(self.w.K[i] @ u + self.w.b[i])
-        sw = (t1 - t0) * (1.0 - s * s) * w
-        np.multiply.outer(sw, u, out=self.dK[i])
-        self.db[i] = sw
-
-    def terminal_objective(self, u):
-        d = u - self.w.target
-        return 0.5 * float(d @ d)
-
-    def terminal_gradient(self, u):
-        return u - self.w.target
-
-
-class HeatControlData:
-    """Controls c_n (a smooth signal plus per-step noise) of the heat problem."""
-
-    def __init__(self, ntime: int, nx: int, seed: int = 20240611):
-        rng = np.random.default_rng(seed + ntime)
-        t = np.arange(ntime) / ntime
-        self.nx = nx
-        self.c = np.sin(2 * np.pi * t) + 0.3 * rng.standard_normal(ntime)
-
-    def perturb(self, rng: np.random.Generator, scale: float = 1e-3) -> None:
-        self.c += scale * rng.standard_normal(self.c.shape)
-
-
-class HeatControl(braidpy.App):
-    """u <- S_dt (u + dt c_n g); J = |u_N - y|^2/2 + 1e-3 sum_i |u_i|^2; dJ/dc_n stored."""
-
-    def __init__(self, data: HeatControlData, ntime: int):
-        self.data = data
-        self.op = HeatOperator(data.nx, HEAT_TSTOP / ntime)
-        x = self.op.x
-        self.g = np.exp(-50.0 * (x - 0.3) ** 2)
-        self.target = 0.2 * np.sin(np.pi * x)
-        self._sg = {}  # dt -> S_dt g
-        self.dc = np.zeros(ntime)
-
-    def gradient(self) -> np.ndarray:
-        return self.dc
-
-    def init(self, t):
-        return self.op.initial() if t == self.tstart else np.zeros(self.op.nx)
-
-    def step(self, u, t0, t1, status):
-        dt = t1 - t0
-        return self.op.solve(u + (dt * self.data.c[status.fine_index]) * self.g, dt)
-
-    def step_adjoint(self, w, u, t0, t1, status):
-        return self.op.solve(w, t1 - t0)  # S_dt is symmetric
-
-    def step_gradient(self, w, u, t0, t1, status):
-        dt = t1 - t0
-        sg = self._sg.get(dt)
-        if sg is None:
-            sg = self._sg[dt] = self.op.solve(self.g, dt)
-        self.dc[status.fine_index] = dt * float(sg @ w)
-
-    def terminal_objective(self, u):
-        d = u - self.target
-        return 0.5 * float(d @ d)
-
-    def terminal_gradient(self, u):
-        return u - self.target
-
-    def running_objective(self, u, t, status):
-        return 1e-3 * float(u @ u)
-
-    def running_gradient(self, u, t, status):
-        return 2e-3 * u
-
-
-# ----------------------------------------------------------------- the serial sweep
-
-
-class _Status:
-    """What the serial loops pass as status (the fields the apps read)."""
-
-    __slots__ = ("fine_index", "level", "t", "t0", "t1", "phase")
-
-    def __init__(self):
-        self.fine_index, self.level, self.phase = 0, 0, "final"
-
-
-def serial_gradient(app, tstart: float, tstop: float, ntime: int) -> float:
-    """J after a forward sweep that keeps every state and a backward adjoint sweep;
-    the per-step gradients land in the app's arrays."""
-    app.tstart, app.tstop, app.ntime = tstart, tstop, ntime
-    times = [tstart + (i / ntime) * (tstop - tstart) for i in range(ntime + 1)]
-    st = _Status()
-    step, clone = app.step, app.clone
-    u = app.init(tstart)
-    traj = [clone(u)]
-    for n in range(ntime):
-        st.fine_index = n
-        r = step(u, times[n], times[n + 1], st)
-        if r is not None and r is not u:
-            u = r
-        traj.append(clone(u))
-    running = callable(getattr(app, "running_objective", None))
-    J = float(app.terminal_objective(traj[ntime]))
-    w = clone(app.terminal_gradient(traj[ntime]))
-    if running:
-        for n in range(ntime + 1):
-            st.t = times[n]
-            J += float(app.running_objective(traj[n], times[n], st))
-        app.sum(1.0, app.running_gradient(traj[ntime], times[ntime], st), 1.0, w)
-    step_adjoint, step_gradient = app.step_adjoint, app.step_gradient
-    for n in range(ntime - 1, -1, -1):
-        st.fine_index = n
-        step_gradient(w, traj[n], times[n], times[n + 1], st)
-        r = step_adjoint(w, traj[n], times[n], times[n + 1], st)
-        if r is not None and r is not w:
-            w = r
-        if running:
-            app.sum(1.0, app.running_gradient(traj[n], times[n], st), 1.0, w)
-    return J
 
 
 # ---------------------------------------------------------------------- the cases
@@ -426,10 +204,6 @@ def mib(nbytes: float) -> str:
     return f"{nbytes / 2**20:.2f} MiB"
 
 
-def ratio(a: float, b: float) -> str:
-    return f"{a / b:.1f}x"
-
-
 def run_case(args, case, rng):
     serial_t, exact_t = [], []
     exact = None
@@ -446,8 +220,9 @@ def run_case(args, case, rng):
     (s_min, s_med), (e_min, e_med), (o_min, o_med) = (
         min_median(serial_t), min_median(exact_t), min_median(oneshot_t))
     cost = [case.name, case.ntime, seconds(s_min), seconds(s_med), seconds(e_min),
-            ratio(e_min, s_min), ratio(e_med, s_med), f"{grad_error(exact_grad, serial_grad):.1e}",
-            seconds(o_min), ratio(o_min, s_min), ratio(o_med, s_med), f"{oneshot_err:.1e}"]
+            ratio(e_min, s_min, 1), ratio(e_med, s_med, 1),
+            f"{grad_error(exact_grad, serial_grad):.1e}", seconds(o_min), ratio(o_min, s_min, 1),
+            ratio(o_med, s_med, 1), f"{oneshot_err:.1e}"]
     p, a = exact.primal, exact.adjoint
     iters = [case.name, case.ntime, p.levels, p.iterations, a.iterations,
              f"{p.residuals[-1]:.1e}" if p.residuals else "-",
@@ -483,7 +258,7 @@ def main(argv=None) -> None:
         iter_rows.append(iters)
         m = measure_memory(args, case)
         t = m["trajectory"]
-        mem_rows.append([case.name, case.ntime, mib(t), ratio(m["primal_kept"], t),
+        mem_rows.append([case.name, case.ntime, mib(t), ratio(m["primal_kept"], t, 1),
                          mib(m["adjoint_peak"]), f"{m['adjoint_peak'] / t:.2f}x",
                          f"{m['adjoint_kept'] / t:.2f}x", f"{m['whole_peak'] / t:.2f}x"])
         if case.ntime == max(args.ntime):

@@ -1,27 +1,13 @@
-"""MPI's allreduce against the ring allreduce and its bandwidth model.
+"""Which collective should data-parallel gradients use: MPI_Allreduce, or the ring allreduce
+of seed paper 004 (model T = 2(P-1)/P K/B + 2(P-1) alpha)?
 
     mpiexec -n P python benchmarks/bench_allreduce.py [--repeats R] [--quick]
 
-Seed paper 004 (Gibiansky, "Bringing HPC techniques to deep learning", 2017, after
-Patarasuk & Yuan 2009) argues for the ring allreduce. Each of P ranks sends and
-receives 2(P-1) chunks of K/P bytes, so it costs about
-
-    T_ring(K) = 2(P-1)/P * K/B + 2(P-1) * alpha
-
-for K bytes, per-message latency alpha and link bandwidth B. This script measures
-
-1. alpha and B of T = alpha + K/B from one-way ping-pong times between ranks 0 and 1
-   (B from the two largest messages, alpha from the smallest),
-2. MPI's own Allreduce (float32 SUM),
-3. a ring allreduce written here (reduce-scatter then allgather, with Sendrecv) as the
-   measured reference of the seed's algorithm, and
-4. the model above with the fitted alpha and B,
-
-for buffers of 1 KB ... 64 MB, and prints the times and the ratios. braidpy's
-data-parallel gradients use the engine's collective (MPI_Allreduce on one contiguous
-buffer) unless a case measured here shows the ring ahead. The ring is a reference for
-that choice, not a product path. With more ranks than cores (4 ranks on this project's
-2-core VM) the ranks take turns on the cores, which no network model describes.
+For buffers of 1 KB ... 64 MB (float32 SUM): alpha and B fitted from one-way ping-pong
+between ranks 0 and 1 (B from the two largest messages, alpha from the smallest); MPI's
+Allreduce; a ring written here (reduce-scatter then allgather with Sendrecv); the model
+with the fitted alpha and B. Min over repeats of the slowest rank's time; ratios. More
+ranks than cores take turns on them, which no network model describes.
 """
 
 from __future__ import annotations
@@ -35,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _report import print_table  # noqa: E402
+from _harness import print_table  # noqa: E402
 
 SIZES_KB = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536]
 

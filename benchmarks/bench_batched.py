@@ -1,28 +1,15 @@
-"""Batched relaxation: MGRIT vs serial forward propagation of a deep narrow ResNet, one process.
+"""How much faster than a serial NumPy loop is batched relaxation on a deep narrow ResNet,
+forward and for one gradient? (one process)
 
-Network (_apps_resnet.py): N layers u <- u + h tanh(u K_n^T + b_n), width 8,
-batch 1 or 32, its own random weights per layer at a trained-like scale, T = 2.
-
-Serial: a plain NumPy loop over the layers (u = u + h*tanh(u @ K_n^T + b_n)),
-returning u_N; for the gradient, that forward sweep keeping the states plus a
-backpropagation loop (dK_n, db_n for every layer).
-braidpy: braidpy.solve on the same network, cfactor 64 on level 0, 2 levels,
-F-relaxation (nrelax 0), access_level 0 (the output is Result.final),
-  (a) max_iter 2, abs_tol 0: the setting of one-shot training;
-  (b) rel_tol 1e-8 (residual drop of 1e-8 relative to the first one);
-"batched" uses the app's step_stacked kernel (one batched matmul per step
-position of all intervals), "unbatched" the same app with batch=False (one
-step call per layer step). Gradient: braidpy.adjoint.GradientSolver with the
-same options for the primal and the adjoint solve, (a) oneshot=(2, 2) cold
-(2 primal and 2 adjoint iterations, the gradient of one-shot training) and
-(b) exact, rel_tol 1e-8 for both solves; batched adjoint steps and one
-step_gradient_batch call per evaluation.
-Every timing covers building the app/solver and solving, min over repeats
-(median in brackets); ratios are serial / braidpy (> 1: braidpy is faster).
-
-The sweep over N repeats (a) for N = 256 ... 16384 at batch 1.
-The overhead table runs a kernel that does nothing (batched and unbatched) to
-measure what braidpy itself costs per step call / per batched call.
+Network (_apps_resnet.py): N layers u <- u + h tanh(u K_n^T + b_n), width 8, batch 1 or
+32, random trained-scale weights, T = 2. Serial: a NumPy loop (gradient: keep the states,
+then backpropagate). braidpy: braidpy.solve, cf 64, 2 levels, F-relaxation,
+access_level 0, (a) max_iter 2, abs_tol 0 (one-shot's forward) and (b) rel_tol 1e-8;
+"batched" uses step_stacked, "unbatched" batch=False. Gradient: GradientSolver, (a)
+oneshot=(2, 2) cold, (b) exact to 1e-8. For the lean app and braidpy.nn.ResNetApp.
+Tables: forward, gradient, a sweep of (a) over N = 256 ... 16384 at batch 1, and
+braidpy's own cost per call with a do-nothing kernel. Each timing covers building and
+solving; min (median) over repeats; ratio = serial / braidpy (> 1: braidpy faster).
 
 Run: python benchmarks/bench_batched.py [--repeats R] [--quick]
 """
@@ -35,7 +22,7 @@ import time
 
 import numpy as np
 from _apps_resnet import TSTOP, ResNet, ResNetWeights, nn_resnet, serial_forward, serial_gradient
-from _report import min_median, print_table
+from _harness import min_median, print_table
 
 import braidpy
 from braidpy.adjoint import GradientSolver

@@ -1,16 +1,12 @@
-"""Convolutional ResNet layer kernels (braidpy.nn.conv) on the CPU: time per call.
+"""What does a call of braidpy.nn's conv kernels cost on the CPU, single and batched (and
+against an older conv.py)?
 
-Times conv_forward / conv_adjoint / conv_gradient (one interval) and the ``*_batched``
-versions for m = 1, 4, 16 intervals (weights Ks = K[slice] of a stacked kernel array, as
-ResNetApp passes them), tanh activation, float64, for the shapes
-
-    (batch, C, H, W) = (1438, 8, 8, 8) k = 3,   (100, 8, 8, 8) k = 3,
-                       (32, 8, 28, 28) k = 3,   (32, 8, 28, 28) k = 5.
-
-Every timing is the minimum over repeats, in ms per call and (batched) per interval.
-``--baseline FILE`` also times another version of conv.py (e.g. the one before a change,
-``git show HEAD~1:braidpy/nn/conv.py > /tmp/conv_old.py``) in the same run and prints the
-speed-up new / old.
+conv_forward / conv_adjoint / conv_gradient (one interval) and the ``*_batched`` versions
+for m = 1, 4, 16 intervals (Ks = K[slice], as ResNetApp passes them), tanh, float64, for
+(batch, C, H, W, k) = (1438, 8, 8, 8, 3), (100, 8, 8, 8, 3), (32, 8, 28, 28, 3),
+(32, 8, 28, 28, 5). Min over repeats, ms per call and per interval. ``--baseline FILE``
+(e.g. ``git show HEAD~1:braidpy/nn/conv.py > /tmp/conv_old.py``) times that version in
+the same run: speed-up new / old.
 
 Run: python benchmarks/bench_conv.py [--repeats R] [--ms 1,4,16] [--baseline FILE]
 """
@@ -19,11 +15,11 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import time
 
 import numpy as np
 
 import braidpy.nn.conv as conv_new
+from _harness import best
 
 SHAPES = [((1438, 8, 8, 8), 3), ((100, 8, 8, 8), 3), ((32, 8, 28, 28), 3),
           ((32, 8, 28, 28), 5)]
@@ -36,19 +32,6 @@ def _load(path: str):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
-
-
-def _best(fn, repeats: int, budget: float) -> float:
-    """Minimum wall time of fn() over repeats (fewer when one call takes over budget s)."""
-    best = np.inf
-    t_all = time.perf_counter()
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-        if time.perf_counter() - t_all > budget:
-            break
-    return best
 
 
 def _data(shape, k, m, seed=0):
@@ -111,7 +94,7 @@ def main() -> None:
             for label, m, fn in _cases(mod, shape, k, ms):
                 fn()  # warm-up
                 rows.setdefault(label, []).append(
-                    (_best(fn, args.repeats, args.budget), m))
+                    (best(fn, args.repeats, budget=args.budget), m))
         for label, vals in rows.items():
             line = f"{label:<24}"
             for t, m in vals:

@@ -1,19 +1,12 @@
-"""Dense residual steps on the CPU: braidpy.nn's kernels vs NumPy temporaries.
+"""How much do braidpy.nn's one-pass dense kernels save on the CPU over NumPy temporaries
+and over BLAS's product followed by the compiled elementwise pass?
 
-braidpy.nn's dense kernels of width up to 32 (relu, smooth_relu) run in one compiled
-pass per sample row, product included (braidpy._core._host_dense.dense_rows_*: u K^T,
-bias, activation, *h, +u; or act', *w, *h, then w + g K and/or g^T u, sum g). Two
-references: the same step written as NumPy operations on full-size arrays (the kernels
-before the compiled passes, with braidpy.nn.activations' smooth_relu / relu making their
-own temporaries), and NumPy's (BLAS's) product followed by the compiled elementwise pass
-(dense_step_finish, dense_slope: the kernels before the one-pass ones, and still those of
-wider layers). All three agree to rounding (checked before timing; the one-pass product
-sums in its own fixed order, so the bits differ from BLAS's).
-
-Per call, min over rounds of the mean of --calls calls, the candidates interleaved round
-by round (the machine may be shared); "speedup": BLAS+pass over fused. Shapes: one
-interval (batch, 8) and m stacked intervals (m, batch, 8), as serial backprop and MGRIT's
-batched relaxation call them.
+Dense residual steps of width up to 32 (relu, smooth_relu): the one-pass kernels
+(braidpy._core._host_dense.dense_rows_*), the same step as NumPy operations on full-size
+arrays, and NumPy's product + dense_step_finish / dense_slope; checked to agree to
+rounding first. Per call, min over rounds of the mean of --calls calls, candidates
+interleaved round by round; "speedup": BLAS+pass over fused. Shapes: one interval
+(batch, 8) and m stacked intervals (m, batch, 8).
 
 Run: python benchmarks/bench_dense_fused.py [--batch 5000 1000] [--stacked 16]
      [--activations smooth_relu relu] [--rounds 15] [--json FILE]
@@ -23,10 +16,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import timeit
 
 import numpy as np
 
+from _harness import alternate, per_call
 from braidpy._core import _host_dense  # type: ignore[attr-defined]  # private submodule
 from braidpy.nn import (dense_adjoint, dense_adjoint_batched, dense_forward,
                         dense_forward_batched, dense_gradient, dense_gradient_batched,
@@ -131,11 +124,9 @@ def measure(act, m, batch, rounds, calls, rng):
         ref = cands[0][kernel]()
         if not all(close(ref, c[kernel]()) for c in cands[1:]):
             raise SystemExit(f"{act} {kernel}: the kernels disagree beyond rounding")
-        best = [float("inf")] * len(cands)
-        for _ in range(rounds):
-            for i, c in enumerate(cands):
-                best[i] = min(best[i], timeit.timeit(c[kernel], number=calls) / calls)
-        rows[kernel] = tuple(best)
+        got = alternate({i: c[kernel] for i, c in enumerate(cands)}, rounds,
+                        lambda f: per_call(f, calls))
+        rows[kernel] = tuple(min(got[i]) for i in range(len(cands)))
     return rows
 
 

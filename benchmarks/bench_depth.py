@@ -1,14 +1,12 @@
-"""Depth independence of layer-parallel MGRIT on the Peaks ResNet (Günther et al. 2020, Fig. 4).
+"""Do layer-parallel MGRIT's iteration counts stay the same as the Peaks ResNet gets deeper?
+(Günther et al. 2020, Fig. 4)
 
-One network in continuous layer time: width 8, T = 5, smoothed ReLU, weights theta(t)
-piecewise constant on 16 blocks of [0, T] (random, trained-like scale), the same
-opening and classifier. Discretized with N = 256 ... 2048 layers it is the same problem
-at finer and finer resolution; the state and adjoint MGRIT solves (cold start, to a
-relative residual drop of 1e-5) should need about as many iterations for every N.
+One network in continuous layer time (width 8, T = 5, smoothed ReLU, weights piecewise
+constant on 16 blocks of [0, T]) discretized with N = 256 ... 2048 layers; state and
+adjoint MGRIT solves, cold, to a relative residual drop of 1e-5. Goal: iterations differ
+by at most 1 between N = 256 and N = 2048.
 
     python benchmarks/bench_depth.py [--batch 5000] [--layers 256 512 1024 2048]
-
-Goal: iterations differ by at most 1 between N = 256 and N = 2048.
 """
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import print_table  # noqa: E402
+from _harness import print_table  # noqa: E402
 
 from braidpy import data  # noqa: E402
 from braidpy.adjoint import GradientSolver  # noqa: E402

@@ -1,28 +1,16 @@
-"""EASGD (seed paper 003) against allreduce SGD and Adam, on digits with 4 workers.
+"""Does EASGD (seed paper 003) train digits as well and as fast as allreduce SGD and Adam
+with 4 workers, and what share of a step is communication?
 
     mpiexec -n 4 python benchmarks/bench_easgd.py [--steps S] [--quick] [--tau T]
     mpiexec -n 5 python benchmarks/bench_easgd.py --methods async-easgd [...]
 
-Every method trains the same conv ResNet (digits 8x8, 8 layers x 4 channels, smoothed
-ReLU; plain backpropagation, ``mode="serial"``, so that only the optimizers'
-communication differs) for the same number of steps, on the same stream of shuffled
-batches of 100 images: each of the 4 workers takes its shard of 25.
-
-- ``sgd``, ``adam``: the Trainer on the grid 4 x 1 x 1: the 4 shard gradients are
-  averaged (one allreduce per step), and every worker takes the same step.
-- ``sync-easgd``: :class:`braidpy.train.easgd.SyncEASGD`: each worker steps on its own
-  shard gradient, with the elastic pull and one allreduce every ``tau`` steps. The
-  accuracy shown is the centre variable's.
-- ``async-easgd``: :class:`braidpy.train.easgd.AsyncEASGD` with one extra rank as the
-  centre (so launch it with 5 ranks for 4 workers); the accuracy shown is the mean over
-  the workers' own parameters, and the final centre's.
-
-Columns: validation accuracy (359 images) after each block of steps, the wall time
-to there (the slowest worker; validation excluded), and the communication share of a
-step: time inside the reductions (allreduce methods: the gradient average's waits and
-agreement points; EASGD: the optimizer's step, which is its exchange plus a few vector
-operations). This project's VM has 2 cores: 4 or 5 ranks take turns on them, so the
-times contain waiting for the cores as well.
+The same conv ResNet (digits 8x8, 8 layers x 4 channels, ``mode="serial"``) and stream
+of shuffled batches of 100 (a shard of 25 per worker), same number of steps: ``sgd`` and
+``adam`` on the grid 4 x 1 x 1 (one allreduce per step), ``sync-easgd``
+(braidpy.train.easgd.SyncEASGD, an allreduce every tau steps; the centre's accuracy),
+``async-easgd`` (AsyncEASGD, one extra centre rank; the workers' mean and the centre's).
+Columns: validation accuracy (359 images) after each block of steps, wall time to there
+(slowest worker, validation excluded), and the communication share of a step.
 """
 
 from __future__ import annotations
@@ -36,7 +24,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _report import print_table  # noqa: E402
+from _harness import print_table  # noqa: E402
 
 WORKERS = 4
 

@@ -1,32 +1,16 @@
-"""Time per gradient of data x space x layers training on every grid of P ranks.
+"""Which data x space x layers grid of P ranks gives the fastest gradient, and what do the
+data reductions and agreement points cost? (overlap on vs off)
 
     mpiexec -n P python benchmarks/bench_grids.py [--repeats R] [--quick]
         [--problems digits peaks] [--mode oneshot|exact]
 
-For every grid D x S x L with D * S * L = P that the problem can train on (space
-ranks split a conv network's image rows, so S > 1 only for digits), on two problems:
-
-- digits: scikit-learn's 8x8 digits, conv ResNet of 32 layers x 4 channels, batches of
-  200 images;
-- peaks: the paper's Peaks setup (dense, width 8, 32 layers, T 5), batches of 2000
-  points,
-
-it times one loss-and-gradient evaluation of a whole batch as the Trainer does it
-(``trainer.evaluator.gradient``: each data group's MGRIT over its layer ranks on its
-shard, then the shard-weighted average over the data groups), once with the reductions
-started as pieces become final (overlap on) and once with all of them started at the
-end (overlap off). Columns:
-
-- time per gradient: the slowest rank's wall time, min and median over repeats;
-- wait: the share of it rank 0 spent waiting for the data reductions (``Waitall``);
-- agree: the share spent in the agreement points over the grid (a few small
-  collectives that also wait for the slowest data group);
-- the layer step calls of one gradient, all ranks together.
-
-A serial reference (1 x 1 x 1) is run with ``mpiexec -n 1``. With more ranks than cores
-(4 ranks on this project's 2-core VM) the ranks take turns on the cores, so waits also
-contain other ranks' compute; trust the comparisons between grids of one run less than
-the shares.
+Every grid D x S x L = P the problem trains on (S > 1 only for digits' conv rows):
+digits (conv, 32 layers x 4, batches of 200) and peaks (dense, width 8, 32 layers,
+T 5, batches of 2000). One ``trainer.evaluator.gradient`` of a whole batch, with the
+reductions started as pieces become final (overlap on) and all at the end (off).
+Columns: the slowest rank's time per gradient (min, median), rank 0's share waiting in
+``Waitall`` and in the agreement points, the layer step calls of one gradient. A serial
+reference (1 x 1 x 1) runs with ``mpiexec -n 1``.
 """
 
 from __future__ import annotations
@@ -39,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _report import print_table  # noqa: E402
+from _harness import print_table  # noqa: E402
 
 
 def problem(name: str, quick: bool):

@@ -1,32 +1,16 @@
-"""Batched implicit steps: MGRIT on the 1D heat equation (ex02) vs sequential stepping, one process.
+"""How close does batched MGRIT on ex02's 1D heat equation come to sequential stepping at one
+rank (goal <= 6x), and what does the batched implicit step save per state?
 
-Problem: ``examples/ex02_heat1d.Heat1D`` (backward Euler, one cached SuperLU
-factorization of I - dt A per step size), ``--ntime`` steps on [0, pi] and
-``--nspace`` points in x, absolute tolerance 1e-8 in the example's discrete L2 norm.
-
-Sequential: a fresh app and ntime ``app.step`` calls in a Python loop (one
-one-right-hand-side solve per step, the factorization included).
-MGRIT: ``braidpy.solve`` on a fresh app, access_level 0 (the answer is
-Result.final), "unbatched" with batch=False (one ``step`` call per state),
-"batched" with the app's ``step_stacked`` (per batched call and step size,
-SuperLU solves of up to 32 right-hand sides at once).
-
-Tables:
-  kernel    microseconds per state: m states one step each, by ``step`` row by row
-            vs one ``step_stacked`` call (one dt), about 4096 states per timing, and
-            whether the two agree bitwise (after those repeated steps);
-  solve     sequential vs MGRIT unbatched vs batched for the example's settings
-            (cfactor 16, up to 30 levels, F-relaxation) and its former ones
-            (cfactor 4, FCF); MGRIT time / sequential time;
-  settings  batched MGRIT for other cfactor / levels / relaxation / skip choices,
-            and with App's default Euclidean norm (computed in C++, tolerance
-            divided by sqrt(h)) instead of the example's Python norm.
-Each repeat runs the sequential loop and every MGRIT variant of a table once,
-interleaved; times are min (median) over repeats, ratios those of the wall times
-and, beside them, of the process's CPU times (which leave out waiting for a core
-on a shared machine). "steps per fine step" counts states advanced (single +
-batched) per fine time step: MGRIT's work ratio. "max|u_N - seq|" is the MGRIT
-final state against the sequential one.
+Problem: examples/ex02_heat1d.Heat1D (backward Euler, cached SuperLU per step size),
+--ntime steps on [0, pi], --nspace points, abs_tol 1e-8 in the example's norm.
+Sequential: a fresh app and ntime ``step`` calls. MGRIT: braidpy.solve, access_level 0,
+"unbatched" (batch=False) or "batched" (step_stacked: up to 32 right-hand sides at once).
+Tables: kernel (us per state, ``step`` row by row vs one ``step_stacked``, bitwise
+agreement), solve (sequential vs unbatched vs batched for the example's settings, cf 16,
+F, and its former ones, cf 4, FCF), settings (batched MGRIT for other cfactor / levels /
+relaxation / skip, and App's C++ Euclidean norm). Each repeat runs every variant once,
+interleaved; min (median); wall and CPU-time ratios; "steps per fine step" is MGRIT's
+work ratio; "max|u_N - seq|" the final state's difference.
 
 Run: python benchmarks/bench_heat_batched.py [--repeats R] [--quick] [--ntime N] [--nspace M]
 """
@@ -34,14 +18,13 @@ Run: python benchmarks/bench_heat_batched.py [--repeats R] [--quick] [--ntime N]
 from __future__ import annotations
 
 import argparse
-import gc
 import math
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
-from _report import min_median, print_table
+from _harness import clock, print_table, ratio
+from _harness import ms as _ms
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # for examples/
 from examples.ex02_heat1d import Heat1D  # noqa: E402
@@ -87,26 +70,6 @@ def parse_args(argv=None):
     return a
 
 
-def clock(fn):
-    """(wall seconds, CPU seconds of this process, result) of one call of fn, after a
-    garbage collection. On a shared machine the CPU time leaves out the waits for a core."""
-    gc.collect()
-    wall, cpu = time.perf_counter(), time.process_time()
-    out = fn()
-    return time.perf_counter() - wall, time.process_time() - cpu, out
-
-
-def ms(times):
-    lo, med = min_median(times)
-    return f"{lo * 1e3:.0f} ({med * 1e3:.0f})"
-
-
-def ratio(times, reference):
-    """min(times) / min(reference) (and the ratio of medians)."""
-    (lo, med), (r_lo, r_med) = min_median(times), min_median(reference)
-    return f"{lo / r_lo:.1f}x ({med / r_med:.1f}x)"
-
-
 class Timings:
     """Wall and CPU times of repeated runs, per variant."""
 
@@ -121,8 +84,8 @@ class Timings:
 
     def cells(self, key, reference):
         """[wall ms, wall ratio, CPU ratio] of key against reference."""
-        return [ms(self.wall[key]), ratio(self.wall[key], self.wall[reference]),
-                ratio(self.cpu[key], self.cpu[reference])]
+        return [_ms(self.wall[key], 0), ratio(self.wall[key], self.wall[reference], 1),
+                ratio(self.cpu[key], self.cpu[reference], 1)]
 
 
 def sequential(args):
@@ -211,7 +174,7 @@ def solve_table(args):
         r, other = results[label, batched], results[label, not batched]
         same = (np.array_equal(r.final, other.final) and r.residuals == other.residuals
                 and r.iterations == other.iterations)
-        speed = ratio(t.wall[label, False], t.wall[label, True]) if batched else "-"
+        speed = ratio(t.wall[label, False], t.wall[label, True], 1) if batched else "-"
         rows.append([label, "batched" if batched else "unbatched",
                      *t.cells((label, batched), "sequential"), speed, r.iterations,
                      states_per_step(args, r), f"{np.abs(r.final - u_seq).max():.1e}",
@@ -239,7 +202,7 @@ def settings_table(args):
                  "batched calls", "single steps", "wall ms", "MGRIT / sequential",
                  "same in CPU time", "max|u_N - seq|"], rows,
                 title=f"MGRIT settings, heat 1D, N {args.ntime}, nspace {args.nspace}, "
-                      f"abs_tol {TOL:g}; sequential {ms(t.wall['sequential'])} ms; min "
+                      f"abs_tol {TOL:g}; sequential {_ms(t.wall['sequential'], 0)} ms; min "
                       f"(median) of {args.repeats}")
 
 

@@ -1,16 +1,14 @@
 """Does a message arrive while its sender computes outside MPI?
 
-Under ``mpiexec -n 2``: rank 0 posts K Isends of n bytes, then computes for 50 ms
-without entering MPI, then waits; rank 1 receives them as braidpy's time communicator
-does (matched probe, then receive) and prints when the last arrived. If a protocol
-needed the sender's progress (MPICH rendezvous, pipelined cells), the arrival would
-come after the 50 ms; braidpy's 64 KB states (1000 samples of width 8) are the case
-in question.
+Under ``mpiexec -n 2``: rank 0 posts K Isends of n bytes, computes 50 ms without entering
+MPI, then waits; rank 1 receives them as braidpy's time communicator does (matched probe,
+then receive) and prints when the last arrived. An arrival after the 50 ms means the
+protocol needs the sender's progress; braidpy's 64 KB states are the case in question.
 
     mpiexec -n 2 python benchmarks/bench_mpi_progress.py [K ...]
 """
 
-import sys
+import argparse
 import time
 
 import numpy as np
@@ -43,4 +41,7 @@ def main(counts):
 
 
 if __name__ == "__main__":
-    main([int(x) for x in sys.argv[1:]] or [1, 8, 40])
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("counts", type=int, nargs="*", default=[1, 8, 40], metavar="K",
+                   help="messages in flight at once (default 1 8 40)")
+    main(p.parse_args().counts)

@@ -1,10 +1,8 @@
-"""Per-call cost of braidpy.nn's dense kernels vs the same NumPy operations inline.
+"""What does a call of braidpy.nn's dense kernels cost over the same NumPy operations inline?
 
-The kernels are timed as functions and through a DenseLayer object (the way ResNet and
-ResNetApp call them).
-
+The kernels as functions and through a DenseLayer (as ResNet and ResNetApp call them);
 m states of shape (1, width 8) stacked, tanh; min over rounds of the mean of 200 calls,
-the candidates interleaved round by round (the machine may be shared).
+candidates interleaved round by round.
 
 Run: python benchmarks/bench_nn_calls.py [--rows 1 64] [--rounds 40]
 """
@@ -12,10 +10,10 @@ Run: python benchmarks/bench_nn_calls.py [--rows 1 64] [--rounds 40]
 from __future__ import annotations
 
 import argparse
-import timeit
 
 import numpy as np
 
+from _harness import alternate, per_call
 from braidpy.nn import DenseLayer, dense_adjoint_batched, dense_forward, dense_forward_batched
 
 
@@ -67,10 +65,7 @@ def measure(m, rounds):
         "DenseLayer.adjoint_batched": lambda: layer.adjoint_batched(W, U, Ks, bs, hs),
         "inline adjoint, batched": inline_adjoint,
     }
-    best = dict.fromkeys(cands, float("inf"))
-    for _ in range(rounds):
-        for name, f in cands.items():
-            best[name] = min(best[name], timeit.timeit(f, number=200) / 200)
+    best = {k: min(v) for k, v in alternate(cands, rounds, lambda f: per_call(f, 200)).items()}
     print(f"m = {m}")
     for name, t in best.items():
         print(f"  {name:30s} {t * 1e6:7.2f} us")

@@ -1,42 +1,16 @@
-"""braidpy's core overhead per step call on a scalar ODE (goal: <= 1 us).
+"""How much time does braidpy's core spend outside user callbacks per step call on a scalar
+ODE? (goal <= 1 us; core share over the plain-Python floor <= 0.2 us)
 
-Problem: u' = -u on [0, 5], backward Euler on 1-element NumPy arrays with
-braidpy's default clone/sum/norm; ntime = 2**14, max_levels 30,
-cfactor 4, abs_tol 1e-10, one process, other options at their defaults.
-
-braidpy runs App's default clone/sum/norm in C++ for float64 arrays
-(csrc/bindings/array_fast.cpp), so they are not user callbacks here: their
-cost counts as core overhead (their "time inside" shows 0), and the replay
-below, which calls the Python defaults, is slower than the solve itself
-(a negative replay estimate); only the in-core estimate is meaningful then.
-
-Two estimates of the time braidpy spends outside user callbacks, per step call:
-
-1. In-core timers (timings=True): (Result.timings['total'] - seconds inside all
-   callbacks) / step calls. The callback seconds are taken around the Python
-   call in C++, so they include CPython's call cost and the callback body;
-   the rest is the C++ cycling, argument boxing, and the setup inside solve().
-2. Replay, independent of those timers: the same app methods called from a
-   plain Python loop as many times as the solve called them (step, clone,
-   sum with the same (a, b) pattern, norm, init, access; same argument types),
-   and (solve wall time - replay time) / step calls. The wall time is taken
-   around braidpy.solve(), so it also covers Options/Core construction.
-   The replay's own loop costs ~20-30 ns a call, which makes this estimate a
-   little low; its freshly cloned arrays die at once (cache-hot), unlike the
-   solve's, which makes it a little high.
-
-Per step call, the headline figure (third table): total = timings=False solve wall
-time / step calls; floor = the same app.step called as many times from a plain
-Python loop with the same argument types (a 1-element array, two floats and
-the braidpy.Status of a live solver), per call; core share = total - floor
-(goal <= 0.2 us). The floor includes the loop's own ~20-30 ns a call.
-
-Each repeat runs a timings=True solve, a timings=False solve, a replay and the
-floor loop;
-the tables show min and median over repeats (the replay estimate subtracts
-min from min and median from median, so that a slow moment in one repeat
-does not pair with a fast one; on a shared machine trust the mins). Callback counts are totals per
-solve, per MGRIT iteration and per fine time step.
+Problem: u' = -u on [0, 5], backward Euler on 1-element arrays, ntime 2**14, max_levels
+30, cf 4, abs_tol 1e-10, one process. App's default clone/sum/norm run in C++ here
+(csrc/bindings/array_fast.cpp), so they count as core time and the replay is then slower
+than the solve (only the in-core estimate is meaningful). Per step call:
+  1. in-core: (timings['total'] - seconds inside callbacks) / step calls (timings=True);
+  2. replay: (solve wall time - the same app calls replayed from a Python loop) / step calls;
+  3. total = timings=False solve wall / step calls; floor = app.step from a plain loop
+     with the same argument types; core share = total - floor.
+Each repeat runs all four; min and median (the replay subtracts min from min, median from
+median). Callback counts per solve, per iteration and per fine step.
 
 Run: python benchmarks/bench_overhead.py [--ntime N] [--repeats R] [--quick]
 (PYTHONPATH chooses the braidpy build, e.g. a baseline's, to compare side by side.)
@@ -53,7 +27,7 @@ from pathlib import Path
 
 from _apps_braidpy import Dahlquist
 from _problems import DAHLQUIST_TSTART, DAHLQUIST_TSTOP
-from _report import microseconds, min_median, print_table, seconds
+from _harness import microseconds, min_median, print_table, seconds
 
 import braidpy
 

@@ -1,32 +1,14 @@
-"""Predicted vs measured seconds per gradient on every data x space x layers grid.
+"""Does the performance model predict the seconds per Trainer gradient on every data x space
+x layers grid within 25 %?
 
-The performance model's validation on the grids (bench_perf_model.py checks MGRIT
-settings with layer ranks only): for P = 1, 2, 4 ranks, every grid D x S x L = P that
-training can run on two problems, the time of one loss-and-gradient of a whole batch as
-the Trainer computes it (``trainer.evaluator.gradient``: each data group's one-shot (2, 2) MGRIT
-over its layer ranks on its shard, the spatial ranks splitting a conv net's image rows,
-then the average over the data groups), beside the model's prediction
-(:func:`braidpy.perf.model.predict` for that grid and MGRIT setting):
-
-- digits: a conv ResNet of 32 layers x 4 channels on 8x8 images (scikit-learn's
-  digits), 200 images per gradient; any space split (bands of at least one row);
-- peaks: the paper's dense ResNet (width 8, 32 layers), 2000 points per gradient;
-- digits28 (only when named in --problems): the digits scaled to MNIST's 28x28, a conv
-  ResNet of 16 layers x 8 channels (the mnist quick preset's), 32 images per gradient:
-  bands thick enough for space splits to pay.
-
-MGRIT: 2 levels, cfactor 4, one-shot m1 = m2 = 2, warm-started as in training; the
-activation is ResNet's default (smoothed ReLU), the one ``braidpy calibrate`` measures.
-Grids with one layer rank are predicted with the same MGRIT setting on that rank (what
-the Trainer runs), not as serial propagation.
-
-As in bench_perf_model.py, each row compares the median wall time of ``--repeats``
-gradients (the slowest rank's) with the model, and rank counts above ``--cores`` are
-skipped, saying so: the model gives every rank a core of its own.
+For P = 1, 2, 4 and every grid D x S x L = P: one ``trainer.evaluator.gradient`` of a
+whole batch (one-shot (2, 2), 2 levels, cf 4, warm) beside braidpy.perf.model.predict:
+digits (conv 32 x 4, 8x8, 200 images), peaks (dense width 8, 32 layers, 2000 points),
+digits28 when named (conv 16 x 8, 28x28, 32 images). Median of --repeats of the slowest
+rank; rank counts above --cores are skipped, saying so (a core per rank).
 
     python benchmarks/bench_perf_grids.py [--ranks 1 2 4] [--calibration FILE]
-        [--repeats R] [--json FILE] [--plot FILE.png]
-        [--problems digits peaks digits28]
+        [--repeats R] [--json FILE] [--plot FILE.png] [--problems digits peaks digits28]
     python benchmarks/bench_perf_grids.py --from-json RUN1.json ... [--plot FILE.png]
 """
 

@@ -1,27 +1,18 @@
-"""Predicted vs measured seconds per gradient: the performance model (braidpy.perf) checked.
+"""Does the performance model (braidpy.perf) predict the seconds per layer-parallel gradient
+within 25 % for each MGRIT setting and rank count?
 
-For each setting (layer ranks P, MGRIT levels, cfactor, skip, one-shot (m1, m2) or exact
-to tolerance) this script times braidpy's layer-parallel gradient (the trainer's
-LayerParallelEvaluator.gradient: opening, primal MGRIT, classifier, adjoint MGRIT,
-per-layer gradients, allreduce) on a Peaks-sized dense ResNet, under
-``mpiexec -n P`` for P > 1, and prints it beside the model's prediction from a
-calibration file (``braidpy calibrate``; made here when none is given). The "serial" row
-on one rank times what serial training runs, ResNet.loss_and_gradient. Settings with
-``skip`` time cold evaluations (both solves reset before each gradient: skip applies only
-to a cold start), the others warm ones as in training. Exact mode is predicted with the
-iteration counts the run measured (the model predicts time per iteration, not
-convergence). Writes a PNG of predicted vs measured with ``--plot``.
-
-The model gives every rank a core of its own, and each row compares the median wall
-time of ``--repeats`` gradients (the slowest rank's) with it; rank counts above
-``--cores`` are skipped, saying so (run it on a host with a core per rank).
+Per setting (layer ranks P, levels, cfactor, skip, one-shot (m1, m2) or exact): the
+trainer's LayerParallelEvaluator.gradient on a Peaks-sized dense ResNet under
+``mpiexec -n P``, beside the model's prediction from a calibration (``braidpy
+calibrate``; made here when none is given). "serial" times ResNet.loss_and_gradient;
+skip settings time cold evaluations, the others warm; exact mode is predicted with the
+measured iteration counts. Median of --repeats of the slowest rank; rank counts above
+--cores are skipped, saying so. --json also keeps each prediction's critical-path parts
+(and FILE.calibration.json the costs used); --plot a PNG.
 
     python benchmarks/bench_perf_model.py [--calibration FILE] [--plot FILE.png]
         [--json FILE] [--repeats R] [--quick] [--ranks 1 2 4] [--cores N]
     python benchmarks/bench_perf_model.py --from-json RUN1.json RUN2.json ... [--plot ...]
-
---json FILE.json also keeps each prediction's critical-path parts, and, when the run
-calibrates, FILE.calibration.json the costs the predictions used (for studying a misfit).
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
-"""Projected layer-parallel speedups of the seed papers' configurations (docs/performance.md).
+"""What speedups does the performance model project for the seed papers' configurations?
+(no timing: everything is the model's)
 
-From a calibration file of this machine (``braidpy calibrate``: one process per core,
-OMP_NUM_THREADS=1) and a documented cluster network (braidpy.perf.CLUSTERS), predict
-seconds per gradient and the speedup over serial propagation on one process for:
-
-* paper 002 (Günther et al.), Table 1: Peaks (dense width 8, 5000 samples) and MNIST
-  (conv 8 channels 28x28, kernel 3, 500 samples), N = 256 ... 2048 layers on N/4
-  cores, one gradient with MGRIT to a relative drop of 1e-5 (cf 4, as many levels as
-  XBraid makes; the iteration counts are an assumption: ``--iterations``);
-  Table 2's one-shot training (m1 = m2 = 2) per gradient at the same sizes;
-* paper 000 (Kirby et al.): a 4096-layer conv ResNet (50 channels 28x28, kernel 7,
-  one image) on 4 ... 64 GPUs over 25 Gb/s Ethernet, two MGRIT cycles. No GPU was
-  available to calibrate, so a V100 is *assumed*: 20 us per kernel call plus the
-  multiply-adds at 4 TFLOP/s (``--gpu-tflops``); "model partitioned" is serial
-  propagation passing the state from GPU to GPU (paper 000's baseline).
-
-No timing happens here; everything is the model's.
+From a calibration of this machine and a documented network (braidpy.perf.CLUSTERS):
+paper 002's Table 1 (Peaks dense width 8, 5000 samples; MNIST conv 8 x 28x28, 500
+samples; N = 256 ... 2048 on N/4 cores, MGRIT to 1e-5, --iterations assumed) and Table 2's
+one-shot (2, 2); paper 000's 4096-layer conv ResNet (50 x 28x28, kernel 7) on 4 ... 64
+GPUs over 25 Gb/s Ethernet, with an *assumed* V100 (20 us per call, --gpu-tflops);
+"model partitioned" is serial propagation from GPU to GPU.
 
     python benchmarks/bench_perf_projection.py --calibration FILE [--iterations 6 6]
 """

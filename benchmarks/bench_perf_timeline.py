@@ -1,15 +1,10 @@
-"""Where a prediction of the performance model misses: a real gradient's step calls, rank
+"""Where does a prediction of the performance model miss? A real gradient's step calls, rank
 by rank, beside the model's simulated ones (braidpy.perf.timeline).
 
-bench_perf_model.py says *how much* the model misses per setting; this says *where*: it
-runs the same layer-parallel gradient (a dense ResNet, GradientSolver.evaluate, warm)
-under ``mpiexec -n P``, records every step call each rank makes
-(``braidpy.perf.timeline.recording``: start and end on the machine's monotonic clock,
-which all ranks share), keeps the
-fastest of ``--repeats`` gradients, and pairs those calls with the model's, in order.
-The table splits the difference into the calls (calibration) and the gaps between them,
-labelled by the model operations there (messages, allreduces, vector work): a gap much
-longer than modelled is something the model leaves out.
+Runs bench_perf_model.py's dense layer-parallel gradient (GradientSolver.evaluate, warm)
+under ``mpiexec -n P``, records every step call (``braidpy.perf.timeline.recording``),
+keeps the fastest of --repeats, pairs the calls with the model's in order and splits the
+difference into calls (calibration) and gaps labelled by the model operations in them.
 
     python benchmarks/bench_perf_timeline.py [--calibration FILE] [--ranks 1 2 4]
         [--samples 64] [--levels 2] [--cf 4] [--json FILE]

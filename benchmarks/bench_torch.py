@@ -1,20 +1,13 @@
-"""braidpy.torch: LayerParallel's one-shot gradient vs plain torch forward+backward, one process.
+"""Is braidpy.torch's LayerParallel one-shot gradient faster than plain torch
+forward+backward through the same blocks? (one process)
 
-Network: N blocks F_n(x) = tanh(Linear_n(x)), width 8, float64, T = 2, its
-own random weights per layer (torch's default Linear initialisation, fixed seed);
-x <- x + h F_n(x). Loss: sum of the output times fixed random weights.
-
-Serial: the same blocks in a plain Python loop (x = x + h * block(x)), then
-``loss.backward()`` (torch autograd), from zeroed gradients.
-LayerParallel: one-shot (m1, m2) = (2, 2) (two MGRIT iterations in forward, two
-adjoint iterations in backward, warm-started from the previous call, as in one-shot
-training), cfactor 16 on level 0, 2 levels, F-relaxation; "grouped" runs each batched
-call as one torch call per layer over the stacked block parameters (baddbmm for the
-Linear), "vmap" as one torch.func.vmap (grouped=False), "per-block" the same with
-batch=False. Each timing is one forward + backward from zeroed gradients, after
-two warm-up calls, in the process's CPU time (--clock wall: elapsed time); min over
-repeats (median in brackets). The sides alternate within each repeat. --device cuda
-runs everything on the GPU and times wall clock after torch.cuda.synchronize(). ratio = serial / LayerParallel (> 1: LayerParallel is faster).
+N blocks x <- x + h tanh(Linear_n(x)), width 8, float64, T = 2, torch's default init
+(fixed seed); loss = sum(output * fixed weights). Serial: a Python loop + loss.backward().
+LayerParallel: one-shot (2, 2), warm, cf 16, 2 levels, F-relaxation; "grouped" (one
+torch call per layer over stacked parameters), "vmap" (grouped=False), --per-block
+(batch=False). One forward + backward from zeroed gradients after two warm-ups, process
+CPU time (--clock wall: elapsed); sides alternate within each repeat; min (median).
+--device cuda: on the GPU, wall clock after synchronize. ratio = serial / LayerParallel.
 
 Run: python benchmarks/bench_torch.py [--layers 1024 4096] [--batches 1 32] [--repeats R]
      [--per-block] [--cfactor C] [--clock cpu|wall] [--device cpu|cuda]
@@ -26,7 +19,7 @@ import argparse
 import time
 
 import torch
-from _report import min_median, print_table, seconds
+from _harness import min_median, print_table, seconds
 
 from braidpy.torch import LayerParallel
 

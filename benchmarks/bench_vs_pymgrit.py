@@ -1,46 +1,17 @@
-"""braidpy vs PyMGRIT 1.0.6: wall time of setup + solve, serially and with 2 ranks.
+"""Is braidpy faster than PyMGRIT 1.0.6 on the same problems and settings (>= 5x on the
+scalar ODE, never slower on heat)? Setup + solve, 1 and 2 ranks.
 
-Both sides solve the same problems with the same time steppers (_problems.py;
-braidpy apps in _apps_braidpy.py, PyMGRIT Application/Vector subclasses in
-_apps_pymgrit.py, both on NumPy arrays):
-
-- Dahlquist: u' = -u on [0, 5], backward Euler, 2**14 steps (2**14 + 1 points);
-- heat 1D: nx = 1000 interior points, implicit Euler with one splu factor per
-  dt, 1024 steps (1025 points) on [0, 2].
-
-Matched options: the same cfactor and number of levels (braidpy's hierarchy
-for max_levels; PyMGRIT gets that many levels from simple_setup_problem), V-cycles,
-FCF relaxation (braidpy nrelax=1; PyMGRIT cf_iter=1, weight_c=1), the same
-absolute tolerance on the same residual norm: the 2-norm over fine C-points
-(t > 0) of the spatial 2-norms of r_c = Phi(u_{c-1}) - u_c (braidpy tnorm=2,
-Euclidean norm; PyMGRIT t_norm=2), cold start from zero (PyMGRIT
-nested_iteration=False), no output (braidpy access_level=0).
-
-Differences that remain (the algorithms, not the settings):
-- PyMGRIT computes its residual after the whole V-cycle, with one extra fine
-  step per C-point; braidpy (XBraid) measures it during the down-sweep, after
-  FC-relaxation, at no extra cost, and halts after that cycle. braidpy's
-  norm therefore lags by about one cycle: it reports one more iteration for
-  the same tolerance.
-- braidpy skips the first down-sweep (XBraid's skip=1, default; --no-skip
-  turns it off); PyMGRIT's first iteration F-relaxes and FCF-relaxes level 0.
-- PyMGRIT gathers the coarsest grid to rank 0 and steps it there; braidpy
-  keeps it distributed and steps through it rank after rank (no gather).
-
-Each timed solve runs in a fresh subprocess (_worker.py): braidpy with this
-interpreter, PyMGRIT with the virtualenv's (benchmarks/setup_pymgrit_env.sh
-creates it; BRAIDPY_PYMGRIT_VENV says where, default
-~/.cache/braidpy/pymgrit-venv), under that environment's mpiexec for 2 ranks.
-Every subprocess gets MALLOC_MMAP_THRESHOLD_ = MALLOC_TRIM_THRESHOLD_ = 2**30
-and one BLAS/OpenMP thread, and does an untimed warm-up solve first: of the
-full problem in the first round (which also counts step calls), of
-nsteps / --warmup-scale steps after that. The timed solve covers app +
-hierarchy + solver construction + solve; under MPI, the slowest rank
-between barriers. --repeats rounds run every (problem, ranks, side) once,
-sides alternating in order, so that a slow spell of a shared machine hits
-both sides alike. Tables show min and median over rounds, and ratios
-PyMGRIT / braidpy. --with-builtin adds PyMGRIT's own float-valued Dahlquist
-class (serial) for reference: PyMGRIT at its cheapest vector type.
+Same steppers on both sides (_problems.py, _apps_braidpy.py, _apps_pymgrit.py): Dahlquist
+u' = -u on [0, 5], backward Euler, 2**14 steps; heat 1D, nx 1000, implicit Euler with a
+splu per dt, 1024 steps on [0, 2]. Matched: cfactor and levels, V-cycles, FCF, the same
+absolute tolerance on the same residual norm (tnorm 2), cold start, no output. Left
+different (the algorithms): PyMGRIT's residual after the cycle (braidpy reports one more
+iteration), braidpy's skip=1 (--no-skip), PyMGRIT's coarsest grid gathered on rank 0.
+Each timed solve runs in a fresh process (_worker.py; PyMGRIT in its venv,
+$BRAIDPY_PYMGRIT_VENV, default ~/.cache/braidpy/pymgrit-venv) after an untimed warm-up,
+one BLAS thread, malloc thresholds 2**30; app + hierarchy + solver + solve, the slowest
+rank's. Rounds alternate the sides; min and median; ratios PyMGRIT / braidpy.
+--with-builtin adds PyMGRIT's own float Dahlquist (serial).
 
 Run: bash benchmarks/setup_pymgrit_env.sh   (once)
      python benchmarks/bench_vs_pymgrit.py [--repeats R] [--ranks 1 2] [--quick]
@@ -54,7 +25,7 @@ import sys
 from pathlib import Path
 
 from _problems import count_levels
-from _report import min_median, print_table, seconds
+from _harness import min_median, print_table, seconds
 from _sidecar import THREAD_ENV, mpiexec_for, run_for_result
 from _sidecar import venv_python as sidecar_python
 

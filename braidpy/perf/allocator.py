@@ -9,7 +9,7 @@ a dense width-8 call over 4-64 rows of 1000 samples took 75-95 us per row of use
 plus 55-65 us per row of *system* time (page faults zeroing the temporaries' pages)
 when glibc returned its temporaries, and no system time when it kept them; inside a
 solve the same calls hit either regime. That made ``braidpy calibrate``'s isolated calls
-and a real gradient disagree by up to 40 % (docs/performance.md, "Validation").
+and a real gradient disagree by up to 40 % (docs/performance.md, "Practical advice").
 
 :func:`keep_freed_memory` fixes the thresholds (``mallopt``; the same as the
 ``MALLOC_MMAP_THRESHOLD_`` and ``MALLOC_TRIM_THRESHOLD_`` environment variables) so

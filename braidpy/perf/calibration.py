@@ -35,35 +35,28 @@ cost per sample and state; seed 001's per-layer cost model, Dryden et al. sec. 4
 with batching as one more dimension of the work); the model interpolates the measured
 points themselves, which also follow the cache (:meth:`CostFit.seconds`).
 
-Files written before 2026-11-29 may hold ``oversubscription``, ``oversubscription_space``
-and ``oversubscription_samples`` per layer (factors for ranks sharing cores, no longer
-modelled): they load, and those fields are ignored.
+Fields the loader does not know are ignored (such as the factors for ranks sharing cores
+that files written before 2026-11-29 hold: ``oversubscription`` and its variants).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import math
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .._limits import INT_MAX, LimitError, loads_json, write_atomically
 
-logger = logging.getLogger("braidpy.perf")
-
 __all__ = ["FORMAT", "VERSION", "KINDS", "CostFit", "LayerCosts", "Link", "Calibration",
            "CalibrationError", "calibration_from_json", "load_calibration",
-           "save_calibration", "layer_name", "layer_flops", "IGNORED_FIELDS"]
+           "save_calibration", "layer_name", "layer_flops"]
 
 FORMAT = "braidpy-calibration"
 VERSION = 1
 #: What each layer cost fit measures: a step, a state adjoint, a parameter gradient,
 #: and a vector operation (copy or axpy) of one state.
 KINDS = ("fwd", "adj", "grad", "vec")
-#: Layer fields of older files that loading skips: what ranks sharing cores cost,
-#: measured until 2026-11-29 and no longer modelled (docs/performance.md, "Removed").
-IGNORED_FIELDS = ("oversubscription", "oversubscription_space", "oversubscription_samples")
 
 
 class CalibrationError(ValueError):
@@ -398,11 +391,6 @@ def calibration_from_json(data: Any) -> Calibration:
     if not isinstance(layers_raw, list) or not layers_raw:
         raise CalibrationError("field calibration.layers must be a non-empty list")
     layers: List[LayerCosts] = []
-    ignored = sorted({k for lr in layers_raw if isinstance(lr, Mapping) for k in lr
-                      if k in IGNORED_FIELDS})
-    if ignored:  # once per file, not per layer
-        logger.debug("calibration: ignoring %s (ranks sharing cores are no longer "
-                     "modelled)", ", ".join(ignored))
     for i, lr in enumerate(layers_raw):
         where = f"layers[{i}]"
         kind = _field(lr, "kind", where)
