@@ -48,6 +48,7 @@ from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence, Tupl
 import numpy as np
 
 from . import __version__
+from ._extras import install_hint
 from .nn import OPENINGS, ResNet, activation_names
 from .nn.network import EVALUATION_STATE_BYTES
 from ._device import placement
@@ -291,8 +292,8 @@ def _add_source_args(p: argparse.ArgumentParser) -> None:
 def _add_evaluation_args(p: argparse.ArgumentParser) -> None:
     """Where and in what batches evaluate and predict run the forward sweep."""
     p.add_argument("--device", type=_device, default="cpu", metavar="cpu|cuda",
-                   help="where to compute: cpu (NumPy) or cuda[:N] (CuPy, pip install "
-                        "'braidpy-mgrit[gpu]'); the samples go there a batch at a time and "
+                   help="where to compute: cpu (NumPy) or cuda[:N] (CuPy, the gpu "
+                        "extra); the samples go there a batch at a time and "
                         "only the results come back (default cpu)")
     p.add_argument("--batch-size", type=count_argument(1, INDEX_MAX, INDEX_WHY),
                    metavar="N",
@@ -356,8 +357,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--init-scale", type=NONNEGATIVE, metavar="S",
                    help=f"scale of the initial layer weights {_default('init_scale')}")
     g.add_argument("--device", type=_device, metavar="cpu|cuda",
-                   help="where to train: cpu (NumPy) or cuda[:N] (CuPy, pip install "
-                        "'braidpy-mgrit[gpu]') (default cpu)")
+                   help="where to train: cpu (NumPy) or cuda[:N] (CuPy, the gpu "
+                        "extra) (default cpu)")
 
     g = p.add_argument_group("layer parallelism")
     g.add_argument("--grid", type=_grid, metavar="D,S,L",
@@ -593,7 +594,7 @@ def _check_train_options(args: argparse.Namespace, error: Callable[[str], None])
         try:
             import matplotlib  # noqa: F401
         except ImportError:
-            error("--plot needs matplotlib (pip install 'braidpy-mgrit[train]')")
+            error(f"--plot needs matplotlib ({install_hint('train')})")
         from .train.plots import check_figure_path
 
         try:
