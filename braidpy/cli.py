@@ -161,6 +161,37 @@ class _Parser(argparse.ArgumentParser):
                             f"(options: {self.prog} --help)\n", sys.stderr)
         self.exit(2)
 
+    def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:
+        """argparse's, but an unknown option is reported by the subcommand that was given
+        it (pointing at that subcommand's --help), with the closest option it knows."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            target = self._chosen_subcommand(parsed) or self
+            target.error(f"unrecognized arguments: {' '.join(extras)}"
+                         f"{target._closest_options(extras)}")
+        return parsed
+
+    def _chosen_subcommand(self, parsed: argparse.Namespace) -> Optional["_Parser"]:
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                chosen = action.choices.get(getattr(parsed, action.dest, None) or "")
+                if isinstance(chosen, _Parser):
+                    return chosen._chosen_subcommand(parsed) or chosen
+        return None
+
+    def _closest_options(self, extras: Sequence[str]) -> str:
+        import difflib
+
+        known = [o for action in self._actions for o in action.option_strings
+                 if o.startswith("--")]
+        hints = []
+        for word in extras:
+            if word.startswith("--"):
+                close = difflib.get_close_matches(word.split("=", 1)[0], known, n=1)
+                if close:
+                    hints.append(f"{word.split('=', 1)[0]}: did you mean {close[0]}?")
+        return f" ({'; '.join(hints)})" if hints else ""
+
 
 class _Trainer(Trainer):
     """Trainer whose checkpoint writes cannot strand the other ranks (see :func:`_on_root`)."""

@@ -146,6 +146,20 @@ def test_bad_options_exit_2_naming_the_value(args, message):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize("args, message, helps", [
+    (["train", "peaks", "--iteratons", "5"], "braidpy train: error: unrecognized arguments: "
+     "--iteratons 5 (--iteratons: did you mean --iterations?)", "braidpy train --help"),
+    (["plan", "--calibration", "c.json", "--network", "peaks", "-P", "2", "--trails=1"],
+     "(--trails: did you mean --trials?)", "braidpy plan --help"),
+    (["evaluate", "run.ckpt", "peaks", "--zzz"], "unrecognized arguments: --zzz\n",
+     "braidpy evaluate --help"),
+])
+def test_an_unknown_option_is_named_by_its_subcommand_with_the_closest(args, message, helps):
+    proc = cli(*args)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert message in proc.stderr and f"(options: {helps})" in proc.stderr, proc.stderr
+
+
 def test_a_run_shorter_than_validate_every_still_validates_at_its_end(tmp_path):
     ok("train", "peaks", *TINY[:-1], "2", "--validate-every", "5", "--log",
        tmp_path / "l.jsonl", "--quiet")

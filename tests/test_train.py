@@ -274,6 +274,15 @@ def test_bad_configs_are_named(kwargs, match):
         TrainConfig(**kwargs)
 
 
+def test_an_unknown_config_field_names_the_closest_one():
+    with pytest.raises(TypeError, match="TrainConfig: unknown field 'optimiser'; did you "
+                                        "mean 'optimizer'"):
+        TrainConfig(optimiser="adam")
+    with pytest.raises(TypeError, match="unknown field 'zzz'$"):
+        TrainConfig(zzz=1)
+    assert TrainConfig(optimizer="adam", iterations=3).optimizer == "adam"
+
+
 def test_bad_training_inputs_are_named():
     net, X, C = dense_problem()
     with pytest.raises(ValueError, match="X has 24 samples but C has 23"):

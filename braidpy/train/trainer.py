@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import difflib
+import functools
 import hashlib
 import logging
 import math
 import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
+from dataclasses import fields as dataclass_fields
 from numbers import Integral
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
@@ -271,6 +274,28 @@ class TrainConfig:
             raise ValueError("optimizer 'easgd-async' cannot write checkpoints: its updates "
                              "depend on the order messages reach the centre, so no checkpoint "
                              "resumes it exactly; leave checkpoint out or use 'easgd'")
+
+
+def _unknown_fields_named(cls):
+    """Makes the dataclass's generated ``__init__`` name an unknown keyword with the closest
+    field (``optimiser`` -> ``optimizer``), as ``braidpy.solve`` does for its options."""
+    generated = cls.__init__
+    names = [f.name for f in dataclass_fields(cls)]
+
+    @functools.wraps(generated)
+    def __init__(self, *args, **kwargs):
+        for key in kwargs:
+            if key not in names:
+                close = difflib.get_close_matches(str(key), names, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise TypeError(f"{cls.__name__}: unknown field {key!r}{hint}")
+        generated(self, *args, **kwargs)
+
+    cls.__init__ = __init__
+    return cls
+
+
+TrainConfig = _unknown_fields_named(TrainConfig)
 
 
 def _cfactor_option(value: Any) -> Any:
