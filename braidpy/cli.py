@@ -1077,6 +1077,13 @@ def _as_samples(args: argparse.Namespace, net: ResNet, X: np.ndarray, what: str
     return X.reshape((X.shape[0],) + shape)
 
 
+def _weights_step(state: Dict[str, Any], best: bool) -> Any:
+    """The training step whose weights are evaluated: the best one's with --best."""
+    if best and isinstance(state.get("best"), dict) and "iteration" in state["best"]:
+        return state["best"]["iteration"]
+    return state.get("iteration")
+
+
 def _evaluate(args: argparse.Namespace) -> int:
     net, params, state = _load_model(args)
     config = state.get("config", {})
@@ -1105,7 +1112,8 @@ def _evaluate(args: argparse.Namespace) -> int:
         loss, accuracy = net.evaluate(params, X, C, args.batch_size)
     result = {"checkpoint": str(args.checkpoint), "data": what, "split": args.split,
               "samples": int(X.shape[0]), "weights": "best" if args.best else "last",
-              "iteration": state.get("iteration"), "loss": loss, "accuracy": accuracy,
+              "iteration": _weights_step(state, args.best), "loss": loss,
+              "accuracy": accuracy,
               "device": net.placement.name, "batch_size": net.evaluation_batch(args.batch_size)}
     if args.json:
         print(json.dumps(result, allow_nan=False))

@@ -484,6 +484,7 @@ def test_evaluate_reports_the_runs_validation_accuracy(trained):
     best = json.loads(ok("evaluate", trained / "run.ckpt", "peaks", "--samples", "300",
                          "--validation-samples", "100", "--json", "--best").stdout)
     assert best["accuracy"] == pytest.approx(end["best_accuracy"], abs=1e-12)
+    assert best["iteration"] == end["best_iteration"], (best, end)  # the best step's number
     text = ok("evaluate", trained / "run.ckpt", "peaks", "--split", "train", "--samples",
               "300").stdout
     assert "train (300 samples)" in text and "accuracy" in text
