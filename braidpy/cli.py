@@ -1062,16 +1062,21 @@ def _load_model(args: argparse.Namespace) -> Tuple[ResNet, Any, Dict[str, Any]]:
 
 def _as_samples(args: argparse.Namespace, net: ResNet, X: np.ndarray, what: str
                 ) -> np.ndarray:
-    """``X`` as samples of the network's input shape: as they are, or flat rows whose
-    length is exactly the input's size reshaped to it (a text file holds only rows: a
-    digits network takes (N, 1, 8, 8), its CSV has (N, 64)); else a usage error naming
+    """``X`` as samples of the network's input shape: as they are; single-channel images
+    without their channel axis (scikit-learn's digits images, (N, 8, 8), for a network
+    that takes (N, 1, 8, 8)); or flat rows whose length is exactly the input's size (a
+    text file holds only rows: the digits' CSV has (N, 64)). Else a usage error naming
     the shapes the network takes and ``what`` (the file)."""
     shape = tuple(net.input_shape)
     if tuple(X.shape[1:]) == shape:
         return X
     size = math.prod(shape)
+    one_channel = len(shape) == 3 and shape[0] == 1
+    if one_channel and tuple(X.shape[1:]) == shape[1:]:
+        return X.reshape((X.shape[0],) + shape)
     if len(shape) == 1 or X.ndim != 2 or X.shape[1] != size:
-        flat = f" or flat rows of {size} numbers" if len(shape) > 1 else ""
+        also = f", {shape[1:]} (one channel)" if one_channel else ""
+        flat = f"{also} or flat rows of {size} numbers" if len(shape) > 1 else ""
         args.usage_error(f"{what}: samples of shape {tuple(X.shape[1:])}, but the "
                          f"checkpoint's network takes {shape}{flat}")
     return X.reshape((X.shape[0],) + shape)
