@@ -57,6 +57,8 @@ myst_enable_extensions = ["dollarmath"]
 myst_heading_anchors = 3
 
 html_theme = "alabaster"
+html_static_path = ["_static"]
+html_css_files = ["braidpy.css"]
 html_title = f"braidpy {release}"
 
 

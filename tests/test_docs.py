@@ -97,3 +97,11 @@ def test_docs_build_from_the_docs_extra_alone(tmp_path):
         capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "LayerParallel" in (tmp_path / "api_torch.html").read_text()
+
+
+def test_long_command_lines_wrap_on_the_pages(html):
+    """Code blocks wrap (docs/_static/braidpy.css) rather than hide the end of a long
+    command behind a scroll bar, which printed pages cut off."""
+    assert '_static/braidpy.css' in (html / "install.html").read_text()
+    css = (html / "_static" / "braidpy.css").read_text()
+    assert re.search(r"pre\s*\{[^}]*white-space:\s*pre-wrap", css), css
