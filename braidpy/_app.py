@@ -23,15 +23,23 @@ class App:
         returning a *different* object makes it the new state (for immutable
         vector types).
 
-    Optional, with defaults for NumPy arrays and any array array-api-compat supports
-    (``__array_namespace__``, CuPy, PyTorch, ...; override all of them for other types)
-    ---------------------------------------------------------------------------
-    clone(u) -> vector               an independent copy
-    sum(a, x, b, y)                  y <- a*x + b*y in place; x may be y
-    norm(u) -> float                 spatial norm (default: Euclidean)
-    bufpack(u) -> bytes-like         serialise for MPI
-    bufunpack(buf) -> vector         inverse of bufpack
-    access(u, status)                observe the solution (default: nothing)
+    Optional, with defaults for array states
+    ----------------------------------------
+    The defaults work for NumPy arrays and any array array-api-compat supports
+    (``__array_namespace__``, CuPy, PyTorch, ...); override all of them for other types.
+
+    clone(u) -> vector
+        An independent copy.
+    sum(a, x, b, y)
+        ``y <- a*x + b*y`` in place; ``x`` may be ``y``.
+    norm(u) -> float
+        The spatial norm (default: Euclidean).
+    bufpack(u) -> bytes-like
+        Serialise for MPI.
+    bufunpack(buf) -> vector
+        The inverse of ``bufpack``.
+    access(u, status)
+        Observe the solution (default: nothing).
 
     Array states: backends and messages
     -----------------------------------

@@ -170,7 +170,7 @@ def placement(device: Any = None, xp: Any = None) -> Placement:
     """The :class:`Placement` a ``device=`` (and ``xp=``) argument names.
 
     ``device``: None or ``"cpu"`` (NumPy, the default), ``"cuda"`` or ``"cuda:N"`` (CuPy;
-    needs ``pip install 'braidpy-mgrit[gpu]'``), a :class:`Placement`, or, with ``xp`` an array
+    needs ``pip install -e '.[gpu]'``), a :class:`Placement`, or, with ``xp`` an array
     namespace, one of its devices (None: its default device).
 
     Examples

@@ -17,9 +17,16 @@ extra      brings
 from __future__ import annotations
 
 import importlib
+import re
+from importlib import metadata
+from pathlib import Path
 from types import ModuleType
+from typing import List
 
-__all__ = ["require", "install_hint"]
+__all__ = ["require", "install_hint", "missing_core_error"]
+
+#: braidpy's distribution name (pyproject.toml), whose extras bring the optional packages.
+DISTRIBUTION = "braidpy-mgrit"
 
 #: The distribution (what ``pip install`` takes) of each optional top-level module.
 DISTRIBUTIONS = {
@@ -33,13 +40,50 @@ DISTRIBUTIONS = {
 }
 
 
-def install_hint(extra: str) -> str:
-    """The command that installs ``extra``.
-
-    >>> install_hint("mpi")
-    "pip install 'braidpy-mgrit[mpi]'"
+def extra_requirements(extra: str) -> List[str]:
+    """The requirements ``extra`` brings, from the installed distribution's metadata, with
+    the extras it includes expanded (``examples`` includes ``mpi`` and ``train``); empty
+    when braidpy-mgrit's metadata is not installed (a bare source folder on sys.path).
     """
-    return f"pip install 'braidpy-mgrit[{extra}]'"
+    try:
+        declared = metadata.requires(DISTRIBUTION) or []
+    except metadata.PackageNotFoundError:
+        return []
+    out: List[str] = []
+    pending, seen = [extra], set()
+    while pending:
+        name = pending.pop(0)
+        if name in seen:
+            continue
+        seen.add(name)
+        for line in declared:
+            requirement, _, marker = line.partition(";")
+            if not re.search(r"""extra\s*==\s*["']%s["']""" % re.escape(name), marker):
+                continue
+            requirement = requirement.strip()
+            inner = re.fullmatch(re.escape(DISTRIBUTION) + r"\s*\[(.*)\]", requirement)
+            if inner:
+                pending.extend(e.strip() for e in inner.group(1).split(","))
+            elif requirement.replace(" ", "") not in out:
+                out.append(requirement.replace(" ", ""))
+    return out
+
+
+def install_hint(extra: str) -> str:
+    """The command that installs what ``extra`` brings: the packages themselves (braidpy
+    is installed from a source checkout, not from PyPI, so ``pip install
+    'braidpy-mgrit[mpi]'`` would not find it).
+
+    >>> install_hint("mpi")  # doctest: +SKIP
+    "pip install 'mpi4py>=4.0' 'mpich>=4.1' (braidpy-mgrit's [mpi] extra)"
+    >>> "[train] extra" in install_hint("train")
+    True
+    """
+    requirements = extra_requirements(extra)
+    if not requirements:
+        return f"pip install -e '.[{extra}]' in braidpy's source folder"
+    packages = " ".join(f"'{r}'" for r in requirements)
+    return f"pip install {packages} ({DISTRIBUTION}'s [{extra}] extra)"
 
 
 def require(module: str, extra: str, what: str) -> ModuleType:
@@ -50,11 +94,11 @@ def require(module: str, extra: str, what: str) -> ModuleType:
     --------
     >>> require("json", "train", "this example").__name__
     'json'
-    >>> require("braidpy_no_such_module", "train", "braidpy train's plots")
+    >>> require("braidpy_no_such_module", "train", "braidpy train's plots")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
     ImportError: braidpy train's plots needs braidpy_no_such_module, which is not installed; \
-install it with: pip install 'braidpy-mgrit[train]'
+install it with: pip install ... (braidpy-mgrit's [train] extra)
     """
     try:
         return importlib.import_module(module)
@@ -67,3 +111,32 @@ install it with: pip install 'braidpy-mgrit[train]'
             f"{what} needs {dist}, which is not installed; install it with: "
             f"{install_hint(extra)}", name=top
         ) from err
+
+
+def missing_core_error(init_file: str) -> ImportError:
+    """The ImportError for a braidpy package folder without its compiled core
+    (``braidpy._core``), saying why that happens and what to do.
+
+    The common cause is a source checkout on ``sys.path`` (a script run from the
+    repository's root) shadowing the installed package: Python imports the checkout's
+    ``braidpy/``, where the core was never built.
+
+    >>> import tempfile
+    >>> root = Path(tempfile.mkdtemp())
+    >>> (root / "csrc").mkdir(); (root / "braidpy").mkdir()
+    >>> print(missing_core_error(str(root / "braidpy" / "__init__.py")))  # doctest: +ELLIPSIS
+    braidpy's compiled core (braidpy._core) is not in .../braidpy: Python imported braidpy from the source checkout ... rather than from an installed braidpy. ...
+    """
+    package = Path(init_file).resolve().parent
+    checkout = package.parent
+    if (checkout / "csrc").is_dir():
+        return ImportError(
+            f"braidpy's compiled core (braidpy._core) is not in {package}: Python imported "
+            f"braidpy from the source checkout {checkout} (the current directory or "
+            f"sys.path) rather than from an installed braidpy. Run from another directory, "
+            f"or build the checkout itself: pip install -e {checkout} (or, in {checkout}, "
+            f"python setup.py build_ext --inplace)", name="braidpy._core")
+    return ImportError(
+        f"braidpy's compiled core (braidpy._core) is missing from {package}: the "
+        f"installation is incomplete; reinstall braidpy-mgrit (from a source checkout: "
+        f"pip install -e .)", name="braidpy._core")

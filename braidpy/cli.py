@@ -48,6 +48,7 @@ from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence, Tupl
 import numpy as np
 
 from . import __version__
+from ._extras import install_hint
 from .nn import OPENINGS, ResNet, activation_names
 from .nn.network import EVALUATION_STATE_BYTES
 from ._device import placement
@@ -159,6 +160,37 @@ class _Parser(argparse.ArgumentParser):
         self._print_message(f"{self.prog}: error: {message}\n"
                             f"(options: {self.prog} --help)\n", sys.stderr)
         self.exit(2)
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:
+        """argparse's, but an unknown option is reported by the subcommand that was given
+        it (pointing at that subcommand's --help), with the closest option it knows."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            target = self._chosen_subcommand(parsed) or self
+            target.error(f"unrecognized arguments: {' '.join(extras)}"
+                         f"{target._closest_options(extras)}")
+        return parsed
+
+    def _chosen_subcommand(self, parsed: argparse.Namespace) -> Optional["_Parser"]:
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                chosen = action.choices.get(getattr(parsed, action.dest, None) or "")
+                if isinstance(chosen, _Parser):
+                    return chosen._chosen_subcommand(parsed) or chosen
+        return None
+
+    def _closest_options(self, extras: Sequence[str]) -> str:
+        import difflib
+
+        known = [o for action in self._actions for o in action.option_strings
+                 if o.startswith("--")]
+        hints = []
+        for word in extras:
+            if word.startswith("--"):
+                close = difflib.get_close_matches(word.split("=", 1)[0], known, n=1)
+                if close:
+                    hints.append(f"{word.split('=', 1)[0]}: did you mean {close[0]}?")
+        return f" ({'; '.join(hints)})" if hints else ""
 
 
 class _Trainer(Trainer):
@@ -291,8 +323,8 @@ def _add_source_args(p: argparse.ArgumentParser) -> None:
 def _add_evaluation_args(p: argparse.ArgumentParser) -> None:
     """Where and in what batches evaluate and predict run the forward sweep."""
     p.add_argument("--device", type=_device, default="cpu", metavar="cpu|cuda",
-                   help="where to compute: cpu (NumPy) or cuda[:N] (CuPy, pip install "
-                        "'braidpy-mgrit[gpu]'); the samples go there a batch at a time and "
+                   help="where to compute: cpu (NumPy) or cuda[:N] (CuPy, the gpu "
+                        "extra); the samples go there a batch at a time and "
                         "only the results come back (default cpu)")
     p.add_argument("--batch-size", type=count_argument(1, INDEX_MAX, INDEX_WHY),
                    metavar="N",
@@ -356,8 +388,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--init-scale", type=NONNEGATIVE, metavar="S",
                    help=f"scale of the initial layer weights {_default('init_scale')}")
     g.add_argument("--device", type=_device, metavar="cpu|cuda",
-                   help="where to train: cpu (NumPy) or cuda[:N] (CuPy, pip install "
-                        "'braidpy-mgrit[gpu]') (default cpu)")
+                   help="where to train: cpu (NumPy) or cuda[:N] (CuPy, the gpu "
+                        "extra) (default cpu)")
 
     g = p.add_argument_group("layer parallelism")
     g.add_argument("--grid", type=_grid, metavar="D,S,L",
@@ -593,7 +625,7 @@ def _check_train_options(args: argparse.Namespace, error: Callable[[str], None])
         try:
             import matplotlib  # noqa: F401
         except ImportError:
-            error("--plot needs matplotlib (pip install 'braidpy-mgrit[train]')")
+            error(f"--plot needs matplotlib ({install_hint('train')})")
         from .train.plots import check_figure_path
 
         try:
@@ -1030,19 +1062,31 @@ def _load_model(args: argparse.Namespace) -> Tuple[ResNet, Any, Dict[str, Any]]:
 
 def _as_samples(args: argparse.Namespace, net: ResNet, X: np.ndarray, what: str
                 ) -> np.ndarray:
-    """``X`` as samples of the network's input shape: as they are, or flat rows whose
-    length is exactly the input's size reshaped to it (a text file holds only rows: a
-    digits network takes (N, 1, 8, 8), its CSV has (N, 64)); else a usage error naming
+    """``X`` as samples of the network's input shape: as they are; single-channel images
+    without their channel axis (scikit-learn's digits images, (N, 8, 8), for a network
+    that takes (N, 1, 8, 8)); or flat rows whose length is exactly the input's size (a
+    text file holds only rows: the digits' CSV has (N, 64)). Else a usage error naming
     the shapes the network takes and ``what`` (the file)."""
     shape = tuple(net.input_shape)
     if tuple(X.shape[1:]) == shape:
         return X
     size = math.prod(shape)
+    one_channel = len(shape) == 3 and shape[0] == 1
+    if one_channel and tuple(X.shape[1:]) == shape[1:]:
+        return X.reshape((X.shape[0],) + shape)
     if len(shape) == 1 or X.ndim != 2 or X.shape[1] != size:
-        flat = f" or flat rows of {size} numbers" if len(shape) > 1 else ""
+        also = f", {shape[1:]} (one channel)" if one_channel else ""
+        flat = f"{also} or flat rows of {size} numbers" if len(shape) > 1 else ""
         args.usage_error(f"{what}: samples of shape {tuple(X.shape[1:])}, but the "
                          f"checkpoint's network takes {shape}{flat}")
     return X.reshape((X.shape[0],) + shape)
+
+
+def _weights_step(state: Dict[str, Any], best: bool) -> Any:
+    """The training step whose weights are evaluated: the best one's with --best."""
+    if best and isinstance(state.get("best"), dict) and "iteration" in state["best"]:
+        return state["best"]["iteration"]
+    return state.get("iteration")
 
 
 def _evaluate(args: argparse.Namespace) -> int:
@@ -1073,7 +1117,8 @@ def _evaluate(args: argparse.Namespace) -> int:
         loss, accuracy = net.evaluate(params, X, C, args.batch_size)
     result = {"checkpoint": str(args.checkpoint), "data": what, "split": args.split,
               "samples": int(X.shape[0]), "weights": "best" if args.best else "last",
-              "iteration": state.get("iteration"), "loss": loss, "accuracy": accuracy,
+              "iteration": _weights_step(state, args.best), "loss": loss,
+              "accuracy": accuracy,
               "device": net.placement.name, "batch_size": net.evaluation_batch(args.batch_size)}
     if args.json:
         print(json.dumps(result, allow_nan=False))

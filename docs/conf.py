@@ -13,6 +13,20 @@ sys.path.insert(0, str(ROOT))
 
 import braidpy  # noqa: E402
 
+
+def _missing(modules):
+    """The modules of ``modules`` that do not import here."""
+    import importlib
+
+    out = []
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            out.append(name)
+    return out
+
+
 project = "braidpy"
 author = "the braidpy developers"
 copyright = "braidpy developers, MIT license"  # noqa: A001 - Sphinx's name
@@ -30,6 +44,10 @@ exclude_patterns = ["_build"]
 # autodoc: the names in each module's __all__, in source order (constants with a #: comment)
 autodoc_default_options = {"members": True, "member-order": "bysource"}
 autodoc_typehints = "description"
+# The docs extra brings Sphinx alone: the modules that need an optional package (torch,
+# matplotlib, ...) are documented against autodoc's stand-ins where it is not installed.
+autodoc_mock_imports = _missing(["torch", "matplotlib", "sklearn", "mpi4py", "tqdm", "cupy",
+                                 "array_api_compat"])
 napoleon_google_docstring = False
 napoleon_numpy_docstring = True
 napoleon_use_rtype = False
@@ -39,6 +57,8 @@ myst_enable_extensions = ["dollarmath"]
 myst_heading_anchors = 3
 
 html_theme = "alabaster"
+html_static_path = ["_static"]
+html_css_files = ["braidpy.css"]
 html_title = f"braidpy {release}"
 
 

@@ -146,6 +146,20 @@ def test_bad_options_exit_2_naming_the_value(args, message):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize("args, message, helps", [
+    (["train", "peaks", "--iteratons", "5"], "braidpy train: error: unrecognized arguments: "
+     "--iteratons 5 (--iteratons: did you mean --iterations?)", "braidpy train --help"),
+    (["plan", "--calibration", "c.json", "--network", "peaks", "-P", "2", "--trails=1"],
+     "(--trails: did you mean --trials?)", "braidpy plan --help"),
+    (["evaluate", "run.ckpt", "peaks", "--zzz"], "unrecognized arguments: --zzz\n",
+     "braidpy evaluate --help"),
+])
+def test_an_unknown_option_is_named_by_its_subcommand_with_the_closest(args, message, helps):
+    proc = cli(*args)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert message in proc.stderr and f"(options: {helps})" in proc.stderr, proc.stderr
+
+
 def test_a_run_shorter_than_validate_every_still_validates_at_its_end(tmp_path):
     ok("train", "peaks", *TINY[:-1], "2", "--validate-every", "5", "--log",
        tmp_path / "l.jsonl", "--quiet")
@@ -470,6 +484,7 @@ def test_evaluate_reports_the_runs_validation_accuracy(trained):
     best = json.loads(ok("evaluate", trained / "run.ckpt", "peaks", "--samples", "300",
                          "--validation-samples", "100", "--json", "--best").stdout)
     assert best["accuracy"] == pytest.approx(end["best_accuracy"], abs=1e-12)
+    assert best["iteration"] == end["best_iteration"], (best, end)  # the best step's number
     text = ok("evaluate", trained / "run.ckpt", "peaks", "--split", "train", "--samples",
               "300").stdout
     assert "train (300 samples)" in text and "accuracy" in text
@@ -537,21 +552,24 @@ def conv_checkpoint(tmp_path, capsys):
 
 def test_predict_and_evaluate_take_flat_rows_of_an_image_network(conv_checkpoint, tmp_path,
                                                                    capsys):
-    """A conv net's samples as flat rows (N, C*H*W), as a text file holds them, are
-    reshaped to the network's (C, H, W); rows of another length are refused naming the
-    file and both shapes the network takes."""
+    """A conv net's samples as flat rows (N, C*H*W), as a text file holds them, or as
+    single-channel images without their channel axis (N, H, W) are reshaped to the
+    network's (C, H, W); rows of another length are refused naming the file and the
+    shapes the network takes."""
     images, labels, ckpt = conv_checkpoint
     flat = images.reshape(12, 9)
     np.save(tmp_path / "flat.npy", flat)
     np.savetxt(tmp_path / "flat.csv", flat, delimiter=",", fmt="%.17g")
+    np.save(tmp_path / "no_channel.npy", images[:, 0])  # (N, H, W): one channel, no axis
     ids = {}
-    for name in ("images.npy", "flat.npy", "flat.csv"):
+    for name in ("images.npy", "flat.npy", "flat.csv", "no_channel.npy"):
         status, _, err = in_process(capsys, "predict", ckpt, tmp_path / name, "-o",
                                     tmp_path / f"{name}.ids.npy")
         assert status == 0, err
         ids[name] = np.load(tmp_path / f"{name}.ids.npy")
     np.testing.assert_array_equal(ids["flat.npy"], ids["images.npy"])
     np.testing.assert_array_equal(ids["flat.csv"], ids["images.npy"])
+    np.testing.assert_array_equal(ids["no_channel.npy"], ids["images.npy"])
     results = {}
     for name in ("images.npy", "flat.csv"):
         status, out, err = in_process(capsys, "evaluate", ckpt, tmp_path / name, "--labels",
@@ -568,7 +586,8 @@ def test_predict_and_evaluate_take_flat_rows_of_an_image_network(conv_checkpoint
         status, _, err = in_process(capsys, *command)
         assert status == 2, err
         assert (f"{tmp_path / 'short.npy'}" in err and "samples of shape (8,), but the "
-                "checkpoint's network takes (1, 3, 3) or flat rows of 9 numbers" in err), err
+                "checkpoint's network takes (1, 3, 3), (3, 3) (one channel) or flat rows of "
+                "9 numbers" in err), err
     assert not (tmp_path / "o.npy").exists()
 
 

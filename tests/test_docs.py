@@ -70,3 +70,38 @@ def test_the_reference_covers_the_public_api(html):
     # every page of the reference is one of these (a new module gets its name above)
     pages = {p.stem for p in DOCS.glob("api_*.rst")}
     assert pages == {f"api_{name}" for name in PUBLIC_MODULES}, pages
+
+
+#: Runs sphinx-build with the optional packages hidden, as after `pip install -e ".[docs]"`
+#: alone: every import of one of them fails as if it were not installed.
+_WITHOUT_OPTIONAL_PACKAGES = """
+import importlib.abc, sys
+HIDDEN = {"torch", "matplotlib", "sklearn", "mpi4py", "tqdm", "cupy", "array_api_compat"}
+class Hide(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in HIDDEN:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, Hide())
+import sphinx.cmd.build
+sys.exit(sphinx.cmd.build.main(sys.argv[1:]))
+"""
+
+
+def test_docs_build_from_the_docs_extra_alone(tmp_path):
+    """The docs extra (Sphinx, myst-parser) builds the site with -W although autodoc
+    imports modules that need torch, matplotlib or mpi4py (docs/conf.py mocks the missing
+    ones); the API page of braidpy.torch still documents LayerParallel."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_OPTIONAL_PACKAGES, "-W", "--keep-going", "-E", "-q",
+         "-b", "html", "-d", str(tmp_path / ".doctrees"), str(DOCS), str(tmp_path)],
+        capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "LayerParallel" in (tmp_path / "api_torch.html").read_text()
+
+
+def test_long_command_lines_wrap_on_the_pages(html):
+    """Code blocks wrap (docs/_static/braidpy.css) rather than hide the end of a long
+    command behind a scroll bar, which printed pages cut off."""
+    assert '_static/braidpy.css' in (html / "install.html").read_text()
+    css = (html / "_static" / "braidpy.css").read_text()
+    assert re.search(r"pre\s*\{[^}]*white-space:\s*pre-wrap", css), css

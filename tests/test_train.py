@@ -274,6 +274,31 @@ def test_bad_configs_are_named(kwargs, match):
         TrainConfig(**kwargs)
 
 
+def test_an_unknown_config_field_names_the_closest_one():
+    with pytest.raises(TypeError, match="TrainConfig: unknown field 'optimiser'; did you "
+                                        "mean 'optimizer'"):
+        TrainConfig(optimiser="adam")
+    with pytest.raises(TypeError, match="unknown field 'zzz'$"):
+        TrainConfig(zzz=1)
+    assert TrainConfig(optimizer="adam", iterations=3).optimizer == "adam"
+
+
+def test_class_id_labels_train_as_their_one_hot_labels():
+    net, X, C = dense_problem()
+    ids = C.argmax(axis=1)
+    config = TrainConfig(iterations=3)
+    by_ids = Trainer(net, (X, ids), (X[:10], ids[:10]), config).run()
+    one_hot = Trainer(net, (X, C), (X[:10], C[:10]), config).run()
+    assert [r["loss"] for r in by_ids] == [r["loss"] for r in one_hot]
+    assert [r["val_accuracy"] for r in by_ids] == [r["val_accuracy"] for r in one_hot]
+    for bad, named in [(ids + net.nclasses, f"not an integer in 0..{net.nclasses - 1} "),
+                       (ids - 1.0, r"class id -?\d\.0 "),
+                       (ids * 0.5 + 0.25, r"class id \d\.\d+ "),
+                       (ids.astype(bool), "class ids must be integers, got dtype bool")]:
+        with pytest.raises(ValueError, match=named):
+            Trainer(net, (X, bad), config=config)
+
+
 def test_bad_training_inputs_are_named():
     net, X, C = dense_problem()
     with pytest.raises(ValueError, match="X has 24 samples but C has 23"):

@@ -16,7 +16,7 @@ def digits(
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Scikit-learn's bundled 8 x 8 handwritten digits, split for training.
 
-    Needs scikit-learn (``pip install 'braidpy-mgrit[train]'``; ``load_digits`` ships the 1797
+    Needs scikit-learn (``pip install -e '.[train]'``; ``load_digits`` ships the 1797
     images with the package, no download).
 
     Parameters
@@ -36,7 +36,7 @@ def digits(
     Raises
     ------
     ImportError
-        If scikit-learn is not installed (the message names ``braidpy-mgrit[train]``).
+        If scikit-learn is not installed (the message names the ``train`` extra).
     """
     if not 0.0 <= validation_fraction < 1.0:
         raise ValueError(f"validation_fraction must be in [0, 1), got {validation_fraction!r}")

@@ -98,7 +98,7 @@ class ResNet:
         NumPy (or the namespace ``device`` names). Alone it only picks the kernels.
     device : str or device, optional
         Where parameters, states and gradients live: None or ``"cpu"`` (NumPy, the
-        default), ``"cuda"`` / ``"cuda:N"`` (CuPy, ``pip install 'braidpy-mgrit[gpu]'``), or one
+        default), ``"cuda"`` / ``"cuda:N"`` (CuPy, ``pip install -e '.[gpu]'``), or one
         of ``xp``'s devices. :meth:`init_params` returns its parameters there, and
         :class:`braidpy.train.Trainer` keeps data, parameters, gradients and optimizer
         state there (:attr:`placement`).

@@ -24,7 +24,7 @@ class TimeComm:
     """
 
     def __init__(self, comm):
-        self.MPI = mpi()  # the ImportError naming braidpy-mgrit[mpi] when mpi4py is missing
+        self.MPI = mpi()  # the ImportError naming the mpi extra when mpi4py is missing
         self._parent = comm
         self.comm = comm.Dup()  # our messages never meet the user's
         self._pending = []

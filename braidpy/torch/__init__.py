@@ -2,7 +2,7 @@
 
 :class:`LayerParallel` runs a stack of residual blocks, x <- x + h F_n(x), by MGRIT over
 the layers (split over MPI ranks), with ``backward`` by adjoint MGRIT. It needs the
-``torch`` extra (``pip install 'braidpy-mgrit[torch]'``); ``import braidpy`` never imports
+``torch`` extra (``pip install -e '.[torch]'``); ``import braidpy`` never imports
 torch, this subpackage does. See docs/torch.md.
 """
 

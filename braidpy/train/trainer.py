@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import difflib
+import functools
 import hashlib
 import logging
 import math
 import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
+from dataclasses import fields as dataclass_fields
 from numbers import Integral
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
@@ -273,6 +276,28 @@ class TrainConfig:
                              "resumes it exactly; leave checkpoint out or use 'easgd'")
 
 
+def _unknown_fields_named(cls):
+    """Makes the dataclass's generated ``__init__`` name an unknown keyword with the closest
+    field (``optimiser`` -> ``optimizer``), as ``braidpy.solve`` does for its options."""
+    generated = cls.__init__
+    names = [f.name for f in dataclass_fields(cls)]
+
+    @functools.wraps(generated)
+    def __init__(self, *args, **kwargs):
+        for key in kwargs:
+            if key not in names:
+                close = difflib.get_close_matches(str(key), names, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise TypeError(f"{cls.__name__}: unknown field {key!r}{hint}")
+        generated(self, *args, **kwargs)
+
+    cls.__init__ = __init__
+    return cls
+
+
+TrainConfig = _unknown_fields_named(TrainConfig)
+
+
 def _cfactor_option(value: Any) -> Any:
     """TrainConfig.cfactor in braidpy.Options' form: an int, or a dict of levels with
     ``"default"`` for the others (a sequence gives levels 0, 1, ... and its last value
@@ -348,15 +373,35 @@ def data_fingerprint(train: Tuple[np.ndarray, np.ndarray],
     return "sha256:" + h.hexdigest()[:16]
 
 
-def _check_pair(what: str, data: Any) -> Tuple[np.ndarray, np.ndarray]:
+def _check_pair(what: str, data: Any, nclasses: int) -> Tuple[np.ndarray, np.ndarray]:
     if not isinstance(data, (tuple, list)) or len(data) != 2:
-        raise ValueError(f"{what} must be a pair (X, C) of samples and one-hot labels")
-    X, C = np.asarray(data[0], dtype=np.float64), np.asarray(data[1], dtype=np.float64)
+        raise ValueError(f"{what} must be a pair (X, C) of samples and labels (one-hot, or "
+                         f"class ids)")
+    X = np.asarray(data[0], dtype=np.float64)
+    C = _one_hot(what, np.asarray(data[1]), nclasses)
     if X.shape[0] != C.shape[0]:
         raise ValueError(f"{what}: X has {X.shape[0]} samples but C has {C.shape[0]} labels")
     if X.shape[0] == 0:
         raise ValueError(f"{what} is empty")
     return X, C
+
+
+def _one_hot(what: str, labels: np.ndarray, nclasses: int) -> np.ndarray:
+    """float64 one-hot labels: as given when 2-D, else built from integer class ids."""
+    if labels.ndim != 1:
+        return np.asarray(labels, dtype=np.float64)
+    if labels.dtype == bool or not (np.issubdtype(labels.dtype, np.integer)
+                                    or np.issubdtype(labels.dtype, np.floating)):
+        raise ValueError(f"{what}: class ids must be integers, got dtype {labels.dtype}")
+    ids = labels.astype(np.float64, copy=False)
+    bad = ~np.isfinite(ids) | (ids != np.floor(ids)) | (ids < 0) | (ids >= nclasses)
+    if bad.any():
+        k = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"{what}: class id {labels[k].item()!r} (sample {k}) is not an integer in "
+                         f"0..{nclasses - 1} (the network has {nclasses} classes)")
+    out = np.zeros((labels.shape[0], nclasses))
+    out[np.arange(labels.shape[0]), ids.astype(np.int64)] = 1.0
+    return out
 
 
 class Trainer:
@@ -366,7 +411,8 @@ class Trainer:
     ----------
     net : ResNet
     train : (X, C)
-        Training samples and one-hot labels.
+        Training samples and their labels: one-hot, shape (samples, classes), or
+        integer class ids, shape (samples,).
     validation : (X, C), optional
     config : TrainConfig, optional
     comm : mpi4py communicator, optional
@@ -450,11 +496,11 @@ class Trainer:
                 raise ValueError("quality_check_every is not available with space ranks "
                                  "(its exact gradient has no row-split form yet); leave it 0")
         self.grid = grid
-        self.X, self.C = _check_pair("train", train)
+        self.X, self.C = _check_pair("train", train, net.nclasses)
         net.check_data(self.X, self.C)
         self.validation = None
         if validation is not None:
-            self.validation = _check_pair("validation", validation)
+            self.validation = _check_pair("validation", validation, net.nclasses)
             net.check_data(*self.validation)
         # NaN or infinite data would train nonsense and be reported as "MGRIT diverged".
         check_finite(self.X, "training features")
