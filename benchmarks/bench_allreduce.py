@@ -1,5 +1,6 @@
 """Which collective should data-parallel gradients use: MPI_Allreduce, or the ring allreduce
-of seed paper 004 (model T = 2(P-1)/P K/B + 2(P-1) alpha)?
+of Gibiansky, "Bringing HPC techniques to deep learning" (blog post, 2017), with its model
+T = 2(P-1)/P K/B + 2(P-1) alpha?
 
     mpiexec -n P python benchmarks/bench_allreduce.py [--repeats R] [--quick]
 
@@ -122,7 +123,7 @@ def main() -> None:
         print(f"P = {p} ranks; ping-pong fit: alpha = {alpha * 1e6:.2f} us, "
               f"B = {bandwidth / 1e9:.2f} GB/s; min over {repeats} repeats")
         print_table(["buffer", "MPI us", "ring us", "model us", "ring/MPI", "MPI/model"],
-                    rows, "allreduce (float32 SUM): MPI_Allreduce vs the seed's ring "
+                    rows, "allreduce (float32 SUM): MPI_Allreduce vs Gibiansky's ring "
                           "and its model 2(P-1)/P K/B + 2(P-1) alpha")
 
 

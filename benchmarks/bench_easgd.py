@@ -1,5 +1,6 @@
-"""Does EASGD (seed paper 003) train digits as well and as fast as allreduce SGD and Adam
-with 4 workers, and what share of a step is communication?
+"""Does EASGD train digits as well and as fast as allreduce SGD and Adam with 4 workers,
+and what share of a step is communication? (EASGD as in You, Buluç and Demmel, "Scaling
+deep learning on GPU and Knights Landing clusters", SC 2017.)
 
     mpiexec -n 4 python benchmarks/bench_easgd.py [--steps S] [--quick] [--tau T]
     mpiexec -n 5 python benchmarks/bench_easgd.py --methods async-easgd [...]

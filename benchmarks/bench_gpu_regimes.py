@@ -2,12 +2,14 @@
 
 The regime map: launch- or compute-bound, layer-parallel wins or not, and why.
 
-Network: the conv ResNet of bench_gpu.py --conv-net (paper 000's
-style): a 3x3 conv opening of a 1-channel 28x28 image to C channels, N residual layers
-u <- u + h tanh(conv(u, K_n) + b_n) (T = 2), a softmax classifier over 10 classes;
-braidpy.nn.ResNet's weights (init_params), the same weights and batch copied into
-PyTorch. Rows: dtype {float32, float64} x C {8, 32, 64} x N {256, 1024} x batch {1, 32,
-128} (a row is named DTYPE:C:N:BATCH; --rows selects by pattern, e.g. 'float32:8:*:*').
+Network: the conv ResNet of bench_gpu.py --conv-net (in the style of Kirby et al.,
+"Layer-parallel training with GPU concurrency of deep residual neural networks via
+nonlinear multigrid", IEEE HPEC 2020): a 3x3 conv opening of a 1-channel 28x28 image
+to C channels, N residual layers u <- u + h tanh(conv(u, K_n) + b_n) (T = 2), a
+softmax classifier over 10 classes; braidpy.nn.ResNet's weights (init_params), the same
+weights and batch copied into PyTorch. Rows: dtype {float32, float64} x C {8, 32, 64}
+x N {256, 1024} x batch {1, 32, 128} (a row is named DTYPE:C:N:BATCH; --rows selects by
+pattern, e.g. 'float32:8:*:*').
 
 Per call (every row that fits the budget):
   * PyTorch, its best settings: torch.backends.cudnn.benchmark on, TF32 allowed for

@@ -1,11 +1,14 @@
-"""What speedups does the performance model project for the seed papers' configurations?
+"""What speedups does the performance model project for the published configurations?
 (no timing: everything is the model's)
 
 From a calibration of this machine and a documented network (braidpy.perf.CLUSTERS):
-paper 002's Table 1 (Peaks dense width 8, 5000 samples; MNIST conv 8 x 28x28, 500
-samples; N = 256 ... 2048 on N/4 cores, MGRIT to 1e-5, --iterations assumed) and Table 2's
-one-shot (2, 2); paper 000's 4096-layer conv ResNet (50 x 28x28, kernel 7) on 4 ... 64
-GPUs over 25 Gb/s Ethernet, with an *assumed* V100 (20 us per call, --gpu-tflops);
+Table 1 of Günther et al., "Layer-parallel training of deep residual neural networks"
+(SIAM J. Math. Data Sci. 2, 2020: Peaks dense width 8, 5000 samples; MNIST conv 8 x
+28x28, 500 samples; N = 256 ... 2048 on N/4 cores, MGRIT to 1e-5, --iterations assumed)
+and its Table 2's one-shot (2, 2); the 4096-layer conv ResNet (50 x 28x28, kernel 7) of
+Kirby et al., "Layer-parallel training with GPU concurrency of deep residual neural
+networks via nonlinear multigrid" (IEEE HPEC 2020) on 4 ... 64 GPUs over 25 Gb/s
+Ethernet, with an *assumed* V100 (20 us per call, --gpu-tflops);
 "model partitioned" is serial propagation from GPU to GPU.
 
     python benchmarks/bench_perf_projection.py --calibration FILE [--iterations 6 6]
@@ -21,12 +24,12 @@ from braidpy.perf import CLUSTERS, Calibration, CostFit, LayerCosts, NetSpec, St
 from braidpy.perf.calibration import layer_flops
 from braidpy.perf.schedule import Cycle
 
-# Paper 002, Table 1 (speedup of one gradient, N/4 cores) and Table 2 (training).
+# Günther et al. 2020, Table 1 (speedup of one gradient, N/4 cores) and Table 2 (training).
 TABLE1 = {"peaks": {256: 1.5, 512: 2.5, 1024: 4.3, 2048: 7.7},
           "mnist": {256: 3.4, 512: 4.8, 1024: 10.5, 2048: 16.0}}
 TABLE2 = {"peaks": (1024, 6.0), "mnist": (512, 8.5)}
-# Paper 000, sec. IV-D/E: up to 3.5x over serial (3 M parameters, training), and 1.3x
-# (4 GPUs) / 10.2x (64 GPUs) over model partitioning (the 2 B parameter net).
+# Kirby et al. 2020, sec. IV-D/E: up to 3.5x over serial (3 M parameters, training), and
+# 1.3x (4 GPUs) / 10.2x (64 GPUs) over model partitioning (the 2 B parameter net).
 KIRBY = {"serial": 3.5, "partitioned": {4: 1.3, 64: 10.2}}
 
 
@@ -54,7 +57,7 @@ def main(argv=None) -> None:
     p.add_argument("--calibration", required=True)
     p.add_argument("--iterations", type=int, nargs=2, default=[6, 6],
                    metavar=("PRIMAL", "ADJOINT"),
-                   help="MGRIT iterations per exact gradient (paper 002's 1e-5 drop)")
+                   help="MGRIT iterations per exact gradient (Günther et al.'s 1e-5 drop)")
     p.add_argument("--network", choices=tuple(CLUSTERS), default="infiniband-100g")
     p.add_argument("--gpu-tflops", type=float, default=4.0)
     p.add_argument("--gpu-launch", type=float, default=20e-6)
@@ -63,8 +66,8 @@ def main(argv=None) -> None:
     link = CLUSTERS[args.network]
     its = tuple(args.iterations)
 
-    print(f"paper 002, Table 1: one gradient, N/4 cores, cf 4, exact ({its[0]}/{its[1]} "
-          f"iterations), {args.network}")
+    print(f"Günther et al. 2020, Table 1: one gradient, N/4 cores, cf 4, exact "
+          f"({its[0]}/{its[1]} iterations), {args.network}")
     print(f"{'case':6s} {'N':>5s} {'P':>4s} {'serial s':>9s} {'parallel s':>11s} "
           f"{'speedup':>8s} {'paper':>6s}   {'one-shot m2/2':>13s}")
     for name, net0 in (("peaks", NetSpec("dense", (8,), 1, 5000, features=2, nclasses=5)),
@@ -78,8 +81,8 @@ def main(argv=None) -> None:
             print(f"{name:6s} {N:5d} {N // 4:4d} {ser:9.3f} {par:11.3f} {ser / par:7.1f}x "
                   f"{paper:5.1f}x   {ser / one:12.1f}x", flush=True)
     for name, (N, paper) in TABLE2.items():
-        print(f"paper 002, Table 2 ({name}, N {N}, {N // 4} cores): training speedup "
-              f"{paper}x (one-shot m2/2 per gradient: see the last column)")
+        print(f"Günther et al. 2020, Table 2 ({name}, N {N}, {N // 4} cores): training "
+              f"speedup {paper}x (one-shot m2/2 per gradient: see the last column)")
 
     gcal = gpu_calibration(cal, args.gpu_tflops, args.gpu_launch)
     eth = CLUSTERS["ethernet-25g"]
@@ -88,7 +91,7 @@ def main(argv=None) -> None:
     net = NetSpec("conv", (50, 28, 28), 4096, 1, kernel=7, features=784, nclasses=10,
                   params=3_248_524)
     print()
-    print(f"paper 000: conv 50x28x28 k7, 4096 layers, 1 image, assumed V100 "
+    print(f"Kirby et al. 2020: conv 50x28x28 k7, 4096 layers, 1 image, assumed V100 "
           f"({args.gpu_tflops} TFLOP/s, {args.gpu_launch * 1e6:.0f} us per call), "
           f"ethernet-25g, two MGRIT cycles each way, the best of levels x cfactor; "
           f"{net.nparams} parameters (the paper's count)")
@@ -108,8 +111,8 @@ def main(argv=None) -> None:
         part = ser + 2 * (P - 1) * eth.seconds(8.0 * net.numbers)
         print(f"{P:4d} {label:>12s} {ser:9.4f} {par:9.4f} {ser / par:9.2f}x {part:14.4f} "
               f"{part / par:14.2f}x", flush=True)
-    print(f"paper 000: up to {KIRBY['serial']}x over serial; over model partitioning "
-          f"(2 B parameter net) {KIRBY['partitioned'][4]}x at 4 and "
+    print(f"Kirby et al. 2020: up to {KIRBY['serial']}x over serial; over model "
+          f"partitioning (2 B parameter net) {KIRBY['partitioned'][4]}x at 4 and "
           f"{KIRBY['partitioned'][64]}x at 64 GPUs")
 
 

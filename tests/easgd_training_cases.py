@@ -8,7 +8,8 @@ from hybrid_cases import EXACT, dense, run_recording_failure
 from braidpy.parallel.data import shard_of
 from braidpy.train import TrainConfig, Trainer
 
-# lr * rho * 2 groups = 0.1 < 1; tau 2 and momentum: equations (5), (6) of paper 003.
+# lr * rho * 2 groups = 0.1 < 1; tau 2 and momentum: equations (5), (6) of You, Buluç and
+# Demmel, "Scaling deep learning on GPU and Knights Landing clusters", SC 2017.
 SYNC = dict(optimizer="easgd", lr=0.1, rho=0.5, tau=2, momentum=0.5, batch_size=10,
             iterations=5, seed=2, validate_every=1)
 ASYNC = dict(optimizer="easgd-async", lr=0.2, rho=0.5, tau=1, momentum=0.0, batch_size=30,
@@ -86,8 +87,8 @@ def async_case(grid):
 
 
 def reference(net, p0, X, C, Xv, Cv, groups, *, lr, rho, tau, momentum, batch, steps):
-    """Paper 003's (M)EASGD, equations (1)-(2) and (5)-(6), over every group's shard of
-    each batch (batches in order, a short last one dropped), gradients by serial
+    """(M)EASGD of You et al. 2017, equations (1)-(2) and (5)-(6), over every group's
+    shard of each batch (batches in order, a short last one dropped), gradients by serial
     backpropagation (ResNet.loss_and_gradient); no regularization. Returns the losses
     (sample-weighted mean over the groups, each at its own W_i), the validation
     accuracies at the centre, the groups' W_i and the centre."""

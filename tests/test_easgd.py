@@ -11,7 +11,8 @@ from braidpy.train.easgd import SyncEASGD
 
 
 def simulate(groups, tau, momentum, steps, lr=0.1, rho=0.5):
-    """Paper 003, equations (1)-(2) and (5)-(6), for all groups at once."""
+    """You, Buluç and Demmel, "Scaling deep learning on GPU and Knights Landing clusters"
+    (SC 2017), equations (1)-(2) and (5)-(6), for all groups at once."""
     W = np.zeros((groups, 3))
     V = np.zeros_like(W)
     C = np.zeros(3)

@@ -1,6 +1,7 @@
 """EASGD as training optimizers: ``Trainer(grid=...)`` and ``braidpy
-train --optimizer easgd|easgd-async`` against an independent NumPy simulation of seed
-paper 003's equations over per-shard serial gradients; determinism, exact resume,
+train --optimizer easgd|easgd-async`` against an independent NumPy simulation of the
+equations of You, Buluç and Demmel ("Scaling deep learning on GPU and Knights Landing
+clusters", SC 2017) over per-shard serial gradients; determinism, exact resume,
 asynchronous runs and failures on every rank, and the option checks. The MPI driver is
 tests/mpi_easgd_train_driver.py (cases in easgd_training_cases.py)."""
 

@@ -2,8 +2,9 @@
 
 The code, tests, docs and benchmarks describe braidpy to its users. Internal work
 tracking (numbered issues and work sessions, who built something, whether a machine was
-lent to a session, a development journal) has no place there: a change is described by
-what it does and why, a measurement by its date and host, and release history is
+lent to a session, a development journal, papers cited by an internal index number) has
+no place there: a change is described by what it does and why, a measurement by its date
+and host, a paper by its authors, title, venue and year, and release history is
 CHANGELOG.md in the Keep a Changelog format.
 
 Every text file of the checkout is read (``git ls-files``: tracked files and new ones git
@@ -45,6 +46,11 @@ PATTERNS: List[Tuple[str, str]] = [
     (r"\bitems? \d+(?:'s)?\b(?=[)'’:;,. ]|$)", "an issue's item: name the feature"),
     (r"\bjournal\.md\b", "the development journal is gone: CHANGELOG.md or the facts"),
     (r"\bdevelopment journal\b", "the development journal is gone: CHANGELOG.md"),
+    (r"\bpapers? ?#?0\d{2}\b", "a paper by an internal number: cite authors, title, venue and "
+     "year (Günther et al. 2020)"),
+    (r"\bseed[- ]papers?\b", "an internal name for the papers: cite them by authors and year"),
+    (r"\bseed ?#?0\d{2}\b", "a paper by an internal number: cite authors, title, venue and year"),
+    (r"\bpapers/0\d{2}", "a path into an internal paper index: cite the paper"),
 ]
 COMPILED = [(re.compile(p, re.IGNORECASE), why) for p, why in PATTERNS]
 
@@ -127,6 +133,14 @@ def test_no_work_tracking_text_in_the_repository():
     "# ------------------------------------------------ sizes (item 4)",
     "see docs/journal.md",
     "the development journal",
+    "the smoothed ReLU of paper 002",
+    "Table 2 of Paper 002",
+    "(papers 000-004)",
+    "paper 003's equations (1)-(2)",
+    "as in seed paper 003's single-buffer layout",
+    "the seed papers' configurations",
+    "the model of seed 004",
+    "see ../shared/papers/002_4e07f7d93c9b7f4f.txt",
 ])
 def test_the_patterns_catch_work_tracking(line):
     assert find_tracking_text([(1, line)]), line
@@ -146,6 +160,14 @@ def test_the_patterns_catch_work_tracking(line):
     "not yet run on a GPU",
     "2 (P-1) items per rank",
     "the list holds 3 items",
+    "Table 2 of Günther et al. 2020",
+    "You, Buluç and Demmel, \"Scaling deep learning on GPU and Knights Landing clusters\"",
+    "the paper's Peaks setup (width 8, 32 layers)",
+    "data.peaks(300, seed=20261204)",
+    "--seed 1 and seed 2 agree",
+    "a paper from 2002",
+    "the papers 2019 and 2020",
+    "time.sleep(0.002)",
 ])
 def test_the_patterns_spare_product_text(line):
     assert not find_tracking_text([(1, line)]), line

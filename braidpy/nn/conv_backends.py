@@ -20,8 +20,10 @@ on the GPU benchmark) where a GPU is usable, else "cudnn" when cuDNN is, else
 other namespace.
 
 A second backend, ``"cudnn-streams"``, runs the batched steps interval by interval
-instead, the intervals split into blocks with one CUDA stream per block (seed paper 000's
-concurrency across layer blocks; ``BRAIDPY_CUDNN_STREAMS`` streams, default 4): for
+instead, the intervals split into blocks with one CUDA stream per block (the
+concurrency across layer blocks of Kirby et al., "Layer-parallel training with GPU
+concurrency of deep residual neural networks via nonlinear multigrid", IEEE HPEC 2020;
+``BRAIDPY_CUDNN_STREAMS`` streams, default 4): for
 layers that cannot be batched into one call. It is never the default until a GPU
 benchmark (``benchmarks/bench_gpu.py --conv``) says it wins.
 

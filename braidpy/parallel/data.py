@@ -1,10 +1,12 @@
 """Data parallelism: each data group trains on a shard of the batch, and gradients are
 averaged over the data communicator.
 
-The gradient lives in one contiguous buffer, as in seed paper 003's single-buffer
-layout. It is reduced in fixed buckets with non-blocking ``Iallreduce``. A bucket is
+The gradient lives in one contiguous buffer, as in the single-buffer layout of You,
+Buluç and Demmel, "Scaling deep learning on GPU and Knights Landing clusters", SC 2017.
+It is reduced in fixed buckets with non-blocking ``Iallreduce``. A bucket is
 started as soon as the part of the gradient it covers is final, so communication
-overlaps the rest of the backward work (seed paper 004). The bucket boundaries depend
+overlaps the rest of the backward work (Gibiansky, "Bringing HPC techniques to deep
+learning", blog post, 2017). The bucket boundaries depend
 only on the buffer size and the bucket size, so a given grid gives the same bits run to
 run. MPI's own collective is used: ``benchmarks/bench_allreduce.py`` measured it ahead
 of a hand-written ring at every size.

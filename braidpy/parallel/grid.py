@@ -6,7 +6,9 @@ Every rank of a communicator of ``P = data · space · layers`` ranks gets coord
 - ``layers``: the ``layers`` ranks with the same ``(d, s)``. MGRIT runs over them, as
   ``comm=`` of a Core or GradientSolver.
 - ``space``: the ``space`` ranks with the same ``(d, l)``. They share one image split
-  by rows (halo exchange of spatially parallel convolutions, paper 001).
+  by rows (halo exchange of spatially parallel convolutions: Dryden et al., "Improving
+  strong-scaling of CNN training by exploiting finer-grained parallelism", IEEE IPDPS
+  2019).
 - ``data``: the ``data`` ranks with the same ``(s, l)``. They hold the same layers and
   image part of different samples, so gradients are averaged over them.
 

@@ -1,9 +1,10 @@
 """Spatial parallelism for convolutions: image rows split over the space communicator.
 
-Seed paper 001 strong-scales large images by splitting them spatially, each rank
-holding a band of rows and exchanging a halo of the kernel radius r with its
-neighbours. This module does that for braidpy.nn's "same"-padded cross-correlation
-(:func:`braidpy.nn.conv.conv2d` and its two VJPs).
+Dryden et al., "Improving strong-scaling of CNN training by exploiting finer-grained
+parallelism" (IEEE IPDPS 2019), strong-scale large images by splitting them
+spatially, each rank holding a band of rows and exchanging a halo of the kernel radius
+r with its neighbours. This module does that for braidpy.nn's "same"-padded
+cross-correlation (:func:`braidpy.nn.conv.conv2d` and its two VJPs).
 
 - :func:`conv2d_rows`, forward, and :func:`conv2d_input_vjp_rows`, backward data. The r
   rows above and below the band travel by non-blocking send/receive. The band's

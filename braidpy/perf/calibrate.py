@@ -2,7 +2,8 @@
 
 Per layer type and shape: the step, state-adjoint and parameter-gradient calls of
 :mod:`braidpy.nn`'s layers, plain and batched (rows = states per call), at a few sample
-counts, each the median of repeats, fitted as ``a + b * rows * samples``
+counts, each the fastest of a few repeats (:func:`time_call`: on the host the CPU
+time of a loop of calls, on a device the wall time), fitted as ``a + b * rows * samples``
 (:class:`braidpy.perf.calibration.CostFit`); the cost of one step callback through the
 compiled core; what calling a layer from inside a solve adds, from two real gradients:
 on the host their step calls recorded and paired with the model's
@@ -47,8 +48,9 @@ __all__ = ["DEFAULT_LAYERS", "ASSUMED_P2P", "ASSUMED_ALLREDUCE", "parse_layer",
            "calibrate_software", "calibrate_communication",
            "calibrate", "calibrate_follower"]
 
-#: Layers measured by default: Peaks' dense width 8 (paper 002, sec. 4.1), the digits
-#: preset's conv net and an MNIST-sized conv layer.
+#: Layers measured by default: Peaks' dense width 8 (Günther et al., "Layer-parallel
+#: training of deep residual neural networks", SIAM J. Math. Data Sci. 2, 2020, sec.
+#: 4.1), the digits preset's conv net and an MNIST-sized conv layer.
 DEFAULT_LAYERS = ("dense:8", "dense:32", "conv:4x8x8:3", "conv:8x28x28:3")
 #: Samples per state measured by default (capped per layer, see calibrate_layer).
 DEFAULT_SAMPLES = (16, 256, 4096)

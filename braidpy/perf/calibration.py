@@ -31,9 +31,11 @@ Layout (version 1)::
 
 A call advancing ``rows`` states of ``samples`` samples each costs about ``a + b * rows
 * samples`` seconds (a least-squares fit: ``a`` the fixed cost of a call, ``b`` the
-cost per sample and state; seed 001's per-layer cost model, Dryden et al. sec. 4.1,
-with batching as one more dimension of the work); the model interpolates the measured
-points themselves, which also follow the cache (:meth:`CostFit.seconds`).
+cost per sample and state; the per-layer cost model of Dryden et al., "Improving
+strong-scaling of CNN training by exploiting finer-grained parallelism", IEEE IPDPS
+2019, sec. V-A, with batching as one more dimension of the work); the model
+interpolates the measured points themselves, which also follow the cache
+(:meth:`CostFit.seconds`).
 
 Fields the loader does not know are ignored (such as the factors for ranks sharing cores
 that files written before 2026-11-29 hold: ``oversubscription`` and its variants).

@@ -8,11 +8,13 @@ the gradient over the layer ranks. With data parallelism, each of the D groups d
 this for its share of the batch and the gradients are averaged by an allreduce over the
 groups; with spatial parallelism (conv layers), each of the S ranks of a group holds a
 band of image rows, divides the layer work by S and exchanges a halo with its two
-neighbours per layer call (paper 001, Dryden et al., sec. 3-4).
+neighbours per layer call (Dryden et al., "Improving strong-scaling of CNN training by
+exploiting finer-grained parallelism", IEEE IPDPS 2019, sec. III-IV).
 
 The layer-parallel part is the critical path of the task graph of
-:mod:`braidpy.perf.schedule`; everything else adds alpha-beta message costs (paper 004,
-Gibiansky, for the ring allreduce: ``2 (P-1) alpha + 2 (P-1)/P n beta``) to it.
+:mod:`braidpy.perf.schedule`; everything else adds alpha-beta message costs (for the
+ring allreduce ``2 (P-1) alpha + 2 (P-1)/P n beta``, after Gibiansky, "Bringing HPC
+techniques to deep learning", blog post, 2017) to it.
 """
 
 from __future__ import annotations
@@ -97,8 +99,11 @@ class NetSpec:
         return self.nlayers * per + opening + self.numbers * self.nclasses + self.nclasses
 
 
-#: The seed papers' configurations (paper 002 sec. 4: Peaks and MNIST; paper 000: the
-#: 4096-layer conv ResNet), by name.
+#: The published configurations (Peaks and MNIST of Günther et al., "Layer-parallel
+#: training of deep residual neural networks", SIAM J. Math. Data Sci. 2, 2020, sec. 5.1;
+#: the 4096-layer conv ResNet of Kirby et al., "Layer-parallel training with GPU
+#: concurrency of deep residual neural networks via nonlinear multigrid", IEEE HPEC
+#: 2020), by name.
 NETWORKS: Dict[str, NetSpec] = {
     "peaks": NetSpec("dense", (8,), 32, 5000, features=2, nclasses=5),
     "peaks-1024": NetSpec("dense", (8,), 1024, 5000, features=2, nclasses=5),
@@ -207,7 +212,7 @@ class Prediction:
 def allreduce_seconds(nbytes: float, nprocs: int, p2p: Link, small: Link) -> float:
     """An allreduce of ``nbytes`` over ``nprocs`` ranks: the cheaper of a binomial tree
     (``ceil(log2 P)`` rounds of the allreduce link, which is per round) and the ring
-    (``2 (P-1) alpha + 2 (P-1)/P n beta``, paper 004)."""
+    (``2 (P-1) alpha + 2 (P-1)/P n beta``, Gibiansky 2017)."""
     if nprocs <= 1:
         return 0.0
     rounds = math.ceil(math.log2(nprocs))

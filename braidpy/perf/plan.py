@@ -4,8 +4,9 @@ For P processes, every factorization P = data x space x layers that the network 
 (:func:`braidpy.perf.model.predict` says why one does not) is combined with every
 MGRIT setting of a small menu (levels, cfactor), predicted, and sorted by seconds per
 gradient; splits whose memory per rank exceeds the limit are rejected. This is the
-strategy selection of paper 001 (Dryden et al., sec. 5) by exhaustive search: the grid
-is small (divisors of P times a dozen MGRIT settings).
+strategy selection of Dryden et al. ("Improving strong-scaling of CNN training by
+exploiting finer-grained parallelism", IEEE IPDPS 2019, sec. V-C) by exhaustive search:
+the grid is small (divisors of P times a dozen MGRIT settings).
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ given MGRIT settings (:class:`Cycle`); :func:`simulate` runs the programs with a
 operation and returns the critical path (the time at which the last rank finishes: the
 longest path through the graph whose edges are program order on each rank and messages
 between ranks). This is the layer-parallel part of the performance model of Dryden et
-al. (paper 001, sec. 4), built on XBraid's cycle as docs/conventions.md states it.
+al. ("Improving strong-scaling of CNN training by exploiting finer-grained parallelism",
+IEEE IPDPS 2019, sec. V), built on XBraid's cycle as docs/conventions.md states it.
 
 Counting is exact: the step calls (and the states of batched calls) of each rank equal
 those that :meth:`braidpy.Core.counts` reports after a real solve with the same settings

@@ -1,10 +1,11 @@
-"""Synchronous elastic averaging SGD over the data communicator (seed paper 003).
+"""Synchronous elastic averaging SGD over the data communicator (You, Buluç and Demmel,
+"Scaling deep learning on GPU and Knights Landing clusters", SC 2017).
 
 Each data group i keeps its own parameters W_i, and every rank also keeps a copy of
 the centre variable W̄. Between communications a group takes plain local steps (SGD,
 or momentum SGD). Every ``tau``-th step it also feels an elastic pull towards the
-centre, and the centre moves towards the groups. These are paper 003's equations (1)
-and (2), after Zhang, Choromanska and LeCun, "Deep learning with elastic averaging
+centre, and the centre moves towards the groups. These are equations (1) and (2) of
+You et al. 2017, after Zhang, Choromanska and LeCun, "Deep learning with elastic averaging
 SGD", NeurIPS 2015:
 
     W_i <- W_i - lr (g_i + rho (W_i - W̄))
@@ -15,7 +16,7 @@ With momentum mu (equations (5) and (6), "MEASGD") the local step becomes
 
 The sum over groups is one MPI allreduce of the flat parameters, and the centre
 update is computed identically on every rank from it. So no rank is a master and the
-result is deterministic. That is paper 003's "Sync EASGD" with the centre replicated
+result is deterministic. That is You et al.'s "Sync EASGD" with the centre replicated
 instead of held by a master. The optimizer follows braidpy.train's interface
 (``step``, ``state_dict``, ``load_state_dict``), so a checkpoint resumes it exactly.
 
@@ -89,7 +90,7 @@ class SyncEASGD:
     tau : int
         Communication period: the elastic pull and the allreduce every tau-th step.
     momentum : float
-        mu of MEASGD (0: plain EASGD). Default 0.9, seed paper 003's rule of thumb for
+        mu of MEASGD (0: plain EASGD). Default 0.9, You et al. 2017's rule of thumb for
         the momentum rate: plain EASGD at lr 0.05 reached 19% on digits in 40 steps
         of two groups, MEASGD 93%.
     before_reduction : callable, optional
@@ -205,8 +206,8 @@ def _text(buf: np.ndarray) -> str:
 
 
 class AsyncEASGD:
-    """Asynchronous EASGD with a centre rank served first come, first served (paper 003,
-    "Async EASGD" and, with ``momentum``, "Async MEASGD").
+    """Asynchronous EASGD with a centre rank served first come, first served (You et al.
+    2017, "Async EASGD" and, with ``momentum``, "Async MEASGD").
 
     Every ``tau``-th step a worker sends its W_i to the centre rank, which replies with
     W̄ and then moves it, W̄ <- W̄ + lr rho (W_i - W̄), in the order the messages arrive.

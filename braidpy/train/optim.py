@@ -285,7 +285,8 @@ OPTIMIZERS: Dict[str, Any] = {"sgd": SGD, "adam": Adam, "lbfgs": LBFGS,
                               "easgd": SyncEASGD, "easgd-async": AsyncEASGD}
 
 #: The optimizers that couple data groups elastically instead of averaging their
-#: gradients (seed paper 003): they take the data communicator as ``comm``.
+#: gradients (You, Buluç and Demmel, "Scaling deep learning on GPU and Knights Landing
+#: clusters", SC 2017): they take the data communicator as ``comm``.
 ELASTIC = ("easgd", "easgd-async")
 
 

@@ -10,8 +10,10 @@ share of the batch, so that uneven shards give the gradient of the whole batch:
 :class:`AveragingRound` is one such average. Its pieces (the loss, the classifier's
 gradient, each layer's, the opening's) are laid out in one contiguous buffer in the
 order they become final, and :class:`~braidpy.parallel.data.GradientAverager` starts a
-bucket (``Iallreduce``) once all its pieces are in (seed paper 003's single buffer,
-paper 004's overlap of the reduction with the remaining backward work).
+bucket (``Iallreduce``) once all its pieces are in (the single buffer of You, Buluç and
+Demmel, "Scaling deep learning on GPU and Knights Landing clusters", SC 2017; the overlap
+of the reduction with the remaining backward work of Gibiansky, "Bringing HPC techniques
+to deep learning", blog post, 2017).
 
 Failures. A rank whose work fails must not leave its data-group peers waiting in a
 reduction. A round has agreement points over the whole grid (after the objective, after

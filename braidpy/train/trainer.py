@@ -104,7 +104,8 @@ class TrainConfig:
         default) and in ``relax``/``cfactor`` is allowed only when they agree;
         otherwise ValueError names both.
     optimizer : str
-        'lbfgs', 'adam', 'sgd', or the elastic averaging SGD of seed paper 003 over the
+        'lbfgs', 'adam', 'sgd', or the elastic averaging SGD of You, Buluç and Demmel
+        ("Scaling deep learning on GPU and Knights Landing clusters", SC 2017) over the
         data groups of a grid: 'easgd' (synchronous, deterministic) or 'easgd-async' (a
         centre rank and workers; see :mod:`braidpy.train.easgd` and docs/parallel.md);
         lr, momentum, memory, rho, tau as they apply (None: the optimizer's default).
