@@ -161,7 +161,8 @@ class _Parser(argparse.ArgumentParser):
                             f"(options: {self.prog} --help)\n", sys.stderr)
         self.exit(2)
 
-    def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:
+    def parse_args(  # type: ignore[override]  # argparse's overloads, one form used here
+            self, args: Any = None, namespace: Any = None) -> argparse.Namespace:
         """argparse's, but an unknown option is reported by the subcommand that was given
         it (pointing at that subcommand's --help), with the closest option it knows."""
         parsed, extras = self.parse_known_args(args, namespace)

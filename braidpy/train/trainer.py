@@ -12,7 +12,7 @@ from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from dataclasses import fields as dataclass_fields
 from numbers import Integral
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Type, TypeVar
 
 import numpy as np
 
@@ -67,6 +67,29 @@ def resolve_mode(mode: str, layers: int, space: int = 1) -> str:
 RELAXATIONS: Dict[str, int] = {"F": 0, "FCF": 1, "FCFCF": 2}
 
 
+_Config = TypeVar("_Config")
+
+
+def _unknown_fields_named(cls: Type[_Config]) -> Type[_Config]:
+    """Makes the dataclass's generated ``__init__`` name an unknown keyword with the closest
+    field (``optimiser`` -> ``optimizer``), as ``braidpy.solve`` does for its options."""
+    generated = cls.__init__
+    names = [f.name for f in dataclass_fields(cls)]  # type: ignore[arg-type]
+
+    @functools.wraps(generated)
+    def __init__(self, *args, **kwargs):
+        for key in kwargs:
+            if key not in names:
+                close = difflib.get_close_matches(str(key), names, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise TypeError(f"{cls.__name__}: unknown field {key!r}{hint}")
+        generated(self, *args, **kwargs)
+
+    cls.__init__ = __init__  # type: ignore[method-assign]  # the generated one, wrapped
+    return cls
+
+
+@_unknown_fields_named
 @dataclass
 class TrainConfig:
     """How to train; every field has a default.
@@ -276,27 +299,6 @@ class TrainConfig:
                              "depend on the order messages reach the centre, so no checkpoint "
                              "resumes it exactly; leave checkpoint out or use 'easgd'")
 
-
-def _unknown_fields_named(cls):
-    """Makes the dataclass's generated ``__init__`` name an unknown keyword with the closest
-    field (``optimiser`` -> ``optimizer``), as ``braidpy.solve`` does for its options."""
-    generated = cls.__init__
-    names = [f.name for f in dataclass_fields(cls)]
-
-    @functools.wraps(generated)
-    def __init__(self, *args, **kwargs):
-        for key in kwargs:
-            if key not in names:
-                close = difflib.get_close_matches(str(key), names, n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
-                raise TypeError(f"{cls.__name__}: unknown field {key!r}{hint}")
-        generated(self, *args, **kwargs)
-
-    cls.__init__ = __init__
-    return cls
-
-
-TrainConfig = _unknown_fields_named(TrainConfig)
 
 
 def _cfactor_option(value: Any) -> Any:
