@@ -398,6 +398,13 @@ def test_per_level_uses_each_levels_integrator():
     assert app.app_for(7) is coarse and app.app_for(0) is fine
 
 
+@pytest.mark.parametrize("name", sorted(mgrit_apps()))
+def test_every_integrator_passes_check_app(name):
+    from braidpy.testing import check_app
+
+    check_app(mgrit_apps()[name]())  # raises, naming the rule, if a callback breaks one
+
+
 # --- an independent reference ---------------------------------------------------------------
 
 
