@@ -2,16 +2,17 @@
 
 The base install needs only NumPy. Everything else is an extra (see pyproject.toml):
 
-=========  ==========================================================================
-extra      brings
-=========  ==========================================================================
-``mpi``    mpi4py and the mpich wheel (runs on several ranks)
-``train``  scikit-learn (the digits data), matplotlib (plots), tqdm (``braidpy train``)
-``arrays`` array-api-compat (default vector operations on non-NumPy arrays)
-``gpu``    CuPy for CUDA 12 (with ``arrays``)
-``torch``  PyTorch (with ``arrays``)
-``all``    all of the above
-=========  ==========================================================================
+================  ===================================================================
+extra             brings
+================  ===================================================================
+``mpi``           mpi4py and the mpich wheel (runs on several ranks)
+``train``         scikit-learn (the digits data), matplotlib (plots), tqdm (``braidpy train``)
+``arrays``        array-api-compat (default vector operations on non-NumPy arrays)
+``gpu``           CuPy for CUDA 12 (with ``arrays``)
+``torch``         PyTorch (with ``arrays``)
+``integrators``   SciPy (the implicit methods of ``braidpy.integrators``)
+``all``           all of the above
+================  ===================================================================
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ DISTRIBUTIONS = {
     "array_api_compat": "array-api-compat",
     "cupy": "cupy-cuda13x",
     "torch": "torch",
+    "scipy": "scipy",
 }
 
 
