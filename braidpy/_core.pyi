@@ -78,7 +78,8 @@ class CoreOptions(metaclass=_Pybind11Type):
 
     def __init__(self, *, max_levels: int = ..., min_coarse: int = ..., cfactor: int = ...,
                  cfactor_level: Dict[int, int] = ..., nrelax: int = ...,
-                 nrelax_level: Dict[int, int] = ..., max_iter: int = ..., abs_tol: float = ...,
+                 nrelax_level: Dict[int, int] = ..., crelax_weight: float = ...,
+                 crelax_weight_level: Dict[int, float] = ..., max_iter: int = ..., abs_tol: float = ...,
                  rel_tol: float = ..., tnorm: int = ..., skip: bool = ..., fmg: bool = ...,
                  nfmg: int = ..., fmg_vcycles: int = ..., store_all: bool = ...,
                  store_final: bool = ..., seq_soln: bool = ..., final_fc_relax: bool = ...,
@@ -91,6 +92,8 @@ class CoreOptions(metaclass=_Pybind11Type):
     cfactor_level: Dict[int, int]
     nrelax: int
     nrelax_level: Dict[int, int]
+    crelax_weight: float
+    crelax_weight_level: Dict[int, float]
     max_iter: int
     abs_tol: float
     rel_tol: float

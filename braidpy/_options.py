@@ -16,6 +16,7 @@ from ._limits import INT_MAX
 __all__ = ["Options"]
 
 PerLevel = Union[int, Mapping[int, int]]
+PerLevelWeight = Union[float, Mapping[int, float]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +35,14 @@ class Options:
     nrelax : int or {level: int}
         FC sweeps before restriction on each level: 0 = F, 1 = FCF, 2 = FCFCF.
         Default 1.
+    crelax_weight : float or {level: float}
+        Weight w of the C-relaxation (XBraid's ``braid_SetCRelaxWt``): each C-point
+        becomes ``(1 - w) u_c + w Phi(u_{c-1})`` (weighted Jacobi; > 0, 1 = plain
+        C-relaxation, over-relaxation with w > 1 often converges faster on diffusive
+        problems). A dict sets levels by number, ``"default"`` the others. It
+        applies wherever C-relaxation runs: the down-sweep's FC sweeps, the
+        ``final_fc_relax`` sweep, and the coarsest level only with ``relax_only_cg``
+        (a solved coarsest level is never weighted). Default 1.0.
     max_iter : int
         Most iterations (XBraid's count). Default 100.
     abs_tol : float
@@ -82,6 +91,7 @@ class Options:
     min_coarse: int = 2
     cfactor: PerLevel = 2
     nrelax: PerLevel = 1
+    crelax_weight: PerLevelWeight = 1.0
     max_iter: int = 100
     abs_tol: float = 1e-9
     rel_tol: float = 0.0
@@ -105,6 +115,7 @@ class Options:
         _int(self, "min_coarse", 1)
         _per_level(self, "cfactor", 2)
         _per_level(self, "nrelax", 0)
+        _per_level_weight(self, "crelax_weight")
         _int(self, "max_iter", 1)
         _nonneg(self, "abs_tol")
         _nonneg(self, "rel_tol")
@@ -165,21 +176,25 @@ class Options:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                 if getattr(self, f.name) != f.default}
 
-    def per_level(self, name: str) -> tuple[int, Dict[int, int]]:
-        """(default, overrides) of a per-level option."""
+    def per_level(self, name: str) -> tuple[Any, Dict[int, Any]]:
+        """(default, overrides) of a per-level option (floats for ``crelax_weight``,
+        ints for the others)."""
         value = getattr(self, name)
+        kind = float if name == "crelax_weight" else int
         if isinstance(value, Mapping):
             default = value.get("default", Options.__dataclass_fields__[name].default)
-            return default, {int(k): int(v) for k, v in value.items() if k != "default"}
-        return int(value), {}
+            return kind(default), {int(k): kind(v) for k, v in value.items() if k != "default"}
+        return kind(value), {}
 
     def to_core(self) -> _core.CoreOptions:
         """The compiled core's options object (a misspelled field raises AttributeError)."""
         cf, cf_level = self.per_level("cfactor")
         nr, nr_level = self.per_level("nrelax")
+        cw, cw_level = self.per_level("crelax_weight")
         return _core.CoreOptions(
             max_levels=self.max_levels, min_coarse=self.min_coarse,
             cfactor=cf, cfactor_level=cf_level, nrelax=nr, nrelax_level=nr_level,
+            crelax_weight=cw, crelax_weight_level=cw_level,
             max_iter=self.max_iter, abs_tol=float(self.abs_tol), rel_tol=float(self.rel_tol),
             tnorm=0 if self.tnorm not in (1, 2) else int(self.tnorm),
             skip=self.skip, fmg=self.fmg, nfmg=-1, fmg_vcycles=self.fmg_vcycles,
@@ -244,6 +259,26 @@ def _tnorm(opts):
         _set(opts, "tnorm", math.inf)
     else:
         raise ValueError(f"tnorm must be 1, 2 or math.inf, got {v!r}")
+
+
+def _weight(where: str, v) -> float:
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real) \
+            or not math.isfinite(v) or not v > 0:
+        raise ValueError(f"{where} must be a finite number > 0, got {v!r}")
+    return float(v)
+
+
+def _per_level_weight(opts, name):
+    v = getattr(opts, name)
+    if not isinstance(v, Mapping):
+        _set(opts, name, _weight(name, v))
+        return
+    out: Dict[Any, float] = {}
+    for level, value in v.items():
+        if level != "default" and (not _is_int(level) or level < 0 or level > INT_MAX):
+            raise ValueError(f"{name} keys must be level numbers >= 0 or 'default', got {level!r}")
+        out[level if level == "default" else int(level)] = _weight(f"{name}[{level!r}]", value)
+    _set(opts, name, out)
 
 
 def _per_level(opts, name, minimum):

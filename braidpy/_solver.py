@@ -150,7 +150,7 @@ def _problem_fields(tstart: Any, tstop: Any, ntime: Any, grid: Optional[np.ndarr
                               "ntime": int(ntime), "times": grid}
     for f in dataclasses.fields(options):
         fields[f.name] = getattr(options, f.name)
-    for name in ("cfactor", "nrelax"):  # 4 and {"default": 4, 1: 4} are one setting
+    for name in ("cfactor", "nrelax", "crelax_weight"):  # 4 and {"default": 4, 1: 4}: one setting
         default, levels = options.per_level(name)
         levels = {level: v for level, v in levels.items() if v != default}
         fields[name] = {**levels, "default": default} if levels else default

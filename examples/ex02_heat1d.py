@@ -264,7 +264,7 @@ def describe_stepping(r: braidpy.Result) -> str:
 def mgrit_options(args: argparse.Namespace) -> dict[str, Any]:
     """The options of ``braidpy.solve`` that the command line sets."""
     return dict(max_levels=args.max_levels, cfactor=args.cfactor, nrelax=args.nrelax,
-                fmg=args.fmg, abs_tol=args.tol, max_iter=args.max_iter,
+                crelax_weight=args.crelax_weight, fmg=args.fmg, abs_tol=args.tol, max_iter=args.max_iter,
                 print_level=args.print_level, batch=args.batched)
 
 
@@ -284,6 +284,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     # (docs/batching.md, benchmarks/bench_heat_batched.py).
     p.add_argument("--cfactor", type=int, default=16, help="coarsening factor")
     p.add_argument("--nrelax", type=int, default=0, help="0 = F-relaxation, 1 = FCF, ...")
+    p.add_argument("--crelax-weight", type=float, default=1.0,
+                   help="C-relaxation weight w (with --nrelax >= 1): C-points become "
+                        "(1-w) u + w Phi(u); about 1.3 speeds up FCF on this problem "
+                        "(benchmarks/bench_crelax_weight.py)")
     p.add_argument("--fmg", action="store_true", help="F-cycles instead of V-cycles")
     p.add_argument("--tol", type=float, default=1e-8,
                    help="absolute tolerance on the residual (discrete L2 norm in space)")
@@ -323,7 +327,9 @@ def main(argv: Sequence[str] | None = None) -> braidpy.Result:
           f"implicit Euler steps on [{tstart:g}, {tstop:g}], {size} MPI rank(s)")
     print(f"  hierarchy: {r.levels} levels, intervals "
           + " > ".join(str(info["n"]) for info in r.level_info)
-          + f"; nrelax {args.nrelax}, {'F' if args.fmg else 'V'}-cycles")
+          + f"; nrelax {args.nrelax}"
+          + (f", C-relaxation weight {args.crelax_weight:g}" if args.crelax_weight != 1.0 else "")
+          + f", {'F' if args.fmg else 'V'}-cycles")
     print(f"  stepping: {describe_stepping(r)}")
     print(f"  iterations: {r.iterations}")
     print("  residual history:")

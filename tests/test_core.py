@@ -30,7 +30,7 @@ def make_solver(app, ntime=16, comm=None, rank=0, size=1, **fields):
 # ---------------------------------------------------------------- CoreOptions
 
 def test_core_options_defaults_are_the_python_defaults():
-    assert len(FIELDS) == 24 and FIELDS[0] == "max_levels" and FIELDS[-1] == "batch"
+    assert len(FIELDS) == 26 and FIELDS[0] == "max_levels" and FIELDS[-1] == "batch"
     assert repr(Options().to_core()) == repr(_core.CoreOptions(batch=True))
 
 
@@ -56,7 +56,8 @@ def test_unknown_core_option_names_raise_attribute_error():
 
 def test_to_core_sets_every_option_field():
     opts = Options(max_levels=5, min_coarse=3, cfactor={0: 4, "default": 3},
-                   nrelax={1: 2, "default": 0}, max_iter=7, abs_tol=1e-5, rel_tol=1e-3,
+                   nrelax={1: 2, "default": 0}, crelax_weight={2: 0.5, "default": 1.3},
+                   max_iter=7, abs_tol=1e-5, rel_tol=1e-3,
                    tnorm=math.inf, skip=False, fmg=True, fmg_vcycles=2, storage="all",
                    seq_soln=True, final_fc_relax=True, relax_only_cg=True, access_level=2,
                    timings=True, residual_computation=False, batch=False)
@@ -65,6 +66,7 @@ def test_to_core_sets_every_option_field():
     changed = {f for f in FIELDS if getattr(got, f) != getattr(default, f)}
     assert changed == set(FIELDS) - internal
     assert (got.cfactor, got.cfactor_level, got.nrelax_level, got.tnorm) == (3, {0: 4}, {1: 2}, 0)
+    assert (got.crelax_weight, got.crelax_weight_level) == (1.3, {2: 0.5})
 
 
 IMPOSSIBLE = [
@@ -80,6 +82,10 @@ IMPOSSIBLE = [
     ("access_level", 3, "access_level = 3"),
     ("cfactor_level", {1: 1}, r"cfactor_level\[1\] = 1"),
     ("nrelax_level", {-1: 1}, "nrelax_level key = -1"),
+    ("crelax_weight", 0.0, "crelax_weight = 0"),
+    ("crelax_weight", math.inf, "crelax_weight = inf"),
+    ("crelax_weight_level", {1: -0.5}, r"crelax_weight_level\[1\] = -0.5"),
+    ("crelax_weight_level", {-1: 1.3}, "crelax_weight_level key = -1"),
     ("fine_ranges", [(0, 3)], r"fine_ranges\[0\].hi = 3: the last range must end at ntime = 16"),
     ("fine_ranges", [(1, 16)], r"fine_ranges\[0\].lo = 1"),
 ]

@@ -42,3 +42,21 @@ def test_numpy_scalars_are_accepted_and_normalised():
 def test_an_overflowing_interval_is_refused_before_any_work():
     with pytest.raises(ValueError, match="tstop - tstart must be a finite number"):
         braidpy.solve(Decay(), -1e308, 1e308, 16)
+
+
+@pytest.mark.parametrize("value", [0, 0.0, -1.3, math.nan, math.inf, True, "1.3", None,
+                                   {0: 0.0}, {"default": -1.0}, {-1: 1.3}, {"x": 1.3}])
+def test_crelax_weight_is_refused_by_name(value):
+    with pytest.raises(ValueError, match="crelax_weight"):
+        Options(crelax_weight=value)
+
+
+def test_crelax_weight_per_level_reaches_the_core():
+    o = Options(crelax_weight={np.int32(1): np.float32(0.5), "default": 2})
+    assert o.crelax_weight == {1: 0.5, "default": 2.0}
+    core = o.to_core()
+    assert core.crelax_weight == 2.0 and core.crelax_weight_level == {1: 0.5}
+    r = braidpy.solve(Decay(), 0.0, 1.0, 32, cfactor=2, max_levels=3, options=o)
+    # The solved coarsest level is never weighted.
+    assert [lv["crelax_weight"] for lv in r.level_info] == [2.0, 0.5, 1.0]
+    assert Options(crelax_weight=1).crelax_weight == 1.0

@@ -72,6 +72,10 @@ void bind_core_options(py::module_& m) {
       .field("cfactor_level", &O::cfactor_level, "{level: cfactor} overrides (assign a dict).")
       .field("nrelax", &O::nrelax, "Default FC sweeps before restriction (>= 0).")
       .field("nrelax_level", &O::nrelax_level, "{level: nrelax} overrides (assign a dict).")
+      .field("crelax_weight", &O::crelax_weight,
+             "Default C-relaxation weight (> 0; 1 = unweighted).")
+      .field("crelax_weight_level", &O::crelax_weight_level,
+             "{level: weight} overrides (assign a dict).")
       .field("max_iter", &O::max_iter, "Most iterations (>= 1).")
       .field("abs_tol", &O::abs_tol, "Absolute halting tolerance.")
       .field("rel_tol", &O::rel_tol, "Relative halting tolerance (0 disables it).")

@@ -329,6 +329,7 @@ class PySolver {
       d["n"] = L.n;
       d["cfactor"] = L.cf;
       d["nrelax"] = L.nrelax;
+      d["crelax_weight"] = L.cweight;
       d["fine_stride"] = L.fine_stride;
       d["lo"] = L.own.lo;
       d["hi"] = L.own.hi;

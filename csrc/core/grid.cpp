@@ -80,6 +80,9 @@ std::vector<Level> build_hierarchy(const std::vector<double>& fine_times,
   for (int l = 0; l < nlevels; ++l) {
     Level& L = levels[l];
     L.nrelax = opts.nrelax_at(l);
+    // As XBraid: the weight applies wherever C-relaxation is a smoother, never to the
+    // sequential solve of a coarsest level (which has no C-point c > 0 anyway).
+    L.cweight = (l < nlevels - 1 || opts.relax_only_cg) ? opts.crelax_weight_at(l) : 1.0;
     L.own = L.ranges[rank];
     set_neighbours(L, rank);
     const std::size_t nslots = L.own.empty() ? 0 : static_cast<std::size_t>(L.own.hi - L.own.lo + 1);

@@ -20,6 +20,7 @@ struct Level {
   Index cf = 2;              // coarsening factor (n+1 on a solved coarsest level)
   Index fine_stride = 1;     // fine index of point i is i * fine_stride
   int nrelax = 1;
+  double cweight = 1.0;      // C-relaxation weight (1 on a solved coarsest level)
   std::vector<double> t;     // all n+1 times (every rank keeps them)
   std::vector<Range> ranges; // owned range of every rank
   Range own;                 // this rank's range

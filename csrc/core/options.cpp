@@ -35,6 +35,8 @@ void check_per_level(const std::map<int, int>& overrides, const char* name, int 
   }
 }
 
+bool positive_weight(double w) { return std::isfinite(w) && w > 0.0; }
+
 void check_times(const std::vector<double>& t) {
   require(t.size() >= 2, "times (count)", t.size(), "needs at least 2 times");
   for (std::size_t i = 0; i < t.size(); ++i) {
@@ -74,6 +76,12 @@ void check_options(const Options& o, const std::vector<double>& fine_times, int 
   check_per_level(o.cfactor_level, "cfactor_level", 2, "must be >= 2");
   require(o.nrelax >= 0, "nrelax", o.nrelax, "must be >= 0");
   check_per_level(o.nrelax_level, "nrelax_level", 0, "must be >= 0");
+  require(positive_weight(o.crelax_weight), "crelax_weight", o.crelax_weight,
+          "must be finite and > 0");
+  for (const auto& [level, w] : o.crelax_weight_level) {
+    if (level < 0) fail("crelax_weight_level key", level, "levels are >= 0");
+    if (!positive_weight(w)) fail(item("crelax_weight_level", level), w, "must be finite and > 0");
+  }
   require(o.max_iter >= 1, "max_iter", o.max_iter, "must be >= 1");
   require(std::isfinite(o.abs_tol) && o.abs_tol >= 0, "abs_tol", o.abs_tol,
           "must be finite and >= 0");

@@ -14,6 +14,10 @@ struct Options {
   std::map<int, int> cfactor_level;   // per-level overrides
   int nrelax = 1;                     // FC sweeps before restriction (1 = FCF)
   std::map<int, int> nrelax_level;    // per-level overrides
+  // C-relaxation weight w: u_c <- (1-w) u_c + w Phi(u_{c-1}); 1 = plain C-relaxation.
+  // Never applied on a solved coarsest level (XBraid's braid_SetCRelaxWt).
+  double crelax_weight = 1.0;
+  std::map<int, double> crelax_weight_level;  // per-level overrides
   int max_iter = 100;
   double abs_tol = 1e-9;
   double rel_tol = 0.0;               // 0 disables the relative test
@@ -41,6 +45,10 @@ struct Options {
   int nrelax_at(int level) const {
     auto it = nrelax_level.find(level);
     return it == nrelax_level.end() ? nrelax : it->second;
+  }
+  double crelax_weight_at(int level) const {
+    auto it = crelax_weight_level.find(level);
+    return it == crelax_weight_level.end() ? crelax_weight : it->second;
   }
 };
 

@@ -320,10 +320,20 @@ void Solver::store_rows(Vec* rows, const Index* pts, Index n) {
 
 // One F-sweep followed by a Jacobi C-sweep: every C-point c > 0 becomes the
 // step of the F-point before it, all computed from the pre-sweep C-values.
+// Weighted (L.cweight = w != 1, XBraid's C-relaxation weight): the new value is
+// (1-w) u_c + w Phi(u_{c-1}), as the user's sum y <- (1-w) x + w y with x the
+// pre-sweep u_c (still stored) and y the step; one sums call per chain end or batch.
 void Solver::fc_relax(int l) {
   Level& L = levels_[l];
   std::vector<Vec> updated(L.u.size(), nullptr);
+  const double w = L.cweight;
+  std::vector<Vec> olds;
   auto keep = [&](Vec* ws, const Index* cs, Index n) {
+    if (w != 1.0) {
+      olds.resize(static_cast<std::size_t>(n));
+      for (Index k = 0; k < n; ++k) olds[static_cast<std::size_t>(k)] = L.u[L.slot(cs[k])];
+      ops_.sums(1.0 - w, olds.data(), w, ws, n);
+    }
     for (Index k = 0; k < n; ++k) {
       updated[L.slot(cs[k])] = ws[k];
       ws[k] = nullptr;

@@ -1,0 +1,58 @@
+"""Regenerates xbraid_parity.json by running XBraid's own programs (not needed by the tests,
+which read the JSON). Usage, with XBraid built as the json's "xbraid" entry says:
+
+    python tests/data/make_xbraid_parity.py /path/to/xbraid > tests/data/xbraid_parity.json
+
+Each case keeps the exact command, the rank count, and the lines XBraid printed that the
+tests compare: every `|| r_k ||`, the iteration and level counts and, for ex-02, the
+discretization error at the final time.
+"""
+
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+COMMIT = "52178c8"
+EX02 = [[], ["-CWt", "1.3"], ["-CWt", "1.3", "-ml", "4", "-nu", "2"],
+        ["-CWt", "0.7", "-ml", "3", "-cf", "4", "-fmg"], ["-CWt", "1.5", "-ml", "4", "-skip", "1"]]
+
+
+def run(xbraid, program, args, nranks):
+    cmd = ["mpiexec", "-n", str(nranks), str(Path(xbraid) / program), *args]
+    with tempfile.TemporaryDirectory() as tmp:  # ex-02 writes its solution files here
+        out = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, check=True).stdout
+    return cmd, out
+
+
+def parse(out):
+    found = dict(
+        residuals={k: v for k, v in re.findall(r"\|\| r_(\d+) \|\| = (\S+),", out)},
+        not_available=re.findall(r"\|\| r_(\d+) \|\| not available", out),
+        iterations=int(re.search(r"^\s*iterations\s+= (\d+)", out, re.M).group(1)),
+        nlevels=int(re.search(r"^\s*number of levels\s+= (\d+)", out, re.M).group(1)))
+    error = re.search(r"Discretization error at final time:\s+(\S+)", out)
+    if error:
+        found["error"] = error.group(1)
+    return found
+
+
+def main():
+    xbraid = sys.argv[1]
+    cases = []
+    for args in EX02:
+        for nranks in (1, 2, 4):
+            cmd, out = run(xbraid, "examples/ex-02", args, nranks)
+            name = " ".join(["ex-02", *args]) + f" @{nranks}"
+            cases.append(dict(id=name, kind="ex02", nranks=nranks, args=args,
+                              command=" ".join(["mpiexec", "-n", str(nranks), "./ex-02", *args]),
+                              **parse(out)))
+    json.dump(dict(xbraid=f"XBraid {COMMIT} (github.com/XBraid/xbraid), examples built with "
+                          "the PyPI mpich wheel's mpicc", cases=cases), sys.stdout, indent=1)
+    print()
+
+
+if __name__ == "__main__":
+    main()
