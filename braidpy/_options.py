@@ -263,7 +263,7 @@ def _tnorm(opts):
 
 def _weight(where: str, v) -> float:
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real) \
-            or not math.isfinite(v) or not v > 0:
+            or not math.isfinite(float(v)) or not float(v) > 0:
         raise ValueError(f"{where} must be a finite number > 0, got {v!r}")
     return float(v)
 
