@@ -41,6 +41,21 @@ class App:
     access(u, status)
         Observe the solution (default: nothing).
 
+    Optional, no default (not called, and costs nothing, unless defined)
+    --------------------------------------------------------------------
+    sync(status)
+        XBraid's ``braid_SetSync``: called on every rank, at the same points, for
+        "global" work between cycles (an all-rank reduction, adapting the app). Once
+        after a cold start's initial guess (``status.phase == "init"``, iteration 0;
+        not on a warm restart), then at the top of every iteration k after its cycle
+        (``status.phase == "cycle"``, ``status.iteration == k``), before the
+        progress line and the halting test: ``status.rnorms()`` already holds r_k
+        when iteration k computed one. ``status`` also answers ``level`` (0),
+        ``nlevels``, ``done`` (False), ``tol``, ``rnorm``, ``cfactor(level)``,
+        ``owned(level)`` (this rank's indices, XBraid's GetTIUL) and
+        ``times(level)``. An exception in sync on any rank stops the solve on
+        every rank (as any callback's). Not called by the adjoint's solve.
+
     Array states: backends and messages
     -----------------------------------
     The defaults delegate to ``braidpy.backends``: ``numpy`` for NumPy arrays,

@@ -63,6 +63,18 @@ class Failing(Decay):
         return super().bufunpack(buf)
 
 
+class FailingSync(Failing):
+    """Failing with a sync, which raises Boom on the failing rank once cond holds."""
+
+    def sync(self, status):
+        self._maybe("sync", status)
+
+
+def _run_sync(comm, cond):
+    braidpy.solve(FailingSync(comm, "sync", cond), 0.0, 4.0, 128, comm=comm, cfactor=2,
+                  abs_tol=1e-13, max_iter=30)
+
+
 # bufpack returning something that is not bytes-like, on the failing rank.
 BAD_BUFFERS = {"bufpack_returns_str": "not bytes", "bufpack_returns_none": None}
 
@@ -183,6 +195,8 @@ ERROR_CASES = {
     "step_adjoint_batch_into": lambda c: _run_adjoint_batched(c, "step_adjoint_batch_into"),
     "step_gradient_batch": lambda c: _run_adjoint_batched(c, "step_gradient_batch"),
     "init": lambda c: _run(c, "init"),
+    "sync_after_init": lambda c: _run_sync(c, lambda s: s.phase == "init"),
+    "sync_cycle": lambda c: _run_sync(c, lambda s: s.phase == "cycle" and s.iteration == 2),
     "clone": lambda c: _run(c, "clone"),
     "access": lambda c: _run(c, "access", lambda s: s.index % 2 == 1),
     "bufpack": lambda c: _run(c, "bufpack"),

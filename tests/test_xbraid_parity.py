@@ -1,4 +1,4 @@
-"""Weighted C-relaxation against XBraid's own output, at 1, 2 and 4 ranks.
+"""Weighted C-relaxation and sync against XBraid's own output, at 1, 2 and 4 ranks.
 
 tests/data/xbraid_parity.json holds what XBraid (commit in the file) printed for its
 ex-02 with -CWt (braid_SetCRelaxWt(core, -1, w)) and the baseline without it, run with
@@ -7,11 +7,20 @@ random per process, so each rank count is its own reference. braidpy runs the sa
 problem (xbraid_parity_cases.Ex02) at the same rank count, chain by chain and with a
 batched step (the lock-step relaxation), and must print the same residuals to all 7
 digits, the same iteration and level counts and the same final discretization error.
+
+The "driver" cases come from tests/data/xbraid_drivers/parity_driver.c, a small program
+on XBraid's ex-01 problem that sets what no shipped example does (braid_SetSync and
+braid_SetNFMG, per-level weights) and writes every sync call on every rank with what the
+sync status tells (calling function, iteration, level, levels, done, NTPoints, GetTIUL
+of level 0, GetRNorms). braidpy's App.sync must be called at the same points, as often,
+with the same facts, and its residual history must be the same to the last bit.
 """
 
 import pytest
 from test_mpi import run_driver
-from xbraid_parity_cases import cases, run_ex02
+from xbraid_parity_cases import Ex01, cases, run_driver_case, run_ex02
+
+import braidpy
 
 
 def assert_as_printed(got, case):
@@ -39,16 +48,50 @@ def test_ex02_serial(case, batched):
     assert (got["stacked_calls"] > 0) == batched
 
 
+def xbraid_syncs(case):
+    """The sync calls XBraid made on each rank; GetRNorms' -1 marks an iteration without
+    a norm, which braidpy's history leaves out."""
+    minus_one = f"{-1.0:.17e}"
+    return {rank: [{**s, "rnorms": [r for r in s["rnorms"] if r != minus_one]} for s in calls]
+            for rank, calls in case["syncs"].items()}
+
+
+def assert_driver(got, case):
+    assert got["iterations"] == case["iterations"], case["id"]
+    assert got["residuals"] == case["residuals"], case["id"]
+    assert got["final"] == case["final"], case["id"]
+    assert got["syncs"] == xbraid_syncs(case), case["id"]
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["chains", "batched"])
+@pytest.mark.parametrize("case", cases("driver", 1), ids=lambda c: c["id"])
+def test_driver_serial(case, batched):
+    assert_driver(run_driver_case(case, batched=batched), case)
+
+
+def test_sync_reference_covers_every_kind_of_run():
+    ids = {c["id"].rsplit(" @", 1)[0] for c in cases("driver")}
+    assert {"parity_driver -sync -ml 1 -nt 8", "parity_driver -sync -ml 3 -nt 2"} <= ids
+    for case in cases("driver"):  # one sync after init, then one per iteration, every rank
+        for calls in case["syncs"].values():
+            assert [s["caller"] for s in calls] == [7] + [5] * case["iterations"]
+            assert [s["iteration"] for s in calls] == [0] + list(range(case["iterations"]))
+
+
 @pytest.mark.parametrize("nranks", [2, 4])
-def test_ex02_at_its_rank_count(nranks, tmp_path):
+def test_at_its_rank_count(nranks, tmp_path):
     expected = cases("ex02", nranks)
+    drivers = cases("driver", nranks)
     got = run_driver(nranks, "parity", tmp_path)
-    assert sorted(got) == sorted([c["id"] for c in expected]
-                                 + [c["id"] + "/batched" for c in expected])
+    assert sorted(got) == sorted([c["id"] + s for c in expected + drivers
+                                  for s in ("", "/batched")])
     for case in expected:
         assert_as_printed(got[case["id"]], case)
         assert_as_printed(got[case["id"] + "/batched"], case)
         assert got[case["id"] + "/batched"]["stacked_calls"] > 0
+    for case in drivers:
+        assert_driver(got[case["id"]], case)
+        assert_driver(got[case["id"] + "/batched"], case)
 
 
 def _history(case, **extra):
@@ -115,3 +158,36 @@ def test_weight_with_a_warm_restart():
     assert first.converged and second.converged
     assert second.iterations < first.iterations
     assert np.allclose(second.final, first.final, rtol=0, atol=1e-9)
+
+
+def test_sync_is_optional_and_counted():
+    plain = braidpy.solve(Ex01(record_syncs=False), 0.0, 5.0, 16, max_levels=3)
+    synced_app = Ex01()
+    synced = braidpy.solve(synced_app, 0.0, 5.0, 16, max_levels=3)
+    assert plain.counts["sync"] == 0 and not hasattr(Ex01(record_syncs=False), "sync")
+    assert synced.counts["sync"] == len(synced_app.syncs) == synced.iterations + 1
+    assert plain.residuals == synced.residuals
+
+
+def test_sync_after_a_warm_restart_skips_the_init_call():
+    app = Ex01()
+    core = braidpy.Core(app, 0.0, 5.0, 16, max_levels=3, abs_tol=1e-10)
+    first = core.solve()
+    n = len(app.syncs)
+    second = core.solve()
+    assert n == first.iterations + 1
+    assert [s["caller"] for s in app.syncs[n:]] == [5] * second.iterations
+
+
+def test_sync_status_answers_the_grid():
+    seen = {}
+
+    class App(Ex01):
+        def _sync(self, status):
+            seen.update(cf=[status.cfactor(level) for level in range(status.nlevels)],
+                        times=status.times(1).tolist(), owned=status.owned(2))
+            with pytest.raises(ValueError, match="level must be in 0..2"):
+                status.cfactor(3)
+
+    braidpy.solve(App(), 0.0, 4.0, 8, max_levels=3, max_iter=2)
+    assert seen == dict(cf=[2, 2, 3], times=[0.0, 1.0, 2.0, 3.0, 4.0], owned=range(0, 3))

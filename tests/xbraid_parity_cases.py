@@ -165,10 +165,99 @@ def cases(kind, nranks=None):
             if c["kind"] == kind and (nranks is None or c["nranks"] == nranks)]
 
 
+class Ex01(braidpy.App):
+    """XBraid's ex-01 problem as tests/data/xbraid_drivers/parity_driver.c solves it
+    (u' = -u on [0, 5], guess 0.456, backward Euler, |u| = sqrt(u*u)); its sync records
+    what XBraid's sync status tells the driver."""
+
+    def __init__(self, record_syncs=True, batched=False):
+        self.syncs = []
+        if record_syncs:
+            self.sync = self._sync
+        if batched:
+            self.step_stacked = self._step_stacked
+
+    def init(self, t):
+        return np.array([1.0 if t == 0.0 else 0.456])
+
+    def step(self, u, t0, t1, status):
+        u[0] = 1.0 / (1.0 + t1 - t0) * u[0]
+
+    def _step_stacked(self, U, t0s, t1s, status):
+        for k in range(len(U)):
+            U[k, 0] = 1.0 / (1.0 + float(t1s[k]) - float(t0s[k])) * U[k, 0]
+
+    def norm(self, u):
+        return float(np.sqrt(u[0] * u[0]))
+
+    def _sync(self, status):
+        owned = status.owned(0)
+        self.syncs.append(dict(
+            caller={"init": 7, "cycle": 5}[status.phase], iteration=status.iteration,
+            level=status.level, nlevels=status.nlevels, done=int(status.done),
+            ntime=self.ntime, lo=owned.start, hi=owned.stop - 1,
+            rnorms=[f"{r:.17e}" for r in status.rnorms()]))
+
+
+def driver_options(args):
+    """braidpy options for parity_driver.c's arguments (its defaults: ex-01's)."""
+    o = dict(max_levels=2, min_coarse=2, cfactor=2, nrelax=1, max_iter=100, abs_tol=1e-6,
+             skip=True)
+    ntime, k = 10, 0
+    weights = {}
+    while k < len(args):
+        a = args[k]
+        if a in ("-sync", "-fmg", "-rcg", "-periodic"):
+            o.update({"-fmg": dict(fmg=True), "-rcg": dict(relax_only_cg=True),
+                      "-periodic": dict(periodic=True)}.get(a, {}))
+            k += 1
+            continue
+        if a == "-CWtl":
+            weights[int(args[k + 1])] = float(args[k + 2])
+            k += 3
+            continue
+        value = args[k + 1]
+        if a == "-nt":
+            ntime = int(value)
+        elif a == "-CWt":
+            weights["default"] = float(value)
+        else:
+            name, kind = {"-ml": ("max_levels", int), "-mc": ("min_coarse", int),
+                          "-cf": ("cfactor", int), "-nu": ("nrelax", int),
+                          "-mi": ("max_iter", int), "-tol": ("abs_tol", float),
+                          "-skip": ("skip", lambda v: bool(int(v))),
+                          "-nfmg": ("nfmg", int)}[a]
+            o[name] = kind(value)
+        k += 2
+    if weights:
+        o["crelax_weight"] = weights
+    return ntime, o
+
+
+def run_driver_case(case, comm=None, batched=False):
+    """What parity_driver prints for ``case`` (residuals %1.6e, iterations, the final
+    value %.17e on the owner of t_N) and every rank's sync calls."""
+    ntime, options = driver_options(case["args"])
+    app = Ex01(batched=batched)
+    r = braidpy.solve(app, 0.0, 5.0, ntime, comm=comm, **options)
+    assert_split(comm, r.owned, len(r.times))
+    final = f"{r.final[0]:.17e}" if r.final is not None else None
+    syncs = {"0": app.syncs}
+    if comm is not None:
+        final = [f for f in comm.allgather(final) if f is not None][0]
+        syncs = {str(k): s for k, s in enumerate(comm.allgather(app.syncs))}
+    return dict(iterations=r.iterations, final=final, syncs=syncs,
+                residuals={str(k): f"{v:1.6e}" for k, v in zip(r.residual_iterations,
+                                                               r.residuals)})
+
+
 def run_at(nranks, comm):
     """Every case XBraid ran with ``nranks`` processes, chain by chain and batched."""
     out = {}
     for case in cases("ex02", nranks):
         out[case["id"]] = run_ex02(case, comm)
         out[case["id"] + "/batched"] = run_ex02(case, comm, batched=True)
+    for case in cases("driver", nranks):
+        out[case["id"]] = run_driver_case(case, comm)
+        out[case["id"] + "/batched"] = run_driver_case(case, comm, batched=True)
     return out

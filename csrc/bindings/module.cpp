@@ -21,9 +21,18 @@ namespace py = pybind11;
 
 namespace braidpy {
 
-// Read-only view of the core's CallInfo, handed to every callback.
+// Read-only view of the core's CallInfo, handed to every callback; the solver
+// answers the questions about the grid and the residual history.
 struct Status {
   const braid::CallInfo* info = nullptr;
+  const braid::Solver* solver = nullptr;
+
+  const braid::Level& level(int l) const {
+    if (l < 0 || l >= solver->nlevels())
+      throw py::value_error("level must be in 0.." + std::to_string(solver->nlevels() - 1) +
+                            ", got " + std::to_string(l));
+    return solver->level(l);
+  }
 };
 
 // What solve() or solution() came to; read-only in Python. Holds its own
@@ -70,6 +79,7 @@ const char* phase_name(int phase) {
     case braid::kPhaseInit: return "init";
     case braid::kPhaseRelax: return "relax";
     case braid::kPhaseResidual: return "residual";
+    case braid::kPhaseCycle: return "cycle";
     default: return "final";
   }
 }
@@ -131,7 +141,8 @@ void bind_status(py::module_& m) {
         },
         "Latest fine residual norm, or None before the first one.");
   field("phase", [](const Status& s) { return phase_name(s.info->phase); },
-        "'init', 'relax', 'residual' or 'final'.");
+        "'init', 'relax', 'residual' or 'final'; in sync 'init' (after the initial guess) "
+        "or 'cycle' (top of an iteration).");
   field("batch_size", [](const Status& s) { return s.info->batch_size; },
         "Number of states in the current step_batch call (0 outside one).");
   field("fine_indices", [](const Status& s) { return batch_indices(*s.info, true); },
@@ -142,6 +153,37 @@ void bind_status(py::module_& m) {
         "step_batch: fine_indices as slice(start, stop, step) when they are evenly spaced "
         "and increasing (always, for the core's batches), else None; lets weights be "
         "taken as a strided view instead of a gather.");
+  // Methods, not fields: STATUS_FIELDS (the adjoint's status) lists the fields only.
+  cls.def(
+      "rnorms",
+      [](const Status& s) {
+        py::list out;
+        for (const auto& [k, r] : s.solver->residuals()) out.append(r);
+        return out;
+      },
+      "The fine residual norms of this solve so far, oldest first (Result.residuals; "
+      "XBraid's GetRNorms).");
+  cls.def(
+      "cfactor", [](const Status& s, int l) { return s.level(l).cf; }, py::arg("level"),
+      "Coarsening factor of a level (the coarsest, solved level: its intervals + 1).");
+  cls.def(
+      "owned",
+      [](const Status& s, int l) {
+        const auto& r = s.level(l).own;
+        return py::module_::import("builtins").attr("range")(r.lo, r.hi + 1);
+      },
+      py::arg("level"),
+      "This rank's time indices on a level as a range (XBraid's GetTIUL; empty if none).");
+  cls.def(
+      "times",
+      [](const Status& s, int l) {
+        const auto& L = s.level(l);
+        const auto n = static_cast<py::ssize_t>(L.own.empty() ? 0 : L.own.hi - L.own.lo + 1);
+        py::array_t<double> out(n);
+        for (py::ssize_t k = 0; k < n; ++k) out.mutable_data()[k] = L.t[L.own.lo + k];
+        return out;
+      },
+      py::arg("level"), "Times of this rank's points on a level (XBraid's GetTimeValues).");
   cls.def("__repr__", [](const Status& s) {
     const auto* i = s.info;
     return "<braidpy.Status level=" + std::to_string(i->level) +
@@ -199,6 +241,7 @@ class PySolver {
     // Throws std::invalid_argument (ValueError) on an impossible option.
     solver_ = std::make_unique<braid::Solver>(*ops_, *comm_, options, std::move(times));
     status_.cast<Status&>().info = &solver_->info();
+    status_.cast<Status&>().solver = solver_.get();
   }
 
   // Failures and divergence leave the solver cold.

@@ -39,8 +39,9 @@ bool immutable_scalar(PyObject* o) {
 }  // namespace
 
 const char* callback_name(int which) {
-  static const char* names[kNumCallbacks] = {"init",   "step",   "clone",   "sum",       "norm",
-                                              "access", "bufpack", "bufunpack", "step_batch"};
+  static const char* names[kNumCallbacks] = {"init",   "step",    "clone",     "sum",
+                                              "norm",   "access",  "bufpack",   "bufunpack",
+                                              "step_batch", "sync"};
   if (which >= 0 && which < kNumCallbacks) return names[which];
   if (which == kProgress) return "progress output";
   if (which == kInterrupt) return "the solver";
@@ -72,6 +73,10 @@ PyOps::PyOps(PyObject* app, PyObject* status, PyObject* progress, bool timings, 
   access_ = get_method(app, "access");
   bufpack_ = get_method(app, "bufpack");
   bufunpack_ = get_method(app, "bufunpack");
+  PyObject* sync = PyObject_GetAttrString(app, "sync");  // optional
+  if (sync != nullptr && PyCallable_Check(sync)) sync_ = sync;
+  else Py_XDECREF(sync);
+  PyErr_Clear();
   Py_INCREF(status);
   status_ = status;
   fast_clone_ = uses_app_default(app, "clone");
@@ -85,7 +90,7 @@ PyOps::PyOps(PyObject* app, PyObject* status, PyObject* progress, bool timings, 
 }
 
 PyOps::~PyOps() {
-  for (PyObject* p : {init_, step_, clone_, sum_, norm_, access_, bufpack_, bufunpack_,
+  for (PyObject* p : {init_, step_, clone_, sum_, norm_, access_, bufpack_, bufunpack_, sync_,
                       step_batch_, step_stacked_, step_stacked_into_, status_, progress_,
                       error_})
     Py_XDECREF(p);
@@ -372,6 +377,13 @@ void PyOps::access(Vec u, const CallInfo& info) {
   }
   PyObject* args[2] = {static_cast<PyObject*>(u), status_};
   Py_XDECREF(call(kAccess, access_, args, 2));
+}
+
+void PyOps::sync(const CallInfo& info) {
+  (void)info;  // the status object reads it
+  if (failed_ || sync_ == nullptr) return;
+  PyObject* args[1] = {status_};
+  Py_XDECREF(call(kSync, sync_, args, 1));
 }
 
 // Rank 0's progress output: its failure (a closed stdout, Ctrl-C) is captured

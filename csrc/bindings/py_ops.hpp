@@ -19,7 +19,8 @@ using braid::CallInfo;
 using braid::Vec;
 
 enum Callback : int {
-  kInit, kStep, kClone, kSum, kNorm, kAccess, kBufpack, kBufunpack, kStepBatch, kNumCallbacks
+  kInit, kStep, kClone, kSum, kNorm, kAccess, kBufpack, kBufunpack, kStepBatch, kSync,
+  kNumCallbacks
 };
 // Failures that are not a counted callback's (Outcome.callback names them too).
 constexpr int kCommunication = -1;  // our MPI adapter
@@ -52,6 +53,9 @@ class PyOps final : public braid::Ops {
   // clone and sum, whose fused_sums are the compiled loop; else null.
   Vec share(Vec u) override;
   void progress(int iteration, double rnorm, bool has_rnorm) override;
+  // app.sync(status), where the app defines one (App has none).
+  bool has_sync() const override { return sync_ != nullptr; }
+  void sync(const CallInfo& info) override;
   bool failed() const override { return failed_; }
 
   bool batched() const override { return step_batch_ != nullptr; }
@@ -116,6 +120,7 @@ class PyOps final : public braid::Ops {
   PyObject* access_ = nullptr;
   PyObject* bufpack_ = nullptr;
   PyObject* bufunpack_ = nullptr;
+  PyObject* sync_ = nullptr;        // null: the app has no sync
   PyObject* step_batch_ = nullptr;  // null: no batching
   PyObject* step_stacked_ = nullptr;  // App.step_batch's kernel, called directly on a block
   PyObject* step_stacked_into_ = nullptr;  // its out-of-place twin (optional)

@@ -62,6 +62,14 @@ void Solver::agree() {
   if (failed > 0.0) throw CallbackFailure();
 }
 
+void Solver::sync(int phase) {
+  if (!ops_.has_sync()) return;
+  info_.phase = phase;
+  info_.level = 0;
+  ops_.sync(info_);
+  agree();
+}
+
 // Fine C-points from init() (cold start) or from the previous solve (warm).
 void Solver::init_guess() {
   Level& L = levels_[0];
@@ -181,6 +189,7 @@ bool Solver::top(int k) {
     info_.rnorm = r;
     if (rnorm0_ < 0.0) rnorm0_ = r;
   }
+  sync(kPhaseCycle);  // as XBraid's top-of-cycle sync: after the norm, before the test
   ops_.progress(k, r, has);
   if (has && !std::isfinite(r)) throw Divergence(k, 0, r);
   const bool converged =
@@ -203,6 +212,7 @@ void Solver::solve(bool final_sweep) {
 
   init_guess();
   agree();
+  if (cold_) sync(kPhaseInit);  // XBraid syncs after a first (not a warm) initialisation
   const int L = nlevels();
   if (L == 1 && (opts_.max_levels > 1 || opts_.relax_only_cg)) {
     // XBraid: a single level that could have been more (or is "relaxed only")
@@ -210,6 +220,7 @@ void Solver::solve(bool final_sweep) {
     iterations_ = 1;
     rnorms_.emplace_back(0, 0.0);
     info_.rnorm = 0.0;
+    sync(kPhaseCycle);
     ops_.progress(0, 0.0, true);
   } else if (L > 1) {
     for (int k = 0;; ++k) {

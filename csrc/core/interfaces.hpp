@@ -51,6 +51,7 @@ enum Phase : int {
   kPhaseRelax = 1,     // F/C relaxation and the coarsest solve
   kPhaseResidual = 2,  // residual and FAS right-hand side evaluation
   kPhaseFinal = 3,     // final F-relaxation / access after the solve
+  kPhaseCycle = 4,     // sync at the top of an iteration (after its cycle)
 };
 
 // User callbacks. After a callback fails, implementations must turn every
@@ -99,6 +100,11 @@ class Ops {
   virtual void free(Vec u) = 0;
   // Called at the top of each iteration on every rank (progress output).
   virtual void progress(int iteration, double rnorm, bool has_rnorm) = 0;
+  // The user's sync (XBraid's braid_SetSync), if any: called on every rank after a cold
+  // start's initial guess (info.phase kPhaseInit) and at the top of every iteration
+  // (kPhaseCycle). has_sync() false: never called, and the core adds no agreement.
+  virtual bool has_sync() const { return false; }
+  virtual void sync(const CallInfo& info) { (void)info; }
   // True once a callback on this rank (or a poisoned message) has failed.
   virtual bool failed() const = 0;
 

@@ -179,6 +179,9 @@ class Solver {
   // The one place the core calls access: fine point i holding u.
   void access_fine(Index i, Vec u);
   void agree();  // collective: stops every rank if any callback failed
+  // The user's sync on level 0 in `phase` (kPhaseInit or kPhaseCycle), then an agreement
+  // so that its failure on one rank stops every rank; nothing without a sync.
+  void sync(int phase);
 
   void set_slot(std::vector<Vec>& slots, Index s, Vec u);
   void free_level(int l);

@@ -3,6 +3,10 @@ which read the JSON). Usage, with XBraid built as the json's "xbraid" entry says
 
     python tests/data/make_xbraid_parity.py /path/to/xbraid > tests/data/xbraid_parity.json
 
+Runs XBraid's examples/ex-02, and xbraid_drivers/parity_driver.c (a small program on
+XBraid's ex-01 problem that sets what no shipped example sets: sync, nfmg, per-level
+C-relaxation weights), compiled here against XBraid's libbraid.a with mpicc.
+
 Each case keeps the exact command, the rank count, and the lines XBraid printed that the
 tests compare: every `|| r_k ||`, the iteration and level counts and, for ex-02, the
 discretization error at the final time.
@@ -16,6 +20,12 @@ import tempfile
 from pathlib import Path
 
 COMMIT = "52178c8"
+HERE = Path(__file__).resolve().parent
+# (driver arguments, rank counts)
+DRIVER = [(["-sync", "-ml", "3", "-nt", "16"], (1, 2, 4)),
+          (["-sync", "-ml", "4", "-nt", "32", "-skip", "0", "-fmg", "-CWt", "1.4"], (1, 2, 4)),
+          (["-sync", "-ml", "1", "-nt", "8"], (1, 2)),
+          (["-sync", "-ml", "3", "-nt", "2"], (1, 2))]
 EX02 = [[], ["-CWt", "1.3"], ["-CWt", "1.3", "-ml", "4", "-nu", "2"],
         ["-CWt", "0.7", "-ml", "3", "-cf", "4", "-fmg"], ["-CWt", "1.5", "-ml", "4", "-skip", "1"]]
 
@@ -25,6 +35,24 @@ def run(xbraid, program, args, nranks):
     with tempfile.TemporaryDirectory() as tmp:  # ex-02 writes its solution files here
         out = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, check=True).stdout
     return cmd, out
+
+
+def parse_driver(out, folder):
+    syncs = {}
+    lines = [line for path in sorted(Path(folder).glob("sync_*.txt"))
+             for line in path.read_text().splitlines()]
+    for line in lines:
+        if line.startswith("sync rank "):
+            w = line.split()
+            f = dict(zip(w[1:19:2], w[2:19:2]))
+            syncs.setdefault(f["rank"], []).append(dict(
+                caller=int(f["caller"]), iteration=int(f["iter"]), level=int(f["level"]),
+                nlevels=int(f["nlevels"]), done=int(f["done"]), ntime=int(f["ntime"]),
+                lo=int(f["lo"]), hi=int(f["hi"]), rnorms=w[20:]))
+    final = re.search(r"final u\(T\) = (\S+)", out)
+    return dict(residuals={k: v for k, v in re.findall(r"\|\| r_(\d+) \|\| = (\S+),", out)},
+                iterations=int(re.search(r"^iterations (\d+)", out, re.M).group(1)),
+                final=final.group(1) if final else None, syncs=syncs)
 
 
 def parse(out):
@@ -42,6 +70,23 @@ def parse(out):
 def main():
     xbraid = sys.argv[1]
     cases = []
+    with tempfile.TemporaryDirectory() as tmp:
+        driver = Path(tmp) / "parity_driver"
+        subprocess.run(["mpicc", "-O2", f"-I{xbraid}/braid", str(HERE / "xbraid_drivers" /
+                        "parity_driver.c"), "-o", str(driver), f"{xbraid}/braid/libbraid.a",
+                        "-lm"], check=True)
+        for args, ranks in DRIVER:
+            for nranks in ranks:
+                cmd = ["mpiexec", "-n", str(nranks), str(driver), *args]
+                for old in Path(tmp).glob("sync_*.txt"):
+                    old.unlink()
+                out = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True,
+                                     check=True).stdout
+                cases.append(dict(id=" ".join(["parity_driver", *args]) + f" @{nranks}",
+                                  kind="driver", nranks=nranks, args=args,
+                                  command=" ".join(["mpiexec", "-n", str(nranks),
+                                                    "./parity_driver", *args]),
+                                  **parse_driver(out, tmp)))
     for args in EX02:
         for nranks in (1, 2, 4):
             cmd, out = run(xbraid, "examples/ex-02", args, nranks)
