@@ -57,6 +57,13 @@ class Options:
         F-cycles instead of V-cycles. Default False.
     fmg_vcycles : int
         V-cycles per level inside an F-cycle. Default 1.
+    nfmg : int
+        With ``fmg``: iteration ``nfmg`` is a V-cycle, every other iteration an
+        F-cycle; -1 (the default): F-cycles throughout. This is XBraid's
+        ``braid_SetNFMG`` as its code runs it (iteration k is an F-cycle iff
+        ``nfmg != k``), not as its documentation words it ("nfmg F-cycles, then
+        V-cycles"): braidpy keeps XBraid's iterations (docs/conventions.md). Needs
+        ``fmg=True``.
     storage : "C", "final" or "all"
         Store fine C-points only; also every fine point of the final sweep
         ("final": what :meth:`Core.stored` and the adjoint read, without copying
@@ -99,6 +106,7 @@ class Options:
     skip: bool = True
     fmg: bool = False
     fmg_vcycles: int = 1
+    nfmg: int = -1
     storage: str = "C"
     seq_soln: bool = False
     final_fc_relax: bool = False
@@ -125,6 +133,10 @@ class Options:
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
         _int(self, "fmg_vcycles", 1)
+        _int(self, "nfmg", -1)
+        if self.nfmg != -1 and not self.fmg:
+            raise ValueError(f"nfmg={self.nfmg} needs fmg=True (it picks which iteration of "
+                             f"an F-cycle solve is a V-cycle)")
         if self.storage not in ("C", "final", "all"):
             raise ValueError(f"storage must be 'C', 'final' or 'all', got {self.storage!r}")
         _int(self, "access_level", 0)
@@ -197,7 +209,7 @@ class Options:
             crelax_weight=cw, crelax_weight_level=cw_level,
             max_iter=self.max_iter, abs_tol=float(self.abs_tol), rel_tol=float(self.rel_tol),
             tnorm=0 if self.tnorm not in (1, 2) else int(self.tnorm),
-            skip=self.skip, fmg=self.fmg, nfmg=-1, fmg_vcycles=self.fmg_vcycles,
+            skip=self.skip, fmg=self.fmg, nfmg=self.nfmg, fmg_vcycles=self.fmg_vcycles,
             store_all=self.storage == "all", store_final=self.storage == "final",
             seq_soln=self.seq_soln,
             final_fc_relax=self.final_fc_relax, relax_only_cg=self.relax_only_cg,

@@ -58,11 +58,11 @@ def test_to_core_sets_every_option_field():
     opts = Options(max_levels=5, min_coarse=3, cfactor={0: 4, "default": 3},
                    nrelax={1: 2, "default": 0}, crelax_weight={2: 0.5, "default": 1.3},
                    max_iter=7, abs_tol=1e-5, rel_tol=1e-3,
-                   tnorm=math.inf, skip=False, fmg=True, fmg_vcycles=2, storage="all",
+                   tnorm=math.inf, skip=False, fmg=True, fmg_vcycles=2, nfmg=3, storage="all",
                    seq_soln=True, final_fc_relax=True, relax_only_cg=True, access_level=2,
                    timings=True, residual_computation=False, batch=False)
     got, default = opts.to_core(), _core.CoreOptions(batch=True)
-    internal = {"nfmg", "store_final", "fine_ranges"}  # set by braidpy itself, not by Options
+    internal = {"store_final", "fine_ranges"}  # set by braidpy itself, not by Options
     changed = {f for f in FIELDS if getattr(got, f) != getattr(default, f)}
     assert changed == set(FIELDS) - internal
     assert (got.cfactor, got.cfactor_level, got.nrelax_level, got.tnorm) == (3, {0: 4}, {1: 2}, 0)

@@ -60,3 +60,26 @@ def test_crelax_weight_per_level_reaches_the_core():
     # The solved coarsest level is never weighted.
     assert [lv["crelax_weight"] for lv in r.level_info] == [2.0, 0.5, 1.0]
     assert Options(crelax_weight=1).crelax_weight == 1.0
+
+
+def test_nfmg_needs_fmg_and_an_int():
+    assert Options(fmg=True, nfmg=2).to_core().nfmg == 2
+    assert Options().to_core().nfmg == -1
+    with pytest.raises(ValueError, match="nfmg=2 needs fmg=True"):
+        Options(nfmg=2)
+    with pytest.raises(ValueError, match="nfmg must be >= -1"):
+        Options(fmg=True, nfmg=-2)
+    with pytest.raises(TypeError, match="nfmg must be an int"):
+        Options(fmg=True, nfmg=1.0)
+
+
+def test_nfmg_makes_that_iteration_a_v_cycle():
+    # With 2 levels an F-cycle is a V-cycle: use 4, where they differ.
+    def run(**kw):
+        return braidpy.solve(Decay(), 0.0, 1.0, 64, cfactor=2, max_levels=4, skip=False,
+                             abs_tol=1e-14, max_iter=6, **kw).residuals
+
+    f, v = run(fmg=True), run()
+    mixed = run(fmg=True, nfmg=1)
+    assert mixed[:2] == f[:2] and mixed[2] != f[2]  # r_2 measures iteration 1's cycle
+    assert run(fmg=True, nfmg=0)[1] == v[1]
