@@ -87,7 +87,7 @@ class CoreOptions(metaclass=_Pybind11Type):
                  rel_tol: float = ..., tnorm: int = ..., skip: bool = ..., fmg: bool = ...,
                  nfmg: int = ..., fmg_vcycles: int = ..., store_all: bool = ...,
                  store_final: bool = ..., seq_soln: bool = ..., final_fc_relax: bool = ...,
-                 relax_only_cg: bool = ..., access_level: int = ...,
+                 relax_only_cg: bool = ..., periodic: bool = ..., access_level: int = ...,
                  residual_computation: bool = ..., timings: bool = ...,
                  fine_ranges: Sequence[Tuple[int, int]] = ..., batch: bool = ...) -> None: ...
     max_levels: int
@@ -111,6 +111,7 @@ class CoreOptions(metaclass=_Pybind11Type):
     seq_soln: bool
     final_fc_relax: bool
     relax_only_cg: bool
+    periodic: bool
     access_level: int
     residual_computation: bool
     timings: bool

@@ -75,6 +75,15 @@ class Options:
         One more FC sweep before the final F-sweep. Default False.
     relax_only_cg : bool
         Relax the coarsest level (nrelax sweeps) instead of solving it. Default False.
+    periodic : bool
+        Time-periodic problem (XBraid's ``braid_SetPeriodic``): solve for u with
+        u(tstop) = u(tstart) instead of from an initial value. ``init(tstart)`` is only
+        a guess; the value at tstart is relaxed like any C-point (from the step that
+        ends at tstop) and the coarsest level is relaxed (``nrelax`` of level
+        ``max_levels - 1``), not solved. Needs one cfactor for all levels whose
+        powers divide ``ntime`` on every level built, two levels or more, and no
+        ``seq_soln``; ``Result.final`` (at tstop) equals the value at tstart.
+        Default False.
     access_level : int
         0 never call access, 1 at the end, 2 also after each iteration (fine C-points).
         Default 1.
@@ -111,6 +120,7 @@ class Options:
     seq_soln: bool = False
     final_fc_relax: bool = False
     relax_only_cg: bool = False
+    periodic: bool = False
     access_level: int = 1
     print_level: int = 0
     timings: bool = False
@@ -128,7 +138,8 @@ class Options:
         _nonneg(self, "abs_tol")
         _nonneg(self, "rel_tol")
         _tnorm(self)
-        for name in ("skip", "fmg", "seq_soln", "final_fc_relax", "relax_only_cg", "timings",
+        for name in ("skip", "fmg", "seq_soln", "final_fc_relax", "relax_only_cg", "periodic",
+                     "timings",
                      "residual_computation", "batch", "require_convergence"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
@@ -143,6 +154,14 @@ class Options:
         if self.access_level > 2:
             raise ValueError(f"access_level must be 0, 1 or 2, got {self.access_level!r}")
         _int(self, "print_level", 0)
+        if self.periodic:
+            if self.seq_soln:
+                raise ValueError("periodic=True and seq_soln=True exclude each other: a "
+                                 "periodic problem has no sequential solution")
+            default, levels = self.per_level("cfactor")
+            if any(v != default for v in levels.values()):
+                raise ValueError(f"periodic=True needs one cfactor for all levels (as "
+                                 f"XBraid), got cfactor={self.cfactor!r}")
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> "Options":
@@ -213,6 +232,7 @@ class Options:
             store_all=self.storage == "all", store_final=self.storage == "final",
             seq_soln=self.seq_soln,
             final_fc_relax=self.final_fc_relax, relax_only_cg=self.relax_only_cg,
+            periodic=self.periodic,
             access_level=self.access_level, residual_computation=self.residual_computation,
             timings=self.timings, batch=self.batch,
         )

@@ -250,6 +250,8 @@ class Core:
             self._options = Options.coerce(options, **kwargs)
             check_app_callbacks(app)
             grid = _time_grid(tstart, tstop, ntime, times)
+            if self._options.periodic:  # the step into point ntime (point 0) ends at tstop
+                grid[-1] = float(tstop)
             self.labels = labels or ErrorLabels()
             ranks = self.labels.ranks
             if ranks is not None and len(ranks) != self.size:
@@ -415,6 +417,9 @@ class Core:
     def set_initial_condition(self, u0: Any, *, copy: bool = True) -> None:
         """Use u0 as the value at tstart in the next solve (a copy unless copy=False,
         when the Core takes u0 itself; the caller must not use it afterwards)."""
+        if self._options.periodic:
+            raise ValueError("set_initial_condition: a periodic problem (periodic=True) "
+                             "has no initial condition")
         self._solver.set_initial_condition(self.app.clone(u0) if copy else u0)
 
     # ---------------------------------------------------------- stored values

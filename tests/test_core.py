@@ -30,7 +30,7 @@ def make_solver(app, ntime=16, comm=None, rank=0, size=1, **fields):
 # ---------------------------------------------------------------- CoreOptions
 
 def test_core_options_defaults_are_the_python_defaults():
-    assert len(FIELDS) == 26 and FIELDS[0] == "max_levels" and FIELDS[-1] == "batch"
+    assert len(FIELDS) == 27 and FIELDS[0] == "max_levels" and FIELDS[-1] == "batch"
     assert repr(Options().to_core()) == repr(_core.CoreOptions(batch=True))
 
 
@@ -64,7 +64,9 @@ def test_to_core_sets_every_option_field():
     got, default = opts.to_core(), _core.CoreOptions(batch=True)
     internal = {"store_final", "fine_ranges"}  # set by braidpy itself, not by Options
     changed = {f for f in FIELDS if getattr(got, f) != getattr(default, f)}
-    assert changed == set(FIELDS) - internal
+    # periodic excludes seq_soln: set on its own
+    assert changed == set(FIELDS) - internal - {"periodic"}
+    assert Options(periodic=True).to_core().periodic
     assert (got.cfactor, got.cfactor_level, got.nrelax_level, got.tnorm) == (3, {0: 4}, {1: 2}, 0)
     assert (got.crelax_weight, got.crelax_weight_level) == (1.3, {2: 0.5})
 

@@ -1,4 +1,5 @@
-"""Weighted C-relaxation and sync against XBraid's own output, at 1, 2 and 4 ranks.
+"""Weighted C-relaxation, sync, nfmg and periodic problems against XBraid's own output,
+at 1, 2 and 4 ranks.
 
 tests/data/xbraid_parity.json holds what XBraid (commit in the file) printed for its
 ex-02 with -CWt (braid_SetCRelaxWt(core, -1, w)) and the baseline without it, run with
@@ -14,11 +15,15 @@ braid_SetNFMG, per-level weights) and writes every sync call on every rank with 
 sync status tells (calling function, iteration, level, levels, done, NTPoints, GetTIUL
 of level 0, GetRNorms). braidpy's App.sync must be called at the same points, as often,
 with the same facts, and its residual history must be the same to the last bit.
+
+The "ex06" cases are XBraid's ex-06 with -periodic (u' = -4u - t + 1 on [0, 0.5]):
+residuals, iterations, levels and u at t_0 (written by ex-06's access, 15 digits).
 """
 
+import numpy as np
 import pytest
 from test_mpi import run_driver
-from xbraid_parity_cases import Ex01, cases, run_driver_case, run_ex02
+from xbraid_parity_cases import Ex01, Ex06, cases, run_driver_case, run_ex02, run_ex06
 
 import braidpy
 
@@ -82,9 +87,13 @@ def test_sync_reference_covers_every_kind_of_run():
 def test_at_its_rank_count(nranks, tmp_path):
     expected = cases("ex02", nranks)
     drivers = cases("driver", nranks)
+    periodic = cases("ex06", nranks)
     got = run_driver(nranks, "parity", tmp_path)
-    assert sorted(got) == sorted([c["id"] + s for c in expected + drivers
+    assert sorted(got) == sorted([c["id"] + s for c in expected + drivers + periodic
                                   for s in ("", "/batched")])
+    for case in periodic:
+        assert_ex06(got[case["id"]], case)
+        assert_ex06(got[case["id"] + "/batched"], case)
     for case in expected:
         assert_as_printed(got[case["id"]], case)
         assert_as_printed(got[case["id"] + "/batched"], case)
@@ -191,3 +200,55 @@ def test_sync_status_answers_the_grid():
 
     braidpy.solve(App(), 0.0, 4.0, 8, max_levels=3, max_iter=2)
     assert seen == dict(cf=[2, 2, 3], times=[0.0, 1.0, 2.0, 3.0, 4.0], owned=range(0, 3))
+
+
+def assert_ex06(got, case):
+    assert got["levels"] == case["nlevels"], case["id"]
+    assert got["iterations"] == case["iterations"], case["id"]
+    assert got["history"] == case["residuals"], case["id"]
+    assert got["u0"] == case["u0"] == got["final"], case["id"]  # u(tstop) = u(tstart)
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["chains", "batched"])
+@pytest.mark.parametrize("case", cases("ex06", 1), ids=lambda c: c["id"])
+def test_periodic_ex06_serial(case, batched):
+    assert_ex06(run_ex06(case, batched=batched), case)
+
+
+def test_periodic_final_is_the_value_at_tstart_and_warm_restarts_keep_it():
+    core = braidpy.Core(Ex06(), 0.0, 0.5, 64, periodic=True, cfactor=4, min_coarse=2,
+                        abs_tol=1e-12, access_level=0)
+    first = core.solve()
+    assert first.final[0] == first.solution(index=0)[0]
+    second = core.solve()
+    assert first.converged and second.converged and second.iterations <= 2
+    assert second.final[0] == second.solution(index=0)[0]
+    assert len(first.times) == 65 and first.times[-1] == 0.5
+    with pytest.raises(ValueError, match="periodic problem"):
+        core.set_initial_condition(np.array([1.0]))
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    # XBraid's ex-06 -nt 37 -periodic hangs: 37 is odd, so level 0 cannot coarsen by 2.
+    (dict(ntime=37), "level 0 has 37 intervals, not a multiple of its cfactor 2"),
+    (dict(ntime=40, min_coarse=1), "level 3 has 5 intervals"),
+    (dict(ntime=40, cfactor=4, min_coarse=2, relax_only_cg=True, max_levels=2),
+     "coarsest level's 10 intervals are not a multiple of its cfactor 4"),
+    (dict(ntime=8, min_coarse=8), "the hierarchy has one level"),
+    (dict(ntime=64, max_levels=1), "the hierarchy has one level"),
+    (dict(ntime=64, seq_soln=True), "seq_soln"),
+    (dict(ntime=64, cfactor={0: 4, "default": 2}), "one cfactor for all levels"),
+])
+def test_periodic_refuses_what_xbraid_cannot_do(kwargs, message):
+    kwargs = {"cfactor": 2, "min_coarse": 8, **kwargs}
+    ntime = kwargs.pop("ntime")
+    with pytest.raises(ValueError, match=message):
+        braidpy.solve(Ex06(), 0.0, 0.5, ntime, periodic=True, **kwargs)
+
+
+def test_periodic_is_refused_by_the_adjoint():
+    from apps import DecayRate
+    from braidpy.adjoint import GradientSolver
+
+    with pytest.raises(ValueError, match="periodic"):
+        GradientSolver(DecayRate(), 0.0, 1.0, 16, primal=dict(periodic=True))

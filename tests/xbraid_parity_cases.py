@@ -170,8 +170,9 @@ class Ex01(braidpy.App):
     (u' = -u on [0, 5], guess 0.456, backward Euler, |u| = sqrt(u*u)); its sync records
     what XBraid's sync status tells the driver."""
 
-    def __init__(self, record_syncs=True, batched=False):
+    def __init__(self, record_syncs=True, batched=False, periodic=False):
         self.syncs = []
+        self.periodic = periodic
         if record_syncs:
             self.sync = self._sync
         if batched:
@@ -192,10 +193,13 @@ class Ex01(braidpy.App):
 
     def _sync(self, status):
         owned = status.owned(0)
+        # Periodic: XBraid's grid stops at ntime - 1 (its NTPoints); braidpy's last rank
+        # also holds point ntime, which is point 0 again.
+        last = self.ntime - 1 if self.periodic else self.ntime
         self.syncs.append(dict(
             caller={"init": 7, "cycle": 5}[status.phase], iteration=status.iteration,
             level=status.level, nlevels=status.nlevels, done=int(status.done),
-            ntime=self.ntime, lo=owned.start, hi=owned.stop - 1,
+            ntime=last, lo=owned.start, hi=min(owned.stop - 1, last),
             rnorms=[f"{r:.17e}" for r in status.rnorms()]))
 
 
@@ -238,7 +242,8 @@ def run_driver_case(case, comm=None, batched=False):
     """What parity_driver prints for ``case`` (residuals %1.6e, iterations, the final
     value %.17e on the owner of t_N) and every rank's sync calls."""
     ntime, options = driver_options(case["args"])
-    app = Ex01(record_syncs="-sync" in case["args"], batched=batched)
+    app = Ex01(record_syncs="-sync" in case["args"], batched=batched,
+               periodic="-periodic" in case["args"])
     r = braidpy.solve(app, 0.0, 5.0, ntime, comm=comm, **options)
     assert_split(comm, r.owned, len(r.times))
     final = f"{r.final[0]:.17e}" if r.final is not None else None
@@ -251,12 +256,82 @@ def run_driver_case(case, comm=None, batched=False):
                                                                r.residuals)})
 
 
+class Ex06(braidpy.App):
+    """XBraid's ex-06: u' = -4u - t + 1, backward Euler
+    x + dt * (-4x + 1 - (t0 + dt)) / (1 + 4 dt), init 1 at t = 0 and 0.456 elsewhere,
+    |u| = sqrt(u*u)."""
+
+    def __init__(self, batched=False):
+        if batched:
+            self.step_stacked = self._step_stacked
+
+    def init(self, t):
+        return np.array([1.0 if t == 0.0 else 0.456])
+
+    @staticmethod
+    def _be(x, t0, t1):
+        dt = t1 - t0
+        return x + dt * ((-4.0 * x + 1 - (t0 + dt)) / (1.0 + 4.0 * dt))
+
+    def step(self, u, t0, t1, status):
+        u[0] = self._be(float(u[0]), t0, t1)
+
+    def _step_stacked(self, U, t0s, t1s, status):
+        for k in range(len(U)):
+            U[k, 0] = self._be(float(U[k, 0]), float(t0s[k]), float(t1s[k]))
+
+    def norm(self, u):
+        return float(np.sqrt(u[0] * u[0]))
+
+
+def ex06_options(args):
+    """braidpy options for ex-06's arguments (its defaults; storage 0 and access level 2
+    change no value)."""
+    o = dict(max_levels=100, nrelax=1, cfactor=2, max_iter=100, min_coarse=8, skip=False,
+             periodic=False)
+    ntime, tol, k = 256, 1.0e-12, 0
+    while k < len(args):
+        if args[k] == "-periodic":
+            o["periodic"] = True
+            k += 1
+            continue
+        a, v = args[k], args[k + 1]
+        if a == "-nt":
+            ntime = int(v)
+        elif a == "-tol":
+            tol = float(v)
+        else:
+            o[{"-ml": "max_levels", "-nu": "nrelax", "-cf": "cfactor", "-mi": "max_iter"}[a]] = \
+                int(v)
+        k += 2
+    # ex-06 scales tol by sqrt(dt) with dt from its default ntime 256, before parsing -nt.
+    o["abs_tol"] = tol / math.sqrt((0.5 - 0.0) / (256 - 1))
+    return ntime, o
+
+
+def run_ex06(case, comm=None, batched=False):
+    """Levels, iterations, residuals (%1.6e) and u at t_0 (= u(tstop), %.14e)."""
+    ntime, options = ex06_options(case["args"])
+    r = braidpy.solve(Ex06(batched=batched), 0.0, 0.5, ntime, comm=comm, **options)
+    assert_split(comm, r.owned, len(r.times))
+    u0 = f"{r.solution(index=0)[0]:.14e}" if 0 in r.owned else None
+    final = f"{r.final[0]:.14e}"
+    if comm is not None:
+        u0 = [u for u in comm.allgather(u0) if u is not None][0]
+    return dict(levels=r.levels, iterations=r.iterations, u0=u0, final=final,
+                history={str(k): f"{v:1.6e}" for k, v in zip(r.residual_iterations,
+                                                             r.residuals)})
+
+
 def run_at(nranks, comm):
     """Every case XBraid ran with ``nranks`` processes, chain by chain and batched."""
     out = {}
     for case in cases("ex02", nranks):
         out[case["id"]] = run_ex02(case, comm)
         out[case["id"] + "/batched"] = run_ex02(case, comm, batched=True)
+    for case in cases("ex06", nranks):
+        out[case["id"]] = run_ex06(case, comm)
+        out[case["id"] + "/batched"] = run_ex06(case, comm, batched=True)
     for case in cases("driver", nranks):
         out[case["id"]] = run_driver_case(case, comm)
         out[case["id"] + "/batched"] = run_driver_case(case, comm, batched=True)

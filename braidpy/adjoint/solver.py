@@ -102,6 +102,9 @@ def solve_options(primal: OptionsLike, adjoint: OptionsLike,
         raise ValueError("the adjoint's access_level is braidpy's own; leave it out")
     p = Options.coerce(primal)
     a = p.replace(storage="C") if adjoint is None else Options.coerce(adjoint)
+    if p.periodic or a.periodic:
+        raise ValueError("periodic=True is not supported by the adjoint (GradientSolver, "
+                         "gradient): its adjoint would need a periodic terminal condition")
     if oneshot is not None:
         if len(oneshot) != 2:
             raise ValueError(f"oneshot must be a pair (m1, m2), got {oneshot!r}")

@@ -89,6 +89,7 @@ void bind_core_options(py::module_& m) {
       .field("seq_soln", &O::seq_soln, "Initial guess = sequential solution.")
       .field("final_fc_relax", &O::final_fc_relax, "One more FC sweep before the final F.")
       .field("relax_only_cg", &O::relax_only_cg, "Relax the coarsest level instead of solving.")
+      .field("periodic", &O::periodic, "Time-periodic: u(tstop) = u(tstart).")
       .field("access_level", &O::access_level, "0 no access, 1 at the end, 2 every iteration.")
       .field("residual_computation", &O::residual_computation,
              "False: no residual norm, run max_iter iterations.")

@@ -51,6 +51,10 @@ void Solver::discard() {
 }
 
 void Solver::set_initial_condition(Vec u) {
+  if (opts_.periodic) {
+    ops_.free(u);
+    throw std::invalid_argument("a periodic problem has no initial condition to set");
+  }
   ops_.free(new_u0_);
   new_u0_ = u;
 }
@@ -77,12 +81,15 @@ void Solver::init_guess() {
   info_.phase = kPhaseInit;
   info_.level = 0;
   if (cold_) {
-    for (Index c = L.c_at_or_after(L.own.lo); c <= L.own.hi; c += L.cf) {
+    // Periodic: point n is point 0 again, never initialised (XBraid has no point n).
+    const Index last = opts_.periodic ? std::min(L.own.hi, L.n - 1) : L.own.hi;
+    for (Index c = L.c_at_or_after(L.own.lo); c <= last; c += L.cf) {
       info_.t = info_.t0 = info_.t1 = L.t[c];
       info_.index = info_.fine_index = c;
       set_slot(L.u, L.slot(c), ops_.init(info_));
     }
     have_guess_ = true;
+    wrap(0, false);
   }
   if (new_u0_ != nullptr) {
     // Into the present value where it is alike: that may be a row of the C-points'

@@ -2,6 +2,8 @@
 #include "grid.hpp"
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 
 namespace braid {
 
@@ -45,7 +47,12 @@ std::vector<Level> build_hierarchy(const std::vector<double>& fine_times,
   fine.t = fine_times;
   fine.ranges.resize(nranks);
   for (int p = 0; p < nranks; ++p) {
-    if (opts.fine_ranges.empty()) {
+    if (opts.fine_ranges.empty() && opts.periodic) {
+      // XBraid distributes the n distinct points 0..n-1; point n (point 0 again)
+      // goes with point n-1.
+      fine.ranges[p] = block_range(fine.n, nranks, p);
+      if (fine.ranges[p].hi == fine.n - 1) fine.ranges[p].hi = fine.n;
+    } else if (opts.fine_ranges.empty()) {
       fine.ranges[p] = block_range(fine.n + 1, nranks, p);
     } else {
       fine.ranges[p].lo = opts.fine_ranges.at(p).first;
@@ -54,11 +61,20 @@ std::vector<Level> build_hierarchy(const std::vector<double>& fine_times,
   }
 
   // Coarsen while the next level is non-empty, at least min_coarse, and allowed.
-  if (fine.n > opts.min_coarse) {
+  // Periodic: XBraid counts a level's distinct points 0..n-1, so its "intervals" are
+  // n - 1 there, and a level must have cf | n (else XBraid itself hangs).
+  const Index shift = opts.periodic ? 1 : 0;
+  if (fine.n - shift > opts.min_coarse) {
     for (int l = 0;; ++l) {
       const Index cf = opts.cfactor_at(l);
       const Index nc = levels[l].n / cf;
-      if (!(nc > 0 && nc >= opts.min_coarse && l + 1 < opts.max_levels)) break;
+      if (!(nc - shift > 0 && nc - shift >= opts.min_coarse && l + 1 < opts.max_levels))
+        break;
+      if (opts.periodic && levels[l].n % cf != 0)
+        throw std::invalid_argument(
+            "periodic: level " + std::to_string(l) + " has " + std::to_string(levels[l].n) +
+            " intervals, not a multiple of its cfactor " + std::to_string(cf) +
+            " (ntime must be a multiple of the product of the cfactors of the levels)");
       levels[l].cf = cf;
       Level coarse;
       coarse.n = nc;
@@ -75,11 +91,26 @@ std::vector<Level> build_hierarchy(const std::vector<double>& fine_times,
   Level& coarsest = levels.back();
   // The coarsest level is solved by stepping from point 0 unless it is only
   // relaxed (relax_only_cg), in which case it keeps its own cfactor.
+  if (opts.periodic && nlevels < 2)
+    throw std::invalid_argument(
+        "periodic: the hierarchy has one level (ntime " + std::to_string(fine.n) +
+        ", min_coarse " + std::to_string(opts.min_coarse) + ", max_levels " +
+        std::to_string(opts.max_levels) + "); a periodic problem needs two or more");
+  // Periodic: the coarsest level's C-points are 0 and n (point 0 again), so that one
+  // FC sweep is a sequential sweep from u_0 that ends by relaxing point 0.
   coarsest.cf = (opts.relax_only_cg && nlevels > 1) ? opts.cfactor_at(nlevels - 1)
-                                                    : coarsest.n + 1;
+                : opts.periodic                    ? coarsest.n
+                                                   : coarsest.n + 1;
+  if (opts.periodic && coarsest.n % coarsest.cf != 0)
+    throw std::invalid_argument("periodic: the coarsest level's " +
+                                std::to_string(coarsest.n) +
+                                " intervals are not a multiple of its cfactor " +
+                                std::to_string(coarsest.cf));
   for (int l = 0; l < nlevels; ++l) {
     Level& L = levels[l];
-    L.nrelax = opts.nrelax_at(l);
+    // XBraid relaxes a periodic coarsest level with the nrelax of level max_levels-1.
+    L.nrelax = opts.periodic && l == nlevels - 1 ? opts.nrelax_at(opts.max_levels - 1)
+                                                 : opts.nrelax_at(l);
     // As XBraid: the weight applies wherever C-relaxation is a smoother, never to the
     // sequential solve of a coarsest level (which has no C-point c > 0 anyway).
     L.cweight = (l < nlevels - 1 || opts.relax_only_cg) ? opts.crelax_weight_at(l) : 1.0;

@@ -7,7 +7,7 @@ namespace braid {
 void Solver::interp_from(int l) {
   Level& C = levels_[l];
   Level& F = levels_[l - 1];
-  if (l == nlevels() - 1 && opts_.relax_only_cg) relax(l);
+  if (l == nlevels() - 1 && (opts_.relax_only_cg || opts_.periodic)) relax(l);
   // e = u - v and u_fine += e as soon as the sweep has u at j, in one pass per pair
   // where the ops can (the fine C-points are not read on this level, and clean() drops
   // v below); else e goes into v at once and u_fine += e for every point at the end,
@@ -47,6 +47,7 @@ void Solver::interp_from(int l) {
   if (!es.empty()) ops_.sums(1.0, es.data(), 1.0, fines.data(), static_cast<Index>(es.size()));
   for (Vec e : copies) ops_.free(e);
   clean(l);
+  wrap(l - 1, true);  // periodic: fine point 0 was corrected as point n
 }
 
 void Solver::clean(int l) {

@@ -88,6 +88,8 @@ void check_options(const Options& o, const std::vector<double>& fine_times, int 
   require(std::isfinite(o.rel_tol) && o.rel_tol >= 0, "rel_tol", o.rel_tol,
           "must be finite and >= 0");
   require(o.tnorm >= 0 && o.tnorm <= 2, "tnorm", o.tnorm, "must be 0 (infinity), 1 or 2");
+  require(!(o.periodic && o.seq_soln), "periodic", o.periodic,
+          "a periodic problem has no sequential solution (seq_soln)");
   require(o.fmg_vcycles >= 1, "fmg_vcycles", o.fmg_vcycles, "must be >= 1");
   require(o.access_level >= 0 && o.access_level <= 2, "access_level", o.access_level,
           "must be 0, 1 or 2");

@@ -31,6 +31,10 @@ struct Options {
   bool seq_soln = false;              // initial guess = sequential solution
   bool final_fc_relax = false;        // one more FC sweep before the final F
   bool relax_only_cg = false;         // coarsest level relaxed, not solved
+  // Time-periodic (XBraid's braid_SetPeriodic): u(tstop) = u(tstart). Every level's
+  // last point n is point 0 again (the same value), so that point 0 is relaxed like
+  // any C-point and the coarsest level is relaxed, not solved.
+  bool periodic = false;
   int access_level = 1;               // 0 none, 1 at the end, 2 every iteration
   bool residual_computation = true;   // false: run max_iter iterations, no norm
   bool timings = false;               // callback timers (bindings)

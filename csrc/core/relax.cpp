@@ -343,6 +343,34 @@ void Solver::fc_relax(int l) {
   f_relax(l, kPhaseRelax, nullptr, &end);
   for (std::size_t s = 0; s < updated.size(); ++s)
     if (updated[s] != nullptr) set_slot(L.u, static_cast<Index>(s), updated[s]);
+  wrap(l, true);  // periodic: point 0 was relaxed as point n
+}
+
+void Solver::wrap(int l, bool to_start) {
+  if (!opts_.periodic) return;
+  Level& L = levels_[l];
+  auto owner = [&](Index i) {
+    for (int p = 0; p < static_cast<int>(L.ranges.size()); ++p)
+      if (i >= L.ranges[p].lo && i <= L.ranges[p].hi) return p;
+    return -1;
+  };
+  const Index from = to_start ? L.n : 0, to = to_start ? 0 : L.n;
+  const int src = owner(from), dst = owner(to), me = comm_.rank();
+  auto put = [&](Vec u, bool owned) {  // into the present vector where alike (a block row)
+    Vec& slot = L.u[L.slot(to)];
+    if (slot != nullptr && u != nullptr && ops_.copy_alike(u, slot)) {
+      if (owned) ops_.free(u);
+    } else {
+      set_slot(L.u, L.slot(to), owned ? u : ops_.clone(u));
+    }
+  };
+  if (src == dst) {
+    if (me == src) put(L.u[L.slot(from)], false);
+    return;
+  }
+  const int tag = msg_tag(l, kMsgWrap);
+  if (me == src) comm_.send(dst, tag, L.u[L.slot(from)]);
+  if (me == dst) put(comm_.recv(src, tag), true);
 }
 
 void Solver::relax(int l) {

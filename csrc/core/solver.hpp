@@ -151,6 +151,9 @@ class Solver {
   void store_rows(Vec* rows, const Index* pts, Index n);
   void fc_relax(int l);
   void relax(int l);
+  // Periodic: level l's point n is point 0 again. Copies u_n into u_0 (to_start) or u_0
+  // into u_n, between their owners; every rank calls it (no-op unless periodic).
+  void wrap(int l, bool to_start);
   // restrict.cpp
   void restrict_to(int l);  // level l -> l+1, computes ||r|| on level 0
   void inject_all();        // skipped first down-sweep
@@ -207,6 +210,6 @@ class Solver {
 
 // Message tags: one per (level, kind) so that mismatches cannot go unnoticed.
 inline int msg_tag(int level, int kind) { return 2 * (level * 4 + kind) + 2; }
-enum MsgKind : int { kMsgRelax = 0, kMsgInject = 1 };
+enum MsgKind : int { kMsgRelax = 0, kMsgInject = 1, kMsgWrap = 2 };
 
 }  // namespace braid

@@ -3,13 +3,13 @@ which read the JSON). Usage, with XBraid built as the json's "xbraid" entry says
 
     python tests/data/make_xbraid_parity.py /path/to/xbraid > tests/data/xbraid_parity.json
 
-Runs XBraid's examples/ex-02, and xbraid_drivers/parity_driver.c (a small program on
+Runs XBraid's examples/ex-02 and ex-06 (-periodic), and xbraid_drivers/parity_driver.c (a small program on
 XBraid's ex-01 problem that sets what no shipped example sets: sync, nfmg, per-level
-C-relaxation weights), compiled here against XBraid's libbraid.a with mpicc.
+C-relaxation weights, periodic with those), compiled here against XBraid's libbraid.a with mpicc.
 
 Each case keeps the exact command, the rank count, and the lines XBraid printed that the
 tests compare: every `|| r_k ||`, the iteration and level counts and, for ex-02, the
-discretization error at the final time.
+discretization error at the final time, for ex-06 the value at t_0 from its output file.
 """
 
 import json
@@ -21,6 +21,8 @@ from pathlib import Path
 
 COMMIT = "52178c8"
 HERE = Path(__file__).resolve().parent
+EX06 = [["-periodic"], ["-periodic", "-nt", "64", "-cf", "4", "-nu", "2"],
+        ["-periodic", "-nt", "128", "-ml", "3", "-mi", "4"]]
 # (driver arguments, rank counts)
 DRIVER = [(["-sync", "-ml", "3", "-nt", "16"], (1, 2, 4)),
           (["-sync", "-ml", "4", "-nt", "32", "-skip", "0", "-fmg", "-CWt", "1.4"], (1, 2, 4)),
@@ -32,7 +34,12 @@ DRIVER = [(["-sync", "-ml", "3", "-nt", "16"], (1, 2, 4)),
           (["-ml", "5", "-nt", "64", "-fmg", "-nfmg", "1", "-CWt", "1.2", "-CWtl", "1", "0.8"],
            (1, 2, 4)),
           (["-ml", "3", "-nt", "64", "-cf", "4", "-rcg", "-CWt", "1.3", "-CWtl", "2", "0.7"],
-           (1, 2, 4))]
+           (1, 2, 4)),
+          (["-periodic", "-nt", "64", "-ml", "3"], (1, 2, 4)),
+          (["-periodic", "-sync", "-nt", "64", "-ml", "4", "-skip", "0", "-fmg", "-CWt", "1.3"],
+           (1, 2, 4)),
+          (["-periodic", "-nt", "48", "-ml", "3", "-cf", "4", "-nu", "2"], (1, 2, 4)),
+          (["-periodic", "-nt", "32", "-ml", "3", "-rcg", "-CWtl", "2", "0.8"], (1, 2, 4))]
 EX02 = [[], ["-CWt", "1.3"], ["-CWt", "1.3", "-ml", "4", "-nu", "2"],
         ["-CWt", "0.7", "-ml", "3", "-cf", "4", "-fmg"], ["-CWt", "1.5", "-ml", "4", "-skip", "1"]]
 
@@ -74,9 +81,27 @@ def parse(out):
     return found
 
 
+def run_ex06(xbraid, args, nranks):
+    """ex-06's printed lines, and u at index 0 from the file its access writes last
+    (ex-06.out.0000.000: t, index, ntime, u, estimate, error)."""
+    cmd = ["mpiexec", "-n", str(nranks), str(Path(xbraid) / "examples" / "ex-06"), *args]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, check=True).stdout
+        first = (Path(tmp) / "ex-06.out.0000.000").read_text().split()
+    found = parse(out)
+    found["u0"] = first[3]
+    return found
+
+
 def main():
     xbraid = sys.argv[1]
     cases = []
+    for args in EX06:
+        for nranks in (1, 2, 4):
+            cases.append(dict(id=" ".join(["ex-06", *args]) + f" @{nranks}", kind="ex06",
+                              nranks=nranks, args=args,
+                              command=" ".join(["mpiexec", "-n", str(nranks), "./ex-06", *args]),
+                              **run_ex06(xbraid, args, nranks)))
     with tempfile.TemporaryDirectory() as tmp:
         driver = Path(tmp) / "parity_driver"
         subprocess.run(["mpicc", "-O2", f"-I{xbraid}/braid", str(HERE / "xbraid_drivers" /

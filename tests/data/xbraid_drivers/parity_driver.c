@@ -13,7 +13,8 @@
  * "sync rank R caller C iter K level L nlevels N done D ntime T lo I hi J rnorms ..."
  * (C = 7 after initialisation, 5 at the top of a cycle; rnorms from braid_StatusGetRNorms
  * on the sync status, the first K+1 entries, -1 where none was computed), and at the end
- * "iterations K" and "final u(T) = %.17e" from the rank that owns t_N.
+ * "iterations K" and "final u(T) = %.17e" from the rank that owns t_N (periodic: the
+ * value at index 0, which is u(T) as well).
  */
 #include <math.h>
 #include <stdio.h>
@@ -25,6 +26,7 @@
 typedef struct _braid_App_struct {
   int rank;
   int ntime;
+  int periodic;
   FILE *syncs;
   double final;
   int has_final;
@@ -75,7 +77,8 @@ static int my_Access(braid_App app, braid_Vector u, braid_AccessStatus astatus) 
   int index, done;
   braid_AccessStatusGetTIndex(astatus, &index);
   braid_AccessStatusGetDone(astatus, &done);
-  if (done && index == app->ntime) {
+  /* Periodic: index ntime does not exist; u(T) is u at index 0. */
+  if (done && index == (app->periodic ? 0 : app->ntime)) {
     app->final = u->value;
     app->has_final = 1;
   }
@@ -158,6 +161,7 @@ int main(int argc, char *argv[]) {
     }
   }
   app.ntime = ntime;
+  app.periodic = periodic;
   app.has_final = 0;
 
   braid_Init(MPI_COMM_WORLD, MPI_COMM_WORLD, 0.0, 5.0, ntime, &app, my_Step, my_Init, my_Clone,
