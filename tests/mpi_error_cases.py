@@ -195,6 +195,8 @@ ERROR_CASES = {
     "step_adjoint_batch_into": lambda c: _run_adjoint_batched(c, "step_adjoint_batch_into"),
     "step_gradient_batch": lambda c: _run_adjoint_batched(c, "step_gradient_batch"),
     "init": lambda c: _run(c, "init"),
+    "step_periodic": lambda c: _run(c, "step", lambda s: s.level == 1 and s.iteration == 1,
+                                    periodic=True),
     "sync_after_init": lambda c: _run_sync(c, lambda s: s.phase == "init"),
     "sync_cycle": lambda c: _run_sync(c, lambda s: s.phase == "cycle" and s.iteration == 2),
     "clone": lambda c: _run(c, "clone"),

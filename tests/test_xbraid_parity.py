@@ -252,3 +252,22 @@ def test_periodic_is_refused_by_the_adjoint():
 
     with pytest.raises(ValueError, match="periodic"):
         GradientSolver(DecayRate(), 0.0, 1.0, 16, primal=dict(periodic=True))
+
+
+def test_periodic_wrap_step_ends_at_tstop_exactly():
+    steps = []
+
+    class App(Ex06):
+        def step(self, u, t0, t1, status):
+            steps.append((status.level, t0, t1))
+            super().step(u, t0, t1, status)
+
+    tstart, tstop = 0.2, 0.9  # tstart + (n/n)*(tstop - tstart) is not tstop here
+    assert tstart + (48 / 48) * (tstop - tstart) != tstop
+    r = braidpy.solve(App(), tstart, tstop, 48, periodic=True, cfactor=4, min_coarse=2,
+                      max_iter=3, batch=False)
+    assert r.times[-1] == tstop and r.levels == 3
+    ends = {level: max(t1 for lv, _, t1 in steps if lv == level) for level in range(3)}
+    assert ends == {0: tstop, 1: tstop, 2: tstop}
+    starts = {(level, t0) for level, t0, t1 in steps if t1 == tstop}
+    assert starts == {(0, r.times[47]), (1, r.times[44]), (2, r.times[32])}
