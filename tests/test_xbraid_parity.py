@@ -271,3 +271,14 @@ def test_periodic_wrap_step_ends_at_tstop_exactly():
     assert ends == {0: tstop, 1: tstop, 2: tstop}
     starts = {(level, t0) for level, t0, t1 in steps if t1 == tstop}
     assert starts == {(0, r.times[47]), (1, r.times[44]), (2, r.times[32])}
+
+
+def test_periodic_on_array_api_states():
+    pytest.importorskip("array_api_strict")
+    opts = dict(cfactor=2, min_coarse=2, abs_tol=1e-12, max_iter=20, periodic=True,
+                crelax_weight=1.2)
+    strict = braidpy.solve(_decay("strict"), 0.0, 2.0, 32, **opts)
+    host = braidpy.solve(_decay(), 0.0, 2.0, 32, **opts)
+    assert strict.iterations == host.iterations and strict.converged
+    assert np.array_equal(np.from_dlpack(strict.final), host.final)
+    assert np.array_equal(np.from_dlpack(strict.solution(index=0)), host.final)
