@@ -16,7 +16,8 @@ import numpy as np
 from . import _core
 from ._app import App
 from ._limits import check_ntime
-from ._gateway import check_app_callbacks, has_step_batch, packed_bytes, tell_app_the_grid
+from ._gateway import (check_app_callbacks, check_residual, has_step_batch, packed_bytes,
+                       tell_app_the_grid)
 from ._errors import BraidError, ConvergenceError, DivergenceError, ErrorLabels
 from ._options import Options
 from ._result import Result, fine_index
@@ -249,6 +250,7 @@ class Core:
         try:
             self._options = Options.coerce(options, **kwargs)
             check_app_callbacks(app)
+            residual, step_ustop = check_residual(app, self._options)
             grid = _time_grid(tstart, tstop, ntime, times)
             self.labels = labels or ErrorLabels()
             ranks = self.labels.ranks
@@ -280,6 +282,9 @@ class Core:
             if self.rank == 0 else None
         core_options = self._options.to_core()
         core_options.batch = self._options.batch and has_step_batch(app)
+        core_options.residual = residual
+        core_options.step_ustop = step_ustop
+        self.user_residual: bool = residual
         if fine_ranges is not None:
             core_options.fine_ranges = fine_ranges
         self.batched: bool = core_options.batch
@@ -393,7 +398,9 @@ class Core:
         timings = self._solver.timings() if self.options.timings else {}
         timings["total"] = wall_time
         history = self._solver.residuals()
-        converged, reason = stop_reason(self.options, len(info), [r for _, r in history])
+        full = self._solver.full_residuals()
+        tested = full if self.options.full_rnorm else history
+        converged, reason = stop_reason(self.options, len(info), [r for _, r in tested])
         if not converged and self.options.require_convergence:
             o = self.options
             raise ConvergenceError(
@@ -403,7 +410,10 @@ class Core:
             iterations=self._solver.iterations, residuals=[r for _, r in history],
             residual_iterations=[k for k, _ in history], levels=len(info), level_info=info,
             times=self.times, owned=self.owned, final=final, counts=self.counts(),
-            timings=timings,
+            timings=timings, full_residuals=[r for _, r in full],
+            full_residual_iterations=[k for k, _ in full],
+            final_full_residual=(self._solver.final_full_residual()
+                                 if self.options.full_rnorm else None),
             solution_source=functools.partial(self._solution_of, self._generation))
 
     def reset_guess(self) -> None:

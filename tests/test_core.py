@@ -30,7 +30,7 @@ def make_solver(app, ntime=16, comm=None, rank=0, size=1, **fields):
 # ---------------------------------------------------------------- CoreOptions
 
 def test_core_options_defaults_are_the_python_defaults():
-    assert len(FIELDS) == 24 and FIELDS[0] == "max_levels" and FIELDS[-1] == "batch"
+    assert len(FIELDS) == 27 and FIELDS[0] == "max_levels" and FIELDS[-1] == "step_ustop"
     assert repr(Options().to_core()) == repr(_core.CoreOptions(batch=True))
 
 
@@ -59,9 +59,10 @@ def test_to_core_sets_every_option_field():
                    nrelax={1: 2, "default": 0}, max_iter=7, abs_tol=1e-5, rel_tol=1e-3,
                    tnorm=math.inf, skip=False, fmg=True, fmg_vcycles=2, storage="all",
                    seq_soln=True, final_fc_relax=True, relax_only_cg=True, access_level=2,
-                   timings=True, residual_computation=False, batch=False)
+                   timings=True, residual_computation=False, batch=False, full_rnorm=True)
     got, default = opts.to_core(), _core.CoreOptions(batch=True)
-    internal = {"nfmg", "store_final", "fine_ranges"}  # set by braidpy itself, not by Options
+    # set by braidpy itself (residual, step_ustop: from the app), not by Options
+    internal = {"nfmg", "store_final", "fine_ranges", "residual", "step_ustop"}
     changed = {f for f in FIELDS if getattr(got, f) != getattr(default, f)}
     assert changed == set(FIELDS) - internal
     assert (got.cfactor, got.cfactor_level, got.nrelax_level, got.tnorm) == (3, {0: 4}, {1: 2}, 0)

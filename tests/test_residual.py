@@ -1,0 +1,121 @@
+"""A user residual (App.residual, XBraid's braid_SetResidual) against XBraid.
+
+tests/data/xbraid_residual.json holds what XBraid's ex-01-expanded and ex-02 print with
+``-res`` at 1, 2 and 4 processes (each entry records its command and XBraid commit);
+residual_cases.py reimplements both examples' step and residual. Every printed residual,
+the iteration and level counts and a final value must agree to all printed digits, at
+the rank count XBraid used. The contract's errors are checked here too.
+"""
+
+import numpy as np
+import pytest
+from residual_cases import CASES, Ex01Res, at_rank_count, case_id, expected, run
+from test_mpi import run_driver
+
+import braidpy
+
+
+@pytest.mark.parametrize("case", at_rank_count(1), ids=case_id)
+def test_matches_xbraid(case):
+    assert case["history"]
+    assert run(case) == expected(case)
+
+
+@pytest.mark.parametrize("nranks", [1, 2, 4])
+def test_matches_xbraid_at_its_rank_count(nranks, tmp_path):
+    cases = at_rank_count(nranks)
+    assert len(cases) == 10
+    got = run_driver(nranks, "residual", tmp_path)
+    assert sorted(got) == sorted(case_id(c) for c in cases)
+    for case in cases:
+        assert got[case_id(case)] == expected(case), case_id(case)
+
+
+def test_cases_cover_both_examples_and_cycles():
+    assert {c["example"] for c in CASES} == {"ex-01-expanded", "ex-02"}
+    assert any("-fmg" in c["args"] for c in CASES)
+    assert any("-nu 0" in c["args"] for c in CASES)
+    assert sum(len(c["history"]) for c in CASES) > 300
+
+
+def test_fstop_goes_into_the_step():
+    """With a residual, the coarse step sees the FAS right-hand side as fstop (never
+    adds it after): the step records what it was given."""
+    seen = []
+
+    class Recording(Ex01Res):
+        def step(self, u, t0, t1, status, fstop=None, ustop=None):
+            seen.append((status.level, fstop is not None, ustop is not None))
+            super().step(u, t0, t1, status, fstop=fstop)
+
+    braidpy.solve(Recording(), 0.0, 5.0, 16, max_levels=3, abs_tol=1e-8, batch=False)
+    assert {lvl for lvl, has_f, _ in seen if has_f} == {1, 2}
+    assert not any(has_f for lvl, has_f, _ in seen if lvl == 0)
+    assert all(has_u for _, _, has_u in seen)
+
+
+def test_ustop_is_optional_and_read_only_guess():
+    class NoUstop(Ex01Res):
+        def step(self, u, t0, t1, status, fstop=None):
+            super().step(u, t0, t1, status, fstop=fstop)
+
+    case = at_rank_count(1)[1]
+    from residual_cases import problem
+    _, tstart, tstop, ntime, opts = problem(case)
+    a = braidpy.solve(NoUstop(), tstart, tstop, ntime, **opts)
+    b = braidpy.solve(Ex01Res(), tstart, tstop, ntime, **opts)
+    assert a.residuals == b.residuals and a.final[0] == b.final[0]
+
+
+def test_step_without_fstop_is_refused():
+    class Old(Ex01Res):
+        def step(self, u, t0, t1, status):
+            u /= 1.0 + (t1 - t0)
+
+    with pytest.raises(TypeError, match="fstop"):
+        braidpy.Core(Old(), 0.0, 1.0, 8)
+
+
+def test_batched_step_with_residual_is_refused():
+    class Batched(Ex01Res):
+        def step_stacked(self, U, t0s, t1s, status):
+            U /= (1.0 + (t1s - t0s))[:, None]
+
+    with pytest.raises(ValueError, match="batch=False"):
+        braidpy.Core(Batched(), 0.0, 1.0, 8)
+    r = braidpy.solve(Batched(), 0.0, 5.0, 10, max_levels=2, abs_tol=1e-6, batch=False)
+    assert f"{r.residuals[-1]:e}" == CASES[0]["final_residual_norm"]
+
+
+def test_adjoint_refuses_a_residual():
+    from braidpy.adjoint import GradientSolver
+
+    with pytest.raises(TypeError, match="residual"):
+        GradientSolver(Ex01Res(), 0.0, 1.0, 8)
+
+
+def test_residual_failure_surfaces_as_the_original_exception():
+    class Failing(Ex01Res):
+        def residual(self, ustop, r, status):
+            raise ZeroDivisionError("planted")
+
+    with pytest.raises(ZeroDivisionError, match="planted"):
+        braidpy.solve(Failing(), 0.0, 5.0, 10, max_levels=2)
+
+
+def test_residual_may_return_a_new_vector():
+    class Returning(Ex01Res):
+        def residual(self, ustop, r, status):
+            return np.array([(1.0 + status.t1 - status.t0) * ustop[0] - r[0]])
+
+    case = CASES[0]
+    r = braidpy.solve(Returning(), 0.0, 5.0, 10, max_levels=2, abs_tol=1e-6)
+    assert [f"{v:e}" for v in r.residuals] == list(case["history"].values())
+    assert r.counts["residual"] > 0
+
+
+def test_apps_without_residual_are_unchanged():
+    from xbraid_cases import Ex01
+
+    r = braidpy.solve(Ex01(0.456), 0.0, 5.0, 10, max_levels=2, abs_tol=1e-6)
+    assert r.counts["residual"] == 0 and r.full_residuals == [] and r.final_full_residual is None
