@@ -197,4 +197,69 @@ def at_rank_count(nranks):
 
 
 def run_at(nranks, comm):
-    return {case_id(c): run(c, comm) for c in at_rank_count(nranks)}
+    out = {case_id(c): run(c, comm) for c in at_rank_count(nranks)}
+    out.update(run_full_at(nranks, comm))
+    return out
+
+
+# ---------------------------------------------------------------- full residual norm
+# tests/data/xbraid_full_rnorm.json: a C driver built against XBraid's libbraid.a (kept
+# outside this repository; tests/data/XBRAID_GOLDEN_NOTES.md describes it) solving
+# ex-01-expanded's problem with braid_SetFullRNormRes, at 1, 2 and 4 processes.
+
+FULL_CASES = json.loads((Path(__file__).parent / "data" / "xbraid_full_rnorm.json").read_text())
+
+
+def exact_residual(ustop, r, status):
+    """The driver's -fullexact residual, against the exact propagator:
+    r = u_i - exp(-dt) u_{i-1} (nonzero at F-points: the truncation error)."""
+    r[0] = ustop[0] - math.exp(-(status.t1 - status.t0)) * r[0]
+
+
+class Ex01Full(braidpy.App):
+    """The driver's problem without -res: the plain step, only a full residual."""
+
+    init, norm = Ex01Res.init, Ex01Res.norm
+
+    def step(self, u, t0, t1, status):
+        u[0] = 1.0 / (1.0 + t1 - t0) * u[0]
+
+
+def full_problem(case):
+    words = case["args"].split()
+    app = Ex01Res() if "-res" in words else Ex01Full()
+    if "-fullexact" in words:
+        app.full_residual = exact_residual
+    ntime = _arg(case["args"], "-ntime", 10)
+    opts = dict(max_levels=_arg(case["args"], "-ml", 2), nrelax=_arg(case["args"], "-nu", 1),
+                cfactor=_arg(case["args"], "-cf", 2),
+                abs_tol=_arg(case["args"], "-tol", 1e-6, float),
+                max_iter=_arg(case["args"], "-mi", 100), skip=bool(_arg(case["args"], "-skip", 1)),
+                fmg="-fmg" in words, min_coarse=2, full_rnorm=True)
+    return app, 0.0, ntime / 2.0, ntime, opts
+
+
+def run_full(case, comm=None):
+    app, tstart, tstop, ntime, opts = full_problem(case)
+    r = braidpy.solve(app, tstart, tstop, ntime, comm=comm, **opts)
+    assert_split(comm, r.owned, len(r.times))
+    return dict(
+        levels=r.levels, iterations=r.iterations,
+        history={str(k): f"{v:e}" for k, v in zip(r.residual_iterations, r.residuals)},
+        full_history={str(k): f"{v:e}" for k, v in zip(r.full_residual_iterations,
+                                                       r.full_residuals)},
+        final_full=f"{r.final_full_residual:e}", final_value=f"{float(r.final[0]):.14e}")
+
+
+def expected_full(case):
+    return dict(levels=case["levels"], iterations=case["iterations"], history=case["history"],
+                full_history=case["full_history"], final_full=case["final_full_residual_norm"],
+                final_value=case["final_value"])
+
+
+def full_case_id(case):
+    return f"fullres {case['args']} (np {case['nprocs']})"
+
+
+def run_full_at(nranks, comm):
+    return {full_case_id(c): run_full(c, comm) for c in FULL_CASES if c["nprocs"] == nranks}

@@ -1,15 +1,20 @@
-"""A user residual (App.residual, XBraid's braid_SetResidual) against XBraid.
+"""A user residual (App.residual, XBraid's braid_SetResidual) and the full residual norm
+(Options.full_rnorm, XBraid's braid_SetFullRNormRes) against XBraid.
 
 tests/data/xbraid_residual.json holds what XBraid's ex-01-expanded and ex-02 print with
 ``-res`` at 1, 2 and 4 processes (each entry records its command and XBraid commit);
 residual_cases.py reimplements both examples' step and residual. Every printed residual,
 the iteration and level counts and a final value must agree to all printed digits, at
-the rank count XBraid used. The contract's errors are checked here too.
+the rank count XBraid used. tests/data/xbraid_full_rnorm.json does the same for the full
+residual norm (printed "Full || r_k ||" lines and the final "Global res 2-norm"), from a
+small C driver built against XBraid (tests/data/XBRAID_GOLDEN_NOTES.md). The contract's
+errors are checked here too.
 """
 
 import numpy as np
 import pytest
-from residual_cases import CASES, Ex01Res, at_rank_count, case_id, expected, run
+from residual_cases import (CASES, FULL_CASES, Ex01Res, at_rank_count, case_id, expected,
+                            expected_full, full_case_id, run, run_full)
 from test_mpi import run_driver
 
 import braidpy
@@ -21,14 +26,44 @@ def test_matches_xbraid(case):
     assert run(case) == expected(case)
 
 
+@pytest.mark.parametrize("case", [c for c in FULL_CASES if c["nprocs"] == 1], ids=full_case_id)
+def test_full_rnorm_matches_xbraid(case):
+    assert case["full_history"]
+    assert run_full(case) == expected_full(case)
+
+
 @pytest.mark.parametrize("nranks", [1, 2, 4])
 def test_matches_xbraid_at_its_rank_count(nranks, tmp_path):
     cases = at_rank_count(nranks)
-    assert len(cases) == 10
+    full = [c for c in FULL_CASES if c["nprocs"] == nranks]
+    assert len(cases) == 10 and len(full) == 4
     got = run_driver(nranks, "residual", tmp_path)
-    assert sorted(got) == sorted(case_id(c) for c in cases)
+    assert sorted(got) == sorted([case_id(c) for c in cases] + [full_case_id(c) for c in full])
     for case in cases:
         assert got[case_id(case)] == expected(case), case_id(case)
+    for case in full:
+        assert got[full_case_id(case)] == expected_full(case), full_case_id(case)
+
+
+def test_full_rnorm_halts_on_the_full_norm():
+    """The -fullexact cases stop on the full norm, later than the C-point norm would."""
+    case = next(c for c in FULL_CASES if "-tol 8.07e-2" in c["args"] and c["nprocs"] == 1)
+    tol = 8.07e-2
+    assert min(float(v) for v in case["history"].values()) < tol
+    first_c = min(int(k) for k, v in case["history"].items() if float(v) < tol)
+    assert case["iterations"] - 1 > first_c
+
+
+def test_full_rnorm_needs_a_residual():
+    from xbraid_cases import Ex01
+
+    with pytest.raises(TypeError, match="full_rnorm"):
+        braidpy.Core(Ex01(0.456), 0.0, 1.0, 8, full_rnorm=True)
+    with pytest.raises(ValueError, match="full_rnorm"):
+        from braidpy.adjoint import GradientSolver
+        from apps import DecayRate
+
+        GradientSolver(DecayRate(), 0.0, 1.0, 8, primal=dict(full_rnorm=True))
 
 
 def test_cases_cover_both_examples_and_cycles():
