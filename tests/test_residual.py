@@ -154,3 +154,23 @@ def test_apps_without_residual_are_unchanged():
 
     r = braidpy.solve(Ex01(0.456), 0.0, 5.0, 10, max_levels=2, abs_tol=1e-6)
     assert r.counts["residual"] == 0 and r.full_residuals == [] and r.final_full_residual is None
+
+
+def test_check_app_checks_the_residual():
+    from braidpy.testing import RESIDUAL_RULE, check_app
+
+    report = check_app(Ex01Res())
+    assert RESIDUAL_RULE in report.passed
+
+    class WrongSign(Ex01Res):
+        def residual(self, ustop, r, status):
+            r[0] = r[0] - (1.0 + status.t1 - status.t0) * ustop[0]
+
+    class IgnoresFstop(Ex01Res):
+        def step(self, u, t0, t1, status, fstop=None, ustop=None):
+            u[0] = 1.0 / (1.0 + t1 - t0) * u[0]
+
+    for bad in (WrongSign(), IgnoresFstop()):
+        report = check_app(bad, raise_on_failure=False)
+        assert [rule for rule, _ in report.failed] == [RESIDUAL_RULE]
+        assert "fstop" in report.failed[0][1]

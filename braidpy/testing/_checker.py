@@ -7,7 +7,7 @@ import numbers
 from typing import Any, Callable
 
 from . import _rules
-from ._report import RULES, AppCheckError, CheckReport
+from ._report import RESIDUAL_RULE, RULES, AppCheckError, CheckReport
 from ._session import _RuleFailed, _Session
 
 __all__ = ["check_app"]
@@ -28,6 +28,8 @@ _NEEDS: dict[str, tuple[str, ...]] = {
     "step in place": _BASE + ("sum identity", "clone independence", "sum linearity",
                               "step determinism"),
     "access": _BASE + ("sum identity", "clone independence"),
+    "residual": _BASE + ("sum identity", "clone independence", "sum linearity",
+                         "step determinism"),
 }
 _SUM_RULES = frozenset({"sum identity", "clone independence", "sum linearity", "sum aliasing"})
 
@@ -85,9 +87,13 @@ class _Checker:
         self.rule("step determinism", _rules.check_step_determinism)
         self.rule("step in place", _rules.check_step_in_place)
         self.rule("access", _rules.check_access)
-        order = {rule: i for i, rule in enumerate(RULES)}
+        rules = RULES
+        if callable(getattr(self.s.app, "residual", None)):  # checked only where defined
+            rules = RULES + (RESIDUAL_RULE,)
+            self.rule(RESIDUAL_RULE, _rules.check_residual)
+        order = {rule: i for i, rule in enumerate(rules)}
         rep = self.s.report
-        rep.passed = [rule for rule in RULES if self.outcome.get(rule) == "pass"]
+        rep.passed = [rule for rule in rules if self.outcome.get(rule) == "pass"]
         rep.failed.sort(key=lambda item: order[item[0]])
         rep.skipped.sort(key=lambda item: order[item[0]])
         rep.notes.sort(key=lambda item: order[item[0]])

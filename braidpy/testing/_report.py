@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-__all__ = ["RULES", "AppCheckError", "CheckReport"]
+__all__ = ["RESIDUAL_RULE", "RULES", "AppCheckError", "CheckReport"]
 
 #: The rules :func:`check_app` checks, in the order it reports them.
 RULES: tuple[str, ...] = (
@@ -19,6 +19,12 @@ RULES: tuple[str, ...] = (
     "step in place",
     "access",
 )
+
+
+#: Checked after :data:`RULES` for apps that define ``residual`` (XBraid's
+#: braid_TestResidual): ``residual(step(u, fstop=f), u)`` must give back ``f``, for
+#: ``f = None`` (zero) and ``f = 2 u``.
+RESIDUAL_RULE = "residual"
 
 
 @dataclasses.dataclass
