@@ -69,7 +69,7 @@ class App:
     array received where NumPy arrays are built, say).
 
     Optional, a user residual (XBraid's ``braid_SetResidual``; docs/conventions.md)
-    ---------------------------------------------------------------------------
+    -------------------------------------------------------------------------------
     residual(ustop, r, status)
         Overwrite ``r`` (the value at ``status.t0``) with ``A(ustop, r)``, the residual
         of the step from ``status.t0`` to ``status.t1`` whose result is ``ustop``: zero

@@ -73,7 +73,9 @@ class CheckReport:
         lines = [self.headline()]
         why = {rule: ("FAILED", text) for rule, text in self.failed}
         why.update({rule: ("skipped", text) for rule, text in self.skipped})
-        for rule in RULES:
+        shown = RULES + ((RESIDUAL_RULE,) if RESIDUAL_RULE in self.passed or RESIDUAL_RULE in why
+                         else ())
+        for rule in shown:
             if rule in why:
                 tag, text = why[rule]
                 lines.append(f"  {tag:<8} {rule}: {text}")
