@@ -199,6 +199,8 @@ def at_rank_count(nranks):
 def run_at(nranks, comm):
     out = {case_id(c): run(c, comm) for c in at_rank_count(nranks)}
     out.update(run_full_at(nranks, comm))
+    out.update({trace_case_id(c): run_trace(c, comm) for c in TRACE_CASES
+                if nranks in c["nprocs"]})
     return out
 
 
@@ -263,3 +265,42 @@ def full_case_id(case):
 
 def run_full_at(nranks, comm):
     return {full_case_id(c): run_full(c, comm) for c in FULL_CASES if c["nprocs"] == nranks}
+
+
+# ---------------------------------------------------------------- every step call
+# tests/data/xbraid_step_trace.json: the same driver with -trace records every call of
+# its step: iteration, level, index of t0, and u, ustop and fstop as %.17g (nan: none).
+
+TRACE_CASES = json.loads((Path(__file__).parent / "data" / "xbraid_step_trace.json").read_text())
+
+
+class Tracing(Ex01Res):
+    """Ex01Res recording each step call as the driver prints it."""
+
+    def __init__(self):
+        self.rows = []
+
+    def step(self, u, t0, t1, status, fstop=None, ustop=None):
+        f = "nan" if fstop is None else "%.17g" % fstop[0]
+        self.rows.append("%d %d %d %.17g %.17g %s" % (status.iteration, status.level,
+                                                       status.index, u[0], ustop[0], f))
+        super().step(u, t0, t1, status, fstop=fstop)
+
+
+def run_trace(case, comm=None):
+    """The step calls of all ranks, sorted (rank 0; None elsewhere under MPI)."""
+    app, tstart, tstop, ntime, opts = full_problem(case)
+    opts.pop("full_rnorm")
+    traced = Tracing()
+    r = braidpy.solve(traced, tstart, tstop, ntime, comm=comm, **opts)
+    assert_split(comm, r.owned, len(r.times))
+    rows = traced.rows if comm is None else comm.gather(traced.rows)
+    if comm is not None and comm.Get_rank() != 0:
+        return None
+    if comm is not None:
+        rows = [row for part in rows for row in part]
+    return sorted(rows)
+
+
+def trace_case_id(case):
+    return f"trace {case['args']}"

@@ -13,8 +13,9 @@ errors are checked here too.
 
 import numpy as np
 import pytest
-from residual_cases import (CASES, FULL_CASES, Ex01Res, at_rank_count, case_id, expected,
-                            expected_full, full_case_id, run, run_full)
+from residual_cases import (CASES, FULL_CASES, TRACE_CASES, Ex01Res, at_rank_count, case_id,
+                            expected, expected_full, full_case_id, run, run_full, run_trace,
+                            trace_case_id)
 from test_mpi import run_driver
 
 import braidpy
@@ -38,11 +39,22 @@ def test_matches_xbraid_at_its_rank_count(nranks, tmp_path):
     full = [c for c in FULL_CASES if c["nprocs"] == nranks]
     assert len(cases) == 10 and len(full) == 4
     got = run_driver(nranks, "residual", tmp_path)
-    assert sorted(got) == sorted([case_id(c) for c in cases] + [full_case_id(c) for c in full])
+    assert sorted(got) == sorted([case_id(c) for c in cases] + [full_case_id(c) for c in full]
+                                 + [trace_case_id(c) for c in TRACE_CASES])
     for case in cases:
         assert got[case_id(case)] == expected(case), case_id(case)
     for case in full:
         assert got[full_case_id(case)] == expected_full(case), full_case_id(case)
+    for case in TRACE_CASES:
+        assert got[trace_case_id(case)] == case["steps"], trace_case_id(case)
+
+
+@pytest.mark.parametrize("case", TRACE_CASES, ids=trace_case_id)
+def test_every_step_call_matches_xbraid(case):
+    """Each step call XBraid makes (iteration, level, index, u, ustop, fstop), and no
+    other: fstop where XBraid passes one, ustop as XBraid chooses it."""
+    assert len(case["steps"]) > 200
+    assert run_trace(case) == case["steps"]
 
 
 def test_full_rnorm_halts_on_the_full_norm():
