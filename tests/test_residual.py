@@ -186,3 +186,45 @@ def test_check_app_checks_the_residual():
         report = check_app(bad, raise_on_failure=False)
         assert [rule for rule, _ in report.failed] == [RESIDUAL_RULE]
         assert "fstop" in report.failed[0][1]
+
+
+def test_array_api_states():
+    """A residual app on array_api_strict arrays (on its second device): the same
+    residuals as the NumPy one, and nothing is quietly converted to NumPy."""
+    xp = pytest.importorskip("array_api_strict")
+    device = xp.Device("device1")
+
+    class Strict(Ex01Res):
+        array_namespace = xp
+        array_device = device
+
+        def init(self, t):
+            return xp.asarray([1.0 if t == self.tstart else 0.456], device=device)
+
+        def step(self, u, t0, t1, status, fstop=None, ustop=None):
+            assert u.device == device and (fstop is None or fstop.device == device)
+            if fstop is not None:
+                u += fstop
+            u *= 1.0 / (1.0 + t1 - t0)
+
+        def residual(self, ustop, r, status):
+            r *= -1.0
+            r += (1.0 + status.t1 - status.t0) * ustop
+
+        def norm(self, u):
+            return float(xp.sqrt(u[0] * u[0]))
+
+    r = braidpy.solve(Strict(), 0.0, 5.0, 10, max_levels=2, abs_tol=1e-6, batch=False)
+    assert [f"{v:e}" for v in r.residuals] == list(CASES[0]["history"].values())
+    assert r.final.device == device
+
+
+def test_warm_restart_with_a_residual():
+    """A second solve starts from the first one's solution: its first residual is the
+    converged one's size, and it stops at once."""
+    core = braidpy.Core(Ex01Res(), 0.0, 32.0, 64, max_levels=3, abs_tol=1e-10, skip=True)
+    first = core.solve()
+    second = core.solve()
+    assert second.residuals[0] < 1e-10 and second.iterations == 1
+    assert float(second.final[0]) == float(first.final[0]) or \
+        abs(float(second.final[0]) - float(first.final[0])) < 1e-14

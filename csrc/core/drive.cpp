@@ -249,8 +249,9 @@ void Solver::solve(bool final_sweep) {
       if (stop) break;
     }
   }
-  if (opts_.full_rnorm) {  // XBraid: once more after the last iteration
+  if (opts_.full_rnorm) {  // XBraid: once more after the last iteration, done set
     info_.iteration = iterations_;
+    info_.done = true;
     full_final_ = reduce_norm(full_rnorm_part());
   }
   final_relax(final_sweep);
