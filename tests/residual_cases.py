@@ -147,11 +147,25 @@ def problem(case):
     a = case["args"]
     fmg = "-fmg" in a.split()
     if case["example"] == "ex-01-expanded":
-        ntime = _arg(a, "-ntime", 10)
-        opts = dict(max_levels=_arg(a, "-ml", 2), nrelax=_arg(a, "-nu", 1),
-                    cfactor=_arg(a, "-cf", 2), abs_tol=_arg(a, "-tol", 1e-6, float),
-                    max_iter=100, skip=bool(_arg(a, "-skip", 1)), fmg=fmg, min_coarse=2)
-        return Ex01Res(), 0.0, 0.0 + ntime / 2.0, ntime, opts
+        ntime, ml = _arg(a, "-ntime", 10), _arg(a, "-ml", 2)
+        # ex-01-expanded sets nrelax on level 0 (-nu0) and on level ml-1 (-nuc, default
+        # 5: used by -relax_only_cg only)
+        nrelax = {"default": _arg(a, "-nu", 1), ml - 1: _arg(a, "-nuc", 5)}
+        if "-nu0" in a.split():
+            nrelax[0] = _arg(a, "-nu0", 1)
+        opts = dict(max_levels=ml, nrelax=nrelax, cfactor=_arg(a, "-cf", 2),
+                    abs_tol=_arg(a, "-tol", 1e-6, float), max_iter=100,
+                    skip=bool(_arg(a, "-skip", 1)), fmg=fmg, min_coarse=2,
+                    relax_only_cg="-relax_only_cg" in a.split())
+        tstart, tstop = 0.0, 0.0 + ntime / 2.0
+        if _arg(a, "-tg", 0) == 2:  # its init_TimeSteps and my_timegrid, summed in order
+            dt = (tstop - tstart) / ntime
+            t, times = tstart, [tstart]
+            for i in range(ntime):
+                t += dt * 0.5 if i < ntime * 0.5 else dt * 1.5
+                times.append(t)
+            opts["times"] = times
+        return Ex01Res(), tstart, tstop, ntime, opts
     ntime, nspace = _arg(a, "-ntime", 64), _arg(a, "-nspace", 33)
     tstart, tstop = 0.0, 2 * math.pi
     tol = _arg(a, "-tol", 1e-7, float)

@@ -37,7 +37,7 @@ def test_full_rnorm_matches_xbraid(case):
 def test_matches_xbraid_at_its_rank_count(nranks, tmp_path):
     cases = at_rank_count(nranks)
     full = [c for c in FULL_CASES if c["nprocs"] == nranks]
-    assert len(cases) == 10 and len(full) == 4
+    assert len(cases) == 13 and len(full) == 4
     got = run_driver(nranks, "residual", tmp_path)
     assert sorted(got) == sorted([case_id(c) for c in cases] + [full_case_id(c) for c in full]
                                  + [trace_case_id(c) for c in TRACE_CASES])
