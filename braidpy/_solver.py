@@ -172,8 +172,16 @@ def stop_reason(options: Options, nlevels: int, residuals: List[float]) -> Tuple
     return False, "max_iter"
 
 
-def _report_progress(print_level: int, k: int, rnorm: float, has: bool) -> None:
-    """Rank 0, each iteration: log the residual, print it with print_level >= 1."""
+def _report_progress(print_level: int, k: int, rnorm: float, has: bool,
+                     full: bool = False) -> None:
+    """Rank 0, each iteration: log the residual, print it with print_level >= 1 (full:
+    the full residual norm of ``full_rnorm=True``, as XBraid prints it)."""
+    if full:
+        logger.debug("iteration %d: full residual %.6e", k, rnorm)
+        if print_level >= 1:
+            print(f"  Braid: Full || r_{k} || = {rnorm:.6e}")
+            sys.stdout.flush()
+        return
     if logger.isEnabledFor(logging.DEBUG):
         logger.debug("iteration %d: residual %s", k, f"{rnorm:.6e}" if has else "n/a")
     if print_level >= 1:

@@ -11,6 +11,8 @@ small C driver built against XBraid (tests/data/XBRAID_GOLDEN_NOTES.md). The con
 errors are checked here too.
 """
 
+import re
+
 import numpy as np
 import pytest
 from residual_cases import (CASES, FULL_CASES, TRACE_CASES, Ex01Res, at_rank_count, case_id,
@@ -228,3 +230,13 @@ def test_warm_restart_with_a_residual():
     assert second.residuals[0] < 1e-10 and second.iterations == 1
     assert float(second.final[0]) == float(first.final[0]) or \
         abs(float(second.final[0]) - float(first.final[0])) < 1e-14
+
+
+def test_full_rnorm_is_printed_as_xbraid_prints_it(capsys):
+    from residual_cases import full_problem
+
+    case = next(c for c in FULL_CASES if c["nprocs"] == 1 and "-fullexact -res" in c["args"])
+    app, tstart, tstop, ntime, opts = full_problem(case)
+    braidpy.solve(app, tstart, tstop, ntime, print_level=1, **opts)
+    printed = dict(re.findall(r"Braid: Full \|\| r_(\d+) \|\| = (\S+)", capsys.readouterr().out))
+    assert printed == case["full_history"]

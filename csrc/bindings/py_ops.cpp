@@ -463,6 +463,22 @@ void PyOps::progress(int iteration, double rnorm, bool has_rnorm) {
   Py_XDECREF(r);
 }
 
+// The full residual norm's line: progress(k, rnorm, True, full=True).
+void PyOps::progress_full(int iteration, double rnorm) {
+  if (progress_ == nullptr || failed_) return;
+  const bool outer = in_callback_;
+  in_callback_ = true;
+  PyObject* args = Py_BuildValue("(idO)", iteration, rnorm, Py_True);
+  PyObject* kwargs = Py_BuildValue("{s:O}", "full", Py_True);
+  PyObject* r = args != nullptr && kwargs != nullptr ? PyObject_Call(progress_, args, kwargs)
+                                                     : nullptr;
+  Py_XDECREF(args);
+  Py_XDECREF(kwargs);
+  in_callback_ = outer;
+  if (r == nullptr) capture_current_error(kProgress);
+  Py_XDECREF(r);
+}
+
 Vec PyOps::clone_block(const Vec* srcs, braid::Index n, Vec* out) {
   if (failed_) {
     for (braid::Index k = 0; k < n; ++k) out[k] = nullptr;

@@ -61,6 +61,7 @@ class PyOps final : public braid::Ops {
   // clone and sum, whose fused_sums are the compiled loop; else null.
   Vec share(Vec u) override;
   void progress(int iteration, double rnorm, bool has_rnorm) override;
+  void progress_full(int iteration, double rnorm) override;
   bool failed() const override { return failed_; }
 
   bool batched() const override { return step_batch_ != nullptr; }

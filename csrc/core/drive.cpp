@@ -198,6 +198,7 @@ bool Solver::top(int k) {
   }
   if (has_test && rnorm0_ < 0.0) rnorm0_ = test;
   ops_.progress(k, r, has);
+  if (opts_.full_rnorm && has_test) ops_.progress_full(k, test);
   if (has && !std::isfinite(r)) throw Divergence(k, 0, r);
   if (has_test && !std::isfinite(test)) throw Divergence(k, 0, test);
   const bool converged =

@@ -99,6 +99,11 @@ class Ops {
   virtual void free(Vec u) = 0;
   // Called at the top of each iteration on every rank (progress output).
   virtual void progress(int iteration, double rnorm, bool has_rnorm) = 0;
+  // Options::full_rnorm: the full residual norm of the iteration, after progress().
+  virtual void progress_full(int iteration, double rnorm) {
+    (void)iteration;
+    (void)rnorm;
+  }
   // True once a callback on this rank (or a poisoned message) has failed.
   virtual bool failed() const = 0;
 
