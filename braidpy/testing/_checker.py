@@ -149,6 +149,14 @@ def check_app(app: Any, tstart: float = 0.0, tstop: float = 1.0, ntime: int = 8,
     ``access``
         ``access(u, status)`` runs and does not change ``u``.
 
+    For an app that defines ``residual`` (a user residual), one more rule,
+    :data:`RESIDUAL_RULE`, like XBraid's ``braid_TestResidual``:
+
+    ``residual``
+        ``residual(step(u, t0, t1, status, fstop=f, ustop=u), u, status)`` gives back
+        ``f``, for ``f`` None (zero) and ``f = 2u``: the step solves the equation the
+        residual measures, with XBraid's sign convention.
+
     Comparisons go through the app's own ``sum`` and ``norm`` (``norm(p - q)``
     relative to the norms involved), so any vector type can be checked. The
     coefficients (0, +-1, powers of two) are chosen so that each expected result is
