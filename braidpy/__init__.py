@@ -6,6 +6,7 @@ from .parallel.comm import yield_when_oversubscribed as _yield_when_oversubscrib
 
 _yield_when_oversubscribed()
 
+from ._accuracy import spatial_accuracy
 from ._app import App
 
 try:
@@ -47,5 +48,6 @@ __all__ = [
     "cuda_info",
     "gradient",
     "solve",
+    "spatial_accuracy",
     "__version__",
 ]

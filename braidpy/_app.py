@@ -83,6 +83,25 @@ class App:
     ``bufunpack`` raises ValueError for data from another kind of device (a CUDA
     array received where NumPy arrays are built, say).
 
+    Optional, a user residual (XBraid's ``braid_SetResidual``; docs/conventions.md)
+    -------------------------------------------------------------------------------
+    residual(ustop, r, status)
+        Overwrite ``r`` (the value at ``status.t0``) with ``A(ustop, r)``, the residual
+        of the step from ``status.t0`` to ``status.t1`` whose result is ``ustop``: zero
+        when ``ustop`` is the exact step of ``r``. XBraid's sign: backward Euler for
+        ``u' = L u`` has ``A(u1, u0) = (I - dt L) u1 - u0``. In place, or return a new
+        vector. With it, the FAS restriction, the residual norm and the coarse right-hand
+        sides use ``residual`` instead of ``u_c - step(u_{c-1})``, and ``step`` must take
+        the right-hand side: ``step(u, t0, t1, status, fstop=None, ustop=None)`` solves
+        ``A(u_new, u) = fstop`` (``fstop`` None: zero; it is None on the fine level),
+        instead of braidpy adding it after the step. ``ustop`` (optional parameter) is
+        the best value at ``t1`` the solver holds, a read-only initial guess for
+        implicit solvers; it may be ``u`` itself. Batched steps take no ``fstop``:
+        such an app runs with ``batch=False``. Not supported by ``braidpy.adjoint``.
+    full_residual(ustop, r, status)
+        The residual of ``full_rnorm=True`` (XBraid's ``braid_SetFullRNormRes``); the
+        same contract as ``residual``, which serves when this is absent.
+
     Optional, batched stepping (docs/batching.md; used unless ``batch=False``)
     ---------------------------------------------------------------------------
     step_stacked(U, t0s, t1s, status)

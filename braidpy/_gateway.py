@@ -8,11 +8,13 @@ batched step, and the grid facts braidpy sets on it.
 
 from __future__ import annotations
 
-from typing import Any
+import inspect
+from typing import Any, Tuple
 
 from ._app import App
 
-__all__ = ["check_app_callbacks", "has_step_batch", "packed_bytes", "tell_app_the_grid"]
+__all__ = ["check_app_callbacks", "check_residual", "has_residual", "has_step_batch",
+           "packed_bytes", "tell_app_the_grid"]
 
 
 def has_step_batch(app: Any) -> bool:
@@ -24,6 +26,47 @@ def has_step_batch(app: Any) -> bool:
         return type(app).step_batch is not App.step_batch or callable(
             getattr(app, "step_stacked", None))
     return callable(getattr(app, "step_batch", None))
+
+
+def has_residual(app: Any) -> bool:
+    """True when app defines a user residual ``residual(ustop, r, status)``."""
+    return callable(getattr(app, "residual", None))
+
+
+def _keywords(fn: Any) -> Tuple[bool, bool]:
+    """Whether fn accepts keyword arguments fstop and ustop (True, True when its
+    signature cannot be read, or it takes ``**kwargs``)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return True, True
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return True, True
+    names = {p.name for p in params
+             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return "fstop" in names, "ustop" in names
+
+
+def check_residual(app: Any, options: Any) -> Tuple[bool, bool]:
+    """(residual, step takes ustop) for the core; TypeError/ValueError naming what an
+    app with a user residual (or options.full_rnorm) lacks or combines wrongly."""
+    residual = has_residual(app)
+    if options.full_rnorm and not (residual or callable(getattr(app, "full_residual", None))):
+        raise TypeError(f"full_rnorm=True needs a residual: {type(app).__name__} defines "
+                        f"neither residual(ustop, r, status) nor full_residual(ustop, r, status)")
+    if not residual:
+        return False, False
+    fstop, ustop = _keywords(app.step)
+    if not fstop:
+        raise TypeError(
+            f"{type(app).__name__} defines residual(), so its step must take the FAS "
+            f"right-hand side: step(u, t0, t1, status, fstop=None, ustop=None) (fstop: "
+            f"None or a vector; solve A(u_new, u) = fstop)")
+    if options.batch and has_step_batch(app):
+        raise ValueError(
+            f"{type(app).__name__} defines residual() and a batched step (step_stacked or "
+            f"step_batch), which takes no fstop: pass batch=False")
+    return True, ustop
 
 
 def check_app_callbacks(app: Any) -> None:

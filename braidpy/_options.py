@@ -97,6 +97,14 @@ class Options:
         Use the app's batched step (``step_batch``/``step_stacked``) wherever steps
         are independent (docs/batching.md); False forces one ``step`` call per
         state. Apps without a batched step are unaffected. Default True.
+    full_rnorm : bool
+        Also measure the full fine residual norm each iteration (XBraid's
+        ``braid_SetFullRNormRes``): the norm over every fine point ``i > 0``, F-points
+        included, of the app's ``full_residual`` (else ``residual``) of the iterate,
+        computed right after the restriction from the fine level. The halting test then
+        uses it instead of the C-point norm; ``Result.full_residuals`` lists it and
+        ``Result.final_full_residual`` holds one more after the last iteration. Needs
+        ``App.residual`` or ``App.full_residual``. Default False.
     require_convergence : bool
         Raise :class:`braidpy.ConvergenceError` (on every rank) when a solve stops at
         ``max_iter`` without meeting its tolerance, instead of returning a Result with
@@ -127,6 +135,7 @@ class Options:
     residual_computation: bool = True
     batch: bool = True
     require_convergence: bool = False
+    full_rnorm: bool = False
 
     def __post_init__(self):
         _int(self, "max_levels", 1)
@@ -139,8 +148,8 @@ class Options:
         _nonneg(self, "rel_tol")
         _tnorm(self)
         for name in ("skip", "fmg", "seq_soln", "final_fc_relax", "relax_only_cg", "periodic",
-                     "timings",
-                     "residual_computation", "batch", "require_convergence"):
+                     "timings", "residual_computation", "batch", "require_convergence",
+                     "full_rnorm"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
         _int(self, "fmg_vcycles", 1)
@@ -234,7 +243,7 @@ class Options:
             final_fc_relax=self.final_fc_relax, relax_only_cg=self.relax_only_cg,
             periodic=self.periodic,
             access_level=self.access_level, residual_computation=self.residual_computation,
-            timings=self.timings, batch=self.batch,
+            timings=self.timings, batch=self.batch, full_rnorm=self.full_rnorm,
         )
 
 

@@ -43,6 +43,13 @@ class Result:
     stop_reason : str
         Why the solve stopped: "tolerance" (abs_tol or rel_tol met), "max_iter" (not
         converged), or "sequential" (one level: solved by stepping, exact).
+    full_residuals : list of float
+        With ``full_rnorm=True``: the full residual norm (every fine point) of each
+        iteration that restricted from the fine level, in iteration order; else empty.
+    full_residual_iterations : list of int
+        The k of each entry of ``full_residuals``.
+    final_full_residual : float or None
+        With ``full_rnorm=True``: the full residual norm after the last iteration.
     """
 
     iterations: int
@@ -57,6 +64,9 @@ class Result:
     timings: Dict[str, float]
     converged: bool = True
     stop_reason: str = "tolerance"
+    full_residuals: List[float] = dataclasses.field(default_factory=list)
+    full_residual_iterations: List[int] = dataclasses.field(default_factory=list)
+    final_full_residual: Optional[float] = None
     # Core.solution of the solve that made this result; it refuses once that Core
     # has solved again (the stored values are then another solve's).
     solution_source: Optional[Callable[..., Any]] = dataclasses.field(default=None, repr=False)

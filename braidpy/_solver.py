@@ -16,7 +16,8 @@ import numpy as np
 from . import _core
 from ._app import App
 from ._limits import check_ntime
-from ._gateway import check_app_callbacks, has_step_batch, packed_bytes, tell_app_the_grid
+from ._gateway import (check_app_callbacks, check_residual, has_step_batch, packed_bytes,
+                       tell_app_the_grid)
 from ._errors import BraidError, ConvergenceError, DivergenceError, ErrorLabels
 from ._options import Options
 from ._result import Result, fine_index
@@ -171,8 +172,16 @@ def stop_reason(options: Options, nlevels: int, residuals: List[float]) -> Tuple
     return False, "max_iter"
 
 
-def _report_progress(print_level: int, k: int, rnorm: float, has: bool) -> None:
-    """Rank 0, each iteration: log the residual, print it with print_level >= 1."""
+def _report_progress(print_level: int, k: int, rnorm: float, has: bool,
+                     full: bool = False) -> None:
+    """Rank 0, each iteration: log the residual, print it with print_level >= 1 (full:
+    the full residual norm of ``full_rnorm=True``, as XBraid prints it)."""
+    if full:
+        logger.debug("iteration %d: full residual %.6e", k, rnorm)
+        if print_level >= 1:
+            print(f"  Braid: Full || r_{k} || = {rnorm:.6e}")
+            sys.stdout.flush()
+        return
     if logger.isEnabledFor(logging.DEBUG):
         logger.debug("iteration %d: residual %s", k, f"{rnorm:.6e}" if has else "n/a")
     if print_level >= 1:
@@ -249,6 +258,7 @@ class Core:
         try:
             self._options = Options.coerce(options, **kwargs)
             check_app_callbacks(app)
+            residual, step_ustop = check_residual(app, self._options)
             grid = _time_grid(tstart, tstop, ntime, times)
             if self._options.periodic:  # the step into point ntime (point 0) ends at tstop
                 grid[-1] = float(tstop)
@@ -282,6 +292,9 @@ class Core:
             if self.rank == 0 else None
         core_options = self._options.to_core()
         core_options.batch = self._options.batch and has_step_batch(app)
+        core_options.residual = residual
+        core_options.step_ustop = step_ustop
+        self.user_residual: bool = residual
         if fine_ranges is not None:
             core_options.fine_ranges = fine_ranges
         self.batched: bool = core_options.batch
@@ -395,7 +408,9 @@ class Core:
         timings = self._solver.timings() if self.options.timings else {}
         timings["total"] = wall_time
         history = self._solver.residuals()
-        converged, reason = stop_reason(self.options, len(info), [r for _, r in history])
+        full = self._solver.full_residuals()
+        tested = full if self.options.full_rnorm else history
+        converged, reason = stop_reason(self.options, len(info), [r for _, r in tested])
         if not converged and self.options.require_convergence:
             o = self.options
             raise ConvergenceError(
@@ -405,7 +420,10 @@ class Core:
             iterations=self._solver.iterations, residuals=[r for _, r in history],
             residual_iterations=[k for k, _ in history], levels=len(info), level_info=info,
             times=self.times, owned=self.owned, final=final, counts=self.counts(),
-            timings=timings,
+            timings=timings, full_residuals=[r for _, r in full],
+            full_residual_iterations=[k for k, _ in full],
+            final_full_residual=(self._solver.final_full_residual()
+                                 if self.options.full_rnorm else None),
             solution_source=functools.partial(self._solution_of, self._generation))
 
     def reset_guess(self) -> None:

@@ -7,6 +7,7 @@
     mpiexec -n P python tests/mpi_driver.py resources OUT.json P
     mpiexec -n P python tests/mpi_driver.py xbraid OUT.json P
     mpiexec -n P python tests/mpi_driver.py parity OUT.json P
+    mpiexec -n P python tests/mpi_driver.py residual OUT.json P
 
 The last argument repeats the rank count: the driver fails unless MPI really joined
 that many ranks (see mpi_world.py).
@@ -54,6 +55,12 @@ def run_parity(nranks):
     return run_at(nranks, COMM)
 
 
+def run_residual(nranks):
+    from residual_cases import run_at
+
+    return run_at(nranks, COMM)
+
+
 def run_errors():
     from mpi_error_cases import ERROR_CASES
 
@@ -90,7 +97,8 @@ def main():
         suites = {"histories": run_histories, "errors": run_errors, "resources": run_resources,
                   "batched": run_batched, "parallel": run_parallel,
                   "xbraid": lambda: run_xbraid(int(nranks)),
-                  "parity": lambda: run_parity(int(nranks))}
+                  "parity": lambda: run_parity(int(nranks)),
+                  "residual": lambda: run_residual(int(nranks))}
         result = suites[suite]()
     except BaseException:
         traceback.print_exc()

@@ -140,6 +140,29 @@ def _run(comm, where, cond=lambda s: True, **opts):
     braidpy.solve(Failing(comm, where, cond), 0.0, 4.0, 128, comm=comm, **options)
 
 
+class FailingResidual(Failing):
+    """Failing with a user residual: step takes fstop, residual may raise Boom."""
+
+    def step(self, u, t0, t1, status, fstop=None, ustop=None):
+        self._maybe("step", status)
+        if fstop is not None:
+            u += fstop
+        u /= 1.0 - self.lam * (t1 - t0)
+
+    def residual(self, ustop, r, status):
+        self._maybe("residual", status)
+        r[:] = (1.0 - self.lam * (status.t1 - status.t0)) * ustop - r
+
+    def full_residual(self, ustop, r, status):
+        self._maybe("full_residual", status)
+        self.residual(ustop, r, status)
+
+
+def _run_residual(comm, where, cond=lambda s: True, **opts):
+    braidpy.solve(FailingResidual(comm, where, cond), 0.0, 4.0, 128, comm=comm, cfactor=2,
+                  abs_tol=1e-13, max_iter=30, batch=False, **opts)
+
+
 class FailingAdjoint(DecayRate):
     """Raises Boom in adjoint callback `where` on the failing rank."""
 
@@ -194,6 +217,16 @@ ERROR_CASES = {
     "step_adjoint_batch": lambda c: _run_adjoint_batched(c, "step_adjoint_batch"),
     "step_adjoint_batch_into": lambda c: _run_adjoint_batched(c, "step_adjoint_batch_into"),
     "step_gradient_batch": lambda c: _run_adjoint_batched(c, "step_gradient_batch"),
+    "residual_fine": lambda c: _run_residual(c, "residual", lambda s: s.level == 0 and
+                                             s.iteration == 2),
+    "residual_coarse": lambda c: _run_residual(c, "residual", lambda s: s.level == 1 and
+                                               s.iteration == 1),
+    "residual_step_fstop": lambda c: _run_residual(c, "step", lambda s: s.level == 2 and
+                                                   s.iteration == 1),
+    "full_residual": lambda c: _run_residual(c, "full_residual", lambda s: s.iteration == 2,
+                                             full_rnorm=True),
+    "full_residual_final": lambda c: _run_residual(c, "full_residual", lambda s: s.done,
+                                                   full_rnorm=True),
     "init": lambda c: _run(c, "init"),
     "step_periodic": lambda c: _run(c, "step", lambda s: s.level == 1 and s.iteration == 1,
                                     periodic=True),

@@ -30,7 +30,7 @@ def make_solver(app, ntime=16, comm=None, rank=0, size=1, **fields):
 # ---------------------------------------------------------------- CoreOptions
 
 def test_core_options_defaults_are_the_python_defaults():
-    assert len(FIELDS) == 27 and FIELDS[0] == "max_levels" and FIELDS[-1] == "batch"
+    assert len(FIELDS) == 30 and FIELDS[0] == "max_levels" and FIELDS[-1] == "step_ustop"
     assert repr(Options().to_core()) == repr(_core.CoreOptions(batch=True))
 
 
@@ -60,9 +60,10 @@ def test_to_core_sets_every_option_field():
                    max_iter=7, abs_tol=1e-5, rel_tol=1e-3,
                    tnorm=math.inf, skip=False, fmg=True, fmg_vcycles=2, nfmg=3, storage="all",
                    seq_soln=True, final_fc_relax=True, relax_only_cg=True, access_level=2,
-                   timings=True, residual_computation=False, batch=False)
+                   timings=True, residual_computation=False, batch=False, full_rnorm=True)
     got, default = opts.to_core(), _core.CoreOptions(batch=True)
-    internal = {"store_final", "fine_ranges"}  # set by braidpy itself, not by Options
+    # set by braidpy itself (residual, step_ustop: from the app), not by Options
+    internal = {"store_final", "fine_ranges", "residual", "step_ustop"}
     changed = {f for f in FIELDS if getattr(got, f) != getattr(default, f)}
     # periodic excludes seq_soln: set on its own
     assert changed == set(FIELDS) - internal - {"periodic"}

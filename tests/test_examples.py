@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = {
     "ex01_scalar_ode.py": ["--ntime", "512"],
     "ex02_heat1d.py": ["--nspace", "65", "--ntime", "128"],
+    "ex08_nonlinear_residual.py": ["--nspace", "33", "--ntime", "128"],
 }
 
 
@@ -66,7 +67,20 @@ def check_ex02(out):
     assert 0.1 * math.pi / 128 < seq < math.pi / 128
 
 
-CHECK_ERRORS = {"ex01_scalar_ode.py": check_ex01, "ex02_heat1d.py": check_ex02}
+def check_ex08(out):
+    """The app passes check_app's rules, its residual one included; MGRIT (tolerance
+    1e-9) equals sequential Newton-backward-Euler stepping; starting Newton from ustop
+    takes fewer Newton iterations than sequential stepping from u."""
+    assert "all 11 rules passed" in out
+    [err] = number(rf"max \|MGRIT - sequential\| at t_N = {NUM}", out)
+    assert err < 1e-8
+    found = re.search(r"Newton iterations per step: (\S+) \(from ustop; sequential stepping: "
+                      r"(\S+)\)", out)
+    assert found and float(found.group(1)) < float(found.group(2))
+
+
+CHECK_ERRORS = {"ex01_scalar_ode.py": check_ex01, "ex02_heat1d.py": check_ex02,
+                "ex08_nonlinear_residual.py": check_ex08}
 
 
 def history(out):
@@ -78,7 +92,8 @@ def history(out):
 def test_example_serial_and_parallel_agree(script, tmp_path):
     plots = {"ex01_scalar_ode.py": ["--plot", str(tmp_path / "res.png")],
              "ex02_heat1d.py": ["--plot-solution", str(tmp_path / "sol.png"),
-                                "--plot-residuals", str(tmp_path / "res.png")]}[script]
+                                "--plot-residuals", str(tmp_path / "res.png")],
+             "ex08_nonlinear_residual.py": []}[script]
     serial = run(1, script, EXAMPLES[script] + plots)
     parallel = run(2, script, EXAMPLES[script])
     assert history(serial) == history(parallel)

@@ -66,6 +66,11 @@ class Gradient:
 
 
 def _check_adjoint_app(app: Any) -> None:
+    for name in ("residual", "full_residual"):
+        if callable(getattr(app, name, None)):
+            raise TypeError(
+                f"{type(app).__name__} defines {name}(): a user residual is not supported "
+                f"by the adjoint (gradients assume the plain FAS step u <- Phi(u) + tau)")
     missing = [name for name in _REQUIRED if not callable(getattr(app, name, None))]
     if missing:
         raise TypeError(
@@ -187,6 +192,10 @@ class GradientSolver:
                  adjoint: OptionsLike = None, oneshot: Optional[Sequence[int]] = None):
         _check_adjoint_app(app)
         primal_opts, adjoint_opts = solve_options(primal, adjoint, oneshot)
+        for which, opts in (("primal", primal_opts), ("adjoint", adjoint_opts)):
+            if opts.full_rnorm:
+                raise ValueError(f"full_rnorm=True ({which} options) is not supported by "
+                                 f"the adjoint")
         self.app = app
         self.comm = comm
         self.ntime = int(ntime)

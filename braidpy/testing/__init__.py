@@ -17,9 +17,9 @@
 from __future__ import annotations
 
 from ._checker import check_app
-from ._report import RULES, AppCheckError, CheckReport
+from ._report import RESIDUAL_RULE, RULES, AppCheckError, CheckReport
 
-__all__ = ["RULES", "AppCheckError", "CheckReport", "check_app"]
+__all__ = ["RESIDUAL_RULE", "RULES", "AppCheckError", "CheckReport", "check_app"]
 
 # Public names report the package as their home (tracebacks, reprs, pickles).
 for _public in (AppCheckError, CheckReport, check_app):

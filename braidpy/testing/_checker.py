@@ -7,7 +7,7 @@ import numbers
 from typing import Any, Callable
 
 from . import _rules
-from ._report import RULES, AppCheckError, CheckReport
+from ._report import RESIDUAL_RULE, RULES, AppCheckError, CheckReport
 from ._session import _RuleFailed, _Session
 
 __all__ = ["check_app"]
@@ -28,6 +28,8 @@ _NEEDS: dict[str, tuple[str, ...]] = {
     "step in place": _BASE + ("sum identity", "clone independence", "sum linearity",
                               "step determinism"),
     "access": _BASE + ("sum identity", "clone independence"),
+    "residual": _BASE + ("sum identity", "clone independence", "sum linearity",
+                         "step determinism"),
 }
 _SUM_RULES = frozenset({"sum identity", "clone independence", "sum linearity", "sum aliasing"})
 
@@ -85,9 +87,13 @@ class _Checker:
         self.rule("step determinism", _rules.check_step_determinism)
         self.rule("step in place", _rules.check_step_in_place)
         self.rule("access", _rules.check_access)
-        order = {rule: i for i, rule in enumerate(RULES)}
+        rules = RULES
+        if callable(getattr(self.s.app, "residual", None)):  # checked only where defined
+            rules = RULES + (RESIDUAL_RULE,)
+            self.rule(RESIDUAL_RULE, _rules.check_residual)
+        order = {rule: i for i, rule in enumerate(rules)}
         rep = self.s.report
-        rep.passed = [rule for rule in RULES if self.outcome.get(rule) == "pass"]
+        rep.passed = [rule for rule in rules if self.outcome.get(rule) == "pass"]
         rep.failed.sort(key=lambda item: order[item[0]])
         rep.skipped.sort(key=lambda item: order[item[0]])
         rep.notes.sort(key=lambda item: order[item[0]])
@@ -142,6 +148,14 @@ def check_app(app: Any, tstart: float = 0.0, tstop: float = 1.0, ntime: int = 8,
         into it), or when it returns new vectors.
     ``access``
         ``access(u, status)`` runs and does not change ``u``.
+
+    For an app that defines ``residual`` (a user residual), one more rule,
+    :data:`RESIDUAL_RULE`, like XBraid's ``braid_TestResidual``:
+
+    ``residual``
+        ``residual(step(u, t0, t1, status, fstop=f, ustop=u), u, status)`` gives back
+        ``f``, for ``f`` None (zero) and ``f = 2u``: the step solves the equation the
+        residual measures, with XBraid's sign convention.
 
     Comparisons go through the app's own ``sum`` and ``norm`` (``norm(p - q)``
     relative to the norms involved), so any vector type can be checked. The

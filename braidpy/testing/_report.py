@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-__all__ = ["RULES", "AppCheckError", "CheckReport"]
+__all__ = ["RESIDUAL_RULE", "RULES", "AppCheckError", "CheckReport"]
 
 #: The rules :func:`check_app` checks, in the order it reports them.
 RULES: tuple[str, ...] = (
@@ -19,6 +19,12 @@ RULES: tuple[str, ...] = (
     "step in place",
     "access",
 )
+
+
+#: Checked after :data:`RULES` for apps that define ``residual`` (XBraid's
+#: braid_TestResidual): ``residual(step(u, fstop=f), u)`` must give back ``f``, for
+#: ``f = None`` (zero) and ``f = 2 u``.
+RESIDUAL_RULE = "residual"
 
 
 @dataclasses.dataclass
@@ -67,7 +73,9 @@ class CheckReport:
         lines = [self.headline()]
         why = {rule: ("FAILED", text) for rule, text in self.failed}
         why.update({rule: ("skipped", text) for rule, text in self.skipped})
-        for rule in RULES:
+        shown = RULES + ((RESIDUAL_RULE,) if RESIDUAL_RULE in self.passed or RESIDUAL_RULE in why
+                         else ())
+        for rule in shown:
             if rule in why:
                 tag, text = why[rule]
                 lines.append(f"  {tag:<8} {rule}: {text}")

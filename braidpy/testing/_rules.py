@@ -383,3 +383,38 @@ def check_access(s: _Session) -> None:
     if not _is_zero_check(d, nu, s.rtol):
         raise _RuleFailed(f"access(u, status) changed u (by {_fmt(d)}, norm(u) = {_fmt(nu)}); "
                           f"access must only observe the solution")
+
+
+def check_residual(s: _Session) -> None:
+    """XBraid's braid_TestResidual: a step that solves A(u_new, u) = fstop must give
+    residual(u_new, u) = fstop, for fstop None (zero) and fstop = 2u."""
+    t0, t1 = s.times[0], s.times[1]
+    status = _CheckStatus(t=t0, t0=t0, t1=t1, phase="residual")
+    base = s.um if s.norm(s.um) > 0.0 else s.u0
+    for label in ("None", "2u"):
+        u = s.clone(base, "clone(u)")
+        f = None
+        if label == "2u":
+            f = s.clone(base, "clone(u)")
+            s.sum(1.0, base, 1.0, f, "u", "fstop")
+        shown = f"step(u, {_fmt(t0)}, {_fmt(t1)}, status, fstop={label}, ustop=u)"
+        guess = s.clone(base, "clone(u)")
+        try:
+            r = s.app.step(u, t0, t1, status, fstop=f, ustop=guess)
+        except Exception as exc:  # a user callback failed: report it
+            raise _RuleFailed(f"{shown} raised {_exc_text(exc)}", exc) from exc
+        unew = u if r is None else r
+        prev = s.clone(base, "clone(u)")
+        shown_r = f"residual(step result, u, status) after {shown}"
+        out = s.call("residual", (unew, prev, status), shown_r)
+        res = prev if out is None else out
+        if f is not None:
+            s.sum(-1.0, f, 1.0, res, "fstop", "residual")
+        err = s.norm(res, "norm(residual - fstop)")
+        scale = max(s.norm(unew), s.norm(base))
+        if not _is_zero_check(err, scale, s.rtol):
+            raise _RuleFailed(
+                f"{shown_r}: norm(residual - fstop) = {_fmt(err)} with norm(u) = "
+                f"{_fmt(scale)} (rtol = {s.rtol:g}); residual(ustop, r) must be zero (fstop) "
+                f"when ustop is step's result from r: A(step(u, fstop), u) = fstop, XBraid's "
+                f"sign convention (A(u1, u0) = (I - dt L) u1 - u0 for backward Euler)")

@@ -94,9 +94,13 @@ void bind_core_options(py::module_& m) {
       .field("residual_computation", &O::residual_computation,
              "False: no residual norm, run max_iter iterations.")
       .field("timings", &O::timings, "Time user callbacks and communication.")
+      .field("full_rnorm", &O::full_rnorm, "Also measure the full fine residual norm.")
       .field("fine_ranges", &O::fine_ranges,
              "Fine (lo, hi) of every rank in rank order; [] = block distribution.")
       .field("batch", &CoreOptions::batch, "Use app.step_batch where steps are independent.")
+      .field("residual", &CoreOptions::residual,
+             "app.residual drives the FAS; step takes fstop=.")
+      .field("step_ustop", &CoreOptions::step_ustop, "With residual: step also takes ustop=.")
       .def_repr();
 }
 

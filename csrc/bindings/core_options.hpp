@@ -10,6 +10,8 @@ namespace braidpy {
 
 struct CoreOptions : braid::Options {
   bool batch = false;  // advance independent states with app.step_batch
+  bool residual = false;    // app.residual drives the FAS; step takes fstop=
+  bool step_ustop = false;  // with residual: step also takes ustop=
 };
 
 // Adds CoreOptions to m: every field read-write by name, unknown names raise

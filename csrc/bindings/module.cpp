@@ -230,7 +230,8 @@ class PySolver {
            const CoreOptions& options, std::vector<double> times, py::object progress) {
     status_ = py::cast(Status{});
     ops_ = std::make_unique<PyOps>(app.ptr(), status_.ptr(), progress.ptr(), options.timings,
-                                   options.batch);
+                                   options.batch, options.residual, options.step_ustop,
+                                   options.full_rnorm);
     if (comm_adapter.is_none()) {
       comm_ = std::make_unique<braid::SerialComm>();
     } else {
@@ -363,6 +364,13 @@ class PySolver {
     for (const auto& [k, r] : solver_->residuals()) out.append(py::make_tuple(k, r));
     return out;
   }
+  py::list full_residuals() const {
+    py::list out;
+    for (const auto& [k, r] : solver_->full_residuals()) out.append(py::make_tuple(k, r));
+    return out;
+  }
+  double final_full_residual() const { return solver_->final_full_residual(); }
+
 
   py::list levels() const {
     py::list out;
@@ -469,6 +477,8 @@ PYBIND11_MODULE(_core, m) {
       .def("reset_guess", &PySolver::reset_guess)
       .def("interrupt", &PySolver::interrupt)
       .def("residuals", &PySolver::residuals)
+      .def("full_residuals", &PySolver::full_residuals)
+      .def("final_full_residual", &PySolver::final_full_residual)
       .def("levels", &PySolver::levels)
       .def("counts", &PySolver::counts)
       .def("timings", &PySolver::timings)

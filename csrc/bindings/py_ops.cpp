@@ -39,17 +39,31 @@ bool immutable_scalar(PyObject* o) {
 }  // namespace
 
 const char* callback_name(int which) {
-  static const char* names[kNumCallbacks] = {"init",   "step",    "clone",     "sum",
-                                              "norm",   "access",  "bufpack",   "bufunpack",
-                                              "step_batch", "sync"};
+  static const char* names[kNumCallbacks] = {
+      "init", "step", "clone", "sum", "norm", "access", "bufpack", "bufunpack", "step_batch",
+      "sync", "residual"};
   if (which >= 0 && which < kNumCallbacks) return names[which];
   if (which == kProgress) return "progress output";
   if (which == kInterrupt) return "the solver";
   return "";  // kCommunication
 }
 
-PyOps::PyOps(PyObject* app, PyObject* status, PyObject* progress, bool timings, bool batch)
+PyOps::PyOps(PyObject* app, PyObject* status, PyObject* progress, bool timings, bool batch,
+             bool residual, bool step_ustop, bool full_rnorm)
     : timings_(timings) {
+  if (residual) {
+    residual_ = get_method(app, "residual");
+    step_kwnames_ = step_ustop ? Py_BuildValue("(ss)", "fstop", "ustop")
+                               : Py_BuildValue("(s)", "fstop");
+    if (step_kwnames_ == nullptr) throw pybind11::error_already_set();
+  }
+  if (full_rnorm) {
+    PyObject* f = PyObject_GetAttrString(app, "full_residual");  // optional
+    if (f != nullptr && PyCallable_Check(f)) full_residual_ = f;
+    else Py_XDECREF(f);
+    PyErr_Clear();
+    if (full_residual_ == nullptr) full_residual_ = get_method(app, "residual");
+  }
   if (batch) {
     step_batch_ = get_method(app, "step_batch");
     // App's default step_batch only forwards a stacked block to step_stacked (and
@@ -92,7 +106,7 @@ PyOps::PyOps(PyObject* app, PyObject* status, PyObject* progress, bool timings, 
 PyOps::~PyOps() {
   for (PyObject* p : {init_, step_, clone_, sum_, norm_, access_, bufpack_, bufunpack_, sync_,
                       step_batch_, step_stacked_, step_stacked_into_, status_, progress_,
-                      error_})
+                      error_, residual_, full_residual_, step_kwnames_})
     Py_XDECREF(p);
 }
 
@@ -212,6 +226,67 @@ void PyOps::step(Vec& u, const CallInfo& info) {
   } else {
     Py_DECREF(r);
   }
+}
+
+void PyOps::replace_state(Vec& u, PyObject* r, int which, const char* what) {
+  if (r != Py_None && r != u) {  // a returned new state replaces the old one
+    if (!checked(r, which, what)) {
+      Py_DECREF(r);
+      return;
+    }
+    Py_DECREF(static_cast<PyObject*>(u));
+    u = r;
+  } else {
+    Py_DECREF(r);
+  }
+}
+
+// step(u, t0, t1, status, fstop=..., ustop=...): keywords, so that the app's
+// signature says what it takes (braidpy checks it when the Core is made).
+void PyOps::step_rhs(Vec& u, Vec ustop, Vec fstop, const CallInfo& info) {
+  if (failed_) return;
+  PyObject* t0 = PyFloat_FromDouble(info.t0);
+  PyObject* t1 = PyFloat_FromDouble(info.t1);
+  PyObject* f = fstop != nullptr ? static_cast<PyObject*>(fstop) : Py_None;
+  PyObject* g = ustop != nullptr ? static_cast<PyObject*>(ustop) : Py_None;
+  PyObject* args[6] = {static_cast<PyObject*>(u), t0, t1, status_, f, g};
+  counted(kStep);
+  const bool outer = in_callback_;
+  in_callback_ = true;
+  PyObject* r;
+  if (timings_) {
+    const auto start = Clock::now();
+    r = PyObject_Vectorcall(step_, args, 4, step_kwnames_);
+    seconds_[kStep] += std::chrono::duration<double>(Clock::now() - start).count();
+  } else {
+    r = PyObject_Vectorcall(step_, args, 4, step_kwnames_);
+  }
+  in_callback_ = outer;
+  Py_DECREF(t0);
+  Py_DECREF(t1);
+  if (r == nullptr) {
+    capture_current_error(kStep);
+    return;
+  }
+  replace_state(u, r, kStep, "step(u, t0, t1, status, fstop=...)");
+}
+
+void PyOps::call_residual(PyObject* fn, Vec ustop, Vec& r) {
+  if (failed_ || ustop == nullptr || r == nullptr) return;
+  PyObject* args[3] = {static_cast<PyObject*>(ustop), static_cast<PyObject*>(r), status_};
+  PyObject* out = call(kResidual, fn, args, 3);
+  if (out == nullptr) return;
+  replace_state(r, out, kResidual, "residual(ustop, r, status)");
+}
+
+void PyOps::residual(Vec ustop, Vec& r, const CallInfo& info) {
+  (void)info;
+  call_residual(residual_, ustop, r);
+}
+
+void PyOps::full_residual(Vec ustop, Vec& r, const CallInfo& info) {
+  (void)info;
+  call_residual(full_residual_ != nullptr ? full_residual_ : residual_, ustop, r);
 }
 
 Vec PyOps::clone(Vec u) {
@@ -394,6 +469,22 @@ void PyOps::progress(int iteration, double rnorm, bool has_rnorm) {
   in_callback_ = true;
   PyObject* r = PyObject_CallFunction(progress_, "idO", iteration, rnorm,
                                       has_rnorm ? Py_True : Py_False);
+  in_callback_ = outer;
+  if (r == nullptr) capture_current_error(kProgress);
+  Py_XDECREF(r);
+}
+
+// The full residual norm's line: progress(k, rnorm, True, full=True).
+void PyOps::progress_full(int iteration, double rnorm) {
+  if (progress_ == nullptr || failed_) return;
+  const bool outer = in_callback_;
+  in_callback_ = true;
+  PyObject* args = Py_BuildValue("(idO)", iteration, rnorm, Py_True);
+  PyObject* kwargs = Py_BuildValue("{s:O}", "full", Py_True);
+  PyObject* r = args != nullptr && kwargs != nullptr ? PyObject_Call(progress_, args, kwargs)
+                                                     : nullptr;
+  Py_XDECREF(args);
+  Py_XDECREF(kwargs);
   in_callback_ = outer;
   if (r == nullptr) capture_current_error(kProgress);
   Py_XDECREF(r);

@@ -20,6 +20,7 @@ using braid::Vec;
 
 enum Callback : int {
   kInit, kStep, kClone, kSum, kNorm, kAccess, kBufpack, kBufunpack, kStepBatch, kSync,
+  kResidual,
   kNumCallbacks
 };
 // Failures that are not a counted callback's (Outcome.callback names them too).
@@ -35,7 +36,11 @@ class PyOps final : public braid::Ops {
   // app: the user's app; status: the Python Status object handed to
   // callbacks; progress: callable(k, rnorm, has_rnorm) or None.
   // batch: the core uses app.step_batch where steps are independent.
-  PyOps(PyObject* app, PyObject* status, PyObject* progress, bool timings, bool batch);
+  // residual: app.residual drives the FAS, and step gets fstop= (and ustop= where
+  // step_ustop); full_rnorm: app.full_residual (else app.residual) serves the full
+  // residual norm.
+  PyOps(PyObject* app, PyObject* status, PyObject* progress, bool timings, bool batch,
+        bool residual = false, bool step_ustop = false, bool full_rnorm = false);
   ~PyOps() override;
 
   Vec init(const CallInfo& info) override;
@@ -45,6 +50,10 @@ class PyOps final : public braid::Ops {
   double norm(Vec u) override;
   void norms(const Vec* us, braid::Index n, double* out) override;
   void access(Vec u, const CallInfo& info) override;
+  bool has_residual() const override { return residual_ != nullptr; }
+  void step_rhs(Vec& u, Vec ustop, Vec fstop, const CallInfo& info) override;
+  void residual(Vec ustop, Vec& r, const CallInfo& info) override;
+  void full_residual(Vec ustop, Vec& r, const CallInfo& info) override;
   void free(Vec u) override { Py_XDECREF(static_cast<PyObject*>(u)); }
   void sums(double a, const Vec* xs, double b, const Vec* ys, braid::Index n) override;
   bool fused_sums(double a1, const Vec* xs, double b1, const Vec* ys, double a2, double b2,
@@ -56,6 +65,7 @@ class PyOps final : public braid::Ops {
   // app.sync(status), where the app defines one (App has none).
   bool has_sync() const override { return sync_ != nullptr; }
   void sync(const CallInfo& info) override;
+  void progress_full(int iteration, double rnorm) override;
   bool failed() const override { return failed_; }
 
   bool batched() const override { return step_batch_ != nullptr; }
@@ -108,6 +118,10 @@ class PyOps final : public braid::Ops {
   // r (a callback's result, maybe null) as a new vector; None is captured as a
   // TypeError naming `what`.
   Vec new_vector(PyObject* r, int which, const char* what);
+  // r (a callback's result) replaces u where it is a new state (checked); false
+  // after capturing a failure.
+  void replace_state(Vec& u, PyObject* r, int which, const char* what);
+  void call_residual(PyObject* fn, Vec ustop, Vec& r);
   // r (a new state from callback `which`) checked against the Core's state kind;
   // false after capturing the mismatch.
   bool checked(PyObject* r, int which, const char* what);
@@ -122,6 +136,9 @@ class PyOps final : public braid::Ops {
   PyObject* bufunpack_ = nullptr;
   PyObject* sync_ = nullptr;        // null: the app has no sync
   PyObject* step_batch_ = nullptr;  // null: no batching
+  PyObject* residual_ = nullptr;       // null: no user residual
+  PyObject* full_residual_ = nullptr;  // null: no full residual norm
+  PyObject* step_kwnames_ = nullptr;   // ("fstop",) or ("fstop", "ustop")
   PyObject* step_stacked_ = nullptr;  // App.step_batch's kernel, called directly on a block
   PyObject* step_stacked_into_ = nullptr;  // its out-of-place twin (optional)
   PyObject* status_ = nullptr;

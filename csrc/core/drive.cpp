@@ -13,6 +13,7 @@ Solver::Solver(Ops& ops, Comm& comm, Options opts, std::vector<double> fine_time
   levels_ = build_hierarchy(fine_times, opts_, comm_.size(), comm_.rank());
   info_.nlevels = nlevels();
   info_.tol = opts_.abs_tol;
+  residual_ = ops_.has_residual();
 }
 
 Solver::~Solver() {
@@ -151,6 +152,10 @@ void Solver::gather_c_points() {
 void Solver::down(int l) {
   relax(l);
   restrict_to(l);
+  if (l == 0 && opts_.full_rnorm) {  // XBraid: right after the restriction from level 0
+    pending_full_ = full_rnorm_part();
+    full_measured_ = true;
+  }
 }
 
 void Solver::up(int l) { interp_from(l); }
@@ -184,9 +189,12 @@ bool Solver::top(int k) {
   // The non-finite flag travels beside the norm: an MPI MAX reduction may drop a
   // NaN (max(nan, x) is x in some orders), and halting must see it on any rank.
   const double part = rnorm_measured_ ? pending_rnorm_ : 0.0;
-  double vals[3] = {ops_.failed() ? 1.0 : 0.0, std::isfinite(part) ? part : 0.0,
-                    std::isfinite(part) ? 0.0 : 1.0};
-  comm_.allreduce(vals, 3, opts_.tnorm == 0 ? ReduceOp::kMax : ReduceOp::kSum);
+  const double fpart = full_measured_ ? pending_full_ : 0.0;
+  const int nvals = opts_.full_rnorm ? 5 : 3;
+  double vals[5] = {ops_.failed() ? 1.0 : 0.0, std::isfinite(part) ? part : 0.0,
+                    std::isfinite(part) ? 0.0 : 1.0, std::isfinite(fpart) ? fpart : 0.0,
+                    std::isfinite(fpart) ? 0.0 : 1.0};
+  comm_.allreduce(vals, nvals, opts_.tnorm == 0 ? ReduceOp::kMax : ReduceOp::kSum);
   if (vals[0] > 0.0) throw CallbackFailure();
   const bool has = rnorm_measured_;
   const double r = vals[2] > 0.0 ? NAN : opts_.tnorm == 2 ? std::sqrt(vals[1]) : vals[1];
@@ -194,18 +202,32 @@ bool Solver::top(int k) {
   if (has) {
     rnorms_.emplace_back(k, r);
     info_.rnorm = r;
-    if (rnorm0_ < 0.0) rnorm0_ = r;
   }
+  // XBraid halts on the full norm where it measures one (drive.c).
+  const bool has_test = opts_.full_rnorm ? full_measured_ : has;
+  double test = r;
+  if (opts_.full_rnorm) {
+    test = vals[4] > 0.0 ? NAN : opts_.tnorm == 2 ? std::sqrt(vals[3]) : vals[3];
+    if (full_measured_) full_rnorms_.emplace_back(k, test);
+    full_measured_ = false;
+  }
+  if (has_test && rnorm0_ < 0.0) rnorm0_ = test;
   sync(kPhaseCycle);  // as XBraid's top-of-cycle sync: after the norm, before the test
   ops_.progress(k, r, has);
+  if (opts_.full_rnorm && has_test) ops_.progress_full(k, test);
   if (has && !std::isfinite(r)) throw Divergence(k, 0, r);
+  if (has_test && !std::isfinite(test)) throw Divergence(k, 0, test);
   const bool converged =
-      has && (r < opts_.abs_tol || (opts_.rel_tol > 0.0 && r < opts_.rel_tol * rnorm0_));
+      has_test &&
+      (test < opts_.abs_tol || (opts_.rel_tol > 0.0 && test < opts_.rel_tol * rnorm0_));
   return converged || k == opts_.max_iter - 1;
 }
 
 void Solver::solve(bool final_sweep) {
   rnorms_.clear();
+  full_rnorms_.clear();
+  full_measured_ = false;
+  full_final_ = -1.0;
   iterations_ = 0;
   rnorm0_ = -1.0;
   rnorm_measured_ = false;
@@ -245,6 +267,11 @@ void Solver::solve(bool final_sweep) {
       }
       if (stop) break;
     }
+  }
+  if (opts_.full_rnorm) {  // XBraid: once more after the last iteration, done set
+    info_.iteration = iterations_;
+    info_.done = true;
+    full_final_ = reduce_norm(full_rnorm_part());
   }
   final_relax(final_sweep);
   solved_ = true;

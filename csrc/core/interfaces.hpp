@@ -105,8 +105,38 @@ class Ops {
   // (kPhaseCycle). has_sync() false: never called, and the core adds no agreement.
   virtual bool has_sync() const { return false; }
   virtual void sync(const CallInfo& info) { (void)info; }
+  // Options::full_rnorm: the full residual norm of the iteration, after progress().
+  virtual void progress_full(int iteration, double rnorm) {
+    (void)iteration;
+    (void)rnorm;
+  }
   // True once a callback on this rank (or a poisoned message) has failed.
   virtual bool failed() const = 0;
+
+  // --- User residual (optional; XBraid's braid_SetResidual) ---
+  // True: the FAS residuals come from residual(), and a coarse step receives its
+  // right-hand side as fstop in step_rhs() instead of having it added after step().
+  virtual bool has_residual() const { return false; }
+  // Advances u from info.t0 to info.t1 so that A(u_new, u_old) = fstop (null fstop:
+  // = 0), where A is residual()'s operator; ustop is the best value at t1 the core
+  // holds, a guess for implicit solvers, read-only (it may be u itself).
+  virtual void step_rhs(Vec& u, Vec ustop, Vec fstop, const CallInfo& info) {
+    (void)ustop;
+    (void)fstop;
+    step(u, info);
+  }
+  // r <- A(ustop, r): r holds the value at info.t0, ustop the one at info.t1; may
+  // replace the handle.
+  virtual void residual(Vec ustop, Vec& r, const CallInfo& info) {
+    (void)ustop;
+    (void)r;
+    (void)info;
+  }
+  // The residual of the full residual norm (XBraid's braid_SetFullRNormRes); the
+  // same contract as residual().
+  virtual void full_residual(Vec ustop, Vec& r, const CallInfo& info) {
+    residual(ustop, r, info);
+  }
 
   // --- Batched relaxation (optional; docs/batching.md) ---
   // True: the core advances independent states with step_batch, n at a time.

@@ -38,6 +38,7 @@ struct Options {
   int access_level = 1;               // 0 none, 1 at the end, 2 every iteration
   bool residual_computation = true;   // false: run max_iter iterations, no norm
   bool timings = false;               // callback timers (bindings)
+  bool full_rnorm = false;            // also measure the full fine residual norm
   // Fine-level ownership: (lo, hi) per rank, contiguous and ordered by rank;
   // empty = XBraid's block distribution.
   std::vector<std::pair<long long, long long>> fine_ranges;

@@ -10,8 +10,21 @@ void Solver::step_on(Level& L, int l, Vec& u, Index i, bool with_tau) {
   info_.level = l;
   info_.set_step(L.step_to(i));
   comm_.advance_sends();
+  if (residual_) {  // the right-hand side goes into the user's step (XBraid step.c)
+    Vec f = with_tau && L.has_tau ? L.tau[L.slot(i)] : nullptr;
+    ops_.step_rhs(u, guess_at(L, l, i, u), f, info_);
+    return;
+  }
   ops_.step(u, info_);
   if (with_tau) add_tau(L, &i, &u, 1);
+}
+
+Vec Solver::guess_at(const Level& L, int l, Index i, Vec u) const {
+  if (!L.owns(i)) return u;
+  const auto s = static_cast<std::size_t>(L.slot(i));
+  if (s < L.u.size() && L.u[s] != nullptr) return L.u[s];
+  if (l > 0 && s < L.v.size() && L.v[s] != nullptr) return L.v[s];
+  return u;
 }
 
 void Solver::add_tau(const Level& L, const Index* pts, Vec* us, Index n) {
@@ -109,7 +122,13 @@ void Solver::f_relax(int l, int phase, const RowsHook& on_points, const ChainEnd
 inline void Solver::end_chain(Level& L, int l, const ChainEnd& end, Index c, Vec& w) {
   const int phase = info_.phase;
   info_.phase = end.phase;
-  step_on(L, l, w, c, end.with_tau);
+  if (end.residual) {
+    info_.level = l;
+    info_.set_step(L.step_to(c));
+    ops_.residual(L.u[L.slot(c)], w, info_);
+  } else {
+    step_on(L, l, w, c, end.with_tau);
+  }
   end.take(&w, &c, 1);
   info_.phase = phase;
 }
@@ -158,7 +177,7 @@ void Solver::chains(int l, const Exchange& x, const RowsHook& on_points, const C
 }
 
 bool Solver::batch_sweep(const Level& L, bool recv_left) const {
-  if (!ops_.batched() || L.own.empty()) return false;
+  if (!ops_.batched() || residual_ || L.own.empty()) return false;
   const Index c_first = L.c_at_or_after(L.own.lo);
   const Index chains = (c_first < L.own.hi ? (L.own.hi - 1 - c_first) / L.cf + 1 : 0) +
                        (recv_left ? 1 : 0);

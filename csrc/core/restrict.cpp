@@ -18,10 +18,19 @@ void Solver::restrict_to(int l) {
   //    r_c = tau_c - (u_c - Phi(u_{c-1}))   (tau absent: -(u_c - Phi(u_{c-1})))
   //    parked in the coarse tau slot of c/cf.
   //    The chains that end together (one lock-step batch) do each sum in one call.
+  //    With a user residual, ws hold A(u_c, u_{c-1}) instead, and
+  //    r_c = tau_c - A   (tau absent: -A, as 0*A - A).
   auto residuals = [&](Vec* ws, const Index* cs, Index n) {
     std::vector<Vec> ucs(static_cast<std::size_t>(n)), taus;
     for (Index k = 0; k < n; ++k) ucs[static_cast<std::size_t>(k)] = L.u[L.slot(cs[k])];
-    if (L.has_tau) {
+    if (residual_) {
+      if (L.has_tau) {
+        for (Index k = 0; k < n; ++k) taus.push_back(L.tau[L.slot(cs[k])]);
+        ops_.sums(1.0, taus.data(), -1.0, ws, n);
+      } else {
+        ops_.sums(0.0, ws, -1.0, ws, n);
+      }
+    } else if (L.has_tau) {
       ops_.sums(1.0, ucs.data(), -1.0, ws, n);
       for (Index k = 0; k < n; ++k) taus.push_back(L.tau[L.slot(cs[k])]);
       ops_.sums(1.0, taus.data(), -1.0, ws, n);
@@ -35,7 +44,7 @@ void Solver::restrict_to(int l) {
       ws[k] = nullptr;
     }
   };
-  const ChainEnd end{kPhaseResidual, false, residuals};
+  const ChainEnd end{kPhaseResidual, false, residuals, residual_};
   f_relax(l, kPhaseRelax, nullptr, &end);
   if (!measured.empty()) {  // all residual norms of this evaluation in one call
     std::vector<Vec> rs;
@@ -53,7 +62,8 @@ void Solver::restrict_to(int l) {
   if (C.own.empty()) { C.has_tau = true; return; }
   inject(l);
 
-  // 3. tau_j = (v_j - Phi_c(v_{j-1})) + r_{j*cf}, v_{lo-1} from the left.
+  // 3. tau_j = (v_j - Phi_c(v_{j-1})) + r_{j*cf}, v_{lo-1} from the left; with a user
+  //    residual tau_j = A_c(v_j, v_{j-1}) + r_{j*cf}.
   info_.phase = kPhaseResidual;
   const int tag = msg_tag(l + 1, kMsgInject);
   if (C.right >= 0) comm_.send(C.right, tag, C.v[C.slot(C.own.hi)]);
@@ -67,7 +77,18 @@ void Solver::restrict_to(int l) {
     ops_.free(g);
   };
   const Index nparts = C.own.hi - C.own.lo + (C.left >= 0 ? 1 : 0);
-  if (ops_.batched() && nparts >= 2) {
+  if (residual_) {
+    auto residual_part = [&](Index j, Vec g) {
+      info_.level = l + 1;
+      info_.set_step(C.step_to(j));
+      ops_.residual(C.v[C.slot(j)], g, info_);
+      ops_.sum(1.0, g, 1.0, C.tau[C.slot(j)]);
+      ops_.free(g);
+    };
+    for (Index j = C.own.hi; j > C.own.lo; --j)
+      residual_part(j, ops_.clone(C.v[C.slot(j - 1)]));
+    if (C.left >= 0) residual_part(C.own.lo, comm_.recv(C.left, tag));
+  } else if (ops_.batched() && nparts >= 2) {
     // All coarse steps in one call: rows j = lo (from the left) or lo+1 .. hi.
     Vec left = C.left >= 0 ? comm_.recv(C.left, tag) : nullptr;
     const Index j0 = C.left >= 0 ? C.own.lo : C.own.lo + 1;

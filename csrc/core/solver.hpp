@@ -55,6 +55,12 @@ class Solver {
   int iterations() const { return iterations_; }
   // (iteration k, ||r_k||) for every iteration whose norm was computed.
   const std::vector<std::pair<int, double>>& residuals() const { return rnorms_; }
+  // Options::full_rnorm: (iteration k, full ||r_k||) as residuals(), and the full norm
+  // after the last iteration (-1 if none).
+  const std::vector<std::pair<int, double>>& full_residuals() const { return full_rnorms_; }
+  double final_full_residual() const { return full_final_; }
+  // The app's residual drives the FAS (Ops::has_residual).
+  bool user_residual() const { return residual_; }
   const Level& level(int l) const { return levels_.at(l); }
   const Options& options() const { return opts_; }
   Index ntime() const { return levels_[0].n; }
@@ -81,10 +87,13 @@ class Solver {
   // How an F-sweep ends each chain that reaches an owned C-point c > 0: u at c-1
   // is stepped to c (adding tau if with_tau) in `phase`, then handed to `take`
   // (rows[k]: u at C-point pts[k]; take may take it, setting rows[k] to null).
+  // residual: instead of the step, u at c-1 becomes the user's residual
+  // A(u_c, u_{c-1}) (Ops::residual).
   struct ChainEnd {
     int phase;
     bool with_tau;
     RowsHook take;
+    bool residual = false;
   };
   // Who an F-sweep talks to: send u at own.hi right, receive u at own.lo-1.
   struct Exchange {
@@ -96,6 +105,10 @@ class Solver {
 
   // relax.cpp
   void step_on(Level& L, int l, Vec& u, Index i, bool with_tau);  // u: t_{i-1} -> t_i
+  // With a user residual: the value step_rhs gets as ustop for the step into point i
+  // (XBraid's GetUInit): the stored value at i, else on a coarse level the injected v,
+  // else u itself.
+  Vec guess_at(const Level& L, int l, Index i, Vec u) const;
   // Batched step: ws[k]: t_{pts[k]-1} -> t_{pts[k]} in one call.
   void step_batch_on(Level& L, int l, Vec block, Index first, Vec* ws, const Index* pts,
                      Index n, bool with_tau);
@@ -163,6 +176,11 @@ class Solver {
   void clean(int l);
   // norm.cpp
   double combine_norms(const std::vector<double>& local_from_right);
+  // This rank's part of the full residual norm of level 0 (every point i > 0).
+  double full_rnorm_part();
+  // The temporal norm over all ranks of the parts; throws CallbackFailure if a
+  // callback failed on any rank (collective).
+  double reduce_norm(double part);
   // drive.cpp
   void init_guess();
   void gather_c_points();  // fine C-points as rows of one block
@@ -198,6 +216,11 @@ class Solver {
   double pending_rnorm_ = -1.0;  // this rank's part of ||r_k||, or -1 if none
   bool rnorm_measured_ = false;
   bool cold_ = true;              // this solve started from init()
+  bool residual_ = false;         // Ops::has_residual
+  std::vector<std::pair<int, double>> full_rnorms_;
+  double pending_full_ = 0.0;     // this rank's part of the full ||r_k||
+  bool full_measured_ = false;
+  double full_final_ = -1.0;
   double rnorm0_ = -1.0;         // reference for the relative tolerance
   int iterations_ = 0;
   bool have_guess_ = false;      // level 0 C-points hold a previous solution
@@ -210,6 +233,6 @@ class Solver {
 
 // Message tags: one per (level, kind) so that mismatches cannot go unnoticed.
 inline int msg_tag(int level, int kind) { return 2 * (level * 4 + kind) + 2; }
-enum MsgKind : int { kMsgRelax = 0, kMsgInject = 1, kMsgWrap = 2 };
+enum MsgKind : int { kMsgRelax = 0, kMsgInject = 1, kMsgWrap = 2, kMsgFull = 3 };
 
 }  // namespace braid
