@@ -19,7 +19,8 @@ using braid::CallInfo;
 using braid::Vec;
 
 enum Callback : int {
-  kInit, kStep, kClone, kSum, kNorm, kAccess, kBufpack, kBufunpack, kStepBatch, kNumCallbacks
+  kInit, kStep, kClone, kSum, kNorm, kAccess, kBufpack, kBufunpack, kStepBatch, kCoarsen,
+  kRefine, kNumCallbacks
 };
 // Failures that are not a counted callback's (Outcome.callback names them too).
 constexpr int kCommunication = -1;  // our MPI adapter
@@ -42,6 +43,10 @@ class PyOps final : public braid::Ops {
   Vec clone(Vec u) override;
   void sum(double a, Vec x, double b, Vec y) override;
   double norm(Vec u) override;
+  // app.coarsen / app.refine, where the app has both (XBraid's spatial coarsening).
+  bool spatial() const override { return coarsen_ != nullptr; }
+  Vec coarsen(Vec u, const CallInfo& info) override;
+  Vec refine(Vec u, const CallInfo& info) override;
   void norms(const Vec* us, braid::Index n, double* out) override;
   void access(Vec u, const CallInfo& info) override;
   void free(Vec u) override { Py_XDECREF(static_cast<PyObject*>(u)); }
@@ -107,6 +112,8 @@ class PyOps final : public braid::Ops {
   // r (a new state from callback `which`) checked against the Core's state kind;
   // false after capturing the mismatch.
   bool checked(PyObject* r, int which, const char* what);
+  // coarsen's and refine's result: a new vector of the Core's type (and dtype).
+  Vec space_result(PyObject* r, Vec u, int which, const char* what);
 
   PyObject* init_ = nullptr;
   PyObject* step_ = nullptr;
@@ -116,6 +123,8 @@ class PyOps final : public braid::Ops {
   PyObject* access_ = nullptr;
   PyObject* bufpack_ = nullptr;
   PyObject* bufunpack_ = nullptr;
+  PyObject* coarsen_ = nullptr;  // both null: no spatial coarsening
+  PyObject* refine_ = nullptr;
   PyObject* step_batch_ = nullptr;  // null: no batching
   PyObject* step_stacked_ = nullptr;  // App.step_batch's kernel, called directly on a block
   PyObject* step_stacked_into_ = nullptr;  // its out-of-place twin (optional)
