@@ -125,3 +125,133 @@ def run_burgers(case, comm=None, **extra):
 def cases(example, nranks=None):
     return [c for c in CASES if c["example"] == example and
             (nranks is None or c["nranks"] == nranks)]
+
+
+class BatchedAdvection(Advection):
+    """Advection with a batched step (step_stacked): the rows of U are states of one
+    level, stepped with the same operations."""
+
+    def step_stacked(self, U, t0s, t1s, status):
+        for k in range(U.shape[0]):
+            self.step(U[k], float(t0s[k]), float(t1s[k]), status)
+
+
+class LCG:
+    """XBraid's braid_Rand (braid.c): next = next*1103515245 + 12345 (unsigned long),
+    returns (unsigned int)(next/65536) % 32768; next starts at 1 in each process."""
+
+    def __init__(self):
+        self.next = 1
+
+    def __call__(self):
+        self.next = (self.next * 1103515245 + 12345) % (1 << 64)
+        return ((self.next // 65536) % (1 << 32)) % 32768
+
+
+class Heat(braidpy.App):
+    """XBraid's ex-02: u_t = u_xx + F on [0, pi] x [0, 2 pi], exact sin(x) cos(t),
+    backward Euler (Thomas algorithm, Dirichlet rows the identity), braid_Rand() / 32768
+    as the guess at t > 0 (one generator per process, in the order of init calls), and
+    with -sc bilinear coarsening (boundaries injected) and linear interpolation while
+    level < floor(log2(nspace)) - 1."""
+
+    def __init__(self, nspace=33, sc=True):
+        self.nspace, self.xstart, self.xstop = nspace, 0.0, math.pi
+        self.rand = LCG()
+        self.limit = math.floor(math.log2(nspace)) - 1
+        if sc:
+            self.coarsen, self.refine = self._coarsen, self._refine
+
+    @staticmethod
+    def exact(t, x):
+        return math.sin(x) * math.cos(t)
+
+    @staticmethod
+    def forcing(t, x):
+        return (-1.0) * math.sin(x) * math.sin(t) + math.sin(x) * math.cos(t)
+
+    def init(self, t):
+        n = self.nspace
+        if t == 0.0:
+            dx, x, v = (self.xstop - self.xstart) / (n - 1.0), self.xstart, []
+            for _ in range(n):
+                v.append(self.exact(0.0, x))
+                x += dx
+            return np.array(v)
+        return np.array([self.rand() / 32768 for _ in range(n)])
+
+    def step(self, u, t0, t1, status):
+        n = u.size
+        dx, dt = (self.xstop - self.xstart) / (n - 1.0), t1 - t0
+        cfl = dt / (dx * dx)
+        a, b, c = -cfl, 1.0 + 2 * cfl, -cfl
+        v = u.tolist()
+        v[0], v[n - 1] = self.exact(t1, 0.0), self.exact(t1, math.pi)
+        x = self.xstart
+        for i in range(n):
+            v[i] = v[i] + dt * self.forcing(t1, x)
+            x = x + dx
+        g = [0.0] * n
+        for i in range(1, n - 1):
+            m = 1.0 / (b - a * g[i - 1])
+            g[i] = m * c
+            v[i] = m * (v[i] - a * v[i - 1])
+        for i in range(n - 2, 0, -1):
+            v[i] = v[i] - g[i] * v[i + 1]
+        u[:] = v
+
+    def norm(self, u):
+        return ordered_norm(u)
+
+    def _coarsen(self, f, status):
+        if status.level >= self.limit:
+            return f.copy()
+        n = (f.size - 1) // 2 + 1
+        v = np.empty(n)
+        v[1:-1] = 0.5 * f[2:-2:2] + 0.25 * f[3:-1:2] + 0.25 * f[1:-3:2]
+        v[0], v[-1] = f[0], f[-1]
+        return v
+
+    def _refine(self, c, status):
+        if status.level >= self.limit:
+            return c.copy()
+        return Advection._interp_linear(self, c, status)
+
+
+class BatchedHeat(Heat):
+    def step_stacked(self, U, t0s, t1s, status):
+        for k in range(U.shape[0]):
+            self.step(U[k], float(t0s[k]), float(t1s[k]), status)
+
+
+def heat_options(nspace=33, ntime=64):
+    """ex-02's settings with -ml 4 -sc: min_coarse 3, skip 0, nrelax 1, cfactor 2, 30
+    iterations, tol 1e-7 scaled by sqrt(dt) sqrt(dx)."""
+    tstop, xspan = 2 * math.pi, math.pi
+    tol = 1.0e-07 / (math.sqrt(tstop / (ntime - 1)) * math.sqrt(xspan / (nspace - 1)))
+    return dict(max_levels=4, min_coarse=3, skip=False, nrelax=1, cfactor=2, max_iter=30,
+                abs_tol=tol)
+
+
+def run_case(case, comm=None, batched=False, **extra):
+    """What XBraid printed for ``case``, from braidpy: residuals (%e), iterations,
+    levels, the final values (%.14e, None on ranks without the last point)."""
+    if case["example"] == "drive-burgers-1D":
+        app = (BatchedAdvection if batched else Advection)(64, case["sc"])
+        tstop, ntime, options = 5.0, 128, burgers_options()
+    else:
+        app = (BatchedHeat if batched else Heat)(33, bool(case["sc"]))
+        tstop, ntime, options = 2 * math.pi, 64, heat_options()
+    r = braidpy.solve(app, 0.0, tstop, ntime, comm=comm, **{**options, **extra})
+    assert_split(comm, r.owned, len(r.times))
+    final = None if r.final is None else [f"{x:.14e}" for x in r.final]
+    return dict(residuals=[f"{v:.6e}" for v in r.residuals], iterations=r.iterations,
+                levels=r.levels, final=final, batched=r.counts.get("step_batch", 0) > 0,
+                coarsen=r.counts.get("coarsen", 0), refine=r.counts.get("refine", 0))
+
+
+def expected(case):
+    """XBraid's numbers for ``case`` in run_case's form."""
+    final = case["final"] if case["example"] == "drive-burgers-1D" else case["final_file"][7:]
+    return dict(residuals=case["residuals"], iterations=case["iterations"],
+                levels=case["levels"], final=final)

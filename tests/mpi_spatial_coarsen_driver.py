@@ -1,0 +1,41 @@
+"""XBraid's spatial-coarsening runs under mpiexec (see test_spatial_coarsen.py).
+
+    mpiexec -n P python tests/mpi_spatial_coarsen_driver.py P OUT.json
+
+Every case of spatial_cases.py that XBraid ran on P ranks, through braidpy on P ranks
+(with and without the batched step); rank 0 writes the results as JSON.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
+
+from mpi4py import MPI  # noqa: E402
+from mpi_world import expect_world  # noqa: E402
+
+COMM = MPI.COMM_WORLD
+
+
+def main():
+    nranks, path = int(sys.argv[1]), sys.argv[2]
+    expect_world(COMM, nranks)
+    import spatial_cases as s
+
+    out = {}
+    for c in s.CASES:
+        if c["nranks"] == nranks:
+            out[c["command"]] = s.run_case(c, COMM)
+            out[c["command"] + " batched"] = s.run_case(c, COMM, batched=True)
+    # The final values live on the last rank: gather them to rank 0.
+    finals = COMM.gather({k: v.pop("final") for k, v in out.items()})
+    for k, v in out.items():
+        v["final"] = next((f[k] for f in finals[::-1] if f[k] is not None), None) \
+            if COMM.rank == 0 else None
+    if COMM.rank == 0:
+        Path(path).write_text(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
