@@ -225,7 +225,7 @@ class BatchedHeat(Heat):
 
 
 def heat_options(nspace=33, ntime=64):
-    """ex-02's settings with -ml 4 -sc: min_coarse 3, skip 0, nrelax 1, cfactor 2, 30
+    """ex-02's settings with -sc (max_levels 4 unless -ml): min_coarse 3, skip 0, nrelax 1, cfactor 2, 30
     iterations, tol 1e-7 scaled by sqrt(dt) sqrt(dx)."""
     tstop, xspan = 2 * math.pi, math.pi
     tol = 1.0e-07 / (math.sqrt(tstop / (ntime - 1)) * math.sqrt(xspan / (nspace - 1)))
@@ -240,8 +240,9 @@ def run_case(case, comm=None, batched=False, **extra):
         app = (BatchedAdvection if batched else Advection)(64, case["sc"])
         tstop, ntime, options = 5.0, 128, burgers_options()
     else:
-        app = (BatchedHeat if batched else Heat)(33, bool(case["sc"]))
-        tstop, ntime, options = 2 * math.pi, 64, heat_options()
+        app = (BatchedHeat if batched else Heat)(case["nspace"], bool(case["sc"]))
+        tstop, ntime = 2 * math.pi, 64
+        options = {**heat_options(case["nspace"]), "max_levels": case["max_levels"]}
     r = braidpy.solve(app, 0.0, tstop, ntime, comm=comm, **{**options, **extra})
     assert_split(comm, r.owned, len(r.times))
     final = None if r.final is None else [f"{x:.14e}" for x in r.final]

@@ -50,10 +50,78 @@ def mpi_run(request, tmp_path_factory):
 def test_mpi_runs_print_what_xbraid_printed(mpi_run):
     n, out = mpi_run
     cases = [c for c in s.CASES if c["nranks"] == n]
-    assert len(cases) == 4
+    assert len(cases) == 5
     for c in cases:
         for key in (c["command"], c["command"] + " batched"):
             got = out[key]
             assert {k: got[k] for k in ("residuals", "iterations", "levels", "final")} == \
                 s.expected(c), key
             assert got["batched"] == key.endswith("batched")
+
+
+class Watch(s.Advection):
+    """Advection that records what coarsen and refine are told."""
+
+    def __init__(self):
+        super().__init__(16, 1)
+        self.calls = []
+        self.coarsen, self.refine = self._watch("coarsen"), self._watch("refine")
+
+    def _watch(self, which):
+        inner = self._coarsen_linear if which == "coarsen" else self._interp_linear
+
+        def call(u, status):
+            self.calls.append((which, u.size, status.level, status.index, status.fine_index,
+                               status.t, status.f_tprior, status.f_tstop, status.c_tprior,
+                               status.c_tstop, status.iteration))
+            return inner(u, status)
+        return call
+
+
+def test_coarsen_and_refine_are_told_xbraids_coarsen_ref_status():
+    app = Watch()
+    core = braidpy.Core(app, 0.0, 1.0, 8, max_levels=3, cfactor=2, skip=True, max_iter=2)
+    core.solve()
+    t = core.times
+    sizes = {0: 17, 1: 9, 2: 5}
+    assert {c[0] for c in app.calls} == {"coarsen", "refine"}
+    for which, size, level, j, fine, tt, fp, fs, cp, cs, it in app.calls:
+        stride, n = 2 ** level, 8 // 2 ** level  # fine level `level`: n intervals
+        i = j * 2  # the coarse point's index on the fine level
+        assert size == sizes[level] if which == "coarsen" else size == sizes[level + 1]
+        assert fine == j * 2 * stride and tt == t[fine]
+        assert (fp, fs) == (t[max(i - 1, 0) * stride], t[min(i + 1, n) * stride])
+        assert (cp, cs) == (t[max(j - 1, 0) * 2 * stride], t[min(j + 1, n // 2) * 2 * stride])
+    levels = {(c[0], c[2]) for c in app.calls}
+    assert levels == {("coarsen", 0), ("coarsen", 1), ("refine", 0), ("refine", 1)}
+
+
+def test_one_of_coarsen_and_refine_is_refused():
+    class Half(s.Advection):
+        def __init__(self):
+            super().__init__(16, 0)
+            self.coarsen = self._coarsen_linear
+
+    with pytest.raises(TypeError, match="coarsen.*refine"):
+        braidpy.Core(Half(), 0.0, 1.0, 8)
+
+
+def test_the_adjoint_refuses_spatial_coarsening():
+    from braidpy.adjoint import GradientSolver
+
+    with pytest.raises(ValueError, match="spatial coarsening"):
+        GradientSolver(s.Advection(16, 1), 0.0, 1.0, 8)
+
+
+def test_warm_restart_and_failing_refine():
+    app = s.Advection(64, 1)
+    core = braidpy.Core(app, 0.0, 5.0, 128, **s.burgers_options())
+    first = core.solve()
+    again = core.solve()  # warm: starts from the converged C-points
+    assert again.iterations < first.iterations and again.residuals[-1] < first.residuals[-1]
+
+    def broken(u, status):
+        raise RuntimeError("refine failed")
+    app.refine = broken
+    with pytest.raises(RuntimeError, match="refine failed"):
+        braidpy.Core(app, 0.0, 5.0, 128, **s.burgers_options()).solve()

@@ -66,6 +66,12 @@ class Gradient:
 
 
 def _check_adjoint_app(app: Any) -> None:
+    if any(callable(getattr(app, n, None)) for n in ("coarsen", "refine")):
+        # XBraid's adjoint has no spatial coarsening either: the adjoint's coarse levels
+        # would need the transposes of coarsen and refine.
+        raise ValueError(f"{type(app).__name__} coarsens in space (coarsen/refine); the "
+                         f"adjoint and training (GradientSolver) do not support spatial "
+                         f"coarsening: remove coarsen() and refine() from the app")
     missing = [name for name in _REQUIRED if not callable(getattr(app, name, None))]
     if missing:
         raise TypeError(
@@ -76,12 +82,6 @@ def _check_adjoint_app(app: Any) -> None:
     if any(running) and not all(running):
         raise TypeError(f"{type(app).__name__} must define both running_objective and "
                         f"running_gradient, or neither")
-    if any(callable(getattr(app, n, None)) for n in ("coarsen", "refine")):
-        # XBraid's adjoint has no spatial coarsening either: the adjoint's coarse levels
-        # would need the transposes of coarsen and refine.
-        raise ValueError(f"{type(app).__name__} coarsens in space (coarsen/refine); the "
-                         f"adjoint and training (GradientSolver) do not support spatial "
-                         f"coarsening: remove coarsen() and refine() from the app")
 
 
 def _given(options: OptionsLike, name: str) -> bool:
