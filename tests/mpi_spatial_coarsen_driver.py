@@ -3,7 +3,8 @@
     mpiexec -n P python tests/mpi_spatial_coarsen_driver.py P OUT.json
 
 Every case of spatial_cases.py that XBraid ran on P ranks, through braidpy on P ranks
-(with and without the batched step); rank 0 writes the results as JSON.
+(with and without the batched step; -sc 1 with
+array-api-strict states too); rank 0 writes the results as JSON.
 """
 
 import json
@@ -28,6 +29,8 @@ def main():
         if c["nranks"] == nranks:
             out[c["command"]] = s.run_case(c, COMM)
             out[c["command"] + " batched"] = s.run_case(c, COMM, batched=True)
+            if c["example"] == "drive-burgers-1D" and c["sc"] == 1:
+                out[c["command"] + " array-api-strict"] = s.run_strict(c, COMM)
     # The final values live on the last rank: gather them to rank 0.
     finals = COMM.gather({k: v.pop("final") for k, v in out.items()})
     for k, v in out.items():

@@ -256,3 +256,71 @@ def expected(case):
     final = case["final"] if case["example"] == "drive-burgers-1D" else case["final_file"][7:]
     return dict(residuals=case["residuals"], iterations=case["iterations"],
                 levels=case["levels"], final=final)
+
+
+def strict_advection(sc=1):
+    """Advection with array-api-strict states on its "device1": the same operations in the
+    array API (coarse states built with xp.empty/concat on the state's device)."""
+    import array_api_strict as xp
+
+    device = xp.Device("device1")
+
+    class StrictAdvection(Advection):
+        array_namespace = xp
+        array_device = device
+
+        def __init__(self):
+            super().__init__(64, sc)
+            self.guess = xp.asarray(self.guess, device=device)
+            if sc:
+                self.coarsen, self.refine = self._coarsen_xp, self._refine_xp
+
+        def init(self, t):
+            if t == 0:
+                return xp.asarray(super().init(t), device=device)
+            return xp.asarray(self.guess, copy=True)
+
+        def step(self, u, t0, t1, status):
+            dx = (self.xstop - self.xstart) / (u.shape[0] - 1.0)
+            dt = t1 - t0
+            self.seen[status.level] = (dx, dt)
+            left = xp.full((1,), self.xleft, dtype=u.dtype, device=device)
+            right = xp.full((1,), self.xright, dtype=u.dtype, device=device)
+            old = xp.concat((left, u, right))
+            um, uk, up = old[:-2], old[1:-1], old[2:]
+            fp, fm = self._flux(up, uk), self._flux(uk, um)
+            u[:] = uk - (dt / dx) * (fp - fm) + self.eps * (dt / (dx * dx)) * (up - 2 * uk + um)
+
+        def norm(self, u):
+            return math.sqrt(float(xp.cumulative_sum(u * u)[-1]))
+
+        def _coarsen_xp(self, f, status):
+            assert f.device == device
+            mid = 0.5 * f[2:-2:2] + 0.25 * f[3:-1:2] + 0.25 * f[1:-3:2]
+            first = (4. / 3.) * 0.5 * f[:1] + (4. / 3.) * 0.25 * f[1:2]
+            last = (4. / 3.) * 0.5 * f[-1:] + (4. / 3.) * 0.25 * f[-2:-1]
+            return xp.concat((first, mid, last))
+
+        def _refine_xp(self, c, status):
+            n = (c.shape[0] - 1) * 2 + 1
+            v = xp.empty((n,), dtype=c.dtype, device=device)
+            v[2:-1:2] = c[1:-1]
+            v[1:-1:2] = 0.5 * c[:-1] + 0.5 * c[1:]
+            v[:1], v[-1:] = c[:1], c[-1:]
+            return v
+
+    return StrictAdvection()
+
+
+def run_strict(case, comm=None, max_iter=5):
+    """run_case for drive-burgers-1D with array-api-strict states (final on the host),
+    stopped after max_iter iterations (array-api-strict is slow: the first residuals
+    are XBraid's first ones)."""
+    app = strict_advection(case["sc"])
+    r = braidpy.solve(app, 0.0, 5.0, 128, comm=comm,
+                      **{**burgers_options(), "max_iter": max_iter})
+    assert_split(comm, r.owned, len(r.times))
+    final = None if r.final is None else [f"{x:.14e}" for x in np.from_dlpack(r.final)]
+    device = None if r.final is None else str(r.final.device)
+    return dict(residuals=[f"{v:.6e}" for v in r.residuals], iterations=r.iterations,
+                levels=r.levels, final=final, device=device)

@@ -57,6 +57,19 @@ def test_mpi_runs_print_what_xbraid_printed(mpi_run):
             assert {k: got[k] for k in ("residuals", "iterations", "levels", "final")} == \
                 s.expected(c), key
             assert got["batched"] == key.endswith("batched")
+    strict = [k for k in out if k.endswith("array-api-strict")]
+    assert len(strict) == 1
+    got = out[strict[0]]
+    case = next(c for c in cases if strict[0] == c["command"] + " array-api-strict")
+    assert got["residuals"] == case["residuals"][:5] and got["levels"] == case["levels"]
+
+
+def test_array_api_states_on_their_device():
+    pytest.importorskip("array_api_strict")
+    case = next(c for c in SERIAL if c["example"] == "drive-burgers-1D" and c["sc"] == 1)
+    got = s.run_strict(case)
+    assert got["residuals"] == case["residuals"][:5] and got["levels"] == case["levels"]
+    assert got["device"] == "array_api_strict.Device('device1')"
 
 
 class Watch(s.Advection):
