@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = {
     "ex01_scalar_ode.py": ["--ntime", "512"],
     "ex02_heat1d.py": ["--nspace", "65", "--ntime", "128"],
+    "ex08_advection_spatial.py": ["--nspace", "64", "--ntime", "64"],
 }
 
 
@@ -66,7 +67,16 @@ def check_ex02(out):
     assert 0.1 * math.pi / 128 < seq < math.pi / 128
 
 
-CHECK_ERRORS = {"ex01_scalar_ode.py": check_ex01, "ex02_heat1d.py": check_ex02}
+def check_ex08(out):
+    """Every level keeps the fine CFL number 0.5; MGRIT (tolerance 1e-6) is close to
+    sequential forward Euler."""
+    assert "CFL dt/dx per level: 0.5, 0.5, 0.5, 0.5" in out
+    [err] = number(rf"max \|MGRIT - sequential\| at t_N = {NUM}", out)
+    assert err < 1e-5
+
+
+CHECK_ERRORS = {"ex01_scalar_ode.py": check_ex01, "ex02_heat1d.py": check_ex02,
+                "ex08_advection_spatial.py": check_ex08}
 
 
 def history(out):
@@ -78,7 +88,8 @@ def history(out):
 def test_example_serial_and_parallel_agree(script, tmp_path):
     plots = {"ex01_scalar_ode.py": ["--plot", str(tmp_path / "res.png")],
              "ex02_heat1d.py": ["--plot-solution", str(tmp_path / "sol.png"),
-                                "--plot-residuals", str(tmp_path / "res.png")]}[script]
+                                "--plot-residuals", str(tmp_path / "res.png")],
+             "ex08_advection_spatial.py": []}[script]
     serial = run(1, script, EXAMPLES[script] + plots)
     parallel = run(2, script, EXAMPLES[script])
     assert history(serial) == history(parallel)
