@@ -41,16 +41,16 @@ class App:
     access(u, status)
         Observe the solution (default: nothing).
 
-    Optional, spatial coarsening (both or neither; not defined on App)
+    Optional, spatial coarsening (both or neither; App defines neither)
     -------------------------------------------------------------------
-    coarsen(u, status) -> vector     a new vector: ``u`` (of level ``status.level``) on the
-                                     next coarser level's spatial grid
-    refine(e, status) -> vector      a new vector: the correction ``e`` (of level
-                                     ``status.level + 1``) on level ``status.level``
-    XBraid's braid_SetSpatialCoarsen/Refine: states of each level have their own size
-    (docs/quickstart.md, "Spatial coarsening"; docs/conventions.md for where they are
-    called). ``status`` then also has ``f_tprior``, ``f_tstop``, ``c_tprior`` and
-    ``c_tstop``. ``braidpy.testing.check_coarsen_refine`` checks them.
+    coarsen(u, status) -> vector     u on the next coarser level (a new vector)
+    refine(e, status) -> vector      correction e on the next finer level (a new vector)
+
+    XBraid's braid_SetSpatialCoarsen/Refine: states of each level have their own size.
+    ``coarsen`` gets a state of level ``status.level``, ``refine`` a correction of level
+    ``status.level + 1``; ``status`` also has ``f_tprior``, ``f_tstop``, ``c_tprior``
+    and ``c_tstop`` (docs/quickstart.md, "Spatial coarsening"; docs/conventions.md for
+    where they are called). ``braidpy.testing.check_coarsen_refine`` checks them.
 
     Array states: backends and messages
     -----------------------------------
