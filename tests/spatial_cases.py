@@ -1,7 +1,8 @@
-"""XBraid's spatial-coarsening runs (tests/data/xbraid_spatial.json) as runnable cases:
-drive-burgers-1D's linear advection (forward Euler, Lax-Friedrichs fluxes) with `-sc 1`
-(bilinear coarsening, linear interpolation), `-sc 2` (one-sided) and without `-sc`, and
-ex-02's 1D heat equation (backward Euler) with `-sc`. Each app does what the C program
+"""XBraid's spatial-coarsening runs (tests/data/xbraid_spatial.json, made by
+tests/data/xbraid_spatial_collect.py) as runnable cases: drive-burgers-1D's linear
+advection (forward Euler, Lax-Friedrichs fluxes) with `-sc 1` (bilinear coarsening,
+linear interpolation; also with `-skip 1` and `-fmg 1`), `-sc 2` (one-sided) and without
+`-sc`, and ex-02's 1D heat equation (backward Euler) with `-sc`. Each app does what the C program
 does, in the same order of floating-point operations, so that every printed residual
 agrees to the last digit. Run serially (test_spatial.py) and at the rank count XBraid
 used (mpi_spatial_coarsen_driver.py).
@@ -243,6 +244,7 @@ def run_case(case, comm=None, batched=False, **extra):
         app = (BatchedHeat if batched else Heat)(case["nspace"], bool(case["sc"]))
         tstop, ntime = 2 * math.pi, 64
         options = {**heat_options(case["nspace"]), "max_levels": case["max_levels"]}
+    options.update(case.get("options", {}))  # -skip 1 (skip=True), -fmg 1 (fmg=True)
     r = braidpy.solve(app, 0.0, tstop, ntime, comm=comm, **{**options, **extra})
     assert_split(comm, r.owned, len(r.times))
     final = None if r.final is None else [f"{x:.14e}" for x in r.final]

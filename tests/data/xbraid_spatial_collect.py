@@ -35,6 +35,16 @@ for sc in (0, 1, 2):
         rec["final"] = lines[6:]  # after the 6 header lines: %.14e values at t = 5
         rec.update(example="drive-burgers-1D", sc=sc, nspace=64, max_levels=4)
         cases.append(rec)
+for flag, option in (("-skip 1", {"skip": True}), ("-fmg 1", {"fmg": True})):
+    for n in (1, 2, 4):
+        args = f"-prob 0 -st 0 -nx 64 -nt 128 -ml 4 -sc 1 {flag}".split()
+        cwd = f"/tmp/xbraid-spatial/b1{flag.replace(' ', '')}_{n}"
+        rec, out = run(burg, args, n, cwd)
+        fin = glob.glob(f"{cwd}/drive-burgers-1D.out.0000128.*")
+        assert len(fin) == 1
+        rec["final"] = open(fin[0]).read().split()[6:]
+        rec.update(example="drive-burgers-1D", sc=1, nspace=64, max_levels=4, options=option)
+        cases.append(rec)
 ex2 = f"{XB}/examples/ex-02"
 for n, (nspace, ml) in [(n, v) for v in ((33, 4), (17, 5)) for n in (1, 2, 4)]:
     args = (f"-nspace {nspace} -ml {ml} -sc" if nspace != 33 else "-ml 4 -sc").split()
