@@ -19,6 +19,37 @@ from mpi_world import expect_world  # noqa: E402
 COMM = MPI.COMM_WORLD
 
 
+class Broken(Exception):
+    pass
+
+
+def failures():
+    """(exception type, message) of a solve whose coarsen (then refine) raises on the last
+    rank at its 5th call, on every rank."""
+    import spatial_cases as s
+    import braidpy
+
+    got = {}
+    for which in ("coarsen", "refine"):
+        app = s.Advection(64, 1)
+        inner = getattr(app, which)
+        calls = [0]
+
+        def failing(u, status, inner=inner, which=which):
+            calls[0] += 1
+            if COMM.rank == COMM.size - 1 and calls[0] == 5:
+                raise Broken(f"{which} failed on purpose")
+            return inner(u, status)
+
+        setattr(app, which, failing)
+        try:
+            braidpy.solve(app, 0.0, 5.0, 128, comm=COMM, **s.burgers_options())
+            got[which] = ("ok", "")
+        except Exception as exc:  # noqa: BLE001 - reported
+            got[which] = (type(exc).__name__, str(exc))
+    return got
+
+
 def main():
     nranks, path = int(sys.argv[1]), sys.argv[2]
     expect_world(COMM, nranks)
@@ -31,9 +62,14 @@ def main():
             out[c["command"] + " batched"] = s.run_case(c, COMM, batched=True)
             if c["example"] == "drive-burgers-1D" and c["sc"] == 1 and "options" not in c:
                 out[c["command"] + " array-api-strict"] = s.run_strict(c, COMM)
+    out["failures"] = COMM.gather(failures())
     # The final values live on the last rank: gather them to rank 0.
+    fails = out.pop("failures")
     finals = COMM.gather({k: v.pop("final") for k, v in out.items()})
+    out["failures"] = fails
     for k, v in out.items():
+        if k == "failures":
+            continue
         v["final"] = next((f[k] for f in finals[::-1] if f[k] is not None), None) \
             if COMM.rank == 0 else None
     if COMM.rank == 0:

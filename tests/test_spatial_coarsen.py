@@ -57,6 +57,11 @@ def test_mpi_runs_print_what_xbraid_printed(mpi_run):
             assert {k: got[k] for k in ("residuals", "iterations", "levels", "final")} == \
                 s.expected(c), key
             assert got["batched"] == key.endswith("batched")
+    for which in ("coarsen", "refine"):  # the failing rank raises its own exception
+        *others, (kind, message) = [rank[which] for rank in out["failures"]]
+        assert (kind, message) == ("Broken", f"{which} failed on purpose"), out["failures"]
+        for kind, message in others:
+            assert kind == "BraidError" and f"rank {n - 1}" in message, out["failures"]
     strict = [k for k in out if k.endswith("array-api-strict")]
     assert len(strict) == 1
     got = out[strict[0]]
