@@ -130,11 +130,24 @@ def cases(example, nranks=None):
 
 class BatchedAdvection(Advection):
     """Advection with a batched step (step_stacked): the rows of U are states of one
-    level, stepped with the same operations."""
+    level (of that level's size: checked), stepped with the same operations."""
+
+    def size(self, level):
+        return self.nspace // 2 ** level + 1 if self.sc else self.nspace + 1
 
     def step_stacked(self, U, t0s, t1s, status):
+        assert U.shape[1] == self.size(status.level), (U.shape, status.level)
         for k in range(U.shape[0]):
             self.step(U[k], float(t0s[k]), float(t1s[k]), status)
+
+
+class OutOfPlaceAdvection(BatchedAdvection):
+    """BatchedAdvection with the out-of-place batched step too (step_stacked_into)."""
+
+    def step_stacked_into(self, U, out, t0s, t1s, status):
+        assert U.shape == out.shape and U.shape[1] == self.size(status.level)
+        out[...] = U
+        self.step_stacked(out, t0s, t1s, status)
 
 
 class LCG:
@@ -221,6 +234,10 @@ class Heat(braidpy.App):
 
 class BatchedHeat(Heat):
     def step_stacked(self, U, t0s, t1s, status):
+        n, level = self.nspace, status.level
+        for _ in range(min(level, self.limit)):
+            n = (n - 1) // 2 + 1
+        assert U.shape[1] == n, (U.shape, level)
         for k in range(U.shape[0]):
             self.step(U[k], float(t0s[k]), float(t1s[k]), status)
 
@@ -234,11 +251,12 @@ def heat_options(nspace=33, ntime=64):
                 abs_tol=tol)
 
 
-def run_case(case, comm=None, batched=False, **extra):
+def run_case(case, comm=None, batched=False, out_of_place=False, **extra):
     """What XBraid printed for ``case``, from braidpy: residuals (%e), iterations,
     levels, the final values (%.14e, None on ranks without the last point)."""
     if case["example"] == "drive-burgers-1D":
-        app = (BatchedAdvection if batched else Advection)(64, case["sc"])
+        kind = OutOfPlaceAdvection if out_of_place else BatchedAdvection if batched else Advection
+        app = kind(64, case["sc"])
         tstop, ntime, options = 5.0, 128, burgers_options()
     else:
         app = (BatchedHeat if batched else Heat)(case["nspace"], bool(case["sc"]))

@@ -29,6 +29,14 @@ def test_serial_run_prints_what_xbraid_printed(case, batched):
     assert (got["coarsen"] > 0) == (case["sc"] > 0) and (got["refine"] > 0) == (case["sc"] > 0)
 
 
+def test_out_of_place_batched_steps_get_each_levels_states():
+    case = next(c for c in SERIAL if c["example"] == "drive-burgers-1D" and c["sc"] == 1
+                and "options" not in c)
+    got = s.run_case(case, batched=True, out_of_place=True)
+    assert {k: got[k] for k in ("residuals", "iterations", "levels", "final")} == \
+        s.expected(case)
+
+
 def test_spatial_coarsening_keeps_the_coarse_cfl():
     """The driver's point: without -sc the coarse levels' CFL doubles per level (the
     residual jumps to 3e10 on the way); with it every level keeps a*dt/dx = 0.5."""
