@@ -2,8 +2,6 @@
 braid_SetSpatialRefine) against XBraid's printed output at 1, 2 and 4 ranks, and the
 contract around it."""
 
-import math
-
 import numpy as np
 import pytest
 import spatial_cases as s
@@ -151,3 +149,18 @@ def test_warm_restart_and_failing_refine():
     app.refine = broken
     with pytest.raises(RuntimeError, match="refine failed"):
         braidpy.Core(app, 0.0, 5.0, 128, **s.burgers_options()).solve()
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["chains", "batched"])
+def test_identity_coarsening_is_plain_mgrit_bitwise(batched):
+    """coarsen and refine that copy: every value as without them (injection, u - v)."""
+    case = next(c for c in SERIAL if c["example"] == "drive-burgers-1D" and c["sc"] == 0)
+    kind = s.BatchedAdvection if batched else s.Advection
+    plain = kind(64, 0)
+    copying = kind(64, 0)
+    copying.coarsen = copying.refine = lambda u, status: u.copy()
+    runs = [braidpy.solve(app, 0.0, 5.0, 128, **s.burgers_options()) for app in (plain, copying)]
+    assert runs[0].residuals == runs[1].residuals and np.array_equal(runs[0].final,
+                                                                     runs[1].final)
+    assert [f"{r:.6e}" for r in runs[1].residuals] == case["residuals"]
+    assert runs[1].counts["coarsen"] > 0 and "coarsen" not in runs[0].counts

@@ -5,9 +5,17 @@ values its access wrote at the final time (%.14e).
 
     python xbraid_spatial_collect.py xbraid_spatial.json
 """
-import glob, json, os, re, subprocess, sys
 
-XB = "/work/xbraid"
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+
+XB = "/work/xbraid"  # XBraid's checkout, built
+
+
 def run(exe, args, n, cwd):
     os.makedirs(cwd, exist_ok=True)
     for f in glob.glob(os.path.join(cwd, "*")): os.remove(f)
@@ -21,6 +29,7 @@ def run(exe, args, n, cwd):
                levels=int(re.search(r"number of levels\s+= (\d+)", out).group(1)),
                printed=[l for l in out.splitlines() if "|| r_" in l])
     return rec, out
+
 
 cases = []
 burg = f"{XB}/drivers/drive-burgers-1D"
