@@ -56,6 +56,17 @@ class App:
         ``times(level)``. An exception in sync on any rank stops the solve on
         every rank (as any callback's). Not called by the adjoint's solve.
 
+    Optional, spatial coarsening (both or neither; App defines neither)
+    -------------------------------------------------------------------
+    coarsen(u, status) -> vector     u on the next coarser level (a new vector)
+    refine(e, status) -> vector      correction e on the next finer level (a new vector)
+
+    XBraid's braid_SetSpatialCoarsen/Refine: states of each level have their own size.
+    ``coarsen`` gets a state of level ``status.level``, ``refine`` a correction of level
+    ``status.level + 1``; ``status`` also has ``f_tprior``, ``f_tstop``, ``c_tprior``
+    and ``c_tstop`` (docs/quickstart.md, "Spatial coarsening"; docs/conventions.md for
+    where they are called). ``braidpy.testing.check_coarsen_refine`` checks them.
+
     Array states: backends and messages
     -----------------------------------
     The defaults delegate to ``braidpy.backends``: ``numpy`` for NumPy arrays,

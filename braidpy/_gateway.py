@@ -13,8 +13,8 @@ from typing import Any, Tuple
 
 from ._app import App
 
-__all__ = ["check_app_callbacks", "check_residual", "has_residual", "has_step_batch",
-           "packed_bytes", "tell_app_the_grid"]
+__all__ = ["check_app_callbacks", "check_residual", "coarsens_in_space", "has_residual",
+           "has_step_batch", "packed_bytes", "tell_app_the_grid"]
 
 
 def has_step_batch(app: Any) -> bool:
@@ -82,6 +82,16 @@ def check_app_callbacks(app: Any) -> None:
             raise TypeError(
                 f"app must provide {name}(); subclass braidpy.App to get defaults for arrays"
             )
+    has = {name: callable(getattr(app, name, None)) for name in ("coarsen", "refine")}
+    if has["coarsen"] != has["refine"]:
+        given, missing = ("coarsen", "refine") if has["coarsen"] else ("refine", "coarsen")
+        raise TypeError(f"{type(app).__name__} defines {given}() but not {missing}(): "
+                        "spatial coarsening needs both (or neither)")
+
+
+def coarsens_in_space(app: Any) -> bool:
+    """True when ``app`` coarsens in space (it defines coarsen() and refine())."""
+    return callable(getattr(app, "coarsen", None)) and callable(getattr(app, "refine", None))
 
 
 def tell_app_the_grid(app: Any, tstart: float, tstop: float, ntime: int) -> None:

@@ -190,7 +190,7 @@ def test_a_failed_solve_frees_its_core_by_reference_counting():
 
 def test_status_fields_are_the_bound_properties_in_order():
     props = [k for k, v in vars(_core.Status).items() if isinstance(v, property)]
-    assert list(_core.STATUS_FIELDS) == props and len(props) == 16
+    assert list(_core.STATUS_FIELDS) == props and len(props) == 20
     assert all(isinstance(name, str) for name in _core.STATUS_FIELDS)
 
 

@@ -15,6 +15,7 @@ EXAMPLES = {
     "ex01_scalar_ode.py": ["--ntime", "512"],
     "ex02_heat1d.py": ["--nspace", "65", "--ntime", "128"],
     "ex08_nonlinear_residual.py": ["--nspace", "33", "--ntime", "128"],
+    "ex09_advection_spatial.py": ["--nspace", "64", "--ntime", "64"],
 }
 
 
@@ -79,8 +80,17 @@ def check_ex08(out):
     assert found and float(found.group(1)) < float(found.group(2))
 
 
+def check_ex09(out):
+    """Every level keeps the fine CFL number 0.5; MGRIT (tolerance 1e-6) is close to
+    sequential forward Euler."""
+    assert "CFL dt/dx per level: 0.5, 0.5, 0.5, 0.5" in out
+    [err] = number(rf"max \|MGRIT - sequential\| at t_N = {NUM}", out)
+    assert err < 1e-5
+
+
 CHECK_ERRORS = {"ex01_scalar_ode.py": check_ex01, "ex02_heat1d.py": check_ex02,
-                "ex08_nonlinear_residual.py": check_ex08}
+                "ex08_nonlinear_residual.py": check_ex08,
+                "ex09_advection_spatial.py": check_ex09}
 
 
 def history(out):
@@ -93,7 +103,8 @@ def test_example_serial_and_parallel_agree(script, tmp_path):
     plots = {"ex01_scalar_ode.py": ["--plot", str(tmp_path / "res.png")],
              "ex02_heat1d.py": ["--plot-solution", str(tmp_path / "sol.png"),
                                 "--plot-residuals", str(tmp_path / "res.png")],
-             "ex08_nonlinear_residual.py": []}[script]
+             "ex08_nonlinear_residual.py": [],
+             "ex09_advection_spatial.py": []}[script]
     serial = run(1, script, EXAMPLES[script] + plots)
     parallel = run(2, script, EXAMPLES[script])
     assert history(serial) == history(parallel)

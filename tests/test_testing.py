@@ -440,3 +440,49 @@ def test_norm_return_types(convert, ok):
     else:
         assert [r for r, _ in report.failed] == ["norm scaling"]
         assert dict(report.failed)["norm scaling"].startswith("norm(init(tstart)) returned")
+
+
+# ---------------------------------------------------------------- check_coarsen_refine
+class _Halves(braidpy.App):
+    """9 points coarsened to 5 by injection, refined by linear interpolation."""
+
+    def init(self, t):
+        return np.linspace(0.0, 1.0, 9) ** 2
+
+    def step(self, u, t0, t1, status):
+        u *= 0.5
+
+    def coarsen(self, u, status):
+        return u[::2].copy()
+
+    def refine(self, u, status):
+        return np.interp(np.linspace(0, 1, 2 * u.size - 1), np.linspace(0, 1, u.size), u)
+
+
+def test_check_coarsen_refine_passes_a_correct_pair():
+    from braidpy.testing import SPATIAL_RULES, check_coarsen_refine
+
+    report = check_coarsen_refine(_Halves(), t=0.5, fdt=0.1, cdt=0.2)
+    assert report.ok and report.passed == list(SPATIAL_RULES)
+    assert [rule for rule, _ in report.notes] == ["coarsen", "refine"]
+
+
+@pytest.mark.parametrize("rule, words, override", [
+    ("coarsen", "returned its argument itself", dict(coarsen=lambda self, u, s: u)),
+    ("coarsen", "changed its argument", dict(coarsen=lambda self, u, s: u.__imul__(2)[::2].copy())),
+    ("coarsen", "must be deterministic",
+     dict(coarsen=lambda self, u, s: u[::2] + np.random.default_rng().random(5))),
+    ("coarsen", "returned None", dict(coarsen=lambda self, u, s: None)),
+    ("refine", "has shape (5,)", dict(refine=lambda self, u, s: u.copy())),
+    ("refine", "changed its argument", dict(refine=lambda self, u, s: np.repeat(u.__imul__(3), 2)[:-1])),
+])
+def test_check_coarsen_refine_names_what_is_wrong(rule, words, override):
+    from braidpy.testing import check_coarsen_refine
+
+    app = type("Bad", (_Halves,), override)()
+    report = check_coarsen_refine(app, raise_on_failure=False)
+    assert [r for r, _ in report.failed] == [rule] and words in report.failed[0][1]
+    if rule == "coarsen":
+        assert report.skipped == [("refine", "not checked because 'coarsen' failed")]
+    with pytest.raises(AppCheckError, match=f"check_coarsen_refine\\(Bad\\): 1 rule failed"):
+        check_coarsen_refine(app)

@@ -71,6 +71,12 @@ def _check_adjoint_app(app: Any) -> None:
             raise TypeError(
                 f"{type(app).__name__} defines {name}(): a user residual is not supported "
                 f"by the adjoint (gradients assume the plain FAS step u <- Phi(u) + tau)")
+    if any(callable(getattr(app, n, None)) for n in ("coarsen", "refine")):
+        # XBraid's adjoint has no spatial coarsening either: the adjoint's coarse levels
+        # would need the transposes of coarsen and refine.
+        raise ValueError(f"{type(app).__name__} coarsens in space (coarsen/refine); the "
+                         f"adjoint and training (GradientSolver) do not support spatial "
+                         f"coarsening: remove coarsen() and refine() from the app")
     missing = [name for name in _REQUIRED if not callable(getattr(app, name, None))]
     if missing:
         raise TypeError(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-__all__ = ["RESIDUAL_RULE", "RULES", "AppCheckError", "CheckReport"]
+__all__ = ["RESIDUAL_RULE", "RULES", "SPATIAL_RULES", "AppCheckError", "CheckReport"]
 
 #: The rules :func:`check_app` checks, in the order it reports them.
 RULES: tuple[str, ...] = (
@@ -19,6 +19,9 @@ RULES: tuple[str, ...] = (
     "step in place",
     "access",
 )
+
+#: The rules :func:`check_coarsen_refine` checks, in the order it reports them.
+SPATIAL_RULES: tuple[str, ...] = ("coarsen", "refine")
 
 
 #: Checked after :data:`RULES` for apps that define ``residual`` (XBraid's
@@ -46,6 +49,10 @@ class CheckReport:
         its input unchanged).
     errors : dict of str to Exception
         The exception a user callback raised, for each rule that failed that way.
+    check : str
+        The function that made the report (``check_app`` or ``check_coarsen_refine``).
+    rules : tuple of str
+        The rules it checks, in report order (:data:`RULES` or :data:`SPATIAL_RULES`).
     """
 
     app: str
@@ -54,6 +61,8 @@ class CheckReport:
     skipped: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     notes: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     errors: dict[str, Exception] = dataclasses.field(default_factory=dict)
+    check: str = "check_app"
+    rules: tuple[str, ...] = RULES
 
     @property
     def ok(self) -> bool:
@@ -63,19 +72,19 @@ class CheckReport:
     def headline(self) -> str:
         """One line: the app and the failed rules, if any."""
         if self.ok and not self.skipped:
-            return f"check_app({self.app}): all {len(self.passed)} rules passed"
+            return f"{self.check}({self.app}): all {len(self.passed)} rules passed"
         names = ", ".join(repr(rule) for rule, _ in self.failed)
         n = len(self.failed)
-        return (f"check_app({self.app}): {n} rule{'' if n == 1 else 's'} failed ({names}); "
+        return (f"{self.check}({self.app}): {n} rule{'' if n == 1 else 's'} failed ({names}); "
                 f"{len(self.passed)} passed, {len(self.skipped)} not checked")
 
     def __str__(self) -> str:
         lines = [self.headline()]
         why = {rule: ("FAILED", text) for rule, text in self.failed}
         why.update({rule: ("skipped", text) for rule, text in self.skipped})
-        shown = RULES + ((RESIDUAL_RULE,) if RESIDUAL_RULE in self.passed or RESIDUAL_RULE in why
-                         else ())
-        for rule in shown:
+        extra = (RESIDUAL_RULE,) if RESIDUAL_RULE not in self.rules and (
+            RESIDUAL_RULE in self.passed or RESIDUAL_RULE in why) else ()
+        for rule in self.rules + extra:
             if rule in why:
                 tag, text = why[rule]
                 lines.append(f"  {tag:<8} {rule}: {text}")

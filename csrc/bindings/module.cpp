@@ -140,6 +140,14 @@ void bind_status(py::module_& m) {
           return py::float_(s.info->rnorm);
         },
         "Latest fine residual norm, or None before the first one.");
+  field("f_tprior", [](const Status& s) { return s.info->f_tprior; },
+        "coarsen/refine: the fine level's time before t (t itself at the start).");
+  field("f_tstop", [](const Status& s) { return s.info->f_tstop; },
+        "coarsen/refine: the fine level's time after t (t itself at the end).");
+  field("c_tprior", [](const Status& s) { return s.info->c_tprior; },
+        "coarsen/refine: the coarse level's time before t (t itself at the start).");
+  field("c_tstop", [](const Status& s) { return s.info->c_tstop; },
+        "coarsen/refine: the coarse level's time after t (t itself at the end).");
   field("phase", [](const Status& s) { return phase_name(s.info->phase); },
         "'init', 'relax', 'residual' or 'final'; in sync 'init' (after the initial guess) "
         "or 'cycle' (top of an iteration).");
@@ -391,14 +399,17 @@ class PySolver {
 
   py::dict counts() const {
     py::dict d;
-    for (int k = 0; k < kNumCallbacks; ++k) d[callback_name(k)] = ops_->count(k);
+    for (int k = 0; k < kNumCallbacks; ++k)
+      if (ops_->spatial() || (k != kCoarsen && k != kRefine)) d[callback_name(k)] = ops_->count(k);
     d["step_batch_items"] = ops_->batch_items();
     return d;
   }
 
   py::dict timings() const {
     py::dict d;
-    for (int k = 0; k < kNumCallbacks; ++k) d[callback_name(k)] = ops_->seconds(k);
+    for (int k = 0; k < kNumCallbacks; ++k)
+      if (ops_->spatial() || (k != kCoarsen && k != kRefine))
+        d[callback_name(k)] = ops_->seconds(k);
     d["communication"] = pycomm_ ? pycomm_->seconds() : 0.0;
     return d;
   }

@@ -41,7 +41,7 @@ bool immutable_scalar(PyObject* o) {
 const char* callback_name(int which) {
   static const char* names[kNumCallbacks] = {
       "init", "step", "clone", "sum", "norm", "access", "bufpack", "bufunpack", "step_batch",
-      "sync", "residual"};
+      "sync", "residual", "coarsen", "refine"};
   if (which >= 0 && which < kNumCallbacks) return names[which];
   if (which == kProgress) return "progress output";
   if (which == kInterrupt) return "the solver";
@@ -91,6 +91,19 @@ PyOps::PyOps(PyObject* app, PyObject* status, PyObject* progress, bool timings, 
   if (sync != nullptr && PyCallable_Check(sync)) sync_ = sync;
   else Py_XDECREF(sync);
   PyErr_Clear();
+  // Spatial coarsening: both methods or neither (the Python layer has said so already).
+  PyObject* coarsen = PyObject_GetAttrString(app, "coarsen");
+  PyObject* refine = PyObject_GetAttrString(app, "refine");
+  PyErr_Clear();
+  if (coarsen != nullptr && refine != nullptr && PyCallable_Check(coarsen) &&
+      PyCallable_Check(refine)) {
+    coarsen_ = coarsen;
+    refine_ = refine;
+    kind_.ignore_shape();  // each level's states have their own shape
+  } else {
+    Py_XDECREF(coarsen);
+    Py_XDECREF(refine);
+  }
   Py_INCREF(status);
   status_ = status;
   fast_clone_ = uses_app_default(app, "clone");
@@ -106,7 +119,7 @@ PyOps::PyOps(PyObject* app, PyObject* status, PyObject* progress, bool timings, 
 PyOps::~PyOps() {
   for (PyObject* p : {init_, step_, clone_, sum_, norm_, access_, bufpack_, bufunpack_, sync_,
                       step_batch_, step_stacked_, step_stacked_into_, status_, progress_,
-                      error_, residual_, full_residual_, step_kwnames_})
+                      error_, residual_, full_residual_, step_kwnames_, coarsen_, refine_})
     Py_XDECREF(p);
 }
 
@@ -442,6 +455,38 @@ void PyOps::norms(const Vec* us, braid::Index n, double* out) {
     }
   }
   for (braid::Index k = 0; k < n; ++k) out[k] = norm(us[k]);
+}
+
+Vec PyOps::space_result(PyObject* r, Vec u, int which, const char* what) {
+  Vec v = new_vector(r, which, what);
+  if (v == nullptr) return nullptr;
+  if (v == u) {  // the coarse (fine) value would alias the value it came from
+    Py_DECREF(r);
+    PyErr_Format(PyExc_TypeError, "%s returned u itself; it must return a new state", what);
+    capture_current_error(which);
+    return nullptr;
+  }
+  if (!checked(r, which, what)) {
+    Py_DECREF(r);
+    return nullptr;
+  }
+  return v;
+}
+
+Vec PyOps::coarsen(Vec u, const CallInfo& info) {
+  (void)info;  // status_ shows it
+  if (failed_ || u == nullptr) return nullptr;
+  PyObject* args[2] = {static_cast<PyObject*>(u), status_};
+  PyObject* r = call(kCoarsen, coarsen_, args, 2);
+  return r == nullptr ? nullptr : space_result(r, u, kCoarsen, "coarsen(u, status)");
+}
+
+Vec PyOps::refine(Vec u, const CallInfo& info) {
+  (void)info;
+  if (failed_ || u == nullptr) return nullptr;
+  PyObject* args[2] = {static_cast<PyObject*>(u), status_};
+  PyObject* r = call(kRefine, refine_, args, 2);
+  return r == nullptr ? nullptr : space_result(r, u, kRefine, "refine(u, status)");
 }
 
 void PyOps::access(Vec u, const CallInfo& info) {

@@ -20,7 +20,7 @@ using braid::Vec;
 
 enum Callback : int {
   kInit, kStep, kClone, kSum, kNorm, kAccess, kBufpack, kBufunpack, kStepBatch, kSync,
-  kResidual,
+  kResidual, kCoarsen, kRefine,
   kNumCallbacks
 };
 // Failures that are not a counted callback's (Outcome.callback names them too).
@@ -48,6 +48,10 @@ class PyOps final : public braid::Ops {
   Vec clone(Vec u) override;
   void sum(double a, Vec x, double b, Vec y) override;
   double norm(Vec u) override;
+  // app.coarsen / app.refine, where the app has both (XBraid's spatial coarsening).
+  bool spatial() const override { return coarsen_ != nullptr; }
+  Vec coarsen(Vec u, const CallInfo& info) override;
+  Vec refine(Vec u, const CallInfo& info) override;
   void norms(const Vec* us, braid::Index n, double* out) override;
   void access(Vec u, const CallInfo& info) override;
   bool has_residual() const override { return residual_ != nullptr; }
@@ -125,6 +129,8 @@ class PyOps final : public braid::Ops {
   // r (a new state from callback `which`) checked against the Core's state kind;
   // false after capturing the mismatch.
   bool checked(PyObject* r, int which, const char* what);
+  // coarsen's and refine's result: a new vector of the Core's type (and dtype).
+  Vec space_result(PyObject* r, Vec u, int which, const char* what);
 
   PyObject* init_ = nullptr;
   PyObject* step_ = nullptr;
@@ -135,6 +141,8 @@ class PyOps final : public braid::Ops {
   PyObject* bufpack_ = nullptr;
   PyObject* bufunpack_ = nullptr;
   PyObject* sync_ = nullptr;        // null: the app has no sync
+  PyObject* coarsen_ = nullptr;  // both null: no spatial coarsening
+  PyObject* refine_ = nullptr;
   PyObject* step_batch_ = nullptr;  // null: no batching
   PyObject* residual_ = nullptr;       // null: no user residual
   PyObject* full_residual_ = nullptr;  // null: no full residual norm

@@ -23,6 +23,8 @@ class StateKind {
   // Python TypeError/ValueError that names `what` (the callback as the user
   // wrote it, e.g. "step(u, t0, t1, status)") and returns false.
   bool check(PyObject* u, const char* what);
+  // From now on shapes are not compared (spatial coarsening: a shape per level).
+  void ignore_shape() { ignore_shape_ = true; }
   // For step_stacked: whether r (a returned stacked array) has the shape and
   // dtype of the block it was given; sets a ValueError/TypeError otherwise.
   static bool same_array(PyObject* r, PyObject* block, const char* what);
@@ -40,6 +42,7 @@ class StateKind {
   PyObject* shape_ = nullptr;     // other arrays: their .shape and .dtype (owned)
   PyObject* dtype_ = nullptr;
   std::string first_;             // describe() of the first state
+  bool ignore_shape_ = false;
 };
 
 }  // namespace braidpy

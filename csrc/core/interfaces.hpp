@@ -33,6 +33,9 @@ struct CallInfo {
   double tol = 0.0;      // absolute halting tolerance
   double rnorm = -1.0;   // latest fine residual norm, -1 if none yet
   int phase = 0;         // see Phase
+  // Ops::coarsen/refine only (XBraid's CoarsenRefStatus): the times before and after
+  // the point t on the fine and on the coarse level (t itself at either end of the grid).
+  double f_tprior = 0.0, f_tstop = 0.0, c_tprior = 0.0, c_tstop = 0.0;
   // During Ops::step_batch only: the items of the batch (else null / 0).
   const BatchItem* batch = nullptr;
   Index batch_size = 0;
@@ -89,6 +92,22 @@ class Ops {
   virtual Vec share(Vec u) {
     (void)u;
     return nullptr;
+  }
+  // --- Spatial coarsening (optional; XBraid's braid_SetSpatialCoarsen/Refine) ---
+  // True: coarse levels hold states of their own size. The core then makes a coarse
+  // level's values with coarsen() (the injected C-values and the restricted residuals)
+  // and corrects a fine C-point by refine(u - v) instead of u - v.
+  virtual bool spatial() const { return false; }
+  // A new vector: u (a state of level info.level) on level info.level + 1; info.index
+  // is the coarse index, info.t the point's time.
+  virtual Vec coarsen(Vec u, const CallInfo& info) {
+    (void)info;
+    return clone(u);
+  }
+  // A new vector: u (a correction on level info.level + 1) on level info.level.
+  virtual Vec refine(Vec u, const CallInfo& info) {
+    (void)info;
+    return clone(u);
   }
   virtual double norm(Vec u) = 0;
   // out[k] = norm(us[k]), k < n: the residual norms of one evaluation in one

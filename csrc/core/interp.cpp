@@ -1,5 +1,6 @@
 // Coarse-grid correction (XBraid interp.c): after an F-sweep on level l, every
-// point j >= 1 corrects the fine C-point j*cf by (u_j - v_j).
+// point j >= 1 corrects the fine C-point j*cf by (u_j - v_j), refined in space first
+// where the app coarsens in space (Ops::spatial).
 #include "solver.hpp"
 
 namespace braid {
@@ -20,6 +21,16 @@ void Solver::interp_from(int l) {
     for (Index k = 0; k < n; ++k) {
       vs[static_cast<std::size_t>(k)] = C.v[C.slot(js[k])];
       fs[static_cast<std::size_t>(k)] = F.u[F.slot(js[k] * F.cf)];
+    }
+    if (ops_.spatial()) {  // e = u - v in v, then refined: u_fine += refine(e) at the end
+      ops_.sums(1.0, us, -1.0, vs.data(), n);
+      for (Index k = 0; k < n; ++k) {
+        Vec fe = refine_at(l - 1, js[k], vs[static_cast<std::size_t>(k)]);
+        es.push_back(fe);
+        copies.push_back(fe);
+        fines.push_back(fs[static_cast<std::size_t>(k)]);
+      }
+      return;
     }
     if (ops_.fused_sums(1.0, us, -1.0, vs.data(), 1.0, 1.0, fs.data(), n)) return;
     if (C.v_shared) {

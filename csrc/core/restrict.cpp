@@ -37,6 +37,21 @@ void Solver::restrict_to(int l) {
     } else {
       ops_.sums(-1.0, ucs.data(), 1.0, ws, n);
     }
+    if (ops_.spatial()) {  // the norms of the fine residuals, then each one coarsened
+      if (measure) {
+        std::vector<double> values(static_cast<std::size_t>(n));
+        ops_.norms(ws, n, values.data());
+        for (Index k = 0; k < n; ++k) norms[C.slot(cs[k] / L.cf)] = values[k];
+      }
+      for (Index k = 0; k < n; ++k) {
+        const Index j = cs[k] / L.cf;
+        Vec r = coarsen_at(l, j, ws[k]);
+        ops_.free(ws[k]);
+        ws[k] = nullptr;
+        set_slot(C.tau, C.slot(j), r);
+      }
+      return;
+    }
     for (Index k = 0; k < n; ++k) {
       const Index s = C.slot(cs[k] / L.cf);
       if (measure) measured.push_back(s);
@@ -58,7 +73,8 @@ void Solver::restrict_to(int l) {
     pending_rnorm_ = measure ? combine_norms(norms) : 0.0;
   }
 
-  // 2. Inject C-points: v_j = u_{j*cf}; the coarse guess is v at C-points.
+  // 2. Inject C-points: v_j = u_{j*cf} (coarsened in space where the app coarsens); the
+  //    coarse guess is v at C-points.
   if (C.own.empty()) { C.has_tau = true; return; }
   inject(l);
 
@@ -152,24 +168,63 @@ void Solver::inject(int l) {
     clone_rows(from.data(), static_cast<Index>(from.size()), copies.data());
     for (std::size_t k = 0; k < js.size(); ++k) set_slot(slots, C.slot(js[k]), copies[k]);
   };
-  std::vector<Vec> shared;
-  for (Vec u : from) {
-    Vec s = ops_.share(u);
-    if (s == nullptr) break;
-    shared.push_back(s);
-  }
-  C.v_shared = shared.size() == from.size();
-  if (C.v_shared) {
-    for (std::size_t k = 0; k < js.size(); ++k) set_slot(C.v, C.slot(js[k]), shared[k]);
+  if (ops_.spatial()) {  // v_j = coarsen(u_{j*cf}): vectors of the coarse level's own size
+    C.v_shared = false;
+    for (std::size_t k = 0; k < js.size(); ++k)
+      set_slot(C.v, C.slot(js[k]), coarsen_at(l, js[k], from[k]));
   } else {
-    for (Vec s : shared) ops_.free(s);
-    copy_to(C.v);
+    std::vector<Vec> shared;
+    for (Vec u : from) {
+      Vec s = ops_.share(u);
+      if (s == nullptr) break;
+      shared.push_back(s);
+    }
+    C.v_shared = shared.size() == from.size();
+    if (C.v_shared) {
+      for (std::size_t k = 0; k < js.size(); ++k) set_slot(C.v, C.slot(js[k]), shared[k]);
+    } else {
+      for (Vec s : shared) ops_.free(s);
+      copy_to(C.v);
+    }
   }
   from.clear();
   js.erase(std::remove_if(js.begin(), js.end(), [&](Index j) { return !C.is_c(j); }),
            js.end());
   for (Index j : js) from.push_back(C.v[C.slot(j)]);
   if (!js.empty()) copy_to(C.u);
+}
+
+// XBraid's CoarsenRefStatus for coarse point j of level l+1 (fine point j*cf of level l).
+void Solver::set_space_info(int l, Index j) {
+  const Level& F = levels_[l];
+  const Level& C = levels_[l + 1];
+  const Index i = j * F.cf;
+  info_.level = l;
+  info_.index = j;
+  info_.fine_index = j * C.fine_stride;
+  info_.t = info_.t0 = info_.t1 = F.t[i];
+  info_.f_tprior = F.t[i > 0 ? i - 1 : 0];
+  info_.f_tstop = F.t[i < F.n ? i + 1 : F.n];
+  info_.c_tprior = C.t[j > 0 ? j - 1 : 0];
+  info_.c_tstop = C.t[j < C.n ? j + 1 : C.n];
+  info_.batch = nullptr;
+  info_.batch_size = 0;
+}
+
+Vec Solver::coarsen_at(int l, Index j, Vec u) {
+  const CallInfo saved = info_;
+  set_space_info(l, j);
+  Vec c = ops_.coarsen(u, info_);
+  info_ = saved;
+  return c;
+}
+
+Vec Solver::refine_at(int l, Index j, Vec e) {
+  const CallInfo saved = info_;
+  set_space_info(l, j);
+  Vec f = ops_.refine(e, info_);
+  info_ = saved;
+  return f;
 }
 
 }  // namespace braid

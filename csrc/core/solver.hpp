@@ -171,6 +171,12 @@ class Solver {
   void restrict_to(int l);  // level l -> l+1, computes ||r|| on level 0
   void inject_all();        // skipped first down-sweep
   void inject(int l);       // level l's C-values to level l+1 (v, and u at its C-points)
+  // Spatial coarsening (Ops::spatial): u, a value at coarse point j's fine point on level
+  // l, coarsened to level l+1 (refine: a correction at coarse point j of level l+1,
+  // refined to level l). info_ describes the point during the call only.
+  Vec coarsen_at(int l, Index j, Vec u);
+  Vec refine_at(int l, Index j, Vec e);
+  void set_space_info(int l, Index j);
   // interp.cpp
   void interp_from(int l);  // level l -> l-1
   void clean(int l);
