@@ -1,4 +1,5 @@
-"""braidpy.integrators: measured orders of accuracy, batched = unbatched bitwise, MGRIT =
+"""braidpy.integrators: measured orders of accuracy (Newton methods also against Radau on a
+stiff problem), batched = unbatched bitwise, MGRIT =
 sequential stepping (serial and at 2 and 4 ranks), an independent reference, bad input.
 
 Under pytest this file holds the tests. Run as a script it is their MPI driver
@@ -160,6 +161,152 @@ def test_embedded_error_estimate_has_the_embedded_order():
                                    atol=1e-15)
     with pytest.raises(ValueError, match="'rk4' has no embedded"):
         ig.ExplicitRK(brusselator, np.ones(2)).error_estimate(np.ones(2), 0.0, 0.1)
+
+
+# --- nonlinear implicit methods (Newton) ----------------------------------------------------
+
+NONLINEAR = {"backward_euler": 1, "sdirk2": 2, "sdirk3": 3}
+
+
+def g3(t):
+    """The forcing that makes u_exact solve u' = A2 u - u^3 + g."""
+    ue = u_exact(t)
+    return du_exact(t) - A2 @ ue + ue ** 3
+
+
+def cubic(t, u):
+    """u' = A2 u - u^3 + g3(t): for a state, or stacked states with a column of times."""
+    if np.ndim(t) == 0:
+        return A2 @ u - u ** 3 + g3(t)
+    return u @ A2.T - u ** 3 + np.array([g3(s) for s in np.ravel(t)])
+
+
+def cubic_jacobian(t, u):
+    return A2 - 3.0 * np.diag(u ** 2)
+
+
+def cubic_jacobian_sparse(t, u):
+    import scipy.sparse as sp
+
+    return sp.csr_matrix(cubic_jacobian(t, u))
+
+
+VDP_MU = 10.0
+
+
+def van_der_pol(t, u):
+    """Van der Pol, mu = 10 (stiff): elementwise, for (2,) or stacked (m, 2)."""
+    x, y = u[..., 0], u[..., 1]
+    return np.stack([y, VDP_MU * (1.0 - x * x) * y - x], axis=-1)
+
+
+def van_der_pol_jacobian(t, u):
+    x, y = float(u[0]), float(u[1])
+    return np.array([[0.0, 1.0], [-2.0 * VDP_MU * x * y - 1.0, VDP_MU * (1.0 - x * x)]])
+
+
+@pytest.mark.parametrize("jacobian", ["dense", "sparse", "differences"])
+@pytest.mark.parametrize("name", sorted(NONLINEAR))
+def test_nonlinear_order_forced_system(name, jacobian):
+    """Stage times and the Jacobian both matter: g depends on t, f is cubic in u."""
+    jac = {"dense": cubic_jacobian, "sparse": cubic_jacobian_sparse, "differences": None}
+    slope, errors = fitted_order(
+        lambda: ig.NonlinearSDIRK(cubic, u_exact(0.0), name, jacobian=jac[jacobian]),
+        u_exact(1.0), 1.0, [16, 32, 64, 128])
+    assert abs(slope - NONLINEAR[name]) < 0.1, (slope, errors)
+
+
+@pytest.mark.parametrize("name", sorted(NONLINEAR))
+def test_nonlinear_van_der_pol_matches_radau(name):
+    """Stiff and nonlinear: Van der Pol, mu = 10, on [0, 1] against solve_ivp's Radau
+    (rtol = atol = 1e-12); the error falls at the method's order."""
+    from scipy.integrate import solve_ivp
+
+    T = 1.0
+    ref = solve_ivp(van_der_pol, (0.0, T), [2.0, 0.0], method="Radau", rtol=1e-12,
+                    atol=1e-12, jac=van_der_pol_jacobian).y[:, -1]
+    Ns = [16, 32, 64, 128]
+    errors = [np.max(np.abs(sequential(ig.NonlinearSDIRK(
+        van_der_pol, np.array([2.0, 0.0]), name, jacobian=van_der_pol_jacobian,
+        vectorized=True, newton_tol=1e-13), T, N)[-1] - ref)) for N in Ns]
+    slope = np.polyfit(np.log([T / N for N in Ns]), np.log(errors), 1)[0]
+    assert abs(slope - NONLINEAR[name]) < 0.3, (slope, errors)
+    assert errors[-1] < {"backward_euler": 2e-5, "sdirk2": 3e-8, "sdirk3": 3e-9}[name], errors
+
+
+def test_nonlinear_backward_euler_is_the_one_stage_sdirk():
+    a = ig.NonlinearBackwardEuler(cubic, u_exact(0.0), jacobian=cubic_jacobian)
+    b = ig.NonlinearSDIRK(cubic, u_exact(0.0), ig.BACKWARD_EULER, jacobian=cubic_jacobian)
+    assert np.array_equal(sequential(a, 1.0, 16), sequential(b, 1.0, 16))
+    # the stage equation is solved: u1 = u0 + h f(t1, u1) to the Newton tolerance
+    u = u_exact(0.0)
+    a.step(u, 0.0, 0.25, None)
+    assert np.max(np.abs(u - u_exact(0.0) - 0.25 * cubic(0.25, u))) < 1e-10
+
+
+def test_finite_difference_jacobian_matches_the_analytic_one():
+    rng = np.random.default_rng(SEED + 4)
+    for vectorized in (False, True):
+        app = ig.NonlinearSDIRK(cubic, u_exact(0.0), vectorized=vectorized)
+        for _ in range(3):
+            u = rng.standard_normal(2)
+            np.testing.assert_allclose(app._jac(0.3, u), cubic_jacobian(0.3, u), rtol=1e-6,
+                                       atol=1e-6)
+
+
+@pytest.mark.parametrize("jacobian", ["dense", "sparse", "differences"])
+@pytest.mark.parametrize("name", sorted(NONLINEAR))
+def test_nonlinear_step_stacked_is_step_row_by_row_bitwise(name, jacobian):
+    """Every row runs its own Newton iterations (rows converge after different counts) and
+    comes out as step computes it, bit for bit: the rhs is elementwise."""
+    jac = {"dense": van_der_pol_jacobian, "sparse": lambda t, u: __import__(
+        "scipy.sparse").sparse.csr_matrix(van_der_pol_jacobian(t, u)), "differences": None}
+    rng = np.random.default_rng(SEED + 5)
+    U = rng.uniform(-2.0, 2.0, (9, 2))
+    t0s, t1s = mixed_steps(9, rng)
+    t1s = t0s + 0.25 * (t1s - t0s)  # steps of 0.0025, 0.005 and 0.04
+    for vectorized in (False, True):
+        app = ig.NonlinearSDIRK(van_der_pol, np.array([2.0, 0.0]), name,
+                                jacobian=jac[jacobian], vectorized=vectorized)
+        A, B = stacked_vs_rows(app, U, t0s, t1s)
+        assert np.array_equal(A, B) and not np.array_equal(A, U)
+
+
+def test_newton_failure_names_the_step_and_the_residual():
+    """u' = u^2 from u = 1: backward Euler's Y - h Y^2 = 1 has no real root once h > 1/4."""
+    app = ig.NonlinearBackwardEuler(lambda t, u: u * u, np.ones(1),
+                                    jacobian=lambda t, u: np.diag(2.0 * u), newton_max_iter=8)
+    u = np.ones(1)
+    app.step(u, 0.0, 0.2, None)  # a root exists: converges
+    with pytest.raises(ig.NewtonError, match=r"from t0 = 0.5 to t1 = 0.9 \(stage 0\): "
+                                             r"residual max\|G\| = .* after 8 iterations") as e:
+        app.step(np.ones(1), 0.5, 0.9, None)
+    assert e.value.t0 == 0.5 and e.value.t1 == 0.9 and e.value.residual > 1e-3
+    # h = 1/2: 1 - 2 h u = 0 at the first iterate, a singular Newton matrix
+    with pytest.raises(ig.NewtonError, match=r"from t0 = 0.5 to t1 = 1.0 \(stage 0\): the "
+                                             r"matrix I - gamma h J is singular"):
+        app.step(np.ones(1), 0.5, 1.0, None)
+    # and through MGRIT: the failing step's error surfaces from solve, batched or not
+    for batch in (True, False):
+        with pytest.raises(ig.NewtonError, match="did not converge in the step from t0 ="):
+            braidpy.solve(app, 0.0, 4.0, 8, max_levels=2, cfactor=2, batch=batch)
+
+
+def test_newton_bad_input_names_the_bad_value():
+    with pytest.raises(ValueError, match=r"newton_tol must be a number in \(0, 1\), got 0"):
+        ig.NonlinearSDIRK(cubic, np.ones(2), newton_tol=0)
+    with pytest.raises(ValueError, match="newton_max_iter must be an int >= 1, got 0"):
+        ig.NonlinearSDIRK(cubic, np.ones(2), newton_max_iter=0)
+    with pytest.raises(TypeError, match="jacobian must be a callable"):
+        ig.NonlinearSDIRK(cubic, np.ones(2), jacobian=np.eye(2))
+    with pytest.raises(ValueError, match="'rk4' is not singly diagonally implicit"):
+        ig.NonlinearSDIRK(cubic, np.ones(2), "rk4")
+    with pytest.raises(ValueError, match=r"u0 must be a real vector of shape \(n,\)"):
+        ig.NonlinearSDIRK(cubic, np.ones((2, 2)))
+    app = ig.NonlinearSDIRK(cubic, np.ones(2), jacobian=lambda t, u: np.eye(3))
+    with pytest.raises(ValueError, match=r"jacobian\(t, u\) returned ndarray of shape "
+                                         r"\(3, 3\); it must be 2 x 2"):
+        app.step(np.ones(2), 0.0, 0.1, None)
 
 
 # --- batched = unbatched --------------------------------------------------------------------
@@ -356,6 +503,11 @@ def mgrit_apps():
         "sdirk2_mass": lambda: ig.SDIRK(sp.csr_matrix(A2), u_exact(0.0), "sdirk2",
                                         M=sp.csr_matrix(M2), g=gm2),
         "sdirk3_heat": lambda: ig.SDIRK(heat, np.sin(math.pi * x), "sdirk3"),
+        "newton_sdirk2_vdp": lambda: ig.NonlinearSDIRK(
+            van_der_pol, np.array([2.0, 0.0]), "sdirk2", jacobian=van_der_pol_jacobian,
+            vectorized=True),
+        "newton_be_cubic_differences": lambda: ig.NonlinearBackwardEuler(
+            cubic, u_exact(0.0)),
         "per_level_rk4_be": lambda: ig.PerLevel([
             ig.ExplicitRK(lambda t, u: A2 @ u + g2(t), u_exact(0.0), "rk4"),
             ig.BackwardEuler(A2, u_exact(0.0), g=g2)]),
@@ -529,12 +681,13 @@ def test_without_scipy_the_implicit_methods_name_the_extra():
 
 # --- under MPI ------------------------------------------------------------------------------
 
-MPI_CASES = ("rk4_brusselator", "sdirk3_heat", "crank_nicolson_dense", "per_level_rk4_be")
+MPI_CASES = ("rk4_brusselator", "sdirk3_heat", "crank_nicolson_dense", "per_level_rk4_be",
+             "newton_sdirk2_vdp")
 #: Cases whose batched rows are bitwise their unbatched steps (elementwise rhs; tridiagonal
 #: SuperLU solves), so their results are bitwise the same on any number of ranks. The dense
 #: ones' multi-column solves round differently from one column's, and the rows a batch
 #: holds depend on the rank count: they agree to rounding.
-BITWISE = ("rk4_brusselator", "sdirk3_heat")
+BITWISE = ("rk4_brusselator", "sdirk3_heat", "newton_sdirk2_vdp")
 
 
 def run_case(name, batch, comm=None):

@@ -9,6 +9,9 @@ MGRIT-ready App with a batched step (docs/integrators.md).
   SciPy sparse or dense ``A``, one LU factorization per step size, and one
   multi-right-hand-side solve per batched step (these need SciPy: the ``integrators``
   extra).
+- :class:`NonlinearSDIRK` (:class:`NonlinearBackwardEuler`): ``u' = f(t, u)`` by SDIRK2,
+  SDIRK3 or backward Euler, each stage solved by Newton's method with a user Jacobian or
+  finite differences.
 - :class:`PerLevel`: a different integrator on each MGRIT level.
 """
 
@@ -20,10 +23,12 @@ from ._implicit import SDIRK, BackwardEuler, CrankNicolson, LinearImplicit, Thet
 from ._initial import InitialValueApp
 from ._levels import PerLevel
 from ._linear import LinearSystem
-from ._tableau import (BOGACKI_SHAMPINE, FORWARD_EULER, HEUN, HEUN_EULER, RK4, SDIRK2, SDIRK3,
-                       SSPRK3, ButcherTableau, tableau)
+from ._newton import NewtonError, NonlinearBackwardEuler, NonlinearSDIRK
+from ._tableau import (BACKWARD_EULER, BOGACKI_SHAMPINE, FORWARD_EULER, HEUN, HEUN_EULER, RK4,
+                       SDIRK2, SDIRK3, SSPRK3, ButcherTableau, tableau)
 
 __all__ = [
+    "BACKWARD_EULER",
     "BOGACKI_SHAMPINE",
     "BackwardEuler",
     "ButcherTableau",
@@ -36,6 +41,9 @@ __all__ = [
     "InitialValueApp",
     "LinearImplicit",
     "LinearSystem",
+    "NewtonError",
+    "NonlinearBackwardEuler",
+    "NonlinearSDIRK",
     "PerLevel",
     "RK4",
     "SDIRK",

@@ -17,6 +17,7 @@ __all__ = [
     "BOGACKI_SHAMPINE",
     "SDIRK2",
     "SDIRK3",
+    "BACKWARD_EULER",
     "tableau",
 ]
 
@@ -168,15 +169,19 @@ _B2 = (6.0 * _G3 * _G3 - 20.0 * _G3 + 5.0) / 4.0
 SDIRK3 = ButcherTableau([[_G3, 0.0, 0.0], [_T3 - _G3, _G3, 0.0], [_B1, _B2, _G3]],
                         [_B1, _B2, _G3], [_G3, _T3, 1.0], order=3, name="sdirk3")
 
+#: Backward Euler as a one-stage SDIRK (gamma = 1): order 1, L-stable.
+BACKWARD_EULER = ButcherTableau([[1.0]], [1.0], [1.0], order=1, name="backward_euler")
+
 _NAMED = {t.name: t for t in (FORWARD_EULER, HEUN, SSPRK3, RK4, HEUN_EULER, BOGACKI_SHAMPINE,
-                              SDIRK2, SDIRK3)}
+                              SDIRK2, SDIRK3, BACKWARD_EULER)}
 
 
 def tableau(name: Any) -> ButcherTableau:
     """The built-in tableau called ``name`` (or ``name`` itself if it is a tableau).
 
     Names: ``forward_euler``, ``heun``, ``ssprk3``, ``rk4``, ``heun_euler``,
-    ``bogacki_shampine`` (explicit); ``sdirk2``, ``sdirk3`` (singly diagonally implicit).
+    ``bogacki_shampine`` (explicit); ``sdirk2``, ``sdirk3``, ``backward_euler`` (singly
+    diagonally implicit).
 
     Examples
     --------
