@@ -1,0 +1,22 @@
+"""Ready problems with their reference solutions, built on braidpy.integrators
+(docs/problems.md): PyMGRIT 1.0's set and XBraid's Lorenz example.
+
+- :class:`Dahlquist`: ``u' = lambda u``, exact.
+- :class:`Brusselator`, :class:`ArenstorfOrbit`, :class:`Lorenz`: nonlinear ODEs, with
+  SciPy's ``solve_ivp`` at tight tolerance as the reference.
+- :class:`Advection1D` (upwind, periodic), :class:`Heat1D`, :class:`Heat2D` (central
+  differences, Dirichlet): the method of lines, exact or manufactured solutions.
+
+Each has the parameters and default time grid of the library it comes from,
+``app(method)``, an App for ``braidpy.solve``, ``solve(method, **options)`` on the
+default grid, and ``reference(times)``. They need SciPy (the ``integrators`` extra).
+"""
+
+from __future__ import annotations
+
+from ._base import Problem
+from ._odes import ArenstorfOrbit, Brusselator, Dahlquist, Lorenz
+from ._pdes import Advection1D, Heat1D, Heat2D
+
+__all__ = ["Advection1D", "ArenstorfOrbit", "Brusselator", "Dahlquist", "Heat1D", "Heat2D",
+           "Lorenz", "Problem"]

@@ -1,0 +1,331 @@
+"""braidpy.problems: MGRIT reaches each problem's reference to its discretisation error (at 1,
+2 and 4 ranks), the measured orders in time, PyMGRIT's own solutions and XBraid's Lorenz
+run, the libraries' parameters, bad input.
+
+Under pytest this file holds the tests. Run as a script it is their MPI driver
+(mpi_launch.launch starts it)::
+
+    mpiexec -n P python tests/test_problems.py P OUT.json
+
+It solves every case of MPI_CASES on P ranks and rank 0 writes the summaries (iterations,
+residuals, every state) as JSON.
+"""
+
+import json
+import math
+import sys
+from pathlib import Path
+
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import braidpy  # noqa: E402
+from braidpy import problems as pb  # noqa: E402
+
+DATA = Path(__file__).resolve().parent / "data"
+
+#: name: (the problem, the bound on max |MGRIT - reference| over every time point). The
+#: bounds are the discretisation errors measured on these grids, rounded up (about 1.5x):
+#: MGRIT must reach the reference as closely as sequential stepping does.
+CASES = {
+    "dahlquist_be": (lambda: pb.Dahlquist(), 1.4e-2),
+    "dahlquist_fe": (lambda: pb.Dahlquist(method="FE"), 1.4e-2),
+    "dahlquist_tr": (lambda: pb.Dahlquist(method="TR"), 1.2e-4),
+    "dahlquist_mr": (lambda: pb.Dahlquist(method="MR"), 1.2e-4),
+    "dahlquist_sdirk3": (lambda: pb.Dahlquist(method="sdirk3"), 1.8e-6),
+    "brusselator_rk4": (lambda: pb.Brusselator(), 1e-5),
+    "brusselator_sdirk3": (lambda: pb.Brusselator(tstop=2.0, ntime=128, method="sdirk3"),
+                           8e-7),
+    "arenstorf_rk4": (lambda: pb.ArenstorfOrbit(tstop=2.0, ntime=2048), 1.5e-3),
+    "lorenz_rk4": (lambda: pb.Lorenz(tstop=1.0, ntime=1024, method="rk4"), 4e-8),
+    "advection_be": (lambda: pb.Advection1D(), 0.25),
+    "advection_sdirk2": (lambda: pb.Advection1D(method="sdirk2"), 0.17),
+    "heat1d_be": (lambda: pb.Heat1D(nx=65), 1.1e-3),
+    "heat1d_cn": (lambda: pb.Heat1D(nx=65, method="CN"), 1.1e-3),
+    "heat1d_sdirk3": (lambda: pb.Heat1D(nx=65, method="sdirk3"), 1.1e-3),
+    "heat2d_be": (lambda: pb.Heat2D(nx=17, ny=17), 4e-3),
+    "heat2d_cn": (lambda: pb.Heat2D(nx=17, ny=17, method="CN"), 4.7e-3),
+}
+
+OPTIONS = dict(max_levels=3, cfactor=4, abs_tol=1e-10)
+
+
+def states(r, n):
+    return np.array([r.solution(index=i) for i in range(n + 1)])
+
+
+def sequential(app, times):
+    """Step app through the time points one step after another: the states."""
+    app.tstart, app.tstop, app.ntime = float(times[0]), float(times[-1]), len(times) - 1
+    u = app.init(times[0])
+    out = [u.copy()]
+    for t0, t1 in zip(times[:-1], times[1:]):
+        app.step(u, float(t0), float(t1), None)
+        out.append(u.copy())
+    return np.array(out)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_mgrit_reaches_the_reference(name):
+    make, bound = CASES[name]
+    p = make()
+    r = p.solve(**OPTIONS)
+    assert r.converged and r.levels == 3, name
+    got = states(r, p.ntime)
+    seq = sequential(p.app(), p.times)
+    scale = max(1.0, float(np.max(np.abs(seq))))
+    assert np.max(np.abs(got - seq)) < 1e-8 * scale  # MGRIT = sequential stepping
+    err = float(np.max(np.abs(got - p.reference(p.times))))
+    assert err < bound, (name, err)
+    # ... and that is the discretisation error: more than half the bound is used
+    # (a reference that is the discrete solution itself would pass any bound)
+    assert err > bound / 3, (name, err)
+
+
+# --- orders in time --------------------------------------------------------------------------
+
+#: name: (the problem with a grid of about n steps, the expected order), n = 16 ... 128.
+ORDERS = {
+    "dahlquist_be": (lambda n: pb.Dahlquist(ntime=n), 1),
+    "dahlquist_fe": (lambda n: pb.Dahlquist(ntime=n, method="FE"), 1),
+    "dahlquist_tr": (lambda n: pb.Dahlquist(ntime=n, method="TR"), 2),
+    "dahlquist_mr": (lambda n: pb.Dahlquist(ntime=n, method="MR"), 2),
+    "brusselator_rk4": (lambda n: pb.Brusselator(tstop=2.0, ntime=n), 4),
+    "brusselator_sdirk2": (lambda n: pb.Brusselator(tstop=2.0, ntime=n, method="sdirk2"), 2),
+    "arenstorf_rk4": (lambda n: pb.ArenstorfOrbit(tstop=0.5, ntime=64 * n), 4),
+    "lorenz_fe": (lambda n: pb.Lorenz(tstop=0.25, ntime=8 * n), 1),
+    "advection_be": (lambda n: pb.Advection1D(nx=33, ntime=8 * n), 1),
+    "advection_cn": (lambda n: pb.Advection1D(nx=33, ntime=n, method="CN"), 2),
+    "heat1d_be": (lambda n: pb.Heat1D(nx=33, ntime=n), 1),
+    # without a source: with one, the stiff modes cut SDIRK3's order to 2.5 (order
+    # reduction: its stages are of order 1), measured on heat1d_sdirk3_forced
+    "heat1d_sdirk3": (lambda n: pb.Heat1D(nx=33, tstop=0.5, ntime=n, method="sdirk3",
+                                          init_cond=lambda x: np.sin(math.pi * x)), 3),
+    "heat1d_sdirk3_forced": (lambda n: pb.Heat1D(nx=33, ntime=n, method="sdirk3"), 2.5),
+    "heat2d_cn": (lambda n: pb.Heat2D(nx=9, ny=9, ntime=n, method="CN"), 2),
+    "heat2d_fe": (lambda n: pb.Heat2D(nx=9, ny=9, ntime=16 * n, method="FE"), 1),
+}
+
+
+def order_of(make, grids=(16, 32, 64, 128)):
+    """Slope of log(error at tstop) against log(dt); the error against the semi-discrete
+    solution for a PDE (the time-stepping error alone)."""
+    errors, steps = [], []
+    for n in grids:
+        p = make(n)
+        end = sequential(p.app(), p.times)[-1]
+        exact = (p.semidiscrete_reference if hasattr(p, "semidiscrete_reference")
+                 else p.reference)([p.tstop])[0]
+        errors.append(float(np.max(np.abs(end - exact))))
+        steps.append((p.tstop - p.tstart) / p.ntime)
+    return float(np.polyfit(np.log(steps), np.log(errors), 1)[0]), errors
+
+
+@pytest.mark.parametrize("name", sorted(ORDERS))
+def test_order_in_time(name):
+    make, expected = ORDERS[name]
+    slope, errors = order_of(make)
+    assert abs(slope - expected) < 0.15, (name, slope, errors)
+
+
+# --- the libraries' parameters ---------------------------------------------------------------
+
+
+def test_the_defaults_are_the_libraries():
+    d = pb.Dahlquist()
+    assert (d.lam, d.u0.tolist(), d.tstop, d.ntime) == (-1.0, [1.0], 5.0, 100)
+    b = pb.Brusselator()
+    assert (b.a, b.b, b.u0.tolist(), b.method) == (1.0, 3.0, [0.0, 1.0], "rk4")
+    a = pb.ArenstorfOrbit()
+    assert (a.a, a.b, a.u0.tolist()) == (0.012277471, 1 - 0.012277471,
+                                          [0.994, 0.0, 0.0, -2.00158510637908])
+    assert a.tstop == 17.0652165601579625588917206249
+    lz = pb.Lorenz()
+    assert (lz.sigma, lz.rho, lz.beta, lz.ntime, lz.method) == (10.0, 28.0, 8.0 / 3.0, 2048,
+                                                                "forward_euler")
+    assert lz.u0.tolist() == [9.614521163788712, 17.519127090401067, 13.94230712158098]
+    assert lz.tstop == math.log(10.0) / 0.9 * 4.0
+    adv = pb.Advection1D()
+    assert (adv.c, adv.nx, adv.x[0], adv.dx) == (1.0, 128, -1.0, 2.0 / 128)
+    np.testing.assert_array_equal(adv.u0, np.exp(-adv.x ** 2))
+    h = pb.Heat1D()
+    assert (h.a, h.nx, h.x[0], h.x[-1], h.tstop, h.ntime) == (1.0, 999, 0.002, 1.998, 2.0, 64)
+    assert h.exact and not pb.Heat1D(init_cond=lambda x: x * 0).exact
+
+
+def test_the_arenstorf_orbit_closes_after_its_period():
+    a = pb.ArenstorfOrbit()
+    end = a.reference([a.tstop])[0]
+    assert np.max(np.abs(end - a.u0)) < 1e-8
+
+
+def test_stencils_and_boundaries():
+    """The upwind row wraps around; the heat operators are the central differences with
+    zero boundary values; Heat2D's state is PyMGRIT's grid without its boundary."""
+    adv = pb.Advection1D(nx=9)
+    A = adv.A.toarray() * adv.dx / adv.c
+    assert A[0, 0] == -1.0 and A[0, -1] == 1.0 and A[3, 2] == 1.0 and A[3, 4] == 0.0
+    assert np.all(A.sum(axis=1) == 0.0)  # constants are kept: conservation, periodicity
+    h = pb.Heat1D(nx=9)
+    u = h.x * (2.0 - h.x)  # u'' = -2, and zero at both ends
+    np.testing.assert_allclose(h.A @ u, -2.0 * np.ones(h.nx), rtol=1e-12)
+    p = pb.Heat2D(nx=7, ny=5)
+    X, Y = np.meshgrid(p.x[1:-1], p.y[1:-1], indexing="ij")
+    u = (X * (1.0 - X) + Y * (1.0 - Y)).ravel()
+    # u_xx + u_yy = -4, except next to the boundary where the zero values (not u's) enter
+    inner = np.zeros((5, 3), dtype=bool)
+    inner[1:-1, 1:-1] = True
+    np.testing.assert_allclose((p.A @ u)[inner.ravel()], -4.0, rtol=1e-12)
+    g = p.grid(np.arange(15.0))
+    assert g.shape == (7, 5) and g[1, 1] == 0.0 and g[1, 2] == 1.0 and g[2, 1] == 3.0
+    assert np.all(g[0] == 0) and np.all(g[:, -1] == 0)
+
+
+def test_method_names_and_aliases():
+    d = pb.Dahlquist()
+    assert type(d.app("BE")).__name__ == "BackwardEuler"
+    assert type(d.app("tr")).__name__ == "CrankNicolson"
+    assert d.app("MR").tableau.name == "implicit_midpoint"
+    assert type(pb.Brusselator().app("sdirk2")).__name__ == "NonlinearSDIRK"
+    with pytest.raises(ValueError, match="unknown method 'rk5'; this problem has"):
+        d.app("rk5")
+    with pytest.raises(ValueError, match="ntime must be an int >= 1, got 0"):
+        pb.Dahlquist(ntime=0)
+    with pytest.raises(ValueError, match="need tstart < tstop"):
+        pb.Lorenz(tstop=-1.0)
+    with pytest.raises(ValueError, match="c must be > 0"):
+        pb.Advection1D(c=-1.0)
+    with pytest.raises(ValueError, match="nx must be an int >= 3, got 2"):
+        pb.Heat1D(nx=2)
+
+
+# --- against PyMGRIT's own runs --------------------------------------------------------------
+
+#: tests/data/pymgrit_golden.json's cases and the braidpy problems with the same
+#: discretisation (tests/data/pymgrit_runs.py made it).
+PYMGRIT = {
+    "dahlquist_be": lambda: pb.Dahlquist(method="BE", ntime=256),
+    "heat1d_be": lambda: pb.Heat1D(nx=65, ntime=64),
+    "advection1d_be": lambda: pb.Advection1D(nx=65, ntime=64),
+    "brusselator_rk4": lambda: pb.Brusselator(),
+    "heat2d_cn": lambda: pb.Heat2D(nx=17, ny=17, method="CN"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PYMGRIT))
+def test_matches_pymgrit(name):
+    """The same V-cycles (FCF relaxation, zero initial guess, no skipped work, 3 levels,
+    cfactor 4, tolerance 1e-10): the solutions agree to the tolerance, and the iteration
+    counts by at most one (braidpy, as XBraid, measures the residual of iteration k
+    after its relaxation, before the coarse-grid correction; PyMGRIT after the whole
+    iteration, so its first residual comes one correction later)."""
+    saved = json.loads((DATA / "pymgrit_golden.json").read_text())
+    assert saved["pymgrit"] == "1.0.6"
+    case = saved["cases"][name]
+    p = PYMGRIT[name]()
+    r = braidpy.solve(p.app(guess="zeros"), p.tstart, p.tstop, p.ntime,
+                      max_levels=case["levels"], cfactor=case["cfactor"], nrelax=case["cf_iter"],
+                      skip=False, abs_tol=case["tol"])
+    got = states(r, p.ntime)[::case["stride"]]
+    np.testing.assert_allclose(p.times[::case["stride"]], case["times"], rtol=1e-15)
+    if isinstance(p, pb.Heat2D):
+        got = np.array([p.grid(u).ravel() for u in got])  # PyMGRIT keeps the boundary
+    theirs = np.array(case["states"])
+    scale = max(1.0, float(np.max(np.abs(theirs))))
+    assert np.max(np.abs(got - theirs)) < 1e-9 * scale, name
+    assert 0 <= r.iterations - case["iterations"] <= 1, (r.iterations, case["iterations"])
+    assert r.residuals[-1] < case["tol"] and case["residuals"][-1] < case["tol"]
+
+
+# --- against XBraid's Lorenz example ---------------------------------------------------------
+
+LORENZ_OPTIONS = dict(max_levels=3, cfactor=2, nrelax=0, abs_tol=1e-6, skip=False,
+                      max_iter=100)
+
+
+def xbraid_history():
+    saved = json.loads((DATA / "xbraid_ex07_lorenz.json").read_text())
+    printed = [line.split("= ")[1].split(",")[0] for line in saved["residuals_printed"]]
+    return saved, printed
+
+
+def test_lorenz_matches_xbraid_ex07():
+    """XBraid's ex-07 without Delta correction: forward Euler, 2048 steps, 3 levels, cfactor
+    2, F-relaxation, tolerance 1e-6: the same 39 iterations and every residual as XBraid
+    prints it (7 digits), and the trajectory it writes (15 digits)."""
+    saved, printed = xbraid_history()
+    p = pb.Lorenz()
+    r = p.solve(**LORENZ_OPTIONS)
+    assert r.iterations == saved["iterations"] == 39
+    assert [f"{x:.6e}" for x in r.residuals] == printed
+    got = states(r, p.ntime)[::saved["trajectory_stride"]]
+    np.testing.assert_allclose(got, saved["trajectory"], rtol=1e-13, atol=1e-12)
+
+
+# --- under MPI -------------------------------------------------------------------------------
+
+MPI_CASES = ("dahlquist_be", "brusselator_sdirk3", "heat1d_cn", "advection_be", "heat2d_cn")
+#: Cases whose batched rows are bitwise their single steps (1 x 1 and tridiagonal solves,
+#: an elementwise Newton right-hand side): bitwise at any rank count. The others' SuperLU
+#: factors have dense blocks (the periodic corner, the 2D stencil): to rounding.
+BITWISE = ("dahlquist_be", "brusselator_sdirk3", "heat1d_cn")
+
+
+def run_case(name, comm=None, options=None):
+    make = CASES[name][0] if name in CASES else pb.Lorenz
+    p = make()
+    r = p.solve(comm=comm, **(options or OPTIONS))
+    mine = {int(i): r.solution(index=int(i)).tolist() for i in r.owned}
+    if comm is not None:
+        from mpi_world import assert_split
+
+        assert_split(comm, r.owned, len(r.times))
+        parts = comm.gather(mine, root=0)
+        mine = None if parts is None else {k: v for part in parts for k, v in part.items()}
+    return dict(iterations=r.iterations, residuals=[float(x) for x in r.residuals],
+                states=None if mine is None else [mine[i] for i in range(p.ntime + 1)])
+
+
+def drive(nranks, path):
+    """The MPI driver: every case of MPI_CASES and XBraid's Lorenz run; rank 0 writes."""
+    from mpi4py import MPI
+    from mpi_world import expect_world
+
+    comm = MPI.COMM_WORLD
+    expect_world(comm, nranks)
+    out = {"size": comm.Get_size()}
+    for name in MPI_CASES:
+        out[name] = run_case(name, comm)
+    out["lorenz"] = run_case("lorenz", comm, LORENZ_OPTIONS)
+    if comm.Get_rank() == 0:
+        Path(path).write_text(json.dumps(out))
+
+
+@pytest.mark.parametrize("nranks", [2, 4])
+def test_mgrit_under_mpi_matches_serial_and_the_reference(nranks, tmp_path):
+    from mpi_launch import launch
+
+    par = launch(Path(__file__).name, nranks, tmp_path)
+    assert par["size"] == nranks
+    for name in MPI_CASES:
+        where = f"{name} at {nranks} ranks"
+        got, ser = par[name], run_case(name)
+        assert got["iterations"] == ser["iterations"], where
+        if name in BITWISE:
+            assert got["states"] == ser["states"], where
+            assert got["residuals"] == pytest.approx(ser["residuals"], rel=1e-12), where
+        else:
+            np.testing.assert_allclose(got["states"], ser["states"], rtol=1e-12, atol=1e-13,
+                                       err_msg=where)
+        make, bound = CASES[name]
+        p = make()
+        assert np.max(np.abs(np.array(got["states"]) - p.reference(p.times))) < bound, where
+    # XBraid printed the same history with 2 processes
+    saved, printed = xbraid_history()
+    assert [f"{x:.6e}" for x in par["lorenz"]["residuals"]] == printed
+
+
+if __name__ == "__main__":
+    drive(int(sys.argv[1]), sys.argv[2])
