@@ -45,7 +45,7 @@ def test_every_guide_is_a_page(html):
 
 #: The public modules, each with its page of the API reference (docs/api_NAME.rst).
 PUBLIC_MODULES = ("braidpy", "adjoint", "parallel", "backends", "nn", "perf", "train", "torch",
-                  "data", "testing", "plotting", "integrators")
+                  "data", "testing", "plotting", "integrators", "problems")
 
 
 def test_the_reference_covers_the_public_api(html):

@@ -81,11 +81,12 @@ def test_ci_runs_the_readme_commands():
     assert 'pip install -e ".[mpi,train]" && mpiexec -n 4 braidpy train peaks' in readme
 
 
-def test_scipy_is_used_only_by_the_integrators():
-    """SciPy (the integrators extra) serves braidpy.integrators' implicit methods only."""
-    only = ROOT / "braidpy" / "integrators"
+def test_scipy_is_used_only_by_the_integrators_and_problems():
+    """SciPy (the integrators extra) serves braidpy.integrators' implicit methods and the
+    ready problems of braidpy.problems only."""
+    only = (ROOT / "braidpy" / "integrators", ROOT / "braidpy" / "problems")
     for path in (ROOT / "braidpy").rglob("*.py"):
-        if only not in path.parents and path.name != "_extras.py":
+        if not any(o in path.parents for o in only) and path.name != "_extras.py":
             assert "scipy" not in path.read_text(), path
 
 

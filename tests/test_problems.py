@@ -201,6 +201,34 @@ def test_method_names_and_aliases():
         pb.Heat1D(nx=2)
 
 
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_every_problem_app_passes_check_app(name):
+    from braidpy.testing import check_app
+
+    check_app(CASES[name][0]().app())  # raises, naming the rule, if a callback breaks one
+
+
+def test_without_scipy_the_problems_name_the_extra():
+    from test_extras import run_hidden
+
+    rc, out = run_hidden("""
+        import numpy as np
+        import pytest
+        from braidpy import problems as pb
+
+        p = pb.Lorenz(tstop=0.1, ntime=8)          # explicit steps: NumPy only
+        p.app().step(p.u0.copy(), 0.0, 0.01, None)
+        with pytest.raises(ImportError, match=r"braidpy.problems needs scipy.*"
+                                              r"\\[integrators\\]"):
+            pb.Heat1D(nx=9)
+        with pytest.raises(ImportError, match=r"\\[integrators\\]"):
+            p.reference([0.1])
+        print("scipy message ok")
+    """, {"scipy"})
+    assert rc == 0, out
+    assert "scipy message ok" in out
+
+
 # --- against PyMGRIT's own runs --------------------------------------------------------------
 
 #: tests/data/pymgrit_golden.json's cases and the braidpy problems with the same

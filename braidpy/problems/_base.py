@@ -7,8 +7,14 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 import numpy as np
 
 from .. import integrators as ig
+from .._extras import require
 
-__all__ = ["Problem", "METHOD_ALIASES"]
+__all__ = ["Problem", "METHOD_ALIASES", "scipy"]
+
+
+def scipy(module: str) -> Any:
+    """``scipy.<module>``, or an ImportError naming the ``integrators`` extra."""
+    return require(f"scipy.{module}", "integrators", "braidpy.problems")
 
 #: PyMGRIT's method names (and short ones) for braidpy.integrators' names.
 METHOD_ALIASES = {"be": "backward_euler", "fe": "forward_euler", "cn": "crank_nicolson",
@@ -125,8 +131,7 @@ class OdeProblem(Problem):
     def reference(self, times: Any) -> np.ndarray:
         """A sequential solve by SciPy's ``solve_ivp`` (``DOP853``, or ``Radau`` with the
         Jacobian for stiff problems; rtol = atol = 1e-12) at ``times``."""
-        from scipy.integrate import solve_ivp
-
+        solve_ivp = scipy("integrate").solve_ivp
         times = np.asarray(times, dtype=np.float64)
         ts = np.unique(np.concatenate([[self.tstart], times]))
         kw: Dict[str, Any] = dict(method="Radau", jac=self.jacobian) if self.stiff \
@@ -172,12 +177,10 @@ class LinearProblem(Problem):
         ``solve_ivp`` (``Radau`` with the sparse Jacobian ``A``, rtol = atol = 1e-12)."""
         times = np.asarray(times, dtype=np.float64)
         if self.g is None:
-            from scipy.sparse.linalg import expm_multiply
-
+            expm_multiply = scipy("sparse.linalg").expm_multiply
             return np.array([expm_multiply((t - self.tstart) * self.A.tocsc(), self.u0)
                              for t in times.tolist()])
-        from scipy.integrate import solve_ivp
-
+        solve_ivp = scipy("integrate").solve_ivp
         ts = np.unique(np.concatenate([[self.tstart], times]))
         A, g = self.A, self.g
         sol = solve_ivp(lambda t, u: A @ u + g(t), (self.tstart, float(ts[-1])), self.u0,

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ._base import LinearProblem, OdeProblem
+from ._base import LinearProblem, OdeProblem, scipy
 
 __all__ = ["Dahlquist", "Brusselator", "ArenstorfOrbit", "Lorenz"]
 
@@ -47,8 +47,7 @@ class Dahlquist(LinearProblem):
 
     def __init__(self, lam: float = -1.0, u0: float = 1.0, *, method: str = "backward_euler",
                  tstart: float = 0.0, tstop: float = 5.0, ntime: int = 100):
-        import scipy.sparse as sp
-
+        sp = scipy("sparse")
         self.lam = float(lam)
         self.u0 = np.array([float(u0)])
         self.A = sp.csr_matrix(np.array([[self.lam]]))

@@ -8,7 +8,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from ._base import LinearProblem
+from ._base import LinearProblem, scipy
 
 __all__ = ["Advection1D", "Heat1D", "Heat2D"]
 
@@ -21,8 +21,7 @@ def _count(name: str, value: Any, least: int) -> int:
 
 def _second_difference(n: int, h: float) -> Any:
     """The n x n matrix of ``(u_{i-1} - 2 u_i + u_{i+1}) / h^2`` with zero boundary values."""
-    import scipy.sparse as sp
-
+    sp = scipy("sparse")
     return sp.diags([np.ones(n - 1), -2.0 * np.ones(n), np.ones(n - 1)], [-1, 0, 1],
                     format="csr") / (h * h)
 
@@ -70,8 +69,7 @@ class Advection1D(LinearProblem):
     def __init__(self, c: float = 1.0, x_start: float = -1.0, x_end: float = 1.0,
                  nx: int = 129, *, method: str = "backward_euler", tstart: float = 0.0,
                  tstop: float = 2.0, ntime: int = 128):
-        import scipy.sparse as sp
-
+        sp = scipy("sparse")
         self.c = float(c)
         if not self.c > 0.0:
             raise ValueError(f"Advection1D: c must be > 0 (the upwind side is x - dx), got "
@@ -223,8 +221,7 @@ class Heat2D(LinearProblem):
                  rhs: Optional[Callable[..., Any]] = None,
                  exact: Optional[Callable[..., Any]] = None, method: str = "backward_euler",
                  tstart: float = 0.0, tstop: float = 1.0, ntime: int = 64):
-        import scipy.sparse as sp
-
+        sp = scipy("sparse")
         self.a = float(a)
         nx, ny = _count("nx", nx, 3), _count("ny", ny, 3)
         self.nx, self.ny = nx, ny
