@@ -155,6 +155,29 @@ def test_the_defaults_are_the_libraries():
     assert h.exact and not pb.Heat1D(init_cond=lambda x: x * 0).exact
 
 
+@pytest.mark.parametrize("make", [pb.Brusselator, pb.ArenstorfOrbit, pb.Lorenz],
+                         ids=lambda m: m.__name__)
+def test_jacobians_match_central_differences(make):
+    """A wrong Jacobian still lets Newton converge, only slower: the results alone would
+    not show it. Central differences of rhs, at states around the initial value."""
+    p = make()
+    rng = np.random.default_rng(20261207)
+    n = p.u0.size
+    for _ in range(4):
+        u = p.u0 + 0.1 * rng.standard_normal(n)
+        J = np.empty((n, n))
+        for j in range(n):
+            e = np.zeros(n)
+            e[j] = 1e-6
+            J[:, j] = (p.rhs(0.3, u + e) - p.rhs(0.3, u - e)) / 2e-6
+        np.testing.assert_allclose(p.jacobian(0.3, u), J, rtol=1e-6, atol=1e-6 * np.abs(J).max())
+    # ... and Newton converges quadratically with it: at most 3 updates per stage here
+    app = p.app("sdirk2")
+    u = p.u0.copy()
+    app.step(u, 0.0, 1e-3, None)
+    assert app.newton_iterations <= 3 * 2, app.newton_iterations
+
+
 def test_the_arenstorf_orbit_closes_after_its_period():
     a = pb.ArenstorfOrbit()
     end = a.reference([a.tstop])[0]
