@@ -6,6 +6,7 @@
   SciPy's ``solve_ivp`` at tight tolerance as the reference.
 - :class:`Advection1D` (upwind, periodic), :class:`Heat1D`, :class:`Heat2D` (central
   differences, Dirichlet): the method of lines, exact or manufactured solutions.
+- :class:`AllenCahn`: a shrinking circle, periodic, backward Euler with Newton.
 
 Each has the parameters and default time grid of the library it comes from,
 ``app(method)``, an App for ``braidpy.solve``, ``solve(method, **options)`` on the
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from ._base import Problem
 from ._odes import ArenstorfOrbit, Brusselator, Dahlquist, Lorenz
-from ._pdes import Advection1D, Heat1D, Heat2D
+from ._pdes import Advection1D, AllenCahn, Heat1D, Heat2D
 
-__all__ = ["Advection1D", "ArenstorfOrbit", "Brusselator", "Dahlquist", "Heat1D", "Heat2D",
-           "Lorenz", "Problem"]
+__all__ = ["Advection1D", "AllenCahn", "ArenstorfOrbit", "Brusselator", "Dahlquist", "Heat1D",
+           "Heat2D", "Lorenz", "Problem"]

@@ -111,7 +111,7 @@ class OdeProblem(Problem):
     """``u' = f(t, u)`` with a vectorized ``f`` and its Jacobian: explicit Runge-Kutta
     methods or Newton-SDIRK."""
 
-    methods = EXPLICIT + ("backward_euler", "sdirk2", "sdirk3")
+    methods: Tuple[str, ...] = EXPLICIT + ("backward_euler", "sdirk2", "sdirk3")
     stiff = False
 
     def rhs(self, t: Any, u: np.ndarray) -> np.ndarray:
@@ -147,7 +147,7 @@ class OdeProblem(Problem):
 class LinearProblem(Problem):
     """``u' = A u + g(t)`` with a sparse ``A``: theta methods, SDIRK or explicit RK."""
 
-    methods = ("forward_euler", "rk4") + IMPLICIT
+    methods: Tuple[str, ...] = ("forward_euler", "rk4") + IMPLICIT
     A: Any
     g: Optional[Callable[[float], np.ndarray]] = None
 

@@ -1,16 +1,17 @@
 """Partial differential equations by the method of lines: 1D advection (upwind, periodic),
-the 1D and 2D heat equations (central differences, homogeneous Dirichlet)."""
+the 1D and 2D heat equations (central differences, homogeneous Dirichlet), and the
+Allen-Cahn equation (periodic, Newton)."""
 
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Tuple
 
 import numpy as np
 
-from ._base import LinearProblem, scipy
+from ._base import LinearProblem, OdeProblem, scipy
 
-__all__ = ["Advection1D", "Heat1D", "Heat2D"]
+__all__ = ["Advection1D", "Heat1D", "Heat2D", "AllenCahn"]
 
 
 def _count(name: str, value: Any, least: int) -> int:
@@ -268,3 +269,93 @@ class Heat2D(LinearProblem):
         shape = (self.nx - 2, self.ny - 2)
         return np.array([np.broadcast_to(self._exact(xi, yi, float(t)), shape).ravel()
                          for t in np.ravel(times)])
+
+
+class AllenCahn(OdeProblem):
+    """The Allen-Cahn equation ``u_t = Δu + u (1 - u^nu) / eps^2`` on the periodic square
+    ``[-1/2, 1/2]^2``, ``u(x, 0) = tanh((R0 - |x|) / (sqrt(2) eps))``: a circle of
+    radius ``R0`` that shrinks, in the sharp-interface limit, as ``R(t)^2 = R0^2 - 2t``.
+
+    Discretisation as PyMGRIT's AllenCahn application: ``nx`` by ``nx`` unknowns,
+    ``dx = 1 / nx``, the periodic five-point Laplacian, and backward Euler with Newton's
+    method (PyMGRIT's ``"IMPL"``, the default; its Newton tolerance 1e-12 and at most 100
+    iterations: the coarse levels' long steps from a poor guess need many) with the exact
+    sparse Jacobian ``Δ + diag(1 - (nu + 1) u^nu) / eps^2``; SDIRK2 and SDIRK3 too.
+    PyMGRIT's parameters ``eps = 0.04``, ``nu = 2``, ``R0 = 0.25``; the initial value is
+    evaluated at ``numpy.linspace(-0.5, 0.5, nx)`` as PyMGRIT does. PyMGRIT's ``"IMEX"``
+    and ``"CN"`` steps are not provided. The default grid (32 x 32, 64 steps on
+    [0, 0.02]) is small enough for the tests.
+
+    ``reference`` is a sequential solve by ``solve_ivp`` (Radau with the sparse Jacobian,
+    rtol = atol = 1e-10): the semi-discrete solution; ``radius(u)`` is PyMGRIT's
+    measure of the circle, ``sqrt(#{u >= 0} / pi) dx``, to compare with
+    :meth:`exact_radius`.
+
+    Examples
+    --------
+    >>> from braidpy.problems import AllenCahn
+    >>> p = AllenCahn(nx=16, ntime=16)
+    >>> r = p.solve(max_levels=2, cfactor=4, abs_tol=1e-9)
+    >>> bool(abs(p.radius(r.final) - p.exact_radius(p.tstop)) < 2 * p.dx)
+    True
+    """
+
+    methods: Tuple[str, ...] = ("backward_euler", "sdirk2", "sdirk3")
+    stiff = True
+
+    def __init__(self, nx: int = 32, eps: float = 0.04, nu: int = 2, radius: float = 0.25, *,
+                 newton_tol: float = 1e-12, newton_max_iter: int = 100,
+                 method: str = "backward_euler",
+                 tstart: float = 0.0, tstop: float = 0.02, ntime: int = 64):
+        sp = scipy("sparse")
+        self.nx = _count("nx", nx, 3)
+        self.eps, self.nu, self.radius0 = float(eps), int(nu), float(radius)
+        self.dx = 1.0 / self.nx
+        n = self.nx
+        wrap = sp.diags([np.ones(n - 1), -2.0 * np.ones(n), np.ones(n - 1)], [-1, 0, 1],
+                        format="lil")
+        wrap[0, n - 1] = wrap[n - 1, 0] = 1.0
+        D2 = wrap.tocsr() / self.dx ** 2
+        self.A = (sp.kron(D2, sp.identity(n)) + sp.kron(sp.identity(n), D2)).tocsr()
+        x = np.linspace(-0.5, 0.5, n)
+        r = np.sqrt(x[:, None] ** 2 + x[None, :] ** 2)
+        self.u0 = np.tanh((self.radius0 - r) / (math.sqrt(2.0) * self.eps)).ravel()
+        self.newton_tol, self.newton_max_iter = float(newton_tol), newton_max_iter
+        self.method = method
+        self._set_grid(tstart, tstop, ntime)
+
+    def rhs(self, t: Any, u: np.ndarray) -> np.ndarray:
+        """``Δu + u (1 - u^nu) / eps^2`` for a state ``(n,)`` or stacked states ``(m, n)``."""
+        lap = np.ascontiguousarray((self.A @ np.atleast_2d(u).T).T).reshape(u.shape)
+        return lap + u * (1.0 - u ** self.nu) / self.eps ** 2
+
+    def jacobian(self, t: float, u: np.ndarray) -> Any:
+        """``Δ + diag(1 - (nu + 1) u^nu) / eps^2``, sparse."""
+        sp = scipy("sparse")
+        return (self.A + sp.diags((1.0 - (self.nu + 1) * u ** self.nu) / self.eps ** 2)).tocsr()
+
+    def _app(self, name: str, options: Any) -> Any:
+        from .. import integrators as ig
+
+        options.setdefault("jacobian", self.jacobian)
+        options.setdefault("newton_tol", self.newton_tol)
+        options.setdefault("newton_max_iter", self.newton_max_iter)
+        return ig.NonlinearSDIRK(self.rhs, self.u0, name, vectorized=True, **options)
+
+    def reference(self, times: Any) -> np.ndarray:
+        """A sequential ``solve_ivp`` solve (Radau, sparse Jacobian, rtol = atol = 1e-10)."""
+        solve_ivp = scipy("integrate").solve_ivp
+        times = np.asarray(times, dtype=np.float64)
+        ts = np.unique(np.concatenate([[self.tstart], times]))
+        sol = solve_ivp(self.rhs, (self.tstart, float(ts[-1])), self.u0, method="Radau",
+                        jac=lambda t, u: self.jacobian(t, u).tocsc(), t_eval=ts, rtol=1e-10,
+                        atol=1e-10)
+        return sol.y.T[np.searchsorted(ts, times)]
+
+    def radius(self, u: Any) -> float:
+        """The circle's radius as PyMGRIT measures it: ``sqrt(#{u >= 0} / pi) dx``."""
+        return float(math.sqrt(np.count_nonzero(np.asarray(u) >= 0.0) / math.pi) * self.dx)
+
+    def exact_radius(self, t: float) -> float:
+        """The sharp-interface radius ``sqrt(max(R0^2 - 2 t, 0))``."""
+        return math.sqrt(max(self.radius0 ** 2 - 2.0 * (float(t) - self.tstart), 0.0))

@@ -20,6 +20,7 @@ from importlib.metadata import version
 
 import numpy as np
 from pymgrit.advection.advection_1d import Advection1D
+from pymgrit.allen_cahn.allen_cahn import AllenCahn
 from pymgrit.brusselator.brusselator import Brusselator
 from pymgrit.core.mgrit import Mgrit
 from pymgrit.core.simple_setup_problem import simple_setup_problem
@@ -61,6 +62,9 @@ CASES = {
                             init_cond=lambda x, y: np.sin(np.pi * x) * np.sin(np.pi * y),
                             method="CN", t_start=0, t_stop=1, nt=65),
         levels=3, cfactor=4, tol=1e-10, braidpy="Heat2D(nx=17, ny=17, method='CN')"),
+    "allen_cahn_impl": dict(
+        make=lambda: AllenCahn(nx=12, method="IMPL", t_start=0, t_stop=0.02, nt=65),
+        levels=3, cfactor=4, tol=1e-9, braidpy="AllenCahn(nx=12)"),
 }
 
 
