@@ -19,7 +19,7 @@ class Dahlquist(LinearProblem):
     Exact solution ``u0 exp(lambda (t - tstart))``. PyMGRIT's Dahlquist application:
     ``lambda = -1``, ``u(0) = 1``, methods backward Euler (``"BE"``), forward Euler
     (``"FE"``), the trapezoidal rule (``"TR"``: Crank-Nicolson) and the implicit midpoint
-    rule (``"MR"``); the default grid is 100 steps on [0, 5].
+    rule (``"MR"``). The default grid, 100 steps on [0, 5], is braidpy's choice.
 
     Parameters
     ----------
