@@ -1036,7 +1036,7 @@ def _load_model(args: argparse.Namespace) -> Tuple[ResNet, Any, Dict[str, Any]]:
     except (ImportError, RuntimeError, ValueError) as exc:
         args.usage_error(_describe(exc))
     try:
-        state = _checkpoint.load(args.checkpoint)
+        state = _checkpoint.load_training(args.checkpoint)
     except (OSError, ValueError) as exc:
         args.usage_error(f"checkpoint: {_describe(exc)}")
     spec: Dict[str, Any] = state.get("network") or {}
