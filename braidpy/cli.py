@@ -37,6 +37,7 @@ import functools
 import json
 import logging
 import math
+import os
 import sys
 import tempfile
 import time
@@ -68,8 +69,9 @@ from .train.presets import PRESETS, preset
 from .train.sharded import check_training_grid
 from .train.spatial_training import max_space
 from .train.progress import CsvLog, JsonLog, Progress, summary, summary_lines, wait_until_read
-from ._limits import (INDEX_MAX, INT_MAX, LimitError, OutputPathError, check_output_file,
-                      check_training_size, count_argument, write_atomically)
+from ._limits import (INDEX_MAX, INT_MAX, LimitError, OutputPathError, OutputWriteError,
+                      check_output_file, check_training_size, count_argument,
+                      write_atomically)
 
 __all__ = ["build_parser", "main", "resolve"]
 
@@ -115,9 +117,26 @@ SETTINGS = {
 # ------------------------------------------------------------------ ranks and errors
 
 
+#: Prefixes of the environment variables MPI launchers set (MPICH/Hydra, PMI/PMIx,
+#: Open MPI, MVAPICH2, Slurm). Without any of them the command runs serially and never
+#: initialises MPI: initialising it costs time, and fails outright under some limits
+#: (``ulimit -f``) before anything is done.
+_LAUNCHER_PREFIXES = ("PMI_", "PMIX_", "HYDRA_", "OMPI_", "MV2_", "MPI_LOCALNRANKS",
+                      "SLURM_")
+
+
+@functools.lru_cache(maxsize=None)
+def _world() -> Any:
+    """``braidpy.parallel.world()`` when an MPI launcher started this process, else None
+    without importing MPI."""
+    if not any(name.startswith(_LAUNCHER_PREFIXES) for name in os.environ):
+        return None
+    return world()
+
+
 @functools.lru_cache(maxsize=None)
 def _rank() -> int:
-    comm = world()
+    comm = _world()
     return 0 if comm is None else comm.Get_rank()
 
 
@@ -199,7 +218,15 @@ class _Trainer(Trainer):
 
     def save(self, path: str) -> None:
         state = self.state()  # collective: gathers the MGRIT states on rank 0
-        _on_root(self.comm, lambda: _checkpoint.save(path, state), f"checkpoint {path}: ")
+
+        def write() -> None:
+            try:
+                _checkpoint.save(path, state, what="--checkpoint")
+            except (OutputPathError, OutputWriteError):
+                raise  # named with the option and the file already
+            except Exception as exc:  # noqa: BLE001 - named with the file, to every rank
+                raise _Failed(f"--checkpoint {path}: {_describe(exc)}") from exc
+        _on_root(self.comm, write)
 
 
 # ------------------------------------------------------------------ argument parsing
@@ -910,13 +937,17 @@ class _Outputs:
         if args.log:
             try:
                 Path(args.log).parent.mkdir(parents=True, exist_ok=True)
-                self.log = JsonLog(args.log, h, self.trainer.history)
+                self.log = JsonLog(args.log, h, self.trainer.history, what="--log")
+            except OutputWriteError:
+                raise
             except OSError as exc:
                 raise OSError(f"--log {args.log}: {exc.strerror or exc}") from exc
         if args.csv:
             try:
                 Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
-                self.csv = CsvLog(args.csv, self.trainer.history)
+                self.csv = CsvLog(args.csv, self.trainer.history, what="--csv")
+            except OutputWriteError:
+                raise
             except OSError as exc:
                 raise OSError(f"--csv {args.csv}: {exc.strerror or exc}") from exc
         if not args.quiet:
@@ -947,7 +978,11 @@ class _Outputs:
         if self.args.plot:
             from .train.plots import plot_history
 
-            plot_history(self.trainer.history, self.args.plot, title=self.header["architecture"])
+            try:
+                plot_history(self.trainer.history, self.args.plot,
+                             title=self.header["architecture"])
+            except OutputWriteError as exc:
+                raise exc.named("--plot") from exc.reason
         if self.log:
             self.log.end(result)
         if not self.args.quiet:
@@ -969,7 +1004,7 @@ def _train(args: argparse.Namespace, argv: List[str]) -> int:
     # Training's large NumPy temporaries are reused instead of faulted in again on every
     # batched call (braidpy.perf.allocator: 7-12% per step for peaks and digits here).
     _, allocator = keep_freed_memory()
-    comm = world()
+    comm = _world()
     resolve(args)
     trainer, what = _setup(args, comm, args.usage_error)
     net, cfg = trainer.net, trainer.config

@@ -265,7 +265,7 @@ def test_checkpoint_write_failure_stops_every_rank(tmp_path):
     proc = cli("train", "peaks", *TINY, "--checkpoint", tmp_path / "run.ckpt",
                "--checkpoint-every", "1", nranks=2)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert proc.stderr.count("error: checkpoint") == 1, proc.stderr
+    assert proc.stderr.count("error: --checkpoint") == 1, proc.stderr
 
 
 def test_empty_npy_names_the_file(tmp_path):

@@ -730,3 +730,108 @@ def test_predict_refuses_a_link_and_writes_its_output_atomically(tmp_path, capsy
     assert status == 0, err
     assert victim.read_text() == "keep me" and not (tmp_path / "new.csv.tmp").exists()
     assert len((tmp_path / "new.csv").read_text().splitlines()) == 6
+
+
+# ----------------------------------------------------- a full disk, a file size limit
+
+def _limited(size):
+    """A child's set-up: files of at most ``size`` bytes, and a write past that is the
+    error EFBIG (SIGXFSZ ignored), as a full disk's ENOSPC is."""
+    import resource
+    import signal
+
+    def setup():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+    return setup
+
+
+def _run_limited(size, argv, timeout=120):
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
+    return subprocess.run([sys.executable, *map(str, argv)], capture_output=True, text=True,
+                          timeout=timeout, env=env, preexec_fn=_limited(size))
+
+
+LIMITED_WRITERS = textwrap.dedent("""
+    import sys
+    import numpy as np
+    sys.path.insert(0, sys.argv[3])
+    from test_reliability_inputs import WRITERS
+    from braidpy._limits import OutputWriteError
+    try:
+        WRITERS[sys.argv[1]](sys.argv[2])
+    except OutputWriteError as exc:
+        print("OutputWriteError", exc)
+    else:
+        print("written")
+""")
+
+BIG = {"checkpoint": lambda p: checkpoint.save(p, {"iteration": 1, "a": np.zeros(4000)}),
+       "log": lambda p: JsonLog(p, {"x": "y" * 6000}).close(),
+       "csv": lambda p: CsvLog(p, [{"iteration": k, "loss": 0.1} for k in range(999)]).close()}
+
+
+@pytest.mark.parametrize("writer", sorted(WRITERS))
+def test_every_writer_on_a_full_disk_names_the_file_and_keeps_the_last_good_one(tmp_path,
+                                                                                writer):
+    """A write past a file size limit (EFBIG; a full disk's ENOSPC takes the same path)
+    raises OutputWriteError naming the writer and the file; an atomic writer leaves
+    exactly the previous good file (no FILE.tmp), a log the lines before."""
+    script = tmp_path / "write.py"
+    script.write_text(LIMITED_WRITERS)
+    target = tmp_path / "out.png"
+    WRITERS[writer](target)  # the previous good file
+    before = target.read_bytes()
+    (tmp_path / "write_big.py").write_text(LIMITED_WRITERS.replace("WRITERS[", "BIG[")
+                                           .replace("import WRITERS", "import BIG"))
+    for name, big in (("write.py", False), ("write_big.py", True)):
+        if big and writer not in BIG:
+            continue
+        size = 16 if not big else len(before) + 200
+        proc = _run_limited(size, [tmp_path / name, writer, target,
+                                   os.path.dirname(__file__)])
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.startswith("OutputWriteError"), proc.stdout + proc.stderr
+        assert f"{writer} {target}: could not write it (File too large)" in proc.stdout
+        assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("out")) == \
+            ["out.png"]
+        if writer in ("checkpoint", "plot", "calibration file"):
+            assert "the previous file is kept" in proc.stdout
+            assert target.read_bytes() == before
+        else:
+            assert "what was written before is kept" in proc.stdout
+    if writer == "checkpoint":
+        assert checkpoint.load(target) == {"iteration": 1}
+
+
+@pytest.mark.parametrize("option", ["--log", "--csv", "--plot", "--checkpoint"])
+def test_train_outputs_on_a_full_disk_stop_the_run_naming_the_option(tmp_path, option):
+    """``braidpy train`` whose log, CSV, plot or checkpoint meets a full disk exits 1
+    with one line naming the option and the file (it ran on, or said "[Errno 28]"). A
+    serial run never initialises MPI (which aborted under ``ulimit -f`` before this)."""
+    out = tmp_path / ("out.png" if option == "--plot" else "out")
+    proc = _run_limited(3000, ["-m", "braidpy", "train", "peaks", "--samples", "200",
+                               "--layers", "4", "--iterations", "40", "--mode", "serial",
+                               "-q", option, out])
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"braidpy train: error: {option} {out}: could not write it (File too large)" \
+        in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and "MPI" not in proc.stderr
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == ([] if option in ("--checkpoint", "--plot") else ["out"]), left
+
+
+def test_predict_output_on_a_full_disk_names_the_option(tmp_path):
+    ckpt = tmp_path / "run.ckpt"
+    assert _braidpy("train", "peaks", "--samples", "200", "--layers", "4", "--iterations",
+                    "1", "--mode", "serial", "-q", "--checkpoint", ckpt).returncode == 0
+    np.save(tmp_path / "X.npy", np.random.default_rng(8).uniform(-3, 3, (2000, 2)))
+    (tmp_path / "ids.npy").write_bytes(b"the previous output")
+    proc = _run_limited(4096, ["-m", "braidpy", "predict", ckpt, tmp_path / "X.npy",
+                               "-o", tmp_path / "ids.npy"])
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"-o {tmp_path / 'ids.npy'}: could not write it (" in proc.stderr, proc.stderr
+    assert "); the previous file is kept" in proc.stderr  # NumPy's words: "2000 requested
+    # and 496 written"
+    assert (tmp_path / "ids.npy").read_bytes() == b"the previous output"
+    assert not (tmp_path / "ids.npy.tmp").exists()

@@ -239,7 +239,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     if rank == 0:
         cal = calibrate(layers, comm=comm, samples=args.samples, rows=args.rows,
                         repeats=args.repeats, log=say, device=where, cores=args.cores)
-        save_calibration(cal, args.output)
+        save_calibration(cal, args.output, what="-o")
         if not args.quiet:
             print(f"wrote {args.output}: {len(cal.layers)} layers; network "
                   f"p2p {cal.p2p.source}, allreduce {cal.allreduce.source}")

@@ -135,14 +135,17 @@ def _decode(value: Any, arrays: Any, where: str) -> Any:
 # ------------------------------------------------------------------ files
 
 
-def save(path: Any, state: Mapping[str, Any]) -> None:
+def save(path: Any, state: Mapping[str, Any], *, what: str = "checkpoint") -> None:
     """Write ``state`` to ``path`` atomically (a temporary file ``path.tmp`` beside it,
     flushed and fsynced, then renamed over ``path``), so that a process killed while
     saving leaves the previous checkpoint intact. The parent folder is created.
 
     ``path`` must be a regular file or absent: a device (``/dev/full``), a folder or a
     symbolic link raises :class:`braidpy._limits.OutputPathError` (an OSError and a
-    ValueError) before anything is written (see :func:`braidpy._limits.write_atomically`)."""
+    ValueError) before anything is written (see :func:`braidpy._limits.write_atomically`).
+    A write that fails (a full disk, a file size limit) raises
+    :class:`braidpy._limits.OutputWriteError` naming ``what`` (e.g. an option) and the
+    file; the previous checkpoint is then the only file left."""
     from .. import __version__
 
     arrays: Dict[str, np.ndarray] = {}
@@ -158,7 +161,7 @@ def save(path: Any, state: Mapping[str, Any]) -> None:
                     np.lib.format.write_array(member, np.asanyarray(array),
                                               allow_pickle=False)
 
-    write_atomically(path, "checkpoint", write)
+    write_atomically(path, what, write)
 
 
 def _open(path: Any) -> Tuple[Path, Dict[str, Any]]:
