@@ -34,7 +34,7 @@ __all__ = ["INT_MAX", "INDEX_MAX", "GRID_BYTES_PER_POINT", "JSON_MAX_DEPTH",
            "JSON_MAX_INT_DIGITS", "LimitError", "OutputPathError", "available_memory",
            "check_memory", "check_count", "count_argument", "check_ntime", "shape_bytes",
            "check_npy_header", "check_finite", "training_bytes", "check_training_size",
-           "loads_json", "check_output_file", "open_output", "write_atomically",
+           "loads_json", "plain_number", "check_output_file", "open_output", "write_atomically",
            "OutputWriteError", "OutputFile"]
 
 #: The core's counts and options: C ``int`` (csrc/core/options.hpp, the MPI rank count).
@@ -200,6 +200,23 @@ def check_count(value: Any, name: str, *, low: int = 0, high: int = INDEX_MAX) -
     return value
 
 
+def plain_number(text: str) -> str:
+    """``text`` if it is a number written in ASCII (Python's ``int()`` and ``float()``
+    also take other scripts' digits, ``٣`` for 3, full-width ``１``, and ``1_000``), else
+    a ValueError naming it; for the command line's converters.
+
+    >>> plain_number("2.5e3")
+    '2.5e3'
+    >>> plain_number("٣")
+    Traceback (most recent call last):
+    ...
+    ValueError: expected a number in ASCII digits, got '٣'
+    """
+    if not text.isascii() or "_" in text:
+        raise ValueError(f"expected a number in ASCII digits, got {text!r}")
+    return text
+
+
 def count_argument(low: int = 1, high: int = INT_MAX, why: str = ""
                    ) -> Callable[[str], int]:
     """An argparse ``type=`` converter: an integer in ``[low, high]`` written in digits.
@@ -220,7 +237,7 @@ def count_argument(low: int = 1, high: int = INT_MAX, why: str = ""
     def convert(text: str) -> int:
         digits = text.strip()
         digits = digits[1:] if digits[:1] in "+-" else digits
-        if not digits.isdigit():
+        if not (digits.isascii() and digits.isdigit()):  # not ٣ (int() takes it)
             raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}")
         if len(digits) > 30 or int(text) > high:  # int() of 4300+ digits would raise
             raise argparse.ArgumentTypeError(f"must be <= {high}{f' ({why})' if why else ''}"

@@ -835,3 +835,94 @@ def test_predict_output_on_a_full_disk_names_the_option(tmp_path):
     # and 496 written"
     assert (tmp_path / "ids.npy").read_bytes() == b"the previous output"
     assert not (tmp_path / "ids.npy.tmp").exists()
+
+
+# ------------------------------------------------------ public API values at the boundary
+
+def test_solution_refuses_a_time_or_index_that_is_no_grid_point_by_name():
+    core = braidpy.Core(Decay(), 0.0, 4.0, 8, cfactor=2)
+    result = core.solve()
+    for get in (core.solution, result.solution):  # t=nan gave the value at t0
+        for t in (float("nan"), float("inf")):
+            with pytest.raises(ValueError, match=f"t={t} is not a point of the time grid"):
+                get(t=t)
+        with pytest.raises(TypeError, match="t must be a real number .* got 'a'"):
+            get(t="a")
+        with pytest.raises(TypeError, match="index must be an int .* got 2.0"):
+            get(index=2.0)
+    assert core.solution(index=2) == core.solution(t=1.0)
+
+
+@pytest.mark.parametrize("times, words", [
+    (["a", 1.0, 2.0, 3.0, 4.0], "entry 0 is 'a'"),
+    ([0.0, "1.0", 2.0, 3.0, 4.0], "entry 1 is '1.0'"),  # text converted silently
+    ([0.0, True, 2.0, 3.0, 4.0], "entry 1 is True"),
+])
+def test_times_that_are_not_numbers_are_named(times, words):
+    with pytest.raises(TypeError, match=f"times must hold real numbers, got {words}"):
+        braidpy.Core(Decay(), 0.0, 4.0, 4, times=times)
+
+
+class ReadOnlyStep(Decay):
+    def step(self, u, t0, t1, status):
+        v = u / (1.0 - self.lam * (t1 - t0))
+        v.flags.writeable = False
+        return v
+
+
+class ResizingStep(Decay):
+    def step(self, u, t0, t1, status):
+        u.resize((3,), refcheck=False)
+
+
+@pytest.mark.parametrize("app, words", [
+    (ReadOnlyStep, r"step\(u, t0, t1, status\) returned a read-only NumPy array"),
+    (ResizingStep, r"step\(u, t0, t1, status\) changed the shape of u in place \(u is now "
+                   r"numpy.ndarray of shape \(3,\)"),
+])
+def test_a_step_breaking_its_state_is_named_as_steps_fault(app, words):
+    """Reported as a failure of ``sum`` ("output array is read-only") or a bare NumPy
+    broadcast error before."""
+    with pytest.raises(ValueError, match=words):
+        braidpy.Core(app(), 0.0, 1.0, 8, cfactor=2).solve()
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("lr", -1.0, "lr must be None or a finite number > 0, got -1.0"),
+    ("lr", float("nan"), "lr must be None or a finite number > 0, got nan"),
+    ("momentum", 2.0, "momentum must be None or a number in [0, 1), got 2.0"),
+    ("checkpoint", 5, "checkpoint must be a file path (str or os.PathLike) or None, got 5"),
+    ("seed", 10**30, "seed must be an int <= 9223372036854775807"),
+])
+def test_train_config_values_are_checked_at_construction(field, value, words):
+    extra = {"optimizer": "sgd"} if field == "momentum" else {}
+    with pytest.raises((TypeError, ValueError)) as info:
+        TrainConfig(**{field: value}, **extra)
+    assert words in str(info.value)
+
+
+def test_trainer_refuses_non_finite_initial_parameters_by_entry():
+    net, X, C = dense_problem(nlayers=4)
+    params = net.init_params(3, 0.1)
+    params[5] = np.nan
+    with pytest.raises(ValueError, match="params must be finite: entry 5 is nan"):
+        Trainer(net, (X, C), config=TrainConfig(mode="serial"), params=params)
+    with pytest.raises(ValueError, match="params must be an array of floating-point"):
+        Trainer(net, (X, C), config=TrainConfig(mode="serial"),
+                params=np.zeros(net.nparams, dtype=np.int64))
+
+
+@pytest.mark.parametrize("args, option", [
+    (["--iterations", "\u0663"], "--iterations"),  # Arabic-Indic 3: int() takes it
+    (["--lr", "\u0661.\u0665"], "--lr"),
+    (["--cf", "\uff12"], "--cf"),  # full-width 2
+    (["--grid", "\u0661,1,1"], "--grid"),
+    (["--validation-fraction", "0.3"], "--validation-fraction"),  # peaks: ignored before
+])
+def test_cli_numbers_in_other_scripts_and_options_a_source_ignores_are_usage_errors(
+        capsys, args, option):
+    from cli_runner import in_process
+
+    status, _, err = in_process(capsys, "train", "peaks", *args)
+    assert status == 2 and option in err, err
+    assert args[1] in err or "does not apply to data source 'peaks'" in err

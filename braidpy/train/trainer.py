@@ -7,6 +7,7 @@ import functools
 import hashlib
 import logging
 import math
+import os
 import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
@@ -213,6 +214,14 @@ class TrainConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        if self.checkpoint is not None and not isinstance(self.checkpoint, (str, os.PathLike)):
+            raise TypeError(f"checkpoint must be a file path (str or os.PathLike) or None, "
+                            f"got {self.checkpoint!r}")
+        if self.checkpoint is not None:
+            self.checkpoint = os.fspath(self.checkpoint)  # a str (written to checkpoints)
+            if isinstance(self.checkpoint, bytes) or not self.checkpoint:
+                raise ValueError(f"checkpoint must be a non-empty file path, got "
+                                 f"{self.checkpoint!r}")
         for name in ("validate_every", "patience", "seed"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -312,6 +321,22 @@ class TrainConfig:
             raise ValueError("optimizer 'easgd-async' cannot write checkpoints: its updates "
                              "depend on the order messages reach the centre, so no checkpoint "
                              "resumes it exactly; leave checkpoint out or use 'easgd'")
+
+
+def _check_initial_params(params: Any) -> None:
+    """Initial parameters given to :class:`Trainer`: real floating-point numbers, all
+    finite (NaN would train as "MGRIT diverged" at the first step); a ValueError naming
+    ``params`` and the first bad entry otherwise."""
+    kind = getattr(getattr(params, "dtype", None), "kind", None)
+    if kind != "f":
+        raise ValueError(f"params must be an array of floating-point numbers, got dtype "
+                         f"{getattr(params, 'dtype', None)}")
+    host = np.asarray(params.get() if hasattr(params, "get") and
+                      not isinstance(params, np.ndarray) else params)
+    finite = np.isfinite(host)
+    if not finite.all():
+        i = int(np.argmin(finite))
+        raise ValueError(f"params must be finite: entry {i} is {host[i]}")
 
 
 #: The largest ``seed`` (NumPy seeds with any int; checkpoints and the command line keep
@@ -535,6 +560,8 @@ class Trainer:
         elif getattr(params, "shape", None) != (net.nparams,):
             raise ValueError(f"params must have shape ({net.nparams},), got "
                              f"{getattr(params, 'shape', None)}")
+        else:
+            _check_initial_params(params)
         self._initial_params: Any = params  # on the host or the network's device
         self.data_fingerprint = data_fingerprint((self.X, self.C), self.validation)
         self.placement = net.placement
