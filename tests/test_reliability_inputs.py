@@ -926,3 +926,35 @@ def test_cli_numbers_in_other_scripts_and_options_a_source_ignores_are_usage_err
     status, _, err = in_process(capsys, "train", "peaks", *args)
     assert status == 2 and option in err, err
     assert args[1] in err or "does not apply to data source 'peaks'" in err
+
+
+FULL_DISK_UNDER_MPI = textwrap.dedent("""
+    import resource, signal, sys
+    from mpi4py import MPI  # started before the limit: its shared memory is made
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE,
+                       (3000, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+    from braidpy.cli import main
+    sys.exit(main(sys.argv[1:]))
+""")
+
+
+@pytest.mark.parametrize("nranks", [2, 4])
+@pytest.mark.parametrize("option", ["--log", "--checkpoint"])
+def test_under_mpi_a_full_disk_on_rank_0_stops_every_rank_naming_the_option(tmp_path,
+                                                                          nranks, option):
+    from test_mpi import MPIEXEC
+
+    script = tmp_path / "limited.py"
+    script.write_text(FULL_DISK_UNDER_MPI)
+    out = tmp_path / "out"
+    proc = run_mpi([MPIEXEC, "-n", str(nranks), sys.executable, str(script), "train",
+                    "peaks", "--mode", "oneshot", "--samples", "100", "--validation-samples",
+                    "50", "--layers", "8", "--iterations", "40", "-q", option, str(out)],
+                   capture_output=True, text=True, timeout=120,
+                   env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1"))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stderr.count(f"braidpy train: error: {option} {out}: could not write it "
+                             f"(File too large)") == 1, proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == \
+        ["limited.py"] + (["out"] if option == "--log" else [])
