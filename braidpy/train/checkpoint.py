@@ -53,7 +53,7 @@ import numbers
 import zipfile
 import zlib
 from pathlib import Path
-from typing import Any, Dict, Mapping, Tuple
+from typing import Any, Dict, Mapping, NoReturn, Tuple
 
 import numpy as np
 
@@ -324,7 +324,7 @@ class _Fields:
     def __init__(self, state: Mapping[str, Any], where: str):
         self.state, self.where = state, where
 
-    def fail(self, field: str, rule: str, value: Any) -> None:
+    def fail(self, field: str, rule: str, value: Any) -> NoReturn:
         raise CheckpointError(f"{self.where}: field {field!r} {rule}, got {_shown(value)}")
 
     def count(self, field: str, value: Any, low: int = 0, high: int = INDEX_MAX) -> None:
@@ -697,7 +697,10 @@ def _check_warm_group(f: _Fields, warm: Mapping[str, Any], net: Any, where: str)
                 f.fail(field, f"must be keyed by a layer time in 0..{net.nlayers}", n)
             if not isinstance(u, np.ndarray) or u.dtype != np.float64:
                 f.fail(field, "must be an array of float64", u)
-            if u.ndim < 1 or (shape is not None and u.shape[0] != shape[0]):
+            if u.ndim < 1:
+                f.fail(field, "must hold one state per sample (an array of 1 or more "
+                              "dimensions)", u)
+            if shape is not None and u.shape[0] != shape[0]:
                 f.fail(field, f"must hold the batch's {shape[0]} samples (field "
                               f"'{where}.batch_shape')", u)
             if first is None:
