@@ -18,6 +18,7 @@ ones) as ``std::vector<double>``.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import math
 import os
@@ -33,7 +34,8 @@ __all__ = ["INT_MAX", "INDEX_MAX", "GRID_BYTES_PER_POINT", "JSON_MAX_DEPTH",
            "JSON_MAX_INT_DIGITS", "LimitError", "OutputPathError", "available_memory",
            "check_memory", "check_count", "count_argument", "check_ntime", "shape_bytes",
            "check_npy_header", "check_finite", "training_bytes", "check_training_size",
-           "loads_json", "check_output_file", "open_output", "write_atomically"]
+           "loads_json", "plain_number", "check_output_file", "open_output", "write_atomically",
+           "OutputWriteError", "OutputFile"]
 
 #: The core's counts and options: C ``int`` (csrc/core/options.hpp, the MPI rank count).
 INT_MAX = 2**31 - 1
@@ -61,6 +63,25 @@ class LimitError(ValueError):
 class OutputPathError(OSError, ValueError):
     """An output target that is not a regular file or absent (a device, a folder, a FIFO,
     a symbolic link); an ``OSError`` and a ``ValueError`` (a bad argument)."""
+
+
+class OutputWriteError(OSError):
+    """A file braidpy writes could not be written to the end (a full disk, a file size
+    limit, an I/O error). The message names the option or kind of file, the file, the
+    system's reason and what was kept; ``errno`` is the system's."""
+
+    def __init__(self, what: str, path: Any, exc: OSError, kept: str):
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        super().__init__(f"{what} {path}: could not write it ({reason}); {kept}")
+        self.errno, self.strerror, self.filename = exc.errno, exc.strerror, str(path)
+        self.what, self.reason, self.kept = what, exc, kept
+
+    def named(self, what: str) -> "OutputWriteError":
+        """The same failure named by ``what`` (a command-line option)."""
+        return OutputWriteError(what, self.filename, self.reason, self.kept)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 # ------------------------------------------------------------------ memory
@@ -179,6 +200,23 @@ def check_count(value: Any, name: str, *, low: int = 0, high: int = INDEX_MAX) -
     return value
 
 
+def plain_number(text: str) -> str:
+    """``text`` if it is a number written in ASCII (Python's ``int()`` and ``float()``
+    also take other scripts' digits, ``٣`` for 3, full-width ``１``, and ``1_000``), else
+    a ValueError naming it; for the command line's converters.
+
+    >>> plain_number("2.5e3")
+    '2.5e3'
+    >>> plain_number("٣")
+    Traceback (most recent call last):
+    ...
+    ValueError: expected a number in ASCII digits, got '٣'
+    """
+    if not text.isascii() or "_" in text:
+        raise ValueError(f"expected a number in ASCII digits, got {text!r}")
+    return text
+
+
 def count_argument(low: int = 1, high: int = INT_MAX, why: str = ""
                    ) -> Callable[[str], int]:
     """An argparse ``type=`` converter: an integer in ``[low, high]`` written in digits.
@@ -199,7 +237,7 @@ def count_argument(low: int = 1, high: int = INT_MAX, why: str = ""
     def convert(text: str) -> int:
         digits = text.strip()
         digits = digits[1:] if digits[:1] in "+-" else digits
-        if not digits.isdigit():
+        if not (digits.isascii() and digits.isdigit()):  # not ٣ (int() takes it)
             raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}")
         if len(digits) > 30 or int(text) > high:  # int() of 4300+ digits would raise
             raise argparse.ArgumentTypeError(f"must be <= {high}{f' ({why})' if why else ''}"
@@ -346,13 +384,20 @@ _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 
 def _json_depth(text: str) -> int:
     """Deepest nesting of ``[`` and ``{`` outside strings (a linear scan)."""
+    # Memory: the text without its strings, one byte a character for the steps, and a
+    # running sum a block at a time (a whole int64 sum took 25 bytes a character).
     bare = _STRING.sub('""', text).encode("utf-8", "replace")
     if not bare:
         return 0
     a = np.frombuffer(bare, dtype=np.uint8)
-    step = ((a == ord("[")) | (a == ord("{"))).astype(np.int64) - \
-        ((a == ord("]")) | (a == ord("}"))).astype(np.int64)
-    return int(np.cumsum(step).max(initial=0))
+    step = np.isin(a, (ord("["), ord("{"))).view(np.int8)
+    step -= np.isin(a, (ord("]"), ord("}"))).view(np.int8)
+    deepest, level, block = 0, 0, 1 << 20
+    for start in range(0, step.size, block):
+        running = np.cumsum(step[start:start + block], dtype=np.int64)
+        deepest = max(deepest, level + int(running.max()))
+        level += int(running[-1])
+    return deepest
 
 
 def loads_json(text: str, where: str, *, constants: bool = False) -> Any:
@@ -464,17 +509,84 @@ def _open_checked(path: Path, flags: int, what: str) -> int:
 
 
 def open_output(path: Any, what: str, *, text: bool = True, newline: Optional[str] = None
-                ) -> IO[Any]:
+                ) -> "OutputFile":
     """``path`` opened for writing (truncated) after :func:`check_output_file`, without
     following a link and never a device or a FIFO, even one put there after the check.
     Its folder is created. For files written as they grow (logs); whole files are
-    written with :func:`write_atomically`."""
+    written with :func:`write_atomically`. Returns an :class:`OutputFile`: every write
+    is flushed and checked, a failure an :class:`OutputWriteError` naming ``what`` and
+    the file."""
     path = check_output_file(path, what)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = _open_checked(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, what)
     if text:
-        return os.fdopen(fd, "w", encoding="utf-8", newline=newline)
-    return os.fdopen(fd, "wb")
+        f: IO[Any] = os.fdopen(fd, "w", encoding="utf-8", newline=newline)
+    else:
+        f = os.fdopen(fd, "wb")
+    return OutputFile(f, path, what)
+
+
+class OutputFile:
+    """A file written as it grows (a log): :meth:`write` writes and flushes, so a full
+    disk or a file size limit is an :class:`OutputWriteError` at the write that met it
+    (naming the option and the file, and that the lines before it are kept), never a
+    run that carries on writing nothing; :meth:`sync` also fsyncs (at the end of a
+    run). After a failure the file refuses further writes with the same error, and
+    :meth:`close` releases it without raising again."""
+
+    def __init__(self, f: IO[Any], path: Path, what: str):
+        self._f, self.path, self.what = f, path, what
+        self._failed: Optional[OutputWriteError] = None
+
+    def _fail(self, exc: OSError) -> OutputWriteError:
+        self._failed = OutputWriteError(self.what, self.path, exc,
+                                        "what was written before is kept")
+        return self._failed
+
+    def write(self, data: Any) -> int:
+        if self._failed is not None:
+            raise self._failed
+        try:
+            n = self._f.write(data)
+            self._f.flush()
+        except OSError as exc:
+            raise self._fail(exc) from exc
+        return n
+
+    def flush(self) -> None:
+        self.write("" if isinstance(self._f, io.TextIOBase) else b"")
+
+    def sync(self) -> None:
+        """Flush and fsync (the lines are on the disk, or an OutputWriteError)."""
+        self.flush()
+        try:
+            os.fsync(self._f.fileno())
+        except OSError as exc:
+            raise self._fail(exc) from exc
+
+    def close(self) -> None:
+        if self._f.closed:
+            return
+        if self._failed is not None:
+            try:
+                self._f.close()
+            except OSError:
+                pass  # its error was raised at the write that met it
+            return
+        try:
+            self._f.close()
+        except OSError as exc:
+            raise self._fail(exc) from exc
+
+    @property
+    def closed(self) -> bool:
+        return self._f.closed
+
+    def __enter__(self) -> "OutputFile":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
 
 def write_atomically(path: Any, what: str, write: Callable[[IO[bytes]], Any], *,
@@ -493,14 +605,20 @@ def write_atomically(path: Any, what: str, write: Callable[[IO[bytes]], Any], *,
             os.unlink(tmp)  # left by a killed run (or a link): removed, never followed
     except FileNotFoundError:
         pass
+    kept = "the previous file is kept" if os.path.lexists(path) else "nothing was written"
     fd = _open_checked(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, what)
     try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        check_output_file(path, what)  # still a file (or absent) right before the rename
-        os.replace(tmp, path)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                write(f)
+                f.flush()
+                os.fsync(f.fileno())
+            check_output_file(path, what)  # still a file (or absent) right before the rename
+            os.replace(tmp, path)
+        except OutputPathError:
+            raise
+        except OSError as exc:  # a full disk, a file size limit: named, nothing half-made
+            raise OutputWriteError(what, path, exc, kept) from exc
     except BaseException:
         try:
             os.unlink(tmp)

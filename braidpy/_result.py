@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
@@ -91,8 +93,13 @@ class Result:
         return f"<braidpy.Result {self.iterations} iterations, {self.levels} levels{last}>"
 
 
-def _index_of(times: np.ndarray, t: float) -> int:
-    i = int(np.argmin(np.abs(times - t)))
+def _index_of(times: np.ndarray, t: Any) -> int:
+    if isinstance(t, (bool, np.bool_)) or not isinstance(t, (numbers.Real, np.floating,
+                                                             np.integer)):
+        raise TypeError(f"t must be a real number (a time of the grid), got {t!r}")
+    if not math.isfinite(float(t)):
+        raise ValueError(f"t={t!r} is not a point of the time grid (t must be finite)")
+    i = int(np.argmin(np.abs(times - float(t))))
     scale = times[-1] - times[0]
     if abs(times[i] - t) > 1e-9 * scale / max(len(times) - 1, 1):
         raise ValueError(f"t={t!r} is not a point of the time grid")
@@ -105,7 +112,10 @@ def fine_index(times: np.ndarray, owned: range, t: Optional[float],
     this rank's ``owned`` range (errors name the bad value)."""
     if (t is None) == (index is None):
         raise TypeError("give exactly one of t or index")
-    i = int(index) if index is not None else _index_of(times, float(t))  # type: ignore[arg-type]
+    if index is not None and (isinstance(index, (bool, np.bool_)) or
+                              not isinstance(index, (numbers.Integral, np.integer))):
+        raise TypeError(f"index must be an int (a fine time index), got {index!r}")
+    i = int(index) if index is not None else _index_of(times, t)
     if not 0 <= i < len(times):
         raise IndexError(f"index {i} outside the grid 0..{len(times) - 1}")
     if i not in owned:

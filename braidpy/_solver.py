@@ -6,6 +6,7 @@ import dataclasses
 import functools
 import logging
 import math
+import numbers
 import sys
 import threading
 import time
@@ -60,7 +61,21 @@ def _time_grid(tstart, tstop, ntime, times) -> np.ndarray:
         # XBraid's expression: t_i = tstart + (i/ntime)*(tstop - tstart).
         i = np.arange(ntime + 1, dtype=np.float64)
         return float(tstart) + (i / ntime) * (float(tstop) - float(tstart))
-    grid = np.asarray(times, dtype=np.float64)
+    try:
+        raw = np.asarray(times)
+    except (TypeError, ValueError) as exc:  # ragged nesting, say
+        raise TypeError(f"times must be a sequence of real numbers ({exc})") from None
+    if isinstance(times, (list, tuple)) and any(isinstance(v, (bool, np.bool_))
+                                                for v in times):
+        raw = np.asarray(times, dtype=object)  # True would pass as 1.0
+    if raw.dtype.kind not in "iuf":  # not text ("0.5" would convert), bools or objects
+        given = times if isinstance(times, (list, tuple)) else \
+            [v.item() if isinstance(v, np.generic) else v for v in raw.reshape(-1)]
+        bad = next(((i, v) for i, v in enumerate(given) if isinstance(v, (bool, np.bool_))
+                    or not isinstance(v, (numbers.Real, np.number))), None)
+        what = f"entry {bad[0]} is {bad[1]!r}" if bad else f"an array of dtype {raw.dtype}"
+        raise TypeError(f"times must hold real numbers, got {what}")
+    grid = raw.astype(np.float64)
     if grid.shape != (ntime + 1,):
         raise ValueError(f"times must have ntime+1 = {ntime + 1} entries, got shape {grid.shape}")
     if not np.all(np.isfinite(grid)) or not np.all(np.diff(grid) > 0):

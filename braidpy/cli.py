@@ -37,6 +37,7 @@ import functools
 import json
 import logging
 import math
+import os
 import sys
 import tempfile
 import time
@@ -68,8 +69,9 @@ from .train.presets import PRESETS, preset
 from .train.sharded import check_training_grid
 from .train.spatial_training import max_space
 from .train.progress import CsvLog, JsonLog, Progress, summary, summary_lines, wait_until_read
-from ._limits import (INDEX_MAX, INT_MAX, LimitError, OutputPathError, check_output_file,
-                      check_training_size, count_argument, write_atomically)
+from ._limits import (INDEX_MAX, INT_MAX, LimitError, OutputPathError, OutputWriteError,
+                      check_output_file, check_training_size, count_argument,
+                      plain_number, write_atomically)
 
 __all__ = ["build_parser", "main", "resolve"]
 
@@ -115,9 +117,26 @@ SETTINGS = {
 # ------------------------------------------------------------------ ranks and errors
 
 
+#: Prefixes of the environment variables MPI launchers set (MPICH/Hydra, PMI/PMIx,
+#: Open MPI, MVAPICH2, Slurm). Without any of them the command runs serially and never
+#: initialises MPI: initialising it costs time, and fails outright under some limits
+#: (``ulimit -f``) before anything is done.
+_LAUNCHER_PREFIXES = ("PMI_", "PMIX_", "HYDRA_", "OMPI_", "MV2_", "MPI_LOCALNRANKS",
+                      "SLURM_")
+
+
+@functools.lru_cache(maxsize=None)
+def _world() -> Any:
+    """``braidpy.parallel.world()`` when an MPI launcher started this process, else None
+    without importing MPI."""
+    if not any(name.startswith(_LAUNCHER_PREFIXES) for name in os.environ):
+        return None
+    return world()
+
+
 @functools.lru_cache(maxsize=None)
 def _rank() -> int:
-    comm = world()
+    comm = _world()
     return 0 if comm is None else comm.Get_rank()
 
 
@@ -199,7 +218,15 @@ class _Trainer(Trainer):
 
     def save(self, path: str) -> None:
         state = self.state()  # collective: gathers the MGRIT states on rank 0
-        _on_root(self.comm, lambda: _checkpoint.save(path, state), f"checkpoint {path}: ")
+
+        def write() -> None:
+            try:
+                _checkpoint.save(path, state, what="--checkpoint")
+            except (OutputPathError, OutputWriteError):
+                raise  # named with the option and the file already
+            except Exception as exc:  # noqa: BLE001 - named with the file, to every rank
+                raise _Failed(f"--checkpoint {path}: {_describe(exc)}") from exc
+        _on_root(self.comm, write)
 
 
 # ------------------------------------------------------------------ argument parsing
@@ -214,7 +241,7 @@ SEED_WHY = "a signed 64-bit seed"
 def _float_in(low: float, high: float = float("inf"), open_low: bool = False):
     def convert(text: str) -> float:
         try:
-            value = float(text)
+            value = float(plain_number(text))
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
         if not math.isfinite(value):
@@ -234,7 +261,7 @@ def _cfactors(text: str) -> Any:
     values = []
     for part in parts:
         try:
-            value = int(part)
+            value = int(plain_number(part))
         except ValueError:
             raise argparse.ArgumentTypeError(
                 f"expected an integer, or integers separated by commas (level 0 first), "
@@ -253,7 +280,8 @@ def _level0(cf: Any) -> int:
 
 def _device(text: str) -> str:
     """--device: cpu, cuda or cuda:N (whether CuPy and the GPU are there is checked later)."""
-    if text == "cpu" or text == "cuda" or (text.startswith("cuda:") and text[5:].isdigit()):
+    if text == "cpu" or text == "cuda" or (text.startswith("cuda:") and text[5:].isascii() and
+                                                  text[5:].isdigit()):
         return text
     raise argparse.ArgumentTypeError(f"expected cpu, cuda or cuda:N, got {text!r}")
 
@@ -265,7 +293,7 @@ def _grid(text: str) -> Any:
         return text
     parts = text.split(",")
     try:
-        shape = tuple(int(p) for p in parts)
+        shape = tuple(int(plain_number(p)) for p in parts)
     except ValueError:
         shape = ()
     if len(shape) != 3 or min(shape) < 1:
@@ -316,9 +344,10 @@ def _add_source_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--delimiter", default=",", metavar="SEP",
                    help="FILE source: column separator of text files; 'space' for any "
                         "whitespace (default ',')")
-    g.add_argument("--validation-fraction", type=_float_in(0.0, 1.0), default=0.2,
-                   metavar="F", help="digits, digits28 and FILE: share held out for "
-                   "validation, split with --seed (default 0.2)")
+    g.add_argument("--validation-fraction", type=_float_in(0.0, 1.0), metavar="F",
+                   help=f"digits, digits28 and FILE: share held out for validation, split "
+                        f"with --seed (default {VALIDATION_FRACTION}; peaks and mnist "
+                        f"refuse it: they have --validation-samples)")
 
 
 def _add_evaluation_args(p: argparse.ArgumentParser) -> None:
@@ -575,7 +604,9 @@ def _check_source_options(args: argparse.Namespace, error: Callable[[str], None]
     for option, value, fits in (("--data", args.data, source in ("peaks", "mnist")),
                                 ("--samples", args.samples, subsets),
                                 ("--validation-samples", args.validation_samples, subsets),
-                                ("--labels", args.labels, source not in SOURCES)):
+                                ("--labels", args.labels, source not in SOURCES),
+                                ("--validation-fraction", args.validation_fraction,
+                                 source not in ("peaks", "mnist"))):
         if value is not None and not fits:
             error(f"{option} does not apply to data source {source!r}"
                   + (" with --data" if args.data and source == "peaks" else ""))
@@ -705,6 +736,17 @@ def _mnist(args: argparse.Namespace) -> Tuple[Pair, Optional[Pair], str]:
     return train, val, f"MNIST from {args.data}"
 
 
+#: The share of a digits or FILE source held out for validation unless
+#: --validation-fraction says otherwise.
+VALIDATION_FRACTION = 0.2
+
+
+def _fraction(args: argparse.Namespace) -> float:
+    """--validation-fraction, or its default."""
+    given = args.validation_fraction
+    return VALIDATION_FRACTION if given is None else given
+
+
 def load_source(args: argparse.Namespace) -> Tuple[Pair, Optional[Pair], str]:
     """(training pair, validation pair or None, description) of the data source."""
     from . import data
@@ -718,10 +760,10 @@ def load_source(args: argparse.Namespace) -> Tuple[Pair, Optional[Pair], str]:
         val = data.peaks(nval, args.seed + 1) if nval else None
         return train, val, f"peaks (generated, seed {args.seed})"
     if args.source in ("digits", "digits28"):
-        if args.validation_fraction >= 1:
+        if _fraction(args) >= 1:
             raise ValueError("--validation-fraction must be < 1")
         loader = data.digits if args.source == "digits" else data.digits28
-        d = loader(args.validation_fraction, args.seed)
+        d = loader(_fraction(args), args.seed)
         val = d["validation"] if d["validation"][0].shape[0] else None
         return d["train"], val, "scikit-learn digits" + (
             " scaled to 28x28" if args.source == "digits28" else "")
@@ -734,7 +776,7 @@ def load_source(args: argparse.Namespace) -> Tuple[Pair, Optional[Pair], str]:
     if X.ndim not in (2, 4):
         raise ValueError(f"{args.source}: samples must be vectors (n, features) or images "
                          f"(n, C, H, W), got an array of shape {X.shape}")
-    train, val = _split(X, C, args.validation_fraction, args.seed)
+    train, val = _split(X, C, _fraction(args), args.seed)
     return train, val, f"{args.source} with labels {args.labels}"
 
 
@@ -910,13 +952,17 @@ class _Outputs:
         if args.log:
             try:
                 Path(args.log).parent.mkdir(parents=True, exist_ok=True)
-                self.log = JsonLog(args.log, h, self.trainer.history)
+                self.log = JsonLog(args.log, h, self.trainer.history, what="--log")
+            except OutputWriteError:
+                raise
             except OSError as exc:
                 raise OSError(f"--log {args.log}: {exc.strerror or exc}") from exc
         if args.csv:
             try:
                 Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
-                self.csv = CsvLog(args.csv, self.trainer.history)
+                self.csv = CsvLog(args.csv, self.trainer.history, what="--csv")
+            except OutputWriteError:
+                raise
             except OSError as exc:
                 raise OSError(f"--csv {args.csv}: {exc.strerror or exc}") from exc
         if not args.quiet:
@@ -947,7 +993,11 @@ class _Outputs:
         if self.args.plot:
             from .train.plots import plot_history
 
-            plot_history(self.trainer.history, self.args.plot, title=self.header["architecture"])
+            try:
+                plot_history(self.trainer.history, self.args.plot,
+                             title=self.header["architecture"])
+            except OutputWriteError as exc:
+                raise exc.named("--plot") from exc.reason
         if self.log:
             self.log.end(result)
         if not self.args.quiet:
@@ -969,7 +1019,7 @@ def _train(args: argparse.Namespace, argv: List[str]) -> int:
     # Training's large NumPy temporaries are reused instead of faulted in again on every
     # batched call (braidpy.perf.allocator: 7-12% per step for peaks and digits here).
     _, allocator = keep_freed_memory()
-    comm = world()
+    comm = _world()
     resolve(args)
     trainer, what = _setup(args, comm, args.usage_error)
     net, cfg = trainer.net, trainer.config
@@ -1036,7 +1086,7 @@ def _load_model(args: argparse.Namespace) -> Tuple[ResNet, Any, Dict[str, Any]]:
     except (ImportError, RuntimeError, ValueError) as exc:
         args.usage_error(_describe(exc))
     try:
-        state = _checkpoint.load(args.checkpoint)
+        state = _checkpoint.load_training(args.checkpoint)
     except (OSError, ValueError) as exc:
         args.usage_error(f"checkpoint: {_describe(exc)}")
     spec: Dict[str, Any] = state.get("network") or {}

@@ -14,6 +14,7 @@ import zipfile
 
 import numpy as np
 import pytest
+from cli_runner import in_process
 from train_cases import dense_problem
 
 from braidpy.train import (CheckpointError, DataMismatchError, TrainConfig, Trainer,
@@ -31,7 +32,7 @@ def test_round_trip_keeps_values_types_and_bits(tmp_path):
              "rng": np.random.default_rng(11).bit_generator.state,
              "history": [{"loss": 1.25, "residuals": [1e-3, 1e-9]}]}
     save_checkpoint(tmp_path / "c.npz", state)
-    back = load_checkpoint(tmp_path / "c.npz")
+    back = checkpoint.load(tmp_path / "c.npz")  # any state (a training one: load_checkpoint)
     assert back["x"] == 0.1 + 0.2 and back["tiny"] == 5e-324 and np.isnan(back["nan"])
     assert back["inf"] == [float("inf"), float("-inf")] and back["shape"] == (3, 4)
     assert back["none"] is None and back["flag"] is True and back["numpy"] == 1 / 3
@@ -158,7 +159,7 @@ def test_kill_9_while_saving_leaves_a_complete_checkpoint(tmp_path):
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
             proc.stdout.close()
-        state = load_checkpoint(path)  # complete and valid, never a torn write
+        state = checkpoint.load(path)  # complete and valid, never a torn write
         assert state["k"] >= 1
         assert np.all(state["a"] == state["k"]) and state["a"].shape == (1_000_000,)
         assert len(state["b"]) == 8 and all(np.all(b == state["k"]) for b in state["b"])
@@ -198,10 +199,224 @@ def test_a_stale_temporary_file_is_replaced_and_a_failed_save_keeps_the_old_file
     save_checkpoint(path, {"k": 1})
     (tmp_path / "run.npz.tmp").write_bytes(b"left by a killed run")
     save_checkpoint(path, {"k": 2})
-    assert load_checkpoint(path)["k"] == 2 and not (tmp_path / "run.npz.tmp").exists()
+    assert checkpoint.load(path)["k"] == 2 and not (tmp_path / "run.npz.tmp").exists()
     with pytest.raises(TypeError, match="cannot write a object"):
         save_checkpoint(path, {"k": object()})  # fails before a byte is written
-    assert load_checkpoint(path)["k"] == 2 and not (tmp_path / "run.npz.tmp").exists()
+    assert checkpoint.load(path)["k"] == 2 and not (tmp_path / "run.npz.tmp").exists()
     save_checkpoint(path, {"k": 3, "params": np.array([np.nan])})  # a diverged state
     with pytest.raises(CheckpointError, match="field 'params' must be finite"):
-        load_checkpoint(path)  # is written, but refused on reading: never resumed
+        checkpoint.load(path)  # is written, but refused on reading: never resumed
+
+
+# ------------------------------------------------------------------ every reader validates
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """A real one-shot checkpoint (Adam: optimizer arrays; MGRIT warm states) and the
+    data files the commands read: (checkpoint, X.npy, y.csv, trainer maker)."""
+    folder = tmp_path_factory.mktemp("run")
+    net, X, C = dense_problem(nlayers=4, batch=24)
+    path = folder / "c.npz"
+
+    def make(**overrides):
+        cfg = dict(mode="oneshot", optimizer="adam", iterations=2, seed=5,
+                   mgrit=dict(cfactor=2, max_levels=2), checkpoint=str(path))
+        cfg.update(overrides)
+        return Trainer(dense_problem(nlayers=4, batch=24)[0], (X, C), (X[:8], C[:8]),
+                       TrainConfig(**cfg))
+    make().run()
+    np.save(folder / "X.npy", X)
+    np.savetxt(folder / "y.csv", C.argmax(axis=1), fmt="%d")
+    return path, folder / "X.npy", folder / "y.csv", make
+
+
+def _edited(source, target, change):
+    """``source`` with ``change(header, arrays)`` applied (arrays by name)."""
+    with zipfile.ZipFile(source) as zf:
+        header = json.loads(zf.read("header.json"))
+        arrays = {n[:-4]: np.load(io.BytesIO(zf.read(n))) for n in zf.namelist()
+                  if n.endswith(".npy")}
+    change(header, arrays)
+    with zipfile.ZipFile(target, "w") as zf:
+        zf.writestr("header.json", json.dumps(header))
+        for name, a in arrays.items():
+            buf = io.BytesIO()
+            np.lib.format.write_array(buf, a, allow_pickle=False)
+            zf.writestr(f"{name}.npy", buf.getvalue())
+    return target
+
+
+def _node(header, field):
+    *path, last = field.split(".")
+    node = header
+    for part in path:
+        node = node[part]
+    return node, last
+
+
+def _set(field, value):
+    def change(header, arrays):
+        node, last = _node(header, field)
+        node[last] = value
+    return change
+
+
+def _drop(field):
+    def change(header, arrays):
+        node, last = _node(header, field)
+        del node[last]
+    return change
+
+
+def _array(field, edit):
+    def change(header, arrays):
+        node, last = _node(header, field)
+        ref = node[last]
+        if "__items__" in ref:  # a dict of int keys (warm states): its first value
+            ref = ref["__items__"][0][1]
+        arrays[ref["__array__"]] = edit(arrays[ref["__array__"]].copy())
+    return change
+
+
+def _nan(a):
+    a.reshape(-1)[1] = np.nan
+    return a
+
+
+EDITS = [
+    (_array("params", _nan), "field 'params' must be finite"),
+    (_array("params", lambda a: a.astype(np.float32)), "field 'params' must be an array of "
+                                                       "float64"),
+    (_set("network.activation", "relu"), "field 'architecture' must describe the network"),
+    (_set("network.width", 5), "field 'nparams' must be the network's parameter count"),
+    (_drop("network.kernel"), "field 'network' must hold 'kernel'"),
+    (_set("network.depth", 3), "field 'network.depth' is not an argument of the network"),
+    (_drop("history"), "missing field 'history'"),
+    (_drop("config"), "missing field 'config'"),
+    (_set("config.seed", "abc"), "field 'config.seed' is not a valid training setting"),
+    (_set("config.seed", 10**30), "field 'config.seed' is not a valid training setting"),
+    (_set("config.lr", -1.0), "field 'config.lr' is not a valid training setting"),
+    (_set("optimizer", {}), "field 'optimizer' must hold 'm'"),
+    (_array("optimizer.m", _nan), "field 'optimizer.m' must be finite"),
+    (_set("optimizer.t", 0), "field 'optimizer.t' must be 0 exactly when"),
+    (_array("warm.primal", lambda a: a[:, :3].copy()), "must have the shape of every other "
+                                                       "state ((24, 3), field 'warm.primal"),
+    (_array("warm.adjoint", _nan), "field 'warm.adjoint[2]' must be finite"),
+    (_array("warm.primal", lambda a: a[:5].copy()), "field 'warm.primal[2]' must hold the "
+                                                    "batch's 24 samples"),
+]
+
+
+def _evaluate(path, X, y, capsys):
+    return in_process(capsys, "evaluate", path, X, "--labels", y, "--validation-fraction",
+                      "0", "--split", "train")
+
+
+def _predict(path, X, y, capsys):
+    return in_process(capsys, "predict", path, X, "-o", path.parent / "ids.npy")
+
+
+@pytest.mark.parametrize("change, words", EDITS,
+                         ids=[w.split("'")[1] + "-" + str(k) for k, (_, w) in
+                              enumerate(EDITS)])
+def test_every_reader_refuses_an_edited_checkpoint_naming_file_and_field(run, tmp_path,
+                                                                         capsys, change,
+                                                                         words):
+    """load_checkpoint, Trainer.resume, ``braidpy evaluate`` and ``braidpy predict`` read
+    through one validation: an edit one of them refuses, all refuse, naming the file
+    and the field (evaluate and predict exited 0 on most of these)."""
+    path, X, y, make = run
+    for command in (_evaluate, _predict):
+        status, _, err = command(path, X, y, capsys)
+        assert status == 0, err  # the real one is fine
+    load_checkpoint(path)
+    bad = _edited(path, tmp_path / "bad.npz", change)
+    for read in (load_checkpoint, checkpoint.load_training, make().resume):
+        with pytest.raises(CheckpointError) as info:
+            read(bad)
+        assert str(bad) in str(info.value) and words in str(info.value)
+    for command in (_evaluate, _predict):
+        status, out, err = command(bad, X, y, capsys)
+        assert status == 2 and str(bad) in err and words in err, err
+        assert "Traceback" not in err and not (tmp_path / "ids.npy").exists()
+
+
+def test_easgd_group_parameters_are_checked_like_the_parameters(run):
+    """Each data group's parameters and velocity: float64 vectors of nparams finite
+    numbers (ints and NaN resumed before)."""
+    state = load_checkpoint(run[0])
+    params = state["params"]
+    state["config"] = dict(state["config"], optimizer="easgd", lr=0.05)
+    state["optimizer"] = {"center": params.copy(), "velocity": None, "steps": 2}
+    state["easgd_groups"] = {"params": [params.copy(), params.copy()],
+                             "velocity": [None, None]}
+    checkpoint.check_training_state(state, "e.npz")  # a valid EASGD state
+    for bad, words in ((params.astype(np.int64), "easgd_groups.params[1]' must be a 1-D "
+                                                 "float array"),
+                       (np.full_like(params, np.nan), "easgd_groups.params[1]' must be "
+                                                      "finite"),
+                       (params[:3], "easgd_groups.params[1]' must hold nparams")):
+        state["easgd_groups"]["params"][1] = bad
+        with pytest.raises(CheckpointError, match=words.replace("[", r"\[")
+                           .replace("]", r"\]")):
+            checkpoint.check_training_state(state, "e.npz")
+    state["easgd_groups"] = None
+    with pytest.raises(CheckpointError, match="field 'easgd_groups'"):
+        checkpoint.check_training_state(state, "e.npz")
+
+
+def test_an_archive_inflating_past_its_limits_is_refused_before_inflating(run, tmp_path,
+                                                                           monkeypatch):
+    """A small archive whose header inflates past 64 MiB, or whose members together
+    inflate past memory, is refused from the sizes the zip declares, before anything
+    is inflated (was: read until a raw MemoryError)."""
+    import tracemalloc
+
+    from braidpy import _limits
+
+    header = checkpoint.read_header(run[0])
+    text = json.dumps(header)[:-1] + " " * (80 * 2**20) + "}"
+    bomb = tmp_path / "bomb.npz"
+    with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("header.json", text)
+    del text
+    assert bomb.stat().st_size < 2**20
+    tracemalloc.start()
+    try:
+        for read in (load_checkpoint, checkpoint.read_header):
+            with pytest.raises(CheckpointError, match=f"{bomb} \\(header.json\\): declares "
+                                                      r"\d+ bytes; braidpy reads checkpoint "
+                                                      r"headers of at most 67108864"):
+                read(bomb)
+        assert tracemalloc.get_traced_memory()[1] < 8 * 2**20
+    finally:
+        tracemalloc.stop()
+    members = tmp_path / "members.npz"
+    with zipfile.ZipFile(members, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("header.json", json.dumps(header))
+        for k in range(4):
+            buf = io.BytesIO()
+            np.lib.format.write_array(buf, np.zeros(2**20 // 8 * 3))
+            zf.writestr(f"z{k}.npy", buf.getvalue())
+    monkeypatch.setattr(_limits, "available_memory", lambda: 10 * 2**20)
+    with pytest.raises(CheckpointError, match=f"{members} \\(its 5 members together "
+                                              f"inflate to"):
+        load_checkpoint(members)
+
+
+def test_the_json_nesting_check_takes_a_few_bytes_a_character():
+    """The depth scan of a header (before it is parsed) used about 25 bytes a
+    character: a 250 KB checkpoint whose header inflated to 160 MB took 4 GB. Now
+    under 10 (the text without its strings, one byte a character, a block's sum)."""
+    import tracemalloc
+
+    from braidpy._limits import _json_depth
+
+    text = '{"a": [' + ", ".join(['{"b": [1, 2, "x]]"]}'] * 400_000) + "]}"
+    tracemalloc.start()
+    try:
+        assert _json_depth(text) == 4
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 10 * len(text), peak

@@ -265,7 +265,7 @@ def test_checkpoint_write_failure_stops_every_rank(tmp_path):
     proc = cli("train", "peaks", *TINY, "--checkpoint", tmp_path / "run.ckpt",
                "--checkpoint-every", "1", nranks=2)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert proc.stderr.count("error: checkpoint") == 1, proc.stderr
+    assert proc.stderr.count("error: --checkpoint") == 1, proc.stderr
 
 
 def test_empty_npy_names_the_file(tmp_path):
@@ -781,3 +781,39 @@ def test_mgrit_options_in_a_serial_run_are_named_as_unused():
     quiet = ok("train", "peaks", "--samples", "60", "--validation-samples", "20",
                "--layers", "8", "--iterations", "1", "--mode", "oneshot", "--m1", "1")
     assert "no effect" not in quiet.stderr, quiet.stderr
+
+
+@pytest.mark.parametrize("nranks", [2, 4])
+def test_an_edited_checkpoint_stops_every_rank_of_a_resume_naming_file_and_field(tmp_path,
+                                                                                 nranks):
+    """Every rank reads the checkpoint through the one validation, so an edit that
+    passed before (a NaN optimizer state, a seed beyond int64) stops every rank at once
+    with one line naming the file and the field, never a hang or a resumed run."""
+    import io
+    import zipfile
+
+    ck = tmp_path / "run.ckpt"
+    ok("train", "peaks", *TINY, "--optimizer", "adam", "--checkpoint", ck, "--quiet",
+       nranks=nranks)
+    for field, edit in (("optimizer.m", lambda h, a: a.__setitem__(
+                            h["optimizer"]["m"]["__array__"],
+                            np.full_like(a[h["optimizer"]["m"]["__array__"]], np.nan))),
+                        ("config.seed", lambda h, a: h["config"].__setitem__("seed",
+                                                                            10**30))):
+        with zipfile.ZipFile(ck) as zf:
+            header = json.loads(zf.read("header.json"))
+            arrays = {n[:-4]: np.load(io.BytesIO(zf.read(n))) for n in zf.namelist()
+                      if n.endswith(".npy")}
+        edit(header, arrays)
+        bad = tmp_path / f"{field}.ckpt"
+        with zipfile.ZipFile(bad, "w") as zf:
+            zf.writestr("header.json", json.dumps(header))
+            for name, a in arrays.items():
+                buf = io.BytesIO()
+                np.lib.format.write_array(buf, a, allow_pickle=False)
+                zf.writestr(f"{name}.npy", buf.getvalue())
+        proc = cli("train", "peaks", *TINY[:-1], "6", "--optimizer", "adam", "--checkpoint",
+                   bad, "--resume", "--quiet", nranks=nranks)
+        assert proc.returncode in (1, 2), proc.stdout + proc.stderr
+        assert proc.stderr.count(f"{bad}: field '{field}'") == 1, proc.stderr
+        assert "Traceback" not in proc.stderr

@@ -269,12 +269,16 @@ def test_the_command_line_predicts_from_a_checkpoint_written_with_T(tmp_path):
     errors here)."""
     from braidpy import cli
 
+    from braidpy.train import TrainConfig, Trainer
+
     net = ResNet((2,), 3, width=4, nlayers=8, tstop=2.5, activation="tanh")
-    params = net.init_params(seed=SEED)
     path = tmp_path / "old.ckpt"
-    checkpoint.save(path, {"iteration": 0, "params": params, "network": NETWORK})
+    X, C = _peaks_like()
+    trainer = Trainer(net, (X, C), config=TrainConfig(mode="serial", iterations=1,
+                                                      seed=SEED, checkpoint=str(path)))
+    trainer.run()
+    params = checkpoint.load(path)["params"]
     _renamed_in_file(path, "tstop", "T")
-    X, _ = _peaks_like()
     np.save(tmp_path / "X.npy", X)
     assert cli.main(["predict", str(path), str(tmp_path / "X.npy"),
                      "-o", str(tmp_path / "ids.npy")]) == 0

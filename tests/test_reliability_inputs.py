@@ -730,3 +730,231 @@ def test_predict_refuses_a_link_and_writes_its_output_atomically(tmp_path, capsy
     assert status == 0, err
     assert victim.read_text() == "keep me" and not (tmp_path / "new.csv.tmp").exists()
     assert len((tmp_path / "new.csv").read_text().splitlines()) == 6
+
+
+# ----------------------------------------------------- a full disk, a file size limit
+
+def _limited(size):
+    """A child's set-up: files of at most ``size`` bytes, and a write past that is the
+    error EFBIG (SIGXFSZ ignored), as a full disk's ENOSPC is."""
+    import resource
+    import signal
+
+    def setup():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+    return setup
+
+
+def _run_limited(size, argv, timeout=120):
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
+    return subprocess.run([sys.executable, *map(str, argv)], capture_output=True, text=True,
+                          timeout=timeout, env=env, preexec_fn=_limited(size))
+
+
+LIMITED_WRITERS = textwrap.dedent("""
+    import sys
+    import numpy as np
+    sys.path.insert(0, sys.argv[3])
+    from test_reliability_inputs import WRITERS
+    from braidpy._limits import OutputWriteError
+    try:
+        WRITERS[sys.argv[1]](sys.argv[2])
+    except OutputWriteError as exc:
+        print("OutputWriteError", exc)
+    else:
+        print("written")
+""")
+
+BIG = {"checkpoint": lambda p: checkpoint.save(p, {"iteration": 1, "a": np.zeros(4000)}),
+       "log": lambda p: JsonLog(p, {"x": "y" * 6000}).close(),
+       "csv": lambda p: CsvLog(p, [{"iteration": k, "loss": 0.1} for k in range(999)]).close()}
+
+
+@pytest.mark.parametrize("writer", sorted(WRITERS))
+def test_every_writer_on_a_full_disk_names_the_file_and_keeps_the_last_good_one(tmp_path,
+                                                                                writer):
+    """A write past a file size limit (EFBIG; a full disk's ENOSPC takes the same path)
+    raises OutputWriteError naming the writer and the file; an atomic writer leaves
+    exactly the previous good file (no FILE.tmp), a log the lines before."""
+    script = tmp_path / "write.py"
+    script.write_text(LIMITED_WRITERS)
+    target = tmp_path / "out.png"
+    WRITERS[writer](target)  # the previous good file
+    before = target.read_bytes()
+    (tmp_path / "write_big.py").write_text(LIMITED_WRITERS.replace("WRITERS[", "BIG[")
+                                           .replace("import WRITERS", "import BIG"))
+    for name, big in (("write.py", False), ("write_big.py", True)):
+        if big and writer not in BIG:
+            continue
+        size = 16 if not big else len(before) + 200
+        proc = _run_limited(size, [tmp_path / name, writer, target,
+                                   os.path.dirname(__file__)])
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.startswith("OutputWriteError"), proc.stdout + proc.stderr
+        assert f"{writer} {target}: could not write it (File too large)" in proc.stdout
+        assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("out")) == \
+            ["out.png"]
+        if writer in ("checkpoint", "plot", "calibration file"):
+            assert "the previous file is kept" in proc.stdout
+            assert target.read_bytes() == before
+        else:
+            assert "what was written before is kept" in proc.stdout
+    if writer == "checkpoint":
+        assert checkpoint.load(target) == {"iteration": 1}
+
+
+@pytest.mark.parametrize("option", ["--log", "--csv", "--plot", "--checkpoint"])
+def test_train_outputs_on_a_full_disk_stop_the_run_naming_the_option(tmp_path, option):
+    """``braidpy train`` whose log, CSV, plot or checkpoint meets a full disk exits 1
+    with one line naming the option and the file (it ran on, or said "[Errno 28]"). A
+    serial run never initialises MPI (which aborted under ``ulimit -f`` before this)."""
+    out = tmp_path / ("out.png" if option == "--plot" else "out")
+    proc = _run_limited(3000, ["-m", "braidpy", "train", "peaks", "--samples", "200",
+                               "--layers", "4", "--iterations", "40", "--mode", "serial",
+                               "-q", option, out])
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"braidpy train: error: {option} {out}: could not write it (File too large)" \
+        in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and "MPI" not in proc.stderr
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == ([] if option in ("--checkpoint", "--plot") else ["out"]), left
+
+
+def test_predict_output_on_a_full_disk_names_the_option(tmp_path):
+    ckpt = tmp_path / "run.ckpt"
+    assert _braidpy("train", "peaks", "--samples", "200", "--layers", "4", "--iterations",
+                    "1", "--mode", "serial", "-q", "--checkpoint", ckpt).returncode == 0
+    np.save(tmp_path / "X.npy", np.random.default_rng(8).uniform(-3, 3, (2000, 2)))
+    (tmp_path / "ids.npy").write_bytes(b"the previous output")
+    proc = _run_limited(4096, ["-m", "braidpy", "predict", ckpt, tmp_path / "X.npy",
+                               "-o", tmp_path / "ids.npy"])
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"-o {tmp_path / 'ids.npy'}: could not write it (" in proc.stderr, proc.stderr
+    assert "); the previous file is kept" in proc.stderr  # NumPy's words: "2000 requested
+    # and 496 written"
+    assert (tmp_path / "ids.npy").read_bytes() == b"the previous output"
+    assert not (tmp_path / "ids.npy.tmp").exists()
+
+
+# ------------------------------------------------------ public API values at the boundary
+
+def test_solution_refuses_a_time_or_index_that_is_no_grid_point_by_name():
+    core = braidpy.Core(Decay(), 0.0, 4.0, 8, cfactor=2)
+    result = core.solve()
+    for get in (core.solution, result.solution):  # t=nan gave the value at t0
+        for t in (float("nan"), float("inf")):
+            with pytest.raises(ValueError, match=f"t={t} is not a point of the time grid"):
+                get(t=t)
+        with pytest.raises(TypeError, match="t must be a real number .* got 'a'"):
+            get(t="a")
+        with pytest.raises(TypeError, match="index must be an int .* got 2.0"):
+            get(index=2.0)
+    assert core.solution(index=2) == core.solution(t=1.0)
+
+
+@pytest.mark.parametrize("times, words", [
+    (["a", 1.0, 2.0, 3.0, 4.0], "entry 0 is 'a'"),
+    ([0.0, "1.0", 2.0, 3.0, 4.0], "entry 1 is '1.0'"),  # text converted silently
+    ([0.0, True, 2.0, 3.0, 4.0], "entry 1 is True"),
+])
+def test_times_that_are_not_numbers_are_named(times, words):
+    with pytest.raises(TypeError, match=f"times must hold real numbers, got {words}"):
+        braidpy.Core(Decay(), 0.0, 4.0, 4, times=times)
+
+
+class ReadOnlyStep(Decay):
+    def step(self, u, t0, t1, status):
+        v = u / (1.0 - self.lam * (t1 - t0))
+        v.flags.writeable = False
+        return v
+
+
+class ResizingStep(Decay):
+    def step(self, u, t0, t1, status):
+        u.resize((3,), refcheck=False)
+
+
+@pytest.mark.parametrize("app, words", [
+    (ReadOnlyStep, r"step\(u, t0, t1, status\) returned a read-only NumPy array"),
+    (ResizingStep, r"step\(u, t0, t1, status\) changed the shape of u in place \(u is now "
+                   r"numpy.ndarray of shape \(3,\)"),
+])
+def test_a_step_breaking_its_state_is_named_as_steps_fault(app, words):
+    """Reported as a failure of ``sum`` ("output array is read-only") or a bare NumPy
+    broadcast error before."""
+    with pytest.raises(ValueError, match=words):
+        braidpy.Core(app(), 0.0, 1.0, 8, cfactor=2).solve()
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("lr", -1.0, "lr must be None or a finite number > 0, got -1.0"),
+    ("lr", float("nan"), "lr must be None or a finite number > 0, got nan"),
+    ("momentum", 2.0, "momentum must be None or a number in [0, 1), got 2.0"),
+    ("checkpoint", 5, "checkpoint must be a file path (str or os.PathLike) or None, got 5"),
+    ("seed", 10**30, "seed must be an int <= 9223372036854775807"),
+])
+def test_train_config_values_are_checked_at_construction(field, value, words):
+    extra = {"optimizer": "sgd"} if field == "momentum" else {}
+    with pytest.raises((TypeError, ValueError)) as info:
+        TrainConfig(**{field: value}, **extra)
+    assert words in str(info.value)
+
+
+def test_trainer_refuses_non_finite_initial_parameters_by_entry():
+    net, X, C = dense_problem(nlayers=4)
+    params = net.init_params(3, 0.1)
+    params[5] = np.nan
+    with pytest.raises(ValueError, match="params must be finite: entry 5 is nan"):
+        Trainer(net, (X, C), config=TrainConfig(mode="serial"), params=params)
+    with pytest.raises(ValueError, match="params must be an array of floating-point"):
+        Trainer(net, (X, C), config=TrainConfig(mode="serial"),
+                params=np.zeros(net.nparams, dtype=np.int64))
+
+
+@pytest.mark.parametrize("args, option", [
+    (["--iterations", "\u0663"], "--iterations"),  # Arabic-Indic 3: int() takes it
+    (["--lr", "\u0661.\u0665"], "--lr"),
+    (["--cf", "\uff12"], "--cf"),  # full-width 2
+    (["--grid", "\u0661,1,1"], "--grid"),
+    (["--validation-fraction", "0.3"], "--validation-fraction"),  # peaks: ignored before
+])
+def test_cli_numbers_in_other_scripts_and_options_a_source_ignores_are_usage_errors(
+        capsys, args, option):
+    from cli_runner import in_process
+
+    status, _, err = in_process(capsys, "train", "peaks", *args)
+    assert status == 2 and option in err, err
+    assert args[1] in err or "does not apply to data source 'peaks'" in err
+
+
+FULL_DISK_UNDER_MPI = textwrap.dedent("""
+    import resource, signal, sys
+    from mpi4py import MPI  # started before the limit: its shared memory is made
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE,
+                       (3000, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+    from braidpy.cli import main
+    sys.exit(main(sys.argv[1:]))
+""")
+
+
+@pytest.mark.parametrize("nranks", [2, 4])
+@pytest.mark.parametrize("option", ["--log", "--checkpoint"])
+def test_under_mpi_a_full_disk_on_rank_0_stops_every_rank_naming_the_option(tmp_path,
+                                                                          nranks, option):
+    from test_mpi import MPIEXEC
+
+    script = tmp_path / "limited.py"
+    script.write_text(FULL_DISK_UNDER_MPI)
+    out = tmp_path / "out"
+    proc = run_mpi([MPIEXEC, "-n", str(nranks), sys.executable, str(script), "train",
+                    "peaks", "--mode", "oneshot", "--samples", "100", "--validation-samples",
+                    "50", "--layers", "8", "--iterations", "40", "-q", option, str(out)],
+                   capture_output=True, text=True, timeout=120,
+                   env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1"))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stderr.count(f"braidpy train: error: {option} {out}: could not write it "
+                             f"(File too large)") == 1, proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == \
+        ["limited.py"] + (["out"] if option == "--log" else [])

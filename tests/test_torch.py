@@ -392,6 +392,44 @@ def test_constructor_arguments_are_checked():
         LayerParallel(blocks, 1.0, max_level=2)
 
 
+@pytest.mark.parametrize("wrt", ["input", "parameters"])
+def test_create_graph_through_layer_parallel_is_refused_not_silently_wrong(wrt):
+    """A gradient penalty differentiates the gradient: LayerParallel's adjoint solve
+    has no graph, so with create_graph=True its part was silently left out (parameter
+    gradients off against autograd). Now refused by name; first derivatives still
+    equal autograd's."""
+    blocks = dense_blocks(4, 3)
+    net = LayerParallel(blocks, 1.0, abs_tol=1e-13)
+    x = torch.randn(5, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(7),
+                    requires_grad=True)
+    targets = [x] if wrt == "input" else list(net.parameters())
+    with pytest.raises(RuntimeError, match="LayerParallel is differentiable once: .* "
+                                           "create_graph=True .* is not supported"):
+        torch.autograd.grad(net(x).pow(2).sum(), targets, create_graph=True)
+    got = torch.autograd.grad(net(x).pow(2).sum(), targets)
+    reference = _serial_copy(blocks, 1.0)
+    want = torch.autograd.grad(reference(x).pow(2).sum(),
+                               [x] if wrt == "input" else list(reference.parameters()))
+    for g, w in zip(got, want):
+        assert torch.allclose(g, w, rtol=1e-8, atol=1e-10)
+
+
+def _serial_copy(blocks, tstop):
+    """Forward Euler through the same blocks in plain torch (autograd's reference)."""
+    h = tstop / len(blocks)
+
+    class Serial(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = torch.nn.ModuleList(blocks)
+
+        def forward(self, u):
+            for b in self.blocks:
+                u = u + h * b(u)
+            return u
+    return Serial()
+
+
 def test_no_grad_forward_runs_the_solve_only():
     blocks = dense_blocks(8, 4)
     net = LayerParallel(blocks, 1.0, abs_tol=1e-12)

@@ -59,6 +59,12 @@ def test_layer_parallel_under_mpi(nranks, launched, serial_losses):
                 assert name == "BraidError" and "ZeroDivisionError" in message, \
                     (r, name, message)
             assert usable
+            # bfloat16 states (no message carries them): refused by name up front.
+            built, called = res["bfloat16"]
+            assert built[0] == "TypeError" and "block 0's 0.weight has dtype " \
+                "torch.bfloat16; LayerParallel on several ranks sends" in built[1], built
+            assert called[0] == "TypeError" and "LayerParallel.forward: x has dtype " \
+                "torch.bfloat16" in called[1], called
             # Adam on Peaks: the same losses as the serial run, to rounding.
             assert res["adam"] == pytest.approx(serial_losses, rel=1e-11, abs=0), r
         assert sum(res["failing"][2] for res in results) == 1

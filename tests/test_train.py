@@ -584,7 +584,7 @@ def test_resume_refuses_an_optimizer_state_of_another_size(tmp_path):
     state = t.state()
     state["optimizer"]["m"] = np.zeros(3)
     fresh = small_trainer(mode="serial", optimizer="adam", iterations=5)
-    with pytest.raises(ValueError, match="adam optimizer state: field 'm' must hold "
+    with pytest.raises(ValueError, match="state: field 'optimizer.m' must hold nparams = "
                                          f"{t.net.nparams} numbers"):
         fresh.load_state(state)
     assert fresh.iteration == 0

@@ -157,7 +157,29 @@ def torch_states_case(comm):
         lp_module.takes_host_states = original
 
 
+def bfloat16_case(comm):
+    """bfloat16 layer states on several ranks, which no message carries: refused when
+    LayerParallel is built from a list of blocks, and at the forward call when a factory
+    builds them ([type, message] of each)."""
+    out = []
+    blocks = dense_blocks(4, 2, dtype=torch.bfloat16)
+    try:
+        LayerParallel(blocks, 1.0, comm=comm)
+        out.append(["none", ""])
+    except Exception as exc:  # noqa: BLE001 - reported to the test
+        out.append([type(exc).__name__, str(exc)])
+    net = LayerParallel(lambda n: blocks[n], 1.0, depth=4, comm=comm)
+    try:
+        net(torch.ones(2, 2, dtype=torch.bfloat16))
+        out.append(["none", ""])
+    except Exception as exc:  # noqa: BLE001 - reported to the test
+        out.append([type(exc).__name__, str(exc)])
+    net.close()
+    return out
+
+
 CASES = {
+    "bfloat16": bfloat16_case,
     "dense": lambda comm: exact_case(comm, "dense", 16, max_levels=3),
     "dense-torch-states": torch_states_case,
     "conv": lambda comm: exact_case(comm, "conv", 8),

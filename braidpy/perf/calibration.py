@@ -477,11 +477,11 @@ def load_calibration(path: str) -> Calibration:
         raise CalibrationError(f"calibration file {path!r}: {exc}") from None
 
 
-def save_calibration(cal: Calibration, path: str) -> None:
+def save_calibration(cal: Calibration, path: str, *, what: str = "calibration file") -> None:
     """Write ``cal`` as JSON (what :func:`load_calibration` reads), atomically, to a
     regular file (a device, folder or symbolic link raises
     :class:`braidpy._limits.OutputPathError`)."""
     text = json.dumps(cal.to_json(), indent=1) + "\n"
-    write_atomically(path, "calibration file", lambda f: f.write(text.encode("utf-8")),
+    write_atomically(path, what, lambda f: f.write(text.encode("utf-8")),
                      make_folder=False)
 

@@ -14,7 +14,7 @@ import os
 import sys
 from typing import Any, List
 
-from .._limits import INDEX_MAX, INT_MAX, check_output_file
+from .._limits import INDEX_MAX, INT_MAX, check_output_file, plain_number
 from ..parallel.agree import agreed
 from .calibrate import (DEFAULT_LAYERS, DEFAULT_SAMPLES, calibrate, calibrate_follower,
                         parse_layer)
@@ -30,7 +30,7 @@ COMMANDS = ("calibrate", "plan")
 
 def _positive_int(text: str) -> int:
     try:
-        value = int(text)
+        value = int(plain_number(text))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an int >= 1, got {text!r}") from None
     if value < 1:
@@ -42,7 +42,7 @@ def _positive_int_at_most(high: int, why: str) -> Any:
     """_positive_int with an upper bound (a huge -P would plan for hours)."""
     def convert(text: str) -> int:
         digits = text.strip().lstrip("+")
-        if digits.isdigit() and (len(digits) > 30 or int(digits) > high):
+        if digits.isascii() and digits.isdigit() and (len(digits) > 30 or int(digits) > high):
             raise argparse.ArgumentTypeError(f"expected an int <= {high} ({why}), got "
                                              f"{text!r}")
         return _positive_int(text)
@@ -53,7 +53,7 @@ def _finite_float(text: str, zero_ok: bool) -> float:
     """A finite number above 0 (or at least 0, ``zero_ok``), else the error naming it."""
     want = "a number >= 0" if zero_ok else "a number > 0"
     try:
-        value = float(text)
+        value = float(plain_number(text))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected {want}, got {text!r}") from None
     if not (value >= 0 if zero_ok else value > 0) or value == float("inf"):
@@ -87,7 +87,7 @@ def _network(text: str) -> str:
                                    + [(parts[2], INDEX_MAX - 1, "layer count")]
                                    + [(n, INT_MAX, "kernel") for n in parts[3:]]):
             digits = number.strip().lstrip("+")
-            if digits.isdigit() and (len(digits) > 30 or int(digits) > high):
+            if digits.isascii() and digits.isdigit() and (len(digits) > 30 or int(digits) > high):
                 raise argparse.ArgumentTypeError(
                     f"network {text!r}: {what} {number} is too large (at most {high})")
     try:
@@ -239,7 +239,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     if rank == 0:
         cal = calibrate(layers, comm=comm, samples=args.samples, rows=args.rows,
                         repeats=args.repeats, log=say, device=where, cores=args.cores)
-        save_calibration(cal, args.output)
+        save_calibration(cal, args.output, what="-o")
         if not args.quiet:
             print(f"wrote {args.output}: {len(cal.layers)} layers; network "
                   f"p2p {cal.p2p.source}, allreduce {cal.allreduce.source}")

@@ -130,6 +130,11 @@ class LayerParallel(torch.nn.Module):
                     not tstop > 0 or tstop == float("inf"):
                 raise ValueError(f"tstop must be a positive number, got {tstop!r}")
             opts = Options.coerce({**DEFAULTS, **options})
+            if rank_size(comm)[1] > 1 and isinstance(blocks, (list, tuple,
+                                                              torch.nn.ModuleList)):
+                for n, block in enumerate(blocks):
+                    for name, p in block.named_parameters():
+                        _check_sendable(p.dtype, f"block {n}'s {name}")
             fields = {"depth": nblocks, "tstop": float(tstop), "oneshot": oneshot,
                       "options": opts, "adjoint": adjoint, "grouped": grouped}
         except Exception as exc:  # noqa: BLE001 - re-raised here by the check
@@ -232,6 +237,8 @@ class LayerParallel(torch.nn.Module):
         if not x.is_floating_point():
             raise TypeError(f"LayerParallel.forward: x must be a floating-point tensor, got "
                             f"dtype {x.dtype}")
+        if self.size > 1:
+            _check_sendable(x.dtype, "LayerParallel.forward: x")
         for n in self.layers:
             for name, p in self._named[n]:
                 if p.device != x.device:
@@ -398,10 +405,35 @@ class _Solve(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
+        # The adjoint solve's gradients carry no graph of their own: with create_graph
+        # (a gradient penalty, Hessian-vector products) they would count as constants
+        # and the second derivative would silently miss this module's part.
+        if torch.is_grad_enabled():
+            raise RuntimeError(
+                "LayerParallel is differentiable once: its backward is an adjoint MGRIT "
+                "solve, whose gradients cannot themselves be differentiated, so "
+                "create_graph=True (double backward: a gradient penalty, Hessian-vector "
+                "products) is not supported through it; compute such terms on a serial "
+                "copy of the blocks")
         lp: LayerParallel = ctx.lp
         dx, grads = lp._backward_solve(ctx.generation, grad_out, ctx.needs_input_grad[1])
         grads_out = [g if need else None for g, need in zip(grads, ctx.needs_input_grad[3:])]
         return (None, dx, None, *grads_out)
+
+
+#: Floating-point dtypes the layer states may have under MPI: those braidpy's messages
+#: carry (bfloat16 has no NumPy or wire counterpart).
+SENDABLE_DTYPES = (torch.float16, torch.float32, torch.float64)
+
+
+def _check_sendable(dtype: Any, what: str) -> None:
+    """A TypeError naming ``what`` when layer states of ``dtype`` cannot be sent
+    between ranks (found here, not at the first message of the first solve)."""
+    if dtype.is_floating_point and dtype not in SENDABLE_DTYPES:
+        raise TypeError(f"{what} has dtype {dtype}; LayerParallel on several ranks sends "
+                        f"layer states of float16, float32 or float64 only ({dtype} has no "
+                        f"NumPy or message counterpart): convert the blocks and the input "
+                        f"(e.g. .float()), or run on one rank")
 
 
 def _blocks_and_depth(blocks: Blocks, depth: Optional[int]

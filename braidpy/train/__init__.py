@@ -14,7 +14,7 @@ See :class:`TrainConfig` for the settings and ``docs/training.md`` for the metho
 from __future__ import annotations
 
 from .checkpoint import CheckpointError
-from .checkpoint import load as load_checkpoint
+from .checkpoint import load_training as load_checkpoint
 from .checkpoint import save as save_checkpoint
 from .evaluate import TRAINING_DEFAULTS, LayerParallelEvaluator, SerialEvaluator, training_options
 from .optim import LBFGS, OPTIMIZERS, SGD, Adam, make_optimizer

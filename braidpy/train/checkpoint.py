@@ -51,15 +51,17 @@ import json
 import math
 import numbers
 import zipfile
+import zlib
 from pathlib import Path
-from typing import Any, Dict, Mapping, Tuple
+from typing import Any, Dict, Mapping, NoReturn, Tuple
 
 import numpy as np
 
 from .._limits import (INDEX_MAX, LimitError, check_memory, check_npz_headers, loads_json,
                        write_atomically)
 
-__all__ = ["save", "load", "read_header", "FORMAT", "VERSION", "CheckpointError"]
+__all__ = ["save", "load", "load_training", "read_header", "check_state",
+           "check_training_state", "FORMAT", "VERSION", "CheckpointError"]
 
 #: The ``format`` field of every checkpoint header.
 FORMAT = "braidpy-train-checkpoint"
@@ -133,14 +135,17 @@ def _decode(value: Any, arrays: Any, where: str) -> Any:
 # ------------------------------------------------------------------ files
 
 
-def save(path: Any, state: Mapping[str, Any]) -> None:
+def save(path: Any, state: Mapping[str, Any], *, what: str = "checkpoint") -> None:
     """Write ``state`` to ``path`` atomically (a temporary file ``path.tmp`` beside it,
     flushed and fsynced, then renamed over ``path``), so that a process killed while
     saving leaves the previous checkpoint intact. The parent folder is created.
 
     ``path`` must be a regular file or absent: a device (``/dev/full``), a folder or a
     symbolic link raises :class:`braidpy._limits.OutputPathError` (an OSError and a
-    ValueError) before anything is written (see :func:`braidpy._limits.write_atomically`)."""
+    ValueError) before anything is written (see :func:`braidpy._limits.write_atomically`).
+    A write that fails (a full disk, a file size limit) raises
+    :class:`braidpy._limits.OutputWriteError` naming ``what`` (e.g. an option) and the
+    file; the previous checkpoint is then the only file left."""
     from .. import __version__
 
     arrays: Dict[str, np.ndarray] = {}
@@ -156,7 +161,7 @@ def save(path: Any, state: Mapping[str, Any]) -> None:
                     np.lib.format.write_array(member, np.asanyarray(array),
                                               allow_pickle=False)
 
-    write_atomically(path, "checkpoint", write)
+    write_atomically(path, what, write)
 
 
 def _open(path: Any) -> Tuple[Path, Dict[str, Any]]:
@@ -177,14 +182,17 @@ def _open(path: Any) -> Tuple[Path, Dict[str, Any]]:
                               f"arrays and a JSON header)")
     try:
         with zipfile.ZipFile(path) as zf:
-            # Sizes from the file are checked before anything they announce is read.
-            check_memory(zf.getinfo(HEADER).file_size, f"{path} ({HEADER})")
-            raw = zf.read(HEADER)
+            # Sizes from the file are checked before anything they announce is read:
+            # every member's declared (inflated) size, all of them together, and the
+            # header's with what parsing it costs; then at most the declared size is
+            # inflated, so an archive whose members inflate past what they declare
+            # is refused after that many bytes.
+            raw = _read_header_bytes(zf, path)
     except KeyError:
         raise CheckpointError(f"{path} is not a braidpy checkpoint (no {HEADER})") from None
     except LimitError as exc:
         raise CheckpointError(str(exc)) from None
-    except (zipfile.BadZipFile, OSError, EOFError) as exc:
+    except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as exc:
         raise CheckpointError(f"{path} is not a braidpy checkpoint ({exc})") from exc
     try:
         # Nesting and integer length bounded (Python's decoder would raise
@@ -201,6 +209,34 @@ def _open(path: Any) -> Tuple[Path, Dict[str, Any]]:
         raise CheckpointError(f"{path} is a checkpoint of format version "
                               f"{header.get('version')!r}; this braidpy reads version {VERSION}")
     return path, header
+
+
+#: The most bytes a checkpoint's JSON header may declare (its history grows by a few
+#: hundred bytes a step: 64 MiB holds some 100 000 steps).
+HEADER_MAX_BYTES = 64 * 2**20
+#: Memory the parsed header takes per byte of JSON text (Python objects), at most.
+HEADER_PARSE_FACTOR = 12
+
+
+def _read_header_bytes(zf: zipfile.ZipFile, path: Path) -> bytes:
+    """The header's bytes, after checking the members' declared sizes (each, their sum,
+    and the header's against :data:`HEADER_MAX_BYTES` and memory); inflated with a cap."""
+    infos = zf.infolist()
+    total = sum(max(int(info.file_size), 0) for info in infos)
+    check_memory(total, f"{path} (its {len(infos)} members together inflate to {total} "
+                        f"bytes)")
+    info = zf.getinfo(HEADER)
+    size = int(info.file_size)
+    if size > HEADER_MAX_BYTES:
+        raise LimitError(f"{path} ({HEADER}): declares {size} bytes; braidpy reads "
+                         f"checkpoint headers of at most {HEADER_MAX_BYTES} bytes")
+    check_memory(size * HEADER_PARSE_FACTOR, f"{path} ({HEADER}, {size} bytes of JSON)")
+    with zf.open(info) as member:
+        raw = member.read(size + 1)
+    if len(raw) != size:
+        raise zipfile.BadZipFile(f"{HEADER} holds {len(raw)} bytes, its entry declares "
+                                 f"{size}")
+    return raw
 
 
 def read_header(path: Any) -> Dict[str, Any]:
@@ -229,6 +265,18 @@ def load(path: Any) -> Dict[str, Any]:
             raise CheckpointError(f"{path}: unreadable checkpoint ({exc})") from exc
     check_state(state, str(path))
     _rename_network_keys(state)
+    return state
+
+
+def load_training(path: Any) -> Dict[str, Any]:
+    """Read a training checkpoint (one :meth:`braidpy.train.Trainer.save` wrote): what
+    :func:`load` reads, then :func:`check_training_state`. Every command that reads a
+    checkpoint (``braidpy train --resume``, ``evaluate``, ``predict``) and
+    :func:`braidpy.train.load_checkpoint` read through this one function, so a file
+    one of them refuses, all refuse, with a :class:`CheckpointError` naming the file
+    and the field."""
+    state = load(path)
+    check_training_state(state, str(path))
     return state
 
 
@@ -276,7 +324,7 @@ class _Fields:
     def __init__(self, state: Mapping[str, Any], where: str):
         self.state, self.where = state, where
 
-    def fail(self, field: str, rule: str, value: Any) -> None:
+    def fail(self, field: str, rule: str, value: Any) -> NoReturn:
         raise CheckpointError(f"{self.where}: field {field!r} {rule}, got {_shown(value)}")
 
     def count(self, field: str, value: Any, low: int = 0, high: int = INDEX_MAX) -> None:
@@ -444,3 +492,221 @@ def _check_consistency(f: _Fields, state: Mapping[str, Any]) -> None:
             f.fail("order", f"must order the {train[0]} training samples (field "
                             f"'data.train')", order)
 
+
+
+# ------------------------------------------------------------------ a whole training state
+
+#: The fields every training checkpoint holds (``oneshot`` and ``data`` are optional:
+#: older files were written without them; ``easgd_groups`` comes with EASGD).
+TRAINING_FIELDS = ("config", "nparams", "architecture", "iteration", "epoch", "position",
+                   "order", "rng", "params", "optimizer", "history", "best", "stale",
+                   "warm", "data_fingerprint", "network")
+#: Each optimizer's state fields: vectors of one number per parameter (or null), lists
+#: of such vectors, and counts.
+OPTIMIZER_FIELDS = {
+    "sgd": {"velocity": "vector"},
+    "adam": {"m": "vector", "v": "vector", "t": "count"},
+    "lbfgs": {"s": "vectors", "y": "vectors", "prev_params": "vector",
+              "prev_grad": "vector"},
+    "easgd": {"center": "vector", "velocity": "vector", "steps": "count"},
+}
+
+
+def check_training_state(state: Mapping[str, Any], where: str = "checkpoint") -> None:
+    """Validate a whole training state (what :meth:`braidpy.train.Trainer.state` returns
+    and a training checkpoint holds), raising :class:`CheckpointError` naming ``where``
+    and the field: every field of :data:`TRAINING_FIELDS` present; the checks of
+    :func:`check_state`; ``config`` a valid :class:`~braidpy.train.TrainConfig`;
+    ``network`` complete, buildable, and the network ``architecture`` and ``nparams``
+    describe; ``params``, ``best.params``, the optimizer's arrays and EASGD's groups
+    float64 vectors of ``nparams`` finite numbers; the optimizer's state complete for
+    ``config.optimizer``; ``warm`` the MGRIT states of this network (finite float64
+    arrays, one per layer time in ``0..nlayers``).
+
+    >>> check_training_state({"iteration": 0}, "c.npz")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    braidpy.train.checkpoint.CheckpointError: c.npz: missing field 'config' (a training checkpoint holds ...
+    """
+    f = _Fields(state, where)
+    if not isinstance(state, Mapping):
+        f.fail("(top level)", "must be an object", state)
+    missing = [k for k in TRAINING_FIELDS if k not in state]
+    if missing:
+        raise CheckpointError(
+            f"{where}: missing field {missing[0]!r} (a training checkpoint holds "
+            f"{', '.join(TRAINING_FIELDS)}){'' if len(missing) == 1 else f'; also missing: ' + ', '.join(repr(m) for m in missing[1:])}")
+    check_state(state, where)
+    nparams = state["nparams"]
+    config = _check_config(f, state["config"])
+    net = _check_network_builds(f, state)
+    for field in ("params",):
+        _float64(f, field, state[field])
+    best = state["best"]
+    for key in ("accuracy", "iteration", "params"):
+        if key not in best:
+            f.fail("best", f"must hold {key!r}", best)
+    if best["params"] is not None:
+        _float64(f, "best.params", best["params"])
+    _check_optimizer_state(f, state["optimizer"], config.optimizer, nparams)
+    groups = state.get("easgd_groups")
+    if config.optimizer == "easgd" or groups is not None:
+        _check_easgd_groups(f, groups, nparams)
+    _check_warm(f, state["warm"], net)
+
+
+def _float64(f: _Fields, field: str, value: Any) -> None:
+    if not isinstance(value, np.ndarray) or value.dtype != np.float64:
+        f.fail(field, "must be an array of float64 (the parameters' precision)", value)
+
+
+def _check_config(f: _Fields, config: Mapping[str, Any]) -> Any:
+    from .trainer import TrainConfig  # the dataclass validates its own fields
+
+    if "optimizer" in config and config["optimizer"] == "easgd-async":
+        f.fail("config.optimizer", "cannot be 'easgd-async' (no checkpoint resumes it)",
+               config["optimizer"])
+    from .._options import Options
+
+    given = dict(config)
+    mgrit = given.get("mgrit")
+    try:
+        if isinstance(mgrit, Mapping):  # written out whole: the trainer's own choices too
+            Options.coerce(dict(mgrit))
+            given["mgrit"] = {k: v for k, v in mgrit.items() if k not in ("skip", "seq_soln")}
+        return TrainConfig(**given)
+    except (TypeError, ValueError, OverflowError) as exc:
+        text = str(exc)
+        name = next((k for k in sorted(config, key=len, reverse=True)
+                     if text.startswith(str(k)) or f"{k!r}" in text or f" {k} " in text
+                     or f" {k}=" in text), None)
+        raise CheckpointError(f"{f.where}: field 'config{'.' + name if name else ''}' is "
+                              f"not a valid training setting ({text})") from None
+
+
+def _check_network_builds(f: _Fields, state: Mapping[str, Any]) -> Any:
+    from ..nn import ResNet
+
+    spec = state["network"]
+    names = ("input_shape", "nclasses", "width", "nlayers", "tstop", "activation",
+             "opening", "opening_activation", "kernel")
+    for name in names:
+        if name not in spec and not (name == "tstop" and "T" in spec):
+            f.fail("network", f"must hold {name!r} (it holds {', '.join(spec) or 'nothing'})",
+                   dict(spec))
+    extra = [k for k in spec if k not in names and k not in RENAMED_NETWORK_KEYS]
+    if extra:
+        f.fail(f"network.{extra[0]}", "is not an argument of the network", spec[extra[0]])
+    args = {k: spec[k] for k in names if k in spec}
+    if "tstop" not in args:
+        args["tstop"] = spec["T"]
+    try:
+        net = ResNet(tuple(args.pop("input_shape")), args.pop("nclasses"), **args)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise CheckpointError(f"{f.where}: field 'network' does not describe a network "
+                              f"({exc})") from None
+    if net.nparams != state["nparams"]:
+        f.fail("nparams", f"must be the network's parameter count ({net.nparams}, field "
+                          f"'network')", state["nparams"])
+    if net.describe() != state["architecture"]:
+        f.fail("architecture", f"must describe the network of field 'network' "
+                               f"({net.describe()!r})", state["architecture"])
+    return net
+
+
+def _check_optimizer_state(f: _Fields, opt: Mapping[str, Any], name: str,
+                           nparams: int) -> None:
+    fields = OPTIMIZER_FIELDS.get(name)
+    if fields is None:
+        return
+    for key, kind in fields.items():
+        field = f"optimizer.{key}"
+        if key not in opt:
+            f.fail("optimizer", f"must hold {key!r} (the {name} optimizer's state: "
+                                f"{', '.join(fields)})", dict(opt))
+        value = opt[key]
+        if kind == "count":
+            f.count(field, value)
+        elif kind == "vector":
+            if value is not None:
+                f.vector(field, value, nparams)
+                _float64(f, field, value)
+        else:
+            if not isinstance(value, list):
+                f.fail(field, "must be a list of vectors", value)
+            for i, v in enumerate(value):
+                f.vector(f"{field}[{i}]", v, nparams)
+                _float64(f, f"{field}[{i}]", v)
+    extra = [k for k in opt if k not in fields]
+    if extra:
+        f.fail(f"optimizer.{extra[0]}", f"is not part of the {name} optimizer's state",
+               opt[extra[0]])
+    if name == "lbfgs" and len(opt["s"]) != len(opt["y"]):
+        f.fail("optimizer.y", f"must hold as many pairs as 'optimizer.s' ({len(opt['s'])})",
+               f"{len(opt['y'])} vectors")
+    if name == "adam" and (opt["m"] is None) != (opt["t"] == 0):
+        f.fail("optimizer.t", "must be 0 exactly when 'optimizer.m' is null (no step "
+                              "taken)", opt["t"])
+
+
+def _check_easgd_groups(f: _Fields, groups: Any, nparams: int) -> None:
+    if not isinstance(groups, Mapping) or not isinstance(groups.get("params"), list) or \
+            not isinstance(groups.get("velocity"), list) or not groups["params"] or \
+            len(groups["params"]) != len(groups["velocity"]):
+        f.fail("easgd_groups", "must be an object of two equally long lists 'params' and "
+                               "'velocity' (one entry per data group)", groups)
+    for g, (p, v) in enumerate(zip(groups["params"], groups["velocity"])):
+        f.vector(f"easgd_groups.params[{g}]", p, nparams)
+        _float64(f, f"easgd_groups.params[{g}]", p)
+        if v is not None:
+            f.vector(f"easgd_groups.velocity[{g}]", v, nparams)
+            _float64(f, f"easgd_groups.velocity[{g}]", v)
+
+
+def _check_warm(f: _Fields, warm: Mapping[str, Any], net: Any) -> None:
+    if not warm:
+        return
+    if "data_groups" in warm:
+        groups = warm["data_groups"]
+        if not isinstance(groups, list) or not groups:
+            f.fail("warm.data_groups", "must be a list of the data groups' states", groups)
+        for g, group in enumerate(groups):
+            if not isinstance(group, Mapping):
+                f.fail(f"warm.data_groups[{g}]", "must be an object", group)
+            _check_warm_group(f, group, net, f"warm.data_groups[{g}]")
+        return
+    _check_warm_group(f, warm, net, "warm")
+
+
+def _check_warm_group(f: _Fields, warm: Mapping[str, Any], net: Any, where: str) -> None:
+    shape = warm.get("batch_shape")
+    if shape is not None and (not isinstance(shape, (tuple, list)) or not shape or
+                              not all(_is_int(d) and 1 <= d <= INDEX_MAX for d in shape)):
+        f.fail(f"{where}.batch_shape", "must be null or a tuple of sizes >= 1", shape)
+    extra = [k for k in warm if k not in ("primal", "adjoint", "batch_shape")]
+    if extra:
+        f.fail(f"{where}.{extra[0]}", "is not part of the MGRIT states", warm[extra[0]])
+    first: Any = None
+    for key in ("primal", "adjoint"):
+        states = warm.get(key, {})
+        if not isinstance(states, Mapping):
+            f.fail(f"{where}.{key}", "must map layer times to states", states)
+        for n, u in states.items():
+            field = f"{where}.{key}[{n!r}]"
+            if not _is_int(n) or not 0 <= n <= net.nlayers:
+                f.fail(field, f"must be keyed by a layer time in 0..{net.nlayers}", n)
+            if not isinstance(u, np.ndarray) or u.dtype != np.float64:
+                f.fail(field, "must be an array of float64", u)
+            if u.ndim < 1:
+                f.fail(field, "must hold one state per sample (an array of 1 or more "
+                              "dimensions)", u)
+            if shape is not None and u.shape[0] != shape[0]:
+                f.fail(field, f"must hold the batch's {shape[0]} samples (field "
+                              f"'{where}.batch_shape')", u)
+            if first is None:
+                first = (field, u.shape)
+            elif u.shape != first[1]:
+                f.fail(field, f"must have the shape of every other state ({first[1]}, "
+                              f"field {first[0]!r})", u)
+            if not np.all(np.isfinite(u)):
+                f.fail(field, "must be finite", u)

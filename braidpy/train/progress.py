@@ -262,7 +262,9 @@ class JsonLog:
     """JSON-lines training log: ``{"event": "header", ...}``, then ``{"event": "step",
     ...}`` per step (the trainer's history record), then ``{"event": "end", ...}``.
 
-    Every line is flushed, so the file can be followed while training runs. ``steps``
+    Every line is flushed and checked, so the file can be followed while training runs
+    and a full disk stops the run with an error naming the file
+    (:class:`braidpy._limits.OutputWriteError`); the last line is also fsynced. ``steps``
     are written right after the header: a resumed run rewrites the log from its
     checkpoint's history, so the file always matches the state that continues.
     ``path`` must be a regular file or absent (a device, folder or symbolic link raises
@@ -285,7 +287,9 @@ class JsonLog:
         self._write({"event": "step", **record})
 
     def end(self, record: Mapping[str, Any]) -> None:
+        """The last line, flushed and fsynced (a full disk is an error naming the log)."""
         self._write({"event": "end", **record})
+        self._file.sync()
 
     def close(self) -> None:
         self._file.close()
@@ -324,4 +328,9 @@ class CsvLog:
         self._file.flush()
 
     def close(self) -> None:
-        self._file.close()
+        """Flush, fsync and close (a full disk is an error naming the file)."""
+        if not self._file.closed:
+            try:
+                self._file.sync()
+            finally:
+                self._file.close()

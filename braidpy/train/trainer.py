@@ -7,6 +7,7 @@ import functools
 import hashlib
 import logging
 import math
+import os
 import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
@@ -213,10 +214,20 @@ class TrainConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        if self.checkpoint is not None and not isinstance(self.checkpoint, (str, os.PathLike)):
+            raise TypeError(f"checkpoint must be a file path (str or os.PathLike) or None, "
+                            f"got {self.checkpoint!r}")
+        if self.checkpoint is not None:
+            self.checkpoint = os.fspath(self.checkpoint)  # a str (written to checkpoints)
+            if isinstance(self.checkpoint, bytes) or not self.checkpoint:
+                raise ValueError(f"checkpoint must be a non-empty file path, got "
+                                 f"{self.checkpoint!r}")
         for name in ("validate_every", "patience", "seed"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+        if self.seed > SEED_MAX:
+            raise ValueError(f"seed must be an int <= {SEED_MAX} (int64), got {self.seed!r}")
         if self.batch_size is not None and (isinstance(self.batch_size, bool) or
                                             not isinstance(self.batch_size, int) or
                                             self.batch_size < 1):
@@ -285,6 +296,18 @@ class TrainConfig:
             if getattr(self, name) is not None and not elastic:
                 raise ValueError(f"{name} applies to the optimizers {' and '.join(ELASTIC)}, "
                                  f"not {self.optimizer!r}")
+        if self.lr is not None and (isinstance(self.lr, bool) or
+                                    not isinstance(self.lr, (int, float, np.floating)) or
+                                    not np.isfinite(self.lr) or self.lr <= 0):
+            raise ValueError(f"lr must be None or a finite number > 0, got {self.lr!r}")
+        if self.momentum is not None:
+            if self.optimizer not in ("sgd",) + tuple(ELASTIC):
+                raise ValueError(f"momentum applies to the optimizers sgd, "
+                                 f"{', '.join(ELASTIC)}, not {self.optimizer!r}")
+            m = self.momentum
+            if isinstance(m, bool) or not isinstance(m, (int, float, np.floating)) or \
+                    not np.isfinite(m) or not 0 <= m < 1:
+                raise ValueError(f"momentum must be None or a number in [0, 1), got {m!r}")
         rho, tau = self.rho, self.tau
         if rho is not None and (isinstance(rho, bool) or
                                 not isinstance(rho, (int, float, np.floating)) or
@@ -299,6 +322,26 @@ class TrainConfig:
                              "depend on the order messages reach the centre, so no checkpoint "
                              "resumes it exactly; leave checkpoint out or use 'easgd'")
 
+
+def _check_initial_params(params: Any) -> None:
+    """Initial parameters given to :class:`Trainer`: real floating-point numbers, all
+    finite (NaN would train as "MGRIT diverged" at the first step); a ValueError naming
+    ``params`` and the first bad entry otherwise."""
+    kind = getattr(getattr(params, "dtype", None), "kind", None)
+    if kind != "f":
+        raise ValueError(f"params must be an array of floating-point numbers, got dtype "
+                         f"{getattr(params, 'dtype', None)}")
+    host = np.asarray(params.get() if hasattr(params, "get") and
+                      not isinstance(params, np.ndarray) else params)
+    finite = np.isfinite(host)
+    if not finite.all():
+        i = int(np.argmin(finite))
+        raise ValueError(f"params must be finite: entry {i} is {host[i]}")
+
+
+#: The largest ``seed`` (NumPy seeds with any int; checkpoints and the command line keep
+#: it within int64).
+SEED_MAX = 2**63 - 1
 
 
 def _cfactor_option(value: Any) -> Any:
@@ -517,6 +560,8 @@ class Trainer:
         elif getattr(params, "shape", None) != (net.nparams,):
             raise ValueError(f"params must have shape ({net.nparams},), got "
                              f"{getattr(params, 'shape', None)}")
+        else:
+            _check_initial_params(params)
         self._initial_params: Any = params  # on the host or the network's device
         self.data_fingerprint = data_fingerprint((self.X, self.C), self.validation)
         self.placement = net.placement
@@ -1017,7 +1062,7 @@ class Trainer:
         A field of the wrong type, out of range or contradicting another raises
         :class:`~braidpy.train.checkpoint.CheckpointError` naming it.
         """
-        _checkpoint.check_state(state, "state")
+        _checkpoint.check_training_state(state, "state")
         if state.get("nparams") != self.net.nparams or \
                 state.get("architecture") != self.net.describe():
             raise ValueError(f"checkpoint is for {state.get('architecture')!r}, not "
@@ -1105,4 +1150,4 @@ class Trainer:
 
     def resume(self, path: str, *, allow_new_data: bool = False) -> None:
         """Continue from the checkpoint file ``path`` (see :meth:`load_state`)."""
-        self.load_state(_checkpoint.load(path), allow_new_data=allow_new_data)
+        self.load_state(_checkpoint.load_training(path), allow_new_data=allow_new_data)

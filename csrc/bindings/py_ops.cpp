@@ -238,6 +238,8 @@ void PyOps::step(Vec& u, const CallInfo& info) {
     u = r;
   } else {
     Py_DECREF(r);
+    if (!kind_.check_in_place(static_cast<PyObject*>(u), "step(u, t0, t1, status)"))
+      capture_current_error(kStep);
   }
 }
 

@@ -65,13 +65,14 @@ StateKind::~StateKind() {
   Py_XDECREF(dtype_);
 }
 
-bool StateKind::learn(PyObject* u) {
+bool StateKind::learn(PyObject* u, const char* what) {
   first_ = describe(u);
   type_ = Py_TYPE(u);
   Py_INCREF(reinterpret_cast<PyObject*>(type_));
   numpy_ = is_numpy_array(u);
   if (numpy_) {
     auto* a = pyd::array_proxy(u);
+    if (!(a->flags & pyd::npy_api::NPY_ARRAY_WRITEABLE_)) return read_only(u, what);
     dims_.assign(a->dimensions, a->dimensions + a->nd);
     type_num_ = pyd::array_descriptor_proxy(a->descr)->type_num;
     return true;
@@ -85,7 +86,7 @@ bool StateKind::learn(PyObject* u) {
 }
 
 bool StateKind::check(PyObject* u, const char* what) {
-  if (type_ == nullptr) return learn(u);
+  if (type_ == nullptr) return learn(u, what);
   if (Py_TYPE(u) != type_) return mismatch(u, what, false);
   if (numpy_) {
     auto* a = pyd::array_proxy(u);
@@ -95,6 +96,7 @@ bool StateKind::check(PyObject* u, const char* what) {
     if (!same_shape) return mismatch(u, what, true);
     if (pyd::array_descriptor_proxy(a->descr)->type_num != type_num_)
       return mismatch(u, what, false);
+    if (!(a->flags & pyd::npy_api::NPY_ARRAY_WRITEABLE_)) return read_only(u, what);
     return true;
   }
   for (auto [attr, known] : {std::pair{"shape", shape_}, std::pair{"dtype", dtype_}}) {
@@ -106,6 +108,29 @@ bool StateKind::check(PyObject* u, const char* what) {
     if (!same) return mismatch(u, what, known == shape_);
   }
   return true;
+}
+
+bool StateKind::check_in_place(PyObject* u, const char* what) {
+  if (!numpy_ || ignore_shape_ || Py_TYPE(u) != type_) return true;
+  auto* a = pyd::array_proxy(u);
+  bool same_shape = a->nd == static_cast<int>(dims_.size());
+  for (int d = 0; same_shape && d < a->nd; ++d) same_shape = a->dimensions[d] == dims_[d];
+  if (same_shape) return true;
+  PyErr_Format(PyExc_ValueError,
+               "%s changed the shape of u in place (u is now %s); this Core's states are "
+               "%s (learnt from the first state it saw): a step must keep u's shape, or "
+               "return a new state of that shape",
+               what, describe(u).c_str(), first_.c_str());
+  return false;
+}
+
+bool StateKind::read_only(PyObject* u, const char* what) {
+  PyErr_Format(PyExc_ValueError,
+               "%s returned a read-only NumPy array (%s, flags.writeable is False); "
+               "braidpy updates states in place (sum, step), so every state must be "
+               "writeable: return a copy",
+               what, describe(u).c_str());
+  return false;
 }
 
 bool StateKind::mismatch(PyObject* u, const char* what, bool shape_differs) {

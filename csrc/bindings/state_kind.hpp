@@ -25,13 +25,19 @@ class StateKind {
   bool check(PyObject* u, const char* what);
   // From now on shapes are not compared (spatial coarsening: a shape per level).
   void ignore_shape() { ignore_shape_ = true; }
+  // After a step that worked in place on u (returned None or u): for NumPy
+  // states, u must still have the learnt shape (a few field reads; other array
+  // types are not looked at). Sets a ValueError naming `what` otherwise.
+  bool check_in_place(PyObject* u, const char* what);
   // For step_stacked: whether r (a returned stacked array) has the shape and
   // dtype of the block it was given; sets a ValueError/TypeError otherwise.
   static bool same_array(PyObject* r, PyObject* block, const char* what);
 
  private:
-  bool learn(PyObject* u);
+  bool learn(PyObject* u, const char* what);
   bool mismatch(PyObject* u, const char* what, bool shape_differs);
+  // A NumPy state that cannot be written (sum and step update states in place).
+  static bool read_only(PyObject* u, const char* what);
   // "numpy.ndarray of shape (4,), dtype float64" (for messages).
   static std::string describe(PyObject* u);
 
