@@ -79,6 +79,13 @@ def test_the_features_change_each_others_history():
     assert len({str(res_sc), str(cwt_sc), str(both), str(one["ex-02 -res -CWt 1.3"])}) == 4
     plain = run_ex02(dict(args=["-res", "-ml", "4"]))["residuals"]
     assert plain != res_sc
+    # The driver's scalar coarsening changes the periodic history (XBraid's own numbers).
+    from xbraid_parity_cases import cases as parity_cases
+    [periodic] = [c for c in parity_cases("driver", 1)
+                  if c["args"] == ["-periodic", "-nt", "64", "-ml", "3"]]
+    [coarsened] = [c for c in cases("driver", 1)
+                   if c["args"] == ["-sc", "-periodic", "-nt", "64", "-ml", "3"]]
+    assert periodic["residuals"]["1"] != coarsened["residuals"]["1"]
 
 
 def test_periodic_residual_sees_the_wrap_step_as_braidpy_steps_it():

@@ -211,7 +211,7 @@ def driver_options(args):
     weights = {}
     while k < len(args):
         a = args[k]
-        if a in ("-sync", "-fmg", "-rcg", "-periodic", "-res"):
+        if a in ("-sync", "-fmg", "-rcg", "-periodic", "-res", "-sc"):
             o.update({"-fmg": dict(fmg=True), "-rcg": dict(relax_only_cg=True),
                       "-periodic": dict(periodic=True)}.get(a, {}))
             k += 1
@@ -260,6 +260,9 @@ def run_driver_case(case, comm=None, batched=False, res_class=Ex01Res):
     app = (res_class if "-res" in case["args"] else Ex01)(
         record_syncs="-sync" in case["args"], batched=batched,
         periodic="-periodic" in case["args"])
+    if "-sc" in case["args"]:  # the driver's coarsen 0.75 u and refine (a copy)
+        app.coarsen = lambda u, status: 0.75 * u
+        app.refine = lambda e, status: e.copy()
     r = braidpy.solve(app, 0.0, 5.0, ntime, comm=comm, **options)
     assert_split(comm, r.owned, len(r.times))
     final = f"{r.final[0]:.17e}" if r.final is not None else None

@@ -7,7 +7,8 @@
 The pairs: ex-02 with a user residual and spatial coarsening (-res -sc), weighted
 C-relaxation and spatial coarsening (-CWt -sc), residual and weights (-res -CWt), all
 three; drive-burgers-1D with -CWt and -sc 1; ex-01-expanded with -res -periodic (and
--sync, -fmg); xbraid_drivers/parity_driver.c with -res and -periodic, -CWt, -sync, -fmg.
+-sync, -fmg); xbraid_drivers/parity_driver.c with -res and -periodic, -CWt, -sync, -fmg,
+and with -sc (a scalar coarsen 0.75 u whose refine is a copy) with -periodic, -res, -CWt.
 Each case keeps the exact command, the rank count and what XBraid printed: every
 `|| r_k ||`, the iteration count, the level count where printed, ex-02's discretization
 error, drive-burgers-1D's values at the final time, the driver's final value and sync
@@ -33,7 +34,11 @@ EX01X = [["-res", "-periodic", "-ntime", "64", "-ml", "3", "-skip", "0"],
 DRIVER = [["-res", "-periodic", "-nt", "64", "-ml", "3", "-CWt", "1.3"],
           ["-res", "-CWt", "1.3", "-ml", "4", "-nt", "64", "-skip", "0", "-sync"],
           ["-res", "-periodic", "-sync", "-nt", "64", "-ml", "4", "-skip", "0", "-fmg", "-CWt",
-           "1.3"]]
+           "1.3"],
+          ["-sc", "-periodic", "-nt", "64", "-ml", "3"],
+          ["-sc", "-periodic", "-nt", "64", "-ml", "4", "-skip", "0", "-CWt", "1.3", "-sync"],
+          ["-sc", "-res", "-ml", "4", "-nt", "64", "-fmg"],
+          ["-sc", "-res", "-periodic", "-nt", "64", "-ml", "3"]]
 
 
 def execute(cmd, cwd):
