@@ -153,6 +153,8 @@ def expected(case):
     out = dict(iterations=case["iterations"], residuals=case["residuals"])
     if case["kind"] == "driver":
         out["final"] = case["final"]
+        if "full" in case:
+            out["full"] = case["full"]
     if case["kind"] != "driver":
         out["levels"] = case["nlevels"]
     if case["kind"] == "ex02":

@@ -211,9 +211,10 @@ def driver_options(args):
     weights = {}
     while k < len(args):
         a = args[k]
-        if a in ("-sync", "-fmg", "-rcg", "-periodic", "-res", "-sc"):
+        if a in ("-sync", "-fmg", "-rcg", "-periodic", "-res", "-sc", "-fullres"):
             o.update({"-fmg": dict(fmg=True), "-rcg": dict(relax_only_cg=True),
-                      "-periodic": dict(periodic=True)}.get(a, {}))
+                      "-periodic": dict(periodic=True),
+                      "-fullres": dict(full_rnorm=True)}.get(a, {}))
             k += 1
             continue
         if a == "-CWtl":
@@ -260,6 +261,8 @@ def run_driver_case(case, comm=None, batched=False, res_class=Ex01Res):
     app = (res_class if "-res" in case["args"] else Ex01)(
         record_syncs="-sync" in case["args"], batched=batched,
         periodic="-periodic" in case["args"])
+    if "-fullres" in case["args"]:  # the full residual norm with -res's residual
+        app.full_residual = lambda ustop, r, status: Ex01Res.residual(app, ustop, r, status)
     if "-sc" in case["args"]:  # the driver's coarsen 0.75 u and refine (a copy)
         app.coarsen = lambda u, status: 0.75 * u
         app.refine = lambda e, status: e.copy()
@@ -270,9 +273,13 @@ def run_driver_case(case, comm=None, batched=False, res_class=Ex01Res):
     if comm is not None:
         final = [f for f in comm.allgather(final) if f is not None][0]
         syncs = {str(k): s for k, s in enumerate(comm.allgather(app.syncs)) if s}
-    return dict(iterations=r.iterations, final=final, syncs=syncs,
-                residuals={str(k): f"{v:1.6e}" for k, v in zip(r.residual_iterations,
-                                                               r.residuals)})
+    out = dict(iterations=r.iterations, final=final, syncs=syncs,
+               residuals={str(k): f"{v:1.6e}" for k, v in zip(r.residual_iterations,
+                                                              r.residuals)})
+    if "-fullres" in case["args"]:
+        out["full"] = {str(k): f"{v:1.6e}" for k, v in zip(r.full_residual_iterations,
+                                                           r.full_residuals)}
+    return out
 
 
 class Ex06(braidpy.App):

@@ -8,7 +8,8 @@ The pairs: ex-02 with a user residual and spatial coarsening (-res -sc), weighte
 C-relaxation and spatial coarsening (-CWt -sc), residual and weights (-res -CWt), all
 three; drive-burgers-1D with -CWt and -sc 1; ex-01-expanded with -res -periodic (and
 -sync, -fmg); xbraid_drivers/parity_driver.c with -res and -periodic, -CWt, -sync, -fmg,
-and with -sc (a scalar coarsen 0.75 u whose refine is a copy) with -periodic, -res, -CWt.
+and with -sc (a scalar coarsen 0.75 u whose refine is a copy) with -periodic, -res, -CWt,
+-fullres (the full residual norm, printed as "Full || r_k ||").
 Each case keeps the exact command, the rank count and what XBraid printed: every
 `|| r_k ||`, the iteration count, the level count where printed, ex-02's discretization
 error, drive-burgers-1D's values at the final time, the driver's final value and sync
@@ -16,6 +17,7 @@ calls.
 """
 
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -38,7 +40,9 @@ DRIVER = [["-res", "-periodic", "-nt", "64", "-ml", "3", "-CWt", "1.3"],
           ["-sc", "-periodic", "-nt", "64", "-ml", "3"],
           ["-sc", "-periodic", "-nt", "64", "-ml", "4", "-skip", "0", "-CWt", "1.3", "-sync"],
           ["-sc", "-res", "-ml", "4", "-nt", "64", "-fmg"],
-          ["-sc", "-res", "-periodic", "-nt", "64", "-ml", "3"]]
+          ["-sc", "-res", "-periodic", "-nt", "64", "-ml", "3"],
+          ["-fullres", "-sc", "-ml", "3", "-nt", "64"],
+          ["-fullres", "-sc", "-ml", "4", "-nt", "64", "-skip", "0", "-CWt", "1.3", "-sync"]]
 
 
 def execute(cmd, cwd):
@@ -79,7 +83,12 @@ def main():
                                   tmp)))
             for args in DRIVER:
                 out = execute(mpi + [str(driver), *args], tmp)
-                add("driver", "parity_driver", args, nranks, parse_driver(out, tmp))
+                found = parse_driver(out, tmp)
+                # "Braid: || r_k ||" and, with -fullres, "Braid: Full || r_k ||" apart
+                found["residuals"] = dict(re.findall(r"Braid: \|\| r_(\d+) \|\| = (\S+),", out))
+                if "-fullres" in args:
+                    found["full"] = dict(re.findall(r"Full \|\| r_(\d+) \|\| = (\S+),", out))
+                add("driver", "parity_driver", args, nranks, found)
     json.dump(dict(xbraid=f"XBraid {COMMIT} (github.com/XBraid/xbraid), examples built with "
                           "the PyPI mpich wheel's mpicc", cases=cases), sys.stdout, indent=1)
     print()

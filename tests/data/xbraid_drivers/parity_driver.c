@@ -10,6 +10,7 @@
  *          -sync (print every sync call on every rank)  -periodic
  *          -res (a user residual, ex-01-expanded's: the step adds fstop before its solve,
  *          r <- (1 + dt) ustop - r)
+ *          -fullres (braid_SetFullRNormRes with the -res residual: the full residual norm)
  *          -sc (spatial coarsening of the scalar: coarsen 0.75 u, refine a copy; the
  *          refine is not coarsen's inverse, so every coarse correction is damped)
  * Prints XBraid's own `|| r_k ||` lines (print level 1); each rank R writes one line per
@@ -158,7 +159,7 @@ int main(int argc, char *argv[]) {
   braid_Core core;
   my_App app;
   int ntime = 10, max_levels = 2, min_coarse = 2, cfactor = 2, nrelax = 1, max_iter = 100;
-  int skip = 1, fmg = 0, nfmg = -1, set_nfmg = 0, rcg = 0, sync = 0, periodic = 0, res = 0, sc = 0, arg, niter;
+  int skip = 1, fmg = 0, nfmg = -1, set_nfmg = 0, rcg = 0, sync = 0, periodic = 0, res = 0, sc = 0, fullres = 0, arg, niter;
   int nlevel_wts = 0, wt_levels[16];
   double tol = 1.0e-6, cwt = 1.0, wts[16];
 
@@ -185,6 +186,7 @@ int main(int argc, char *argv[]) {
     else if (!strcmp(argv[arg], "-periodic")) periodic = 1;
     else if (!strcmp(argv[arg], "-res")) res = 1;
     else if (!strcmp(argv[arg], "-sc")) sc = 1;
+    else if (!strcmp(argv[arg], "-fullres")) fullres = 1;
     else {
       if (app.rank == 0) fprintf(stderr, "unknown option %s\n", argv[arg]);
       MPI_Finalize();
@@ -219,6 +221,7 @@ int main(int argc, char *argv[]) {
   }
   if (periodic) braid_SetPeriodic(core, 1);
   if (res) braid_SetResidual(core, my_Residual);
+  if (fullres) braid_SetFullRNormRes(core, my_Residual);
   if (sc) {
     braid_SetSpatialCoarsen(core, my_Coarsen);
     braid_SetSpatialRefine(core, my_Refine);
