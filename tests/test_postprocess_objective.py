@@ -23,7 +23,6 @@ from optimization_cases import (CONVERGED, GAMMA, NTIME, TARGET, Ex01Optimizatio
                                 converged_path, optimize, xbraid)
 from test_mpi import run_driver
 
-import braidpy
 from braidpy.adjoint import GradientSolver
 
 
@@ -120,7 +119,6 @@ def test_objective_only_is_postprocessed():
     full = solver.evaluate().objective
     solver.reset()
     assert solver.objective() == full
-    assert isinstance(braidpy.Options(), braidpy.Options)
 
 
 def test_terminal_term_is_postprocessed_too():
