@@ -16,6 +16,7 @@ EXAMPLES = {
     "ex02_heat1d.py": ["--nspace", "65", "--ntime", "128"],
     "ex08_nonlinear_residual.py": ["--nspace", "33", "--ntime", "128"],
     "ex09_advection_spatial.py": ["--nspace", "64", "--ntime", "64"],
+    "ex10_periodic.py": ["--ntime", "256", "--cfactor", "2"],
 }
 
 
@@ -88,9 +89,19 @@ def check_ex09(out):
     assert err < 1e-5
 
 
+def check_ex10(out):
+    """u(T) = u(0) exactly; MGRIT (tolerance 1e-10) is the discrete periodic orbit; its
+    amplitude is near the continuous steady state's (first order in dt)."""
+    assert "|u(T) - u(0)| = 0.000e+00" in out
+    [err] = number(rf"max \|MGRIT - periodic sequential\| over the period = {NUM}", out)
+    assert err < 1e-8
+    amp, exact = number(rf"amplitude of x: {NUM} \(continuous steady state: {NUM}\)", out)
+    assert abs(amp - exact) < 0.02 * exact
+
+
 CHECK_ERRORS = {"ex01_scalar_ode.py": check_ex01, "ex02_heat1d.py": check_ex02,
                 "ex08_nonlinear_residual.py": check_ex08,
-                "ex09_advection_spatial.py": check_ex09}
+                "ex09_advection_spatial.py": check_ex09, "ex10_periodic.py": check_ex10}
 
 
 def history(out):
@@ -104,7 +115,7 @@ def test_example_serial_and_parallel_agree(script, tmp_path):
              "ex02_heat1d.py": ["--plot-solution", str(tmp_path / "sol.png"),
                                 "--plot-residuals", str(tmp_path / "res.png")],
              "ex08_nonlinear_residual.py": [],
-             "ex09_advection_spatial.py": []}[script]
+             "ex09_advection_spatial.py": [], "ex10_periodic.py": []}[script]
     serial = run(1, script, EXAMPLES[script] + plots)
     parallel = run(2, script, EXAMPLES[script])
     assert history(serial) == history(parallel)

@@ -211,9 +211,10 @@ def driver_options(args):
     weights = {}
     while k < len(args):
         a = args[k]
-        if a in ("-sync", "-fmg", "-rcg", "-periodic"):
+        if a in ("-sync", "-fmg", "-rcg", "-periodic", "-res", "-sc", "-fullres"):
             o.update({"-fmg": dict(fmg=True), "-rcg": dict(relax_only_cg=True),
-                      "-periodic": dict(periodic=True)}.get(a, {}))
+                      "-periodic": dict(periodic=True),
+                      "-fullres": dict(full_rnorm=True)}.get(a, {}))
             k += 1
             continue
         if a == "-CWtl":
@@ -238,12 +239,33 @@ def driver_options(args):
     return ntime, o
 
 
-def run_driver_case(case, comm=None, batched=False):
+class Ex01Res(Ex01):
+    """Ex01 with the driver's -res: the step adds fstop before its solve, and the
+    residual is r <- (1 + dt) ustop - r."""
+
+    def step(self, u, t0, t1, status, fstop=None, ustop=None):
+        if fstop is not None:
+            u[0] += fstop[0]
+        u[0] = 1.0 / (1.0 + t1 - t0) * u[0]
+
+    def residual(self, ustop, r, status):
+        r[0] = (1.0 + status.t1 - status.t0) * ustop[0] - r[0]
+
+
+def run_driver_case(case, comm=None, batched=False, res_class=Ex01Res):
     """What parity_driver prints for ``case`` (residuals %1.6e, iterations, the final
     value %.17e on the owner of t_N) and every rank's sync calls."""
     ntime, options = driver_options(case["args"])
-    app = Ex01(record_syncs="-sync" in case["args"], batched=batched,
-               periodic="-periodic" in case["args"])
+    if "-res" in case["args"]:  # an app with a residual takes fstop: unbatched
+        options["batch"] = False
+    app = (res_class if "-res" in case["args"] else Ex01)(
+        record_syncs="-sync" in case["args"], batched=batched,
+        periodic="-periodic" in case["args"])
+    if "-fullres" in case["args"]:  # the full residual norm with -res's residual
+        app.full_residual = lambda ustop, r, status: Ex01Res.residual(app, ustop, r, status)
+    if "-sc" in case["args"]:  # the driver's coarsen 0.75 u and refine (a copy)
+        app.coarsen = lambda u, status: 0.75 * u
+        app.refine = lambda e, status: e.copy()
     r = braidpy.solve(app, 0.0, 5.0, ntime, comm=comm, **options)
     assert_split(comm, r.owned, len(r.times))
     final = f"{r.final[0]:.17e}" if r.final is not None else None
@@ -251,9 +273,13 @@ def run_driver_case(case, comm=None, batched=False):
     if comm is not None:
         final = [f for f in comm.allgather(final) if f is not None][0]
         syncs = {str(k): s for k, s in enumerate(comm.allgather(app.syncs)) if s}
-    return dict(iterations=r.iterations, final=final, syncs=syncs,
-                residuals={str(k): f"{v:1.6e}" for k, v in zip(r.residual_iterations,
-                                                               r.residuals)})
+    out = dict(iterations=r.iterations, final=final, syncs=syncs,
+               residuals={str(k): f"{v:1.6e}" for k, v in zip(r.residual_iterations,
+                                                              r.residuals)})
+    if "-fullres" in case["args"]:
+        out["full"] = {str(k): f"{v:1.6e}" for k, v in zip(r.full_residual_iterations,
+                                                           r.full_residuals)}
+    return out
 
 
 class Ex06(braidpy.App):

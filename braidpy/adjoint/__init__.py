@@ -27,6 +27,14 @@ The app provides, beyond ``init`` and ``step``:
     g(u_N) and dg/du(u_N).
 ``running_objective(u, t, status)`` -> float and ``running_gradient(u, t, status)``
     Optional running terms f_i and df_i/du (vector or None for zero).
+``postprocess_objective(total)`` -> float and ``postprocess_objective_diff(total)`` -> float
+    Optional, both or neither (XBraid's ``braid_SetPostprocessObjective`` and
+    ``_diff``): the objective becomes J = F(S) with S the sum above, F given by
+    ``postprocess_objective`` and F'(S) by ``postprocess_objective_diff``; every adjoint
+    source (terminal and running gradients) is multiplied by F'(S). A part of F that
+    depends on the parameters directly (a regularization) is the caller's to add to the
+    gradient, as XBraid's ``_diff`` writes it into the app's gradient.
+    ``Gradient.objective_sum`` and ``Gradient.objective_diff`` are S and F'(S).
 ``adjoint_guess(n)`` -> vector or None
     Optional: the guess of w_n used when the adjoint solve starts cold (default
     zero); lets an interrupted one-shot optimization resume from saved adjoints.

@@ -32,6 +32,9 @@ class ReversedApp(App):
         self.app = app
         self.primal = primal
         self.running = running
+        # F'(S) of a postprocessed objective J = F(S) (GradientSolver sets it per
+        # evaluation): it multiplies every adjoint source, terminal and running.
+        self.source_scale = 1.0
         self.ntime = len(primal.times) - 1
         # Vector operations are the user's; App's own defaults stay inherited so
         # that the compiled core can run them directly (the fast array paths).
@@ -178,6 +181,8 @@ class ReversedApp(App):
         """w_N = dg/du(u_N) (+ df_N/du(u_N)), on the rank owning t_N."""
         N = self.ntime
         w = self.app.clone(self.app.terminal_gradient(self.primal.stored(N)))
+        if self.source_scale != 1.0:
+            self.app.sum(0.0, w, self.source_scale, w)
         t = self._times[N]
         return self._add_running(w, N, AdjointStatus(t=t, t0=t, t1=t, level=0, index=N,
                                                      fine_index=N, phase="objective"))
@@ -189,7 +194,7 @@ class ReversedApp(App):
         st.t = self._times[n]
         g = self.app.running_gradient(self.primal.stored(n), st.t, st)
         if g is not None:
-            self.app.sum(1.0, g, 1.0, w)
+            self.app.sum(self.source_scale, g, 1.0, w)
         return w
 
     def step(self, w: Any, s0: float, s1: float, status: Any) -> Any:

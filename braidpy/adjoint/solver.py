@@ -57,6 +57,10 @@ class Gradient:
     primal: Result
     adjoint: Result
     comm: Any = dataclasses.field(default=None, repr=False)
+    #: With the app's ``postprocess_objective``: S, the sum of the objective's terms
+    #: (J = F(S)), and F'(S), the factor of every adjoint source; None without it.
+    objective_sum: Optional[float] = None
+    objective_diff: Optional[float] = None
 
     def total(self) -> Optional[np.ndarray]:
         """Sum of all step gradients over all steps and ranks (time-independent
@@ -83,6 +87,12 @@ def _check_adjoint_app(app: Any) -> None:
             f"{type(app).__name__} cannot be differentiated: it lacks {', '.join(missing)} "
             f"(see braidpy.adjoint for the adjoint callbacks)"
         )
+    post = [callable(getattr(app, n, None))
+            for n in ("postprocess_objective", "postprocess_objective_diff")]
+    if any(post) and not all(post):
+        raise TypeError(f"{type(app).__name__} must define both postprocess_objective and "
+                        f"postprocess_objective_diff, or neither (the gradient of "
+                        f"J = F(S) needs F'(S))")
     running = [callable(getattr(app, n, None)) for n in ("running_objective", "running_gradient")]
     if any(running) and not all(running):
         raise TypeError(f"{type(app).__name__} must define both running_objective and "
@@ -206,6 +216,8 @@ class GradientSolver:
         self.comm = comm
         self.ntime = int(ntime)
         self.running = callable(getattr(app, "running_objective", None))
+        self.postprocess = callable(getattr(app, "postprocess_objective", None))
+        self._post: Tuple[Optional[float], Optional[float]] = (None, None)
         hook = getattr(app, "primal_solved", None)
         self._primal_solved = hook if callable(hook) else None
         self.primal_core = Core(app, tstart, tstop, ntime, comm=comm, times=times,
@@ -286,6 +298,7 @@ class GradientSolver:
     def _solve_adjoint(self, primal: Result,
                        after_objective: Optional[Callable[[float], None]]) -> Gradient:
         objective, w_final = self._objective(primal)
+        total, diff = self._post
         if after_objective is not None:
             after_objective(objective)
         rev = self.reversed_app
@@ -299,7 +312,7 @@ class GradientSolver:
             self._batched_gradients(adjoint)
         rev.end_evaluation()
         return Gradient(objective, rev.gradients, rev.initial_adjoint, primal, adjoint,
-                        self.comm)
+                        self.comm, objective_sum=total, objective_diff=diff)
 
     def objective(self) -> float:
         """Primal solve and objective only (no adjoint), e.g. for a line search. The
@@ -407,12 +420,25 @@ class GradientSolver:
             if self.ntime in primal.owned:
                 terms.append((self.ntime + 1,
                                float(self.app.terminal_objective(core.stored(self.ntime)))))
-                w_final = self.reversed_app.terminal_adjoint()
+                if not self.postprocess:
+                    w_final = self.reversed_app.terminal_adjoint()
         # Added in index order on every rank: the same bits for any rank count.
         total = 0.0
         for _, value in sorted(_all_terms(self.comm, terms)):
             total += value
-        return total, w_final
+        self._post = (None, None)
+        if not self.postprocess:
+            return total, w_final
+        # J = F(S) (XBraid's braid_SetPostprocessObjective); F'(S) scales the adjoint's
+        # sources, so the terminal adjoint is formed once it is known.
+        with agreed(self.comm, "postprocess objective"):
+            objective = float(self.app.postprocess_objective(total))
+            diff = float(self.app.postprocess_objective_diff(total))
+            self.reversed_app.source_scale = diff
+            if self.ntime in primal.owned:
+                w_final = self.reversed_app.terminal_adjoint()
+        self._post = (total, diff)
+        return objective, w_final
 
 
 #: Bytes of states per interval position below which the gradient calls are not split

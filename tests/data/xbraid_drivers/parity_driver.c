@@ -8,6 +8,11 @@
  * Options: -nt N  -ml L  -mc M  -cf C  -nu NU  -mi I  -tol T  -skip 0|1  -fmg  -nfmg K
  *          -CWt W (all levels)  -CWtl LEVEL W (one level)  -rcg (relax_only_cg)
  *          -sync (print every sync call on every rank)  -periodic
+ *          -res (a user residual, ex-01-expanded's: the step adds fstop before its solve,
+ *          r <- (1 + dt) ustop - r)
+ *          -fullres (braid_SetFullRNormRes with the -res residual: the full residual norm)
+ *          -sc (spatial coarsening of the scalar: coarsen 0.75 u, refine a copy; the
+ *          refine is not coarsen's inverse, so every coarse correction is damped)
  * Prints XBraid's own `|| r_k ||` lines (print level 1); each rank R writes one line per
  * sync call to the file sync_R.txt in the current folder:
  * "sync rank R caller C iter K level L nlevels N done D ntime T lo I hi J rnorms ..."
@@ -40,7 +45,32 @@ static int my_Step(braid_App app, braid_Vector ustop, braid_Vector fstop, braid_
                    braid_StepStatus status) {
   double tstart, tstop;
   braid_StepStatusGetTstartTstop(status, &tstart, &tstop);
+  if (fstop != NULL) u->value += fstop->value;
   u->value = 1. / (1. + tstop - tstart) * (u->value);
+  return 0;
+}
+
+static int my_Residual(braid_App app, braid_Vector ustop, braid_Vector r,
+                       braid_StepStatus status) {
+  double tstart, tstop;
+  braid_StepStatusGetTstartTstop(status, &tstart, &tstop);
+  r->value = (1. + tstop - tstart) * (ustop->value) - (r->value);
+  return 0;
+}
+
+static int my_Coarsen(braid_App app, braid_Vector fu, braid_Vector *cu_ptr,
+                      braid_CoarsenRefStatus status) {
+  my_Vector *cu = malloc(sizeof(my_Vector));
+  cu->value = 0.75 * fu->value;
+  *cu_ptr = cu;
+  return 0;
+}
+
+static int my_Refine(braid_App app, braid_Vector cu, braid_Vector *fu_ptr,
+                     braid_CoarsenRefStatus status) {
+  my_Vector *fu = malloc(sizeof(my_Vector));
+  fu->value = cu->value;
+  *fu_ptr = fu;
   return 0;
 }
 
@@ -129,7 +159,7 @@ int main(int argc, char *argv[]) {
   braid_Core core;
   my_App app;
   int ntime = 10, max_levels = 2, min_coarse = 2, cfactor = 2, nrelax = 1, max_iter = 100;
-  int skip = 1, fmg = 0, nfmg = -1, set_nfmg = 0, rcg = 0, sync = 0, periodic = 0, arg, niter;
+  int skip = 1, fmg = 0, nfmg = -1, set_nfmg = 0, rcg = 0, sync = 0, periodic = 0, res = 0, sc = 0, fullres = 0, arg, niter;
   int nlevel_wts = 0, wt_levels[16];
   double tol = 1.0e-6, cwt = 1.0, wts[16];
 
@@ -154,6 +184,9 @@ int main(int argc, char *argv[]) {
     else if (!strcmp(argv[arg], "-rcg")) rcg = 1;
     else if (!strcmp(argv[arg], "-sync")) sync = 1;
     else if (!strcmp(argv[arg], "-periodic")) periodic = 1;
+    else if (!strcmp(argv[arg], "-res")) res = 1;
+    else if (!strcmp(argv[arg], "-sc")) sc = 1;
+    else if (!strcmp(argv[arg], "-fullres")) fullres = 1;
     else {
       if (app.rank == 0) fprintf(stderr, "unknown option %s\n", argv[arg]);
       MPI_Finalize();
@@ -187,6 +220,12 @@ int main(int argc, char *argv[]) {
     braid_SetSync(core, my_Sync);
   }
   if (periodic) braid_SetPeriodic(core, 1);
+  if (res) braid_SetResidual(core, my_Residual);
+  if (fullres) braid_SetFullRNormRes(core, my_Residual);
+  if (sc) {
+    braid_SetSpatialCoarsen(core, my_Coarsen);
+    braid_SetSpatialRefine(core, my_Refine);
+  }
 
   braid_Drive(core);
   braid_GetNumIter(core, &niter);
