@@ -94,7 +94,7 @@ class CoreOptions(metaclass=_Pybind11Type):
                  crelax_weight_level: Dict[int, float] = ..., max_iter: int = ..., abs_tol: float = ...,
                  rel_tol: float = ..., tnorm: int = ..., skip: bool = ..., fmg: bool = ...,
                  nfmg: int = ..., fmg_vcycles: int = ..., store_all: bool = ...,
-                 store_final: bool = ..., seq_soln: bool = ..., final_fc_relax: bool = ...,
+                 store_final: bool = ..., storage: int = ..., seq_soln: bool = ..., final_fc_relax: bool = ...,
                  relax_only_cg: bool = ..., periodic: bool = ..., access_level: int = ...,
                  residual_computation: bool = ..., timings: bool = ...,
                  full_rnorm: bool = ..., fine_ranges: Sequence[Tuple[int, int]] = ...,
@@ -117,6 +117,7 @@ class CoreOptions(metaclass=_Pybind11Type):
     fmg_vcycles: int
     store_all: bool
     store_final: bool
+    storage: int
     seq_soln: bool
     final_fc_relax: bool
     relax_only_cg: bool

@@ -416,7 +416,7 @@ class Core:
             raise ConvergenceError(
                 self._solver.iterations, history[-1][1] if history else None,
                 f"abs_tol={o.abs_tol:g}" + (f" / rel_tol={o.rel_tol:g}" if o.rel_tol else ""))
-        return Result(converged=converged, stop_reason=reason,
+        result = Result(converged=converged, stop_reason=reason,
             iterations=self._solver.iterations, residuals=[r for _, r in history],
             residual_iterations=[k for k, _ in history], levels=len(info), level_info=info,
             times=self.times, owned=self.owned, final=final, counts=self.counts(),
@@ -425,6 +425,9 @@ class Core:
             final_full_residual=(self._solver.final_full_residual()
                                  if self.options.full_rnorm else None),
             solution_source=functools.partial(self._solution_of, self._generation))
+        if self.options.timings == 2:  # XBraid's timing level 2: every rank's timer file
+            result.write_timers(self.options.timer_file, self.rank)
+        return result
 
     def reset_guess(self) -> None:
         """The next solve starts again from app.init (a cold start). Under MPI, on every

@@ -8,6 +8,7 @@
     mpiexec -n P python tests/mpi_driver.py xbraid OUT.json P
     mpiexec -n P python tests/mpi_driver.py parity OUT.json P
     mpiexec -n P python tests/mpi_driver.py residual OUT.json P
+    mpiexec -n P python tests/mpi_driver.py output OUT.json P
 
 The last argument repeats the rank count: the driver fails unless MPI really joined
 that many ranks (see mpi_world.py).
@@ -61,6 +62,12 @@ def run_residual(nranks):
     return run_at(nranks, COMM)
 
 
+def run_output(nranks):
+    from xbraid_output_cases import run_at
+
+    return run_at(nranks, COMM)
+
+
 def run_errors():
     from mpi_error_cases import ERROR_CASES
 
@@ -98,7 +105,8 @@ def main():
                   "batched": run_batched, "parallel": run_parallel,
                   "xbraid": lambda: run_xbraid(int(nranks)),
                   "parity": lambda: run_parity(int(nranks)),
-                  "residual": lambda: run_residual(int(nranks))}
+                  "residual": lambda: run_residual(int(nranks)),
+                  "output": lambda: run_output(int(nranks))}
         result = suites[suite]()
     except BaseException:
         traceback.print_exc()

@@ -7,7 +7,12 @@
  *   mpicc -O2 -I$XBRAID/braid parity_driver.c -o parity_driver $XBRAID/braid/libbraid.a -lm
  * Options: -nt N  -ml L  -mc M  -cf C  -nu NU  -mi I  -tol T  -skip 0|1  -fmg  -nfmg K
  *          -CWt W (all levels)  -CWtl LEVEL W (one level)  -rcg (relax_only_cg)
- *          -sync (print every sync call on every rank)  -periodic
+ *          -sync (print every sync call on every rank)  -periodic  -print P  -access A
+ *          -timings L (braid_SetTimings; 2 writes braid_timings_RRRR.txt per rank)
+ *          -storage S (braid_SetStorage)  -convhist FILE (braid_WriteConvHistory after
+ *          the solve)  -res W (a user residual (1 + dt) ustop - u, and a step that solves
+ *          (1 + dt) u_new = u + fstop only partly, from ustop: u_new = s + W (ustop - s)
+ *          with s the exact solution, so that ustop's value shows in every step)
  * Prints XBraid's own `|| r_k ||` lines (print level 1); each rank R writes one line per
  * sync call to the file sync_R.txt in the current folder:
  * "sync rank R caller C iter K level L nlevels N done D ntime T lo I hi J rnorms ..."
@@ -25,6 +30,7 @@
 
 typedef struct _braid_App_struct {
   int rank;
+  double res_weight; /* -res W */
   int ntime;
   int periodic;
   FILE *syncs;
@@ -40,7 +46,20 @@ static int my_Step(braid_App app, braid_Vector ustop, braid_Vector fstop, braid_
                    braid_StepStatus status) {
   double tstart, tstop;
   braid_StepStatusGetTstartTstop(status, &tstart, &tstop);
+  if (app->res_weight != 0.0) {
+    double s = (u->value + (fstop != NULL ? fstop->value : 0.0)) / (1. + tstop - tstart);
+    u->value = s + app->res_weight * (ustop->value - s);
+    return 0;
+  }
   u->value = 1. / (1. + tstop - tstart) * (u->value);
+  return 0;
+}
+
+static int my_Residual(braid_App app, braid_Vector ustop, braid_Vector r,
+                       braid_StepStatus status) {
+  double tstart, tstop;
+  braid_StepStatusGetTstartTstop(status, &tstart, &tstop);
+  r->value = (1. + tstop - tstart) * (ustop->value) - r->value;
   return 0;
 }
 
@@ -131,7 +150,9 @@ int main(int argc, char *argv[]) {
   int ntime = 10, max_levels = 2, min_coarse = 2, cfactor = 2, nrelax = 1, max_iter = 100;
   int skip = 1, fmg = 0, nfmg = -1, set_nfmg = 0, rcg = 0, sync = 0, periodic = 0, arg, niter;
   int nlevel_wts = 0, wt_levels[16];
-  double tol = 1.0e-6, cwt = 1.0, wts[16];
+  double tol = 1.0e-6, cwt = 1.0, wts[16], res_weight = 0.0;
+  int storage = -1, set_storage = 0, print_level = 1, access_level = 1, timings = 0;
+  const char *convhist = NULL;
 
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &app.rank);
@@ -154,6 +175,12 @@ int main(int argc, char *argv[]) {
     else if (!strcmp(argv[arg], "-rcg")) rcg = 1;
     else if (!strcmp(argv[arg], "-sync")) sync = 1;
     else if (!strcmp(argv[arg], "-periodic")) periodic = 1;
+    else if (!strcmp(argv[arg], "-storage")) { storage = atoi(argv[++arg]); set_storage = 1; }
+    else if (!strcmp(argv[arg], "-convhist")) convhist = argv[++arg];
+    else if (!strcmp(argv[arg], "-res")) res_weight = atof(argv[++arg]);
+    else if (!strcmp(argv[arg], "-print")) print_level = atoi(argv[++arg]);
+    else if (!strcmp(argv[arg], "-access")) access_level = atoi(argv[++arg]);
+    else if (!strcmp(argv[arg], "-timings")) timings = atoi(argv[++arg]);
     else {
       if (app.rank == 0) fprintf(stderr, "unknown option %s\n", argv[arg]);
       MPI_Finalize();
@@ -163,11 +190,16 @@ int main(int argc, char *argv[]) {
   app.ntime = ntime;
   app.periodic = periodic;
   app.has_final = 0;
+  app.res_weight = res_weight;
 
   braid_Init(MPI_COMM_WORLD, MPI_COMM_WORLD, 0.0, 5.0, ntime, &app, my_Step, my_Init, my_Clone,
              my_Free, my_Sum, my_SpatialNorm, my_Access, my_BufSize, my_BufPack, my_BufUnpack,
              &core);
-  braid_SetPrintLevel(core, 1);
+  braid_SetPrintLevel(core, print_level);
+  braid_SetAccessLevel(core, access_level);
+  if (set_storage) braid_SetStorage(core, storage);
+  if (timings) braid_SetTimings(core, timings);
+  if (res_weight != 0.0) braid_SetResidual(core, my_Residual);
   braid_SetMaxLevels(core, max_levels);
   braid_SetMinCoarse(core, min_coarse);
   braid_SetCFactor(core, -1, cfactor);
@@ -189,6 +221,7 @@ int main(int argc, char *argv[]) {
   if (periodic) braid_SetPeriodic(core, 1);
 
   braid_Drive(core);
+  if (convhist != NULL) braid_WriteConvHistory(core, convhist);
   braid_GetNumIter(core, &niter);
   if (app.rank == 0) printf("iterations %d\n", niter);
   if (app.has_final) printf("final u(T) = %.17e\n", app.final);
