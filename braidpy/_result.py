@@ -78,7 +78,7 @@ class Result:
     def solution(self, t: Optional[float] = None, *, index: Optional[int] = None) -> Any:
         """A copy of the fine solution at time t (or fine index), on the owning rank.
 
-        F-point values are recomputed from their C-point unless storage="all".
+        F-point values are recomputed from their C-point unless storage="all" (or 0).
         Valid until the Core that produced this result solves again.
         """
         i = fine_index(self.times, self.owned, t, index)

@@ -447,7 +447,7 @@ class Core:
     def stored(self, index: int) -> Any:
         """The stored fine value at ``index`` after a solve, or None.
 
-        Available: owned C-points; with ``storage="all"`` or ``"final"`` every owned
+        Available: owned C-points; with ``storage="all"``, ``"final"`` or 0 every owned
         point, and the point just left of the owned range (received in the final
         sweep). The vector is the Core's own (not a copy): read it, do not change it;
         it stays valid until the next solve.

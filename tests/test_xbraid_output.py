@@ -15,7 +15,7 @@ import re
 
 import pytest
 from test_mpi import run_driver
-from xbraid_output_cases import cases, output_options, run_case
+from xbraid_output_cases import OWNERS_NTIME, cases, output_options, run_case, run_owners
 
 import braidpy
 
@@ -76,12 +76,36 @@ def test_serial(case):
 def test_at_its_rank_count(nranks, tmp_path):
     expected = cases(nranks)
     got = run_driver(nranks, "output", tmp_path)
+    assert got.pop("owners") == xbraid_owners(nranks)
     assert sorted(got) == sorted([c["id"] + s for c in expected
                                   for s in ("", "/batched") if s == "" or "-res" not in c["args"]])
     for case in expected:
         assert_as_printed(got[case["id"]], case)
         if "-res" not in case["args"]:
             assert_as_printed(got[case["id"] + "/batched"], case)
+
+
+def xbraid_owners(nranks, ntime=OWNERS_NTIME, cfactor=3, nlevels=3):
+    """XBraid's braid_StatusGetProc (distribution.c): a level's index maps to the fine
+    grid, then the block distribution of the ntime + 1 fine points; -1 outside."""
+    npoints, out = ntime + 1, []
+    for level in range(nlevels):
+        n = ntime // cfactor ** level
+        row = []
+        for i in range(-1, n + 2):
+            fine = i * cfactor ** level
+            if not 0 <= fine < npoints:
+                row.append(-1)
+                continue
+            quo, rem = divmod(npoints, nranks)
+            p, q = fine // (quo + 1), (fine - rem * (quo + 1)) // quo
+            row.append(p if p < rem else rem + q)
+        out.append(row)
+    return out
+
+
+def test_status_proc_serial():
+    assert run_owners() == xbraid_owners(1)
 
 
 def test_storage_spellings():
@@ -105,3 +129,23 @@ def test_storage_zero_keeps_fine_f_points():
     core = braidpy.Core(Ex01(record_syncs=False), 0.0, 5.0, 16, max_levels=3, storage=1)
     core.solve()
     assert core.stored(3) is None
+
+
+def test_timings_levels_and_timer_file(tmp_path, monkeypatch):
+    from xbraid_parity_cases import Ex01
+
+    with pytest.raises(ValueError, match="timings must be"):
+        braidpy.Options(timings=3)
+    with pytest.raises(TypeError, match="timings must be"):
+        braidpy.Options(timings="yes")
+    with pytest.raises(ValueError, match="timer_file"):
+        braidpy.Options(timer_file="")
+    monkeypatch.chdir(tmp_path)
+    r = braidpy.solve(Ex01(record_syncs=False), 0.0, 5.0, 16, max_levels=3, timings=1)
+    assert r.timings["step"] > 0 and not list(tmp_path.iterdir())  # level 1: no file
+    r = braidpy.solve(Ex01(record_syncs=False), 0.0, 5.0, 16, max_levels=3, timings=2)
+    text = (tmp_path / "braid_timings_0000.txt").read_text()
+    assert text == r.timers(0) and f"   step             {r.timings['step']:1.3e}\n" in text
+    untimed = braidpy.solve(Ex01(record_syncs=False), 0.0, 5.0, 16, max_levels=3)
+    with pytest.raises(ValueError, match="timings=True"):
+        untimed.timers()

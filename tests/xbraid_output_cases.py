@@ -91,8 +91,41 @@ def run_case(case, comm=None, batched=False):
                                                                r.residuals)})
 
 
+class Owners(Ex01):
+    """Records, in its first sync, Status.proc for every index of every level (and one
+    outside each end)."""
+
+    def __init__(self):
+        super().__init__(record_syncs=False)
+        self.owners = None
+        self.sync = self._owners
+
+    def _owners(self, status):
+        if self.owners is None:
+            self.owners = [[status.proc(level, i) for i in range(-1, len(grid) + 1)]
+                           for level, grid in enumerate(self.level_sizes(status))]
+
+    @staticmethod
+    def level_sizes(status):
+        """Each level's points 0..n_l (n_l from the fine count and the cfactors)."""
+        n, sizes = None, []
+        for level in range(status.nlevels):
+            n = OWNERS_NTIME if level == 0 else n // status.cfactor(level - 1)
+            sizes.append(range(n + 1))
+        return sizes
+
+
+OWNERS_NTIME = 37
+
+
+def run_owners(comm=None):
+    app = Owners()
+    braidpy.solve(app, 0.0, 5.0, OWNERS_NTIME, comm=comm, max_levels=3, cfactor=3, max_iter=2)
+    return app.owners
+
+
 def run_at(nranks, comm):
-    out = {}
+    out = {"owners": run_owners(comm)}
     for case in cases(nranks):
         out[case["id"]] = run_case(case, comm)
         if "-res" not in case["args"]:
