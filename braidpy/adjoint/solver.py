@@ -107,7 +107,7 @@ def solve_options(primal: OptionsLike, adjoint: OptionsLike,
     ``access_level`` is braidpy's own. One-shot runs exactly m1 / m2 iterations.
     """
     if _given(primal, "storage") and not Options.coerce(primal).stores_fine_f_points:
-        raise ValueError("primal storage must be 'final' or 'all': the adjoint needs every "
+        raise ValueError("primal storage must be 'final', 'all' or 0: the adjoint needs every "
                          "state")
     if _given(adjoint, "access_level"):
         raise ValueError("the adjoint's access_level is braidpy's own; leave it out")
