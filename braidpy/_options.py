@@ -6,7 +6,7 @@ import dataclasses
 import difflib
 import math
 import numbers
-from typing import Any, Dict, Mapping, Union
+from typing import Any, Dict, Mapping, Optional, Union
 
 import numpy as np
 
@@ -101,6 +101,12 @@ class Options:
         ``braid_SetTimings(core, 2)``) also writes every rank's timer file after each
         solve, ``{timer_file}_{rank:04d}.txt`` in XBraid's ``braid_PrintTimers`` layout
         (:meth:`Result.write_timers`). Default False.
+    cycle_file : str or None
+        Write XBraid's cycle file there after each solve, on rank 0 (``braid.out.cycle``,
+        which XBraid writes at its default file I/O level 1, ``braid_SetFileIOLevel``):
+        one line per level visited, ``level 0 iteration ntime rnorm tol`` (rnorm -1 before
+        the iteration's norm; tol: ``abs_tol``, or ``rel_tol`` times the first norm).
+        Default None (no file).
     timer_file : str
         Stem of the timer files of ``timings=2`` (XBraid's ``braid_SetTimerFile``).
         Default "braid_timings".
@@ -146,6 +152,7 @@ class Options:
     print_level: int = 0
     timings: Union[bool, int] = False
     timer_file: str = "braid_timings"
+    cycle_file: Optional[str] = None
     residual_computation: bool = True
     batch: bool = True
     require_convergence: bool = False
@@ -172,6 +179,10 @@ class Options:
             if not 0 <= self.timings <= 2:
                 raise ValueError(f"timings must be True, False, 0, 1 or 2, got {self.timings!r}")
             _set(self, "timings", int(self.timings))
+        if self.cycle_file is not None and (not isinstance(self.cycle_file, str)
+                                            or not self.cycle_file):
+            raise ValueError(f"cycle_file must be None or a non-empty str, got "
+                             f"{self.cycle_file!r}")
         if not isinstance(self.timer_file, str) or not self.timer_file:
             raise ValueError(f"timer_file must be a non-empty str, got {self.timer_file!r}")
         _int(self, "fmg_vcycles", 1)

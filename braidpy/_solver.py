@@ -20,6 +20,7 @@ from ._gateway import (check_app_callbacks, check_residual, has_step_batch, pack
                        tell_app_the_grid)
 from ._errors import BraidError, ConvergenceError, DivergenceError, ErrorLabels
 from ._options import Options
+from ._cycle import cycle_lines
 from ._result import Result, fine_index
 from .parallel.agree import Agreement, agreed
 from .parallel.collectives import allreduce_int, bcast_bytes
@@ -371,12 +372,14 @@ class Core:
 
     def _solve(self, final_sweep: bool = True) -> Result:
         start = time.perf_counter()
+        self._started_cold = self._cold
         if self._wire is not None and allreduce_int(self._wire, int(self._cold), "max"):
             # The one collective of a solve's setup. Grid and options are fixed per Core
             # (checked when it was made), but a rank's next start turns cold on its own
             # (reset_guess() there, or a failed solution()), and ranks that disagree on a
             # cold start (skip, seq_soln) run different schedules: all start cold.
             self._solver.reset_guess()
+            self._started_cold = True
         self._generation += 1
         self._cold = True  # a failed or diverged solve leaves the compiled core cold
         # No local may hold the outcome: it is not garbage-collected, and a frame in a
@@ -427,7 +430,22 @@ class Core:
             solution_source=functools.partial(self._solution_of, self._generation))
         if self.options.timings == 2:  # XBraid's timing level 2: every rank's timer file
             result.write_timers(self.options.timer_file, self.rank)
+        if self.options.cycle_file is not None and self.rank == 0:
+            self._write_cycle_file(result)
         return result
+
+    def _write_cycle_file(self, result: Result) -> None:
+        """XBraid's braid.out.cycle for the solve that made ``result`` (braidpy._cycle)."""
+        o = self.options
+        tested = (zip(result.full_residual_iterations, result.full_residuals) if o.full_rnorm
+                  else zip(result.residual_iterations, result.residuals))
+        lines = cycle_lines(
+            nlevels=result.levels, iterations=result.iterations, ntime=len(result.times) - 1,
+            skipped=o.skip and self._started_cold and not o.seq_soln and result.levels > 1,
+            fmg=o.fmg, nfmg=o.nfmg, fmg_vcycles=o.fmg_vcycles, residuals=dict(tested),
+            abs_tol=float(o.abs_tol), rel_tol=float(o.rel_tol))
+        with open(o.cycle_file, "w") as f:
+            f.write("".join(line + "\n" for line in lines))
 
     def reset_guess(self) -> None:
         """The next solve starts again from app.init (a cold start). Under MPI, on every

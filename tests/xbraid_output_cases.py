@@ -48,6 +48,8 @@ def output_options(args):
         a = args[k]
         if a == "-storage":
             extra["storage"] = int(args[k + 1])
+        elif a == "-rtol":  # XBraid's relative tolerance alone: no absolute test
+            extra.update(rel_tol=float(args[k + 1]), abs_tol=0.0)
         elif a == "-timings":
             extra["timings"] = int(args[k + 1])
         elif a == "-res":
@@ -72,21 +74,26 @@ def run_case(case, comm=None, batched=False):
             tmp = comm.bcast(tmp)
         if options.get("timings") == 2:  # every rank writes its timer file into tmp
             options["timer_file"] = str(Path(tmp) / "braid_timings")
+        options["cycle_file"] = str(Path(tmp) / "braid.out.cycle")  # rank 0 writes it
         r = braidpy.solve(app, 0.0, 5.0, ntime, comm=comm, **options)
         if comm is not None:
             comm.barrier()
         timers = {p.name: p.read_text() for p in Path(tmp).glob("braid_timings_*.txt")}
+        cycle = Path(options["cycle_file"])
+        cycle_file = cycle.read_text() if cycle.exists() else None
         if comm is not None:
             comm.barrier()  # read before rank 0 removes the folder
     assert_split(comm, r.owned, len(r.times))
     final = f"{r.final[0]:.17e}" if r.final is not None else None
     if comm is not None:
         final = [f for f in comm.allgather(final) if f is not None][0]
+        cycle_file = comm.bcast(cycle_file)  # rank 0 wrote it
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "convhist.txt"
         r.write_conv_history(path)
         convhist = path.read_text()
     return dict(iterations=r.iterations, final=final, convhist=convhist, timer_files=timers,
+                cycle_file=cycle_file,
                 residuals={str(k): f"{v:1.6e}" for k, v in zip(r.residual_iterations,
                                                                r.residuals)})
 

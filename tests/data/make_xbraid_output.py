@@ -7,7 +7,8 @@ braid_WriteConvHistory writes. Not needed by the tests, which read the JSON. Usa
 
 Each case keeps the exact command, the rank count, XBraid's printed `|| r_k ||` lines,
 the iteration count, the final value and the text of the file braid_WriteConvHistory
-wrote (rank 0); with -timings 2 also every rank's braid_PrintTimers file.
+wrote (rank 0), and of XBraid's cycle file braid.out.cycle; with -timings 2 also every
+rank's braid_PrintTimers file.
 """
 
 import json
@@ -29,6 +30,12 @@ DRIVER = [(RES + ["-storage", s], (1, 2, 4)) for s in ("-1", "0", "1", "2", "3")
     (["-ml", "4", "-nt", "32", "-skip", "0"], (1, 2, 4)),
     (["-ml", "1", "-nt", "8"], (1, 2)),
     (["-ml", "3", "-nt", "16", "-timings", "2"], (1, 2)),
+    (["-ml", "3", "-nt", "16", "-fmg"], (1, 2, 4)),
+    (["-ml", "4", "-nt", "32", "-fmg", "-nfmg", "1"], (1, 2, 4)),
+    (["-ml", "4", "-nt", "64", "-fmg", "-nfmg", "2", "-skip", "0"], (1, 2, 4)),
+    (["-ml", "3", "-nt", "2"], (1, 2)),
+    (["-ml", "4", "-nt", "32", "-rtol", "1e-4"], (1, 2, 4)),
+    (["-ml", "3", "-nt", "32", "-skip", "0", "-rtol", "1e-3", "-fmg"], (1, 2, 4)),
 ]
 
 
@@ -49,6 +56,7 @@ def main():
                 found = parse_driver(out, tmp)
                 found.pop("syncs")
                 found["convhist"] = (Path(tmp) / "convhist.txt").read_text()
+                found["cycle_file"] = (Path(tmp) / "braid.out.cycle").read_text()
                 timers = sorted(Path(tmp).glob("braid_timings_*.txt"))
                 if timers:  # -timings 2: every rank's timer file (times vary run to run)
                     found["timer_files"] = {p.name: p.read_text() for p in timers}

@@ -9,6 +9,8 @@
  *          -CWt W (all levels)  -CWtl LEVEL W (one level)  -rcg (relax_only_cg)
  *          -sync (print every sync call on every rank)  -periodic  -print P  -access A
  *          -timings L (braid_SetTimings; 2 writes braid_timings_RRRR.txt per rank)
+ *          -rtol T (braid_SetRelTol instead of -tol's braid_SetAbsTol)
+ * XBraid writes its cycle file braid.out.cycle (file I/O level 1, its default) too.
  *          -storage S (braid_SetStorage)  -convhist FILE (braid_WriteConvHistory after
  *          the solve)  -res W (a user residual (1 + dt) ustop - u, and a step that solves
  *          (1 + dt) u_new = u + fstop only partly, from ustop: u_new = s + W (ustop - s)
@@ -151,7 +153,7 @@ int main(int argc, char *argv[]) {
   int skip = 1, fmg = 0, nfmg = -1, set_nfmg = 0, rcg = 0, sync = 0, periodic = 0, arg, niter;
   int nlevel_wts = 0, wt_levels[16];
   double tol = 1.0e-6, cwt = 1.0, wts[16], res_weight = 0.0;
-  int storage = -1, set_storage = 0, print_level = 1, access_level = 1, timings = 0;
+  int storage = -1, set_storage = 0, print_level = 1, access_level = 1, timings = 0, rtol = 0;
   const char *convhist = NULL;
 
   MPI_Init(&argc, &argv);
@@ -181,6 +183,7 @@ int main(int argc, char *argv[]) {
     else if (!strcmp(argv[arg], "-print")) print_level = atoi(argv[++arg]);
     else if (!strcmp(argv[arg], "-access")) access_level = atoi(argv[++arg]);
     else if (!strcmp(argv[arg], "-timings")) timings = atoi(argv[++arg]);
+    else if (!strcmp(argv[arg], "-rtol")) { tol = atof(argv[++arg]); rtol = 1; }
     else {
       if (app.rank == 0) fprintf(stderr, "unknown option %s\n", argv[arg]);
       MPI_Finalize();
@@ -205,7 +208,8 @@ int main(int argc, char *argv[]) {
   braid_SetCFactor(core, -1, cfactor);
   braid_SetNRelax(core, -1, nrelax);
   braid_SetMaxIter(core, max_iter);
-  braid_SetAbsTol(core, tol);
+  if (rtol) braid_SetRelTol(core, tol);
+  else braid_SetAbsTol(core, tol);
   braid_SetSkip(core, skip);
   braid_SetCRelaxWt(core, -1, cwt);
   for (arg = 0; arg < nlevel_wts; arg++) braid_SetCRelaxWt(core, wt_levels[arg], wts[arg]);
