@@ -62,6 +62,7 @@ class Status(metaclass=_Pybind11Type):
     def rnorms(self) -> List[float]: ...
     def cfactor(self, level: int) -> int: ...
     def owned(self, level: int) -> range: ...
+    def proc(self, level: int, index: int) -> int: ...
     def times(self, level: int) -> np.ndarray: ...
 
 class Outcome(metaclass=_Pybind11Type):
@@ -94,7 +95,7 @@ class CoreOptions(metaclass=_Pybind11Type):
                  crelax_weight_level: Dict[int, float] = ..., max_iter: int = ..., abs_tol: float = ...,
                  rel_tol: float = ..., tnorm: int = ..., skip: bool = ..., fmg: bool = ...,
                  nfmg: int = ..., fmg_vcycles: int = ..., store_all: bool = ...,
-                 store_final: bool = ..., seq_soln: bool = ..., final_fc_relax: bool = ...,
+                 store_final: bool = ..., storage: int = ..., seq_soln: bool = ..., final_fc_relax: bool = ...,
                  relax_only_cg: bool = ..., periodic: bool = ..., access_level: int = ...,
                  residual_computation: bool = ..., timings: bool = ...,
                  full_rnorm: bool = ..., fine_ranges: Sequence[Tuple[int, int]] = ...,
@@ -117,6 +118,7 @@ class CoreOptions(metaclass=_Pybind11Type):
     fmg_vcycles: int
     store_all: bool
     store_final: bool
+    storage: int
     seq_soln: bool
     final_fc_relax: bool
     relax_only_cg: bool

@@ -6,7 +6,7 @@ import dataclasses
 import difflib
 import math
 import numbers
-from typing import Any, Dict, Mapping, Union
+from typing import Any, Dict, Mapping, Optional, Union
 
 import numpy as np
 
@@ -64,10 +64,17 @@ class Options:
         ``nfmg != k``), not as its documentation words it ("nfmg F-cycles, then
         V-cycles"): braidpy keeps XBraid's iterations (docs/conventions.md). Needs
         ``fmg=True``.
-    storage : "C", "final" or "all"
+    storage : "C", "final", "all" or int
         Store fine C-points only; also every fine point of the final sweep
         ("final": what :meth:`Core.stored` and the adjoint read, without copying
         F-points in every relaxation); or every fine point throughout ("all").
+        An int is XBraid's ``braid_SetStorage`` number: -1 C-points only on every
+        level (= "C"), 0 every point on every level, ``x > 0`` every point on the
+        levels ``>= x`` (C-points only below; level 0 is then as "C"). Stored
+        F-points change no value of the iteration: only the ``ustop`` a user
+        residual's step gets on a level that stores them (XBraid's GetUInit), and
+        what :meth:`Core.stored` can return ("all" keeps fine F-points only; coarse
+        F-points' ``ustop`` is then the injected value, docs/conventions.md).
         Default "C".
     seq_soln : bool
         Initial guess = sequential solution (implies no skip). Default False.
@@ -89,8 +96,20 @@ class Options:
         Default 1.
     print_level : int
         0 quiet, 1 one line per iteration on rank 0, 2 also the hierarchy. Default 0.
-    timings : bool
-        Time user callbacks and communication (Result.timings). Default False.
+    timings : bool or 0, 1, 2
+        Time user callbacks and communication (Result.timings). 2 (XBraid's
+        ``braid_SetTimings(core, 2)``) also writes every rank's timer file after each
+        solve, ``{timer_file}_{rank:04d}.txt`` in XBraid's ``braid_PrintTimers`` layout
+        (:meth:`Result.write_timers`). Default False.
+    cycle_file : str or None
+        Write XBraid's cycle file there after each solve, on rank 0 (``braid.out.cycle``,
+        which XBraid writes at its default file I/O level 1, ``braid_SetFileIOLevel``):
+        one line per level visited, ``level 0 iteration ntime rnorm tol`` (rnorm -1 before
+        the iteration's norm; tol: ``abs_tol``, or ``rel_tol`` times the first norm).
+        Default None (no file).
+    timer_file : str
+        Stem of the timer files of ``timings=2`` (XBraid's ``braid_SetTimerFile``).
+        Default "braid_timings".
     residual_computation : bool
         False: no global residual, run exactly max_iter iterations. Default True.
     batch : bool
@@ -131,7 +150,9 @@ class Options:
     periodic: bool = False
     access_level: int = 1
     print_level: int = 0
-    timings: bool = False
+    timings: Union[bool, int] = False
+    timer_file: str = "braid_timings"
+    cycle_file: Optional[str] = None
     residual_computation: bool = True
     batch: bool = True
     require_convergence: bool = False
@@ -148,21 +169,38 @@ class Options:
         _nonneg(self, "rel_tol")
         _tnorm(self)
         for name in ("skip", "fmg", "seq_soln", "final_fc_relax", "relax_only_cg", "periodic",
-                     "timings", "residual_computation", "batch", "require_convergence",
+                     "residual_computation", "batch", "require_convergence",
                      "full_rnorm"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if not isinstance(self.timings, (bool, np.bool_)):
+            if not _is_int(self.timings):
+                raise TypeError(f"timings must be True, False, 0, 1 or 2, got {self.timings!r}")
+            if not 0 <= self.timings <= 2:
+                raise ValueError(f"timings must be True, False, 0, 1 or 2, got {self.timings!r}")
+            _set(self, "timings", int(self.timings))
+        if self.cycle_file is not None and (not isinstance(self.cycle_file, str)
+                                            or not self.cycle_file):
+            raise ValueError(f"cycle_file must be None or a non-empty str, got "
+                             f"{self.cycle_file!r}")
+        if not isinstance(self.timer_file, str) or not self.timer_file:
+            raise ValueError(f"timer_file must be a non-empty str, got {self.timer_file!r}")
         _int(self, "fmg_vcycles", 1)
         _int(self, "nfmg", -1)
         if self.nfmg != -1 and not self.fmg:
             raise ValueError(f"nfmg={self.nfmg} needs fmg=True (it picks which iteration of "
                              f"an F-cycle solve is a V-cycle)")
-        if self.storage not in ("C", "final", "all"):
-            raise ValueError(f"storage must be 'C', 'final' or 'all', got {self.storage!r}")
+        if _is_int(self.storage):
+            _set(self, "storage", _checked_int("storage", self.storage, -1))
+        elif self.storage not in ("C", "final", "all"):
+            raise ValueError(f"storage must be 'C', 'final', 'all' or an int >= -1 (XBraid's "
+                             f"storage level), got {self.storage!r}")
         _int(self, "access_level", 0)
         if self.access_level > 2:
             raise ValueError(f"access_level must be 0, 1 or 2, got {self.access_level!r}")
         _int(self, "print_level", 0)
+        if self.print_level > 2:  # XBraid's level 3 (every C-point's norm) is not printed
+            raise ValueError(f"print_level must be 0, 1 or 2, got {self.print_level!r}")
         if self.periodic:
             if self.seq_soln:
                 raise ValueError("periodic=True and seq_soln=True exclude each other: a "
@@ -226,6 +264,11 @@ class Options:
             return kind(default), {int(k): kind(v) for k, v in value.items() if k != "default"}
         return kind(value), {}
 
+    @property
+    def stores_fine_f_points(self) -> bool:
+        """Whether the fine level keeps its F-points ("all", "final" or storage 0)."""
+        return self.storage in ("all", "final") or (_is_int(self.storage) and self.storage == 0)
+
     def to_core(self) -> _core.CoreOptions:
         """The compiled core's options object (a misspelled field raises AttributeError)."""
         cf, cf_level = self.per_level("cfactor")
@@ -238,12 +281,14 @@ class Options:
             max_iter=self.max_iter, abs_tol=float(self.abs_tol), rel_tol=float(self.rel_tol),
             tnorm=0 if self.tnorm not in (1, 2) else int(self.tnorm),
             skip=self.skip, fmg=self.fmg, nfmg=self.nfmg, fmg_vcycles=self.fmg_vcycles,
-            store_all=self.storage == "all", store_final=self.storage == "final",
+            store_all=self.stores_fine_f_points and self.storage != "final",
+            store_final=self.storage == "final",
+            storage=self.storage if _is_int(self.storage) else -1,
             seq_soln=self.seq_soln,
             final_fc_relax=self.final_fc_relax, relax_only_cg=self.relax_only_cg,
             periodic=self.periodic,
             access_level=self.access_level, residual_computation=self.residual_computation,
-            timings=self.timings, batch=self.batch, full_rnorm=self.full_rnorm,
+            timings=bool(self.timings), batch=self.batch, full_rnorm=self.full_rnorm,
         )
 
 

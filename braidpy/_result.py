@@ -80,13 +80,76 @@ class Result:
     def solution(self, t: Optional[float] = None, *, index: Optional[int] = None) -> Any:
         """A copy of the fine solution at time t (or fine index), on the owning rank.
 
-        F-point values are recomputed from their C-point unless storage="all".
+        F-point values are recomputed from their C-point unless storage="all" (or 0).
         Valid until the Core that produced this result solves again.
         """
         i = fine_index(self.times, self.owned, t, index)
         if self.solution_source is None:
             raise ValueError("this Result has no solver to recompute solutions from")
         return self.solution_source(i)
+
+    def conv_history(self) -> str:
+        """The residual history as XBraid's ``braid_WriteConvHistory`` writes it (braid.c):
+        a header (start and stop time, time steps, levels, each level's time points and
+        cfactor), then one line per iteration ``k = 0 .. iterations-1`` with the fine
+        residual norm r_k, -1 where none was computed (the skipped first cycle)."""
+        lines = [f"# start time       = {float(self.times[0]):e}",
+                 f"# stop time        = {float(self.times[-1]):e}",
+                 f"# time steps       = {len(self.times) - 1}",
+                 f"# number of levels = {self.levels}",
+                 "#  level   time-pts   cfactor"]
+        for level, info in enumerate(self.level_info[:-1]):
+            lines.append("#  % 5d  % 8d  % 7d" % (level, info["n"], info["cfactor"]))
+        lines.append("#  % 5d  % 8d  \n" % (self.levels - 1, self.level_info[-1]["n"]))
+        lines.append("# iter   residual norm")
+        norms = dict(zip(self.residual_iterations, self.residuals))
+        for k in range(self.iterations):
+            lines.append("%03d      %1.14e" % (k, norms.get(k, -1.0)))
+        return "\n".join(lines) + "\n"
+
+    def write_conv_history(self, path: Any) -> None:
+        """Write :meth:`conv_history` to ``path`` (XBraid's ``braid_WriteConvHistory``
+        file, byte for byte for the same run; XBraid writes it from rank 0 only, and so
+        should a parallel caller: every rank's Result holds the same history)."""
+        with open(path, "w") as f:
+            f.write(self.conv_history())
+
+    def timers(self, rank: int = 0) -> str:
+        """This rank's timings in the layout of XBraid's ``braid_PrintTimers`` file
+        (braid.c, written with ``braid_SetTimings(core, 2)``): the same lines in the same
+        order, seconds as ``%1.3e``. braidpy's measured times go where XBraid's have the
+        same meaning (step: ``step`` and ``step_batch`` together; spatialnorm: ``norm``;
+        scoarsen/srefine: ``coarsen``/``refine``; MPI_wait: all of braidpy's
+        ``communication``); what braidpy does not measure (drive_init, coarse solve,
+        free, innerprod, bufsize, MPI_recv, MPI_send, MPI_wait_coarse) is 0. Needs a solve
+        with ``timings=True``."""
+        t = self.timings
+        if "step" not in t:
+            raise ValueError("no callback timings in this Result: solve with timings=True")
+        rows = [("drive_init", 0.0), ("coarse solve", 0.0),
+                ("step", t.get("step", 0.0) + t.get("step_batch", 0.0)),
+                ("init", t.get("init", 0.0)), ("clone", t.get("clone", 0.0)),
+                ("free", 0.0), ("sum", t.get("sum", 0.0)), ("spatialnorm", t.get("norm", 0.0)),
+                ("innerprod", 0.0), ("bufsize", 0.0), ("bufpack", t.get("bufpack", 0.0)),
+                ("bufunpack", t.get("bufunpack", 0.0)), None,
+                ("access", t.get("access", 0.0)), ("sync", t.get("sync", 0.0)),
+                ("residual", t.get("residual", 0.0)), ("scoarsen", t.get("coarsen", 0.0)),
+                ("srefine", t.get("refine", 0.0)), None,
+                ("MPI_recv", 0.0), ("MPI_send", 0.0), ("MPI_wait", t.get("communication", 0.0)),
+                ("MPI_wait_coarse", 0.0)]
+        out = f"\nTimings for rank {int(rank)}\n"
+        for row in rows:
+            out += "\n" if row is None else "   %-17s%1.3e\n" % row
+        return out
+
+    def write_timers(self, stem: Any = "braid_timings", rank: int = 0) -> str:
+        """Write :meth:`timers` to ``{stem}_{rank:04d}.txt`` (XBraid's timer file name,
+        ``braid_SetTimerFile``'s stem, default ``braid_timings``; every rank writes its
+        own); returns the file name."""
+        name = f"{stem}_{int(rank):04d}.txt"
+        with open(name, "w") as f:
+            f.write(self.timers(rank))
+        return name
 
     def __repr__(self) -> str:
         last = f", last residual {self.residuals[-1]:.3e}" if self.residuals else ""

@@ -21,6 +21,7 @@ from ._gateway import (check_app_callbacks, check_residual, has_step_batch, pack
                        tell_app_the_grid)
 from ._errors import BraidError, ConvergenceError, DivergenceError, ErrorLabels
 from ._options import Options
+from ._cycle import cycle_lines
 from ._result import Result, fine_index
 from .parallel.agree import Agreement, agreed
 from .parallel.collectives import allreduce_int, bcast_bytes
@@ -386,12 +387,14 @@ class Core:
 
     def _solve(self, final_sweep: bool = True) -> Result:
         start = time.perf_counter()
+        self._started_cold = self._cold
         if self._wire is not None and allreduce_int(self._wire, int(self._cold), "max"):
             # The one collective of a solve's setup. Grid and options are fixed per Core
             # (checked when it was made), but a rank's next start turns cold on its own
             # (reset_guess() there, or a failed solution()), and ranks that disagree on a
             # cold start (skip, seq_soln) run different schedules: all start cold.
             self._solver.reset_guess()
+            self._started_cold = True
         self._generation += 1
         self._cold = True  # a failed or diverged solve leaves the compiled core cold
         # No local may hold the outcome: it is not garbage-collected, and a frame in a
@@ -431,7 +434,7 @@ class Core:
             raise ConvergenceError(
                 self._solver.iterations, history[-1][1] if history else None,
                 f"abs_tol={o.abs_tol:g}" + (f" / rel_tol={o.rel_tol:g}" if o.rel_tol else ""))
-        return Result(converged=converged, stop_reason=reason,
+        result = Result(converged=converged, stop_reason=reason,
             iterations=self._solver.iterations, residuals=[r for _, r in history],
             residual_iterations=[k for k, _ in history], levels=len(info), level_info=info,
             times=self.times, owned=self.owned, final=final, counts=self.counts(),
@@ -440,6 +443,24 @@ class Core:
             final_full_residual=(self._solver.final_full_residual()
                                  if self.options.full_rnorm else None),
             solution_source=functools.partial(self._solution_of, self._generation))
+        if self.options.timings == 2:  # XBraid's timing level 2: every rank's timer file
+            result.write_timers(self.options.timer_file, self.rank)
+        if self.options.cycle_file is not None and self.rank == 0:
+            self._write_cycle_file(result)
+        return result
+
+    def _write_cycle_file(self, result: Result) -> None:
+        """XBraid's braid.out.cycle for the solve that made ``result`` (braidpy._cycle)."""
+        o = self.options
+        tested = (zip(result.full_residual_iterations, result.full_residuals) if o.full_rnorm
+                  else zip(result.residual_iterations, result.residuals))
+        lines = cycle_lines(
+            nlevels=result.levels, iterations=result.iterations, ntime=len(result.times) - 1,
+            skipped=o.skip and self._started_cold and not o.seq_soln and result.levels > 1,
+            fmg=o.fmg, nfmg=o.nfmg, fmg_vcycles=o.fmg_vcycles, residuals=dict(tested),
+            abs_tol=float(o.abs_tol), rel_tol=float(o.rel_tol))
+        with open(o.cycle_file, "w") as f:
+            f.write("".join(line + "\n" for line in lines))
 
     def reset_guess(self) -> None:
         """The next solve starts again from app.init (a cold start). Under MPI, on every
@@ -459,7 +480,7 @@ class Core:
     def stored(self, index: int) -> Any:
         """The stored fine value at ``index`` after a solve, or None.
 
-        Available: owned C-points; with ``storage="all"`` or ``"final"`` every owned
+        Available: owned C-points; with ``storage="all"``, ``"final"`` or 0 every owned
         point, and the point just left of the owned range (received in the final
         sweep). The vector is the Core's own (not a copy): read it, do not change it;
         it stays valid until the next solve.

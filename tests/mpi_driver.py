@@ -10,6 +10,7 @@
     mpiexec -n P python tests/mpi_driver.py residual OUT.json P
     mpiexec -n P python tests/mpi_driver.py combos OUT.json P
     mpiexec -n P python tests/mpi_driver.py optimization OUT.json P
+    mpiexec -n P python tests/mpi_driver.py output OUT.json P
 
 The last argument repeats the rank count: the driver fails unless MPI really joined
 that many ranks (see mpi_world.py).
@@ -75,6 +76,12 @@ def run_optimization(nranks):
     return run_at(nranks, COMM)
 
 
+def run_output(nranks):
+    from xbraid_output_cases import run_at
+
+    return run_at(nranks, COMM)
+
+
 def run_errors():
     from mpi_error_cases import ERROR_CASES
 
@@ -114,7 +121,8 @@ def main():
                   "parity": lambda: run_parity(int(nranks)),
                   "residual": lambda: run_residual(int(nranks)),
                   "combos": lambda: run_combos(int(nranks)),
-                  "optimization": lambda: run_optimization(int(nranks))}
+                  "optimization": lambda: run_optimization(int(nranks)),
+                  "output": lambda: run_output(int(nranks))}
         result = suites[suite]()
     except BaseException:
         traceback.print_exc()

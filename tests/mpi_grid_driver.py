@@ -32,8 +32,8 @@ def shapes(p):
             if p % (d * s) == 0]
 
 
-def record(shape):
-    grid = ProcessGrid(COMM, *shape)
+def record(shape, space_fastest=False):
+    grid = ProcessGrid(COMM, *shape, space_fastest=space_fastest)
     members = {name: (sub.allgather(COMM.rank) if sub is not None else [COMM.rank])
                for name, sub in (("layers", grid.layers_comm), ("space", grid.space_comm),
                                  ("data", grid.data_comm))}
@@ -62,6 +62,20 @@ def main():
     out = {"shapes": {}, "errors": []}
     for shape in shapes(nranks):
         out["shapes"]["x".join(map(str, shape))] = COMM.gather(record(shape))
+    # XBraid's braid_SplitCommworld ordering (space fastest), every shape too.
+    out["space_fastest"] = {}
+    for shape in shapes(nranks):
+        out["space_fastest"]["x".join(map(str, shape))] = COMM.gather(record(shape, True))
+    # XBraid's own split, as braid.c computes it: comm_x = same rank // px, comm_t =
+    # same rank % px, keys = world rank; members in world-rank order.
+    out["xbraid_split"] = {}
+    for px in [p for p in range(1, nranks + 1) if nranks % p == 0]:
+        cx = COMM.Split(COMM.rank // px, COMM.rank)
+        ct = COMM.Split(COMM.rank % px, COMM.rank)
+        out["xbraid_split"][str(px)] = COMM.gather({"x": cx.allgather(COMM.rank),
+                                                    "t": ct.allgather(COMM.rank)})
+        cx.Free()
+        ct.Free()
     for bad in [(nranks + 1, 1, 1), (1, 1, nranks * 2), (0, 1, 1), (True, 1, 1)]:
         try:
             ProcessGrid(COMM, *bad)

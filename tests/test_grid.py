@@ -62,6 +62,32 @@ def test_coordinates_and_sub_communicators(run):
             assert r["members"]["data"] == [coords[(k, s, l)] for k in range(data)]
 
 
+def test_space_fastest_is_xbraids_split_commworld(run):
+    nranks, res = run
+    for name, records in res["space_fastest"].items():
+        data, space, layers = map(int, name.split("x"))
+        coords = {tuple(r["coords"]): r["rank"] for r in records}
+        assert len(coords) == nranks
+        for r in records:
+            d, s, l = r["coords"]
+            assert r["rank"] == r["world_rank"] == (d * layers + l) * space + s
+            assert r["members"]["layers"] == [coords[(d, s, k)] for k in range(layers)]
+            assert r["members"]["space"] == [coords[(d, k, l)] for k in range(space)]
+            assert r["members"]["data"] == [coords[(k, s, l)] for k in range(data)]
+            assert r["final"] == records[0]["final"]
+        if data == 1:
+            # px = space: XBraid's comm_x / comm_t, computed by its formula on the same
+            # ranks, hold the same ranks in the same order as space / layers.
+            xb = res["xbraid_split"][str(space)]
+            for r, x in zip(records, xb):
+                assert r["members"]["space"] == x["x"]
+                assert r["members"]["layers"] == x["t"]
+    if nranks == 4:  # 2x2: space pairs (0,1), (2,3); time pairs (0,2), (1,3)
+        recs = res["space_fastest"]["1x2x2"]
+        assert [r["members"]["space"] for r in recs] == [[0, 1], [0, 1], [2, 3], [2, 3]]
+        assert [r["members"]["layers"] for r in recs] == [[0, 2], [1, 3], [0, 2], [1, 3]]
+
+
 def test_a_solve_over_each_layer_group_splits_the_layers_and_matches_serial(run):
     nranks, res = run
     serial = braidpy.solve(Decay(), 0.0, 4.0, 64, cfactor=2, abs_tol=1e-13).final

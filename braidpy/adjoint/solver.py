@@ -116,8 +116,8 @@ def solve_options(primal: OptionsLike, adjoint: OptionsLike,
     the adjoint reads); the adjoint's options default to the primal's, and its
     ``access_level`` is braidpy's own. One-shot runs exactly m1 / m2 iterations.
     """
-    if _given(primal, "storage") and Options.coerce(primal).storage == "C":
-        raise ValueError("primal storage must be 'final' or 'all': the adjoint needs every "
+    if _given(primal, "storage") and not Options.coerce(primal).stores_fine_f_points:
+        raise ValueError("primal storage must be 'final', 'all' or 0: the adjoint needs every "
                          "state")
     if _given(adjoint, "access_level"):
         raise ValueError("the adjoint's access_level is braidpy's own; leave it out")

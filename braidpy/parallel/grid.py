@@ -16,6 +16,14 @@ World rank ``r = (d · space + s) · layers + l``: the layer index varies fastes
 layer group, whose neighbours exchange a state every relaxation sweep, is a block of
 consecutive ranks. Launchers place consecutive ranks on the same node.
 
+``space_fastest=True`` numbers the ranks as XBraid's ``braid_SplitCommworld(comm, px,
+...)`` does (braid.c: space communicator = the ranks with the same ``rank // px``, time
+communicator = the ranks with the same ``rank % px``, both ordered by world rank):
+``r = (d · layers + l) · space + s``, the space index varies fastest, a space group is
+a block of consecutive ranks. With ``data=1`` and ``space=px`` the space and layer
+communicators hold exactly the ranks of XBraid's ``comm_x`` and ``comm_t``, in the same
+order.
+
 A serial run (``comm`` None) is the grid ``1 × 1 × 1`` with no communicators.
 
 >>> grid = ProcessGrid(None)
@@ -55,6 +63,10 @@ class ProcessGrid:
         Sizes of the data and space dimensions (default 1).
     layers : int, optional
         Size of the layer dimension; default: whatever ``data · space`` leaves.
+    space_fastest : bool
+        False (default): the layer index varies fastest, ``r = (d · space + s) · layers
+        + l``. True: the space index varies fastest, ``r = (d · layers + l) · space + s``,
+        XBraid's ``braid_SplitCommworld`` ordering.
 
     Raises
     ------
@@ -69,8 +81,10 @@ class ProcessGrid:
     """
 
     def __init__(self, comm: Any, data: int = 1, space: int = 1,
-                 layers: Optional[int] = None):
+                 layers: Optional[int] = None, *, space_fastest: bool = False):
         data, space = _positive("data", data), _positive("space", space)
+        if not isinstance(space_fastest, (bool, np.bool_)):
+            raise TypeError(f"space_fastest must be True or False, got {space_fastest!r}")
         rank, size = rank_size(comm)
         if layers is None:
             layers = max(1, size // (data * space))
@@ -84,14 +98,19 @@ class ProcessGrid:
         self.comm = comm
         self.shape: Tuple[int, int, int] = (data, space, layers)
         self.rank, self.size = rank, size
+        self.space_fastest = bool(space_fastest)
         d, rest = divmod(rank, space * layers)
-        s, l = divmod(rest, layers)
+        if self.space_fastest:
+            l, s = divmod(rest, space)
+        else:
+            s, l = divmod(rest, layers)
         self.coords: Tuple[int, int, int] = (d, s, l)
         self.layers_comm: Any = None
         self.space_comm: Any = None
         self.data_comm: Any = None
         if comm is not None and size > 1:
-            # Colour: the coordinates the group shares; key: the position along it.
+            # Colour: the coordinates the group shares; key: the position along it
+            # (in either ordering, the position along a group grows with the world rank).
             self.layers_comm = comm.Split(d * space + s, l)
             self.space_comm = comm.Split(d * layers + l, s)
             self.data_comm = comm.Split(s * layers + l, d)
@@ -117,6 +136,8 @@ class ProcessGrid:
                                ("l", l, self.layers)):
             if not 0 <= value < n:
                 raise ValueError(f"{name}={value!r} is outside 0..{n - 1}")
+        if self.space_fastest:
+            return (d * self.layers + l) * self.space + s
         return (d * self.space + s) * self.layers + l
 
     def describe(self) -> str:

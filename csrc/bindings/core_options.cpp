@@ -86,6 +86,8 @@ void bind_core_options(py::module_& m) {
       .field("fmg_vcycles", &O::fmg_vcycles, "V-cycles per level inside an F-cycle.")
       .field("store_all", &O::store_all, "Store every fine point, not only C-points.")
       .field("store_final", &O::store_final, "Keep the final sweep's fine F-points.")
+      .field("storage", &O::storage,
+             "XBraid's storage number for the coarse levels (>= it keep F-points; -1 none).")
       .field("seq_soln", &O::seq_soln, "Initial guess = sequential solution.")
       .field("final_fc_relax", &O::final_fc_relax, "One more FC sweep before the final F.")
       .field("relax_only_cg", &O::relax_only_cg, "Relax the coarsest level instead of solving.")

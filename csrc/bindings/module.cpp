@@ -183,6 +183,18 @@ void bind_status(py::module_& m) {
       py::arg("level"),
       "This rank's time indices on a level as a range (XBraid's GetTIUL; empty if none).");
   cls.def(
+      "proc",
+      [](const Status& s, int l, long long i) {
+        const auto& L = s.level(l);
+        if (s.solver->options().periodic && i == L.n) i = 0;  // point n is point 0
+        for (std::size_t r = 0; r < L.ranges.size(); ++r)
+          if (i >= L.ranges[r].lo && i <= L.ranges[r].hi) return static_cast<int>(r);
+        return -1;
+      },
+      py::arg("level"), py::arg("index"),
+      "The rank that owns time index `index` of a level, -1 outside the level (XBraid's "
+      "GetProc).");
+  cls.def(
       "times",
       [](const Status& s, int l) {
         const auto& L = s.level(l);

@@ -28,6 +28,11 @@ struct Options {
   int fmg_vcycles = 1;                // V-cycles per level inside an F-cycle
   bool store_all = false;             // keep fine F-points too
   bool store_final = false;           // keep the final sweep's F-points (internal)
+  // XBraid's braid_SetStorage number for the coarse levels: levels l >= storage (all
+  // levels if 0) keep their F-points too; -1 none. Level 0 follows store_all. Stored
+  // coarse F-points change only the ustop a user residual's step gets (XBraid's
+  // GetUInit), never another value.
+  int storage = -1;
   bool seq_soln = false;              // initial guess = sequential solution
   bool final_fc_relax = false;        // one more FC sweep before the final F
   bool relax_only_cg = false;         // coarsest level relaxed, not solved
@@ -43,6 +48,11 @@ struct Options {
   // empty = XBraid's block distribution.
   std::vector<std::pair<long long, long long>> fine_ranges;
 
+  // Whether level l keeps its F-points (XBraid's storage rule, level 0: store_all).
+  bool stores_f_at(int level) const {
+    if (level == 0) return store_all;
+    return storage == 0 || (storage > 0 && level >= storage);
+  }
   int cfactor_at(int level) const {
     auto it = cfactor_level.find(level);
     return it == cfactor_level.end() ? cfactor : it->second;

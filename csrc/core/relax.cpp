@@ -139,7 +139,7 @@ inline void Solver::end_chain(Level& L, int l, const ChainEnd& end, Index c, Vec
 void Solver::chains(int l, const Exchange& x, const RowsHook& on_points, const ChainEnd* end) {
   Level& L = levels_[l];
   const Index lo = L.own.lo, hi = L.own.hi, cf = L.cf;
-  const bool store_f = l == 0 && opts_.store_all;
+  const bool store_f = opts_.stores_f_at(l);
 
   if (x.send_right && L.is_c(hi)) comm_.send(L.right, x.tag, L.u[L.slot(hi)]);
 
@@ -267,7 +267,7 @@ void Solver::lockstep_chains(int l, const Exchange& x, bool with_tau, bool keep_
     }
     if (!stepped) {  // (after a failed callback every step is a no-op: stored rows stay)
       step_batch_on(L, l, sw.block, a, &sw.rows[a], &pts[a], b - a, with_tau);
-      if (store) store_rows(&sw.rows[a], &pts[a], b - a);
+      if (store) store_rows(l, &sw.rows[a], &pts[a], b - a);
     }
     if (on_rows) on_rows(&sw.rows[a], &pts[a], b - a);
     for (Index r = a; r < b; ++r) {
@@ -293,7 +293,7 @@ void Solver::lockstep_chains(int l, const Exchange& x, bool with_tau, bool keep_
 void Solver::lockstep(int l, const Exchange& x, const RowsHook& on_points, const ChainEnd* end) {
   Level& L = levels_[l];
   const Index hi = L.own.hi, cf = L.cf;
-  const bool store_f = l == 0 && opts_.store_all;
+  const bool store_f = opts_.stores_f_at(l);
 
   // The chains that reach an owned C-point (a contiguous range of rows) end together.
   auto ends = [&](Vec block, Vec* rows, const Index* base, Index m) {
@@ -315,7 +315,7 @@ void Solver::lockstep(int l, const Exchange& x, const RowsHook& on_points, const
   RowsHook on_rows = on_points;
   if (store_f)  // copies: the chains' ends step the rows in place
     on_rows = [&](Vec* rows, const Index* pts, Index n) {
-      store_rows(rows, pts, n);
+      store_rows(l, rows, pts, n);
       if (on_points) on_points(rows, pts, n);
     };
   lockstep_chains(l, x, true, false, false, on_rows, PointHook(),
@@ -330,8 +330,8 @@ void Solver::clone_rows(Vec* rows, Index n, Vec* out) {
   ops_.free(ops_.clone_block(rows, n, out));  // the copies keep their block alive
 }
 
-void Solver::store_rows(Vec* rows, const Index* pts, Index n) {
-  Level& L = levels_[0];
+void Solver::store_rows(int l, Vec* rows, const Index* pts, Index n) {
+  Level& L = levels_[l];
   std::vector<Vec> copies(static_cast<std::size_t>(n), nullptr);
   clone_rows(rows, n, copies.data());
   for (Index k = 0; k < n; ++k) set_slot(L.u, L.slot(pts[k]), copies[k]);

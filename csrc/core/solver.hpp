@@ -161,7 +161,7 @@ class Solver {
   // array states one new block whose row views the copies are, not n allocations).
   void clone_rows(Vec* rows, Index n, Vec* out);
   // Level 0 keeps rows[k] (copied) as the stored value of fine point pts[k].
-  void store_rows(Vec* rows, const Index* pts, Index n);
+  void store_rows(int l, Vec* rows, const Index* pts, Index n);  // copies into level l's u
   void fc_relax(int l);
   void relax(int l);
   // Periodic: level l's point n is point 0 again. Copies u_n into u_0 (to_start) or u_0
