@@ -1,5 +1,9 @@
-"""pytest at the repository root: doctests of braidpy.torch need torch (the torch extra)."""
+"""pytest at the repository root: doctests of braidpy.torch need torch (the torch extra);
+tests/data/*.py are scripts that regenerate saved reference outputs from XBraid and PyMGRIT
+runs (they need those programs), not modules to collect."""
 
 import importlib.util
 
-collect_ignore_glob = [] if importlib.util.find_spec("torch") else ["braidpy/torch/*"]
+collect_ignore_glob = ["tests/data/*.py"]
+if importlib.util.find_spec("torch") is None:
+    collect_ignore_glob.append("braidpy/torch/*")

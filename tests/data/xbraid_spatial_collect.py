@@ -31,38 +31,43 @@ def run(exe, args, n, cwd):
     return rec, out
 
 
-cases = []
-burg = f"{XB}/drivers/drive-burgers-1D"
-for sc in (0, 1, 2):
-    for n in (1, 2, 4):
-        args = "-prob 0 -st 0 -nx 64 -nt 128 -ml 4".split() + (["-sc", str(sc)] if sc else [])
-        cwd = f"/tmp/xbraid-spatial/b{sc}_{n}"
-        rec, out = run(burg, args, n, cwd)
-        fin = glob.glob(f"{cwd}/drive-burgers-1D.out.0000128.*")
-        assert len(fin) == 1
-        lines = open(fin[0]).read().split()
-        rec["final"] = lines[6:]  # after the 6 header lines: %.14e values at t = 5
-        rec.update(example="drive-burgers-1D", sc=sc, nspace=64, max_levels=4)
+def main(path):
+    cases = []
+    burg = f"{XB}/drivers/drive-burgers-1D"
+    for sc in (0, 1, 2):
+        for n in (1, 2, 4):
+            args = "-prob 0 -st 0 -nx 64 -nt 128 -ml 4".split() + (["-sc", str(sc)] if sc else [])
+            cwd = f"/tmp/xbraid-spatial/b{sc}_{n}"
+            rec, out = run(burg, args, n, cwd)
+            fin = glob.glob(f"{cwd}/drive-burgers-1D.out.0000128.*")
+            assert len(fin) == 1
+            lines = open(fin[0]).read().split()
+            rec["final"] = lines[6:]  # after the 6 header lines: %.14e values at t = 5
+            rec.update(example="drive-burgers-1D", sc=sc, nspace=64, max_levels=4)
+            cases.append(rec)
+    for flag, option in (("-skip 1", {"skip": True}), ("-fmg 1", {"fmg": True})):
+        for n in (1, 2, 4):
+            args = f"-prob 0 -st 0 -nx 64 -nt 128 -ml 4 -sc 1 {flag}".split()
+            cwd = f"/tmp/xbraid-spatial/b1{flag.replace(' ', '')}_{n}"
+            rec, out = run(burg, args, n, cwd)
+            fin = glob.glob(f"{cwd}/drive-burgers-1D.out.0000128.*")
+            assert len(fin) == 1
+            rec["final"] = open(fin[0]).read().split()[6:]
+            rec.update(example="drive-burgers-1D", sc=1, nspace=64, max_levels=4, options=option)
+            cases.append(rec)
+    ex2 = f"{XB}/examples/ex-02"
+    for n, (nspace, ml) in [(n, v) for v in ((33, 4), (17, 5)) for n in (1, 2, 4)]:
+        args = (f"-nspace {nspace} -ml {ml} -sc" if nspace != 33 else "-ml 4 -sc").split()
+        cwd = f"/tmp/xbraid-spatial/e_{n}_{nspace}"
+        rec, out = run(ex2, args, n, cwd)
+        fin = glob.glob(f"{cwd}/ex-02.out.0000064.*")
+        rec["final_file"] = open(fin[0]).read().split() if fin else None
+        rec["error_line"] = re.findall(r"Discretization error at final time:\s+(\S+)", out)
+        rec.update(example="ex-02", sc=1, nspace=nspace, max_levels=ml)
         cases.append(rec)
-for flag, option in (("-skip 1", {"skip": True}), ("-fmg 1", {"fmg": True})):
-    for n in (1, 2, 4):
-        args = f"-prob 0 -st 0 -nx 64 -nt 128 -ml 4 -sc 1 {flag}".split()
-        cwd = f"/tmp/xbraid-spatial/b1{flag.replace(' ', '')}_{n}"
-        rec, out = run(burg, args, n, cwd)
-        fin = glob.glob(f"{cwd}/drive-burgers-1D.out.0000128.*")
-        assert len(fin) == 1
-        rec["final"] = open(fin[0]).read().split()[6:]
-        rec.update(example="drive-burgers-1D", sc=1, nspace=64, max_levels=4, options=option)
-        cases.append(rec)
-ex2 = f"{XB}/examples/ex-02"
-for n, (nspace, ml) in [(n, v) for v in ((33, 4), (17, 5)) for n in (1, 2, 4)]:
-    args = (f"-nspace {nspace} -ml {ml} -sc" if nspace != 33 else "-ml 4 -sc").split()
-    cwd = f"/tmp/xbraid-spatial/e_{n}_{nspace}"
-    rec, out = run(ex2, args, n, cwd)
-    fin = glob.glob(f"{cwd}/ex-02.out.0000064.*")
-    rec["final_file"] = open(fin[0]).read().split() if fin else None
-    rec["error_line"] = re.findall(r"Discretization error at final time:\s+(\S+)", out)
-    rec.update(example="ex-02", sc=1, nspace=nspace, max_levels=ml)
-    cases.append(rec)
-json.dump(dict(xbraid_commit="52178c8", cases=cases), open(sys.argv[1], "w"), indent=1)
-for c in cases: print(c["command"], c["iterations"], c["levels"], c["residuals"][-1])
+    json.dump(dict(xbraid_commit="52178c8", cases=cases), open(path, "w"), indent=1)
+    for c in cases: print(c["command"], c["iterations"], c["levels"], c["residuals"][-1])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
