@@ -283,7 +283,7 @@ class Options:
             skip=self.skip, fmg=self.fmg, nfmg=self.nfmg, fmg_vcycles=self.fmg_vcycles,
             store_all=self.stores_fine_f_points and self.storage != "final",
             store_final=self.storage == "final",
-            storage=self.storage if _is_int(self.storage) else -1,
+            storage=int(self.storage) if _is_int(self.storage) else -1,
             seq_soln=self.seq_soln,
             final_fc_relax=self.final_fc_relax, relax_only_cg=self.relax_only_cg,
             periodic=self.periodic,

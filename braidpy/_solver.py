@@ -459,6 +459,7 @@ class Core:
             skipped=o.skip and self._started_cold and not o.seq_soln and result.levels > 1,
             fmg=o.fmg, nfmg=o.nfmg, fmg_vcycles=o.fmg_vcycles, residuals=dict(tested),
             abs_tol=float(o.abs_tol), rel_tol=float(o.rel_tol))
+        assert o.cycle_file is not None  # the caller writes only when one is set
         with open(o.cycle_file, "w") as f:
             f.write("".join(line + "\n" for line in lines))
 
