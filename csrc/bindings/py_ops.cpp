@@ -229,18 +229,10 @@ void PyOps::step(Vec& u, const CallInfo& info) {
   Py_DECREF(t0);
   Py_DECREF(t1);
   if (r == nullptr) return;
-  if (r != Py_None && r != u) {  // a returned new state replaces the old one
-    if (!checked(r, kStep, "step(u, t0, t1, status)")) {
-      Py_DECREF(r);
-      return;
-    }
-    Py_DECREF(static_cast<PyObject*>(u));
-    u = r;
-  } else {
-    Py_DECREF(r);
-    if (!kind_.check_in_place(static_cast<PyObject*>(u), "step(u, t0, t1, status)"))
-      capture_current_error(kStep);
-  }
+  const bool in_place = r == Py_None || r == u;
+  replace_state(u, r, kStep, "step(u, t0, t1, status)");
+  if (in_place && !kind_.check_in_place(static_cast<PyObject*>(u), "step(u, t0, t1, status)"))
+    capture_current_error(kStep);
 }
 
 void PyOps::replace_state(Vec& u, PyObject* r, int which, const char* what) {
