@@ -8,30 +8,21 @@ import math
 from typing import Any
 
 from ._report import SPATIAL_RULES, AppCheckError, CheckReport
-from ._session import _DEFAULT_STATUS_TOL, _fmt, _RuleFailed, _Session
+from ._session import _CheckStatus, _fmt, _RuleFailed, _Session
 
 __all__ = ["check_coarsen_refine"]
 
 
 @dataclasses.dataclass(frozen=True)
-class _SpatialStatus:
-    """Read-only stand-in for braidpy.Status in a coarsen or refine call."""
+class _SpatialStatus(_CheckStatus):
+    """Read-only stand-in for braidpy.Status in a coarsen or refine call: check_app's,
+    with XBraid's CoarsenRefStatus times."""
 
-    t: float
-    f_tprior: float
-    f_tstop: float
-    c_tprior: float
-    c_tstop: float
-    t0: float = 0.0
-    t1: float = 0.0
-    level: int = 0
-    index: int = 0
-    fine_index: int = 0
-    iteration: int = 0
+    f_tprior: float = 0.0
+    f_tstop: float = 0.0
+    c_tprior: float = 0.0
+    c_tstop: float = 0.0
     nlevels: int = 2
-    done: bool = False
-    tol: float = _DEFAULT_STATUS_TOL
-    rnorm: float | None = None
     phase: str = "residual"
 
 
