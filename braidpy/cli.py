@@ -33,6 +33,7 @@ Examples
 from __future__ import annotations
 
 import argparse
+import copy
 import functools
 import json
 import logging
@@ -95,6 +96,47 @@ examples:
   braidpy evaluate run.ckpt peaks
   braidpy evaluate mnist.ckpt mnist --data DIR         the t10k images (--split validation)
   braidpy predict run.ckpt X.npy -o classes.csv
+"""
+
+#: The train options a first run needs and their one-line help in `braidpy train --help`
+#: (argparse dests; None: the option's own help); --help-all shows every option in full.
+TRAIN_BRIEF: Dict[str, Optional[str]] = {
+    "help": None, "help_all": None,
+    "source": "the data: a built-in set or a features file",
+    "preset": "quick (default; seconds to a minute) or paper",
+    "data": "mnist: the folder of its IDX files",
+    "labels": "FILE source: class ids or one-hot rows",
+    "validation_fraction": "share held out for validation (default 0.2)",
+    "width": "width or channels (default 8; digits: 4)",
+    "layers": "residual layers (default 32; digits: 8)",
+    "device": "cpu (default) or cuda[:N] (CuPy, the gpu extra)",
+    "grid": "data x space x layer ranks (default 1,1,P), or auto",
+    "calibration": "with --grid auto: from braidpy calibrate -o FILE",
+    "mode": "how the gradient is computed (default auto)",
+    "optimizer": "(default lbfgs; digits, mnist, digits28: adam)",
+    "lr": "(initial) step size (default: the optimizer's)",
+    "batch": "samples per step (default all; digits: 100)",
+    "iterations": "most optimizer steps (default 100; digits: 40)",
+    "seed": "data, initialization and shuffling (default 1)",
+    "validate_every": "steps between validations, 0: never",
+    "checkpoint": "save the training state to FILE",
+    "resume": "continue from --checkpoint",
+    "log": "JSON lines: the config, one record per step",
+    "plot": "a figure of loss, accuracy and MGRIT residuals",
+    "quiet": "print nothing but errors",
+    "verbose": "library log messages: -v summaries, -vv every step",
+}
+
+BRIEF_EPILOG = """\
+examples:
+  braidpy train peaks                   32 layers, L-BFGS (one-shot under mpiexec -n P)
+  braidpy train digits                  8-layer conv net, Adam, < 1 min
+  mpiexec -n 4 braidpy train peaks --iterations 60 --samples 1000
+  braidpy train X.npy --labels y.csv --validation-fraction 0.1 --opening replicate
+  braidpy train peaks --checkpoint run.ckpt --iterations 200 --resume
+
+braidpy train --help-all shows every option (MGRIT levels, relaxation and coarsening,
+one-shot iterations, regularization, EASGD, stopping, CSV logs) and more examples.
 """
 
 #: Command-line option (argparse dest) -> library name of the setting. The defaults are
@@ -211,6 +253,47 @@ class _Parser(argparse.ArgumentParser):
                 if close:
                     hints.append(f"{word.split('=', 1)[0]}: did you mean {close[0]}?")
         return f" ({'; '.join(hints)})" if hints else ""
+
+    #: Options (argparse dests) the default --help shows; None: every option. A parser
+    #: with a brief help also takes --help-all, which shows them all.
+    brief: Optional[Dict[str, Optional[str]]] = None
+    brief_epilog: Optional[str] = None
+    brief_description: Optional[str] = None
+
+    def format_help(self, full: bool = False) -> str:  # type: ignore[override]
+        """argparse's help, or, for a parser with :attr:`brief` options and not
+        ``full``, only those options and the short epilog."""
+        if full or self.brief is None:
+            return super().format_help()
+        formatter = self._get_formatter()
+        formatter.add_usage("%(prog)s " + " ".join(a.metavar or a.dest for a in self._actions
+                                                    if not a.option_strings) + " [options]",
+                            self._actions, [])
+        formatter.add_text(self.brief_description)
+        for group in self._action_groups:
+            shown = [copy.copy(a) for a in group._group_actions if a.dest in self.brief]
+            for action in shown:
+                action.help = self.brief[action.dest] or action.help
+            if shown:
+                formatter.start_section(group.title)
+                formatter.add_arguments(shown)
+                formatter.end_section()
+        formatter.add_text(self.brief_epilog)
+        return formatter.format_help()
+
+
+class _HelpAll(argparse.Action):
+    """--help-all: every option of the command, with its full list of examples."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
+                 **kwargs: Any) -> None:
+        super().__init__(option_strings, dest=dest, nargs=0, default=argparse.SUPPRESS,
+                         help="show every option (--help shows the common ones)")
+
+    def __call__(self, parser: Any, namespace: Any, values: Any,
+                 option_string: Any = None) -> None:
+        parser._print_message(parser.format_help(full=True), sys.stdout)
+        parser.exit()
 
 
 class _Trainer(Trainer):
@@ -390,6 +473,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "Defaults: the library's, with the preset for the data source on top.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.set_defaults(usage_error=p.error)  # errors found after parsing: exit 2, one line
+    p.brief, p.brief_epilog = TRAIN_BRIEF, BRIEF_EPILOG
+    p.brief_description = ("Train a ResNet classifier, serially or layer-parallel with "
+                           "MGRIT\n(under `mpiexec -n P braidpy train ...`).")
+    p.add_argument("--help-all", action=_HelpAll)
     p.add_argument("source", metavar="peaks|digits|digits28|mnist|FILE",
                    help="data: the Peaks level sets, scikit-learn's 8x8 digits, the same "
                         "digits scaled to 28x28, MNIST from its IDX files (--data DIR), or "

@@ -61,7 +61,7 @@ def steps_without_time(records):
 
 
 def test_help_lists_the_options():
-    proc = ok("train", "--help")
+    proc = ok("train", "--help-all")
     for option in ("--width", "--layers", "--mode", "--m1", "--levels", "--cf", "--abs-tol",
                    "--optimizer", "--tikhonov", "--ddt", "--classifier-reg", "--patience",
                    "--target-accuracy", "--checkpoint", "--resume", "--log", "--plot",
@@ -144,6 +144,26 @@ def test_bad_options_exit_2_naming_the_value(args, message):
     assert first.startswith("braidpy") and ": error: " in first, proc.stderr
     assert "usage:" not in proc.stderr and "--help)" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_train_help_is_short_and_help_all_shows_every_option(capsys):
+    """`braidpy train --help` fits a screen (the options a first run needs, grouped);
+    --help-all shows every option the parser takes, and each still parses."""
+    status, brief, _ = in_process(capsys, "train", "--help")
+    assert status == 0 and len(brief.splitlines()) <= 60, brief
+    assert "--help-all" in brief and "--layers N" in brief and "--grid D,S,L" in brief
+    assert "--m1" not in brief and "--tikhonov" not in brief
+    status, full, _ = in_process(capsys, "train", "--help-all")
+    assert status == 0 and len(full.splitlines()) > 2 * len(brief.splitlines()), full
+    train = build_parser()._subparsers._group_actions[0].choices["train"]
+    shown = [o for a in train._actions if a.help != "==SUPPRESS==" for o in a.option_strings]
+    for option in shown:
+        assert re.search(rf"(^|[\s\[,]){re.escape(option)}\b", full), option
+    hidden = [o for o in shown if not re.search(rf"\s{re.escape(o)}\b", brief)]
+    assert "--relax" in hidden and "--quality-floor" in hidden
+    args = build_parser().parse_args(["train", "peaks", "--relax", "F", "--m1", "1",
+                                      "--tikhonov", "0.1", "--csv", "x.csv"])
+    assert (args.relax, args.m1, args.tikhonov, args.csv) == ("F", 1, 0.1, "x.csv")
 
 
 @pytest.mark.parametrize("args, message, helps", [

@@ -4,7 +4,7 @@ what the text around them says.
 Where commands are found
 ------------------------
 README.md and docs/*.md, and the --help texts of ``braidpy`` and of each of its
-subcommands (braidpy/cli.py, braidpy/perf/commands.py).
+subcommands (braidpy/cli.py, braidpy/perf/commands.py), ``train --help-all`` too.
 
 * Fenced blocks marked ``bash``, ``sh``, ``shell`` or ``console``, and unmarked ones: a
   line whose first word, after ``VAR=value`` settings and a ``$`` prompt, is one of
@@ -220,6 +220,8 @@ def _help_texts() -> Dict[str, str]:
     texts = {"braidpy --help": parser.format_help()}
     for name, sub in _subparsers(parser).choices.items():
         texts[f"braidpy {name} --help"] = sub.format_help()
+        if getattr(sub, "brief", None) is not None:  # --help shows the common options
+            texts[f"braidpy {name} --help-all"] = sub.format_help(full=True)
     return texts
 
 
@@ -745,6 +747,9 @@ SESSIONS: Dict[str, Tuple[Optional[Callable[[Path], None]], Dict[str, Run]]] = {
             "zero-pad opening")),
         "braidpy train X.npy --labels y.csv --validation-fraction 0.1 --opening replicate":
             Run(prints=("270 training / 30 validation samples", "replicate opening")),
+        "braidpy train --help": Run(says=((
+            "`braidpy train --help-all` lists every option", "--help-all"),)),
+        "braidpy train --help-all": Run(prints=("--relax", "--tikhonov", "--rho")),
     }),
     "docs/parallel.md: process grids": (None, {
         "mpiexec -n 4 braidpy train digits --grid 2,1,2": Run(
@@ -836,7 +841,7 @@ def test_the_finder_sees_every_kind_of_place():
         ("docs/performance.md", "braidpy calibrate --help", True, False),  # prose
         ("docs/benchmarks.md", "python benchmarks/bench_batched.py --repeats 3 --batches 1 "
          "--tables forward gradient", True, False),  # a script named without its folder
-        ("braidpy train --help", "braidpy predict run.ckpt X.npy -o classes.csv", False,
+        ("braidpy train --help-all", "braidpy predict run.ckpt X.npy -o classes.csv", False,
          False),  # the train epilog
         ("braidpy evaluate --help", "braidpy train --checkpoint", True, False),  # help span
     ]:
