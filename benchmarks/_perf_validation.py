@@ -1,6 +1,5 @@
-"""What bench_perf_model.py and bench_perf_grids.py share: a worker under mpiexec, the
-rank counts the model is validated at, the calibration made for the run, and the error
-summary.
+"""bench_perf.py's launches and summaries: a worker under mpiexec, the rank counts the
+model is validated at, the calibration made for the run, the error summary and plot.
 
 A worker is the calling script run again as ``SCRIPT --worker JSON`` (under
 ``mpiexec -n P`` for P > 1); its rank 0 prints one line ``RESULT {json}``. The model
@@ -46,18 +45,6 @@ def worker_env() -> dict:
     return env
 
 
-def common_arguments(p: argparse.ArgumentParser) -> None:
-    """The options both validation benchmarks take (the worker's, the calibration,
-    ranks and cores, repeats, JSON output)."""
-    p.add_argument("--worker", help=argparse.SUPPRESS)
-    p.add_argument("--calibration", help="braidpy calibrate's file (default: measure now)")
-    p.add_argument("--json", help="write the rows as JSON here")
-    p.add_argument("--ranks", type=int, nargs="+", default=[1, 2, 4])
-    p.add_argument("--cores", type=int, default=os.cpu_count() or 1,
-                   help="cores of this machine (rank counts above it are skipped)")
-    p.add_argument("--repeats", type=int, default=5, help="gradients timed per row")
-
-
 def ranks_with_a_core(ranks: Sequence[int], cores: int) -> List[int]:
     """The rank counts of ``ranks`` that give every rank a core, saying which are
     skipped: the model is not validated with ranks sharing cores.
@@ -87,7 +74,7 @@ def run_worker(script: str, spec: dict, nranks: int, timeout: float = 900) -> di
 
 
 def dense_validation_app(spec: dict, app_class=None):
-    """(net, params, app): the dense ResNet both dense validation benchmarks time
+    """(net, params, app): the dense ResNet bench_perf.py's model and timeline time
     (spec's width, layers and samples; 2 features, 5 classes, seeded) and its ResNetApp
     (or ``app_class``, a subclass)."""
     import numpy as np
@@ -150,7 +137,9 @@ def within(errors: Sequence[float], bound: float = 0.25) -> int:
     return sum(abs(e) <= bound for e in errors)
 
 
-def dump(rows: List[Dict], path: str) -> None:
+def dump(rows: List[Dict], path: Optional[str]) -> None:
+    if not path:
+        return
     with open(path, "w") as f:
         json.dump(rows, f, indent=1)
 

@@ -126,11 +126,11 @@ step calibrate-gpu 200 bash -c "$PY -m braidpy calibrate --device cuda -o '$OUT/
 # Predicted vs measured on this machine's CPU cores, 1 to 8 ranks (a core each);
 # "perf-cpu" names both steps.
 case " $STEPS " in *" perf-cpu "*) STEPS="$STEPS perf-model perf-grids perf-timeline" ;; esac
-step perf-model 300 $PY benchmarks/bench_perf_model.py --ranks 1 2 4 8 \
+step perf-model 300 $PY benchmarks/bench_perf.py model --ranks 1 2 4 8 \
     --json "$OUT/perf-model.json"
-step perf-grids 300 $PY benchmarks/bench_perf_grids.py --ranks 1 2 4 --json "$OUT/perf-grids.json"
+step perf-grids 300 $PY benchmarks/bench_perf.py grids --ranks 1 2 4 --json "$OUT/perf-grids.json"
 # Where the model's 1-8-rank predictions miss: each rank's step calls beside the model's.
-step perf-timeline 240 $PY benchmarks/bench_perf_timeline.py --ranks 1 2 4 8 \
+step perf-timeline 240 $PY benchmarks/bench_perf.py timeline --ranks 1 2 4 8 \
     --json "$OUT/perf-timeline.json"
 # Scaling on this machine's CPU cores, 1 to 16 ranks (a core each): one command, its own
 # 240 s budget; "scale" names it.

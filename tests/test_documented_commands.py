@@ -512,17 +512,20 @@ NOT_RUN = {
         "a benchmark (as above)",
     "mpiexec -n 2 python benchmarks/bench_grids.py --problems digits --repeats 3":
         "a benchmark (minutes)",
-    "python benchmarks/bench_perf_grids.py --problems digits28": BENCHMARK,
-    "python benchmarks/bench_perf_grids.py --problems digits --ranks 1 2": BENCHMARK,
-    "python benchmarks/bench_perf_grids.py --ranks 1 2": BENCHMARK,
-    "python benchmarks/bench_perf_grids.py --ranks 1 2 4": BENCHMARK,
-    "python benchmarks/bench_perf_model.py --ranks 1 2": BENCHMARK,
-    "python benchmarks/bench_perf_model.py --ranks 1": BENCHMARK,
+    "python benchmarks/bench_perf.py grids --problems digits28": BENCHMARK,
+    "python benchmarks/bench_perf.py grids --problems digits --ranks 1 2": BENCHMARK,
+    "python benchmarks/bench_perf.py grids --ranks 1 2": BENCHMARK,
+    "python benchmarks/bench_perf.py grids --ranks 1 2 4": BENCHMARK,
+    "python benchmarks/bench_perf.py model --ranks 1 2": BENCHMARK,
+    "python benchmarks/bench_perf.py model --ranks 1": BENCHMARK,
     "python benchmarks/bench_work_ratio.py --settings serial os12-F": BENCHMARK,
     "python benchmarks/bench_work_ratio.py --settings serial os12-F os12-F-L3-cf8": BENCHMARK,
     "python benchmarks/bench_work_ratio.py --layers 1024 --samples 5000 --steps 20 "
     "--repeats 1 --settings serial os12-F-L3-cf8 os12-F": BENCHMARK,
-    "python benchmarks/bench_perf_model.py --ranks 1 2 4 8": BENCHMARK,
+    "python benchmarks/bench_perf.py model --ranks 1 2 4 8": BENCHMARK,
+    "python benchmarks/bench_perf.py model": BENCHMARK,
+    "python benchmarks/bench_perf.py grids": BENCHMARK,
+    "python benchmarks/bench_perf.py timeline": BENCHMARK,
     # docs/performance.md, and its dated runs in docs/benchmarks.md
     "braidpy calibrate -o cal.json":
         "about a minute of measurements; the sessions below calibrate a few points "
@@ -531,13 +534,13 @@ NOT_RUN = {
     "braidpy plan --calibration cal.json --network conv:8x28x28:1024 --batch 500 -P 128 "
     "--memory 4 --mode exact --m1 6 --m2 6":
         "1024 conv layers: ranking its 386 strategies takes about a minute",
-    "python benchmarks/bench_perf_model.py --ranks 1 2 4 --json run1.json":
+    "python benchmarks/bench_perf.py model --ranks 1 2 4 --json run1.json":
         "a benchmark (about a minute)",
-    "python benchmarks/bench_perf_model.py --from-json run*.json --plot perf_validation.png":
+    "python benchmarks/bench_perf.py model --from-json run*.json --plot perf_validation.png":
         "reads the benchmark's runs (above)",
-    "python benchmarks/bench_perf_grids.py --ranks 1 2 4 --json grids.json":
+    "python benchmarks/bench_perf.py grids --ranks 1 2 4 --json grids.json":
         "a benchmark (about 1.5 minutes)",
-    "python benchmarks/bench_perf_grids.py --from-json grids.json --plot perf_grids.png":
+    "python benchmarks/bench_perf.py grids --from-json grids.json --plot perf_grids.png":
         "reads the benchmark's runs (above)",
     "python benchmarks/bench_work_ratio.py": "a benchmark: 3 x 100 steps of 256 layers",
     "python benchmarks/bench_work_ratio.py --samples 5000 --steps 10 --repeats 2 --settings "
@@ -571,7 +574,8 @@ NOT_RUN = {
     "python benchmarks/bench_torch.py": "a benchmark (torch)",
     "python benchmarks/bench_vs_torchbraid.py --check":
         "needs torchbraid's venv (benchmarks/setup_torchbraid_env.sh)",
-    "python benchmarks/bench_nn_calls.py": "a benchmark",
+    "python benchmarks/bench_kernels.py --tables calls": "a benchmark",
+    "python benchmarks/bench_kernels.py --tables fused": "a benchmark",
     "python benchmarks/bench_heat_batched.py --repeats 3": "a benchmark (16384 steps)",
     "python benchmarks/bench_gpu.py": "a GPU",
     "python benchmarks/bench_gpu.py --conv": "a GPU",
@@ -775,7 +779,7 @@ SESSIONS: Dict[str, Tuple[Optional[Callable[[Path], None]], Dict[str, Run]]] = {
                      r"\S+x one process",)),
         "braidpy train peaks --preset paper --layers 256 --samples 5000 --iterations 3 "
         "--validate-every 0": Run(prints=("256 x dense 8", "stopped after 3 steps")),
-        "python benchmarks/bench_perf_timeline.py --ranks 1 2 --samples 64 --repeats 10":
+        "python benchmarks/bench_perf.py timeline --ranks 1 2 --samples 64 --repeats 10":
             Run(),
         "mpiexec -n 2 python benchmarks/bench_mpi_progress.py": Run(),
     }),

@@ -1,0 +1,431 @@
+"""Does the performance model (braidpy.perf) predict the seconds per gradient within 25 %,
+and where does a prediction miss?
+
+Three checks, each beside the model's prediction from a calibration (``braidpy
+calibrate``; made here, under mpiexec with the most ranks, when --calibration is not
+given; its file kept as FILE.calibration.json beside --json):
+
+- model: per MGRIT setting (layer ranks P, levels, cfactor, skip, one-shot (m1, m2) or
+  exact) the trainer's gradient (GradientSolver.evaluate) of a Peaks-sized dense ResNet
+  (--layers 64, --width 8, --samples 1000) under ``mpiexec -n P``. "serial" times
+  ResNet.loss_and_gradient; skip settings time cold evaluations, the others warm; exact
+  mode is predicted with the measured iteration counts. --json keeps each prediction's
+  critical-path parts; --from-json takes the medians of earlier runs.
+- grids: on every data x space x layers grid D x S x L = P, one
+  ``trainer.evaluator.gradient`` of a whole batch (one-shot (2, 2), 2 levels, cf 4,
+  warm): digits (conv 32 x 4, 8x8, 200 images), peaks (dense width 8, 32 layers, 2000
+  points), digits28 when named (conv 16 x 8, 28x28, 32 images).
+- timeline: model's dense gradient (--levels, --cf, --m, --skip) with every step call
+  recorded (braidpy.perf.timeline.recording); the fastest of --repeats, its calls paired
+  with the model's in order, the difference split into calls (calibration) and gaps
+  labelled by the model operations in them.
+
+Median of --repeats of the slowest rank; rank counts above --cores are skipped, saying
+so (a core per rank), except by timeline (the model a lower bound there, said so).
+
+    python benchmarks/bench_perf.py model [--ranks 1 2 4] [--calibration FILE]
+        [--json FILE] [--plot FILE.png] [--quick] [--repeats R]
+    python benchmarks/bench_perf.py grids [--problems digits peaks digits28] ...
+    python benchmarks/bench_perf.py timeline [--samples 64] [--levels 2] [--cf 4] ...
+    python benchmarks/bench_perf.py model|grids --from-json RUN1.json ... [--plot ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _perf_validation import (WARMUP_GRADIENTS, dense_validation_app, dump,  # noqa: E402
+                              plot_predicted_vs_measured, ranks_with_a_core,
+                              run_calibration, run_worker, signed_worst, within)
+
+# model: (name, levels, cfactor, skip, mode, (m1, m2)); ntime is --layers.
+SETTINGS = [
+    ("L2 cf4 m2/2", 2, 4, False, "oneshot", (2, 2)),
+    ("L2 cf2 m2/2", 2, 2, False, "oneshot", (2, 2)),
+    ("L3 cf2 m1/1", 3, 2, False, "oneshot", (1, 1)),
+    ("L3 cf4 m2/2", 3, 4, False, "oneshot", (2, 2)),
+    ("L2 cf4 skip cold m2/2", 2, 4, True, "oneshot", (2, 2)),
+    ("L2 cf4 exact", 2, 4, False, "exact", None),
+    ("serial", 1, 4, False, "oneshot", (1, 1)),
+]
+#: grids: one-shot (2, 2), 2 levels, cf 4; problem -> (calibrated layer, samples, layers)
+LEVELS, CFACTOR, M = 2, 4, (2, 2)
+PROBLEMS = {"digits": ("conv:4x8x8:3", 200, 32), "peaks": ("dense:8", 2000, 32),
+            "digits28": ("conv:8x28x28:3", 32, 16)}
+
+
+# ------------------------------------------------------------------ workers (under mpiexec)
+
+
+def _solver(spec, app, net, comm, oneshot):
+    from braidpy.adjoint import GradientSolver
+
+    opts = dict(max_levels=spec["levels"], cfactor=spec["cf"], skip=spec["skip"],
+                abs_tol=1e-7, storage="final")
+    return GradientSolver(app, 0.0, net.tstop, spec["layers"], comm=comm if
+                          comm.Get_size() > 1 else None, primal=opts, oneshot=oneshot)
+
+
+def model_worker(spec: dict, comm, MPI) -> dict:
+    """Time spec['repeats'] gradients of one setting on this communicator."""
+    rank = comm.Get_rank()
+    net, params, app = dense_validation_app(spec)
+    solver = _solver(spec, app, net, comm,
+                     tuple(spec["m"]) if spec["mode"] == "oneshot" else None)
+    # Serial propagation on one rank is what serial training runs: the network's own
+    # sweeps (ResNet.loss_and_gradient), which the model prices by the calibrated
+    # `serial` where the layer has them; across layer ranks, the core's.
+    own_sweeps = spec["levels"] == 1 and comm.Get_size() == 1
+    times, cpus, iters = [], [], []
+    for k in range(spec["repeats"] + WARMUP_GRADIENTS):
+        params += 1e-4  # a new parameter, as after an optimizer step
+        if spec["skip"]:
+            solver.reset()
+        comm.Barrier()
+        start, cpu = time.perf_counter(), time.process_time()
+        if own_sweeps:
+            net.loss_and_gradient(params, app.X, app.C)
+            g = None
+        else:
+            if rank == 0:
+                solver.primal_core.set_initial_condition(app.initial_state())
+            g = solver.evaluate()
+        grad = np.zeros(net.nparams)
+        comm.Allreduce(MPI.IN_PLACE, grad)
+        cpu = time.process_time() - cpu  # before the barrier: MPICH spins in it
+        comm.Barrier()
+        most = np.array([cpu, time.perf_counter() - start])  # the slowest rank's
+        comm.Allreduce(MPI.IN_PLACE, most, op=MPI.MAX)
+        if k >= WARMUP_GRADIENTS:  # the first include exact mode's cold start
+            cpus.append(most[0])
+            times.append(most[1])
+            iters.append((1, 1) if g is None else (g.primal.iterations,
+                                                   g.adjoint.iterations))
+    solver.close()
+    return {"times": times, "cpu": cpus, "iterations": iters}
+
+
+def problem(name: str):
+    """(net, X, C) of a grids problem (see the docstring)."""
+    from braidpy import data
+    from braidpy.nn import ResNet
+
+    _, samples, layers = PROBLEMS[name]
+    if name == "peaks":
+        X, C = data.peaks(samples, seed=1)
+        return ResNet((2,), 5, width=8, nlayers=layers, tstop=5.0), X, C
+    X, C = getattr(data, name)(seed=1)["train"]
+    size, width = (28, 8) if name == "digits28" else (8, 4)
+    net = ResNet((1, size, size), 10, width=width, nlayers=layers, tstop=5.0,
+                 opening="conv", kernel=3)
+    return net, np.ascontiguousarray(X[:samples]), np.ascontiguousarray(C[:samples])
+
+
+def grids(name: str, nprocs: int):
+    """Every (data, space, layers) of nprocs ranks that training can run."""
+    from braidpy.train.spatial_training import max_space
+
+    most = max_space(problem(name)[0], "oneshot")
+    return [(d, s, nprocs // (d * s)) for d in range(1, nprocs + 1) if nprocs % d == 0
+            for s in range(1, nprocs // d + 1) if (nprocs // d) % s == 0 and s <= most]
+
+
+def grids_worker(spec: dict, comm, MPI) -> list:
+    """Time gradients on every grid of this communicator."""
+    from braidpy.parallel import ProcessGrid
+    from braidpy.train import TrainConfig, Trainer
+
+    nprocs, out = comm.Get_size(), []
+    for name in spec["problems"]:
+        net, X, C = problem(name)
+        for shape in grids(name, nprocs):
+            grid = ProcessGrid(comm if nprocs > 1 else None, *shape)
+            cfg = TrainConfig(mode="oneshot", m1=M[0], m2=M[1], optimizer="sgd",
+                              mgrit=dict(cfactor=CFACTOR, max_levels=LEVELS))
+            trainer = Trainer(net, (X, C), None, cfg, grid=grid)
+            ev, p = trainer.evaluator, trainer.params
+            for _ in range(WARMUP_GRADIENTS):  # solvers built, the first (cold) solve
+                p += 1e-4
+                ev.gradient(p, X, C)
+            times, cpus = [], []
+            for _ in range(spec["repeats"]):
+                p += 1e-4  # a new parameter, as after an optimizer step
+                comm.Barrier()
+                start, cpu = time.perf_counter(), time.process_time()
+                ev.gradient(p, X, C)
+                cpu = time.process_time() - cpu
+                comm.Barrier()
+                most = np.array([time.perf_counter() - start, cpu])  # the slowest rank's
+                comm.Allreduce(MPI.IN_PLACE, most, op=MPI.MAX)
+                times.append(most[0])
+                cpus.append(most[1])
+            grid.free()
+            out.append(dict(problem=name, grid=list(shape), times=times, cpu=cpus))
+    return out
+
+
+def timeline_worker(spec: dict, comm, MPI) -> dict:
+    """The fastest of spec['repeats'] warm gradients with every rank's step calls."""
+    from braidpy.nn import ResNetApp
+    from braidpy.perf.timeline import recording
+
+    net, params, app = dense_validation_app(spec, recording(ResNetApp))
+    app.calls = []
+    solver = _solver(spec, app, net, comm, tuple(spec["m"]))
+    best = None
+    for k in range(spec["repeats"] + 2):  # two warm-ups
+        params += 1e-4
+        if spec["skip"]:  # skip applies to a cold start only: both solves reset
+            solver.reset()
+        app.calls.clear()
+        comm.Barrier()
+        start = time.perf_counter()
+        if comm.Get_rank() == 0:
+            solver.primal_core.set_initial_condition(app.initial_state())
+        solver.evaluate()
+        end = time.perf_counter()
+        comm.Barrier()
+        first = comm.allreduce(start, op=MPI.MIN)  # the clock is the machine's
+        wall = comm.allreduce(end, op=MPI.MAX) - first
+        calls = [(c.tag, c.rows, c.batch, c.start - first, c.end - first)
+                 for c in app.calls]
+        if k >= 2 and (best is None or wall < best[0]):
+            best = (wall, calls)
+    solver.close()
+    return {"wall": best[0], "calls": comm.gather(best[1])}
+
+
+def worker(spec: dict) -> None:
+    """A launch's task; rank 0 prints ``RESULT {json}``."""
+    from mpi4py import MPI
+
+    from braidpy.perf.allocator import keep_freed_memory
+
+    if not spec.get("faults"):  # as braidpy calibrate measures (braidpy.perf.allocator)
+        keep_freed_memory()
+    comm = MPI.COMM_WORLD
+    out = {"model": model_worker, "grids": grids_worker,
+           "timeline": timeline_worker}[spec["check"]](spec, comm, MPI)
+    if comm.Get_rank() == 0:
+        print("RESULT " + json.dumps(out, default=float), flush=True)
+
+
+# ------------------------------------------------------------------ the checks
+
+
+def dense_calibration(args):
+    return run_calibration(args, [f"dense:{args.width}"],
+                           [16, 128, args.samples, 4 * args.samples], [1, 4, 16, 64],
+                           "braidpy-bench-calibration.json")
+
+
+def check_model(args) -> list:
+    from braidpy.perf.model import NetSpec, Strategy, predict
+    from braidpy.perf.schedule import Cycle
+
+    cal = dense_calibration(args)
+    net = NetSpec("dense", (args.width,), args.layers, args.samples)
+    repeats = 2 if args.quick else args.repeats
+    rows = []
+    print(f"dense ResNet width {args.width}, {args.layers} layers, {args.samples} samples;"
+          f" {args.cores} cores; median wall time of {repeats} gradients")
+    for name, levels, cf, skip, mode, m in SETTINGS[:1] if args.quick else SETTINGS:
+        for P in [P for P in args.ranks if levels > 1 or P == 1]:
+            spec = dict(check="model", width=args.width, layers=args.layers,
+                        samples=args.samples, levels=levels, cf=cf, skip=skip, mode=mode,
+                        m=m, repeats=repeats, faults=args.allocator_default)
+            res = run_worker(__file__, spec, P)
+            t = statistics.median(res["times"])  # wall: every rank has its core
+            its = tuple(int(statistics.median(x)) for x in zip(*res["iterations"]))
+            cyc = Cycle(ntime=args.layers, max_levels=levels, cfactor=cf, skip=skip,
+                        batched=True)
+            prediction = predict(net, Strategy(1, 1, P, cyc, its, mode, cold=skip), cal)
+            pred = prediction.seconds
+            rows.append(dict(setting=name, P=P, cpu=statistics.median(res["cpu"]), wall=t,
+                             measured=t, predicted=pred, error=pred / t - 1,
+                             iterations=its, parts=dict(prediction.parts)))
+            # Each row as it comes, and the JSON so far: a run cut off by a time limit
+            # keeps what it measured.
+            print(f"measured {name} at P = {P}: {t:.4f} s, model {pred:.4f} s "
+                  f"({pred / t - 1:+.0%})", flush=True)
+            dump(rows, args.json)
+    return rows
+
+
+def check_grids(args) -> list:
+    from braidpy.perf.auto import training_spec
+    from braidpy.perf.model import Strategy, predict
+    from braidpy.perf.schedule import Cycle
+
+    samples = sorted({PROBLEMS[n][1] // k for n in args.problems for k in (1, 2, 4)})
+    cal = run_calibration(args, [PROBLEMS[n][0] for n in args.problems], samples,
+                          [1, 4, 16, 32], "braidpy-bench-grids-calibration.json")
+    rows = []
+    # Each problem in processes of its own, as a training run is (one network per
+    # process: no heap shaped by another network's temporaries).
+    for P, name in [(P, name) for P in args.ranks for name in args.problems]:
+        for res in run_worker(__file__, dict(check="grids", problems=[name],
+                                             repeats=args.repeats), P):
+            net = problem(res["problem"])[0]
+            nspec = training_spec(net.kind, net.input_shape, net.width, net.nlayers,
+                                  PROBLEMS[res["problem"]][1], net.nclasses,
+                                  net.kernel if net.kind == "conv" else None, net.nparams)
+            d, s, lr = res["grid"]
+            cyc = Cycle(ntime=net.nlayers, max_levels=LEVELS, cfactor=CFACTOR, batched=True)
+            pred = predict(nspec, Strategy(d, s, lr, cyc, M, "oneshot"), cal).seconds
+            wall = statistics.median(res["times"])
+            rows.append(dict(problem=res["problem"], grid=f"{d}x{s}x{lr}", P=P, wall=wall,
+                             cpu=statistics.median(res["cpu"]), predicted=pred,
+                             error=pred / wall - 1))
+            print(f"measured {res['problem']} {d}x{s}x{lr} at P = {P}: {wall:.4f} s, "
+                  f"model {pred:.4f} s ({pred / wall - 1:+.0%})", flush=True)
+        dump(rows, args.json)  # what is measured so far, should a time limit cut it off
+    return rows
+
+
+def check_timeline(args) -> None:
+    from braidpy.perf.model import NetSpec, Strategy, predict
+    from braidpy.perf.schedule import Cycle
+    from braidpy.perf.timeline import Call, compare_timelines, format_comparison
+
+    cal = dense_calibration(args)
+    net = NetSpec("dense", (args.width,), args.layers, args.samples)
+    out = []
+    print(f"dense ResNet width {args.width}, {args.layers} layers, {args.samples} samples, "
+          f"L{args.levels} cf{args.cf}{' skip cold' if args.skip else ''} "
+          f"m{args.m[0]}/{args.m[1]}; fastest of {args.repeats} gradients")
+    for P in args.ranks:
+        spec = dict(check="timeline", width=args.width, layers=args.layers,
+                    samples=args.samples, levels=args.levels, cf=args.cf, m=args.m,
+                    repeats=args.repeats, skip=args.skip)
+        res = run_worker(__file__, spec, P)
+        s = Strategy(1, 1, P, Cycle(ntime=args.layers, max_levels=args.levels,
+                                    cfactor=args.cf, skip=args.skip, batched=True),
+                     tuple(args.m), cold=args.skip)
+        # ranks beyond the cores share them: the model's compute x ranks / cores, a
+        # lower bound that is not validated (the row says so)
+        pred = predict(net, s, cal, cores=args.cores, record=True)
+        measured = [[Call(*c) for c in rank_calls] for rank_calls in res["calls"]]
+        comparison = compare_timelines(measured, pred.timeline.events, res["wall"],
+                                       pred.timeline.makespan)
+        print(f"\n== P = {P}" + (f" ({P} ranks on {args.cores} cores: the model a lower "
+                                  f"bound, not validated)" if P > args.cores else ""))
+        print(format_comparison(comparison))
+        out.append(dict(P=P, wall=res["wall"], predicted=pred.seconds,
+                        makespan=pred.timeline.makespan, calls=res["calls"],
+                        model=[[e.rank, e.op.kind, e.op.tag, e.op.rows, e.op.batch,
+                                e.start, e.end] for e in pred.timeline.events]))
+    dump(out, args.json)
+
+
+def aggregate(paths):
+    """The median of each (setting, P) over several model --json outputs."""
+    runs = [json.load(open(path)) for path in paths]
+    out = []
+    for key in [(r["setting"], r["P"]) for r in runs[0]]:
+        same = [r for run in runs for r in run if (r["setting"], r["P"]) == key]
+        row = dict(same[0])
+        for field in ("cpu", "wall", "measured", "predicted"):
+            row[field] = statistics.median(r[field] for r in same)
+        row["error"] = row["predicted"] / row["measured"] - 1
+        row["runs"] = len(same)
+        out.append(row)
+    return out
+
+
+def report(check, rows, json_path=None, plot=None) -> None:
+    """Print the table (model: the speedups too) and the summary; write JSON and PNG."""
+    from _harness import print_table
+
+    print("measured: median wall s of the gradients (the slowest rank's); cpu s: its CPU "
+          "time")
+    for r in rows:
+        r.setdefault("measured", r["wall"])
+    keys = ["setting", "P"] if check == "model" else ["problem", "grid", "P"]
+    print_table(keys + ["measured", "model s", "error", "cpu s"]
+                + (["iterations"] if check == "model" else []),
+                [[r[k] for k in keys] + [f"{r['measured']:.4f}", f"{r['predicted']:.4f}",
+                                         f"{r['error']:+.0%}", f"{r['cpu']:.4f}"]
+                 + ([tuple(r["iterations"])] if check == "model" else []) for r in rows])
+    if check == "model":
+        # Speedups over the same setting on one rank: drifts of the machine's speed
+        # between the calibration and the runs cancel; the schedule model remains.
+        one = {r["setting"]: r for r in rows if r["P"] == 1}
+        table = []
+        for r in rows:
+            base = one.get(r["setting"])
+            if r["P"] > 1 and base is not None:
+                r["speedup"] = base["measured"] / r["measured"]
+                r["speedup_model"] = base["predicted"] / r["predicted"]
+                table.append([r["setting"], r["P"], f"{r['speedup']:.2f}x",
+                              f"{r['speedup_model']:.2f}x"])
+        print_table(["setting", "P", "measured speedup", "model"], table)
+    errors = [r["error"] for r in rows]
+    print(f"within 25%: {within(errors)} of {len(rows)} (worst {signed_worst(errors):+.0%})")
+    dump(rows, json_path)
+    if plot:
+        plot_predicted_vs_measured(rows, "measured", plot,
+                                   "measured s / gradient (median wall)")
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("check", nargs="?", choices=("model", "grids", "timeline"),
+                   default="model", help="what is compared with the model (default model)")
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    p.add_argument("--calibration", help="braidpy calibrate's file (default: measure now)")
+    p.add_argument("--json", help="write the rows as JSON here")
+    p.add_argument("--ranks", type=int, nargs="+", default=[1, 2, 4])
+    p.add_argument("--cores", type=int, default=os.cpu_count() or 1,
+                   help="cores of this machine (rank counts above it are skipped)")
+    p.add_argument("--repeats", type=int, default=5, help="gradients timed per row")
+    p.add_argument("--plot", help="model, grids: write predicted vs measured to this PNG")
+    p.add_argument("--from-json", nargs="+", metavar="FILE",
+                   help="model, grids: measure nothing, report earlier --json runs (model: "
+                        "their medians)")
+    p.add_argument("--layers", type=int, default=64, help="model, timeline")
+    p.add_argument("--width", type=int, default=8, help="model, timeline")
+    p.add_argument("--samples", type=int, default=1000, help="model, timeline")
+    p.add_argument("--quick", action="store_true", help="model: one setting, 2 repeats")
+    p.add_argument("--allocator-default", action="store_true",
+                   help="model: leave glibc's allocator as it is in the gradients (it "
+                        "returns large temporaries to the kernel: page faults the "
+                        "calibration, which keeps them, does not see)")
+    p.add_argument("--problems", nargs="+", choices=sorted(PROBLEMS),
+                   default=["digits", "peaks"], help="grids")
+    p.add_argument("--levels", type=int, default=2, help="timeline")
+    p.add_argument("--cf", type=int, default=4, help="timeline")
+    p.add_argument("--m", type=int, nargs=2, default=[2, 2], metavar=("M1", "M2"),
+                   help="timeline")
+    p.add_argument("--skip", action="store_true",
+                   help="timeline: skip the first down-sweep, timing cold gradients (as "
+                        "model's skip setting)")
+    args = p.parse_args(argv)
+    if args.worker:
+        worker(json.loads(args.worker))
+        return
+    if args.from_json and args.check != "timeline":
+        rows = (aggregate(args.from_json) if args.check == "model" else
+                [r for path in args.from_json for r in json.load(open(path))])
+        report(args.check, rows, args.json, args.plot)
+        return
+    if args.check == "timeline":
+        return check_timeline(args)
+    args.ranks = ranks_with_a_core(args.ranks, args.cores)
+    if not args.ranks:
+        p.error(f"every --ranks count is above --cores {args.cores}")
+    rows = check_model(args) if args.check == "model" else check_grids(args)
+    report(args.check, rows, args.json, args.plot)
+
+
+if __name__ == "__main__":
+    main()
