@@ -21,6 +21,9 @@ serial fwd+bwd vs the one-shot (2, 2) gradient per --conv-cfactors and backend
 --validation (_gpu_calls.py): Trainer on device="cuda", digits and digits28 quick
 presets, serial and one-shot: seconds per step vs per validation (first apart) and per
 ResNet.evaluate; target <= 10 steps per validation.
+--overheads (_gpu_overheads.py): where small-state runs spend their host time: per-call
+host costs on CuPy, the core's vector operations, braidpy.nn's dense calls against the
+same operations inline, the pieces of the grouped cuDNN conv step.
 --dense-fused (_gpu_calls.py): Peaks' dense step (width 8, batch 5000, smooth_relu,
 float64/32, single and stacked over 16): braidpy._cuda's fused kernels vs the array-API
 arithmetic, forward and adjoint + gradient.
@@ -29,6 +32,7 @@ Run: python benchmarks/bench_gpu.py [--layers N] [--batches 1 32] [--repeats R]
      [--conv [--intervals M] [--conv-channels C ...] [--cudnn-benchmark]]
      [--conv-net [--conv-layers N] [--conv-batches B ...]]
      [--validation [--validation-steps S] [--validate-every V]] [--dense-fused]
+     [--overheads [--calls 2000]]
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from _gpu import (BATCH, CFACTOR, TSTOP, WIDTH, ResNet, _torch_residual_fwd_bwd,
                   array_module, best, mgrit, serial, sync, torch_cuda, weights)
 from _gpu_calls import dense_fused_rows, validation_rows  # noqa: F401 - tests import it here
 from _gpu_conv import conv_network, conv_steps
+from _gpu_overheads import overheads
 
 
 def forward(xp, n, batch, repeats, hierarchies=((2, CFACTOR),)):
@@ -218,6 +223,9 @@ def main(argv=None):
                    help="--validation: steps between validations")
     p.add_argument("--dense-fused", action="store_true",
                    help="per call: fused dense GPU kernels vs the array-API arithmetic")
+    p.add_argument("--overheads", action="store_true",
+                   help="where small-state GPU runs spend their host time (a diagnostic)")
+    p.add_argument("--calls", type=int, default=2000, help="--overheads: calls per timing")
     args = p.parse_args(argv)
     xp, where = array_module()
     info = braidpy.cuda_info()
@@ -234,6 +242,9 @@ def main(argv=None):
         return
     if args.dense_fused:
         dense_fused_rows(xp, where, args.repeats)
+        return
+    if args.overheads:
+        overheads(xp, args.calls)
         return
     hierarchies = [tuple(int(v) for v in h.split(":")) for h in args.hierarchies]
     for batch in args.batches:

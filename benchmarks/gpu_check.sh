@@ -87,7 +87,7 @@ step bench-gpu 150 $PY benchmarks/bench_gpu.py ${BENCH_GPU_ARGS:-}
 step bench-gpu-conv 60 $PY benchmarks/bench_gpu.py --conv
 # Dense steps: braidpy._cuda's fused kernel against the array-API arithmetic, per call.
 step bench-gpu-dense-fused 60 $PY benchmarks/bench_gpu.py --dense-fused
-step gpu-overheads 60 bash -c "cd benchmarks && $PY gpu_overheads.py"
+step gpu-overheads 60 $PY benchmarks/bench_gpu.py --overheads
 step bench-gpu-conv-net 240 $PY benchmarks/bench_gpu.py --conv-net --conv-cfactors 64 16
 # The regime map against PyTorch's best serial settings: per call and
 # whole gradient, float32/64 x 8/32/64 channels x N 256/1024 x batch 1/32/128, its own

@@ -582,6 +582,7 @@ NOT_RUN = {
     "python benchmarks/bench_gpu.py --dense-fused": "a GPU",
     "python benchmarks/bench_gpu.py --validation": "a GPU",
     "python benchmarks/bench_gpu.py --conv-net": "a GPU",
+    "python benchmarks/bench_gpu.py --overheads": "a GPU",
     "python benchmarks/bench_torch.py --device cuda": "a GPU",
     "braidpy train digits --device cuda --iterations 20": "a GPU",
     "bash benchmarks/gpu_check.sh": "a GPU (about 5 minutes of GPU steps)",

@@ -1,4 +1,4 @@
-"""Where does the host time of braidpy's small-state GPU runs go? (a diagnostic)
+"""bench_gpu.py --overheads: where does the host time of braidpy's small-state GPU runs go?
 
 1. per-call host costs on CuPy (us): an in-place add of 8 numbers (a launch),
    ``__cuda_array_interface__``, ``cupy.empty``, a no-op Python method call;
@@ -9,12 +9,11 @@
    activation, step size, residual update, and the fused epilogue), float32 and float64,
    with PyTorch's bare grouped conv (no TF32) for reference.
 
-Run: python benchmarks/gpu_overheads.py [--calls 2000]   (without a GPU it says so)
+Without a GPU it says so and times 2 and 3 on NumPy.
 """
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import numpy as np
@@ -195,21 +194,11 @@ def _conv_pieces(xp, dtype, torch):
     return rows
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--calls", type=int, default=2000)
-    args = p.parse_args(argv)
-    xp, where = array_module()
-    print(where)
-    if xp is np:
-        core_ops(xp)
-        layer_calls(xp, args.calls)
-        return
-    host_costs(xp, args.calls)
+def overheads(xp, calls):
+    """The four parts above (2 and 3 only, on NumPy, without a GPU)."""
+    if xp is not np:
+        host_costs(xp, calls)
     core_ops(xp)
-    layer_calls(xp, args.calls)
-    conv_split(xp, args.calls)
-
-
-if __name__ == "__main__":
-    main()
+    layer_calls(xp, calls)
+    if xp is not np:
+        conv_split(xp, calls)
