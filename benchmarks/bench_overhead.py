@@ -1,5 +1,6 @@
 """How much time does braidpy's core spend outside user callbacks per step call on a scalar
-ODE? (goal <= 1 us; core share over the plain-Python floor <= 0.2 us)
+ODE (goal <= 1 us; core share over the plain-Python floor <= 0.2 us), and what does MGRIT
+cost on one process as a multiple of plain serial time stepping (--tables serial)?
 
 Problem: u' = -u on [0, 5], backward Euler on 1-element arrays, ntime 2**14, max_levels
 30, cf 4, abs_tol 1e-10, one process. App's default clone/sum/norm run in C++ here
@@ -12,7 +13,14 @@ than the solve (only the in-core estimate is meaningful). Per step call:
 Each repeat runs all four; min and median (the replay subtracts min from min, median from
 median). Callback counts per solve, per iteration and per fine step.
 
+--tables serial: the scalar ODE (ntime --ntime) and 1D heat (implicit Euler, cached splu
+per dt, --nx 1000, --ntime-heat 1024, abs_tol --tol-heat 1e-9) of _problems.py. Serial:
+a fresh app and ntime app.step calls in a loop. MGRIT: a fresh app and braidpy.solve,
+FCF, skip, access_level 0. Min and median over repeats and their ratios; "step calls per
+fine step" is MGRIT's work ratio.
+
 Run: python benchmarks/bench_overhead.py [--ntime N] [--repeats R] [--quick]
+     [--tables overhead serial]
 (PYTHONPATH chooses the braidpy build, e.g. a baseline's, to compare side by side.)
 """
 
@@ -26,7 +34,8 @@ from itertools import repeat
 from pathlib import Path
 
 from _apps_braidpy import Dahlquist
-from _problems import DAHLQUIST_TSTART, DAHLQUIST_TSTOP
+from _apps_braidpy import Heat
+from _problems import DAHLQUIST_TSTART, DAHLQUIST_TSTOP, HEAT_TSTART, HEAT_TSTOP, HeatOperator
 from _harness import microseconds, min_median, print_table, seconds
 
 import braidpy
@@ -54,10 +63,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max-levels", type=int, default=30)
     p.add_argument("--tol", type=float, default=1e-10, help="abs_tol")
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--quick", action="store_true", help="smoke run: ntime 2**10, 1 repeat")
+    p.add_argument("--tables", nargs="+", choices=("overhead", "serial"), default=["overhead"])
+    p.add_argument("--ntime-heat", type=int, default=1024, help="serial table: heat's steps")
+    p.add_argument("--nx", type=int, default=1000, help="serial table: heat's interior points")
+    p.add_argument("--tol-heat", type=float, default=1e-9, help="serial table: heat's abs_tol")
+    p.add_argument("--quick", action="store_true",
+                   help="smoke run: ntime 2**10 (heat 64, nx 100), 1 repeat")
     args = p.parse_args(argv)
     if args.quick:
-        args.ntime, args.repeats = 2**10, 1
+        args.ntime, args.repeats, args.ntime_heat, args.nx = 2**10, 1, 64, 100
     return args
 
 
@@ -216,8 +230,52 @@ def print_per_step(runs, steps: int) -> None:
     print(f"goal (median core share <= {CORE_SHARE_GOAL_US:g} us per step call): {verdict}")
 
 
+def serial_table(args) -> None:
+    """MGRIT (1 process) vs serial time stepping, each with a fresh app (see --tables)."""
+    heat_dt = (HEAT_TSTOP - HEAT_TSTART) / args.ntime_heat
+    cases = [("scalar ODE", Dahlquist, DAHLQUIST_TSTART, DAHLQUIST_TSTOP, args.ntime,
+              args.tol),
+             (f"heat 1D (nx {args.nx})", lambda: Heat(HeatOperator(args.nx, heat_dt)),
+              HEAT_TSTART, HEAT_TSTOP, args.ntime_heat, args.tol_heat)]
+    rows = []
+    for name, make_app, tstart, tstop, ntime, tol in cases:
+        serial_times, mgrit_times = [], []
+        for _ in range(args.repeats):
+            gc.collect()
+            start = time.perf_counter()
+            app = make_app()
+            app.tstart, app.tstop, app.ntime = tstart, tstop, ntime
+            times = [tstart + (i / ntime) * (tstop - tstart) for i in range(ntime + 1)]
+            u, step = app.init(tstart), app.step
+            for i in range(ntime):
+                step(u, times[i], times[i + 1], None)
+            serial_times.append(time.perf_counter() - start)
+            gc.collect()
+            start = time.perf_counter()
+            result = braidpy.solve(make_app(), tstart, tstop, ntime,
+                                   max_levels=args.max_levels, cfactor=args.cfactor,
+                                   nrelax=1, abs_tol=tol, access_level=0)
+            mgrit_times.append(time.perf_counter() - start)
+        (s_min, s_med), (m_min, m_med) = min_median(serial_times), min_median(mgrit_times)
+        rows.append([name, ntime, seconds(s_min), seconds(s_med), seconds(m_min),
+                     seconds(m_med), f"{m_min / s_min:.1f}x", f"{m_med / s_med:.1f}x",
+                     result.iterations, result.levels,
+                     f"{result.counts['step'] / ntime:.1f}"])
+    print_table(["problem", "ntime", "serial min", "serial med", "MGRIT min", "MGRIT med",
+                 "ratio min", "ratio med", "iterations", "levels", "step calls per fine step"],
+                rows, title=f"braidpy MGRIT (1 process) vs serial time stepping; cfactor "
+                            f"{args.cfactor}, FCF, {args.repeats} repeats; ratio = MGRIT / serial")
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
+    if "serial" in args.tables:
+        serial_table(args)
+    if "overhead" in args.tables:
+        overhead(args)
+
+
+def overhead(args) -> None:
     reference, sum_pattern = record(args)
     print(f"braidpy from {Path(braidpy.__file__).parent}")
     print(f"braidpy scalar ODE: ntime {args.ntime}, cfactor {args.cfactor}, max_levels "

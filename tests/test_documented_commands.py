@@ -559,7 +559,7 @@ NOT_RUN = {
     # docs/benchmarks.md (the regression checks of the out-of-place steps)
     "python benchmarks/bench_vs_pymgrit.py --repeats 3":
         "a benchmark; needs PyMGRIT's venv (benchmarks/setup_pymgrit_env.sh)",
-    "python benchmarks/bench_vs_serial.py": "a benchmark",
+    "python benchmarks/bench_overhead.py --tables serial": "a benchmark",
     "python benchmarks/bench_batched.py --repeats 5 --batches 1 --tables overhead forward "
     "gradient": "a benchmark (4096 layers)",
     "python benchmarks/bench_batched.py --repeats 3 --batches 1 --tables forward gradient":
