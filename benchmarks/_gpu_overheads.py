@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 import braidpy
-from _gpu import BATCH, CFACTOR, TSTOP, WIDTH, ResNet, array_module, sync, torch_cuda
+from _gpu import BATCH, CFACTOR, TSTOP, WIDTH, ResNet, sync, torch_cuda
 
 
 def per_call_us(xp, fn, calls):

@@ -200,7 +200,7 @@ def test_abs_tol_is_the_documented_spelling_and_tol_a_hidden_alias():
         args = parse("peaks", option, "1e-7")
         assert args.abs_tol == 1e-7 and make_config(args).mgrit.abs_tol == 1e-7, option
     assert parse("peaks").abs_tol == TrainConfig().mgrit.abs_tol
-    text = build_parser()._subparsers._group_actions[0].choices["train"].format_help()
+    text = build_parser()._subparsers._group_actions[0].choices["train"].format_help(full=True)
     assert "--abs-tol TOL" in text and not re.search(r"(?<![\w-])--tol\b", text)
 
 
@@ -212,7 +212,7 @@ def test_tstop_is_the_documented_spelling_and_T_a_hidden_alias():
         net = make_network(args, np.zeros((1, 2)), np.eye(5))
         assert args.tstop == 2.5 and net.tstop == 2.5, option
     assert parse("peaks").tstop == ResNet((2,), 3, width=2, nlayers=2).tstop
-    text = build_parser()._subparsers._group_actions[0].choices["train"].format_help()
+    text = build_parser()._subparsers._group_actions[0].choices["train"].format_help(full=True)
     assert "--tstop T" in text and not re.search(r"(?<![\w-])--T\b", text)
 
 
