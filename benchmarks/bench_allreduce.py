@@ -16,13 +16,10 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _harness import print_table  # noqa: E402
+from _harness import print_table
 
 SIZES_KB = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536]
 

@@ -12,18 +12,15 @@ by at most 1 between N = 256 and N = 2048.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import print_table  # noqa: E402
+from _harness import print_table
 
-from braidpy import data  # noqa: E402
-from braidpy.adjoint import GradientSolver  # noqa: E402
-from braidpy.nn import ResNet, ResNetApp  # noqa: E402
+from braidpy import data
+from braidpy.adjoint import GradientSolver
+from braidpy.nn import ResNet, ResNetApp
 
 BLOCKS = 16
 

@@ -17,15 +17,11 @@ Columns: validation accuracy (359 images) after each block of steps, wall time t
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _harness import print_table  # noqa: E402
+from _harness import print_table
 
 WORKERS = 4
 

@@ -17,13 +17,9 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _harness import print_table  # noqa: E402
+from _harness import print_table
 
 
 def problem(name: str, quick: bool):

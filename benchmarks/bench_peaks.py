@@ -13,18 +13,16 @@ validation accuracy, and the iterations, layer-step calls and training seconds
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import print_table  # noqa: E402
+from _harness import print_table
 
-from braidpy import data  # noqa: E402
-from braidpy.nn import ResNet  # noqa: E402
-from braidpy.train import TrainConfig, Trainer  # noqa: E402
+from braidpy import data
+from braidpy.nn import ResNet
+from braidpy.train import TrainConfig, Trainer
 
-REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "data" / "peaks"
+REFERENCE = Path(__file__).resolve().parents[1] / "tests" / "data" / "peaks"
 
 
 def load(directory):
