@@ -287,7 +287,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--crelax-weight", type=float, default=1.0,
                    help="C-relaxation weight w (with --nrelax >= 1): C-points become "
                         "(1-w) u + w Phi(u); about 1.3 speeds up FCF on this problem "
-                        "(benchmarks/bench_crelax_weight.py)")
+                        "(benchmarks/bench_heat_batched.py --tables crelax)")
     p.add_argument("--fmg", action="store_true", help="F-cycles instead of V-cycles")
     p.add_argument("--tol", type=float, default=1e-8,
                    help="absolute tolerance on the residual (discrete L2 norm in space)")

@@ -158,7 +158,7 @@ def test_the_cli_trains_async_easgd_on_three_ranks(tmp_path):
 
 
 def test_the_documented_easgd_command_learns_digits(tmp_path):
-    """docs/parallel.md's and `train --help`'s EASGD example, verbatim but for the log:
+    """docs/parallel.md's and `train --help-all`'s EASGD example, verbatim but for the log:
     MEASGD at its own step size (not the preset's Adam step) reaches 90 % in its 40
     default steps (plain EASGD at the preset's lr reached 19 %)."""
     log = tmp_path / "easgd.jsonl"

@@ -589,7 +589,7 @@ def simulate(programs: Sequence[Sequence[Op]], cost: CostFn, message: MessageFn,
     messages between two ranks with one tag arrive in order (MPI's non-overtaking
     rule). Returns the :class:`Timeline`, whose ``makespan`` is the critical path;
     ``record`` keeps every operation's start and end in ``Timeline.events`` (to set
-    beside a measured run's, as ``benchmarks/bench_perf_timeline.py`` does).
+    beside a measured run's, as ``benchmarks/bench_perf.py timeline`` does).
     """
     events: List[Event] = []
     n = len(programs)

@@ -3,7 +3,7 @@
 The model (:mod:`braidpy.perf.model`) predicts a rank's time as its layer calls plus
 what lies between them: vector work, waits for messages and allreduces, fixed costs.
 When a prediction misses, this module says which: it pairs the step calls a real run
-made on each rank (recorded by the caller, e.g. ``benchmarks/bench_perf_timeline.py``
+made on each rank (recorded by the caller, e.g. ``benchmarks/bench_perf.py timeline``
 with a timed app) with the simulated ones (``predict(..., record=True)``), in order —
 the schedule's calls equal the core's, call for call — and splits the difference into
 
