@@ -124,6 +124,26 @@ class Options:
         uses it instead of the C-point norm; ``Result.full_residuals`` lists it and
         ``Result.final_full_residual`` holds one more after the last iteration. Needs
         ``App.residual`` or ``App.full_residual``. Default False.
+    refine : bool
+        Temporal refinement (XBraid's ``braid_SetRefine``): a fine-level step may ask
+        for its interval to be split, ``status.set_rfactor(r)`` or
+        ``status.set_refinement_dt_values(r, dts)``; at the top of each iteration
+        (after its residual norm) braidpy rebuilds the fine grid from the latest
+        requests, carries the solution over to it (each new C-point stepped from the
+        nearest old point on its left), and runs that iteration again on the new grid
+        without a halting test. ``Result.times`` is the final grid and
+        ``Result.refinements`` the number of rebuilds. One rank only for now; not with
+        ``periodic``, ``seq_soln``, ``cycle_file``, spatial coarsening or
+        ``braidpy.adjoint`` (docs/conventions.md, "Temporal refinement"). Default False.
+    max_refinements : int
+        Most rebuilds of the fine grid (XBraid's ``braid_SetMaxRefinements``); once
+        reached, refinement stops for good. Default 200 (XBraid's).
+    tpoints_cutoff : int or None
+        No more refinement once the fine grid has this many intervals or more
+        (XBraid's ``braid_SetTPointsCutoff``); None: no cutoff. Default None.
+    incr_max_levels : bool
+        Each rebuild raises ``max_levels`` by one (XBraid's ``braid_SetIncrMaxLevels``).
+        Default False.
     require_convergence : bool
         Raise :class:`braidpy.ConvergenceError` (on every rank) when a solve stops at
         ``max_iter`` without meeting its tolerance, instead of returning a Result with
@@ -157,6 +177,10 @@ class Options:
     batch: bool = True
     require_convergence: bool = False
     full_rnorm: bool = False
+    refine: bool = False
+    max_refinements: int = 200
+    tpoints_cutoff: Optional[int] = None
+    incr_max_levels: bool = False
 
     def __post_init__(self):
         _int(self, "max_levels", 1)
@@ -170,7 +194,7 @@ class Options:
         _tnorm(self)
         for name in ("skip", "fmg", "seq_soln", "final_fc_relax", "relax_only_cg", "periodic",
                      "residual_computation", "batch", "require_convergence",
-                     "full_rnorm"):
+                     "full_rnorm", "refine", "incr_max_levels"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if not isinstance(self.timings, (bool, np.bool_)):
@@ -185,6 +209,18 @@ class Options:
                              f"{self.cycle_file!r}")
         if not isinstance(self.timer_file, str) or not self.timer_file:
             raise ValueError(f"timer_file must be a non-empty str, got {self.timer_file!r}")
+        _int(self, "max_refinements", 0)
+        if self.tpoints_cutoff is not None:
+            _int(self, "tpoints_cutoff", 0)
+        if self.refine and self.periodic:
+            raise ValueError("refine=True and periodic=True exclude each other: temporal "
+                             "refinement of a periodic problem is not supported")
+        if self.refine and self.seq_soln:
+            raise ValueError("refine=True and seq_soln=True exclude each other (the refined "
+                             "grid would need a new sequential solution; not supported)")
+        if self.refine and self.cycle_file is not None:
+            raise ValueError(f"refine=True with cycle_file={self.cycle_file!r} is not "
+                             f"supported (the cycle file has no refinement column)")
         _int(self, "fmg_vcycles", 1)
         _int(self, "nfmg", -1)
         if self.nfmg != -1 and not self.fmg:
@@ -289,6 +325,9 @@ class Options:
             periodic=self.periodic,
             access_level=self.access_level, residual_computation=self.residual_computation,
             timings=bool(self.timings), batch=self.batch, full_rnorm=self.full_rnorm,
+            refine=self.refine, max_refinements=self.max_refinements,
+            tpoints_cutoff=INT_MAX if self.tpoints_cutoff is None else self.tpoints_cutoff,
+            incr_max_levels=self.incr_max_levels,
         )
 
 

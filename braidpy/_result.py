@@ -52,6 +52,10 @@ class Result:
         The k of each entry of ``full_residuals``.
     final_full_residual : float or None
         With ``full_rnorm=True``: the full residual norm after the last iteration.
+    refinements : int
+        With ``refine=True``: rebuilds of the fine grid so far (by this Core; ``times``
+        is the grid they made). An iteration that refined appears twice in
+        ``residual_iterations``: its norm on the old grid, then on the new one.
     """
 
     iterations: int
@@ -69,6 +73,7 @@ class Result:
     full_residuals: List[float] = dataclasses.field(default_factory=list)
     full_residual_iterations: List[int] = dataclasses.field(default_factory=list)
     final_full_residual: Optional[float] = None
+    refinements: int = 0
     # Core.solution of the solve that made this result; it refuses once that Core
     # has solved again (the stored values are then another solve's).
     solution_source: Optional[Callable[..., Any]] = dataclasses.field(default=None, repr=False)

@@ -16,9 +16,9 @@ import numpy as np
 
 from . import _core
 from ._app import App
-from ._limits import check_ntime
-from ._gateway import (check_app_callbacks, check_residual, has_step_batch, packed_bytes,
-                       tell_app_the_grid)
+from ._limits import INT_MAX, check_ntime
+from ._gateway import (check_app_callbacks, check_residual, coarsens_in_space, has_step_batch,
+                       packed_bytes, tell_app_the_grid)
 from ._errors import BraidError, ConvergenceError, DivergenceError, ErrorLabels
 from ._options import Options
 from ._cycle import cycle_lines
@@ -189,9 +189,28 @@ def stop_reason(options: Options, nlevels: int, residuals: List[float]) -> Tuple
 
 
 def _report_progress(print_level: int, k: int, rnorm: float, has: bool,
-                     full: bool = False) -> None:
+                     full: bool = False, refined: Optional[Tuple[int, bool]] = None,
+                     limits: Tuple[Optional[int], int] = (None, 200)) -> None:
     """Rank 0, each iteration: log the residual, print it with print_level >= 1 (full:
-    the full residual norm of ``full_rnorm=True``, as XBraid prints it)."""
+    the full residual norm of ``full_rnorm=True``, as XBraid prints it; refined:
+    (refinements, stopped) of ``refine=True``, ``rnorm`` then the fine grid's intervals,
+    and ``limits`` its tpoints_cutoff and max_refinements)."""
+    if refined is not None:
+        nrefine, stopped = refined
+        ntime = int(rnorm)
+        logger.debug("iteration %d: %s, %d time steps", k,
+                     "refinement stopped" if stopped else "refined", ntime)
+        if print_level >= 1:
+            if stopped:
+                cutoff = INT_MAX if limits[0] is None else limits[0]
+                print(f"  Braid: Temporal refinement stopped, {ntime} time steps, "
+                      f"{nrefine} refinements done")
+                print(f"  Braid: Temporal refinement limits: time steps = {cutoff}, "
+                      f"refinements = {limits[1]}")
+            else:
+                print(f"  Braid: Temporal refinement occurred, {ntime} time steps")
+            sys.stdout.flush()
+        return
     if full:
         logger.debug("iteration %d: full residual %.6e", k, rnorm)
         if print_level >= 1:
@@ -275,6 +294,13 @@ class Core:
             self._options = Options.coerce(options, **kwargs)
             check_app_callbacks(app)
             residual, step_ustop = check_residual(app, self._options)
+            if self._options.refine and self.size > 1:
+                raise ValueError(f"refine=True runs on one rank only for now (this "
+                                 f"communicator has {self.size}): the refined grid is not "
+                                 f"yet redistributed across ranks")
+            if self._options.refine and coarsens_in_space(app):
+                raise ValueError("refine=True with spatial coarsening (App.coarsen/refine) is "
+                                 "not supported")
             grid = _time_grid(tstart, tstop, ntime, times)
             if self._options.periodic:  # the step into point ntime (point 0) ends at tstop
                 grid[-1] = float(tstop)
@@ -304,7 +330,9 @@ class Core:
         self.app = app
         tell_app_the_grid(app, tstart, tstop, ntime)
         # Not a bound method: the compiled solver would hold self (a reference cycle).
-        progress = functools.partial(_report_progress, self._options.print_level) \
+        progress = functools.partial(
+            _report_progress, self._options.print_level,
+            limits=(self._options.tpoints_cutoff, self._options.max_refinements)) \
             if self.rank == 0 else None
         core_options = self._options.to_core()
         core_options.batch = self._options.batch and has_step_batch(app)
@@ -442,6 +470,7 @@ class Core:
             full_residual_iterations=[k for k, _ in full],
             final_full_residual=(self._solver.final_full_residual()
                                  if self.options.full_rnorm else None),
+            refinements=self._solver.refinements,
             solution_source=functools.partial(self._solution_of, self._generation))
         if self.options.timings == 2:  # XBraid's timing level 2: every rank's timer file
             result.write_timers(self.options.timer_file, self.rank)

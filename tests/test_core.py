@@ -30,7 +30,7 @@ def make_solver(app, ntime=16, comm=None, rank=0, size=1, **fields):
 # ---------------------------------------------------------------- CoreOptions
 
 def test_core_options_defaults_are_the_python_defaults():
-    assert len(FIELDS) == 31 and FIELDS[0] == "max_levels" and FIELDS[-1] == "step_ustop"
+    assert len(FIELDS) == 35 and FIELDS[0] == "max_levels" and FIELDS[-1] == "step_ustop"
     assert repr(Options().to_core()) == repr(_core.CoreOptions(batch=True))
 
 
@@ -60,14 +60,17 @@ def test_to_core_sets_every_option_field():
                    max_iter=7, abs_tol=1e-5, rel_tol=1e-3,
                    tnorm=math.inf, skip=False, fmg=True, fmg_vcycles=2, nfmg=3, storage="all",
                    seq_soln=True, final_fc_relax=True, relax_only_cg=True, access_level=2,
-                   timings=True, residual_computation=False, batch=False, full_rnorm=True)
+                   timings=True, residual_computation=False, batch=False, full_rnorm=True,
+                   max_refinements=3, tpoints_cutoff=50, incr_max_levels=True)
     got, default = opts.to_core(), _core.CoreOptions(batch=True)
     # set by braidpy itself (residual, step_ustop: from the app), not by Options
     internal = {"store_final", "fine_ranges", "residual", "step_ustop"}
     changed = {f for f in FIELDS if getattr(got, f) != getattr(default, f)}
-    # periodic excludes seq_soln, storage="all" is not XBraid's int: set on their own
-    assert changed == set(FIELDS) - internal - {"periodic", "storage"}
+    # periodic and refine exclude seq_soln, storage="all" is not XBraid's int: set on
+    # their own
+    assert changed == set(FIELDS) - internal - {"periodic", "storage", "refine"}
     assert Options(periodic=True).to_core().periodic
+    assert Options(refine=True).to_core().refine
     assert Options(storage=2).to_core().storage == 2
     assert (got.cfactor, got.cfactor_level, got.nrelax_level, got.tnorm) == (3, {0: 4}, {1: 2}, 0)
     assert (got.crelax_weight, got.crelax_weight_level) == (1.3, {2: 0.5})
@@ -191,7 +194,7 @@ def test_a_failed_solve_frees_its_core_by_reference_counting():
 
 def test_status_fields_are_the_bound_properties_in_order():
     props = [k for k, v in vars(_core.Status).items() if isinstance(v, property)]
-    assert list(_core.STATUS_FIELDS) == props and len(props) == 20
+    assert list(_core.STATUS_FIELDS) == props and len(props) == 22
     assert all(isinstance(name, str) for name in _core.STATUS_FIELDS)
 
 

@@ -126,6 +126,9 @@ def solve_options(primal: OptionsLike, adjoint: OptionsLike,
     if p.periodic or a.periodic:
         raise ValueError("periodic=True is not supported by the adjoint (GradientSolver, "
                          "gradient): its adjoint would need a periodic terminal condition")
+    if p.refine or a.refine:
+        raise ValueError("refine=True is not supported by the adjoint (GradientSolver, "
+                         "gradient): the adjoint runs on the primal's fixed fine grid")
     if oneshot is not None:
         if len(oneshot) != 2:
             raise ValueError(f"oneshot must be a pair (m1, m2), got {oneshot!r}")

@@ -97,6 +97,11 @@ void bind_core_options(py::module_& m) {
              "False: no residual norm, run max_iter iterations.")
       .field("timings", &O::timings, "Time user callbacks and communication.")
       .field("full_rnorm", &O::full_rnorm, "Also measure the full fine residual norm.")
+      .field("refine", &O::refine, "Temporal refinement from the steps' requests.")
+      .field("max_refinements", &O::max_refinements, "Most rebuilds of the fine grid.")
+      .field("tpoints_cutoff", &O::tpoints_cutoff,
+             "No refinement once the fine grid has this many intervals.")
+      .field("incr_max_levels", &O::incr_max_levels, "max_levels + 1 with each refinement.")
       .field("fine_ranges", &O::fine_ranges,
              "Fine (lo, hi) of every rank in rank order; [] = block distribution.")
       .field("batch", &CoreOptions::batch, "Use app.step_batch where steps are independent.")

@@ -80,6 +80,7 @@ const char* phase_name(int phase) {
     case braid::kPhaseRelax: return "relax";
     case braid::kPhaseResidual: return "residual";
     case braid::kPhaseCycle: return "cycle";
+    case braid::kPhaseRefine: return "refine";
     default: return "final";
   }
 }
@@ -107,6 +108,85 @@ py::object batch_fine_slice(const braid::CallInfo& info) {
     if (b[k].fine_index - b[k - 1].fine_index != d) return py::none();
   return py::reinterpret_steal<py::object>(PySlice_New(
       py::int_(b[0].fine_index).ptr(), py::int_(b[n - 1].fine_index + 1).ptr(), py::int_(d).ptr()));
+}
+
+// A refinement factor from Python: an int >= 1.
+braid::Index rfactor_arg(const py::handle& r) {
+  if (PyBool_Check(r.ptr()) || !PyIndex_Check(r.ptr()))
+    throw py::type_error("rfactor must be an int >= 1, got " + py::repr(r).cast<std::string>());
+  const long long v = py::cast<long long>(py::reinterpret_steal<py::object>(PyNumber_Index(r.ptr())));
+  if (v < 1) throw py::value_error("rfactor must be an int >= 1, got " + std::to_string(v));
+  return static_cast<braid::Index>(v);
+}
+
+// The step a request is about: (its t0's fine index, t0, t1), the row's in a batch.
+struct StepOf {
+  braid::Index fine_index;
+  double t0, t1;
+};
+StepOf step_of(const braid::CallInfo& info, const py::object& row) {
+  if (info.batch == nullptr) {
+    if (!row.is_none()) throw py::value_error("row is only for step_batch's status");
+    return {info.fine_index, info.t0, info.t1};
+  }
+  if (row.is_none()) {
+    if (info.batch_size != 1)
+      throw py::value_error("in step_batch, give row=k (or one rfactor per row)");
+    return {info.batch[0].fine_index, info.batch[0].t0, info.batch[0].t1};
+  }
+  const auto k = row.cast<long long>();
+  if (k < 0 || k >= info.batch_size)
+    throw py::value_error("row must be in 0.." + std::to_string(info.batch_size - 1) +
+                          ", got " + std::to_string(k));
+  const auto& b = info.batch[k];
+  return {b.fine_index, b.t0, b.t1};
+}
+
+void request(const Status& s, const StepOf& st, braid::Index r, std::vector<double> dts) {
+  if (s.info->refine != nullptr && s.info->level == 0)
+    s.info->refine->set(st.fine_index + 1, r, std::move(dts));
+}
+
+void set_rfactor(const Status& s, const py::object& r, const py::object& row) {
+  const auto* info = s.info;
+  if (info->batch != nullptr && row.is_none() && py::isinstance<py::sequence>(r) &&
+      !py::isinstance<py::str>(r)) {
+    const auto rs = r.cast<py::sequence>();
+    if (static_cast<braid::Index>(py::len(rs)) != info->batch_size)
+      throw py::value_error("set_rfactor: " + std::to_string(py::len(rs)) + " factors for " +
+                            std::to_string(info->batch_size) + " rows");
+    std::vector<braid::Index> vals;
+    for (const auto& x : rs) vals.push_back(rfactor_arg(x));
+    for (braid::Index k = 0; k < info->batch_size; ++k)
+      request(s, {info->batch[k].fine_index, info->batch[k].t0, info->batch[k].t1}, vals[k], {});
+    return;
+  }
+  const braid::Index v = rfactor_arg(r);
+  request(s, step_of(*info, row), v, {});
+}
+
+void set_refinement_dt_values(const Status& s, const py::object& r, const py::object& dts,
+                              const py::object& row) {
+  const braid::Index v = rfactor_arg(r);
+  const StepOf st = step_of(*s.info, row);
+  std::vector<double> sizes;
+  for (const auto& x : dts.cast<py::sequence>()) sizes.push_back(x.cast<double>());
+  if (static_cast<braid::Index>(sizes.size()) != v - 1)
+    throw py::value_error("set_refinement_dt_values: rfactor " + std::to_string(v) +
+                          " needs rfactor - 1 = " + std::to_string(v - 1) + " dts, got " +
+                          std::to_string(sizes.size()));
+  double sum = 0.0;
+  for (double d : sizes) {
+    if (!std::isfinite(d) || !(d > 0.0))
+      throw py::value_error("set_refinement_dt_values: dts must be finite and > 0, got " +
+                            std::to_string(d));
+    sum += d;
+  }
+  if (!(st.t0 + sum < st.t1))
+    throw py::value_error("set_refinement_dt_values: the dts sum to " + std::to_string(sum) +
+                          ", not less than the step's t1 - t0 = " +
+                          std::to_string(st.t1 - st.t0));
+  request(s, st, v, v > 1 ? std::move(sizes) : std::vector<double>{});
 }
 
 // Binds Status' read-only properties and STATUS_FIELDS from one list, in order
@@ -161,6 +241,21 @@ void bind_status(py::module_& m) {
         "step_batch: fine_indices as slice(start, stop, step) when they are evenly spaced "
         "and increasing (always, for the core's batches), else None; lets weights be "
         "taken as a strided view instead of a gather.");
+  // Temporal refinement (Options.refine).
+  field("nrefine", [](const Status& s) { return s.solver->refinements(); },
+        "Rebuilds of the fine grid by temporal refinement so far (XBraid's GetNRefine).");
+  field("ntime", [](const Status& s) { return s.solver->ntime(); },
+        "Intervals of the present fine grid (XBraid's GetNTPoints).");
+  cls.def("set_rfactor", &set_rfactor, py::arg("rfactor"), py::arg("row") = py::none(),
+          "step: ask that the step's interval (t0, t1] be split into rfactor >= 1 equal "
+          "intervals at the next refinement (XBraid's StepStatusSetRFactor). Heeded on "
+          "the fine level with Options.refine, ignored elsewhere; the latest request of an "
+          "interval wins. In step_batch: one int per row (a sequence), or row=k.");
+  cls.def("set_refinement_dt_values", &set_refinement_dt_values, py::arg("rfactor"),
+          py::arg("dts"), py::arg("row") = py::none(),
+          "step: as set_rfactor, with the first rfactor - 1 new step sizes from t0 (their "
+          "sum < t1 - t0) instead of an even split (XBraid's "
+          "StatusSetRefinementDtValues). In step_batch: row=k.");
   // Methods, not fields: STATUS_FIELDS (the adjoint's status) lists the fields only.
   cls.def(
       "rnorms",
@@ -507,6 +602,9 @@ PYBIND11_MODULE(_core, m) {
       .def("timings", &PySolver::timings)
       .def("times", &PySolver::times)
       .def_property_readonly("iterations", [](PySolver& s) { return s.core().iterations(); })
+      .def_property_readonly("refinements", [](PySolver& s) { return s.core().refinements(); })
+      .def_property_readonly("refine_stopped",
+                             [](PySolver& s) { return s.core().refine_stopped(); })
       .def_property_readonly("nlevels", [](PySolver& s) { return s.core().nlevels(); })
       .def_property_readonly("owned", [](PySolver& s) {
         const auto r = s.core().owned();

@@ -529,6 +529,22 @@ void PyOps::progress_full(int iteration, double rnorm) {
   Py_XDECREF(r);
 }
 
+// Temporal refinement's line: progress(k, ntime, False, refined=(nrefine, stopped)).
+void PyOps::refinement(int iteration, braid::Index ntime, int nrefine, bool stopped) {
+  if (progress_ == nullptr || failed_) return;
+  const bool outer = in_callback_;
+  in_callback_ = true;
+  PyObject* args = Py_BuildValue("(idO)", iteration, static_cast<double>(ntime), Py_False);
+  PyObject* kwargs = Py_BuildValue("{s:(iO)}", "refined", nrefine, stopped ? Py_True : Py_False);
+  PyObject* r = args != nullptr && kwargs != nullptr ? PyObject_Call(progress_, args, kwargs)
+                                                     : nullptr;
+  Py_XDECREF(args);
+  Py_XDECREF(kwargs);
+  in_callback_ = outer;
+  if (r == nullptr) capture_current_error(kProgress);
+  Py_XDECREF(r);
+}
+
 Vec PyOps::clone_block(const Vec* srcs, braid::Index n, Vec* out) {
   if (failed_) {
     for (braid::Index k = 0; k < n; ++k) out[k] = nullptr;

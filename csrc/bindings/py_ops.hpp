@@ -70,6 +70,7 @@ class PyOps final : public braid::Ops {
   bool has_sync() const override { return sync_ != nullptr; }
   void sync(const CallInfo& info) override;
   void progress_full(int iteration, double rnorm) override;
+  void refinement(int iteration, braid::Index ntime, int nrefine, bool stopped) override;
   bool failed() const override { return failed_; }
 
   bool batched() const override { return step_batch_ != nullptr; }

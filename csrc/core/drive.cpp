@@ -2,6 +2,8 @@
 // F-sweep, and the agreement points where ranks stop together on failure.
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
+#include <string>
 
 #include "solver.hpp"
 
@@ -14,6 +16,15 @@ Solver::Solver(Ops& ops, Comm& comm, Options opts, std::vector<double> fine_time
   info_.nlevels = nlevels();
   info_.tol = opts_.abs_tol;
   residual_ = ops_.has_residual();
+  if (opts_.refine) {
+    if (nlevels() < 2)
+      throw std::invalid_argument(
+          "refine: the hierarchy has one level (ntime " + std::to_string(levels_[0].n) +
+          ", min_coarse " + std::to_string(opts_.min_coarse) + ", max_levels " +
+          std::to_string(opts_.max_levels) + "); temporal refinement needs two or more");
+    rf_.reset(levels_[0].own.lo, levels_[0].own.hi);
+    info_.refine = &rf_;
+  }
 }
 
 Solver::~Solver() {
@@ -213,8 +224,16 @@ bool Solver::top(int k) {
   }
   if (has_test && rnorm0_ < 0.0) rnorm0_ = test;
   sync(kPhaseCycle);  // as XBraid's top-of-cycle sync: after the norm, before the test
+  RefineOutcome refined = kUnrefined;
+  if (opts_.refine) {  // XBraid: the iteration's access, then the refinement, then its line
+    if (opts_.access_level >= 2) access_iterate();
+    refined = refine_grid(k);
+  }
+  refined_ = refined == kRefined;
   ops_.progress(k, r, has);
   if (opts_.full_rnorm && has_test) ops_.progress_full(k, test);
+  if (refined != kUnrefined) ops_.refinement(k, ntime(), nrefine_, refined == kStopped);
+  if (refined_) return false;  // the iteration runs again on the new grid
   if (has && !std::isfinite(r)) throw Divergence(k, 0, r);
   if (has_test && !std::isfinite(test)) throw Divergence(k, 0, test);
   const bool converged =
@@ -233,6 +252,7 @@ void Solver::solve(bool final_sweep) {
   rnorm_measured_ = false;
   solved_ = false;
   info_ = CallInfo{};
+  if (opts_.refine) info_.refine = &rf_;
   info_.nlevels = nlevels();
   info_.tol = opts_.abs_tol;
   ops_.free(left_boundary_);
@@ -252,20 +272,17 @@ void Solver::solve(bool final_sweep) {
     sync(kPhaseCycle);
     ops_.progress(0, 0.0, true);
   } else if (L > 1) {
-    for (int k = 0;; ++k) {
+    for (int k = 0, cycles = 0;; ++cycles) {
       info_.iteration = k;
-      const bool skip_down = k == 0 && opts_.skip && cold_ && !opts_.seq_soln;
+      const bool skip_down = cycles == 0 && opts_.skip && cold_ && !opts_.seq_soln;
       const bool fcycle = opts_.fmg && opts_.nfmg != k;
       cycle(skip_down, fcycle);
       const bool stop = top(k);
       iterations_ = k + 1;
-      if (opts_.access_level >= 2) {
-        const Level& F = levels_[0];
-        info_.phase = kPhaseRelax;
-        for (Index c = F.c_at_or_after(F.own.lo); c <= F.own.hi; c += F.cf)
-          access_fine(c, F.u[F.slot(c)]);
-      }
+      if (opts_.access_level >= 2 && !opts_.refine) access_iterate();
+      if (refined_) continue;  // iteration k again, on the refined grid
       if (stop) break;
+      ++k;
     }
   }
   if (opts_.full_rnorm) {  // XBraid: once more after the last iteration, done set
@@ -275,6 +292,13 @@ void Solver::solve(bool final_sweep) {
   }
   final_relax(final_sweep);
   solved_ = true;
+}
+
+void Solver::access_iterate() {
+  const Level& F = levels_[0];
+  info_.phase = kPhaseRelax;
+  for (Index c = F.c_at_or_after(F.own.lo); c <= F.own.hi; c += F.cf)
+    access_fine(c, F.u[F.slot(c)]);
 }
 
 void Solver::access_fine(Index i, Vec u) {

@@ -12,6 +12,8 @@ using Index = std::int64_t;
 // An opaque user vector. The core only stores, passes and frees handles.
 using Vec = void*;
 
+struct RefineRequests;  // refine.hpp
+
 // One state of a batched step: advance from t0 to t1; index/fine_index of t0.
 struct BatchItem {
   double t0 = 0.0, t1 = 0.0;
@@ -39,6 +41,9 @@ struct CallInfo {
   // During Ops::step_batch only: the items of the batch (else null / 0).
   const BatchItem* batch = nullptr;
   Index batch_size = 0;
+  // Options::refine: where the fine level's steps ask for their interval to be refined
+  // (XBraid's StepStatusSetRFactor); null without refinement.
+  RefineRequests* refine = nullptr;
 
   // Describes the step of item it (times and indices; level is left alone).
   void set_step(const BatchItem& it) {
@@ -55,6 +60,7 @@ enum Phase : int {
   kPhaseResidual = 2,  // residual and FAS right-hand side evaluation
   kPhaseFinal = 3,     // final F-relaxation / access after the solve
   kPhaseCycle = 4,     // sync at the top of an iteration (after its cycle)
+  kPhaseRefine = 5,    // temporal refinement: the old and the new fine grid's steps, sync
 };
 
 // User callbacks. After a callback fails, implementations must turn every
@@ -124,6 +130,11 @@ class Ops {
   // (kPhaseCycle). has_sync() false: never called, and the core adds no agreement.
   virtual bool has_sync() const { return false; }
   virtual void sync(const CallInfo& info) { (void)info; }
+  // Options::refine, after progress(): the fine grid now has ntime intervals after
+  // nrefine refinements (stopped false), or the limits stopped refining (stopped true).
+  virtual void refinement(int iteration, Index ntime, int nrefine, bool stopped) {
+    (void)iteration, (void)ntime, (void)nrefine, (void)stopped;
+  }
   // Options::full_rnorm: the full residual norm of the iteration, after progress().
   virtual void progress_full(int iteration, double rnorm) {
     (void)iteration;

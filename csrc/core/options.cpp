@@ -93,6 +93,10 @@ void check_options(const Options& o, const std::vector<double>& fine_times, int 
   require(o.fmg_vcycles >= 1, "fmg_vcycles", o.fmg_vcycles, "must be >= 1");
   require(o.access_level >= 0 && o.access_level <= 2, "access_level", o.access_level,
           "must be 0, 1 or 2");
+  require(o.max_refinements >= 0, "max_refinements", o.max_refinements, "must be >= 0");
+  require(o.tpoints_cutoff >= 0, "tpoints_cutoff", o.tpoints_cutoff, "must be >= 0");
+  require(!(o.refine && o.periodic), "refine", o.refine,
+          "temporal refinement of a periodic problem is not supported");
   check_times(fine_times);
   check_ranges(o, static_cast<long long>(fine_times.size()), nranks);
 }

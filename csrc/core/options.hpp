@@ -44,6 +44,15 @@ struct Options {
   bool residual_computation = true;   // false: run max_iter iterations, no norm
   bool timings = false;               // callback timers (bindings)
   bool full_rnorm = false;            // also measure the full fine residual norm
+  // Temporal refinement (XBraid's braid_SetRefine): the fine level's steps may ask for
+  // their interval to be split (RefineRequests); at the top of an iteration the fine grid
+  // is rebuilt and the iteration is run again on it. Limits: max_refinements rebuilds,
+  // none once the fine grid has tpoints_cutoff intervals or more (XBraid's gupper);
+  // incr_max_levels: max_levels grows by one with each rebuild.
+  bool refine = false;
+  int max_refinements = 200;
+  long long tpoints_cutoff = 0x7fffffffLL;
+  bool incr_max_levels = false;
   // Fine-level ownership: (lo, hi) per rank, contiguous and ordered by rank;
   // empty = XBraid's block distribution.
   std::vector<std::pair<long long, long long>> fine_ranges;

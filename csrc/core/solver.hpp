@@ -12,6 +12,7 @@
 #include "grid.hpp"
 #include "interfaces.hpp"
 #include "options.hpp"
+#include "refine.hpp"
 
 namespace braid {
 
@@ -78,6 +79,10 @@ class Solver {
   bool solved() const { return solved_; }
 
   CallInfo& info() { return info_; }
+  // Options::refine: rebuilds of the fine grid so far (all solves of this Solver), and
+  // the iteration at which the limits stopped refinement (-1: not stopped).
+  int refinements() const { return nrefine_; }
+  int refine_stopped() const { return refine_stopped_; }
 
  private:
   using PointHook = std::function<void(Index, Vec&)>;  // after each F-point
@@ -210,6 +215,18 @@ class Solver {
   // so that its failure on one rank stops every rank; nothing without a sync.
   void sync(int phase);
 
+  // Options::level 2 access of the fine C-points after iteration k's cycle.
+  void access_iterate();
+  // refine.cpp: at the top of iteration k, the fine grid rebuilt from the steps'
+  // refinement requests (collective). kRefined: a new hierarchy whose fine C-points hold
+  // the old solution carried over; kStopped: the limits stopped refinement now.
+  enum RefineOutcome { kUnrefined, kRefined, kStopped };
+  RefineOutcome refine_grid(int k);
+  // The new fine level's C-points from the old fine values: vals[j] is the value at new
+  // point at[j] (this rank's, increasing); each C-point steps from the nearest to its left.
+  void carry_over(std::vector<Vec>& vals, const std::vector<Index>& at,
+                  const std::vector<Index>& images);
+
   void set_slot(std::vector<Vec>& slots, Index s, Vec u);
   void free_level(int l);
 
@@ -235,10 +252,17 @@ class Solver {
   Vec final_ = nullptr;          // fine u at t_n (owner only)
   Vec new_u0_ = nullptr;         // pending initial condition
   std::vector<BatchItem> items_;  // scratch of step_batch_on
+  RefineRequests rf_;             // Options::refine: the steps' requests
+  int nrefine_ = 0;
+  int refine_stopped_ = -1;
+  bool refined_ = false;          // top(): this iteration rebuilt the fine grid
 };
 
 // Message tags: one per (level, kind) so that mismatches cannot go unnoticed.
 inline int msg_tag(int level, int kind) { return 2 * (level * 4 + kind) + 2; }
 enum MsgKind : int { kMsgRelax = 0, kMsgInject = 1, kMsgWrap = 2, kMsgFull = 3 };
+// Temporal refinement's messages (old fine values to their new owners, the carry-over).
+constexpr int kMsgRefineTag = 1;
+constexpr int kMsgCarryTag = 3;
 
 }  // namespace braid
