@@ -132,7 +132,7 @@ class Options:
         requests, carries the solution over to it (each new C-point stepped from the
         nearest old point on its left), and runs that iteration again on the new grid
         without a halting test. ``Result.times`` is the final grid and
-        ``Result.refinements`` the number of rebuilds. One rank only for now; not with
+        ``Result.refinements`` the number of rebuilds. Not with
         ``periodic``, ``seq_soln``, ``cycle_file``, spatial coarsening or
         ``braidpy.adjoint`` (docs/conventions.md, "Temporal refinement"). Default False.
     max_refinements : int

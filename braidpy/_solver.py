@@ -294,10 +294,6 @@ class Core:
             self._options = Options.coerce(options, **kwargs)
             check_app_callbacks(app)
             residual, step_ustop = check_residual(app, self._options)
-            if self._options.refine and self.size > 1:
-                raise ValueError(f"refine=True runs on one rank only for now (this "
-                                 f"communicator has {self.size}): the refined grid is not "
-                                 f"yet redistributed across ranks")
             if self._options.refine and coarsens_in_space(app):
                 raise ValueError("refine=True with spatial coarsening (App.coarsen/refine) is "
                                  "not supported")

@@ -11,6 +11,7 @@
     mpiexec -n P python tests/mpi_driver.py combos OUT.json P
     mpiexec -n P python tests/mpi_driver.py optimization OUT.json P
     mpiexec -n P python tests/mpi_driver.py output OUT.json P
+    mpiexec -n P python tests/mpi_driver.py refine OUT.json P
 
 The last argument repeats the rank count: the driver fails unless MPI really joined
 that many ranks (see mpi_world.py).
@@ -82,6 +83,12 @@ def run_output(nranks):
     return run_at(nranks, COMM)
 
 
+def run_refine(nranks):
+    from refine_cases import run_at
+
+    return run_at(nranks, COMM)
+
+
 def run_errors():
     from mpi_error_cases import ERROR_CASES
 
@@ -122,7 +129,8 @@ def main():
                   "residual": lambda: run_residual(int(nranks)),
                   "combos": lambda: run_combos(int(nranks)),
                   "optimization": lambda: run_optimization(int(nranks)),
-                  "output": lambda: run_output(int(nranks))}
+                  "output": lambda: run_output(int(nranks)),
+                  "refine": lambda: run_refine(int(nranks))}
         result = suites[suite]()
     except BaseException:
         traceback.print_exc()

@@ -108,3 +108,57 @@ def make(args):
 def printed(result):
     """XBraid's lines for a braidpy Result: every (k, ||r_k||) as '%1.6e'."""
     return [[k, f"{r:1.6e}"] for k, r in zip(result.residual_iterations, result.residuals)]
+
+
+def run_case(case, comm=None, batched=False):
+    """What ex-01-refinement prints for ``case``, run on ``comm``, and every rank's share
+    of the final fine grid."""
+    from mpi_world import assert_split
+
+    app, opts = make(case["args"])
+    if batched:
+        from test_refine import Stacked
+
+        stacked = Stacked(app.refine, limit_rfactor=app.limit_rfactor)
+        stacked.sync = app.sync if app.sync is None else stacked.sync
+        app = stacked
+    r = braidpy.solve(app, 0.0, 5.0, 100, comm=comm, **opts)
+    assert_split(comm, r.owned, len(r.times))
+    shares = [len(r.owned)] if comm is None else comm.allgather(len(r.owned))
+    return dict(residuals=printed(r), ntime=len(r.times) - 1, iterations=r.iterations,
+                levels=r.levels, refinements=r.refinements, final_u=f"{r.final[0]:.14e}",
+                final_t=f"{r.times[-1]:.14e}", shares=shares, final_hex=float(r.final[0]).hex(),
+                history_hex=[float(v).hex() for v in r.residuals],
+                syncs=app.syncs if app.sync is not None else None,
+                steps_batched=r.counts.get("step_batch", 0))
+
+
+class FailsWhileRefining(Ex01Refinement):
+    """-refine 1, whose step raises on one rank while the grid is being rebuilt."""
+
+    def __init__(self, rank):
+        super().__init__(1)
+        self.rank = rank
+        self.sync = None
+
+    def step(self, u, t0, t1, status):
+        if status.phase == "refine" and self.rank == 1:
+            raise ZeroDivisionError("step failed while refining")
+        super().step(u, t0, t1, status)
+
+
+def run_at(nranks, comm):
+    """Every case XBraid ran at nranks, chain by chain and batched, and a failing step."""
+    out = {"cases": [], "failure": None}
+    for case in [c for c in CASES if c["ranks"] == nranks]:
+        got = run_case(case, comm)
+        batched = run_case(case, comm, batched=True) if case["args"][1] != "2" else None
+        out["cases"].append(dict(args=case["args"], got=got, batched=batched))
+    try:
+        braidpy.solve(FailsWhileRefining(comm.rank), 0.0, 5.0, 100, comm=comm, max_levels=15,
+                      abs_tol=1e-6, refine=True)
+        outcome = ("ok", "")
+    except BaseException as exc:  # noqa: BLE001 - every rank's outcome is reported
+        outcome = (type(exc).__name__, str(exc))
+    out["failure"] = comm.gather(outcome)
+    return out

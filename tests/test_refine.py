@@ -201,3 +201,49 @@ def test_even_split_uses_xbraids_formula():
     assert times[49] == t0 and times[149] == t1
     assert all(times[49 + j] == t0 + (j / 100) * (t1 - t0) for j in range(1, 100))
     assert math.isclose(times[-1], 5.0) and np.all(np.diff(times) > 0)
+
+
+# ------------------------------------------------------------------ 2 and 4 ranks
+
+@pytest.fixture(scope="module")
+def serial_runs():
+    from refine_cases import run_case
+
+    return {tuple(c["args"]): run_case(c) for c in SERIAL}
+
+
+@pytest.mark.parametrize("nranks", [2, 4])
+def test_ex01_refinement_as_xbraid_on_ranks(nranks, tmp_path, serial_runs):
+    """XBraid's output at nranks, the same answer as one rank (the final value to the last
+    bit, the residual norms to rounding), and XBraid's block distribution of the refined grid: every rank's
+    share within one point of even."""
+    from test_mpi import run_driver
+
+    out = run_driver(nranks, "refine", tmp_path)
+    assert len(out["cases"]) == len(SERIAL)
+    for run in out["cases"]:
+        ref = next(c for c in CASES if c["args"] == run["args"] and c["ranks"] == nranks)
+        serial = serial_runs[tuple(run["args"])]
+        for got in filter(None, (run["got"], run["batched"])):
+            where = (nranks, run["args"])
+            assert got["residuals"] == ref["residuals"], where
+            assert (got["ntime"], got["iterations"], got["levels"], got["refinements"]) == \
+                (ref["ntime"], ref["iterations"], ref["levels"], ref["refinements"]), where
+            assert (got["final_u"], got["final_t"]) == (ref["final_u"], ref["final_t"]), where
+            assert got["final_hex"] == serial["final_hex"], where
+            # The norm's sum over ranks may round differently in the last bit.
+            assert len(got["history_hex"]) == len(serial["history_hex"]), where
+            assert all(math.isclose(float.fromhex(a), float.fromhex(b), rel_tol=1e-14)
+                       for a, b in zip(got["history_hex"], serial["history_hex"])), where
+            if ref["num_syncs"] is not None:
+                assert got["syncs"] == ref["num_syncs"], where
+            shares = got["shares"]
+            assert len(shares) == nranks and sum(shares) == ref["ntime"] + 1, where
+            assert max(shares) - min(shares) <= 1, where
+        if run["batched"] is not None:
+            assert run["batched"]["steps_batched"] > 0
+    outcomes = out["failure"]
+    assert outcomes[1] == ["ZeroDivisionError", "step failed while refining"]
+    for rank, (kind, text) in enumerate(outcomes):
+        if rank != 1:
+            assert kind == "BraidError" and "rank 1: step raised ZeroDivisionError" in text
