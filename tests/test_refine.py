@@ -247,3 +247,19 @@ def test_ex01_refinement_as_xbraid_on_ranks(nranks, tmp_path, serial_runs):
     for rank, (kind, text) in enumerate(outcomes):
         if rank != 1:
             assert kind == "BraidError" and "rank 1: step raised ZeroDivisionError" in text
+
+
+def test_dt_values_are_summed_from_t0():
+    class App(Ex01Refinement):
+        def step(self, u, t0, t1, status):
+            u[0] = 1.0 / (1.0 + (t1 - t0)) * u[0]
+            if status.level == 0 and status.fine_index == 10 and status.nrefine == 0:
+                dt = t1 - t0
+                status.set_refinement_dt_values(3, [dt / 8, dt / 4])
+
+    app = App(0)
+    app.sync = None
+    times = braidpy.solve(app, 0.0, 5.0, 100, max_levels=15, abs_tol=1e-6, refine=True).times
+    t0, dt = 0.0 + (10 / 100) * 5.0, 0.0 + (11 / 100) * 5.0 - (0.0 + (10 / 100) * 5.0)
+    assert len(times) == 103
+    assert list(times[10:14]) == [t0, t0 + dt / 8, t0 + dt / 8 + dt / 4, 0.0 + (11 / 100) * 5.0]
