@@ -21,7 +21,10 @@ class App:
     step(u, t0, t1, status)
         Advance ``u`` from ``t0`` to ``t1`` in place. Returning ``u`` is harmless;
         returning a *different* object makes it the new state (for immutable
-        vector types).
+        vector types). With ``Options(refine=True)`` a fine-level step may ask for its
+        interval to be refined: ``status.set_rfactor(r)`` (r equal intervals) or
+        ``status.set_refinement_dt_values(r, dts)`` (XBraid's StepStatusSetRFactor and
+        StatusSetRefinementDtValues; docs/conventions.md, "Temporal refinement").
 
     Optional, with defaults for array states
     ----------------------------------------
