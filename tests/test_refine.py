@@ -215,8 +215,8 @@ def serial_runs():
 @pytest.mark.parametrize("nranks", [2, 4])
 def test_ex01_refinement_as_xbraid_on_ranks(nranks, tmp_path, serial_runs):
     """XBraid's output at nranks, the same answer as one rank (the final value to the last
-    bit, the residual norms to rounding), and XBraid's block distribution of the refined grid: every rank's
-    share within one point of even."""
+    bit, the residual norms to rounding), and XBraid's block distribution of the refined
+    grid: every rank's share within one point of even."""
     from test_mpi import run_driver
 
     out = run_driver(nranks, "refine", tmp_path)

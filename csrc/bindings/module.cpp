@@ -114,7 +114,9 @@ py::object batch_fine_slice(const braid::CallInfo& info) {
 braid::Index rfactor_arg(const py::handle& r) {
   if (PyBool_Check(r.ptr()) || !PyIndex_Check(r.ptr()))
     throw py::type_error("rfactor must be an int >= 1, got " + py::repr(r).cast<std::string>());
-  const long long v = py::cast<long long>(py::reinterpret_steal<py::object>(PyNumber_Index(r.ptr())));
+  const auto index = py::reinterpret_steal<py::object>(PyNumber_Index(r.ptr()));
+  if (!index) throw py::error_already_set();
+  const long long v = index.cast<long long>();
   if (v < 1) throw py::value_error("rfactor must be an int >= 1, got " + std::to_string(v));
   return static_cast<braid::Index>(v);
 }

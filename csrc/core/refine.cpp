@@ -66,7 +66,8 @@ Solver::RefineOutcome Solver::refine_grid(int k) {
       [&](Vec* ws, const Index* pts, Index m) {
         std::vector<Vec> copies(static_cast<std::size_t>(m), nullptr);
         clone_rows(ws, m, copies.data());
-        for (Index j = 0; j < m; ++j) old[static_cast<std::size_t>(pts[j] - F.own.lo)] = copies[j];
+        for (Index j = 0; j < m; ++j)
+          old[static_cast<std::size_t>(pts[j] - F.own.lo)] = copies[j];
       },
       nullptr);
   for (Index c = F.c_at_or_after(F.own.lo); c <= F.own.hi; c += F.cf)
@@ -75,7 +76,8 @@ Solver::RefineOutcome Solver::refine_grid(int k) {
 
   // 3. Each old value to the owner of its new index (XBraid's block distribution).
   std::vector<Range> fresh(static_cast<std::size_t>(nranks));
-  for (int p = 0; p < nranks; ++p) fresh[static_cast<std::size_t>(p)] = block_range(fn + 1, nranks, p);
+  for (int p = 0; p < nranks; ++p)
+    fresh[static_cast<std::size_t>(p)] = block_range(fn + 1, nranks, p);
   auto owner = [](const std::vector<Range>& rs, Index i) {
     for (std::size_t p = 0; p < rs.size(); ++p)
       if (i >= rs[p].lo && i <= rs[p].hi) return static_cast<int>(p);

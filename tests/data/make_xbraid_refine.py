@@ -33,7 +33,9 @@ def run(xbraid: Path, args, ranks):
         out = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, check=True).stdout
         lines = [re.sub(r", wall time = .*", "", ln).strip() for ln in out.splitlines()
                  if ln.strip().startswith("Braid:")]
-        num = lambda key: int(re.search(r"^\s*" + key + r"\s*=\s*(\d+)", out, re.M).group(1))  # noqa: E731
+
+        def num(key):
+            return int(re.search(r"^\s*" + key + r"\s*=\s*(\d+)", out, re.M).group(1))
         ntime = num("time steps")
         final_file = glob.glob(f"{tmp}/ex-01-refinement.out.{ntime:04d}.*")
         t, u = open(final_file[0]).read().split()
