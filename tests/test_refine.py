@@ -263,3 +263,26 @@ def test_dt_values_are_summed_from_t0():
     t0, dt = 0.0 + (10 / 100) * 5.0, 0.0 + (11 / 100) * 5.0 - (0.0 + (10 / 100) * 5.0)
     assert len(times) == 103
     assert list(times[10:14]) == [t0, t0 + dt / 8, t0 + dt / 8 + dt / 4, 0.0 + (11 / 100) * 5.0]
+
+
+def test_a_user_residual_refines_the_same_grid():
+    class WithResidual(Ex01Refinement):
+        def step(self, u, t0, t1, status, fstop=None):
+            v = u[0]
+            u[0] = (v + (0.0 if fstop is None else fstop[0])) / (1.0 + (t1 - t0))
+            rf = self.rfactor(v, u[0], t0, t1, status)
+            if rf is not None:
+                status.set_rfactor(rf)
+
+        def residual(self, ustop, r, status):
+            r[0] = (1.0 + (status.t1 - status.t0)) * ustop[0] - r[0]
+
+    app, opts = make(["-refine", "1"])
+    app.sync = None
+    plain = braidpy.solve(app, 0.0, 5.0, 100, **opts)
+    res = WithResidual(1)
+    res.sync = None
+    got = braidpy.solve(res, 0.0, 5.0, 100, **opts)
+    assert got.converged and got.refinements == 1
+    assert np.array_equal(got.times, plain.times)
+    assert abs(got.final[0] - plain.final[0]) < 1e-6
