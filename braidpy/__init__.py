@@ -7,6 +7,7 @@ from .parallel.comm import yield_when_oversubscribed as _yield_when_oversubscrib
 _yield_when_oversubscribed()
 
 from ._accuracy import spatial_accuracy
+from ._delta import finite_difference_jvp
 from ._app import App
 
 try:
@@ -46,6 +47,7 @@ __all__ = [
     "Status",
     "adjoint",
     "cuda_info",
+    "finite_difference_jvp",
     "gradient",
     "solve",
     "spatial_accuracy",

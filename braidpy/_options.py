@@ -144,6 +144,30 @@ class Options:
     incr_max_levels : bool
         Each rebuild raises ``max_levels`` by one (XBraid's ``braid_SetIncrMaxLevels``).
         Default False.
+    delta_rank : int
+        Delta correction (XBraid's ``braid_SetDeltaCorrection(core, rank, init_basis,
+        inner_prod)``; Vargas, Falgout, Guenther, Schroder, SISC 2023): every state carries
+        ``delta_rank`` basis vectors, which the app's ``step`` propagates with the step's
+        Jacobian (``status.basis``), and the coarse steps are corrected by the low-rank
+        ``Delta = (J_fine - J_coarse) Psi Psi^T`` built from them: MGRIT then converges on
+        chaotic problems where plain FAS stalls. Needs ``App.init_basis`` and
+        ``App.inner_prod`` (docs/conventions.md, "Delta correction"). 0 (the default):
+        off.
+    delta_defer_level, delta_defer_iter : int
+        XBraid's ``braid_SetDeferDelta(core, level, iter)``: from iteration
+        ``delta_defer_iter`` on, the basis is propagated on the levels
+        ``>= delta_defer_level`` and Delta corrects the steps of the coarser levels
+        ``> delta_defer_level``; before, the iteration is plain FAS. Default 0, 0. Need
+        ``delta_rank > 0``.
+    lyapunov_estimate, lyapunov_relax, lyapunov_exponents : bool
+        XBraid's ``braid_SetLyapunovEstimation(core, relax, cglv, exponents)``:
+        ``lyapunov_estimate`` (cglv) propagates the basis in the coarsest solve and the
+        interpolation, so that it converges to the backward Lyapunov vectors;
+        ``lyapunov_relax`` also in FC-relaxation; ``lyapunov_exponents`` runs a final
+        FC-relaxation that yields the local Lyapunov exponents at every fine C-point
+        (``status.lyapunov_exponents`` in the final access) and their time average
+        (``Result.lyapunov_exponents``). Default False (XBraid's defaults without the
+        call). Need ``delta_rank > 0``.
     require_convergence : bool
         Raise :class:`braidpy.ConvergenceError` (on every rank) when a solve stops at
         ``max_iter`` without meeting its tolerance, instead of returning a Result with
@@ -181,6 +205,12 @@ class Options:
     max_refinements: int = 200
     tpoints_cutoff: Optional[int] = None
     incr_max_levels: bool = False
+    delta_rank: int = 0
+    delta_defer_level: int = 0
+    delta_defer_iter: int = 0
+    lyapunov_estimate: bool = False
+    lyapunov_relax: bool = False
+    lyapunov_exponents: bool = False
 
     def __post_init__(self):
         _int(self, "max_levels", 1)
@@ -194,7 +224,8 @@ class Options:
         _tnorm(self)
         for name in ("skip", "fmg", "seq_soln", "final_fc_relax", "relax_only_cg", "periodic",
                      "residual_computation", "batch", "require_convergence",
-                     "full_rnorm", "refine", "incr_max_levels"):
+                     "full_rnorm", "refine", "incr_max_levels", "lyapunov_estimate",
+                     "lyapunov_relax", "lyapunov_exponents"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if not isinstance(self.timings, (bool, np.bool_)):
@@ -237,6 +268,7 @@ class Options:
         _int(self, "print_level", 0)
         if self.print_level > 2:  # XBraid's level 3 (every C-point's norm) is not printed
             raise ValueError(f"print_level must be 0, 1 or 2, got {self.print_level!r}")
+        _delta(self)
         if self.periodic:
             if self.seq_soln:
                 raise ValueError("periodic=True and seq_soln=True exclude each other: a "
@@ -328,7 +360,25 @@ class Options:
             refine=self.refine, max_refinements=self.max_refinements,
             tpoints_cutoff=INT_MAX if self.tpoints_cutoff is None else self.tpoints_cutoff,
             incr_max_levels=self.incr_max_levels,
+            delta_rank=self.delta_rank, delta_defer_level=self.delta_defer_level,
+            delta_defer_iter=self.delta_defer_iter, lyapunov_estimate=self.lyapunov_estimate,
+            lyapunov_relax=self.lyapunov_relax, lyapunov_exponents=self.lyapunov_exponents,
         )
+
+
+def _delta(o: "Options") -> None:
+    """Delta correction's options: counts >= 0, the others only with delta_rank > 0."""
+    for name in ("delta_rank", "delta_defer_level", "delta_defer_iter"):
+        _int(o, name, 0)
+    if o.delta_rank == 0:
+        for name in ("delta_defer_level", "delta_defer_iter", "lyapunov_estimate",
+                     "lyapunov_relax", "lyapunov_exponents"):
+            if getattr(o, name):
+                raise ValueError(f"{name}={getattr(o, name)!r} needs Delta correction "
+                                 f"(delta_rank > 0)")
+    elif o.full_rnorm:
+        raise ValueError(f"delta_rank={o.delta_rank} does not support full_rnorm=True (as "
+                         f"XBraid's Delta correction, no full residual norm)")
 
 
 def _check_names(kwargs: Mapping[str, Any]) -> None:

@@ -56,6 +56,11 @@ class Result:
         With ``refine=True``: rebuilds of the fine grid so far (by this Core; ``times``
         is the grid they made). An iteration that refined appears twice in
         ``residual_iterations``: its norm on the old grid, then on the new one.
+    lyapunov_exponents : numpy.ndarray or None
+        With ``lyapunov_exponents=True`` (Delta correction): the ``delta_rank`` Lyapunov
+        exponents of the final FC-relaxation, the local exponents summed over every fine
+        C-point and divided by ``tstop - tstart`` (XBraid's ex-07 prints them so), the
+        same on every rank; else None.
     """
 
     iterations: int
@@ -74,6 +79,7 @@ class Result:
     full_residual_iterations: List[int] = dataclasses.field(default_factory=list)
     final_full_residual: Optional[float] = None
     refinements: int = 0
+    lyapunov_exponents: Optional[np.ndarray] = None
     # Core.solution of the solve that made this result; it refuses once that Core
     # has solved again (the stored values are then another solve's).
     solution_source: Optional[Callable[..., Any]] = dataclasses.field(default=None, repr=False)

@@ -16,6 +16,7 @@ import numpy as np
 
 from . import _core
 from ._app import App
+from ._delta import check_delta
 from ._limits import INT_MAX, check_ntime
 from ._gateway import (check_app_callbacks, check_residual, coarsens_in_space, has_step_batch,
                        packed_bytes, tell_app_the_grid)
@@ -297,6 +298,7 @@ class Core:
             if self._options.refine and coarsens_in_space(app):
                 raise ValueError("refine=True with spatial coarsening (App.coarsen/refine) is "
                                  "not supported")
+            check_delta(app, self._options, residual)
             grid = _time_grid(tstart, tstop, ntime, times)
             if self._options.periodic:  # the step into point ntime (point 0) ends at tstop
                 grid[-1] = float(tstop)
@@ -331,7 +333,9 @@ class Core:
             limits=(self._options.tpoints_cutoff, self._options.max_refinements)) \
             if self.rank == 0 else None
         core_options = self._options.to_core()
-        core_options.batch = self._options.batch and has_step_batch(app)
+        # Delta correction steps each state with its basis: one step call per state.
+        core_options.batch = self._options.batch and has_step_batch(app) and \
+            self._options.delta_rank == 0
         core_options.residual = residual
         core_options.step_ustop = step_ustop
         self.user_residual: bool = residual
@@ -467,6 +471,8 @@ class Core:
             final_full_residual=(self._solver.final_full_residual()
                                  if self.options.full_rnorm else None),
             refinements=self._solver.refinements,
+            lyapunov_exponents=(np.array(self._solver.lyapunov_exponents())
+                                if self.options.lyapunov_exponents else None),
             solution_source=functools.partial(self._solution_of, self._generation))
         if self.options.timings == 2:  # XBraid's timing level 2: every rank's timer file
             result.write_timers(self.options.timer_file, self.rank)

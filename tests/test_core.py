@@ -30,7 +30,7 @@ def make_solver(app, ntime=16, comm=None, rank=0, size=1, **fields):
 # ---------------------------------------------------------------- CoreOptions
 
 def test_core_options_defaults_are_the_python_defaults():
-    assert len(FIELDS) == 35 and FIELDS[0] == "max_levels" and FIELDS[-1] == "step_ustop"
+    assert len(FIELDS) == 41 and FIELDS[0] == "max_levels" and FIELDS[-1] == "step_ustop"
     assert repr(Options().to_core()) == repr(_core.CoreOptions(batch=True))
 
 
@@ -65,10 +65,16 @@ def test_to_core_sets_every_option_field():
     got, default = opts.to_core(), _core.CoreOptions(batch=True)
     # set by braidpy itself (residual, step_ustop: from the app), not by Options
     internal = {"store_final", "fine_ranges", "residual", "step_ustop"}
+    # Delta correction excludes full_rnorm: its options are set on their own below
+    delta = {"delta_rank", "delta_defer_level", "delta_defer_iter", "lyapunov_estimate",
+             "lyapunov_relax", "lyapunov_exponents"}
     changed = {f for f in FIELDS if getattr(got, f) != getattr(default, f)}
     # periodic and refine exclude seq_soln, storage="all" is not XBraid's int: set on
     # their own
-    assert changed == set(FIELDS) - internal - {"periodic", "storage", "refine"}
+    assert changed == set(FIELDS) - internal - delta - {"periodic", "storage", "refine"}
+    d = Options(delta_rank=2, delta_defer_level=1, delta_defer_iter=3, lyapunov_estimate=True,
+                lyapunov_relax=True, lyapunov_exponents=True).to_core()
+    assert {f for f in FIELDS if getattr(d, f) != getattr(default, f)} == delta
     assert Options(periodic=True).to_core().periodic
     assert Options(refine=True).to_core().refine
     assert Options(storage=2).to_core().storage == 2
@@ -194,7 +200,7 @@ def test_a_failed_solve_frees_its_core_by_reference_counting():
 
 def test_status_fields_are_the_bound_properties_in_order():
     props = [k for k, v in vars(_core.Status).items() if isinstance(v, property)]
-    assert list(_core.STATUS_FIELDS) == props and len(props) == 22
+    assert list(_core.STATUS_FIELDS) == props and len(props) == 25
     assert all(isinstance(name, str) for name in _core.STATUS_FIELDS)
 
 

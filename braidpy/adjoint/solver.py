@@ -129,6 +129,10 @@ def solve_options(primal: OptionsLike, adjoint: OptionsLike,
     if p.refine or a.refine:
         raise ValueError("refine=True is not supported by the adjoint (GradientSolver, "
                          "gradient): the adjoint runs on the primal's fixed fine grid")
+    if p.delta_rank or a.delta_rank:
+        raise ValueError(f"delta_rank={p.delta_rank or a.delta_rank} (Delta correction) is "
+                         f"not supported by the adjoint (GradientSolver, gradient), as in "
+                         f"XBraid")
     if oneshot is not None:
         if len(oneshot) != 2:
             raise ValueError(f"oneshot must be a pair (m1, m2), got {oneshot!r}")

@@ -102,6 +102,14 @@ void bind_core_options(py::module_& m) {
       .field("tpoints_cutoff", &O::tpoints_cutoff,
              "No refinement once the fine grid has this many intervals.")
       .field("incr_max_levels", &O::incr_max_levels, "max_levels + 1 with each refinement.")
+      .field("delta_rank", &O::delta_rank, "Delta correction's rank (0 = off).")
+      .field("delta_defer_level", &O::delta_defer_level, "Delta from this level on.")
+      .field("delta_defer_iter", &O::delta_defer_iter, "Delta from this iteration on.")
+      .field("lyapunov_estimate", &O::lyapunov_estimate,
+             "Propagate the basis in the coarsest solve and the interpolation.")
+      .field("lyapunov_relax", &O::lyapunov_relax, "Propagate the basis in FC-relaxation.")
+      .field("lyapunov_exponents", &O::lyapunov_exponents,
+             "Lyapunov exponents from a final FC-relaxation.")
       .field("fine_ranges", &O::fine_ranges,
              "Fine (lo, hi) of every rank in rank order; [] = block distribution.")
       .field("batch", &CoreOptions::batch, "Use app.step_batch where steps are independent.")

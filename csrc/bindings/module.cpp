@@ -258,6 +258,46 @@ void bind_status(py::module_& m) {
           "step: as set_rfactor, with the first rfactor - 1 new step sizes from t0 (their "
           "sum < t1 - t0) instead of an even split (XBraid's "
           "StatusSetRefinementDtValues). In step_batch: row=k.");
+  // Delta correction (Options.delta_rank): the basis a step propagates or an access sees.
+  field(
+      "delta_rank", [](const Status& s) { return s.info->basis_rank; },
+      "Number of basis vectors this call carries (XBraid's GetDeltaRank); 0 when the step "
+      "need not propagate any.");
+  field(
+      "basis",
+      [](const Status& s) {
+        py::list out;
+        for (int k = 0; k < s.info->basis_rank; ++k) {
+          auto* b = static_cast<PyObject*>(s.info->basis[k]);
+          out.append(b ? py::reinterpret_borrow<py::object>(b) : py::none());
+        }
+        return out;
+      },
+      "The basis vectors at t0 (step: to propagate with the step's Jacobian, in place or "
+      "through set_basis) or at t (access); [] when none (XBraid's GetBasisVec).");
+  cls.def(
+      "set_basis",
+      [](const Status& s, int k, py::object v) {
+        if (k < 0 || k >= s.info->basis_rank)
+          throw py::index_error("basis index " + std::to_string(k) + " out of range 0.." +
+                                std::to_string(s.info->basis_rank - 1));
+        if (v.is_none()) throw py::type_error("set_basis: the new basis vector is None");
+        auto* old = static_cast<PyObject*>(s.info->basis[k]);
+        s.info->basis[k] = v.release().ptr();
+        Py_XDECREF(old);
+      },
+      py::arg("index"), py::arg("vector"),
+      "Replaces basis vector `index` by `vector` (a step that returns new objects).");
+  field(
+      "lyapunov_exponents",
+      [](const Status& s) -> py::object {
+        if (s.info->lyapunov == nullptr) return py::none();
+        py::list out;
+        for (int k = 0; k < s.info->basis_rank; ++k) out.append(s.info->lyapunov[k]);
+        return out;
+      },
+      "Final access at a fine C-point with Options.lyapunov_exponents: the local Lyapunov "
+      "exponents there (log of the basis norms before the orthonormalization); else None.");
   // Methods, not fields: STATUS_FIELDS (the adjoint's status) lists the fields only.
   cls.def(
       "rnorms",
@@ -348,7 +388,7 @@ class PySolver {
     status_ = py::cast(Status{});
     ops_ = std::make_unique<PyOps>(app.ptr(), status_.ptr(), progress.ptr(), options.timings,
                                    options.batch, options.residual, options.step_ustop,
-                                   options.full_rnorm);
+                                   options.full_rnorm, options.delta_rank > 0);
     if (comm_adapter.is_none()) {
       comm_ = std::make_unique<braid::SerialComm>();
     } else {
@@ -509,7 +549,7 @@ class PySolver {
   py::dict counts() const {
     py::dict d;
     for (int k = 0; k < kNumCallbacks; ++k)
-      if (ops_->spatial() || (k != kCoarsen && k != kRefine)) d[callback_name(k)] = ops_->count(k);
+      if (shown(k)) d[callback_name(k)] = ops_->count(k);
     d["step_batch_items"] = ops_->batch_items();
     return d;
   }
@@ -517,8 +557,7 @@ class PySolver {
   py::dict timings() const {
     py::dict d;
     for (int k = 0; k < kNumCallbacks; ++k)
-      if (ops_->spatial() || (k != kCoarsen && k != kRefine))
-        d[callback_name(k)] = ops_->seconds(k);
+      if (shown(k)) d[callback_name(k)] = ops_->seconds(k);
     d["communication"] = pycomm_ ? pycomm_->seconds() : 0.0;
     return d;
   }
@@ -529,6 +568,9 @@ class PySolver {
   }
 
   braid::Solver& core() { return *solver_; }
+
+  // Options::lyapunov_exponents: the last solve's exponents (empty otherwise).
+  std::vector<double> lyapunov_exponents() const { return solver_->lyapunov_exponents(); }
 
  private:
   // The core is not re-entrant: while solve() or solution() runs (its callbacks
@@ -550,6 +592,12 @@ class PySolver {
           "from inside one of its own callbacks); a Core serves one call at a time");
   }
   bool busy_ = false;
+  // The optional callbacks' counters appear only where the app uses them.
+  bool shown(int k) const {
+    if (k == kCoarsen || k == kRefine) return ops_->spatial();
+    if (k == kInitBasis || k == kInnerProd) return ops_->has_delta();
+    return true;
+  }
 
   // The captured failure as an Outcome (which takes a reference to the
   // exception); the solver and the ops are then ready for the next solve.
@@ -603,6 +651,7 @@ PYBIND11_MODULE(_core, m) {
       .def("counts", &PySolver::counts)
       .def("timings", &PySolver::timings)
       .def("times", &PySolver::times)
+      .def("lyapunov_exponents", &PySolver::lyapunov_exponents)
       .def_property_readonly("iterations", [](PySolver& s) { return s.core().iterations(); })
       .def_property_readonly("refinements", [](PySolver& s) { return s.core().refinements(); })
       .def_property_readonly("refine_stopped",

@@ -41,7 +41,7 @@ bool immutable_scalar(PyObject* o) {
 const char* callback_name(int which) {
   static const char* names[kNumCallbacks] = {
       "init", "step", "clone", "sum", "norm", "access", "bufpack", "bufunpack", "step_batch",
-      "sync", "residual", "coarsen", "refine"};
+      "sync", "residual", "coarsen", "refine", "init_basis", "inner_prod"};
   if (which >= 0 && which < kNumCallbacks) return names[which];
   if (which == kProgress) return "progress output";
   if (which == kInterrupt) return "the solver";
@@ -49,8 +49,12 @@ const char* callback_name(int which) {
 }
 
 PyOps::PyOps(PyObject* app, PyObject* status, PyObject* progress, bool timings, bool batch,
-             bool residual, bool step_ustop, bool full_rnorm)
+             bool residual, bool step_ustop, bool full_rnorm, bool delta)
     : timings_(timings) {
+  if (delta) {
+    init_basis_ = get_method(app, "init_basis");
+    inner_prod_ = get_method(app, "inner_prod");
+  }
   if (residual) {
     residual_ = get_method(app, "residual");
     step_kwnames_ = step_ustop ? Py_BuildValue("(ss)", "fstop", "ustop")
@@ -119,7 +123,8 @@ PyOps::PyOps(PyObject* app, PyObject* status, PyObject* progress, bool timings, 
 PyOps::~PyOps() {
   for (PyObject* p : {init_, step_, clone_, sum_, norm_, access_, bufpack_, bufunpack_, sync_,
                       step_batch_, step_stacked_, step_stacked_into_, status_, progress_,
-                      error_, residual_, full_residual_, step_kwnames_, coarsen_, refine_})
+                      error_, residual_, full_residual_, step_kwnames_, coarsen_, refine_,
+                      init_basis_, inner_prod_})
     Py_XDECREF(p);
 }
 
@@ -210,6 +215,44 @@ Vec PyOps::init(const CallInfo& info) {
     return nullptr;
   }
   return u;
+}
+
+void PyOps::raise_error(const char* message) {
+  if (failed_) return;
+  PyErr_SetString(PyExc_ValueError, message);
+  capture_current_error(kStep);
+}
+
+Vec PyOps::init_basis(const CallInfo& info, int index) {
+  if (failed_) return nullptr;
+  PyObject* t = PyFloat_FromDouble(info.t);
+  PyObject* k = PyLong_FromLong(index);
+  PyObject* args[2] = {t, k};
+  PyObject* r = call(kInitBasis, init_basis_, args, 2);
+  Py_DECREF(t);
+  Py_DECREF(k);
+  if (r == nullptr) return nullptr;
+  Vec u = new_vector(r, kInitBasis, "init_basis(t, index)");
+  if (u == nullptr) return nullptr;
+  if (!checked(static_cast<PyObject*>(u), kInitBasis, "init_basis(t, index)")) {
+    Py_DECREF(static_cast<PyObject*>(u));
+    return nullptr;
+  }
+  return u;
+}
+
+double PyOps::inner_prod(Vec u, Vec v) {
+  if (failed_ || u == nullptr || v == nullptr) return 0.0;
+  PyObject* args[2] = {static_cast<PyObject*>(u), static_cast<PyObject*>(v)};
+  PyObject* r = call(kInnerProd, inner_prod_, args, 2);
+  if (r == nullptr) return 0.0;
+  const double p = PyFloat_AsDouble(r);
+  Py_DECREF(r);
+  if (p == -1.0 && PyErr_Occurred()) {
+    capture_current_error(kInnerProd);
+    return 0.0;
+  }
+  return p;
 }
 
 Vec PyOps::new_vector(PyObject* r, int which, const char* what) {

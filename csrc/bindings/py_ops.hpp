@@ -20,7 +20,7 @@ using braid::Vec;
 
 enum Callback : int {
   kInit, kStep, kClone, kSum, kNorm, kAccess, kBufpack, kBufunpack, kStepBatch, kSync,
-  kResidual, kCoarsen, kRefine,
+  kResidual, kCoarsen, kRefine, kInitBasis, kInnerProd,
   kNumCallbacks
 };
 // Failures that are not a counted callback's (Outcome.callback names them too).
@@ -40,7 +40,8 @@ class PyOps final : public braid::Ops {
   // step_ustop); full_rnorm: app.full_residual (else app.residual) serves the full
   // residual norm.
   PyOps(PyObject* app, PyObject* status, PyObject* progress, bool timings, bool batch,
-        bool residual = false, bool step_ustop = false, bool full_rnorm = false);
+        bool residual = false, bool step_ustop = false, bool full_rnorm = false,
+        bool delta = false);
   ~PyOps() override;
 
   Vec init(const CallInfo& info) override;
@@ -72,6 +73,11 @@ class PyOps final : public braid::Ops {
   void progress_full(int iteration, double rnorm) override;
   void refinement(int iteration, braid::Index ntime, int nrefine, bool stopped) override;
   bool failed() const override { return failed_; }
+  void raise_error(const char* message) override;
+  // app.init_basis(t, index) and app.inner_prod(u, v) (Delta correction).
+  Vec init_basis(const CallInfo& info, int index) override;
+  double inner_prod(Vec u, Vec v) override;
+  bool has_delta() const { return init_basis_ != nullptr; }
 
   bool batched() const override { return step_batch_ != nullptr; }
   Vec clone_block(const Vec* srcs, braid::Index n, Vec* out) override;
@@ -142,6 +148,8 @@ class PyOps final : public braid::Ops {
   PyObject* bufpack_ = nullptr;
   PyObject* bufunpack_ = nullptr;
   PyObject* sync_ = nullptr;        // null: the app has no sync
+  PyObject* init_basis_ = nullptr;  // both null: no Delta correction
+  PyObject* inner_prod_ = nullptr;
   PyObject* coarsen_ = nullptr;  // both null: no spatial coarsening
   PyObject* refine_ = nullptr;
   PyObject* step_batch_ = nullptr;  // null: no batching

@@ -10,9 +10,15 @@
 namespace braid {
 
 Solver::Solver(Ops& ops, Comm& comm, Options opts, std::vector<double> fine_times)
-    : ops_(ops), comm_(comm), opts_(std::move(opts)) {
+    : delta_(opts.delta_rank > 0 ? std::make_unique<DeltaOps>(ops, opts.delta_rank) : nullptr),
+      delta_comm_(delta_ ? std::make_unique<DeltaComm>(comm, *delta_) : nullptr),
+      ops_(delta_ ? static_cast<Ops&>(*delta_) : ops),
+      comm_(delta_comm_ ? static_cast<Comm&>(*delta_comm_) : comm),
+      opts_(std::move(opts)) {
   check_options(opts_, fine_times, comm_.size(), comm_.rank());
   levels_ = build_hierarchy(fine_times, opts_, comm_.size(), comm_.rank());
+  if (delta_) delta_left_.assign(levels_.size(), nullptr);
+  lyap_relax_ = opts_.lyapunov_relax;
   info_.nlevels = nlevels();
   info_.tol = opts_.abs_tol;
   residual_ = ops_.has_residual();
@@ -47,6 +53,10 @@ void Solver::free_level(int l) {
       if (s != nullptr) ops_.free(s);
       s = nullptr;
     }
+  if (delta_) {
+    ops_.free(delta_left_[static_cast<std::size_t>(l)]);
+    delta_left_[static_cast<std::size_t>(l)] = nullptr;
+  }
 }
 
 void Solver::reset_guess() { have_guess_ = false; }
@@ -69,6 +79,12 @@ void Solver::set_initial_condition(Vec u) {
   }
   ops_.free(new_u0_);
   new_u0_ = u;
+  if (delta_) {  // with its basis from init_basis at t_0
+    info_.t = info_.t0 = info_.t1 = levels_[0].t[0];
+    info_.index = info_.fine_index = 0;
+    info_.level = 0;
+    new_u0_ = delta_->wrap(u, info_);
+  }
 }
 
 void Solver::agree() {
@@ -306,7 +322,16 @@ void Solver::access_fine(Index i, Vec u) {
   info_.t = info_.t0 = info_.t1 = F.t[i];
   info_.level = 0;
   info_.index = info_.fine_index = i;
+  if (delta_ && u != nullptr) {  // the basis, and the final C-points' local exponents
+    info_.basis = DeltaOps::of(u)->basis.data();
+    info_.basis_rank = delta_->rank();
+    if (!local_lyap_.empty() && F.is_c(i) && F.owns(i))
+      info_.lyapunov = &local_lyap_[static_cast<std::size_t>(F.slot(i) * delta_->rank())];
+  }
   ops_.access(u, info_);
+  info_.basis = nullptr;
+  info_.basis_rank = 0;
+  info_.lyapunov = nullptr;
 }
 
 void Solver::visit_final(Index i, Vec w) {
@@ -319,7 +344,10 @@ void Solver::visit_final(Index i, Vec w) {
 void Solver::final_relax(bool sweep) {
   info_.done = true;
   info_.iteration = iterations_;
-  if (opts_.final_fc_relax) fc_relax(0);
+  local_lyap_.clear();
+  if (delta_ && opts_.lyapunov_exponents) delta_final_relax();
+  else if (opts_.final_fc_relax) fc_relax(0);
+  caller_ = kByFinal;
   Level& L = levels_[0];
   info_.phase = kPhaseFinal;
   // Every rank decides alike (the same argument, grid and options): no message of the
@@ -419,12 +447,18 @@ void Solver::final_lockstep() {
 
 Vec Solver::stored(Index i) const {
   const Level& L = levels_[0];
-  if (L.owns(i)) return L.u[L.slot(i)];
-  if (!L.own.empty() && i == L.own.lo - 1) return left_boundary_;
+  if (L.owns(i)) return delta_ ? DeltaOps::user(L.u[L.slot(i)]) : L.u[L.slot(i)];
+  if (!L.own.empty() && i == L.own.lo - 1)
+    return delta_ ? DeltaOps::user(left_boundary_) : left_boundary_;
   return nullptr;
 }
 
 Vec Solver::solution(Index i) {
+  if (!delta_) return solution_at(i);
+  return delta_->release(solution_at(i));  // the state alone
+}
+
+Vec Solver::solution_at(Index i) {
   Level& L = levels_[0];
   if (!L.owns(i)) return nullptr;
   const Vec stored = L.u[L.slot(i)];
@@ -442,6 +476,7 @@ Vec Solver::solution(Index i) {
   }
   info_.phase = kPhaseFinal;
   info_.done = true;
+  caller_ = kByFinal;
   for (Index k = s + 1; k <= i; ++k) step_on(L, 0, w, k, false);
   return w;
 }

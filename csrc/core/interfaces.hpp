@@ -44,6 +44,12 @@ struct CallInfo {
   // Options::refine: where the fine level's steps ask for their interval to be refined
   // (XBraid's StepStatusSetRFactor); null without refinement.
   RefineRequests* refine = nullptr;
+  // Delta correction only (Options::delta_rank): the basis vectors a step propagates, or
+  // an access sees (basis_rank of them; null / 0 otherwise), and at a fine C-point of the
+  // final access its local Lyapunov exponents (null if none).
+  Vec* basis = nullptr;
+  int basis_rank = 0;
+  const double* lyapunov = nullptr;
 
   // Describes the step of item it (times and indices; level is left alone).
   void set_step(const BatchItem& it) {
@@ -142,6 +148,23 @@ class Ops {
   }
   // True once a callback on this rank (or a poisoned message) has failed.
   virtual bool failed() const = 0;
+  // Records a failure the core found in the user's data (as if a callback had raised
+  // ValueError(message)); the ranks stop at the next agreement point.
+  virtual void raise_error(const char* message) { (void)message; }
+
+  // --- Delta correction (optional; XBraid's braid_SetDeltaCorrection) ---
+  // A new basis vector number `index` at time info.t (XBraid's init_basis).
+  virtual Vec init_basis(const CallInfo& info, int index) {
+    (void)info;
+    (void)index;
+    return nullptr;
+  }
+  // The inner product <u, v> that defines the projection onto the basis.
+  virtual double inner_prod(Vec u, Vec v) {
+    (void)u;
+    (void)v;
+    return 0.0;
+  }
 
   // --- User residual (optional; XBraid's braid_SetResidual) ---
   // True: the FAS residuals come from residual(), and a coarse step receives its

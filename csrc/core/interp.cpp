@@ -33,7 +33,7 @@ void Solver::interp_from(int l) {
       return;
     }
     if (ops_.fused_sums(1.0, us, -1.0, vs.data(), 1.0, 1.0, fs.data(), n)) return;
-    if (C.v_shared) {
+    if (C.v_shared || delta_) {  // Delta: the next step still reads v's basis
       std::vector<Vec> e(static_cast<std::size_t>(n));
       for (Index k = 0; k < n; ++k) e[static_cast<std::size_t>(k)] = ops_.clone(us[k]);
       ops_.sums(-1.0, vs.data(), 1.0, e.data(), n);
@@ -45,6 +45,7 @@ void Solver::interp_from(int l) {
     es.insert(es.end(), vs.begin(), vs.end());
     fines.insert(fines.end(), fs.begin(), fs.end());
   };
+  caller_ = kByInterp;
   f_relax(l, kPhaseRelax, errors, nullptr);
   if (!C.own.empty()) {  // the C-points' errors
     std::vector<Vec> us;

@@ -97,6 +97,12 @@ void check_options(const Options& o, const std::vector<double>& fine_times, int 
   require(o.tpoints_cutoff >= 0, "tpoints_cutoff", o.tpoints_cutoff, "must be >= 0");
   require(!(o.refine && o.periodic), "refine", o.refine,
           "temporal refinement of a periodic problem is not supported");
+  require(o.delta_rank >= 0, "delta_rank", o.delta_rank, "must be >= 0");
+  require(o.delta_defer_level >= 0, "delta_defer_level", o.delta_defer_level, "must be >= 0");
+  require(o.delta_defer_iter >= 0, "delta_defer_iter", o.delta_defer_iter, "must be >= 0");
+  require(o.delta_rank > 0 || !(o.lyapunov_estimate || o.lyapunov_relax ||
+                                o.lyapunov_exponents),
+          "delta_rank", o.delta_rank, "must be > 0 for Lyapunov estimation");
   check_times(fine_times);
   check_ranges(o, static_cast<long long>(fine_times.size()), nranks);
 }

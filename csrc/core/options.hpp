@@ -53,6 +53,17 @@ struct Options {
   int max_refinements = 200;
   long long tpoints_cutoff = 0x7fffffffLL;
   bool incr_max_levels = false;
+  // Delta correction (XBraid's SetDeltaCorrection / SetDeferDelta /
+  // SetLyapunovEstimation): rank 0 = off; Delta is computed on levels >= defer_level
+  // from iteration defer_iter on; the basis is propagated in the coarsest solve and
+  // the interpolation (lyapunov_estimate), in FC-relaxation (lyapunov_relax), and the
+  // final FC-relaxation yields Lyapunov exponents (lyapunov_exponents).
+  int delta_rank = 0;
+  int delta_defer_level = 0;
+  int delta_defer_iter = 0;
+  bool lyapunov_estimate = false;
+  bool lyapunov_relax = false;
+  bool lyapunov_exponents = false;
   // Fine-level ownership: (lo, hi) per rank, contiguous and ordered by rank;
   // empty = XBraid's block distribution.
   std::vector<std::pair<long long, long long>> fine_ranges;

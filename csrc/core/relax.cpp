@@ -7,6 +7,7 @@
 namespace braid {
 
 void Solver::step_on(Level& L, int l, Vec& u, Index i, bool with_tau) {
+  if (delta_) return delta_step(L, l, u, i, with_tau);
   info_.level = l;
   info_.set_step(L.step_to(i));
   comm_.advance_sends();
@@ -122,7 +123,9 @@ void Solver::f_relax(int l, int phase, const RowsHook& on_points, const ChainEnd
 inline void Solver::end_chain(Level& L, int l, const ChainEnd& end, Index c, Vec& w) {
   const int phase = info_.phase;
   info_.phase = end.phase;
-  if (end.residual) {
+  if (end.delta_fas) {
+    delta_fas_residual(L, l, c, w);
+  } else if (end.residual) {
     info_.level = l;
     info_.set_step(L.step_to(c));
     ops_.residual(L.u[L.slot(c)], w, info_);
@@ -359,6 +362,7 @@ void Solver::fc_relax(int l) {
     }
   };
   const ChainEnd end{kPhaseRelax, true, keep};
+  caller_ = kByRelax;
   f_relax(l, kPhaseRelax, nullptr, &end);
   for (std::size_t s = 0; s < updated.size(); ++s)
     if (updated[s] != nullptr) set_slot(L.u, static_cast<Index>(s), updated[s]);

@@ -23,7 +23,8 @@ void Solver::restrict_to(int l) {
   auto residuals = [&](Vec* ws, const Index* cs, Index n) {
     std::vector<Vec> ucs(static_cast<std::size_t>(n)), taus;
     for (Index k = 0; k < n; ++k) ucs[static_cast<std::size_t>(k)] = L.u[L.slot(cs[k])];
-    if (residual_) {
+    if (delta_) {  // ws hold the FAS residuals already (delta_fas_residual)
+    } else if (residual_) {
       if (L.has_tau) {
         for (Index k = 0; k < n; ++k) taus.push_back(L.tau[L.slot(cs[k])]);
         ops_.sums(1.0, taus.data(), -1.0, ws, n);
@@ -59,7 +60,9 @@ void Solver::restrict_to(int l) {
       ws[k] = nullptr;
     }
   };
-  const ChainEnd end{kPhaseResidual, false, residuals, residual_};
+  ChainEnd end{kPhaseResidual, false, residuals, residual_};
+  end.delta_fas = delta_ != nullptr;
+  caller_ = kByRestrict;
   f_relax(l, kPhaseRelax, nullptr, &end);
   if (!measured.empty()) {  // all residual norms of this evaluation in one call
     std::vector<Vec> rs;
@@ -93,7 +96,9 @@ void Solver::restrict_to(int l) {
     ops_.free(g);
   };
   const Index nparts = C.own.hi - C.own.lo + (C.left >= 0 ? 1 : 0);
-  if (residual_) {
+  if (delta_) {
+    delta_coarse_rhs(l, tag);
+  } else if (residual_) {
     auto residual_part = [&](Index j, Vec g) {
       info_.level = l + 1;
       info_.set_step(C.step_to(j));

@@ -9,6 +9,9 @@
 #include <utility>
 #include <vector>
 
+#include <memory>
+
+#include "delta.hpp"
 #include "grid.hpp"
 #include "interfaces.hpp"
 #include "options.hpp"
@@ -71,11 +74,15 @@ class Solver {
   // New vector holding the fine solution at owned point i (recomputed from its
   // C-point when F-points are not stored). Null if not owned.
   Vec solution(Index i);
+  Vec solution_at(Index i);  // solution() as a core vector
   // Borrowed handle of the stored fine value at i: an owned stored point, or
   // own.lo-1 (received in the final sweep). Null otherwise.
   Vec stored(Index i) const;
   // Borrowed handle of the value at the final time (owner rank only).
-  Vec final_value() const { return final_; }
+  Vec final_value() const { return delta_ ? DeltaOps::user(final_) : final_; }
+  // Options::lyapunov_exponents: the Lyapunov exponents of the last solve (sum of the
+  // local exponents over the fine C-points / (t_n - t_0), on every rank); else empty.
+  const std::vector<double>& lyapunov_exponents() const { return lyapunov_; }
   bool solved() const { return solved_; }
 
   CallInfo& info() { return info_; }
@@ -99,6 +106,7 @@ class Solver {
     bool with_tau;
     RowsHook take;
     bool residual = false;
+    bool delta_fas = false;  // Delta correction: u at c-1 becomes the FAS residual at c
   };
   // Who an F-sweep talks to: send u at own.hi right, receive u at own.lo-1.
   struct Exchange {
@@ -229,6 +237,31 @@ class Solver {
 
   void set_slot(std::vector<Vec>& slots, Index s, Vec u);
   void free_level(int l);
+
+  // delta.cpp: Delta correction (Options::delta_rank > 0; docs/conventions.md). Which
+  // phase a step serves (XBraid's calling function), set by each sweep.
+  enum Caller : int { kByRelax, kByRestrict, kByInterp, kByResidual, kByFAS, kByFinal };
+  bool do_delta(int l) const;   // Delta computed on level l this iteration
+  bool use_delta(int l) const;  // Delta applied on level l this iteration
+  // XBraid's _braid_Step with Delta correction (step_on's route).
+  void delta_step(Level& L, int l, Vec& u, Index i, bool with_tau);
+  // XBraid's _braid_Residual: r (u at i-1) <- ustop - Phi(r), its basis <- -Phi'(basis).
+  void delta_residual(Level& L, int l, Index i, int caller, Vec ustop, Vec r);
+  // The FAS residual at C-point c from w (u at c-1), in w (XBraid's _braid_FASResidual).
+  void delta_fas_residual(Level& L, int l, Index c, Vec w);
+  // Coarse right-hand sides tau_j with the low-rank Delta (restriction to level l+1).
+  void delta_coarse_rhs(int l, int tag);
+  // Basis at point i-1 of level l (v; from the left neighbour at own.lo - 1).
+  Vec delta_v_prev(int l, Index i);
+  void delta_final_relax();  // final FC-relaxation with the Lyapunov exponents
+
+  int caller_ = kByRelax;
+  std::unique_ptr<DeltaOps> delta_;       // null when Delta correction is off
+  std::unique_ptr<DeltaComm> delta_comm_;
+  bool lyap_relax_ = false;               // basis propagated in FC-relaxation now
+  std::vector<Vec> delta_left_;           // per level: v at own.lo - 1 (coarse levels)
+  std::vector<double> local_lyap_;        // local exponents per fine slot (rank each)
+  std::vector<double> lyapunov_;
 
   Ops& ops_;
   Comm& comm_;
