@@ -116,6 +116,26 @@ class App:
         The residual of ``full_rnorm=True`` (XBraid's ``braid_SetFullRNormRes``); the
         same contract as ``residual``, which serves when this is absent.
 
+    Optional, Delta correction (``Options.delta_rank > 0``; docs/conventions.md)
+    ----------------------------------------------------------------------------
+    init_basis(t, index) -> vector
+        XBraid's ``init_basis``: a new basis vector number ``index`` (0 .. delta_rank-1)
+        at time ``t``, for each state ``init`` makes; the vectors of one ``t`` must be
+        linearly independent (braidpy orthonormalizes them with ``inner_prod``).
+    inner_prod(u, v) -> float
+        An inner product of two vectors (the projection onto the basis, Gram-Schmidt).
+
+    With them, ``step`` also propagates the basis: ``status.basis`` lists the basis
+    vectors at ``t0`` (empty when this step need not propagate them), and the step must
+    replace each ``psi`` by ``J psi``, where ``J`` is the Jacobian of this step at the
+    state it starts from (take it before updating ``u``): in place, or by
+    ``status.set_basis(k, new_vector)``. ``braidpy.finite_difference_jvp`` approximates
+    ``J psi`` where no Jacobian is at hand. ``access`` sees ``status.basis`` too and,
+    in the final access at fine C-points with ``lyapunov_exponents=True``, the local
+    Lyapunov exponents ``status.lyapunov_exponents``. Not with ``residual``, spatial
+    coarsening, ``refine``, ``periodic`` or ``braidpy.adjoint``; batched steps are not
+    used.
+
     Optional, batched stepping (docs/batching.md; used unless ``batch=False``)
     ---------------------------------------------------------------------------
     step_stacked(U, t0s, t1s, status)
