@@ -84,6 +84,19 @@ def drive(nranks, path):
     comm = MPI.COMM_WORLD
     expect_world(comm, nranks)
     out = {"size": comm.Get_size(), "cases": {c: run_printed(c, comm) for c in COMMANDS}}
+
+    class Failing(dc.Ex07):  # init_basis raises on the last rank only
+        def init_basis(self, t, index):
+            if comm.Get_rank() == comm.Get_size() - 1 and index == 2:
+                raise KeyError("init_basis failed on the last rank")
+            return super().init_basis(t, index)
+
+    try:
+        dc.run(["-ml", "2"], comm=comm, app=Failing())
+        error = None
+    except Exception as e:  # noqa: BLE001 - what each rank raised, compared by the test
+        error = [type(e).__name__, str(e)]
+    out["errors"] = comm.gather(error, root=0)
     if comm.Get_rank() == 0:
         Path(path).write_text(json.dumps(out))
 
@@ -96,6 +109,13 @@ def test_ex07_under_mpi_matches_xbraid(nranks, tmp_path):
     assert par["size"] == nranks
     for command in COMMANDS:
         assert par["cases"][command] == expected(saved(command, nranks)), command
+    # a failing init_basis stops every rank: the original exception where it was raised,
+    # a BraidError naming it on the others
+    last = nranks - 1
+    assert par["errors"][last] == ["KeyError", "'init_basis failed on the last rank'"]
+    assert par["errors"][:last] == [[
+        "BraidError", f"solve failed on another rank (rank {last}: init_basis raised "
+                      f"KeyError: 'init_basis failed on the last rank')"]] * last
 
 
 def test_delta_halves_the_iterations_on_lorenz():
@@ -222,6 +242,52 @@ def test_dependent_basis_vectors_raise():
 
     with pytest.raises(ValueError, match="linearly dependent"):
         dc.run(["-ml", "2"], app=Dependent())
+
+
+class Rotation(braidpy.App):
+    """u' = A u by forward Euler in any array namespace; steps return new arrays and
+    replace their basis vectors (status.set_basis)."""
+
+    A = [[-0.2, 3.0], [-3.0, 0.1]]
+
+    def __init__(self, xp):
+        self.xp = self.array_namespace = xp
+
+    def init(self, t):
+        return self.xp.asarray([1.0, 0.5], dtype=self.xp.float64)
+
+    def init_basis(self, t, index):
+        return self.xp.asarray([1.0, 0.25] if index == 0 else [0.0, 1.0],
+                               dtype=self.xp.float64)
+
+    def inner_prod(self, u, v):
+        return float(self.xp.sum(u * v))
+
+    def step(self, u, t0, t1, status):
+        xp, h = self.xp, t1 - t0
+        (a, b), (c, d) = self.A
+        M = xp.asarray([[1.0 + h * a, h * b], [h * c, 1.0 + h * d]], dtype=xp.float64)
+        for k, psi in enumerate(status.basis):
+            status.set_basis(k, M @ psi)
+        return M @ u
+
+
+def test_array_api_states():
+    """Delta correction with array_api_strict states runs as with NumPy ones."""
+    xp = pytest.importorskip("array_api_strict")
+    o = dict(max_levels=3, cfactor=4, nrelax=0, abs_tol=1e-10, skip=False, delta_rank=2,
+             lyapunov_estimate=True, lyapunov_exponents=True)
+    a = braidpy.solve(Rotation(np), 0.0, 2.0, 256, **o)
+    b = braidpy.solve(Rotation(xp), 0.0, 2.0, 256, **o)
+    assert a.iterations == b.iterations and a.converged
+    assert b.residuals == pytest.approx(a.residuals, rel=1e-10)
+    np.testing.assert_allclose(b.lyapunov_exponents, a.lyapunov_exponents, rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(b.final), a.final, rtol=1e-12)
+    # Euler's growth factor |det(I + hA)| per unit time: the two exponents' sum
+    h = 2.0 / 256
+    det = (1 + h * Rotation.A[0][0]) * (1 + h * Rotation.A[1][1]) - h * h * Rotation.A[0][1] \
+        * Rotation.A[1][0]
+    assert sum(a.lyapunov_exponents) == pytest.approx(math.log(abs(det)) / h, rel=1e-6)
 
 
 # --- the finite-difference Jacobian-vector product --------------------------------------------
