@@ -9,6 +9,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
+from .._app import App
 from ._base import Problem, scipy
 
 __all__ = ["KuramotoSivashinsky"]
@@ -173,7 +174,7 @@ class KuramotoSivashinsky(Problem):
         m, n = U.shape
         eye = np.eye(n)
         active = np.ones(m, dtype=bool)
-        P = None
+        P: Any = None
         for i in range(max_iter):
             if i > 0:
                 active &= ~(np.abs(P).max(axis=(1, 2)) <= tol)
@@ -221,7 +222,7 @@ class KuramotoSivashinsky(Problem):
         if options:
             raise TypeError(f"KuramotoSivashinsky.app takes no options, got "
                             f"{sorted(options)}")
-        return _KSApp(self)
+        return KSApp(self)
 
     def _app(self, name: str, options: Dict[str, Any]) -> Any:
         return self.app(name, **options)
@@ -229,7 +230,7 @@ class KuramotoSivashinsky(Problem):
     def xbraid_app(self, theta: bool = False) -> Any:
         """An App that is XBraid's KS driver step for step (class docstring); solve it
         with :meth:`xbraid_options`."""
-        return _XBraidKSApp(self, bool(theta))
+        return XBraidKSApp(self, bool(theta))
 
     def xbraid_options(self, max_levels: int = 4, cfactor: int = 4, cfactor0: int = 4,
                        nrelax: int = 1, nrelax0: int = 1, tol: float = 1e-8,
@@ -280,93 +281,78 @@ class KuramotoSivashinsky(Problem):
                 f"lyapunov_times={self.lyapunov_times!r}, ntime={self.ntime!r})")
 
 
-class _KSApp:
-    """Lobatto IIIC with Newton to tolerance; the state is u."""
+class KSApp(App):
+    """``KuramotoSivashinsky.app()``: Lobatto IIIC with Newton to tolerance; the state
+    is u; batched."""
 
-    def __new__(cls, problem: KuramotoSivashinsky) -> Any:
-        import braidpy
+    def __init__(self, problem: KuramotoSivashinsky):
+        self.problem = problem
 
-        class KSApp(braidpy.App):
-            __doc__ = cls.__doc__
+    def init(self, t: float) -> np.ndarray:
+        return self.problem.u0.copy()
 
-            def init(self, t: float) -> np.ndarray:
-                return problem.u0.copy()
+    def step(self, u: np.ndarray, t0: float, t1: float, status: Any) -> None:
+        u[:] = self.problem._lobatto(u[None], np.array([t1 - t0]))[0]
 
-            def step(self, u: np.ndarray, t0: float, t1: float, status: Any) -> None:
-                u[:] = problem._lobatto(u[None], np.array([t1 - t0]))[0]
-
-            def step_stacked(self, U: np.ndarray, t0s: np.ndarray, t1s: np.ndarray,
-                             status: Any) -> np.ndarray:
-                return problem._lobatto(np.asarray(U), t1s - t0s)
-
-        app = KSApp()
-        app.problem = problem
-        return app
+    def step_stacked(self, U: np.ndarray, t0s: np.ndarray, t1s: np.ndarray,
+                     status: Any) -> np.ndarray:
+        return self.problem._lobatto(np.asarray(U), t1s - t0s)
 
 
-class _XBraidKSApp:
-    """XBraid's KS driver step: state = [u, k_1, k_2]."""
+class XBraidKSApp(App):
+    """``KuramotoSivashinsky.xbraid_app()``: XBraid's KS driver step for step; the state
+    is ``[u, k_1, k_2]``, the step reads ``ustop`` (a user residual app)."""
 
-    def __new__(cls, problem: KuramotoSivashinsky, theta: bool) -> Any:
-        import braidpy
+    def __init__(self, problem: KuramotoSivashinsky, theta: bool):
+        self.problem, self.theta = problem, theta
+        self._n = problem.nx
+        self._tol = math.sqrt(problem.nx) * 1e-10
 
-        n = problem.nx
-        tol = math.sqrt(n) * 1e-10
+    def init(self, t: float) -> np.ndarray:
+        out = np.zeros(3 * self._n)
+        out[:self._n] = self.problem.u0
+        return out
 
-        def stepped(u: np.ndarray, ustop: np.ndarray, dt: float, status: Any,
-                    aliased: bool = False) -> np.ndarray:
-            """Phi(u) with ustop's stage values (the driver's Step), a new vector;
-            ``aliased``: ustop is u itself (the new stage values are then kept)."""
-            level, nlevels = status.level, status.nlevels
-            cf = status.cfactor(level) if level < nlevels - 1 else 0
-            to_c = cf > 0 and (status.index + 1) % cf == 0
-            use_guess = level == nlevels - 1 or not to_c
-            out = np.empty(3 * n)
-            if use_guess:
-                K = ustop[n:].reshape(1, 2, n).copy()
-            else:
-                s = ustop[:n]
-                k2 = dt * problem.rhs(None, s)
-                K = np.stack([2 * (s - u[:n]) - k2, k2])[None]
-            coef = _coefficients(None)
-            if theta and level > 0:
-                total = coarse_factor(status, level)
-                th = (total - math.sqrt(3 * total * total + 6) / 3) / total
-                coef = _coefficients((th, th, 2.0 / 3 + 1 / (3 * total * total) - th))
-            K = problem._newton(u[None, :n], K, np.array([dt]), coef, problem.newton_iters,
-                                tol, strict=False)
-            out[:n] = u[:n] + (K[0, 0] + K[0, 1]) / 2
-            out[n:] = K[0].ravel() if use_guess or aliased else ustop[n:]
-            return out
+    def step(self, u: np.ndarray, t0: float, t1: float, status: Any,
+             fstop: Any = None, ustop: Any = None) -> None:
+        aliased = ustop is None or ustop is u
+        new = self._stepped(u, u.copy() if aliased else ustop, t1 - t0, status, aliased)
+        if fstop is not None:  # XBraid adds the FAS right-hand side after the step
+            new = 1.0 * fstop + 1.0 * new
+        u[:] = new
 
-        def coarse_factor(status: Any, level: int) -> float:
-            total = 1.0
+    def residual(self, ustop: np.ndarray, r: np.ndarray, status: Any) -> None:
+        """XBraid's default residual ``ustop - Phi(r)``, Phi started from ustop's stages."""
+        r[:] = 1.0 * ustop + -1.0 * self._stepped(r, ustop, status.t1 - status.t0, status)
+
+    def norm(self, u: np.ndarray) -> float:
+        n = self._n
+        return float(math.sqrt(float(np.dot(u[:n], u[:n]))) / math.sqrt(n))
+
+    def _stepped(self, u: np.ndarray, ustop: np.ndarray, dt: float, status: Any,
+                 aliased: bool = False) -> np.ndarray:
+        """Phi(u), a new vector: the driver's Step with ustop's stage values;
+        ``aliased``: ustop is u itself (the new stage values are then kept)."""
+        p, n = self.problem, self._n
+        level, nlevels = status.level, status.nlevels
+        cf = status.cfactor(level) if level < nlevels - 1 else 0
+        use_guess = level == nlevels - 1 or (status.index + 1) % cf != 0
+        if use_guess:
+            K = ustop[n:].reshape(1, 2, n).copy()
+        else:
+            s = ustop[:n]
+            k2 = dt * p.rhs(None, s)
+            K = np.stack([2 * (s - u[:n]) - k2, k2])[None]
+        coef = _coefficients(None)
+        if self.theta and level > 0:
+            total = 1.0  # fine steps per coarse step: cfactor0 * cfactor^(level - 1)
             for lv in range(level):
                 total *= status.cfactor(lv)
-            return total
-
-        class XBraidKSApp(braidpy.App):
-            __doc__ = cls.__doc__
-
-            def init(self, t: float) -> np.ndarray:
-                out = np.zeros(3 * n)
-                out[:n] = problem.u0
-                return out
-
-            def step(self, u: np.ndarray, t0: float, t1: float, status: Any,
-                     fstop: Any = None, ustop: Any = None) -> None:
-                aliased = ustop is None or ustop is u
-                new = stepped(u, u.copy() if aliased else ustop, t1 - t0, status, aliased)
-                if fstop is not None:
-                    new = 1.0 * fstop + 1.0 * new
-                u[:] = new
-
-            def residual(self, ustop: np.ndarray, r: np.ndarray, status: Any) -> None:
-                r[:] = 1.0 * ustop + -1.0 * stepped(r, ustop, status.t1 - status.t0, status)
-
-            def norm(self, u: np.ndarray) -> float:
-                return float(math.sqrt(float(np.dot(u[:n], u[:n]))) / math.sqrt(n))
-
-        app = XBraidKSApp()
-        app.problem = problem
-        return app
+            th = (total - math.sqrt(3 * total * total + 6) / 3) / total
+            coef = _coefficients((th, th, 2.0 / 3 + 1 / (3 * total * total) - th))
+        K = p._newton(u[None, :n], K, np.array([dt]), coef, p.newton_iters, self._tol,
+                      strict=False)
+        out = np.empty(3 * n)
+        out[:n] = u[:n] + (K[0, 0] + K[0, 1]) / 2
+        out[n:] = K[0].ravel() if use_guess or aliased else ustop[n:]
+        return out
