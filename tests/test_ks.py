@@ -11,7 +11,7 @@ from ks_cases import DATA, cases, run_case
 from mpi_launch import launch
 
 import braidpy
-from braidpy.problems import KuramotoSivashinsky
+from braidpy.problems import KuramotoSivashinsky, KuramotoSivashinskySpectral
 
 pytest.importorskip("scipy")
 threadpoolctl = pytest.importorskip("threadpoolctl")
@@ -133,3 +133,34 @@ def test_newton_failure_is_an_error_not_a_wrong_answer():
     p = KuramotoSivashinsky(nx=32, length=32.0, newton_max_iter=1)
     with pytest.raises(RuntimeError, match="Newton did not reach"):
         p.sequential(4)
+
+
+def test_spectral_etdrk4_is_fourth_order():
+    p = KuramotoSivashinskySpectral(lyapunov_times=0.1, ntime=16)
+    ref = p.reference([p.tstop])[0]
+    errs = [abs(p.sequential(n)[-1] - ref).max() for n in (16, 32, 64)]
+    slopes = np.diff(np.log2(errs)) * -1
+    assert slopes == pytest.approx([4.0] * 2, abs=0.1), (errs, slopes)
+
+
+def test_spectral_batched_equals_unbatched_and_mgrit_equals_sequential():
+    p = KuramotoSivashinskySpectral(nx=32, length=32.0, lyapunov_times=0.2, ntime=32)
+    rng = np.random.default_rng(7919)
+    U = p.u0 + 0.1 * rng.standard_normal((4, p.nx))
+    dts = np.array([0.1, 0.4, 0.1, 1.2])
+    one = np.stack([p.app().step_stacked(U[k][None].copy(), np.zeros(1), dts[k:k + 1], None)[0]
+                    for k in range(4)])
+    np.testing.assert_array_equal(p.app().step_stacked(U.copy(), np.zeros(4), dts, None), one)
+    kw = dict(max_levels=3, cfactor=4, abs_tol=1e-11, max_iter=30)
+    a, b = p.solve(**kw), p.solve(batch=False, **kw)
+    assert a.residuals == b.residuals
+    np.testing.assert_array_equal(a.final, b.final)
+    np.testing.assert_allclose(a.final, p.sequential()[-1], rtol=0, atol=1e-9)
+
+
+def test_finite_differences_and_spectral_agree_to_the_spatial_error():
+    fd = KuramotoSivashinsky(lyapunov_times=0.1, ntime=64)
+    spectral = KuramotoSivashinskySpectral(lyapunov_times=0.1, ntime=64)
+    np.testing.assert_array_equal(fd.u0, spectral.u0)
+    diff = abs(fd.reference([fd.tstop])[0] - spectral.reference([fd.tstop])[0]).max()
+    assert 5e-7 < diff < 2.5e-6, diff  # the 4th-order stencils' error (1.5e-6 measured)
