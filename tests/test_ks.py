@@ -164,3 +164,26 @@ def test_finite_differences_and_spectral_agree_to_the_spatial_error():
     np.testing.assert_array_equal(fd.u0, spectral.u0)
     diff = abs(fd.reference([fd.tstop])[0] - spectral.reference([fd.tstop])[0]).max()
     assert 5e-7 < diff < 2.5e-6, diff  # the 4th-order stencils' error (1.5e-6 measured)
+
+
+def test_step_propagates_the_basis_by_its_derivative():
+    p = KuramotoSivashinsky(nx=32, length=32.0)
+    app = p.app()
+    u = p.u0 + 0.2 * np.cos(p.x / 2)
+    basis = [app.init_basis(0.0, k) for k in range(3)]
+    assert app.inner_prod(basis[1], basis[2]) == pytest.approx(0.0, abs=1e-12)
+
+    class Status:
+        pass
+
+    status = Status()
+    status.basis = [b.copy() for b in basis]
+    stepped = u.copy()
+    app.step(stepped, 0.0, 0.5, status)
+    np.testing.assert_array_equal(stepped, p._lobatto(u[None], np.array([0.5]))[0])
+    h = 1e-6
+    for b, got in zip(basis, status.basis):
+        fd = (p._lobatto((u + h * b)[None], np.array([0.5]))[0]
+              - p._lobatto((u - h * b)[None], np.array([0.5]))[0]) / (2 * h)
+        np.testing.assert_allclose(got, fd, rtol=0, atol=1e-7 * max(1.0, abs(fd).max()))
+        assert abs(got - b).max() > 1e-3  # it moved

@@ -63,7 +63,11 @@ class KuramotoSivashinsky(Problem):
       ``k_1 = k_2 = dt f(u)`` and iterates until the update's max-norm is at most
       ``newton_tol`` (default 1e-12, at most ``newton_max_iter`` = 20 iterations, else
       RuntimeError), so a step is a function of ``u`` alone; ``step_stacked`` steps many
-      states at once, row for row as ``step`` does (batched = unbatched, bitwise).
+      states at once, row for row as ``step`` does (batched = unbatched, bitwise). For
+      Delta correction (``delta_rank > 0``) it has ``init_basis`` (the driver's Fourier
+      modes), ``inner_prod`` (the dot product) and a ``step`` that replaces each basis
+      vector by the step's exact derivative at ``u`` applied to it (the linearised
+      stage equations at the converged stages, one block solve).
     * ``xbraid_app(theta=False)``: XBraid's driver step for step, for comparing MGRIT
       iterations with it digit for digit. Its state is ``nx + 2 nx`` values, ``u``
       followed by the stage values ``k_1, k_2`` of the step that produced it (Newton's
@@ -205,14 +209,33 @@ class KuramotoSivashinsky(Problem):
                     f"{max_iter} iterations (dt up to {float(dt.max()):g})")
         return K
 
-    def _lobatto(self, U: np.ndarray, dt: np.ndarray) -> np.ndarray:
+    def _lobatto(self, U: np.ndarray, dt: np.ndarray, stages: bool = False) -> Any:
         """Lobatto IIIC steps of stacked states, Newton to ``newton_tol`` from
-        ``k_1 = k_2 = dt f(u)``."""
+        ``k_1 = k_2 = dt f(u)`` (and the stage values ``K``, (m, 2, nx), if ``stages``)."""
         F = dt[:, None] * self.rhs(None, U)
         K = np.stack([F, F], axis=1)
         K = self._newton(U, K, dt, _coefficients(None), self.newton_max_iter,
                          self.newton_tol, strict=True)
-        return U + (K[:, 0] + K[:, 1]) / 2
+        out = U + (K[:, 0] + K[:, 1]) / 2
+        return (out, K) if stages else out
+
+    def _tangent(self, u: np.ndarray, K: np.ndarray, dt: float, basis: Any) -> None:
+        """Each ``psi`` in ``basis`` <- ``Phi'(u) psi``, in place: the Lobatto IIIC step
+        linearised at its stages ``K`` (2, nx): ``(I - dt J A) dk = dt J psi``,
+        ``psi + (dk_1 + dk_2) / 2``, J the stage Jacobians, one block solve for all."""
+        a11, a12, a21, a22 = _coefficients(None)
+        n = self.nx
+        U1 = (u + a11 * K[0] + a12 * K[1])[None]
+        U2 = (u + a21 * K[0] + a22 * K[1])[None]
+        B1, B2 = dt * self.jacobian(None, U1)[0], dt * self.jacobian(None, U2)[0]
+        A = np.empty((2 * n, 2 * n))
+        A[:n, :n], A[:n, n:] = np.eye(n) - a11 * B1, -a12 * B1
+        A[n:, :n], A[n:, n:] = -a21 * B2, np.eye(n) - a22 * B2
+        Psi = np.stack([np.asarray(psi) for psi in basis], axis=1)
+        dK = np.linalg.solve(A, np.concatenate([B1 @ Psi, B2 @ Psi]))
+        new = Psi + (dK[:n] + dK[n:]) / 2
+        for j, psi in enumerate(basis):
+            psi[...] = new[:, j]
 
     def app(self, method: Optional[str] = None, **options: Any) -> Any:
         """An App stepping ``u`` by Lobatto IIIC with Newton to ``newton_tol``, batched."""
@@ -292,11 +315,30 @@ class KSApp(App):
         return self.problem.u0.copy()
 
     def step(self, u: np.ndarray, t0: float, t1: float, status: Any) -> None:
-        u[:] = self.problem._lobatto(u[None], np.array([t1 - t0]))[0]
+        basis = getattr(status, "basis", None)
+        if basis:  # Delta correction: psi <- Phi'(u) psi, at the converged stages
+            new, K = self.problem._lobatto(u[None], np.array([t1 - t0]), stages=True)
+            self.problem._tangent(u, K[0], t1 - t0, basis)
+            u[:] = new[0]
+        else:
+            u[:] = self.problem._lobatto(u[None], np.array([t1 - t0]))[0]
 
     def step_stacked(self, U: np.ndarray, t0s: np.ndarray, t1s: np.ndarray,
                      status: Any) -> np.ndarray:
         return self.problem._lobatto(np.asarray(U), t1s - t0s)
+
+    def init_basis(self, t: float, index: int) -> np.ndarray:
+        """Basis vector ``index`` for Delta correction: XBraid's driver's Fourier mode
+        (1 for index 0, then cos and sin of wave number 1, 2, ... by turns)."""
+        p = self.problem
+        if index == 0:
+            return np.ones(p.nx) / p.nx
+        x = p.x * (2 * math.pi / p.length)
+        k = index // 2 if index % 2 == 0 else (index + 1) // 2
+        return np.sin(k * x) if index % 2 == 0 else np.cos(k * x)
+
+    def inner_prod(self, u: np.ndarray, v: np.ndarray) -> float:
+        return float(np.dot(u, v))
 
 
 class XBraidKSApp(App):
