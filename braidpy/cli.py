@@ -266,8 +266,8 @@ class _Parser(argparse.ArgumentParser):
         if full or self.brief is None:
             return super().format_help()
         formatter = self._get_formatter()
-        formatter.add_usage("%(prog)s " + " ".join(a.metavar or a.dest for a in self._actions
-                                                    if not a.option_strings) + " [options]",
+        positionals = [str(a.metavar or a.dest) for a in self._actions if not a.option_strings]
+        formatter.add_usage("%(prog)s " + " ".join(positionals) + " [options]",
                             self._actions, [])
         formatter.add_text(self.brief_description)
         for group in self._action_groups:
