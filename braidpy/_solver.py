@@ -31,6 +31,7 @@ from .parallel.fingerprint import same_everywhere
 from .parallel.interrupts import (deferred_interrupts, postpone_interrupt, routed_to,
                                   take_interrupt)
 from .parallel.layers import check_ranges
+from .parallel.paths import Calls, announce_failure, entry, note_call
 from .parallel.timecomm import TimeComm
 
 __all__ = ["Core", "solve"]
@@ -284,8 +285,11 @@ class Core:
         # Our own duplicate of comm: the core's messages never meet the user's. Made
         # first (a collective), so that an argument that is bad on one rank only is
         # announced to the others below instead of leaving them waiting in Dup.
+        self._calls = Calls(comm)  # entry calls, agreed at each (braidpy.parallel.paths)
         if self.size > 1:
-            self._tcomm = TimeComm(comm)
+            self._tcomm = TimeComm(comm, self._calls.members)
+        else:
+            note_call("making a Core", 1)  # told to the peers if this rank leaves early
         self._busy = threading.Lock()  # taken without waiting: concurrent use is an error
         self._closed = False  # close() was called: no more solves
         self._cold = True  # the next solve starts from init (mirrors the compiled core)
@@ -403,6 +407,9 @@ class Core:
         state alone: a line search's objective (the sweep is N (1 - 1/cfactor) steps).
         """
         if getattr(self, "_closed", False):
+            announce_failure(self._calls.members,  # the peers' solve: not joined
+                             f"rank {self._world_rank()} called Core.solve on a Core it had "
+                             f"closed (Core.close()), so it will not join this solve")
             raise RuntimeError("this braidpy Core was closed (Core.close() released its "
                                "communicator); it cannot solve again: make a new Core")
         if not self._busy.acquire(blocking=False):
@@ -416,8 +423,17 @@ class Core:
     def _solve(self, final_sweep: bool = True) -> Result:
         start = time.perf_counter()
         self._started_cold = self._cold
-        if self._wire is not None and allreduce_int(self._wire, int(self._cold), "max"):
-            # The one collective of a solve's setup. Grid and options are fixed per Core
+        # The one collective of a solve's setup: every rank is in its same solve call
+        # (braidpy.parallel.paths names ranks that took other paths), with the same
+        # final_sweep, and starts cold if any rank does.
+        rows = entry(self._wire, self._calls, "Core.solve", (int(self._cold), int(final_sweep)),
+                     self.labels.ranks)
+        if self._wire is not None and (rows[:, 4] != rows[0, 4]).any():
+            raise ValueError("every rank must call solve with the same final_sweep; got "
+                             + ", ".join(f"final_sweep={bool(v)} on rank {self._rank_label(r)}"
+                                         for r, v in enumerate(rows[:, 4].tolist())))
+        if self._wire is not None and rows[:, 3].max():
+            # Grid and options are fixed per Core
             # (checked when it was made), but a rank's next start turns cold on its own
             # (reset_guess() there, or a failed solution()), and ranks that disagree on a
             # cold start (skip, seq_soln) run different schedules: all start cold.
@@ -565,6 +581,16 @@ class Core:
         return self._solver.counts()
 
     # ----------------------------------------------------------------- errors
+    def _rank_label(self, r: int) -> int:
+        """How messages name rank ``r`` of this Core's communicator."""
+        if self.labels.ranks is not None:
+            return self.labels.ranks[r]
+        members = self._calls.members
+        return members[r] if members is not None else r
+
+    def _world_rank(self) -> int:
+        return self._rank_label(self.rank)
+
     def _agreement(self, what: str):
         return agreed(self._wire, what, self.labels.ranks)
 
@@ -627,6 +653,11 @@ class Core:
         """Release the Core's duplicate of the communicator now (also done when the
         Core is garbage collected). The Core cannot solve afterwards: :meth:`solve`
         then raises RuntimeError. Under MPI, close a Core on every rank."""
+        if not getattr(self, "_closed", True):
+            note_call("Core.close", self.size)  # named when this rank leaves early
+        self._release()
+
+    def _release(self) -> None:
         self._closed = True
         tcomm, self._tcomm = getattr(self, "_tcomm", None), None
         if tcomm is not None:
@@ -634,7 +665,7 @@ class Core:
 
     def __del__(self):
         # Release our duplicate of the communicator (MPI has a few thousand).
-        self.close()
+        self._release()
 
 
 def solve(app: Any, tstart: float, tstop: float, ntime: int, *, comm: Any = None,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .comm import mpi
+from .paths import note_call, wait
 
 __all__ = ["TimeComm"]
 
@@ -23,11 +24,21 @@ class TimeComm:
     rank whose callback failed) travels with tag + 1 and no payload.
     """
 
-    def __init__(self, comm):
+    def __init__(self, comm, members=None):
         self.MPI = mpi()  # the ImportError naming the mpi extra when mpi4py is missing
         self._parent = comm
-        self.comm = comm.Dup()  # our messages never meet the user's
         self._pending = []
+        # Our messages never meet the user's. Non-blocking, so that a rank that never
+        # makes its Core is named within braidpy's deadline (braidpy.parallel.paths).
+        note_call("making a Core", comm.Get_size())
+        self.comm, request = comm.Idup()
+        try:
+            wait(request, members, "making a Core (Core(...) or solve(...)) on a "
+                 f"{comm.Get_size()}-rank communicator")
+        except BaseException:
+            _abandoned.append((self.comm, []))  # never completed: not ours to free
+            self.comm = self.MPI.COMM_NULL
+            raise
 
     def post(self, dest: int, tag: int, buf) -> None:
         MPI = self.MPI

@@ -27,6 +27,7 @@ from ..parallel.collectives import gather_arrays
 from ..parallel.comm import is_parallel, rank_size
 from ..parallel.data import shard_of
 from ..parallel.fingerprint import same_everywhere
+from ..parallel.paths import Calls, entry
 from ..parallel.grid import ProcessGrid
 from . import checkpoint as _checkpoint
 from .evaluate import (VALIDATION_SOLVES, LayerParallelEvaluator, SerialEvaluator,
@@ -523,6 +524,10 @@ class Trainer:
                         error=failure)
         del failure
         self._build(net, grid, comm)
+        # Entry calls, agreed at each entry point (braidpy.parallel.paths).
+        self._calls = Calls(self.comm)
+        self._step_calls = self._calls if self.step_comm is self.comm else \
+            Calls(self.step_comm)
 
     def _check_arguments(self, net: ResNet, train: Tuple[Any, Any],
                          validation: Optional[Tuple[Any, Any]],
@@ -761,6 +766,7 @@ class Trainer:
         original error there and BraidError naming it elsewhere, instead of leaving the
         others waiting in the next solve or reduction.
         """
+        entry(self.step_comm, self._step_calls, "Trainer.step")
         start = time.perf_counter()
         calls_before = self.evaluator.step_calls
         with self._agreed("preparing the training step"):
@@ -929,6 +935,7 @@ class Trainer:
         each step at DEBUG and the run's summary at INFO on the ``braidpy.train`` logger.
         Returns the history.
         """
+        entry(self.comm, self._calls, "Trainer.run")
         cfg = self.config
         bar = progress_bar(cfg.iterations, initial=self.iteration) \
             if progress and self.rank == 0 and not self.is_centre else None
@@ -991,6 +998,7 @@ class Trainer:
     def state(self) -> Dict[str, Any]:
         """Everything needed to continue exactly (collective: call on every rank); the
         arrays as NumPy arrays on the host."""
+        entry(self.comm, self._calls, "Trainer.state")
         # The collective parts first: local work that fails on one rank after them
         # reaches its peers at the save's agreement, not inside a gather.
         warm = self.evaluator.warm_state()
@@ -1046,6 +1054,7 @@ class Trainer:
         # Every rank learns whether rank 0 wrote it (and whether every rank could
         # collect its part): a failed save must not leave the others waiting in the
         # next solve.
+        entry(self.comm, self._calls, "Trainer.save")
         with agreed(self.comm, f"writing the checkpoint {path}"):
             state = self.state()
             if self.rank == 0:
