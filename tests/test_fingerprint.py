@@ -267,3 +267,52 @@ def test_per_level_options_written_differently_are_one_setting():
     assert fingerprint(fields(cfactor=4)) == fingerprint(fields(cfactor={"default": 4, 1: 4}))
     assert fingerprint(fields(cfactor=4)) != fingerprint(fields(cfactor={"default": 4, 1: 2}))
     assert fingerprint(fields(abs_tol=0)) == fingerprint(fields(abs_tol=0.0))
+
+
+# ------------------------------------------------- both sides of each check
+
+
+def test_arrays_of_one_content_but_another_shape_encode_differently():
+    flat = np.zeros(6)
+    assert encode(flat.reshape(2, 3)) != encode(flat.reshape(3, 2))
+    assert encode(flat.reshape(2, 3)) != encode(flat)
+    assert encode(np.zeros((2, 3))) == encode(np.zeros((2, 3)))
+
+    def case(comm, rank):
+        same_everywhere(comm, {**FIELDS, "times": flat.reshape((2, 3) if rank else (3, 2))})
+    out, _ = on_ranks(2, case)
+    assert all(isinstance(e, RankMismatchError) and e.field == "times" for e in out), out
+
+
+def test_long_values_that_differ_past_their_display_are_named_and_told_apart():
+    long_a, long_b = "x" * 200 + "a", "x" * 200 + "b"
+    assert display(long_a) == display(long_b)  # the display alone cannot tell them apart
+
+    def case(comm, rank):
+        same_everywhere(comm, {**FIELDS, "storage": long_b if rank == 1 else long_a})
+    out, _ = on_ranks(3, case)
+    assert all(isinstance(e, RankMismatchError) for e in out), out
+    assert {e.field for e in out} == {"storage"}
+    message = str(out[0])
+    assert message.count(" on rank") == 2 and "on ranks 0 and 2" in message, message
+    assert out[0].values[0] != out[0].values[1], out[0].values  # two texts, not one
+    assert out[0].values[0] == out[0].values[2]
+
+
+def test_an_agreement_point_delivers_a_pending_ctrl_c():
+    import signal
+
+    from braidpy.parallel.agree import agreement_point
+    from braidpy.parallel.interrupts import (deferred_interrupts, interrupt_pending,
+                                             postpone_interrupt)
+    saved = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with deferred_interrupts():
+            agreement_point(None, "before the reduction")  # nothing pending: returns
+            postpone_interrupt()
+            assert interrupt_pending()
+            with pytest.raises(KeyboardInterrupt):
+                agreement_point(None, "before the reduction")
+            assert not interrupt_pending()  # delivered once, not again at the block's end
+    finally:
+        signal.signal(signal.SIGINT, saved)
