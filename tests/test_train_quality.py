@@ -152,9 +152,18 @@ def test_steps_below_the_floor_take_the_exact_gradient_and_raise_the_iterations(
                                                     **common))
         history = checked.run()
     serial = Trainer(net, (X, C), None, config(mode="serial", **common))
-    serial.run()
+    serial_history = serial.run()
     unchecked = Trainer(net, (X, C), None, config(**common))
-    unchecked.run()
+    unchecked_history = unchecked.run()
+    # A step below the floor reports the exact loss along with the exact gradient, not
+    # the one-shot solve's loss, which differs visibly from it.
+    below = [i for i, r in enumerate(history) if r["exact_gradient_used"]]
+    assert len(below) >= 3
+    for i in below:
+        assert history[i]["loss"] == pytest.approx(serial_history[i]["loss"], rel=1e-12,
+                                                   abs=0), history[i]["iteration"]
+    assert any(abs(unchecked_history[i]["loss"] - serial_history[i]["loss"])
+               > 1e-8 * abs(serial_history[i]["loss"]) for i in below)
     # Step 1 starts from the sequential solution (exact to rounding): whatever it used,
     # the runs agree to rounding, and the one-shot run without checks does not.
     scale = np.linalg.norm(serial.params - net.init_params(1, 0.1))

@@ -7,6 +7,7 @@ import numpy as np
 from mpi_world import assert_split
 
 from braidpy.nn import ResNet
+from braidpy.parallel.data import share_of
 from braidpy.train import LayerParallelEvaluator, TrainConfig, Trainer, reference
 
 
@@ -125,12 +126,15 @@ def _validation_case(comm):
     return {"accuracy": acc}
 
 
-def _training_case(mode, optimizer, comm, **extra):
+def _training_case(mode, optimizer, comm, inspect=None, **extra):
     net, X, C = dense_problem(nlayers=16, batch=30)
     cfg = TrainConfig(mode=mode, optimizer=optimizer, iterations=4, mgrit=MGRIT, seed=2,
                       tikhonov=1e-3, ddt=1e-2, classifier_reg=1e-3, **extra)
     trainer = Trainer(net, (X, C), (X[:10], C[:10]), cfg, comm=comm)
+    seen = _count_calls(net, "loss_and_gradient") if inspect else None
     history = trainer.run()
+    if inspect:
+        inspect(comm, history, seen)
     assert_split(comm, trainer.evaluator.solver.primal_core.owned, net.nlayers + 1, "layers")
     keys = ("loss", "objective", "gradient_norm", "step_size", "val_accuracy",
             "gradient_cosine", "exact_gradient_used", "oneshot")
@@ -138,11 +142,35 @@ def _training_case(mode, optimizer, comm, **extra):
             "params": trainer.params.tolist()}
 
 
+def _count_calls(obj, name):
+    """Counts the calls of ``obj.name`` from now on (in the returned list's first item)."""
+    calls, method = [0], getattr(obj, name)
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return method(*args, **kwargs)
+
+    setattr(obj, name, counted)
+    return calls
+
+
+def _blocks_shared_over_the_layer_ranks(comm, history, seen):
+    """Each rank backpropagated its own share of the 7 blocks in each check, not all of
+    them (the bits alone cannot tell: every rank's sum is the same)."""
+    checks = sum("gradient_cosine" in r for r in history)
+    rank, size = (0, 1) if comm is None else (comm.Get_rank(), comm.Get_size())
+    counts = [seen[0]] if comm is None else comm.allgather(seen[0])
+    want = [checks * len(share_of(7, size, r)) for r in range(size)]
+    assert checks == 2 and counts == want, (rank, counts, want)
+
+
 def _checks_in_blocks(comm):
-    """Quality checks whose exact gradients come in 7 blocks of the 30 samples."""
+    """Quality checks whose exact gradients come in 7 blocks of the 30 samples, each
+    rank backpropagating its share of the blocks."""
     with reference_block_rows(4):
         return _training_case("oneshot", "lbfgs", comm, m1=1, m2=1, relax="F",
-                              quality_check_every=2, quality_floor=0.99999999)
+                              quality_check_every=2, quality_floor=0.99999999,
+                              inspect=_blocks_shared_over_the_layer_ranks)
 
 
 def _kept_slopes_case(comm):
