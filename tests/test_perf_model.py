@@ -1105,3 +1105,39 @@ def test_predictions_beyond_the_calibrated_calls_say_so():
            "--rows ... 64)" in big.notes
     assert "1000 samples per call extrapolated from the calibrated 100 (braidpy calibrate " \
            "--samples ... 1000)" in big.notes
+
+
+def test_a_trial_across_data_groups_adds_the_loss_allreduce_by_hand():
+    # Two data groups of 32 samples each run the trial of one group of 32 (the layer
+    # ranks' programs are the same), then average the loss over the groups: one
+    # allreduce of 8 bytes over 2 processes, on the calibration's links.
+    cal = made_up(alpha=0.25, beta=1e-3)
+    half, whole = NetSpec("dense", (4,), 8, 32), NetSpec("dense", (4,), 8, 64)
+    for P in (1, 2):
+        group = predict(half, strategy(P), cal, trials=1)
+        two = predict(whole, strategy(P, data=2), cal, trials=1)
+        loss_allreduce = allreduce_seconds(8.0, 2, cal.p2p, cal.allreduce)
+        assert loss_allreduce == pytest.approx(0.25 + 8e-3)  # one tree round
+        assert two.trial_seconds == pytest.approx(group.trial_seconds + loss_allreduce,
+                                                  rel=1e-12), P
+        assert two.step_seconds == pytest.approx(two.seconds + two.trial_seconds)
+
+
+def test_the_plan_table_prints_the_speedup_per_step_by_hand():
+    from braidpy.perf.plan import format_plan
+
+    net = NetSpec("dense", (4,), 64, 100)
+    cal = made_up(step=1e-3, alpha=1e-6, beta=1e-9)
+    for trials in (0, 1):
+        got = plan(net, 4, cal, levels=(2,), cfactors=(4,), iterations=(2, 1), trials=trials)
+        rows = format_plan(got, top=3).splitlines()[1:4]
+        for pred, row in zip(got.ranked, rows):
+            printed = float(next(w for w in row.split() if w.endswith("x") and w[:-1]
+                                 .replace(".", "", 1).isdigit())[:-1])
+            # with trials, the serial step over the strategy's step (both with trials)
+            want = got.serial_step / pred.step_seconds if trials else \
+                got.serial / pred.seconds
+            assert printed == pytest.approx(want, abs=0.005), (trials, row)
+        if trials:  # a trial costs more than nothing: the two ratios differ here
+            assert got.serial_step / got.ranked[0].step_seconds != pytest.approx(
+                got.serial / got.ranked[0].seconds, abs=0.01)
