@@ -396,3 +396,28 @@ def test_line_search_trials_are_priced_with_the_setting(tmp_path):
     assert "per step with 1 line-search trial(s)" in lbfgs.summary
     with pytest.raises(ValueError, match="optimizer must be one of"):
         trials_per_step("newton")
+
+
+def test_a_check_on_uneven_shares_is_priced_on_the_largest_by_hand():
+    """4097 samples over 2 data groups: the larger group's 2049, in 16 blocks (129, then
+    fifteen of 128); over 3 layer ranks the first holds 6 of them (the most). Messages:
+    the chain through 3 holders (2), the broadcast over 3 ranks (ceil(log2 3) = 2
+    rounds), the average over the groups."""
+    import dataclasses
+
+    from braidpy.perf.auto import check_seconds
+    from braidpy.perf.model import Strategy, serial_seconds
+    from braidpy.perf.schedule import Cycle
+
+    cal, spec = per_sample(1e-6), dense_spec(4097, nlayers=64)
+    s = Strategy(2, 1, 3, Cycle(ntime=64, max_levels=2))
+    want = sum(serial_seconds(dataclasses.replace(spec, samples=n), cal)
+               for n in [129] + [128] * 5)
+    assert check_seconds(spec, s, cal) == pytest.approx(want, rel=1e-12)
+    slow = Calibration(cal.layers, 0.0, Link(1e-3, 0.0, "assumed: test"),
+                       Link(5e-3, 0.0, "assumed: test"), solve_s=0.0)
+    assert check_seconds(spec, s, slow) - check_seconds(spec, s, cal) == pytest.approx(
+        (2 + 2) * 1e-3 + 5e-3, rel=1e-9)
+    six = Strategy(1, 1, 6, Cycle(ntime=64, max_levels=2))  # ceil(log2 6) = 3 rounds
+    assert check_seconds(spec, six, slow) - check_seconds(spec, six, cal) == pytest.approx(
+        (5 + 3) * 1e-3, rel=1e-9)
