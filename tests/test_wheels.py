@@ -136,6 +136,8 @@ def test_well_formed_wheels_pass_the_checks(tmp_path, elf):
     ("another distribution's name", "cuda13", "METADATA Name is braidpy-mgrit,"),
     ("an extra installing the CPU distribution", "cuda13", "would install braidpy-mgrit"),
     ("another Python's tags", "cpu", "tags cp27-cp27"),
+    ("another ABI tag alone", "cpu", "-abi3, not"),
+    ("a granted tag that is no manylinux tag", "cpu", "lack the granted linux_x86_64"),
     ("an unrepaired platform tag", "cpu", "lack the granted manylinux_2_34_x86_64"),
     ("a broken extension", "cpu", "is no readable ELF file"),
 ])
@@ -162,6 +164,19 @@ def test_the_checks_name_what_is_wrong(tmp_path, elf, case, variant, expected):
         other = wheel.with_name(wheel.name.replace(f"-{HERE.tag}-{HERE.tag}-", "-cp27-cp27-"))
         wheel.rename(other)
         found = bw.check_wheel(other, bw.VARIANTS[variant], HERE, "manylinux_2_34_x86_64")
+        assert any(expected in p for p in found), found
+        return
+    elif case == "another ABI tag alone":  # the Python tag is right
+        wheel = make_wheel(tmp_path, bw.VARIANTS[variant], members)
+        other = wheel.with_name(wheel.name.replace(f"-{HERE.tag}-{HERE.tag}-",
+                                                   f"-{HERE.tag}-abi3-"))
+        wheel.rename(other)
+        found = bw.check_wheel(other, bw.VARIANTS[variant], HERE, "manylinux_2_34_x86_64")
+        assert any(expected in p for p in found), found
+        return
+    elif case == "a granted tag that is no manylinux tag":  # auditwheel repaired nothing
+        found = problems(tmp_path, variant, members, granted="linux_x86_64",
+                         tag="linux_x86_64")
         assert any(expected in p for p in found), found
         return
     elif case == "an unrepaired platform tag":
