@@ -98,6 +98,9 @@ def test_array_api_states_do_not_take_the_sweeps():
 @pytest.mark.parametrize("call, message", [
     (lambda S, K, b, h: _host_dense.dense_rows_sweep_forward(S[:3], K, b, h, 3),
      "S must hold N + 1 = 5 states, got 3"),
+    (lambda S, K, b, h: _host_dense.dense_rows_sweep_forward(np.zeros((6, 3, 8)), K, b, h,
+                                                            3),
+     "S must hold N + 1 = 5 states, got 6"),  # more than N + 1 too
     (lambda S, K, b, h: _host_dense.dense_rows_sweep_forward(S, K[:2], b, h, 3),
      "expected K (N, width, width), b (N, width) and h (N,)"),
     (lambda S, K, b, h: _host_dense.dense_rows_sweep_forward(S, K, b, h, 7),

@@ -476,3 +476,17 @@ def test_a_skipped_sweep_has_no_state_ahead_of_the_first_c_point_on_a_right_rank
     with pytest.raises(ValueError, match=f"fine index {lo} was not kept: the last solve left "
                                          f"out its final sweep"):
         core.solution(index=lo)
+
+
+@pytest.mark.parametrize("ntime, cfactor", [(4, 4), (8, 4)])
+def test_two_or_more_c_points_are_gathered_into_one_block(ntime, cfactor):
+    """After a cold start a rank's fine C-points are rows of one block (a view reads
+    them without a copy), from two of them on (one is a block of its own)."""
+    core = Core(DenseResNet(ntime, batch=5), 0.0, 1.0, ntime, cfactor=cfactor,
+                max_levels=2, min_coarse=1, max_iter=1)
+    core.solve()
+    count = ntime // cfactor + 1
+    assert count >= 2
+    view = core.stored_view(0, ntime + 1, cfactor)
+    assert view is not None and view.shape[0] == count
+    assert all(np.shares_memory(view, core.stored(c)) for c in range(0, ntime + 1, cfactor))
