@@ -101,7 +101,7 @@ def _extent(x: Any) -> Optional[Tuple[str, int, int]]:
     try:
         cai = None if isinstance(x, np.ndarray) else getattr(x, "__cuda_array_interface__",
                                                               None)
-    except Exception:  # noqa: BLE001 - e.g. a torch tensor that requires grad: unknown
+    except RuntimeError:  # a CUDA torch tensor that requires grad refuses it: unknown
         return None
     if isinstance(cai, Mapping):
         try:
@@ -123,7 +123,7 @@ def _extent(x: Any) -> Optional[Tuple[str, int, int]]:
     elif hasattr(x, "__dlpack__"):
         try:
             a = np.from_dlpack(x)  # host memory only; a device array raises
-        except Exception:  # noqa: BLE001 - unknown: not checked
+        except (BufferError, RuntimeError, TypeError, ValueError):  # unknown: not checked
             return None
     else:
         return None

@@ -5,6 +5,7 @@ leak into the rest of the test session."""
 
 import json
 import os
+import platform
 import subprocess
 import sys
 import textwrap
@@ -54,6 +55,17 @@ LARGE_PROBE = textwrap.dedent("""
 """)
 
 
+def _applies(applied, what):
+    """Nothing when the setting applied; on glibc, where it must apply, a failure naming
+    why it did not; elsewhere (musl, say) a skip."""
+    if applied:
+        return
+    if platform.libc_ver()[0] == "glibc":
+        pytest.fail(f"glibc {platform.libc_ver()[1]}, but the allocator setting did not "
+                    f"apply: {what}")
+    pytest.skip(what)
+
+
 def _probe(mode, probe=PROBE):
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
@@ -73,8 +85,7 @@ def test_glibc_constants():
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc only")
 def test_keeps_large_temporaries_without_page_faults():
     applied, what, kept = _probe("keep")
-    if not applied:
-        pytest.skip(what)
+    _applies(applied, what)
     assert "trim threshold 1073741824 B" in what
     _, _, default = _probe("default")
     # 200 x 4 MiB written: ~200k page faults returned (tens of ms of system time) when
@@ -87,8 +98,7 @@ def test_keeps_large_temporaries_without_page_faults():
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc only")
 def test_keeps_blocks_above_the_highest_mmap_threshold():
     applied, what, kept = _probe("keep", LARGE_PROBE)
-    if not applied:
-        pytest.skip(what)
+    _applies(applied, what)
     assert what.endswith(", mmap max 0"), what
     _, _, default = _probe("default", LARGE_PROBE)
     # Written once, the block is faulted in (4 KiB or 2 MiB pages); freed and taken
@@ -109,3 +119,13 @@ def test_environment_wins_and_once_per_process(monkeypatch, name):
     monkeypatch.delenv(name)
     # Remembered: the environment's answer stands for this process.
     assert allocator.keep_freed_memory()[0] is False
+
+
+def test_a_setting_that_does_not_apply_on_glibc_fails_the_checks(monkeypatch):
+    monkeypatch.setattr(platform, "libc_ver", lambda: ("glibc", "2.39"))
+    with pytest.raises(pytest.fail.Exception, match="did not apply: not applied: no"):
+        _applies(False, "not applied: no glibc mallopt (test)")
+    _applies(True, "trim threshold 1073741824 B")
+    monkeypatch.setattr(platform, "libc_ver", lambda: ("", ""))
+    with pytest.raises(pytest.skip.Exception):
+        _applies(False, "not applied: no glibc mallopt (test)")

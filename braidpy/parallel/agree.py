@@ -52,14 +52,21 @@ def _world_numbers(comm: Any, size: int) -> Optional[List[int]]:
     them (a stand-in communicator in tests, a spawned world)."""
     try:
         MPI = mpi()
-        group, world = comm.Get_group(), MPI.COMM_WORLD.Get_group()
-        try:
-            ranks = MPI.Group.Translate_ranks(group, list(range(size)), world)
-        finally:
-            group.Free()
-            world.Free()
-    except Exception:  # noqa: BLE001 - see above
+    except ImportError:  # a stand-in communicator without mpi4py
         return None
+    try:
+        group, world = comm.Get_group(), MPI.COMM_WORLD.Get_group()
+    except AttributeError:  # a stand-in communicator: no groups
+        return None
+    except MPI.Exception:  # an intercommunicator, or MPI no longer running
+        return None
+    try:
+        ranks = MPI.Group.Translate_ranks(group, list(range(size)), world)
+    except MPI.Exception:  # processes outside COMM_WORLD (a spawned world)
+        return None
+    finally:
+        group.Free()
+        world.Free()
     if any(r == MPI.UNDEFINED for r in ranks):
         return None
     return [int(r) for r in ranks]
