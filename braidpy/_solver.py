@@ -428,11 +428,11 @@ class Core:
         # final_sweep, and starts cold if any rank does.
         rows = entry(self._wire, self._calls, "Core.solve", (int(self._cold), int(final_sweep)),
                      self.labels.ranks)
-        if self._wire is not None and (rows[:, 4] != rows[0, 4]).any():
+        if rows is not None and (rows[:, 4] != rows[0, 4]).any():
             raise ValueError("every rank must call solve with the same final_sweep; got "
                              + ", ".join(f"final_sweep={bool(v)} on rank {self._rank_label(r)}"
                                          for r, v in enumerate(rows[:, 4].tolist())))
-        if self._wire is not None and rows[:, 3].max():
+        if rows is not None and rows[:, 3].max():
             # Grid and options are fixed per Core
             # (checked when it was made), but a rank's next start turns cold on its own
             # (reset_guess() there, or a failed solution()), and ranks that disagree on a

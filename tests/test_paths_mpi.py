@@ -177,6 +177,7 @@ def test_braidpy_timeout_is_validated(text):
 
 def test_serial_entry_points_count_calls_without_messages():
     calls = paths.Calls(None)
-    rows = paths.entry(None, calls, "Core.solve", (1, 0))
-    rows = paths.entry(None, calls, "Core.solve", (0, 1))
-    assert rows.tolist() == [[paths.NAMES.index("Core.solve"), 2, 2, 0, 1]]
+    assert paths.entry(None, calls, "Core.solve", (1, 0)) is None
+    assert paths.entry(None, calls, "Trainer.save") is None
+    assert paths.entry(None, calls, "Core.solve", (0, 1)) is None
+    assert calls.total == 3 and calls.by_name == {"Core.solve": 2, "Trainer.save": 1}

@@ -144,18 +144,19 @@ def _ordinal(n: int) -> str:
 
 
 def entry(comm: Any, calls: Calls, name: str, extra: Sequence[int] = (0, 0),
-          labels: Optional[Sequence[int]] = None) -> np.ndarray:
+          labels: Optional[Sequence[int]] = None) -> Optional[np.ndarray]:
     """The entry agreement of ``name`` over ``comm`` (module docstring): every rank's row
     ``[code, total calls, calls of name, *extra]`` (``extra``: two ints the caller
     agrees on as well), or BraidError on every rank when the ranks arrived from
     different calls. ``labels``: the numbers ranks are known by (default COMM_WORLD's).
+    Serially (``comm`` None or of one rank) the call is counted and None returned.
     """
     rank, size = rank_size(comm)
     total, mine = calls.count(name)
     note_call(name, size)
-    row = np.array([_CODE[name], total, mine, *extra], dtype=np.int64)
     if size == 1:
-        return row.reshape(1, -1)
+        return None
+    row = np.array([_CODE[name], total, mine, *extra], dtype=np.int64)
     members = calls.members
     out = np.empty((size, row.size), dtype=np.int64)
     request = comm.Iallgather(row, out)
@@ -304,8 +305,11 @@ def wait(request: Any, members: Optional[Tuple[int, ...]], what: str,
                                          "why": f"rank {me} gave up: {text}"}):
                     r.Free()
                 raise BraidError(text)
-            time.sleep(pause)
-            pause = min(0.005, pause * 2 + 20e-6)
+            # Yield the core for the first milliseconds (peers a moment behind: MPI's
+            # own wait would poll), then sleep longer, up to 1 ms between looks.
+            time.sleep(0.0 if waited < 0.002 else pause)
+            if waited >= 0.002:
+                pause = min(0.001, pause * 2 + 50e-6)
     finally:
         if told:
             for r in _send(members, {"kind": "done"}):
