@@ -168,6 +168,30 @@ class Options:
         (``status.lyapunov_exponents`` in the final access) and their time average
         (``Result.lyapunov_exponents``). Default False (XBraid's defaults without the
         call). Need ``delta_rank > 0``.
+    richardson : bool
+        Richardson extrapolation on the fine level (XBraid's
+        ``braid_SetRichardsonEstimation``, its ``richardson`` argument): from iteration 1
+        on, each C-relaxed fine C-point becomes ``a u_c + b Phi(u_{c-cf})``, where the
+        second term is one step of the app over the whole interval (t_{c-cf}, t_c) from
+        the value before the sweep, ``a = DT^k / (DT^k - dtk)``, ``b = 1 - a``, ``k =
+        local_order``, ``DT = t_c - t_{c-cf}``, ``dtk`` the sum of the interval's fine
+        steps to the power k; the restriction from the fine level scales the coarse
+        right-hand side by ``a`` and measures the residual norm on it
+        (docs/conventions.md). For a stepper of local order k (global order k - 1) the
+        fine C-point values gain one order of accuracy. Needs ``local_order``; excludes
+        ``crelax_weight`` other than 1 and ``periodic``. Default False.
+    est_error : bool
+        Keep a Richardson error estimate per fine point (XBraid's ``est_error``): after
+        each restriction from the fine level, every point of a fine interval carries
+        ``||tau|| dtk / (DT^k - dtk)`` (``/ DT^k`` with ``richardson``), tau the
+        interval's coarse right-hand side, point 0 the value 0. Read it with
+        ``status.error_estimate()`` (step: at the step's end; access: at the point) and
+        ``status.error_estimates()`` (this rank's points, e.g. in ``sync``), and from
+        ``Result.error_estimates``. Needs ``local_order``; excludes ``crelax_weight``
+        other than 1, ``periodic`` and ``full_rnorm``. Default False.
+    local_order : int or None
+        Local order k of the app's time stepper (>= 2; 2 for backward Euler), needed by
+        ``richardson`` and ``est_error``. Default None.
     require_convergence : bool
         Raise :class:`braidpy.ConvergenceError` (on every rank) when a solve stops at
         ``max_iter`` without meeting its tolerance, instead of returning a Result with
@@ -211,6 +235,9 @@ class Options:
     lyapunov_estimate: bool = False
     lyapunov_relax: bool = False
     lyapunov_exponents: bool = False
+    richardson: bool = False
+    est_error: bool = False
+    local_order: Optional[int] = None
 
     def __post_init__(self):
         _int(self, "max_levels", 1)
@@ -225,7 +252,7 @@ class Options:
         for name in ("skip", "fmg", "seq_soln", "final_fc_relax", "relax_only_cg", "periodic",
                      "residual_computation", "batch", "require_convergence",
                      "full_rnorm", "refine", "incr_max_levels", "lyapunov_estimate",
-                     "lyapunov_relax", "lyapunov_exponents"):
+                     "lyapunov_relax", "lyapunov_exponents", "richardson", "est_error"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if not isinstance(self.timings, (bool, np.bool_)):
@@ -269,6 +296,7 @@ class Options:
         if self.print_level > 2:  # XBraid's level 3 (every C-point's norm) is not printed
             raise ValueError(f"print_level must be 0, 1 or 2, got {self.print_level!r}")
         _delta(self)
+        _richardson(self)
         if self.periodic:
             if self.seq_soln:
                 raise ValueError("periodic=True and seq_soln=True exclude each other: a "
@@ -363,6 +391,8 @@ class Options:
             delta_rank=self.delta_rank, delta_defer_level=self.delta_defer_level,
             delta_defer_iter=self.delta_defer_iter, lyapunov_estimate=self.lyapunov_estimate,
             lyapunov_relax=self.lyapunov_relax, lyapunov_exponents=self.lyapunov_exponents,
+            richardson=self.richardson, est_error=self.est_error,
+            local_order=self.local_order or 0,
         )
 
 
@@ -468,3 +498,30 @@ def _per_level(opts, name, minimum):
         key = level if level == "default" else int(level)
         out[key] = _checked_int(f"{name}[{level!r}]", value, minimum)
     _set(opts, name, out)
+
+
+def _richardson(opts) -> None:
+    """richardson / est_error: local_order given, and the options XBraid refuses beside
+    them (braid_SetRichardsonEstimation ignores them under a C-relaxation weight, and
+    braid_SetCRelaxWt ignores the weight under Richardson) refused by name."""
+    if opts.local_order is not None:
+        _int(opts, "local_order", 2)
+    used = [name for name in ("richardson", "est_error") if getattr(opts, name)]
+    if not used:
+        return
+    what = " and ".join(f"{name}=True" for name in used)
+    if opts.local_order is None:
+        raise ValueError(f"{what} needs local_order, the local order of the time stepper "
+                         f"(>= 2; 2 for backward Euler)")
+    default, levels = opts.per_level("crelax_weight")
+    if default != 1.0 or any(w != 1.0 for w in levels.values()):
+        raise ValueError(f"{what} excludes a C-relaxation weight other than 1 (as in "
+                         f"XBraid), got crelax_weight={opts.crelax_weight!r}")
+    if opts.periodic:
+        raise ValueError(f"{what} excludes periodic=True")
+    if opts.delta_rank:
+        raise ValueError(f"{what} excludes Delta correction (delta_rank={opts.delta_rank!r}; "
+                         f"XBraid switches Richardson off when Delta correction is set)")
+    if opts.est_error and opts.full_rnorm:
+        raise ValueError("est_error=True excludes full_rnorm=True (XBraid estimates again in "
+                         "a restriction after the last iteration of a full-residual solve)")

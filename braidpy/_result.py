@@ -61,6 +61,9 @@ class Result:
         exponents of the final FC-relaxation, the local exponents summed over every fine
         C-point and divided by ``tstop - tstart`` (XBraid's ex-07 prints them so), the
         same on every rank; else None.
+    error_estimates : numpy.ndarray or None
+        With ``est_error=True``: the Richardson error estimate at each fine point this
+        rank owns (``owned``), from the last restriction of the fine level; else None.
     """
 
     iterations: int
@@ -80,6 +83,7 @@ class Result:
     final_full_residual: Optional[float] = None
     refinements: int = 0
     lyapunov_exponents: Optional[np.ndarray] = None
+    error_estimates: Optional[np.ndarray] = None
     # Core.solution of the solve that made this result; it refuses once that Core
     # has solved again (the stored values are then another solve's).
     solution_source: Optional[Callable[..., Any]] = dataclasses.field(default=None, repr=False)

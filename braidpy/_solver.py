@@ -489,6 +489,7 @@ class Core:
             refinements=self._solver.refinements,
             lyapunov_exponents=(np.array(self._solver.lyapunov_exponents())
                                 if self.options.lyapunov_exponents else None),
+            error_estimates=self._solver.error_estimates() if self.options.est_error else None,
             solution_source=functools.partial(self._solution_of, self._generation))
         if self.options.timings == 2:  # XBraid's timing level 2: every rank's timer file
             result.write_timers(self.options.timer_file, self.rank)

@@ -110,6 +110,9 @@ void bind_core_options(py::module_& m) {
       .field("lyapunov_relax", &O::lyapunov_relax, "Propagate the basis in FC-relaxation.")
       .field("lyapunov_exponents", &O::lyapunov_exponents,
              "Lyapunov exponents from a final FC-relaxation.")
+      .field("richardson", &O::richardson, "Richardson extrapolation on the fine level.")
+      .field("est_error", &O::est_error, "Richardson error estimates at fine points.")
+      .field("local_order", &O::local_order, "Local order of the stepper (>= 2 when used).")
       .field("fine_ranges", &O::fine_ranges,
              "Fine (lo, hi) of every rank in rank order; [] = block distribution.")
       .field("batch", &CoreOptions::batch, "Use app.step_batch where steps are independent.")

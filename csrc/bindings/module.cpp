@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <stdexcept>
@@ -191,6 +192,13 @@ void set_refinement_dt_values(const Status& s, const py::object& r, const py::ob
   request(s, st, v, v > 1 ? std::move(sizes) : std::vector<double>{});
 }
 
+// Options::est_error: this rank's estimates as a new array, or None before the first.
+py::object error_estimates(const braid::Solver& solver) {
+  const auto& e = solver.error_estimates();
+  if (e.empty()) return py::none();
+  return py::array_t<double>(static_cast<py::ssize_t>(e.size()), e.data());
+}
+
 // Binds Status' read-only properties and STATUS_FIELDS from one list, in order
 // (braidpy.adjoint builds its own status class from STATUS_FIELDS). Getters keep
 // their C++ return types: pybind11 converts them faster than a py::object.
@@ -308,6 +316,29 @@ void bind_status(py::module_& m) {
       },
       "The fine residual norms of this solve so far, oldest first (Result.residuals; "
       "XBraid's GetRNorms).");
+  cls.def(
+      "error_estimate",
+      [](const Status& s) -> py::object {
+        const auto* i = s.info;
+        if (i->level != 0) return py::none();
+        braid::Index at = i->fine_index;  // a step's end point, else the point itself
+        if (i->t1 > i->t0) {
+          const auto& t = s.solver->fine_times();
+          at = std::lower_bound(t.begin(), t.end(), i->t1) - t.begin();
+        }
+        const double e = s.solver->error_estimate(at);
+        if (e < 0) return py::none();
+        return py::float_(e);
+      },
+      "With est_error=True on the fine level: the Richardson error estimate at the end of "
+      "the step (step), at the point (access); None elsewhere or before the first one "
+      "(XBraid's GetSingleErrorEstStep/Access).");
+  cls.def(
+      "error_estimates",
+      [](const Status& s) { return error_estimates(*s.solver); },
+      "With est_error=True: this rank's fine error estimates, one per owned point in "
+      "order (owned(0)), as a new float64 array; None before the first one (XBraid's "
+      "GetAllErrorEst).");
   cls.def(
       "cfactor", [](const Status& s, int l) { return s.level(l).cf; }, py::arg("level"),
       "Coarsening factor of a level (the coarsest, solved level: its intervals + 1).");
@@ -527,6 +558,7 @@ class PySolver {
     return out;
   }
   double final_full_residual() const { return solver_->final_full_residual(); }
+  py::object error_estimates() const { return braidpy::error_estimates(*solver_); }
 
 
   py::list levels() const {
@@ -647,6 +679,7 @@ PYBIND11_MODULE(_core, m) {
       .def("residuals", &PySolver::residuals)
       .def("full_residuals", &PySolver::full_residuals)
       .def("final_full_residual", &PySolver::final_full_residual)
+      .def("error_estimates", &PySolver::error_estimates)
       .def("levels", &PySolver::levels)
       .def("counts", &PySolver::counts)
       .def("timings", &PySolver::timings)

@@ -260,6 +260,7 @@ bool Solver::top(int k) {
 
 void Solver::solve(bool final_sweep) {
   rnorms_.clear();
+  estimates_.clear();
   full_rnorms_.clear();
   full_measured_ = false;
   full_final_ = -1.0;

@@ -90,6 +90,17 @@ void check_options(const Options& o, const std::vector<double>& fine_times, int 
   require(o.tnorm >= 0 && o.tnorm <= 2, "tnorm", o.tnorm, "must be 0 (infinity), 1 or 2");
   require(!(o.periodic && o.seq_soln), "periodic", o.periodic,
           "a periodic problem has no sequential solution (seq_soln)");
+  if (o.richardson || o.est_error) {
+    require(o.local_order >= 2, "local_order", o.local_order,
+            "must be >= 2 with richardson or est_error");
+    require(!o.periodic, "periodic", o.periodic, "excludes richardson and est_error");
+    require(o.delta_rank == 0, "delta_rank", o.delta_rank, "excludes richardson and est_error");
+    require(o.crelax_weight == 1.0, "crelax_weight", o.crelax_weight,
+            "must be 1 with richardson or est_error");
+    for (const auto& [level, w] : o.crelax_weight_level)
+      if (w != 1.0) fail(item("crelax_weight_level", level), w,
+                         "must be 1 with richardson or est_error");
+  }
   require(o.fmg_vcycles >= 1, "fmg_vcycles", o.fmg_vcycles, "must be >= 1");
   require(o.access_level >= 0 && o.access_level <= 2, "access_level", o.access_level,
           "must be 0, 1 or 2");

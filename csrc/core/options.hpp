@@ -64,6 +64,12 @@ struct Options {
   bool lyapunov_estimate = false;
   bool lyapunov_relax = false;
   bool lyapunov_exponents = false;
+  // XBraid's braid_SetRichardsonEstimation (richardson.cpp): on the fine level, combine
+  // each relaxed C-point with one coarse step (Richardson extrapolation), and/or keep an
+  // error estimate per fine point; local_order: the stepper's local order (>= 2).
+  bool richardson = false;
+  bool est_error = false;
+  int local_order = 0;
   // Fine-level ownership: (lo, hi) per rank, contiguous and ordered by rank;
   // empty = XBraid's block distribution.
   std::vector<std::pair<long long, long long>> fine_ranges;

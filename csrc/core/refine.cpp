@@ -115,6 +115,7 @@ Solver::RefineOutcome Solver::refine_grid(int k) {
   opts_.fine_ranges.clear();
   if (opts_.incr_max_levels) ++opts_.max_levels;
   levels_ = build_hierarchy(newt, opts_, nranks, rank);
+  estimates_.clear();  // Richardson estimates belong to the old grid (XBraid frees them)
   info_.nlevels = nlevels();
   ++nrefine_;
   rf_.reset(levels_[0].own.lo, levels_[0].own.hi);

@@ -364,6 +364,7 @@ void Solver::fc_relax(int l) {
   const ChainEnd end{kPhaseRelax, true, keep};
   caller_ = kByRelax;
   f_relax(l, kPhaseRelax, nullptr, &end);
+  if (extrapolates(l)) extrapolate(updated);
   for (std::size_t s = 0; s < updated.size(); ++s)
     if (updated[s] != nullptr) set_slot(L.u, static_cast<Index>(s), updated[s]);
   wrap(l, true);  // periodic: point 0 was relaxed as point n

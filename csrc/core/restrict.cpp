@@ -9,7 +9,8 @@ namespace braid {
 void Solver::restrict_to(int l) {
   Level& L = levels_[l];
   Level& C = levels_[l + 1];
-  const bool measure = l == 0 && opts_.residual_computation;
+  // (Richardson measures the norm on the coarse right-hand sides: richardson_rhs.)
+  const bool measure = l == 0 && opts_.residual_computation && !opts_.richardson;
   std::vector<double> norms(measure ? C.u.size() : 0, 0.0);
   std::vector<Index> measured;  // slots whose residual is measured, in order
 
@@ -74,6 +75,7 @@ void Solver::restrict_to(int l) {
   if (l == 0) {
     rnorm_measured_ = opts_.residual_computation;
     pending_rnorm_ = measure ? combine_norms(norms) : 0.0;
+    if (opts_.richardson || opts_.est_error) return richardson_rhs();
   }
 
   // 2. Inject C-points: v_j = u_{j*cf} (coarsened in space where the app coarsens); the

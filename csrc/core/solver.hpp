@@ -66,6 +66,11 @@ class Solver {
   // The app's residual drives the FAS (Ops::has_residual).
   bool user_residual() const { return residual_; }
   const Level& level(int l) const { return levels_.at(l); }
+  // Options::est_error: the error estimate at fine point i (owned) from the latest
+  // restriction of the fine level in this solve; -1 if none (richardson.cpp).
+  double error_estimate(Index i) const;
+  // This rank's estimates at own.lo..own.hi; empty before the first one of a solve.
+  const std::vector<double>& error_estimates() const { return estimates_; }
   const Options& options() const { return opts_; }
   Index ntime() const { return levels_[0].n; }
   const std::vector<double>& fine_times() const { return levels_[0].t; }
@@ -190,6 +195,19 @@ class Solver {
   Vec coarsen_at(int l, Index j, Vec u);
   Vec refine_at(int l, Index j, Vec e);
   void set_space_info(int l, Index j);
+  // richardson.cpp (Options::richardson, est_error; fine level only)
+  // Whether fc_relax(l) extrapolates its new C-values.
+  bool extrapolates(int l) const;
+  // updated[s]: the new value of fine C-point at slot s (null: none), becomes
+  // a u_c + b Phi_big(u_{c-cf}) with u_{c-cf} the value before the sweep.
+  void extrapolate(std::vector<Vec>& updated);
+  // restrict_to(0) from the injection on: the coarse right-hand sides with the
+  // Richardson factor, the residual norm (richardson) and the error estimates.
+  void richardson_rhs();
+  // Sum of (t_i - t_{i-1})^local_order over the fine interval (c - cf, c].
+  double dtk(Index c) const;
+  // Fine point i's estimate from the coarse estimates est (by coarse slot).
+  void finalize_estimates(const std::vector<double>& est);
   // interp.cpp
   void interp_from(int l);  // level l -> l-1
   void clean(int l);
@@ -289,6 +307,7 @@ class Solver {
   int nrefine_ = 0;
   int refine_stopped_ = -1;
   bool refined_ = false;          // top(): this iteration rebuilt the fine grid
+  std::vector<double> estimates_;  // Options::est_error: by fine slot (richardson.cpp)
 };
 
 // Message tags: one per (level, kind) so that mismatches cannot go unnoticed.
