@@ -12,6 +12,7 @@
     mpiexec -n P python tests/mpi_driver.py optimization OUT.json P
     mpiexec -n P python tests/mpi_driver.py output OUT.json P
     mpiexec -n P python tests/mpi_driver.py refine OUT.json P
+    mpiexec -n P python tests/mpi_driver.py richardson OUT.json P
 
 The last argument repeats the rank count: the driver fails unless MPI really joined
 that many ranks (see mpi_world.py).
@@ -55,6 +56,12 @@ def run_xbraid(nranks):
 
 def run_parity(nranks):
     from xbraid_parity_cases import run_at
+
+    return run_at(nranks, COMM)
+
+
+def run_richardson(nranks):
+    from richardson_cases import run_at
 
     return run_at(nranks, COMM)
 
@@ -130,7 +137,8 @@ def main():
                   "combos": lambda: run_combos(int(nranks)),
                   "optimization": lambda: run_optimization(int(nranks)),
                   "output": lambda: run_output(int(nranks)),
-                  "refine": lambda: run_refine(int(nranks))}
+                  "refine": lambda: run_refine(int(nranks)),
+                  "richardson": lambda: run_richardson(int(nranks))}
         result = suites[suite]()
     except BaseException:
         traceback.print_exc()

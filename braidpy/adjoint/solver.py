@@ -133,6 +133,11 @@ def solve_options(primal: OptionsLike, adjoint: OptionsLike,
         raise ValueError(f"delta_rank={p.delta_rank or a.delta_rank} (Delta correction) is "
                          f"not supported by the adjoint (GradientSolver, gradient), as in "
                          f"XBraid")
+    for name in ("richardson", "est_error"):
+        if getattr(p, name) or getattr(a, name):
+            raise ValueError(f"{name}=True is not supported by the adjoint (GradientSolver, "
+                             f"gradient): the adjoint of the extrapolated iteration is not "
+                             f"implemented")
     if oneshot is not None:
         if len(oneshot) != 2:
             raise ValueError(f"oneshot must be a pair (m1, m2), got {oneshot!r}")
