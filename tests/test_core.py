@@ -30,7 +30,7 @@ def make_solver(app, ntime=16, comm=None, rank=0, size=1, **fields):
 # ---------------------------------------------------------------- CoreOptions
 
 def test_core_options_defaults_are_the_python_defaults():
-    assert len(FIELDS) == 41 and FIELDS[0] == "max_levels" and FIELDS[-1] == "step_ustop"
+    assert len(FIELDS) == 44 and FIELDS[0] == "max_levels" and FIELDS[-1] == "step_ustop"
     assert repr(Options().to_core()) == repr(_core.CoreOptions(batch=True))
 
 
@@ -69,9 +69,10 @@ def test_to_core_sets_every_option_field():
     delta = {"delta_rank", "delta_defer_level", "delta_defer_iter", "lyapunov_estimate",
              "lyapunov_relax", "lyapunov_exponents"}
     changed = {f for f in FIELDS if getattr(got, f) != getattr(default, f)}
-    # periodic and refine exclude seq_soln, storage="all" is not XBraid's int: set on
-    # their own
-    assert changed == set(FIELDS) - internal - delta - {"periodic", "storage", "refine"}
+    # periodic and refine exclude seq_soln, storage="all" is not XBraid's int, richardson
+    # and est_error exclude a weight (test_richardson.py): set on their own
+    assert changed == set(FIELDS) - internal - delta - {"periodic", "storage", "refine",
+                                                        "richardson", "est_error", "local_order"}
     d = Options(delta_rank=2, delta_defer_level=1, delta_defer_iter=3, lyapunov_estimate=True,
                 lyapunov_relax=True, lyapunov_exponents=True).to_core()
     assert {f for f in FIELDS if getattr(d, f) != getattr(default, f)} == delta

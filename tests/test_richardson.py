@@ -115,6 +115,20 @@ def test_options_refuse_by_name(kwargs, error, message):
         braidpy.Core(Ex06(), 0.0, 0.5, 16, **kwargs)
 
 
+def test_to_core_and_the_core_check():
+    from braidpy import _core
+
+    got = braidpy.Options(richardson=True, est_error=True, local_order=3).to_core()
+    assert (got.richardson, got.est_error, got.local_order) == (True, True, 3)
+    assert braidpy.Options().to_core().local_order == 0
+    for fields, message in ((dict(richardson=True, local_order=1), "local_order = 1"),
+                            (dict(est_error=True, local_order=2, crelax_weight=0.5),
+                             "crelax_weight = 0.5"),
+                            (dict(richardson=True, local_order=2, periodic=True), "periodic")):
+        with pytest.raises(ValueError, match=message):
+            _core.Solver(Ex06(), None, 0, 1, _core.CoreOptions(**fields), [0.0, 0.5, 1.0], None)
+
+
 def test_off_by_default_and_no_estimates():
     o = braidpy.Options()
     assert (o.richardson, o.est_error, o.local_order) == (False, False, None)
