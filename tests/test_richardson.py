@@ -180,3 +180,15 @@ def test_refused_by_the_adjoint():
 
     with pytest.raises(ValueError, match="richardson"):
         GradientSolver(DecayRate(), 0.0, 1.0, 16, primal=dict(richardson=True, local_order=2))
+
+
+@pytest.mark.parametrize("number", [4, 6])
+def test_xbraid_saved_outputs(number):
+    # XBraid's own test/richardson.saved (xbraid_ex01_golden.json, tests 4 and 6:
+    # ex-06 -nt 19 -richardson, with backward Euler and with SDIRK-23).
+    from xbraid_cases import CASES
+
+    [case] = [c for c in CASES if c["id"] == f"richardson@19df1476#{number}"]
+    got = run_ex06(dict(args=case["command"].split()[4:]))
+    assert (got["iterations"], got["levels"]) == (case["iterations"], case["nlevels"])
+    assert got["history"][str(got["iterations"] - 1)] == case["final_residual_norm_printed"]
