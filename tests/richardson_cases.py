@@ -54,8 +54,10 @@ def ex06_options(args):
     o = dict(max_levels=100, nrelax=1, cfactor=2, max_iter=100, min_coarse=8, skip=False)
     ntime, sdirk, k = 256, False, 0
     while k < len(args):
-        if args[k] == "-richardson":
-            o["richardson"] = True
+        if args[k] in ("-richardson", "-refinet"):
+            # -refinet: braid_SetRefine(1), estimates on, the sync (ex-06.c's main)
+            o.update(richardson=True) if args[k] == "-richardson" else \
+                o.update(refine=True, est_error=True, tpoints_cutoff=o.get("tpoints_cutoff", 100))
             k += 1
             continue
         a, v = args[k], args[k + 1]
@@ -63,6 +65,8 @@ def ex06_options(args):
             ntime = int(v)
         elif a == "-time_discr":
             sdirk = v == "2"
+        elif a == "-max_tpts":
+            o["tpoints_cutoff"] = int(v)
         else:
             o[{"-ml": "max_levels", "-nu": "nrelax", "-cf": "cfactor"}[a]] = int(v)
         k += 2
@@ -72,17 +76,61 @@ def ex06_options(args):
     return ntime, sdirk, o
 
 
+def refining(base, comm):
+    """ex-06 -refinet's app: its sync keeps the largest estimate of all ranks (at the top
+    of each cycle and after a refinement), and from iteration 2 on a fine step whose
+    estimate exceeds 0.02 times it asks for its interval to be halved."""
+
+    class Refining(base):
+        max_estimate = -1.0
+
+        def step(self, u, t0, t1, status):
+            super().step(u, t0, t1, status)
+            est = status.error_estimate()
+            if status.level == 0 and status.iteration > 1 and est is not None and \
+                    est > 0.02 * self.max_estimate:
+                status.set_rfactor(2)
+
+        def _step_stacked(self, U, t0s, t1s, status):
+            super()._step_stacked(U, t0s, t1s, status)
+            est, times = status.error_estimates(), status.times(0)
+            if status.level > 0 or status.iteration <= 1 or est is None:
+                return
+            for k in range(len(U)):  # each state's estimate at its end, as step's
+                e = float(est[int(np.searchsorted(times, float(t1s[k])))])
+                if e > 0.02 * self.max_estimate:
+                    status.set_rfactor(2, row=k)
+
+        def sync(self, status):
+            if status.phase in ("cycle", "refine"):
+                est = status.error_estimates()
+                mine = max([-1.0] + ([] if est is None else est.tolist()))
+                self.max_estimate = mine if comm is None else comm.allreduce(mine, op=_max())
+
+    return Refining
+
+
+def _max():
+    from mpi4py import MPI
+
+    return MPI.MAX
+
+
 def run_ex06(case, comm=None, batched=False):
-    """Levels, iterations, residuals (%1.6e), and what ex-06 prints at the end: the final
-    solution and its error against the exact solution (%.20f)."""
+    """Levels, iterations, residuals (%1.6e, by iteration and in printed order), the final
+    number of time steps, and what ex-06 prints at the end: the final solution and its
+    error against the exact solution (%.20f)."""
     ntime, sdirk, options = ex06_options(case["args"])
-    app = (Ex06Sdirk if sdirk else Ex06)(batched=batched)
+    base = Ex06Sdirk if sdirk else Ex06
+    app = (refining(base, comm) if options.get("refine") else base)(batched=batched)
     r = braidpy.solve(app, 0.0, 0.5, ntime, comm=comm, **options)
     assert_split(comm, r.owned, len(r.times))
     exact = (1.0 / 16.0) * (-4.0 * 0.5 + 11.0 * math.exp(-4.0 * 0.5) + 5.0)
     u = float(r.final[0])
     return dict(levels=r.levels, iterations=r.iterations, history=history(r),
-                sol=f"{u:.20f}", err=f"{abs(u - exact):.20f}")
+                printed=[[str(k), f"{v:1.6e}"] for k, v in zip(r.residual_iterations,
+                                                                r.residuals)],
+                ntime=len(r.times) - 1, sol=f"{u:.20f}", err=f"{abs(u - exact):.20f}")
 
 
 def run_ex02(case, comm=None, batched=False):

@@ -2,7 +2,9 @@
 local_order) against XBraid's own output, at 1, 2 and 4 ranks.
 
 tests/data/xbraid_richardson.json holds what XBraid (commit in the file) printed for its
-ex-06 and ex-02 with -richardson (braid_SetRichardsonEstimation), ex-06 without it, and
+ex-06 and ex-02 with -richardson (braid_SetRichardsonEstimation), ex-06 without it and
+with -refinet (temporal refinement driven by the error estimates, with and without
+-richardson), and
 for tests/data/xbraid_drivers/richardson_driver.c (ex-01's problem with extrapolation and
 estimates switched on, writing every estimate XBraid's step, sync and access statuses
 give), run with mpiexec -n 1, 2, 4 (tests/data/make_xbraid_richardson.py made it).
@@ -21,6 +23,7 @@ import braidpy
 
 
 def assert_ex06(got, case):
+    assert (got["ntime"], got["printed"]) == (case["ntime"], case["printed"]), case["id"]
     assert got["levels"] == case["nlevels"], case["id"]
     assert got["iterations"] == case["iterations"], case["id"]
     assert got["history"] == case["residuals"], case["id"]

@@ -10,7 +10,9 @@ and error estimates switched on from its command line, compiled here against XBr
 libbraid.a with mpicc), each at 1, 2 and 4 ranks.
 
 Each case keeps the exact command, the rank count and what the tests compare: every
-`|| r_k ||`, the iteration and level counts; for ex-06 the final solution and error it
+`|| r_k ||` (in order: an iteration that refined prints twice), the iteration and level
+counts and the final number of time steps; for ex-06 (-refinet: XBraid's refinement
+driven by the error estimates) the final solution and error it
 prints (%.20f), for ex-02 the discretization error at the final time; for the driver the
 final value (%.17e) and every rank's estimate lines (the last iteration's step lines,
 every sync line and the final access's lines).
@@ -28,7 +30,9 @@ HERE = Path(__file__).resolve().parent
 RANKS = (1, 2, 4)
 EX06 = [[], ["-richardson"], ["-richardson", "-nt", "64", "-cf", "4"],
         ["-richardson", "-nt", "100", "-cf", "3"], ["-richardson", "-ml", "2", "-nu", "2"],
-        ["-richardson", "-time_discr", "2"]]
+        ["-richardson", "-time_discr", "2"], ["-refinet", "-max_tpts", "400"],
+        ["-refinet", "-max_tpts", "400", "-richardson"],
+        ["-nt", "19", "-time_discr", "2", "-refinet", "-max_tpts", "400", "-richardson"]]
 EX02 = [["-richardson"], ["-richardson", "-ml", "3", "-nu", "2"],
         ["-richardson", "-ml", "4", "-cf", "4", "-fmg"], ["-richardson", "-skip", "1"]]
 DRIVER = [["-rich", "-est", "-nt", "64", "-ml", "3"],
@@ -46,7 +50,9 @@ def residuals(out):
 
 def stats(out):
     return dict(iterations=int(re.search(r"^\s*iterations\s+= (\d+)", out, re.M).group(1)),
-                nlevels=int(re.search(r"^\s*number of levels\s+= (\d+)", out, re.M).group(1)))
+                nlevels=int(re.search(r"^\s*number of levels\s+= (\d+)", out, re.M).group(1)),
+                ntime=int(re.search(r"^\s*time steps = (\d+)", out, re.M).group(1)),
+                printed=re.findall(r"\|\| r_(\d+) \|\| = (\S+),", out))
 
 
 def estimate_lines(text):
