@@ -76,9 +76,10 @@ def main():
     for args in EX06:
         for n in RANKS:
             with tempfile.TemporaryDirectory() as tmp:
-                out = run(["mpiexec", "-n", str(n), str(xbraid / "examples" / "ex-06"), *args], tmp)
-            t, sol, err = re.search(r"Final Discretization error \(t,sol,err\):\s+(\S+) (\S+) (\S+)",
-                                    out).groups()
+                ex06 = str(xbraid / "examples" / "ex-06")
+                out = run(["mpiexec", "-n", str(n), ex06, *args], tmp)
+            final = r"Final Discretization error \(t,sol,err\):\s+(\S+) (\S+) (\S+)"
+            t, sol, err = re.search(final, out).groups()
             cases.append(dict(id=" ".join(["ex-06", *args]) + f" @{n}", kind="ex06", nranks=n,
                               args=args, command=" ".join(["mpiexec", "-n", str(n), "./ex-06",
                                                            *args]),
