@@ -110,6 +110,8 @@ def test_at_its_rank_count(nranks, tmp_path):
      "richardson=True excludes periodic=True"),
     (dict(est_error=True, local_order=2, full_rnorm=True), ValueError,
      "est_error=True excludes full_rnorm=True"),
+    (dict(richardson=True, local_order=2, delta_rank=2), ValueError,
+     r"richardson=True excludes Delta correction \(delta_rank=2"),
 ])
 def test_options_refuse_by_name(kwargs, error, message):
     with pytest.raises(error, match=message):
