@@ -190,14 +190,14 @@ def _first_difference(reports: List[List[Tuple[str, str, str]]]) -> Optional[Tup
     for name in order:
         got = [t.get(name) for t in tables]
         if len({g[0] if g else None for g in got}) > 1:
-            shown = [g[1] if g else "(not given)" for g in got]
+            displays = [g[1] if g else "(not given)" for g in got]
             # Values cut to one display (long texts alike in their first characters)
             # are told apart by their digests, never named as one value.
             digests: Dict[str, set] = {}
-            for g, text in zip(got, shown):
+            for g, text in zip(got, displays):
                 digests.setdefault(text, set()).add(g[0] if g else None)
             return name, [f"{text} (digest {g[0][:12]})" if g and len(digests[text]) > 1
-                          else text for g, text in zip(got, shown)]
+                          else text for g, text in zip(got, displays)]
     return None
 
 

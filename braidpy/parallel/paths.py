@@ -274,7 +274,7 @@ def wait(request: Any, members: Optional[Tuple[int, ...]], what: str,
     MPI, world = _world()
     me = world.Get_rank()
     start = time.monotonic()
-    told = False
+    told: Optional[bool] = False  # None: told the leaving peer; True: told the waiters
     pause = 0.0
     try:
         while True:
