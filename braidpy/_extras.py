@@ -11,6 +11,7 @@ extra             brings
 ``gpu``           CuPy for CUDA 12 (with ``arrays``)
 ``torch``         PyTorch (with ``arrays``)
 ``integrators``   SciPy (the implicit methods of ``braidpy.integrators``)
+``petsc``         petsc4py, built from source on the ``mpi`` extra's MPI (``braidpy.petsc``)
 ``all``           all of the above
 ================  ===================================================================
 """
@@ -39,6 +40,7 @@ DISTRIBUTIONS = {
     "cupy": "cupy-cuda13x",
     "torch": "torch",
     "scipy": "scipy",
+    "petsc4py": "petsc4py",
 }
 
 

@@ -76,8 +76,19 @@ def test_extras_bring_what_their_features_need():
 def test_ci_runs_the_readme_commands():
     ci = (ROOT / ".ci" / "run").read_text()
     readme = (ROOT / "README.md").read_text()
-    assert 'python -m pip install -e ".[test]"' in ci and "python -m pytest" in ci
-    assert 'pip install -e ".[test]" && python -m pytest' in readme
+    petsc = ('PETSC_CONFIGURE_OPTIONS="--with-fc=0 --with-cxx=0 --with-x=0 --with-cuda=0" '
+             'pip install "petsc4py>=3.20"')
+    install = (ROOT / "docs" / "install.md").read_text()
+    for text in (readme, install):
+        # the test extra, then petsc4py (built with the mpich wheel's mpicc), then pytest
+        steps = ['BRAIDPY_CUDA=AUTO pip install -e ".[test]"\n', "apt-get install liblapack-dev",
+                 petsc, "python -m pytest"]
+        places = [text.find(step) for step in steps]
+        assert -1 not in places and places == sorted(places), (steps, places)
+    steps = ['BRAIDPY_CUDA=AUTO python -m pip install -e ".[test]"\n',
+             "apt-get install -y -qq liblapack-dev", petsc.replace(" pip", " python -m pip"), "python -m pytest"]
+    places = [ci.find(step) for step in steps]
+    assert -1 not in places and places == sorted(places), (steps, places)
     assert 'pip install -e ".[mpi,train]" && mpiexec -n 4 braidpy train peaks' in readme
 
 
@@ -352,3 +363,18 @@ def test_missing_core_outside_a_checkout_says_reinstall(tmp_path):
     out = _import_copy(tmp_path, checkout=False)
     last = out.stderr.strip().splitlines()[-1]
     assert "installation is incomplete; reinstall braidpy-mgrit" in last, last
+
+
+def test_braidpy_petsc_without_petsc4py_names_what_to_install():
+    code = """
+    import braidpy.petsc as bp   # imports without petsc4py; making an app needs it
+    try:
+        bp.VecApp(None)
+    except ImportError as err:
+        print("refused:", err)
+    """
+    rc, out = run_hidden(code, {"petsc4py"})
+    assert rc == 0, out
+    assert "refused: braidpy.petsc needs petsc4py, which is not installed" in out, out
+    assert "liblapack-dev" in out and "pip install 'petsc4py>=3.20'" in out, out
+    assert "install the mpi extra first" in out, out
