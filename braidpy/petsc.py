@@ -117,21 +117,23 @@ class VecApp(App):
     u0 : petsc4py.PETSc.Vec
         The value at ``tstart`` (copied). Every state has its layout: the same global size
         and, on each rank, the same owned range.
-    guess : "copy", "zeros" or callable, optional
-        The initial guess away from ``tstart``: a copy of ``u0`` (default), zeros, or
-        ``guess(t)`` returning a Vec of ``u0``'s layout.
+    guess : str or callable, optional
+        The initial guess away from ``tstart``: ``"copy"`` of ``u0`` (default),
+        ``"zeros"``, or a callable ``guess(t)`` returning a Vec with the layout of ``u0``.
+    norm_scale : float, optional
+        Multiplies the 2-norm (default 1): ``sqrt(h**d)`` on a d-dimensional grid of
+        spacing h gives the discrete L2 norm, so that a tolerance means the same on every
+        spatial grid.
 
-    The vector operations are PETSc's, collective over ``u0``'s communicator:
-
-    - ``clone(u)``: ``u.copy()``;
-    - ``sum(a, x, b, y)``: ``y <- a x + b y`` by ``VecAXPBY``;
-    - ``norm(u)``: the 2-norm of the whole Vec (all spatial ranks), times ``norm_scale``
-      (set it to ``sqrt(h^d)`` for the discrete L2 norm, so that a tolerance means the same
-      on every spatial grid);
-    - ``bufpack(u)``: a header (a magic word, the global size, the first owned index and
-      the local size) and the rank's local values; ``bufunpack`` checks the header against
-      its own layout (a ValueError naming both: the time ranks' spatial splits disagree)
-      and copies the values into a new Vec.
+    Notes
+    -----
+    The vector operations are PETSc's, collective over the communicator of ``u0``:
+    ``clone`` is ``u.copy()``; ``sum(a, x, b, y)`` is ``VecAXPBY`` (y = a x + b y);
+    ``norm`` is the 2-norm of the whole Vec (all spatial ranks) times ``norm_scale``;
+    ``bufpack`` writes a header (a magic word, the global size, the first owned index and
+    the local size) and the local values of this rank, and ``bufunpack`` checks the header
+    against its own layout (a ValueError naming both: the spatial splits of the time ranks
+    disagree) and copies the values into a new Vec.
 
     Each rank of a spatial communicator takes the same MGRIT decisions, because every
     norm is the whole Vec's. A failure must be collective over the spatial communicator
@@ -248,9 +250,13 @@ class TSApp(VecApp):
     max_steps : int, optional
         The most internal steps of one MGRIT step (default 10000): an adaptive TS that
         needs more fails the step.
-    guess, norm_scale
-        As :class:`VecApp`.
+    guess : str or callable, optional
+        As for :class:`VecApp`.
+    norm_scale : float, optional
+        As for :class:`VecApp`.
 
+    Notes
+    -----
     A TS whose solve diverges (a negative converged reason), or that stops before
     ``t1``, raises :class:`SolveError`. Every step is a function of ``(u, t0, t1)``
     alone, so MGRIT converges to ``TSSolve`` run sequentially with the same steps.
@@ -331,9 +337,13 @@ class KSPBackwardEuler(VecApp):
         the command line.
     max_operators : int, optional
         The most operators (with their KSPs) kept (default 64).
-    guess, norm_scale
-        As :class:`VecApp`.
+    guess : str or callable, optional
+        As for :class:`VecApp`.
+    norm_scale : float, optional
+        As for :class:`VecApp`.
 
+    Notes
+    -----
     Each KSP starts from ``u0`` (a nonzero initial guess), the natural guess for a step.
     A KSP that does not converge (a negative converged reason: too many iterations, a
     NaN, a breakdown) raises :class:`SolveError`.

@@ -45,7 +45,7 @@ def test_every_guide_is_a_page(html):
 
 #: The public modules, each with its page of the API reference (docs/api_NAME.rst).
 PUBLIC_MODULES = ("braidpy", "adjoint", "parallel", "backends", "nn", "perf", "train", "torch",
-                  "data", "testing", "plotting", "integrators", "problems")
+                  "data", "testing", "plotting", "integrators", "problems", "petsc")
 
 
 def test_the_reference_covers_the_public_api(html):
@@ -76,7 +76,8 @@ def test_the_reference_covers_the_public_api(html):
 #: alone: every import of one of them fails as if it were not installed.
 _WITHOUT_OPTIONAL_PACKAGES = """
 import importlib.abc, sys
-HIDDEN = {"torch", "matplotlib", "sklearn", "mpi4py", "tqdm", "cupy", "array_api_compat"}
+HIDDEN = {"torch", "matplotlib", "sklearn", "mpi4py", "tqdm", "cupy", "array_api_compat",
+          "petsc4py"}
 class Hide(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
         if name.split(".")[0] in HIDDEN:
