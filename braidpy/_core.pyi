@@ -52,6 +52,10 @@ class Status(metaclass=_Pybind11Type):
     @property
     def phase(self) -> str: ...
     @property
+    def caller(self) -> Optional[str]: ...
+    @property
+    def caller_code(self) -> int: ...
+    @property
     def batch_size(self) -> int: ...
     @property
     def fine_indices(self) -> Optional[np.ndarray]: ...
@@ -113,7 +117,7 @@ class CoreOptions(metaclass=_Pybind11Type):
                  nfmg: int = ..., fmg_vcycles: int = ..., store_all: bool = ...,
                  store_final: bool = ..., storage: int = ..., seq_soln: bool = ..., final_fc_relax: bool = ...,
                  relax_only_cg: bool = ..., periodic: bool = ..., access_level: int = ...,
-                 residual_computation: bool = ..., timings: bool = ...,
+                 print_norms: bool = ..., residual_computation: bool = ..., timings: bool = ...,
                  full_rnorm: bool = ..., refine: bool = ..., max_refinements: int = ...,
                  tpoints_cutoff: int = ..., incr_max_levels: bool = ...,
                  delta_rank: int = ..., delta_defer_level: int = ...,
@@ -146,6 +150,7 @@ class CoreOptions(metaclass=_Pybind11Type):
     relax_only_cg: bool
     periodic: bool
     access_level: int
+    print_norms: bool
     residual_computation: bool
     timings: bool
     full_rnorm: bool

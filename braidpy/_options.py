@@ -92,10 +92,17 @@ class Options:
         ``seq_soln``; ``Result.final`` (at tstop) equals the value at tstart.
         Default False.
     access_level : int
-        0 never call access, 1 at the end, 2 also after each iteration (fine C-points).
-        Default 1.
+        0 never call access, 1 at the end, 2 also after each iteration (fine C-points),
+        3 (XBraid's debugging level) also inside every sweep: each new F- and C-value of
+        every FC-relaxation, restriction and interpolation on every level (coarse states
+        too), each corrected fine C-point, and after each iteration an F-sweep over all
+        fine points; ``status.caller`` names the sweep ("FCRelax", "FRestrict",
+        "FInterp", "FAccess"). Not with ``periodic``. Default 1.
     print_level : int
-        0 quiet, 1 one line per iteration on rank 0, 2 also the hierarchy. Default 0.
+        0 quiet, 1 one line per iteration on rank 0, 2 also the hierarchy, 3 also every
+        fine C-point's residual norm after each restriction from the fine level
+        (XBraid's ``  Braid:  time step: ..., rnorm: ...`` lines). Not with
+        ``periodic``. Default 0.
     timings : bool or 0, 1, 2
         Time user callbacks and communication (Result.timings). 2 (XBraid's
         ``braid_SetTimings(core, 2)``) also writes every rank's timer file after each
@@ -290,14 +297,24 @@ class Options:
             raise ValueError(f"storage must be 'C', 'final', 'all' or an int >= -1 (XBraid's "
                              f"storage level), got {self.storage!r}")
         _int(self, "access_level", 0)
-        if self.access_level > 2:
-            raise ValueError(f"access_level must be 0, 1 or 2, got {self.access_level!r}")
+        if self.access_level > 3:
+            raise ValueError(f"access_level must be 0, 1, 2 or 3, got {self.access_level!r}")
         _int(self, "print_level", 0)
-        if self.print_level > 2:  # XBraid's level 3 (every C-point's norm) is not printed
-            raise ValueError(f"print_level must be 0, 1 or 2, got {self.print_level!r}")
+        if self.print_level > 3:
+            raise ValueError(f"print_level must be 0, 1, 2 or 3, got {self.print_level!r}")
+        if self.refine and self.access_level == 3:  # XBraid also accesses inside FRefine
+            raise ValueError("access_level=3 is not available with refine=True")
+        if self.delta_rank and self.access_level == 3:  # its calls would carry no basis
+            raise ValueError("access_level=3 is not available with delta_rank > 0")
+        for name in ("access_level", "print_level"):  # XBraid's extrapolated C-values, norms
+            if self.richardson and getattr(self, name) == 3:
+                raise ValueError(f"{name}=3 is not available with richardson=True")
         _delta(self)
         _richardson(self)
         if self.periodic:
+            for name in ("access_level", "print_level"):
+                if getattr(self, name) == 3:  # XBraid's point 0 is braidpy's point ntime
+                    raise ValueError(f"{name}=3 is not available with periodic=True")
             if self.seq_soln:
                 raise ValueError("periodic=True and seq_soln=True exclude each other: a "
                                  "periodic problem has no sequential solution")
@@ -383,7 +400,8 @@ class Options:
             seq_soln=self.seq_soln,
             final_fc_relax=self.final_fc_relax, relax_only_cg=self.relax_only_cg,
             periodic=self.periodic,
-            access_level=self.access_level, residual_computation=self.residual_computation,
+            access_level=self.access_level, print_norms=self.print_level >= 3,
+            residual_computation=self.residual_computation,
             timings=bool(self.timings), batch=self.batch, full_rnorm=self.full_rnorm,
             refine=self.refine, max_refinements=self.max_refinements,
             tpoints_cutoff=INT_MAX if self.tpoints_cutoff is None else self.tpoints_cutoff,

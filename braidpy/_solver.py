@@ -192,11 +192,19 @@ def stop_reason(options: Options, nlevels: int, residuals: List[float]) -> Tuple
 
 def _report_progress(print_level: int, k: int, rnorm: float, has: bool,
                      full: bool = False, refined: Optional[Tuple[int, bool]] = None,
-                     limits: Tuple[Optional[int], int] = (None, 200)) -> None:
+                     limits: Tuple[Optional[int], int] = (None, 200),
+                     norms: Optional[Sequence[float]] = None, cfactor: int = 0) -> None:
     """Rank 0, each iteration: log the residual, print it with print_level >= 1 (full:
     the full residual norm of ``full_rnorm=True``, as XBraid prints it; refined:
     (refinements, stopped) of ``refine=True``, ``rnorm`` then the fine grid's intervals,
-    and ``limits`` its tpoints_cutoff and max_refinements)."""
+    and ``limits`` its tpoints_cutoff and max_refinements; norms: print level 3's norm at
+    every fine C-point, XBraid's lines)."""
+    if norms is not None:
+        if print_level >= 3:
+            print("".join(f"  Braid:  time step: {j * cfactor:6d}, rnorm: {r:1.2e}\n"
+                          for j, r in enumerate(norms)), end="")
+            sys.stdout.flush()
+        return
     if refined is not None:
         nrefine, stopped = refined
         ntime = int(rnorm)

@@ -13,6 +13,7 @@
     mpiexec -n P python tests/mpi_driver.py output OUT.json P
     mpiexec -n P python tests/mpi_driver.py refine OUT.json P
     mpiexec -n P python tests/mpi_driver.py richardson OUT.json P
+    mpiexec -n P python tests/mpi_driver.py debug OUT.json P
 
 The last argument repeats the rank count: the driver fails unless MPI really joined
 that many ranks (see mpi_world.py).
@@ -68,6 +69,12 @@ def run_richardson(nranks):
 
 def run_residual(nranks):
     from residual_cases import run_at
+
+    return run_at(nranks, COMM)
+
+
+def run_debug(nranks):
+    from debug_level_cases import run_at
 
     return run_at(nranks, COMM)
 
@@ -138,7 +145,8 @@ def main():
                   "optimization": lambda: run_optimization(int(nranks)),
                   "output": lambda: run_output(int(nranks)),
                   "refine": lambda: run_refine(int(nranks)),
-                  "richardson": lambda: run_richardson(int(nranks))}
+                  "richardson": lambda: run_richardson(int(nranks)),
+                  "debug": lambda: run_debug(int(nranks))}
         result = suites[suite]()
     except BaseException:
         traceback.print_exc()

@@ -30,7 +30,7 @@ def make_solver(app, ntime=16, comm=None, rank=0, size=1, **fields):
 # ---------------------------------------------------------------- CoreOptions
 
 def test_core_options_defaults_are_the_python_defaults():
-    assert len(FIELDS) == 44 and FIELDS[0] == "max_levels" and FIELDS[-1] == "step_ustop"
+    assert len(FIELDS) == 45 and FIELDS[0] == "max_levels" and FIELDS[-1] == "step_ustop"
     assert repr(Options().to_core()) == repr(_core.CoreOptions(batch=True))
 
 
@@ -59,9 +59,9 @@ def test_to_core_sets_every_option_field():
                    nrelax={1: 2, "default": 0}, crelax_weight={2: 0.5, "default": 1.3},
                    max_iter=7, abs_tol=1e-5, rel_tol=1e-3,
                    tnorm=math.inf, skip=False, fmg=True, fmg_vcycles=2, nfmg=3, storage="all",
-                   seq_soln=True, final_fc_relax=True, relax_only_cg=True, access_level=2,
-                   timings=True, residual_computation=False, batch=False, full_rnorm=True,
-                   max_refinements=3, tpoints_cutoff=50, incr_max_levels=True)
+                   seq_soln=True, final_fc_relax=True, relax_only_cg=True, access_level=3,
+                   timings=True, print_level=3, residual_computation=False, batch=False,
+                   full_rnorm=True, max_refinements=3, tpoints_cutoff=50, incr_max_levels=True)
     got, default = opts.to_core(), _core.CoreOptions(batch=True)
     # set by braidpy itself (residual, step_ustop: from the app), not by Options
     internal = {"store_final", "fine_ranges", "residual", "step_ustop"}
@@ -93,7 +93,7 @@ IMPOSSIBLE = [
     ("abs_tol", math.nan, "abs_tol = nan"),
     ("rel_tol", -1.0, "rel_tol = -1"),
     ("fmg_vcycles", 0, "fmg_vcycles = 0"),
-    ("access_level", 3, "access_level = 3"),
+    ("access_level", 4, "access_level = 4"),
     ("cfactor_level", {1: 1}, r"cfactor_level\[1\] = 1"),
     ("nrelax_level", {-1: 1}, "nrelax_level key = -1"),
     ("crelax_weight", 0.0, "crelax_weight = 0"),
@@ -201,7 +201,7 @@ def test_a_failed_solve_frees_its_core_by_reference_counting():
 
 def test_status_fields_are_the_bound_properties_in_order():
     props = [k for k, v in vars(_core.Status).items() if isinstance(v, property)]
-    assert list(_core.STATUS_FIELDS) == props and len(props) == 25
+    assert list(_core.STATUS_FIELDS) == props and len(props) == 27
     assert all(isinstance(name, str) for name in _core.STATUS_FIELDS)
 
 

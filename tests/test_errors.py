@@ -137,7 +137,7 @@ def test_non_array_vectors_without_overrides_explain_themselves():
     (dict(tnorm=3), "tnorm"),
     (dict(skip="yes"), "skip"),
     (dict(storage="some"), "storage"),
-    (dict(access_level=3), "access_level"),
+    (dict(access_level=4), "access_level"),
     (dict(max_level=3), "did you mean 'max_levels'"),
     (dict(tol=1e-6), "unknown option 'tol'"),
 ])

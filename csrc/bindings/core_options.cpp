@@ -92,7 +92,10 @@ void bind_core_options(py::module_& m) {
       .field("final_fc_relax", &O::final_fc_relax, "One more FC sweep before the final F.")
       .field("relax_only_cg", &O::relax_only_cg, "Relax the coarsest level instead of solving.")
       .field("periodic", &O::periodic, "Time-periodic: u(tstop) = u(tstart).")
-      .field("access_level", &O::access_level, "0 no access, 1 at the end, 2 every iteration.")
+      .field("access_level", &O::access_level,
+             "0 no access, 1 at the end, 2 every iteration, 3 inside every sweep.")
+      .field("print_norms", &O::print_norms,
+             "Print level 3: every fine C-point's residual norm each iteration.")
       .field("residual_computation", &O::residual_computation,
              "False: no residual norm, run max_iter iterations.")
       .field("timings", &O::timings, "Time user callbacks and communication.")

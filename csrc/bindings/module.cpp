@@ -75,6 +75,23 @@ struct Outcome {
 
 namespace {
 
+// XBraid's calling-function names (braid_ASCaller_*, without the prefix), None if none.
+py::object caller_name(int caller) {
+  switch (caller) {
+    case braid::kCallerFInterp: return py::str("FInterp");
+    case braid::kCallerFRestrict: return py::str("FRestrict");
+    case braid::kCallerFAccess: return py::str("FAccess");
+    case braid::kCallerDriveTopCycle: return py::str("Drive_TopCycle");
+    case braid::kCallerFCRelax: return py::str("FCRelax");
+    case braid::kCallerDriveAfterInit: return py::str("Drive_AfterInit");
+    case braid::kCallerComputeFullRNorm: return py::str("ComputeFullRNorm");
+    case braid::kCallerFASResidual: return py::str("FASResidual");
+    case braid::kCallerResidual: return py::str("Residual");
+    case braid::kCallerInitGuess: return py::str("InitGuess");
+    default: return py::none();
+  }
+}
+
 const char* phase_name(int phase) {
   switch (phase) {
     case braid::kPhaseInit: return "init";
@@ -241,6 +258,13 @@ void bind_status(py::module_& m) {
   field("phase", [](const Status& s) { return phase_name(s.info->phase); },
         "'init', 'relax', 'residual' or 'final'; in sync 'init' (after the initial guess) "
         "or 'cycle' (top of an iteration).");
+  field("caller", [](const Status& s) { return caller_name(s.info->caller); },
+        "The XBraid routine the call comes from (its GetCallingFunction, braid_ASCaller_ "
+        "left off): 'FCRelax', 'FRestrict', 'FASResidual', 'Residual', 'FInterp', "
+        "'FAccess', 'ComputeFullRNorm', 'InitGuess', 'Drive_AfterInit', "
+        "'Drive_TopCycle'; None where XBraid has none (init, coarsen, refine).");
+  field("caller_code", [](const Status& s) { return s.info->caller; },
+        "XBraid's braid_ASCaller_* number of caller (-1 for None).");
   field("batch_size", [](const Status& s) { return s.info->batch_size; },
         "Number of states in the current step_batch call (0 outside one).");
   field("fine_indices", [](const Status& s) { return batch_indices(*s.info, true); },

@@ -588,6 +588,29 @@ void PyOps::refinement(int iteration, braid::Index ntime, int nrefine, bool stop
   Py_XDECREF(r);
 }
 
+// Print level 3's C-point norms: progress(k, 0.0, True, norms=[...], cfactor=cf).
+void PyOps::progress_norms(int iteration, const double* norms, braid::Index n,
+                           braid::Index cf) {
+  if (progress_ == nullptr || failed_) return;
+  const bool outer = in_callback_;
+  in_callback_ = true;
+  PyObject* list = PyList_New(static_cast<Py_ssize_t>(n));
+  for (braid::Index k = 0; list != nullptr && k < n; ++k)
+    PyList_SET_ITEM(list, static_cast<Py_ssize_t>(k), PyFloat_FromDouble(norms[k]));
+  PyObject* args = Py_BuildValue("(idO)", iteration, 0.0, Py_True);
+  PyObject* kwargs = list == nullptr ? nullptr
+                                     : Py_BuildValue("{s:O,s:L}", "norms", list, "cfactor",
+                                                     static_cast<long long>(cf));
+  PyObject* r = args != nullptr && kwargs != nullptr ? PyObject_Call(progress_, args, kwargs)
+                                                     : nullptr;
+  Py_XDECREF(list);
+  Py_XDECREF(args);
+  Py_XDECREF(kwargs);
+  in_callback_ = outer;
+  if (r == nullptr) capture_current_error(kProgress);
+  Py_XDECREF(r);
+}
+
 Vec PyOps::clone_block(const Vec* srcs, braid::Index n, Vec* out) {
   if (failed_) {
     for (braid::Index k = 0; k < n; ++k) out[k] = nullptr;

@@ -72,6 +72,8 @@ class PyOps final : public braid::Ops {
   void sync(const CallInfo& info) override;
   void progress_full(int iteration, double rnorm) override;
   void refinement(int iteration, braid::Index ntime, int nrefine, bool stopped) override;
+  void progress_norms(int iteration, const double* norms, braid::Index n,
+                      braid::Index cf) override;
   bool failed() const override { return failed_; }
   void raise_error(const char* message) override;
   // app.init_basis(t, index) and app.inner_prod(u, v) (Delta correction).

@@ -98,6 +98,7 @@ void Solver::sync(int phase) {
   if (!ops_.has_sync()) return;
   info_.phase = phase;
   info_.level = 0;
+  info_.caller = phase == kPhaseInit ? kCallerDriveAfterInit : kCallerDriveTopCycle;
   ops_.sync(info_);
   agree();
 }
@@ -136,6 +137,7 @@ void Solver::init_guess() {
     // one F-sweep over a level whose only C-point is 0.
     const Index cf = L.cf;
     L.cf = L.n + 1;
+    info_.caller = kCallerInitGuess;
     f_relax(
         0, kPhaseInit,
         [&](Vec* ws, const Index* pts, Index n) {
@@ -179,6 +181,9 @@ void Solver::gather_c_points() {
 void Solver::down(int l) {
   relax(l);
   restrict_to(l);
+  // Access level 3 tells the sweeps after the restriction from level 0 its new norm, as
+  // XBraid (which reduces it there) does.
+  if (l == 0 && access_all() && rnorm_measured_) info_.rnorm = reduce_norm(pending_rnorm_);
   if (l == 0 && opts_.full_rnorm) {  // XBraid: right after the restriction from level 0
     pending_full_ = full_rnorm_part();
     full_measured_ = true;
@@ -284,13 +289,19 @@ void Solver::solve(bool final_sweep) {
     // XBraid: a single level that could have been more (or is "relaxed only")
     // is solved by stepping in one iteration whose residual is set to 0.
     iterations_ = 1;
+    // XBraid's one FC sweep of the single level (its stepping, the same values) is
+    // visible only to access level 3.
+    if (access_all() && !opts_.relax_only_cg) fc_relax(0);
     rnorms_.emplace_back(0, 0.0);
     info_.rnorm = 0.0;
     sync(kPhaseCycle);
     ops_.progress(0, 0.0, true);
+    if (access_all()) access_sweep();
   } else if (L > 1) {
     for (int k = 0, cycles = 0;; ++cycles) {
       info_.iteration = k;
+      // Access level 3 shows XBraid's status norm: this iteration's, none until measured.
+      if (access_all()) info_.rnorm = -1.0;
       const bool skip_down = cycles == 0 && opts_.skip && cold_ && !opts_.seq_soln;
       const bool fcycle = opts_.fmg && opts_.nfmg != k;
       cycle(skip_down, fcycle);
@@ -312,6 +323,10 @@ void Solver::solve(bool final_sweep) {
 }
 
 void Solver::access_iterate() {
+  if (access_all()) {
+    access_sweep();
+    return;
+  }
   const Level& F = levels_[0];
   info_.phase = kPhaseRelax;
   for (Index c = F.c_at_or_after(F.own.lo); c <= F.own.hi; c += F.cf)
@@ -323,6 +338,7 @@ void Solver::access_fine(Index i, Vec u) {
   info_.t = info_.t0 = info_.t1 = F.t[i];
   info_.level = 0;
   info_.index = info_.fine_index = i;
+  info_.caller = kCallerFAccess;
   if (delta_ && u != nullptr) {  // the basis, and the final C-points' local exponents
     info_.basis = DeltaOps::of(u)->basis.data();
     info_.basis_rank = delta_->rank();
@@ -335,6 +351,33 @@ void Solver::access_fine(Index i, Vec u) {
   info_.lyapunov = nullptr;
 }
 
+void Solver::access_at(int l, Index i, Vec u, int caller) {
+  const Level& L = levels_[l];
+  const CallInfo saved = info_;
+  info_.t = info_.t0 = info_.t1 = L.t[i];
+  info_.level = l;
+  info_.index = i;
+  info_.fine_index = i * L.fine_stride;
+  info_.caller = caller;
+  info_.batch = nullptr;
+  info_.batch_size = 0;
+  ops_.access(u, info_);
+  info_ = saved;
+}
+
+void Solver::access_sweep() {
+  Level& L = levels_[0];
+  info_.caller = kCallerFAccess;
+  f_relax(
+      0, kPhaseRelax,
+      [&](Vec* ws, const Index* pts, Index n) {
+        for (Index k = 0; k < n; ++k) access_at(0, pts[k], ws[k], kCallerFAccess);
+      },
+      nullptr);
+  for (Index c = L.c_at_or_after(L.own.lo); c <= L.own.hi; c += L.cf)
+    access_at(0, c, L.u[L.slot(c)], kCallerFAccess);
+}
+
 void Solver::visit_final(Index i, Vec w) {
   if (i == levels_[0].n) final_ = ops_.clone(w);
   if (opts_.access_level >= 1) access_fine(i, w);
@@ -345,10 +388,12 @@ void Solver::visit_final(Index i, Vec w) {
 void Solver::final_relax(bool sweep) {
   info_.done = true;
   info_.iteration = iterations_;
+  info_.caller = kCallerFAccess;
   local_lyap_.clear();
   if (delta_ && opts_.lyapunov_exponents) delta_final_relax();
   else if (opts_.final_fc_relax) fc_relax(0);
   caller_ = kByFinal;
+  info_.caller = kCallerFAccess;
   Level& L = levels_[0];
   info_.phase = kPhaseFinal;
   // Every rank decides alike (the same argument, grid and options): no message of the
@@ -478,6 +523,7 @@ Vec Solver::solution_at(Index i) {
   info_.phase = kPhaseFinal;
   info_.done = true;
   caller_ = kByFinal;
+  info_.caller = kCallerFAccess;
   for (Index k = s + 1; k <= i; ++k) step_on(L, 0, w, k, false);
   return w;
 }

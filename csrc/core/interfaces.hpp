@@ -35,6 +35,7 @@ struct CallInfo {
   double tol = 0.0;      // absolute halting tolerance
   double rnorm = -1.0;   // latest fine residual norm, -1 if none yet
   int phase = 0;         // see Phase
+  int caller = -1;       // XBraid's calling-function code (Caller), -1 none
   // Ops::coarsen/refine only (XBraid's CoarsenRefStatus): the times before and after
   // the point t on the fine and on the coarse level (t itself at either end of the grid).
   double f_tprior = 0.0, f_tstop = 0.0, c_tprior = 0.0, c_tstop = 0.0;
@@ -67,6 +68,21 @@ enum Phase : int {
   kPhaseFinal = 3,     // final F-relaxation / access after the solve
   kPhaseCycle = 4,     // sync at the top of an iteration (after its cycle)
   kPhaseRefine = 5,    // temporal refinement: the old and the new fine grid's steps, sync
+};
+
+// Which of XBraid's routines a call comes from (its braid_ASCaller_* codes, the value of
+// GetCallingFunction): set with the phase, read by the status.
+enum Caller : int {
+  kCallerFInterp = 0,          // interpolation's F-sweep and corrections
+  kCallerFRestrict = 1,        // restriction's F-sweep
+  kCallerFAccess = 3,          // an access sweep (the final one, access_level >= 2)
+  kCallerDriveTopCycle = 5,    // sync at the top of an iteration
+  kCallerFCRelax = 6,          // FC-relaxation
+  kCallerDriveAfterInit = 7,   // sync after the initial guess
+  kCallerComputeFullRNorm = 9, // the full residual norm
+  kCallerFASResidual = 10,     // a fine residual at a C-point (restriction)
+  kCallerResidual = 11,        // a coarse FAS right-hand side
+  kCallerInitGuess = 12,       // the sequential initial guess (seq_soln)
 };
 
 // User callbacks. After a callback fails, implementations must turn every
@@ -140,6 +156,12 @@ class Ops {
   // nrefine refinements (stopped false), or the limits stopped refining (stopped true).
   virtual void refinement(int iteration, Index ntime, int nrefine, bool stopped) {
     (void)iteration, (void)ntime, (void)nrefine, (void)stopped;
+  }
+  // Options::print_norms: this iteration's residual norm at every fine C-point j*cf,
+  // j < n, in time order (0 where none was measured), called on every rank before
+  // progress() (XBraid's print level 3).
+  virtual void progress_norms(int iteration, const double* norms, Index n, Index cf) {
+    (void)iteration, (void)norms, (void)n, (void)cf;
   }
   // Options::full_rnorm: the full residual norm of the iteration, after progress().
   virtual void progress_full(int iteration, double rnorm) {

@@ -9,6 +9,7 @@ void Solver::interp_from(int l) {
   Level& C = levels_[l];
   Level& F = levels_[l - 1];
   if (l == nlevels() - 1 && (opts_.relax_only_cg || opts_.periodic)) relax(l);
+  info_.caller = kCallerFInterp;
   // e = u - v and u_fine += e as soon as the sweep has u at j, in one pass per pair
   // where the ops can (the fine C-points are not read on this level, and clean() drops
   // v below); else e goes into v at once and u_fine += e for every point at the end,
@@ -17,6 +18,8 @@ void Solver::interp_from(int l) {
   // the fallback computes e = -v + u into copies of u (the same bits) and frees them.
   std::vector<Vec> es, fines, copies;
   auto errors = [&](Vec* us, const Index* js, Index n) {
+    if (access_all())  // access level 3: every coarse value the correction reads
+      for (Index k = 0; k < n; ++k) access_at(l, js[k], us[k], kCallerFInterp);
     std::vector<Vec> vs(static_cast<std::size_t>(n)), fs(static_cast<std::size_t>(n));
     for (Index k = 0; k < n; ++k) {
       vs[static_cast<std::size_t>(k)] = C.v[C.slot(js[k])];
@@ -58,6 +61,9 @@ void Solver::interp_from(int l) {
   }
   if (!es.empty()) ops_.sums(1.0, es.data(), 1.0, fines.data(), static_cast<Index>(es.size()));
   for (Vec e : copies) ops_.free(e);
+  if (l == 1 && access_all())  // and every corrected fine C-point (XBraid: on level 0 only)
+    for (Index j = std::max<Index>(C.own.lo, 1); j <= C.own.hi; ++j)
+      access_at(0, j * F.cf, F.u[F.slot(j * F.cf)], kCallerFInterp);
   clean(l);
   wrap(l - 1, true);  // periodic: fine point 0 was corrected as point n
 }

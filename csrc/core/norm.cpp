@@ -31,8 +31,9 @@ namespace braid {
 double Solver::full_rnorm_part() {
   Level& L = levels_[0];
   if (L.own.empty()) return 0.0;
-  const int phase = info_.phase;
+  const int phase = info_.phase, caller = info_.caller;
   info_.phase = kPhaseResidual;
+  info_.caller = kCallerComputeFullRNorm;
   const Index lo = L.own.lo, hi = L.own.hi, cf = L.cf;
   const int tag = msg_tag(0, kMsgFull);
   std::vector<double> norms(static_cast<std::size_t>(hi - lo + 1), 0.0);
@@ -69,6 +70,7 @@ double Solver::full_rnorm_part() {
     if (!(last_first && c == c_last)) chain(c, ops_.clone(L.u[L.slot(c)]));
   if (L.left >= 0) chain(lo - 1, comm_.recv(L.left, tag));
   info_.phase = phase;
+  info_.caller = caller;
 
   std::vector<double> from_right;  // combine_norms reads it from the back
   const Index first = std::max<Index>(lo, 1);

@@ -102,8 +102,14 @@ void check_options(const Options& o, const std::vector<double>& fine_times, int 
                          "must be 1 with richardson or est_error");
   }
   require(o.fmg_vcycles >= 1, "fmg_vcycles", o.fmg_vcycles, "must be >= 1");
-  require(o.access_level >= 0 && o.access_level <= 2, "access_level", o.access_level,
-          "must be 0, 1 or 2");
+  require(o.access_level >= 0 && o.access_level <= 3, "access_level", o.access_level,
+          "must be 0, 1, 2 or 3");
+  require(!(o.periodic && o.access_level >= 3), "access_level", o.access_level,
+          "3 is not available with periodic");
+  require(!(o.refine && o.access_level >= 3), "access_level", o.access_level,
+          "3 is not available with temporal refinement");
+  require(!(o.periodic && o.print_norms), "print_norms", o.print_norms,
+          "not available with periodic");
   require(o.max_refinements >= 0, "max_refinements", o.max_refinements, "must be >= 0");
   require(o.tpoints_cutoff >= 0, "tpoints_cutoff", o.tpoints_cutoff, "must be >= 0");
   require(!(o.refine && o.periodic), "refine", o.refine,

@@ -40,7 +40,11 @@ struct Options {
   // last point n is point 0 again (the same value), so that point 0 is relaxed like
   // any C-point and the coarsest level is relaxed, not solved.
   bool periodic = false;
-  int access_level = 1;               // 0 none, 1 at the end, 2 every iteration
+  // 0 none, 1 at the end, 2 also the fine C-points after every iteration, 3 (XBraid's
+  // debugging level) every point of every relaxation, restriction and interpolation
+  // sweep on every level, and an access sweep over all fine points after every iteration.
+  int access_level = 1;
+  bool print_norms = false;           // print level 3: Ops::progress_norms each iteration
   bool residual_computation = true;   // false: run max_iter iterations, no norm
   bool timings = false;               // callback timers (bindings)
   bool full_rnorm = false;            // also measure the full fine residual norm

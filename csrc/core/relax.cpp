@@ -121,8 +121,9 @@ void Solver::f_relax(int l, int phase, const RowsHook& on_points, const ChainEnd
 }
 
 inline void Solver::end_chain(Level& L, int l, const ChainEnd& end, Index c, Vec& w) {
-  const int phase = info_.phase;
+  const int phase = info_.phase, caller = info_.caller;
   info_.phase = end.phase;
+  if (end.caller >= 0) info_.caller = end.caller;
   if (end.delta_fas) {
     delta_fas_residual(L, l, c, w);
   } else if (end.residual) {
@@ -134,6 +135,7 @@ inline void Solver::end_chain(Level& L, int l, const ChainEnd& end, Index c, Vec
   }
   end.take(&w, &c, 1);
   info_.phase = phase;
+  info_.caller = caller;
 }
 
 // One chain at a time. Order: the interval that reaches the last owned point
@@ -309,11 +311,13 @@ void Solver::lockstep(int l, const Exchange& x, const RowsHook& on_points, const
     if (e0 >= e1) return;
     std::vector<Index> cs(static_cast<std::size_t>(m));
     for (Index r = e0; r < e1; ++r) cs[r] = base[r] + cf;
-    const int phase = info_.phase;  // as end_chain, all in one step_batch
+    const int phase = info_.phase, caller = info_.caller;  // as end_chain, in one step_batch
     info_.phase = end->phase;
+    if (end->caller >= 0) info_.caller = end->caller;
     step_batch_on(L, l, block, e0, &rows[e0], &cs[e0], e1 - e0, end->with_tau);
     end->take(&rows[e0], &cs[e0], e1 - e0);
     info_.phase = phase;
+    info_.caller = caller;
   };
   RowsHook on_rows = on_points;
   if (store_f)  // copies: the chains' ends step the rows in place
@@ -345,11 +349,13 @@ void Solver::store_rows(int l, Vec* rows, const Index* pts, Index n) {
 // Weighted (L.cweight = w != 1, XBraid's C-relaxation weight): the new value is
 // (1-w) u_c + w Phi(u_{c-1}), as the user's sum y <- (1-w) x + w y with x the
 // pre-sweep u_c (still stored) and y the step; one sums call per chain end or batch.
+// Access level 3: access sees every new F- and C-value (XBraid's FCRelax).
 void Solver::fc_relax(int l) {
   Level& L = levels_[l];
   std::vector<Vec> updated(L.u.size(), nullptr);
   const double w = L.cweight;
   std::vector<Vec> olds;
+  info_.caller = kCallerFCRelax;
   auto keep = [&](Vec* ws, const Index* cs, Index n) {
     if (w != 1.0) {
       olds.resize(static_cast<std::size_t>(n));
@@ -357,13 +363,19 @@ void Solver::fc_relax(int l) {
       ops_.sums(1.0 - w, olds.data(), w, ws, n);
     }
     for (Index k = 0; k < n; ++k) {
+      if (access_all()) access_at(l, cs[k], ws[k], kCallerFCRelax);
       updated[L.slot(cs[k])] = ws[k];
       ws[k] = nullptr;
     }
   };
+  RowsHook seen;
+  if (access_all())
+    seen = [&](Vec* ws, const Index* pts, Index n) {
+      for (Index k = 0; k < n; ++k) access_at(l, pts[k], ws[k], kCallerFCRelax);
+    };
   const ChainEnd end{kPhaseRelax, true, keep};
   caller_ = kByRelax;
-  f_relax(l, kPhaseRelax, nullptr, &end);
+  f_relax(l, kPhaseRelax, seen, &end);
   if (extrapolates(l)) extrapolate(updated);
   for (std::size_t s = 0; s < updated.size(); ++s)
     if (updated[s] != nullptr) set_slot(L.u, static_cast<Index>(s), updated[s]);

@@ -10,7 +10,9 @@ void Solver::restrict_to(int l) {
   Level& L = levels_[l];
   Level& C = levels_[l + 1];
   // (Richardson measures the norm on the coarse right-hand sides: richardson_rhs.)
-  const bool measure = l == 0 && opts_.residual_computation && !opts_.richardson;
+  const bool measure =
+      l == 0 && (opts_.residual_computation || opts_.print_norms) && !opts_.richardson;
+  info_.caller = kCallerFRestrict;
   std::vector<double> norms(measure ? C.u.size() : 0, 0.0);
   std::vector<Index> measured;  // slots whose residual is measured, in order
 
@@ -63,8 +65,17 @@ void Solver::restrict_to(int l) {
   };
   ChainEnd end{kPhaseResidual, false, residuals, residual_};
   end.delta_fas = delta_ != nullptr;
+  end.caller = kCallerFASResidual;
   caller_ = kByRestrict;
-  f_relax(l, kPhaseRelax, nullptr, &end);
+  RowsHook seen;  // access level 3: every new F-value, then every owned C-point
+  if (access_all())
+    seen = [&](Vec* ws, const Index* pts, Index n) {
+      for (Index k = 0; k < n; ++k) access_at(l, pts[k], ws[k], kCallerFRestrict);
+    };
+  f_relax(l, kPhaseRelax, seen, &end);
+  if (access_all())
+    for (Index c = L.c_at_or_after(L.own.lo); c <= L.own.hi; c += L.cf)
+      access_at(l, c, L.u[L.slot(c)], kCallerFRestrict);
   if (!measured.empty()) {  // all residual norms of this evaluation in one call
     std::vector<Vec> rs;
     std::vector<double> values(measured.size());
@@ -75,6 +86,7 @@ void Solver::restrict_to(int l) {
   if (l == 0) {
     rnorm_measured_ = opts_.residual_computation;
     pending_rnorm_ = measure ? combine_norms(norms) : 0.0;
+    if (opts_.print_norms) print_norms(norms);
     if (opts_.richardson || opts_.est_error) return richardson_rhs();
   }
 
@@ -86,6 +98,7 @@ void Solver::restrict_to(int l) {
   // 3. tau_j = (v_j - Phi_c(v_{j-1})) + r_{j*cf}, v_{lo-1} from the left; with a user
   //    residual tau_j = A_c(v_j, v_{j-1}) + r_{j*cf}.
   info_.phase = kPhaseResidual;
+  info_.caller = kCallerResidual;
   const int tag = msg_tag(l + 1, kMsgInject);
   if (C.right >= 0) comm_.send(C.right, tag, C.v[C.slot(C.own.hi)]);
   // g = Phi_c(v_{j-1}): tau_j += v_j - g (g is used up).
@@ -146,6 +159,20 @@ void Solver::restrict_to(int l) {
   }
   C.has_tau = true;
   info_.phase = kPhaseRelax;
+}
+
+// XBraid's print level 3 (norm.c, PrintSpatialNorms): every rank's C-point norms of
+// level 0 gathered in time order, ceil(n / cf) + 1 of them (XBraid's count: one more,
+// 0, when cf does not divide n; point 0 has no residual, 0 too), for rank 0 to print.
+// A sum over ranks of arrays that are 0 outside each rank's part: the same bits.
+void Solver::print_norms(const std::vector<double>& norms) {
+  const Level& L = levels_[0];
+  const Level& C = levels_[1];
+  std::vector<double> all(static_cast<std::size_t>((L.n + L.cf - 1) / L.cf + 1), 0.0);
+  for (Index j = std::max<Index>(C.own.lo, 1); j <= C.own.hi; ++j)
+    all[static_cast<std::size_t>(j)] = norms[static_cast<std::size_t>(C.slot(j))];
+  comm_.allreduce(all.data(), static_cast<int>(all.size()), ReduceOp::kSum);
+  ops_.progress_norms(info_.iteration, all.data(), static_cast<Index>(all.size()), L.cf);
 }
 
 // Skipped first down-sweep: fine C-values injected level by level, no tau.

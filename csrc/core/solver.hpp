@@ -112,6 +112,7 @@ class Solver {
     RowsHook take;
     bool residual = false;
     bool delta_fas = false;  // Delta correction: u at c-1 becomes the FAS residual at c
+    int caller = -1;  // the end's calling-function code (-1: the sweep's)
   };
   // Who an F-sweep talks to: send u at own.hi right, receive u at own.lo-1.
   struct Exchange {
@@ -188,6 +189,9 @@ class Solver {
   // restrict.cpp
   void restrict_to(int l);  // level l -> l+1, computes ||r|| on level 0
   void inject_all();        // skipped first down-sweep
+  // Options::print_norms: level 0's C-point residual norms (norms: by coarse slot) to
+  // Ops::progress_norms, gathered over ranks (collective).
+  void print_norms(const std::vector<double>& norms);
   void inject(int l);       // level l's C-values to level l+1 (v, and u at its C-points)
   // Spatial coarsening (Ops::spatial): u, a value at coarse point j's fine point on level
   // l, coarsened to level l+1 (refine: a correction at coarse point j of level l+1,
@@ -236,6 +240,13 @@ class Solver {
   void visit_final(Index i, Vec w);
   // The one place the core calls access: fine point i holding u.
   void access_fine(Index i, Vec u);
+  // access_level 3: point i of level l holding u, for the routine `caller` (XBraid's
+  // access inside its sweeps); the status describes the point during the call only.
+  void access_at(int l, Index i, Vec u, int caller);
+  bool access_all() const { return opts_.access_level >= 3; }
+  // access_level 3, after every iteration: an F-sweep on level 0 with access at every
+  // owned fine point (XBraid's FAccess at the top of a cycle, done false).
+  void access_sweep();
   void agree();  // collective: stops every rank if any callback failed
   // The user's sync on level 0 in `phase` (kPhaseInit or kPhaseCycle), then an agreement
   // so that its failure on one rank stops every rank; nothing without a sync.

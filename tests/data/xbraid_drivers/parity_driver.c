@@ -13,6 +13,10 @@
  *          -fullres (braid_SetFullRNormRes with the -res residual: the full residual norm)
  *          -sc (spatial coarsening of the scalar: coarsen 0.75 u, refine a copy; the
  *          refine is not coarsen's inverse, so every coarse correction is damped)
+ *          -access3 (access level 3: each rank R writes one line per access call to
+ *          access_R.txt: "access caller C iter K level L index I done D t T rnorm R u V",
+ *          C from GetCallingFunction, R from GetResidual, T, R and V as %.17e)
+ *          -print3 (print level 3: XBraid's "Braid:  time step: ..., rnorm: ..." lines)
  * Prints XBraid's own `|| r_k ||` lines (print level 1); each rank R writes one line per
  * sync call to the file sync_R.txt in the current folder:
  * "sync rank R caller C iter K level L nlevels N done D ntime T lo I hi J rnorms ..."
@@ -33,6 +37,7 @@ typedef struct _braid_App_struct {
   int ntime;
   int periodic;
   FILE *syncs;
+  FILE *accesses;
   double final;
   int has_final;
 } my_App;
@@ -107,6 +112,18 @@ static int my_Access(braid_App app, braid_Vector u, braid_AccessStatus astatus) 
   int index, done;
   braid_AccessStatusGetTIndex(astatus, &index);
   braid_AccessStatusGetDone(astatus, &done);
+  if (app->accesses != NULL) {
+    int caller, iter, level;
+    double t, rnorm;
+    braid_AccessStatusGetCallingFunction(astatus, &caller);
+    braid_AccessStatusGetIter(astatus, &iter);
+    braid_AccessStatusGetLevel(astatus, &level);
+    braid_AccessStatusGetT(astatus, &t);
+    braid_AccessStatusGetResidual(astatus, &rnorm);
+    fprintf(app->accesses,
+            "access caller %d iter %d level %d index %d done %d t %.17e rnorm %.17e u %.17e\n",
+            caller, iter, level, index, done, t, rnorm, u->value);
+  }
   /* Periodic: index ntime does not exist; u(T) is u at index 0. */
   if (done && index == (app->periodic ? 0 : app->ntime)) {
     app->final = u->value;
@@ -160,6 +177,7 @@ int main(int argc, char *argv[]) {
   my_App app;
   int ntime = 10, max_levels = 2, min_coarse = 2, cfactor = 2, nrelax = 1, max_iter = 100;
   int skip = 1, fmg = 0, nfmg = -1, set_nfmg = 0, rcg = 0, sync = 0, periodic = 0, res = 0, sc = 0, fullres = 0, arg, niter;
+  int access3 = 0, print3 = 0;
   int nlevel_wts = 0, wt_levels[16];
   double tol = 1.0e-6, cwt = 1.0, wts[16];
 
@@ -187,6 +205,8 @@ int main(int argc, char *argv[]) {
     else if (!strcmp(argv[arg], "-res")) res = 1;
     else if (!strcmp(argv[arg], "-sc")) sc = 1;
     else if (!strcmp(argv[arg], "-fullres")) fullres = 1;
+    else if (!strcmp(argv[arg], "-access3")) access3 = 1;
+    else if (!strcmp(argv[arg], "-print3")) print3 = 1;
     else {
       if (app.rank == 0) fprintf(stderr, "unknown option %s\n", argv[arg]);
       MPI_Finalize();
@@ -196,11 +216,18 @@ int main(int argc, char *argv[]) {
   app.ntime = ntime;
   app.periodic = periodic;
   app.has_final = 0;
+  app.accesses = NULL;
 
   braid_Init(MPI_COMM_WORLD, MPI_COMM_WORLD, 0.0, 5.0, ntime, &app, my_Step, my_Init, my_Clone,
              my_Free, my_Sum, my_SpatialNorm, my_Access, my_BufSize, my_BufPack, my_BufUnpack,
              &core);
-  braid_SetPrintLevel(core, 1);
+  braid_SetPrintLevel(core, print3 ? 3 : 1);
+  if (access3) {
+    char name[64];
+    sprintf(name, "access_%d.txt", app.rank);
+    app.accesses = fopen(name, "w");
+    braid_SetAccessLevel(core, 3);
+  }
   braid_SetMaxLevels(core, max_levels);
   braid_SetMinCoarse(core, min_coarse);
   braid_SetCFactor(core, -1, cfactor);
@@ -234,6 +261,7 @@ int main(int argc, char *argv[]) {
   fflush(stdout);
   braid_Destroy(core);
   if (sync) fclose(app.syncs);
+  if (app.accesses != NULL) fclose(app.accesses);
   MPI_Finalize();
   return 0;
 }

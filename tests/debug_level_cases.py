@@ -1,0 +1,85 @@
+"""XBraid's access level 3 and print level 3 cases of tests/data/xbraid_debug_levels.json
+(parity_driver.c -access3 / -print3) run through braidpy: serially
+(test_xbraid_debug_levels.py) and at XBraid's rank count (mpi_driver.py debug)."""
+
+import contextlib
+import io
+import json
+from pathlib import Path
+
+from mpi_world import assert_split
+from xbraid_parity_cases import Ex01, Ex01Res, driver_options
+
+import braidpy
+
+DATA = json.loads((Path(__file__).parent / "data" / "xbraid_debug_levels.json").read_text())
+
+
+def cases(nranks=None):
+    return [c for c in DATA["cases"] if nranks is None or c["nranks"] == nranks]
+
+
+def recording(cls):
+    """cls (the driver's app) whose access records what the driver's access writes."""
+
+    class Recorder(cls):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.accesses = []
+
+        def access(self, u, status):
+            rnorm = -1.0 if status.rnorm is None else status.rnorm
+            self.accesses.append(  # caller iteration level index done t rnorm u
+                f"{status.caller_code} {status.iteration} {status.level} {status.index} "
+                f"{int(status.done)} {status.t:.17e} {rnorm:.17e} {float(u[0]):.17e}")
+
+    return Recorder
+
+
+def run_case(case, comm=None, batched=False):
+    """What parity_driver shows for ``case``: the printed lines XBraid's file keeps, the
+    iteration count and this rank's access lines (every rank's, with comm)."""
+    args = [a for a in case["args"] if a not in ("-access3", "-print3")]
+    ntime, options = driver_options(args)
+    options.update(access_level=3 if "-access3" in case["args"] else 1,
+                   print_level=3 if "-print3" in case["args"] else 1)
+    res = "-res" in args
+    if res:
+        options["batch"] = False
+    app = recording(Ex01Res if res else Ex01)(record_syncs=False, batched=batched)
+    if "-sc" in args:
+        app.coarsen = lambda u, status: 0.75 * u
+        app.refine = lambda e, status: e.copy()
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        r = braidpy.solve(app, 0.0, 5.0, ntime, comm=comm, **options)
+    assert_split(comm, r.owned, len(r.times))
+    printed = [s for s in out.getvalue().splitlines()
+               if s.startswith(("  Braid:  time step", "  Braid: || r_"))]
+    accesses = {"0": app.accesses}
+    if comm is not None:
+        accesses = {str(k): a for k, a in enumerate(comm.allgather(app.accesses))}
+        printed = comm.allgather(printed)[0]
+    return dict(printed=printed, iterations=r.iterations, accesses=accesses)
+
+
+def segments(lines):
+    """Access lines cut where the caller or the iteration changes, each segment sorted:
+    the calls XBraid and braidpy make in each sweep, without the order inside a sweep
+    (XBraid walks a rank's intervals from the right, braidpy its own way)."""
+    out = []
+    for line in lines:
+        key = tuple(line.split()[:2])  # caller, iteration
+        if not out or out[-1][0] != key:
+            out.append((key, []))
+        out[-1][1].append(line)
+    return [(key, sorted(group)) for key, group in out]
+
+
+def run_at(nranks, comm):
+    out = {}
+    for case in cases(nranks):
+        out[case["id"]] = run_case(case, comm)
+        if "-res" not in case["args"]:
+            out[case["id"] + "/batched"] = run_case(case, comm, batched=True)
+    return out

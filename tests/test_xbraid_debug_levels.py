@@ -1,0 +1,96 @@
+"""Access level 3 and print level 3 against XBraid (tests/data/xbraid_debug_levels.json,
+made by tests/data/make_xbraid_debug_levels.py from xbraid_drivers/parity_driver.c
+-access3 / -print3 at 1, 2 and 4 ranks).
+
+Every access call is compared: its calling function, iteration, level, index, done, time,
+the status's residual norm and the value (all to 17 digits), sweep by sweep in XBraid's
+order of sweeps (inside one sweep XBraid walks a rank's intervals from the right and
+braidpy its own way, so each sweep's calls are compared as a set). Print level 3's
+per-C-point norms and the residual lines around them are compared as printed.
+"""
+
+import contextlib
+import io
+
+import numpy as np
+import pytest
+from debug_level_cases import cases, run_case, segments
+from test_mpi import run_driver
+from xbraid_parity_cases import Ex01
+
+import braidpy
+
+
+def assert_xbraid(got, case):
+    # braidpy's residual lines end at the norm (XBraid's add its conv factor and time)
+    want = [line.split(", conv")[0].split(", wall")[0] for line in case["printed"]]
+    if "-print3" in case["args"]:
+        assert got["printed"] == want
+    assert got["iterations"] == case["iterations"]
+    assert sorted(got["accesses"]) == sorted(case["accesses"])
+    for rank, lines in case["accesses"].items():
+        assert segments(got["accesses"][rank]) == segments(lines), f"rank {rank}"
+
+
+@pytest.mark.parametrize("case,batched", [(c, b) for c in cases(1) for b in (False, True)
+                                          if not (b and "-res" in c["args"])],
+                         ids=lambda v: v["id"] if isinstance(v, dict) else str(v))
+def test_serial(case, batched):  # (a user residual runs unbatched)
+    assert_xbraid(run_case(case, batched=batched), case)
+
+
+@pytest.mark.parametrize("nranks", [2, 4])
+def test_at_its_rank_count(nranks, tmp_path):
+    expected = cases(nranks)
+    got = run_driver(nranks, "debug", tmp_path)
+    assert sorted(got) == sorted([c["id"] + s for c in expected for s in ("", "/batched")
+                                  if not (s and "-res" in c["args"])])
+    for case in expected:
+        assert_xbraid(got[case["id"]], case)
+        if "-res" not in case["args"]:
+            assert_xbraid(got[case["id"] + "/batched"], case)
+
+
+def test_the_reference_covers_every_sweep_and_the_uneven_count():
+    callers = {line.split()[0] for c in cases() for lines in c["accesses"].values()
+               for line in lines}
+    assert callers == {"0", "1", "3", "6"}  # FInterp, FRestrict, FAccess, FCRelax
+    levels = {line.split()[2] for c in cases() for lines in c["accesses"].values()
+              for line in lines}
+    assert {"0", "1", "2", "3"} <= levels
+    # -nt 21 -cf 4: XBraid prints ceil(21/4) + 1 norms, the last (time step 24) 0
+    [case] = [c for c in cases(1) if "21" in c["args"]]
+    assert case["printed"][6] == "  Braid:  time step:     24, rnorm: 0.00e+00"
+
+
+def test_level_3_changes_no_value():
+    quiet = braidpy.solve(Ex01(record_syncs=False), 0.0, 5.0, 32, max_levels=3,
+                          abs_tol=1e-12)
+    with contextlib.redirect_stdout(io.StringIO()):
+        loud = braidpy.solve(Ex01(record_syncs=False), 0.0, 5.0, 32, max_levels=3,
+                             abs_tol=1e-12, access_level=3, print_level=3)
+    assert loud.residuals == quiet.residuals
+    assert np.array_equal(loud.final, quiet.final)
+
+
+@pytest.mark.parametrize("name", ["access_level", "print_level"])
+def test_level_3_refused_with_periodic(name):
+    with pytest.raises(ValueError, match=f"{name}=3 is not available with periodic"):
+        braidpy.Options(periodic=True, **{name: 3})
+    with pytest.raises(ValueError, match=f"{name} must be 0, 1, 2 or 3, got 4"):
+        braidpy.Options(**{name: 4})
+
+
+def test_access_level_3_refused_with_temporal_refinement():
+    with pytest.raises(ValueError, match="access_level=3 is not available with refine=True"):
+        braidpy.Options(refine=True, access_level=3)
+
+
+def test_a_failing_access_at_level_3_is_raised():
+    class Fails(Ex01):
+        def access(self, u, status):
+            if status.caller == "FRestrict" and status.level == 1:
+                raise ZeroDivisionError("planted")
+
+    with pytest.raises(ZeroDivisionError, match="planted"):
+        braidpy.solve(Fails(record_syncs=False), 0.0, 5.0, 16, max_levels=3, access_level=3)
