@@ -26,6 +26,22 @@ def recording(cls):
         def __init__(self, **kwargs):
             super().__init__(**kwargs)
             self.accesses = []
+            self.steps = []
+
+        def record_step(self, status, index, t0, t1):
+            self.steps.append(  # caller iteration level index ntime done t0 t1
+                f"{status.caller_code} {status.iteration} {status.level} {index} "
+                f"{status.ntime} {int(status.done)} {t0:.17e} {t1:.17e}")
+
+        def step(self, u, t0, t1, status, **rhs):
+            self.record_step(status, status.index, t0, t1)
+            super().step(u, t0, t1, status, **rhs)
+
+        def _step_stacked(self, U, t0s, t1s, status):
+            for k in range(len(U)):
+                self.record_step(status, int(status.indices[k]), float(t0s[k]),
+                                 float(t1s[k]))
+            super()._step_stacked(U, t0s, t1s, status)
 
         def access(self, u, status):
             rnorm = -1.0 if status.rnorm is None else status.rnorm
@@ -39,7 +55,7 @@ def recording(cls):
 def run_case(case, comm=None, batched=False):
     """What parity_driver shows for ``case``: the printed lines XBraid's file keeps, the
     iteration count and this rank's access lines (every rank's, with comm)."""
-    args = [a for a in case["args"] if a not in ("-access3", "-print3")]
+    args = [a for a in case["args"] if a not in ("-access3", "-print3", "-steps")]
     ntime, options = driver_options(args)
     options.update(access_level=3 if "-access3" in case["args"] else 1,
                    print_level=3 if "-print3" in case["args"] else 1)
@@ -47,6 +63,8 @@ def run_case(case, comm=None, batched=False):
     if res:
         options["batch"] = False
     app = recording(Ex01Res if res else Ex01)(record_syncs=False, batched=batched)
+    if "-fullres" in args:  # the full residual norm with -res's residual
+        app.full_residual = lambda ustop, r, status: Ex01Res.residual(app, ustop, r, status)
     if "-sc" in args:
         app.coarsen = lambda u, status: 0.75 * u
         app.refine = lambda e, status: e.copy()
@@ -56,11 +74,25 @@ def run_case(case, comm=None, batched=False):
     assert_split(comm, r.owned, len(r.times))
     printed = [s for s in out.getvalue().splitlines()
                if s.startswith(("  Braid:  time step", "  Braid: || r_"))]
-    accesses = {"0": app.accesses}
+    accesses, steps = {"0": app.accesses}, {"0": app.steps}
     if comm is not None:
         accesses = {str(k): a for k, a in enumerate(comm.allgather(app.accesses))}
+        steps = {str(k): a for k, a in enumerate(comm.allgather(app.steps))}
         printed = comm.allgather(printed)[0]
-    return dict(printed=printed, iterations=r.iterations, accesses=accesses)
+    if "-access3" not in case["args"]:
+        accesses = {}
+    if "-steps" not in case["args"]:
+        steps = {}
+    return dict(printed=printed, iterations=r.iterations, accesses=accesses, steps=steps)
+
+
+def by_iteration(lines):
+    """Step lines per iteration, each iteration's sorted: the calls each rank makes in an
+    iteration, not their order (braidpy's sweeps visit a rank's chains its own way)."""
+    out = {}
+    for line in lines:
+        out.setdefault(line.split()[1], []).append(line)
+    return {k: sorted(v) for k, v in out.items()}
 
 
 def segments(lines):

@@ -14,7 +14,7 @@ import io
 
 import numpy as np
 import pytest
-from debug_level_cases import cases, run_case, segments
+from debug_level_cases import by_iteration, cases, run_case, segments
 from test_mpi import run_driver
 from xbraid_parity_cases import Ex01
 
@@ -30,6 +30,14 @@ def assert_xbraid(got, case):
     assert sorted(got["accesses"]) == sorted(case["accesses"])
     for rank, lines in case["accesses"].items():
         assert segments(got["accesses"][rank]) == segments(lines), f"rank {rank}"
+    assert sorted(got["steps"]) == sorted(case["steps"])
+    for rank, lines in case["steps"].items():
+        if "-fullres" in case["args"]:  # XBraid restricts once more after its final full
+            # norm (drive.c), a sweep whose values nothing reads; braidpy leaves it out
+            last = str(case["iterations"])
+            lines = [s for s in lines if not (s.split()[1] == last and
+                                              s.split()[0] in ("1", "10", "11"))]
+        assert by_iteration(got["steps"][rank]) == by_iteration(lines), f"rank {rank}"
 
 
 @pytest.mark.parametrize("case,batched", [(c, b) for c in cases(1) for b in (False, True)
@@ -59,6 +67,9 @@ def test_the_reference_covers_every_sweep_and_the_uneven_count():
               for line in lines}
     assert {"0", "1", "2", "3"} <= levels
     # -nt 21 -cf 4: XBraid prints ceil(21/4) + 1 norms, the last (time step 24) 0
+    callers = {line.split()[0] for c in cases() for lines in c["steps"].values()
+               for line in lines}  # and FASResidual, Residual, ComputeFullRNorm in steps
+    assert callers == {"0", "1", "3", "6", "9", "10", "11"}
     [case] = [c for c in cases(1) if "21" in c["args"]]
     assert case["printed"][6] == "  Braid:  time step:     24, rnorm: 0.00e+00"
 
@@ -94,3 +105,43 @@ def test_a_failing_access_at_level_3_is_raised():
 
     with pytest.raises(ZeroDivisionError, match="planted"):
         braidpy.solve(Fails(record_syncs=False), 0.0, 5.0, 16, max_levels=3, access_level=3)
+
+
+def test_status_ntime_and_caller_in_every_kind_of_call():
+    seen = {}
+
+    class Watch(Ex01):
+        def step(self, u, t0, t1, status):
+            seen.setdefault(("step", status.caller), status.ntime)
+            super().step(u, t0, t1, status)
+
+        def access(self, u, status):
+            seen.setdefault(("access", status.caller), status.ntime)
+
+        def _sync(self, status):
+            seen.setdefault(("sync", status.caller), status.caller_code)
+
+    app = Watch(record_syncs=True)
+    braidpy.solve(app, 0.0, 5.0, 16, max_levels=3, access_level=2)
+    assert seen.pop(("sync", "Drive_AfterInit")) == 7
+    assert seen.pop(("sync", "Drive_TopCycle")) == 5
+    assert seen == {(kind, c): 16 for kind, c in [
+        ("step", "FInterp"), ("step", "FCRelax"), ("step", "FRestrict"),
+        ("step", "FASResidual"), ("step", "Residual"), ("step", "FAccess"),
+        ("access", "FAccess")]}
+
+
+def test_running_objective_status_has_ntime():
+    from apps import DecayRate
+
+    from braidpy.adjoint import gradient
+
+    seen = []
+
+    class Watch(DecayRate):
+        def _running_objective(self, u, t, status):
+            seen.append((status.ntime, status.phase, status.caller))
+            return super()._running_objective(u, t, status)
+
+    gradient(Watch(running=True), 0.0, 2.0, 16)
+    assert set(seen) == {(16, "objective", None)}

@@ -427,7 +427,7 @@ class GradientSolver:
                 for i in primal.owned:
                     t = self.times[i]
                     st = AdjointStatus(t=t, t0=t, t1=t, level=0, index=i, fine_index=i,
-                                       phase="objective")
+                                       ntime=self.ntime, phase="objective")
                     terms.append((i, float(self.app.running_objective(core.stored(i), t, st))))
             if self.ntime in primal.owned:
                 terms.append((self.ntime + 1,

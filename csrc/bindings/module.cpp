@@ -259,12 +259,12 @@ void bind_status(py::module_& m) {
         "'init', 'relax', 'residual' or 'final'; in sync 'init' (after the initial guess) "
         "or 'cycle' (top of an iteration).");
   field("caller", [](const Status& s) { return caller_name(s.info->caller); },
-        "The XBraid routine the call comes from (its GetCallingFunction, braid_ASCaller_ "
-        "left off): 'FCRelax', 'FRestrict', 'FASResidual', 'Residual', 'FInterp', "
+        "The XBraid routine the call comes from (GetCallingFunction's code as its "
+        "name, without the braid_ASCaller prefix): 'FCRelax', 'FRestrict', 'FASResidual', 'Residual', 'FInterp', "
         "'FAccess', 'ComputeFullRNorm', 'InitGuess', 'Drive_AfterInit', "
         "'Drive_TopCycle'; None where XBraid has none (init, coarsen, refine).");
   field("caller_code", [](const Status& s) { return s.info->caller; },
-        "XBraid's braid_ASCaller_* number of caller (-1 for None).");
+        "XBraid's code of caller, the braid_ASCaller number (-1 for None).");
   field("batch_size", [](const Status& s) { return s.info->batch_size; },
         "Number of states in the current step_batch call (0 outside one).");
   field("fine_indices", [](const Status& s) { return batch_indices(*s.info, true); },

@@ -17,6 +17,9 @@
  *          access_R.txt: "access caller C iter K level L index I done D t T rnorm R u V",
  *          C from GetCallingFunction, R from GetResidual, T, R and V as %.17e)
  *          -print3 (print level 3: XBraid's "Braid:  time step: ..., rnorm: ..." lines)
+ *          -steps (each rank R writes one line per step call to steps_R.txt from the step
+ *          status: "step caller C iter K level L index I ntpoints N done D tstart T0
+ *          tstop T1", T0 and T1 as %.17e)
  * Prints XBraid's own `|| r_k ||` lines (print level 1); each rank R writes one line per
  * sync call to the file sync_R.txt in the current folder:
  * "sync rank R caller C iter K level L nlevels N done D ntime T lo I hi J rnorms ..."
@@ -38,6 +41,7 @@ typedef struct _braid_App_struct {
   int periodic;
   FILE *syncs;
   FILE *accesses;
+  FILE *steps;
   double final;
   int has_final;
 } my_App;
@@ -50,6 +54,18 @@ static int my_Step(braid_App app, braid_Vector ustop, braid_Vector fstop, braid_
                    braid_StepStatus status) {
   double tstart, tstop;
   braid_StepStatusGetTstartTstop(status, &tstart, &tstop);
+  if (app->steps != NULL) {
+    int caller, iter, level, index, ntpoints, done;
+    braid_StepStatusGetCallingFunction(status, &caller);
+    braid_StepStatusGetIter(status, &iter);
+    braid_StepStatusGetLevel(status, &level);
+    braid_StepStatusGetTIndex(status, &index);
+    braid_StepStatusGetNTPoints(status, &ntpoints);
+    braid_StepStatusGetDone(status, &done);
+    fprintf(app->steps,
+            "step caller %d iter %d level %d index %d ntpoints %d done %d tstart %.17e "
+            "tstop %.17e\n", caller, iter, level, index, ntpoints, done, tstart, tstop);
+  }
   if (fstop != NULL) u->value += fstop->value;
   u->value = 1. / (1. + tstop - tstart) * (u->value);
   return 0;
@@ -177,7 +193,7 @@ int main(int argc, char *argv[]) {
   my_App app;
   int ntime = 10, max_levels = 2, min_coarse = 2, cfactor = 2, nrelax = 1, max_iter = 100;
   int skip = 1, fmg = 0, nfmg = -1, set_nfmg = 0, rcg = 0, sync = 0, periodic = 0, res = 0, sc = 0, fullres = 0, arg, niter;
-  int access3 = 0, print3 = 0;
+  int access3 = 0, print3 = 0, steps = 0;
   int nlevel_wts = 0, wt_levels[16];
   double tol = 1.0e-6, cwt = 1.0, wts[16];
 
@@ -207,6 +223,7 @@ int main(int argc, char *argv[]) {
     else if (!strcmp(argv[arg], "-fullres")) fullres = 1;
     else if (!strcmp(argv[arg], "-access3")) access3 = 1;
     else if (!strcmp(argv[arg], "-print3")) print3 = 1;
+    else if (!strcmp(argv[arg], "-steps")) steps = 1;
     else {
       if (app.rank == 0) fprintf(stderr, "unknown option %s\n", argv[arg]);
       MPI_Finalize();
@@ -217,6 +234,12 @@ int main(int argc, char *argv[]) {
   app.periodic = periodic;
   app.has_final = 0;
   app.accesses = NULL;
+  app.steps = NULL;
+  if (steps) {
+    char name[64];
+    sprintf(name, "steps_%d.txt", app.rank);
+    app.steps = fopen(name, "w");
+  }
 
   braid_Init(MPI_COMM_WORLD, MPI_COMM_WORLD, 0.0, 5.0, ntime, &app, my_Step, my_Init, my_Clone,
              my_Free, my_Sum, my_SpatialNorm, my_Access, my_BufSize, my_BufPack, my_BufUnpack,
@@ -262,6 +285,7 @@ int main(int argc, char *argv[]) {
   braid_Destroy(core);
   if (sync) fclose(app.syncs);
   if (app.accesses != NULL) fclose(app.accesses);
+  if (app.steps != NULL) fclose(app.steps);
   MPI_Finalize();
   return 0;
 }
