@@ -598,7 +598,11 @@ def write_atomically(path: Any, what: str, write: Callable[[IO[bytes]], Any], *,
     new one, complete. The folder is created (unless not ``make_folder``)."""
     path = check_output_file(path, what)
     if make_folder:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a file where a folder should be, a read-only place
+            raise OutputPathError(f"{what} {path}: cannot make its folder "
+                                  f"({exc.strerror or exc})") from exc
     tmp = path.with_name(path.name + ".tmp")
     try:
         if stat.S_ISREG(os.lstat(tmp).st_mode) or stat.S_ISLNK(os.lstat(tmp).st_mode):

@@ -113,9 +113,13 @@ class Options:
         which XBraid writes at its default file I/O level 1, ``braid_SetFileIOLevel``):
         one line per level visited, ``level 0 iteration ntime rnorm tol`` (rnorm -1 before
         the iteration's norm; tol: ``abs_tol``, or ``rel_tol`` times the first norm).
+        Written whole or not at all: a file that cannot be written (a full disk, a
+        device, a path through a file) raises an ``OSError`` naming the option and the
+        file on rank 0 and a :class:`braidpy.BraidError` quoting it on the other ranks.
         Default None (no file).
     timer_file : str
-        Stem of the timer files of ``timings=2`` (XBraid's ``braid_SetTimerFile``).
+        Stem of the timer files of ``timings=2`` (XBraid's ``braid_SetTimerFile``),
+        written as ``cycle_file`` is (a rank that cannot write its file stops every rank).
         Default "braid_timings".
     residual_computation : bool
         False: no global residual, run exactly max_iter iterations. Default True.

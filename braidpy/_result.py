@@ -9,6 +9,8 @@ from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
+from ._limits import write_atomically
+
 __all__ = ["Result", "fine_index"]
 
 
@@ -126,8 +128,7 @@ class Result:
         """Write :meth:`conv_history` to ``path`` (XBraid's ``braid_WriteConvHistory``
         file, byte for byte for the same run; XBraid writes it from rank 0 only, and so
         should a parallel caller: every rank's Result holds the same history)."""
-        with open(path, "w") as f:
-            f.write(self.conv_history())
+        _write_text(path, "Result.write_conv_history", self.conv_history())
 
     def timers(self, rank: int = 0) -> str:
         """This rank's timings in the layout of XBraid's ``braid_PrintTimers`` file
@@ -157,18 +158,26 @@ class Result:
             out += "\n" if row is None else "   %-17s%1.3e\n" % row
         return out
 
-    def write_timers(self, stem: Any = "braid_timings", rank: int = 0) -> str:
+    def write_timers(self, stem: Any = "braid_timings", rank: int = 0,
+                     what: str = "Result.write_timers") -> str:
         """Write :meth:`timers` to ``{stem}_{rank:04d}.txt`` (XBraid's timer file name,
         ``braid_SetTimerFile``'s stem, default ``braid_timings``; every rank writes its
-        own); returns the file name."""
+        own); returns the file name. A file that cannot be written (a full disk, a
+        device, a missing permission) raises an ``OSError`` naming ``what`` and the
+        file (nothing half written is left)."""
         name = f"{stem}_{int(rank):04d}.txt"
-        with open(name, "w") as f:
-            f.write(self.timers(rank))
+        _write_text(name, what, self.timers(rank))
         return name
 
     def __repr__(self) -> str:
         last = f", last residual {self.residuals[-1]:.3e}" if self.residuals else ""
         return f"<braidpy.Result {self.iterations} iterations, {self.levels} levels{last}>"
+
+
+def _write_text(path: Any, what: str, text: str) -> None:
+    """``text`` written to ``path`` as a whole (braidpy's checked writing: a file that
+    cannot be written is an error naming ``what`` and the file, never a half file)."""
+    write_atomically(path, what, lambda f: f.write(text.encode("utf-8")))
 
 
 def _index_of(times: np.ndarray, t: Any) -> int:

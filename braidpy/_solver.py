@@ -17,7 +17,7 @@ import numpy as np
 from . import _core
 from ._app import App
 from ._delta import check_delta
-from ._limits import INT_MAX, check_ntime
+from ._limits import INT_MAX, check_ntime, write_atomically
 from ._gateway import (check_app_callbacks, check_residual, coarsens_in_space, has_step_batch,
                        packed_bytes, tell_app_the_grid)
 from ._errors import BraidError, ConvergenceError, DivergenceError, ErrorLabels
@@ -499,10 +499,14 @@ class Core:
                                 if self.options.lyapunov_exponents else None),
             error_estimates=self._solver.error_estimates() if self.options.est_error else None,
             solution_source=functools.partial(self._solution_of, self._generation))
-        if self.options.timings == 2:  # XBraid's timing level 2: every rank's timer file
-            result.write_timers(self.options.timer_file, self.rank)
-        if self.options.cycle_file is not None and self.rank == 0:
-            self._write_cycle_file(result)
+        if self.options.timings == 2 or self.options.cycle_file is not None:
+            # A file one rank cannot write (a full disk, a bad path) stops every rank,
+            # each naming the option and the file.
+            with self._agreement("writing the timer and cycle files"):
+                if self.options.timings == 2:  # XBraid's timing level 2: every rank's file
+                    result.write_timers(self.options.timer_file, self.rank, what="timer_file")
+                if self.options.cycle_file is not None and self.rank == 0:
+                    self._write_cycle_file(result)
         return result
 
     def _write_cycle_file(self, result: Result) -> None:
@@ -516,8 +520,8 @@ class Core:
             fmg=o.fmg, nfmg=o.nfmg, fmg_vcycles=o.fmg_vcycles, residuals=dict(tested),
             abs_tol=float(o.abs_tol), rel_tol=float(o.rel_tol))
         assert o.cycle_file is not None  # the caller writes only when one is set
-        with open(o.cycle_file, "w") as f:
-            f.write("".join(line + "\n" for line in lines))
+        text = "".join(line + "\n" for line in lines)
+        write_atomically(o.cycle_file, "cycle_file", lambda f: f.write(text.encode("utf-8")))
 
     def reset_guess(self) -> None:
         """The next solve starts again from app.init (a cold start). Under MPI, on every

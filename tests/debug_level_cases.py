@@ -108,8 +108,29 @@ def segments(lines):
     return [(key, sorted(group)) for key, group in out]
 
 
-def run_at(nranks, comm):
+# Output files no rank can write: a device, a path under a device (no folder there).
+BAD_OUTPUTS = {"cycle_file /dev/full": dict(cycle_file="/dev/full"),
+               "cycle_file under /dev/null": dict(cycle_file="/dev/null/braid.out.cycle"),
+               "timer_file under /dev/null": dict(timings=2, timer_file="/dev/null/timers")}
+
+
+def output_failures(comm=None):
+    """What each rank raises when a solve's timer or cycle file cannot be written:
+    {case: [(exception type, message) per rank]}."""
     out = {}
+    for name, options in BAD_OUTPUTS.items():
+        try:
+            braidpy.solve(Ex01(record_syncs=False), 0.0, 5.0, 16, comm=comm, max_levels=2,
+                          **options)
+            got = ("none", "")
+        except Exception as exc:  # noqa: BLE001 - recorded for the test to judge
+            got = (type(exc).__name__, str(exc))
+        out[name] = [got] if comm is None else comm.allgather(got)
+    return out
+
+
+def run_at(nranks, comm):
+    out = {"output failures": output_failures(comm)}
     for case in cases(nranks):
         out[case["id"]] = run_case(case, comm)
         if "-res" not in case["args"]:

@@ -11,10 +11,15 @@ per-C-point norms and the residual lines around them are compared as printed.
 
 import contextlib
 import io
+import os
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
-from debug_level_cases import by_iteration, cases, run_case, segments
+from debug_level_cases import (BAD_OUTPUTS, by_iteration, cases, output_failures, run_case,
+                               segments)
 from test_mpi import run_driver
 from xbraid_parity_cases import Ex01
 
@@ -51,6 +56,7 @@ def test_serial(case, batched):  # (a user residual runs unbatched)
 def test_at_its_rank_count(nranks, tmp_path):
     expected = cases(nranks)
     got = run_driver(nranks, "debug", tmp_path)
+    assert_output_failures(got.pop("output failures"), nranks)
     assert sorted(got) == sorted([c["id"] + s for c in expected for s in ("", "/batched")
                                   if not (s and "-res" in c["args"])])
     for case in expected:
@@ -145,3 +151,58 @@ def test_running_objective_status_has_ntime():
 
     gradient(Watch(running=True), 0.0, 2.0, 16)
     assert set(seen) == {(16, "objective", None)}
+
+
+# ------------------------------------------------ timer and cycle files that cannot be written
+
+def assert_output_failures(got, nranks):
+    got = {case: [tuple(r) for r in ranks] for case, ranks in got.items()}  # JSON: lists
+    assert sorted(got) == sorted(BAD_OUTPUTS)
+    device = "cycle_file /dev/full: is a character device, not a regular file"
+    assert got["cycle_file /dev/full"][0] == ("OutputPathError", device + "; braidpy writes "
+                                              "regular files only")
+    where = "cycle_file /dev/null/braid.out.cycle: cannot be checked (Not a directory)"
+    assert got["cycle_file under /dev/null"][0] == ("OutputPathError", where)
+    for case in ("cycle_file /dev/full", "cycle_file under /dev/null"):
+        for kind, message in got[case][1:]:  # rank 0 writes it; the others are told
+            assert kind == "BraidError"
+            assert "writing the timer and cycle files failed on another rank" in message
+            assert f"rank 0: OutputPathError: {got[case][0][1]}" in message
+    assert got["timer_file under /dev/null"] == [
+        ("OutputPathError", f"timer_file /dev/null/timers_{r:04d}.txt: cannot be checked "
+                            f"(Not a directory)") for r in range(nranks)]
+
+
+def test_unwritable_output_files_name_the_option_and_file():
+    assert_output_failures(output_failures(), 1)
+
+
+LIMITED = textwrap.dedent("""
+    import resource, signal, sys
+    sys.path.insert(0, sys.argv[1])
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (16, 16))  # a write past 16 bytes: EFBIG
+    import braidpy
+    from xbraid_parity_cases import Ex01
+    try:
+        braidpy.solve(Ex01(record_syncs=False), 0.0, 5.0, 16, max_levels=2,
+                      timings=2 if sys.argv[2] == "timer_file" else 0,
+                      **{sys.argv[2]: sys.argv[3]})
+    except OSError as exc:
+        print(type(exc).__name__, exc)
+""")
+
+
+@pytest.mark.parametrize("option", ["cycle_file", "timer_file"])
+def test_a_full_disk_names_the_option_and_file(tmp_path, option):
+    """A write past a file size limit (EFBIG; a full disk's ENOSPC takes the same path)."""
+    target = tmp_path / "out"
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
+    proc = subprocess.run([sys.executable, "-c", LIMITED, os.path.dirname(__file__), option,
+                           str(target)], capture_output=True, text=True, timeout=120, env=env,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    name = target if option == "cycle_file" else f"{target}_0000.txt"
+    assert proc.stdout.startswith(f"OutputWriteError {option} {name}: could not write it "
+                                  f"(File too large); nothing was written"), proc.stdout
+    assert [p.name for p in tmp_path.iterdir()] == []  # no half file, no .tmp
