@@ -110,8 +110,11 @@ class App:
         ``A(u_new, u) = fstop`` (``fstop`` None: zero; it is None on the fine level),
         instead of braidpy adding it after the step. ``ustop`` (optional parameter) is
         the best value at ``t1`` the solver holds, a read-only initial guess for
-        implicit solvers; it may be ``u`` itself. Batched steps take no ``fstop``:
-        such an app runs with ``batch=False``. Not supported by ``braidpy.adjoint``.
+        implicit solvers; it may be ``u`` itself. Batched, such an app's
+        ``step_stacked(U, t0s, t1s, status, fstop=None, ustop=None)`` gets ``fstop``
+        and ``ustop`` stacked like ``U`` (row k for state ``U[k]``; ``fstop`` None
+        where it is None); a list-based ``step_batch`` is refused (or pass
+        ``batch=False``). Not supported by ``braidpy.adjoint``.
     full_residual(ustop, r, status)
         The residual of ``full_rnorm=True`` (XBraid's ``braid_SetFullRNormRes``); the
         same contract as ``residual``, which serves when this is absent.

@@ -63,9 +63,17 @@ def check_residual(app: Any, options: Any) -> Tuple[bool, bool]:
             f"right-hand side: step(u, t0, t1, status, fstop=None, ustop=None) (fstop: "
             f"None or a vector; solve A(u_new, u) = fstop)")
     if options.batch and has_step_batch(app):
-        raise ValueError(
-            f"{type(app).__name__} defines residual() and a batched step (step_stacked or "
-            f"step_batch), which takes no fstop: pass batch=False")
+        # Batched only through step_stacked taking the keywords step takes (stacked).
+        stacked = getattr(app, "step_stacked", None)
+        own_batch = "step_batch" in getattr(app, "__dict__", {}) or (
+            isinstance(app, App) and type(app).step_batch is not App.step_batch)
+        takes = _keywords(stacked) if callable(stacked) else (False, False)
+        if own_batch or not takes[0] or (ustop and not takes[1]):
+            wanted = "fstop=None, ustop=None" if ustop else "fstop=None"
+            raise ValueError(
+                f"{type(app).__name__} defines residual() and a batched step that takes no "
+                f"fstop: give it step_stacked(U, t0s, t1s, status, {wanted}) (fstop, ustop: "
+                f"None or stacked like U) and no step_batch, or pass batch=False")
     return True, ustop
 
 

@@ -16,8 +16,8 @@ the wrap's end as XBraid gives it (``XBraidWrap``), so that every other operatio
 compared; test_feature_combinations.py also checks braidpy's own times.
 
 Run serially by test_feature_combinations.py and at XBraid's rank count by mpi_driver.py
-(suite "combos"). Apps with a residual run unbatched (a batched step takes no fstop);
-the others run chain by chain and batched (step_stacked).
+(suite "combos"). Apps with a residual run unbatched here (test_residual.py runs them
+batched); the others run chain by chain and batched (step_stacked).
 """
 
 import json

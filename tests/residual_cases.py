@@ -177,10 +177,30 @@ def problem(case):
     return Ex02Res(nspace), tstart, tstop, ntime, opts
 
 
-def run(case, comm=None, **extra):
-    """What XBraid prints for ``case``, formatted as XBraid formats it."""
+def batch_steps(app):
+    """app with a step_stacked that takes fstop and ustop stacked and steps each row by
+    app.step (the same values); app.stacked_calls counts its calls."""
+    app.stacked_calls = 0
+
+    def step_stacked(U, t0s, t1s, status, fstop=None, ustop=None):
+        app.stacked_calls += 1
+        for k in range(len(U)):
+            app.step(U[k], float(t0s[k]), float(t1s[k]), status,
+                     fstop=None if fstop is None else fstop[k],
+                     ustop=None if ustop is None else ustop[k])
+
+    app.step_stacked = step_stacked
+    return app
+
+
+def run(case, comm=None, batched=False, bits=False, **extra):
+    """What XBraid prints for ``case``, formatted as XBraid formats it (batched: with
+    batch_steps' step_stacked; batched or bits: also the final state's and the
+    residuals' bits, to compare)."""
     app, tstart, tstop, ntime, opts = problem(case)
-    r = braidpy.solve(app, tstart, tstop, ntime, comm=comm, batch=False, **opts, **extra)
+    if batched:
+        batch_steps(app)
+    r = braidpy.solve(app, tstart, tstop, ntime, comm=comm, batch=batched, **opts, **extra)
     assert_split(comm, r.owned, len(r.times))
     out = dict(levels=r.levels, iterations=r.iterations,
                final=f"{r.residuals[-1] if r.residuals else -1.0:e}",
@@ -189,6 +209,14 @@ def run(case, comm=None, **extra):
         out["final_value"] = f"{float(r.final[0]):.14e}"
     else:
         out["discretization_error"] = f"{app.error(r.final, tstop):1.4e}"
+    if batched or bits:  # the final state's bits (the owner's), every rank's call count
+        final = None if r.final is None else r.final.tobytes().hex()
+        if comm is not None:
+            final = [f for f in comm.allgather(final) if f is not None][0]
+        out.update(final_bits=final, residual_bits=[float(v).hex() for v in r.residuals])
+    if batched:
+        calls = app.stacked_calls if comm is None else sum(comm.allgather(app.stacked_calls))
+        out["stacked_calls"] = calls
     return out
 
 
@@ -212,6 +240,11 @@ def at_rank_count(nranks):
 
 def run_at(nranks, comm):
     out = {case_id(c): run(c, comm) for c in at_rank_count(nranks)}
+    for c in at_rank_count(nranks):  # and the unbatched bits at this rank count
+        plain = run(c, comm, bits=True)
+        out[case_id(c) + " batched"] = dict(
+            run(c, comm, batched=True),
+            unbatched_bits=[plain["final_bits"], plain["residual_bits"]])
     out.update(run_full_at(nranks, comm))
     out.update({trace_case_id(c): run_trace(c, comm) for c in TRACE_CASES
                 if nranks in c["nprocs"]})
@@ -294,19 +327,29 @@ class Tracing(Ex01Res):
     def __init__(self):
         self.rows = []
 
-    def step(self, u, t0, t1, status, fstop=None, ustop=None):
+    def step(self, u, t0, t1, status, fstop=None, ustop=None, index=None):
         f = "nan" if fstop is None else "%.17g" % fstop[0]
-        self.rows.append("%d %d %d %.17g %.17g %s" % (status.iteration, status.level,
-                                                       status.index, u[0], ustop[0], f))
+        self.rows.append("%d %d %d %.17g %.17g %s" % (
+            status.iteration, status.level, status.index if index is None else index, u[0],
+            ustop[0], f))
         super().step(u, t0, t1, status, fstop=fstop)
 
+    def _step_stacked(self, U, t0s, t1s, status, fstop=None, ustop=None):
+        for k in range(len(U)):  # each row as step, with its own index
+            self.step(U[k], float(t0s[k]), float(t1s[k]), status,
+                      fstop=None if fstop is None else fstop[k], ustop=ustop[k],
+                      index=int(status.indices[k]))
 
-def run_trace(case, comm=None):
-    """The step calls of all ranks, sorted (rank 0; None elsewhere under MPI)."""
+
+def run_trace(case, comm=None, batched=False):
+    """The step calls of all ranks, sorted (rank 0; None elsewhere under MPI); batched:
+    through step_stacked with fstop and ustop stacked."""
     app, tstart, tstop, ntime, opts = full_problem(case)
     opts.pop("full_rnorm")
     traced = Tracing()
-    r = braidpy.solve(traced, tstart, tstop, ntime, comm=comm, **opts)
+    if batched:
+        traced.step_stacked = traced._step_stacked
+    r = braidpy.solve(traced, tstart, tstop, ntime, comm=comm, batch=batched, **opts)
     assert_split(comm, r.owned, len(r.times))
     rows = traced.rows if comm is None else comm.gather(traced.rows)
     if comm is not None and comm.Get_rank() != 0:

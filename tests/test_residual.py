@@ -16,8 +16,8 @@ import re
 import numpy as np
 import pytest
 from residual_cases import (CASES, FULL_CASES, TRACE_CASES, Ex01Res, at_rank_count, case_id,
-                            expected, expected_full, full_case_id, run, run_full, run_trace,
-                            trace_case_id)
+                            expected, expected_full, full_case_id, problem, run, run_full,
+                            run_trace, trace_case_id)
 from test_mpi import run_driver
 
 import braidpy
@@ -42,9 +42,15 @@ def test_matches_xbraid_at_its_rank_count(nranks, tmp_path):
     assert len(cases) == 13 and len(full) == 4
     got = run_driver(nranks, "residual", tmp_path)
     assert sorted(got) == sorted([case_id(c) for c in cases] + [full_case_id(c) for c in full]
-                                 + [trace_case_id(c) for c in TRACE_CASES])
+                                 + [trace_case_id(c) for c in TRACE_CASES]
+                                 + [case_id(c) + " batched" for c in cases])
     for case in cases:
         assert got[case_id(case)] == expected(case), case_id(case)
+        batched = got[case_id(case) + " batched"]
+        assert batched.pop("stacked_calls") > 0
+        bits = [batched.pop(k) for k in ("final_bits", "residual_bits")]
+        assert bits == batched.pop("unbatched_bits")  # bit for bit as unbatched
+        assert batched == expected(case), case_id(case) + " batched"
     for case in full:
         assert got[full_case_id(case)] == expected_full(case), full_case_id(case)
     for case in TRACE_CASES:
@@ -125,15 +131,46 @@ def test_step_without_fstop_is_refused():
         braidpy.Core(Old(), 0.0, 1.0, 8)
 
 
-def test_batched_step_with_residual_is_refused():
+def test_batched_step_without_fstop_is_refused():
     class Batched(Ex01Res):
         def step_stacked(self, U, t0s, t1s, status):
             U /= (1.0 + (t1s - t0s))[:, None]
 
-    with pytest.raises(ValueError, match="batch=False"):
+    with pytest.raises(ValueError, match=r"step_stacked\(U, t0s, t1s, status, fstop=None, "
+                                         r"ustop=None\).*or pass batch=False"):
         braidpy.Core(Batched(), 0.0, 1.0, 8)
     r = braidpy.solve(Batched(), 0.0, 5.0, 10, max_levels=2, abs_tol=1e-6, batch=False)
     assert f"{r.residuals[-1]:e}" == CASES[0]["final_residual_norm"]
+
+    class OwnBatch(Ex01Res):  # a list-based step_batch has no stacked fstop to take
+        def step_batch(self, us, t0s, t1s, status):
+            for u, t0, t1 in zip(us, t0s, t1s):
+                self.step(u, t0, t1, status)
+
+    with pytest.raises(ValueError, match="no step_batch"):
+        braidpy.Core(OwnBatch(), 0.0, 1.0, 8)
+
+
+@pytest.mark.parametrize("case", at_rank_count(1), ids=case_id)
+def test_batched_steps_with_a_residual_match_xbraid_and_the_unbatched_bits(case):
+    """step_stacked(U, t0s, t1s, status, fstop=F, ustop=US): F and US stacked like U
+    (batch_steps steps each row by step); every value the same bits as unbatched."""
+    got = run(case, batched=True)
+    assert got.pop("stacked_calls") > 0
+    bits = {k: got.pop(k) for k in ("final_bits", "residual_bits")}
+    assert got == expected(case)
+    app, tstart, tstop, ntime, opts = problem(case)
+    plain = braidpy.solve(app, tstart, tstop, ntime, batch=False, **opts)
+    assert bits["final_bits"] == plain.final.tobytes().hex()
+    assert bits["residual_bits"] == [float(v).hex() for v in plain.residuals]
+
+
+@pytest.mark.parametrize("case", [c for c in TRACE_CASES if 1 in c["nprocs"]],
+                         ids=trace_case_id)
+def test_batched_steps_get_xbraid_s_fstop_and_ustop(case):
+    """The stacked fstop and ustop rows are, call for call, what XBraid passes."""
+    got = run_trace(case, batched=True)
+    assert sorted(map(repr, got)) == sorted(map(repr, case["steps"]))
 
 
 def test_adjoint_refuses_a_residual():
@@ -240,3 +277,32 @@ def test_full_rnorm_is_printed_as_xbraid_prints_it(capsys):
     braidpy.solve(app, tstart, tstop, ntime, print_level=1, **opts)
     printed = dict(re.findall(r"Braid: Full \|\| r_(\d+) \|\| = (\S+)", capsys.readouterr().out))
     assert printed == case["full_history"]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_batched_residual_steps_that_return_new_states(dtype):
+    """A step_stacked returning a new array (copied into the batch's rows), and states
+    that are not float64 (one step per state instead of a stacked call): the same bits
+    as unbatched."""
+
+    class New(Ex01Res):
+        def init(self, t):
+            return np.array([1.0 if t == self.tstart else 0.456], dtype=dtype)
+
+        def step(self, u, t0, t1, status, fstop=None, ustop=None):
+            v = u + (0 if fstop is None else fstop)
+            return (v / dtype(1.0 + t1 - t0)).astype(dtype)
+
+        def step_stacked(self, U, t0s, t1s, status, fstop=None, ustop=None):
+            V = U + (0 if fstop is None else fstop)
+            return (V / (1.0 + (t1s - t0s)).astype(dtype)[:, None]).astype(dtype)
+
+        def residual(self, ustop, r, status):
+            r[0] = dtype(1.0 + status.t1 - status.t0) * ustop[0] - r[0]
+
+    got = [braidpy.solve(New(), 0.0, 5.0, 16, max_levels=3, abs_tol=1e-6, batch=b,
+                         storage=0) for b in (True, False)]
+    assert got[0].residuals == got[1].residuals and len(got[0].residuals) > 2
+    assert got[0].final.tobytes() == got[1].final.tobytes()
+    # float64: stacked calls; float32: one step per state (none stacked)
+    assert (got[0].counts["step_batch"] > 0) == (dtype == np.float64)

@@ -798,6 +798,83 @@ void PyOps::step_batch(Vec block, braid::Index first, Vec* us, braid::Index n,
   Py_DECREF(arg);
 }
 
+// step_stacked(U, t0s, t1s, status, fstop=F, ustop=US) with F and US the fstops and
+// guesses stacked in U's row order (F None where there are none), for float64 states in a
+// block; otherwise (or when they do not stack) one step_rhs per state, the same values.
+void PyOps::step_batch_rhs(Vec block, braid::Index first, Vec* us, braid::Index n,
+                           const braid::BatchItem* items, const Vec* ustops, const Vec* fstops,
+                           CallInfo& info) {
+  if (failed_) return;
+  auto* B = static_cast<PyObject*>(block);
+  PyObject *F = nullptr, *US = nullptr;
+  const auto* gs = reinterpret_cast<PyObject* const*>(ustops);
+  const auto* fs = reinterpret_cast<PyObject* const*>(fstops);
+  const bool stacked = B != nullptr && step_stacked_ != nullptr && fast_stack(gs, n, &US) &&
+                       (fstops == nullptr || fast_stack(fs, n, &F));
+  if (!stacked) {
+    Py_XDECREF(US);
+    PyErr_Clear();
+    const braid::BatchItem* saved = info.batch;
+    const braid::Index saved_n = info.batch_size;
+    info.batch = nullptr;
+    info.batch_size = 0;
+    for (braid::Index k = 0; k < n && !failed_; ++k) {
+      info.set_step(items[k]);
+      Vec u = us[k];
+      Py_INCREF(static_cast<PyObject*>(u));
+      step_rhs(u, ustops[k], fstops != nullptr ? fstops[k] : nullptr, info);
+      if (u != us[k] && B != nullptr) {  // a block's row keeps its place: copied back
+        if (PyObject_SetItem(static_cast<PyObject*>(us[k]), Py_Ellipsis,
+                             static_cast<PyObject*>(u)) < 0)
+          capture_current_error(kStep);
+        Py_DECREF(static_cast<PyObject*>(u));
+      } else if (u != us[k]) {
+        Py_DECREF(static_cast<PyObject*>(us[k]));
+        us[k] = u;
+      } else {
+        Py_DECREF(static_cast<PyObject*>(u));
+      }
+    }
+    info.batch = saved;
+    info.batch_size = saved_n;
+    return;
+  }
+  auto [t0s, t1s] = batch_times(items, n);
+  PyObject* arg = block_rows(B, first, n);
+  if (arg == nullptr) {
+    Py_XDECREF(F);
+    Py_DECREF(US);
+    capture_current_error(kStepBatch);
+    return;
+  }
+  PyObject* args[6] = {arg, t0s.ptr(), t1s.ptr(), status_, F != nullptr ? F : Py_None, US};
+  counted(kStepBatch);
+  const bool outer = in_callback_;
+  in_callback_ = true;
+  PyObject* r;
+  if (timings_) {
+    const auto start = Clock::now();
+    r = PyObject_Vectorcall(step_stacked_, args, 4, step_kwnames_);
+    seconds_[kStepBatch] += std::chrono::duration<double>(Clock::now() - start).count();
+  } else {
+    r = PyObject_Vectorcall(step_stacked_, args, 4, step_kwnames_);
+  }
+  in_callback_ = outer;
+  batch_items_ += n;
+  Py_XDECREF(F);
+  Py_DECREF(US);
+  if (r == nullptr) {
+    capture_current_error(kStepBatch);
+  } else {
+    if (r != Py_None && r != arg &&  // a returned stacked array is copied into the block
+        (!StateKind::same_array(r, arg, "step_stacked(U, t0s, t1s, status, fstop=...)") ||
+         PyObject_SetItem(arg, Py_Ellipsis, r) < 0))
+      capture_current_error(kStepBatch);
+    Py_DECREF(r);
+  }
+  Py_DECREF(arg);
+}
+
 PyObject* PyOps::bufpack(Vec u) {
   if (failed_ || u == nullptr) return nullptr;
   PyObject* args[1] = {static_cast<PyObject*>(u)};

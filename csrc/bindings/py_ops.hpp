@@ -82,6 +82,13 @@ class PyOps final : public braid::Ops {
   bool has_delta() const { return init_basis_ != nullptr; }
 
   bool batched() const override { return step_batch_ != nullptr; }
+  // A user residual with step_stacked (which then takes fstop=/ustop= as its step does).
+  bool batched_rhs() const override {
+    return residual_ != nullptr && step_stacked_ != nullptr;
+  }
+  void step_batch_rhs(Vec block, braid::Index first, Vec* us, braid::Index n,
+                      const braid::BatchItem* items, const Vec* ustops, const Vec* fstops,
+                      CallInfo& info) override;
   Vec clone_block(const Vec* srcs, braid::Index n, Vec* out) override;
   void copy_into(Vec src, Vec dst) override;
   bool copy_alike(Vec src, Vec dst) override;

@@ -207,6 +207,27 @@ class Ops {
     (void)r;
     (void)info;
   }
+  // True: step_batch_rhs batches steps that take fstop/ustop (a user residual with a
+  // batched step); false: the core steps them one by one with step_rhs.
+  virtual bool batched_rhs() const { return false; }
+  // step_batch's batch with step_rhs's right-hand sides: us[k] advanced so that
+  // A(us[k]_new, us[k]_old) = fstops[k] (fstops null: all 0), ustops[k] its guess at t1.
+  virtual void step_batch_rhs(Vec block, Index first, Vec* us, Index n,
+                              const BatchItem* items, const Vec* ustops, const Vec* fstops,
+                              CallInfo& info) {
+    (void)block;
+    (void)first;
+    const BatchItem* saved = info.batch;
+    const Index saved_n = info.batch_size;
+    info.batch = nullptr;
+    info.batch_size = 0;
+    for (Index k = 0; k < n; ++k) {
+      info.set_step(items[k]);
+      step_rhs(us[k], ustops[k], fstops != nullptr ? fstops[k] : nullptr, info);
+    }
+    info.batch = saved;
+    info.batch_size = saved_n;
+  }
   // The residual of the full residual norm (XBraid's braid_SetFullRNormRes); the
   // same contract as residual().
   virtual void full_residual(Vec ustop, Vec& r, const CallInfo& info) {

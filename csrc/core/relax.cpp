@@ -57,6 +57,16 @@ void Solver::end_batch() {
 void Solver::step_batch_on(Level& L, int l, Vec block, Index first, Vec* ws, const Index* pts,
                            Index n, bool with_tau) {
   begin_batch(L, l, pts, n);
+  if (residual_) {  // as step_on: the right-hand sides and guesses go into the step
+    std::vector<Vec> ustops(static_cast<std::size_t>(n)), fstops;
+    for (Index k = 0; k < n; ++k) ustops[k] = guess_at(L, l, pts[k], ws[k]);
+    if (with_tau && L.has_tau)
+      for (Index k = 0; k < n; ++k) fstops.push_back(L.tau[L.slot(pts[k])]);
+    ops_.step_batch_rhs(block, first, ws, n, items_.data(), ustops.data(),
+                        fstops.empty() ? nullptr : fstops.data(), info_);
+    end_batch();
+    return;
+  }
   ops_.step_batch(block, first, ws, n, items_.data(), info_);
   end_batch();
   if (with_tau) add_tau(L, pts, ws, n);
@@ -65,7 +75,7 @@ void Solver::step_batch_on(Level& L, int l, Vec block, Index first, Vec* ws, con
 bool Solver::step_out_of_place(Level& L, int l, const Vec* srcs, Index first, Index n,
                                const Index* pts, bool with_tau, Index rows, Vec* block,
                                Vec* outs) {
-  if (!ops_.steps_to()) return false;
+  if (!ops_.steps_to() || residual_) return false;
   begin_batch(L, l, pts, n);
   const bool done =
       ops_.step_batch_to(srcs, n, first, rows, items_.data(), info_, block, outs);
@@ -182,7 +192,7 @@ void Solver::chains(int l, const Exchange& x, const RowsHook& on_points, const C
 }
 
 bool Solver::batch_sweep(const Level& L, bool recv_left) const {
-  if (!ops_.batched() || residual_ || L.own.empty()) return false;
+  if (!ops_.batched() || (residual_ && !ops_.batched_rhs()) || L.own.empty()) return false;
   const Index c_first = L.c_at_or_after(L.own.lo);
   const Index chains = (c_first < L.own.hi ? (L.own.hi - 1 - c_first) / L.cf + 1 : 0) +
                        (recv_left ? 1 : 0);
@@ -314,7 +324,15 @@ void Solver::lockstep(int l, const Exchange& x, const RowsHook& on_points, const
     const int phase = info_.phase, caller = info_.caller;  // as end_chain, in one step_batch
     info_.phase = end->phase;
     if (end->caller >= 0) info_.caller = end->caller;
-    step_batch_on(L, l, block, e0, &rows[e0], &cs[e0], e1 - e0, end->with_tau);
+    if (end->residual) {  // the user's residuals A(u_c, u_{c-1}), one call each
+      for (Index r = e0; r < e1; ++r) {
+        info_.level = l;
+        info_.set_step(L.step_to(cs[r]));
+        ops_.residual(L.u[L.slot(cs[r])], rows[r], info_);
+      }
+    } else {
+      step_batch_on(L, l, block, e0, &rows[e0], &cs[e0], e1 - e0, end->with_tau);
+    }
     end->take(&rows[e0], &cs[e0], e1 - e0);
     info_.phase = phase;
     info_.caller = caller;
