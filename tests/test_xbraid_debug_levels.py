@@ -206,3 +206,25 @@ def test_a_full_disk_names_the_option_and_file(tmp_path, option):
     assert proc.stdout.startswith(f"OutputWriteError {option} {name}: could not write it "
                                   f"(File too large); nothing was written"), proc.stdout
     assert [p.name for p in tmp_path.iterdir()] == []  # no half file, no .tmp
+
+
+def test_refinement_calls_name_xbraid_s_callers():
+    """Temporal refinement's steps are XBraid's FRefine (2), its sync after the new
+    hierarchy FRefine_AfterInitHier (4)."""
+    from refine_cases import Ex01Refinement
+
+    seen = set()
+
+    class Watch(Ex01Refinement):
+        def step(self, u, t0, t1, status):
+            seen.add(("step", status.phase, status.caller, status.caller_code))
+            super().step(u, t0, t1, status)
+
+        def sync(self, status):
+            seen.add(("sync", status.phase, status.caller, status.caller_code))
+
+    braidpy.solve(Watch(refine=4), 0.0, 5.0, 16, max_levels=2, refine=True)
+    assert ("step", "refine", "FRefine", 2) in seen
+    assert ("sync", "refine", "FRefine_AfterInitHier", 4) in seen
+    assert {c for kind, phase, c, _ in seen if phase == "refine"} == \
+        {"FRefine", "FRefine_AfterInitHier"}

@@ -80,6 +80,8 @@ py::object caller_name(int caller) {
   switch (caller) {
     case braid::kCallerFInterp: return py::str("FInterp");
     case braid::kCallerFRestrict: return py::str("FRestrict");
+    case braid::kCallerFRefine: return py::str("FRefine");
+    case braid::kCallerFRefineAfterInitHier: return py::str("FRefine_AfterInitHier");
     case braid::kCallerFAccess: return py::str("FAccess");
     case braid::kCallerDriveTopCycle: return py::str("Drive_TopCycle");
     case braid::kCallerFCRelax: return py::str("FCRelax");
@@ -260,9 +262,10 @@ void bind_status(py::module_& m) {
         "or 'cycle' (top of an iteration).");
   field("caller", [](const Status& s) { return caller_name(s.info->caller); },
         "The XBraid routine the call comes from (GetCallingFunction's code as its "
-        "name, without the braid_ASCaller prefix): 'FCRelax', 'FRestrict', 'FASResidual', 'Residual', 'FInterp', "
-        "'FAccess', 'ComputeFullRNorm', 'InitGuess', 'Drive_AfterInit', "
-        "'Drive_TopCycle'; None where XBraid has none (init, coarsen, refine).");
+        "name, without the braid_ASCaller prefix): 'FCRelax', 'FRestrict', "
+        "'FASResidual', 'Residual', 'FInterp', 'FAccess', 'FRefine', 'ComputeFullRNorm', "
+        "'InitGuess', 'Drive_AfterInit', 'Drive_TopCycle', 'FRefine_AfterInitHier'; None "
+        "where XBraid has none (init, and the spatial coarsen and refine).");
   field("caller_code", [](const Status& s) { return s.info->caller; },
         "XBraid's code of caller, the braid_ASCaller number (-1 for None).");
   field("batch_size", [](const Status& s) { return s.info->batch_size; },

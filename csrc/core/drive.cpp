@@ -98,7 +98,9 @@ void Solver::sync(int phase) {
   if (!ops_.has_sync()) return;
   info_.phase = phase;
   info_.level = 0;
-  info_.caller = phase == kPhaseInit ? kCallerDriveAfterInit : kCallerDriveTopCycle;
+  info_.caller = phase == kPhaseInit     ? kCallerDriveAfterInit
+                 : phase == kPhaseRefine ? kCallerFRefineAfterInitHier
+                                         : kCallerDriveTopCycle;
   ops_.sync(info_);
   agree();
 }

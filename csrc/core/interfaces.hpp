@@ -75,7 +75,9 @@ enum Phase : int {
 enum Caller : int {
   kCallerFInterp = 0,          // interpolation's F-sweep and corrections
   kCallerFRestrict = 1,        // restriction's F-sweep
+  kCallerFRefine = 2,          // temporal refinement's steps
   kCallerFAccess = 3,          // an access sweep (the final one, access_level >= 2)
+  kCallerFRefineAfterInitHier = 4,  // sync after a refinement's new hierarchy
   kCallerDriveTopCycle = 5,    // sync at the top of an iteration
   kCallerFCRelax = 6,          // FC-relaxation
   kCallerDriveAfterInit = 7,   // sync after the initial guess

@@ -61,6 +61,7 @@ Solver::RefineOutcome Solver::refine_grid(int k) {
   std::vector<Vec> old(static_cast<std::size_t>(F.own.empty() ? 0 : F.own.hi - F.own.lo + 1),
                        nullptr);
   info_.level = 0;
+  info_.caller = kCallerFRefine;
   f_relax(
       0, kPhaseRefine,
       [&](Vec* ws, const Index* pts, Index m) {
@@ -149,6 +150,7 @@ void Solver::carry_over(std::vector<Vec>& vals, const std::vector<Index>& at,
   const bool send_right = L.right >= 0 && next_old(L.own.hi + 1) > L.c_at_or_after(L.own.hi + 1);
   info_.phase = kPhaseRefine;
   info_.level = 0;
+  info_.caller = kCallerFRefine;
 
   Vec u = nullptr;  // the value at pos
   Index pos = L.own.lo - 1;
