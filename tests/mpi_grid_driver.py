@@ -82,6 +82,20 @@ def main():
             out["errors"].append("accepted")
         except ValueError as exc:
             out["errors"].append(str(exc))
+    # Arguments that differ on one rank: every rank raises before the Splits.
+    last = nranks - 1
+    out["divergent"] = {}
+    for case, args in {
+            "bad on the last rank": ((0, 1, nranks) if COMM.rank == last else (1, 1, nranks), {}),
+            "shape differs on rank 0": ((nranks, 1, 1) if COMM.rank == 0 else (1, 1, nranks), {}),
+            "order differs on rank 0": ((1, 1, nranks), {"space_fastest": COMM.rank == 0}),
+    }.items():
+        try:
+            ProcessGrid(COMM, *args[0], **args[1]).free()
+            got = ["accepted", ""]
+        except Exception as exc:  # noqa: BLE001 - the test reads each rank's error
+            got = [type(exc).__name__, str(exc)]
+        out["divergent"][case] = COMM.gather(got)
     if COMM.rank == 0:
         Path(path).write_text(json.dumps(out))
 

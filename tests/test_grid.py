@@ -142,3 +142,21 @@ def test_the_averager_refuses_bad_pieces():
     with pytest.raises(ValueError, match="a batch of 2 samples cannot feed 3 data groups"):
         shard_of(2, 3, 0)
     assert [len(shard_of(10, 4, g)) for g in range(4)] == [3, 3, 2, 2]
+
+
+def test_arguments_that_differ_on_one_rank_raise_on_every_rank(run):
+    """Checked across ranks before the collective Splits: a bad argument on one rank, or
+    a different shape or rank order, is an error on every rank (was a hang in Split)."""
+    nranks, res = run
+    if nranks == 1:
+        return
+    bad = res["divergent"]["bad on the last rank"]
+    assert bad[-1] == ["ValueError", "data must be an int >= 1, got 0"]
+    for kind, text in bad[:-1]:
+        assert kind == "BraidError" and f"rank {nranks - 1}" in text, text
+        assert "data must be an int >= 1, got 0" in text, text
+    for case, field in (("shape differs on rank 0", "data"),
+                        ("order differs on rank 0", "space_fastest")):
+        for kind, text in res["divergent"][case]:
+            assert kind == "RankMismatchError", (case, kind, text)
+            assert f"{field} is" in text and "same ProcessGrid arguments" in text, text

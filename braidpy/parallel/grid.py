@@ -42,6 +42,7 @@ from typing import Any, Optional, Tuple
 import numpy as np
 
 from .comm import free_quietly, rank_size
+from .fingerprint import same_everywhere
 
 __all__ = ["ProcessGrid"]
 
@@ -50,6 +51,24 @@ def _positive(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{name} must be an int >= 1, got {value!r}")
     return int(value)
+
+
+def _checked_shape(data: Any, space: Any, layers: Any, space_fastest: Any,
+                   size: int) -> Tuple[int, int, int, bool]:
+    """The grid's sizes as ints, checked against the communicator's ``size``."""
+    data, space = _positive("data", data), _positive("space", space)
+    if not isinstance(space_fastest, (bool, np.bool_)):
+        raise TypeError(f"space_fastest must be True or False, got {space_fastest!r}")
+    if layers is None:
+        layers = max(1, size // (data * space))
+    layers = _positive("layers", layers)
+    if data * space * layers != size:
+        plural = "" if size == 1 else "s"
+        raise ValueError(
+            f"a grid of data={data} x space={space} x layers={layers} = "
+            f"{data * space * layers} ranks does not fit a communicator of {size} "
+            f"rank{plural}")
+    return data, space, layers, bool(space_fastest)
 
 
 class ProcessGrid:
@@ -73,6 +92,11 @@ class ProcessGrid:
     ValueError
         If a size is not a positive int, or ``data · space · layers`` is not the
         communicator's size (the message names all four).
+    braidpy.RankMismatchError
+        On every rank, if the ranks pass different (valid) arguments.
+    braidpy.BraidError
+        On every other rank, when one rank's arguments are invalid (that rank raises
+        its ValueError or TypeError).
 
     Notes
     -----
@@ -82,19 +106,25 @@ class ProcessGrid:
 
     def __init__(self, comm: Any, data: int = 1, space: int = 1,
                  layers: Optional[int] = None, *, space_fastest: bool = False):
-        data, space = _positive("data", data), _positive("space", space)
-        if not isinstance(space_fastest, (bool, np.bool_)):
-            raise TypeError(f"space_fastest must be True or False, got {space_fastest!r}")
         rank, size = rank_size(comm)
-        if layers is None:
-            layers = max(1, size // (data * space))
-        layers = _positive("layers", layers)
-        if data * space * layers != size:
-            plural = "" if size == 1 else "s"
-            raise ValueError(
-                f"a grid of data={data} x space={space} x layers={layers} = "
-                f"{data * space * layers} ranks does not fit a communicator of {size} "
-                f"rank{plural}")
+        error: Optional[BaseException] = None
+        try:
+            data, space, layers, space_fastest = _checked_shape(data, space, layers,
+                                                                space_fastest, size)
+        except (TypeError, ValueError) as exc:
+            error = exc
+        if comm is not None and size > 1:
+            # Agreed before the collective Splits: a bad argument on one rank raises on
+            # every rank (its own error there, BraidError elsewhere), and valid but
+            # different shapes are a RankMismatchError everywhere, not a hang in Split.
+            shape = None if error is not None else {
+                "data": data, "space": space, "layers": layers,
+                "space_fastest": space_fastest}
+            same_everywhere(comm, shape, "the process grid", error=error,
+                            hint="every rank must pass the same ProcessGrid arguments")
+        elif error is not None:
+            raise error
+        assert layers is not None
         self.comm = comm
         self.shape: Tuple[int, int, int] = (data, space, layers)
         self.rank, self.size = rank, size
