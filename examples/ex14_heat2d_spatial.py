@@ -103,7 +103,10 @@ class Heat2DSpatial(PerLevel):
         self.meshes = mesh_sizes(nx, max_levels) if spatial else [nx]
         # One Heat2D per distinct mesh (the coarsest may repeat): its operator and source.
         self.problems = [Heat2D(nx=m + 1, ny=m + 1) for m in dict.fromkeys(self.meshes)]
-        super().__init__([p.app("backward_euler") for p in self.problems])
+        # rhs_per_solve=1: one solve per state, so the solution is bitwise the same
+        # whatever states a batched step stacks, that is at any number of ranks (SuperLU's
+        # many-column solves differ from one column's in the last bit).
+        super().__init__([p.app("backward_euler", rhs_per_solve=1) for p in self.problems])
         if spatial:
             self.coarsen = self._coarsen
             self.refine = self._refine
