@@ -88,7 +88,7 @@ from braidpy.train.trainer import RELAXATIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
-COMMAND_WORDS = ("braidpy", "mpiexec", "python", "pip", "bash")
+COMMAND_WORDS = ("braidpy", "mpiexec", "python", "pip", "bash", "apt-get")
 SHELL_BLOCKS = ("bash", "sh", "shell", "console")
 #: Scripts a page names by file name alone, and where they live.
 SCRIPT_FOLDERS = ("benchmarks", "examples")
@@ -117,7 +117,10 @@ def _split_and(text: str) -> List[str]:
 
 
 def _first_word(text: str) -> str:
-    words = text.split()
+    try:  # a quoted VAR="a b" setting is one word
+        words = shlex.split(text)
+    except ValueError:
+        words = text.split()
     while words and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
         words.pop(0)  # VAR=value settings
     return words[0] if words else ""
@@ -295,6 +298,9 @@ def read_command(text: str) -> Command:
     if word in ("pip", "bash"):
         target = words.pop(0) if word == "pip" and words else (words[0] if words else "")
         return Command(env, ranks, word, target, tuple(words), template)
+    if word == "apt-get":  # Debian packages a page tells the reader to install
+        return Command(env, ranks, "apt-get", words[0] if words else "", tuple(words[1:]),
+                       template)
     raise AssertionError(f"{text!r}: no rule for {word!r}")
 
 
@@ -418,6 +424,9 @@ def check(shown: Shown) -> Optional[str]:
         return f"pip: no extra {', '.join(unknown)} in pyproject.toml" if unknown else None
     if command.program == "bash":
         return None if (ROOT / command.target).is_file() else f"no file {command.target}"
+    if command.program == "apt-get":
+        return None if command.target == "install" and command.args else \
+            f"apt-get {command.target}: pages show only package installs"
     raise AssertionError(command)
 
 
@@ -451,6 +460,11 @@ NEVER_RUN = {
     "BRAIDPY_CUDNN_LIBRARY=": "runs tests/test_cudnn.py against a downloaded cuDNN",
     "python -m sphinx": "the docs build: tests/test_docs.py runs it",
     "python -m build": "builds an sdist: tests/test_packaging.py does",
+    "apt-get install": "installs system packages (as root); test_extras.py checks that CI "
+                       "runs the README's install steps",
+    "PETSC_CONFIGURE_OPTIONS=": "builds PETSc and petsc4py from source (an install, as pip "
+                                "above; minutes)",
+    "PETSC_DIR=": "installs petsc4py on a PETSc of the reader's own (an install, as pip above)",
 }
 
 BENCHMARK = ("a benchmark: it measures for minutes, and its figures are dated records of "
@@ -465,6 +479,12 @@ NOT_RUN = {
         "builds a wheel (minutes); tests/test_wheels.py",
     "python setup.py build_ext --inplace":
         "rebuilds the compiled core in place, under every other test's feet",
+    # docs/petsc.md
+    "python examples/ex11_petsc_heat2d.py":
+        "tests/test_petsc.py runs the example serially (it needs petsc4py)",
+    "mpiexec -n 4 python examples/ex11_petsc_heat2d.py --space 2 --stepper ts":
+        "tests/test_petsc.py runs the example on 2 x 2 space x time ranks (it needs "
+        "petsc4py)",
     # docs/training.md
     "mpiexec -n 4 braidpy train peaks --layers 256 --mode exact --abs-tol 1e-8":
         "100 exact-gradient steps of 256 layers (minutes on 2 cores); "
