@@ -17,6 +17,7 @@ EXAMPLES = {
     "ex08_nonlinear_residual.py": ["--nspace", "33", "--ntime", "128"],
     "ex09_advection_spatial.py": ["--nspace", "64", "--ntime", "64"],
     "ex10_periodic.py": ["--ntime", "256", "--cfactor", "2"],
+    "ex12_lorenz_delta.py": ["--lyapunov-times", "2", "--ntime", "1024"],
 }
 
 
@@ -30,6 +31,7 @@ def run(nranks, script, args):
 
 
 NUM = r"([-+]?\d\.\d+e[-+]\d+)"
+NUMF = r"([-+]?\d+\.\d+)"
 
 
 def number(pattern, out):
@@ -99,9 +101,30 @@ def check_ex10(out):
     assert abs(amp - exact) < 0.02 * exact
 
 
+def check_ex12(out):
+    """Both solves converge; Delta correction (rank 3) takes at most half of plain FAS's
+    iterations; the exponents are Lorenz's (about 0.9, 0, -14.6; forward Euler over two
+    Lyapunov times gives 0.82, 0.02, -14.62); both solves reach the same trajectory."""
+    found = re.search(r"plain FAS \(delta_rank 0\): (\d+) iterations, converged", out)
+    assert found, out
+    plain = int(found.group(1))
+    found = re.search(r"Delta correction \(delta_rank 3\): (\d+) iterations, converged", out)
+    assert found, out
+    delta = int(found.group(1))
+    assert (plain, delta) == (24, 10)
+    assert f"iterations: {plain} without Delta, {delta} with (ratio 0.42)" in out
+    found = re.search(rf"Lyapunov exponents: {NUMF}, {NUMF}, {NUMF}", out)
+    assert found, out
+    l1, l2, l3 = (float(g) for g in found.groups())
+    assert 0.7 < l1 < 1.0 and abs(l2) < 0.1 and -15.0 < l3 < -14.2
+    [diff] = number(rf"u\(T\) with Delta - u\(T\) without: {NUM}", out)
+    assert diff < 1e-5
+
+
 CHECK_ERRORS = {"ex01_scalar_ode.py": check_ex01, "ex02_heat1d.py": check_ex02,
                 "ex08_nonlinear_residual.py": check_ex08,
-                "ex09_advection_spatial.py": check_ex09, "ex10_periodic.py": check_ex10}
+                "ex09_advection_spatial.py": check_ex09, "ex10_periodic.py": check_ex10,
+                "ex12_lorenz_delta.py": check_ex12}
 
 
 def history(out):
@@ -115,7 +138,8 @@ def test_example_serial_and_parallel_agree(script, tmp_path):
              "ex02_heat1d.py": ["--plot-solution", str(tmp_path / "sol.png"),
                                 "--plot-residuals", str(tmp_path / "res.png")],
              "ex08_nonlinear_residual.py": [],
-             "ex09_advection_spatial.py": [], "ex10_periodic.py": []}[script]
+             "ex09_advection_spatial.py": [], "ex10_periodic.py": [],
+             "ex12_lorenz_delta.py": []}[script]
     serial = run(1, script, EXAMPLES[script] + plots)
     parallel = run(2, script, EXAMPLES[script])
     assert history(serial) == history(parallel)
