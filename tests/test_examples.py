@@ -18,6 +18,7 @@ EXAMPLES = {
     "ex09_advection_spatial.py": ["--nspace", "64", "--ntime", "64"],
     "ex10_periodic.py": ["--ntime", "256", "--cfactor", "2"],
     "ex12_lorenz_delta.py": ["--lyapunov-times", "2", "--ntime", "1024"],
+    "ex13_ks_delta.py": ["--lyapunov-times", "1", "--ntime", "256", "--rank", "4"],
 }
 
 
@@ -121,10 +122,20 @@ def check_ex12(out):
     assert diff < 1e-5
 
 
+def check_ex13(out):
+    """Over one Lyapunov time both solves converge (tolerance 1e-8), Delta (rank 4) in
+    no more iterations than plain FAS."""
+    found = re.search(r"iterations: (\d+) without Delta, (\d+) with", out)
+    assert found, out
+    plain, delta = int(found.group(1)), int(found.group(2))
+    assert delta <= plain <= 8
+    assert "plain FAS (delta_rank 0): " in out and out.count(" iterations, converged") == 2
+
+
 CHECK_ERRORS = {"ex01_scalar_ode.py": check_ex01, "ex02_heat1d.py": check_ex02,
                 "ex08_nonlinear_residual.py": check_ex08,
                 "ex09_advection_spatial.py": check_ex09, "ex10_periodic.py": check_ex10,
-                "ex12_lorenz_delta.py": check_ex12}
+                "ex12_lorenz_delta.py": check_ex12, "ex13_ks_delta.py": check_ex13}
 
 
 def history(out):
@@ -139,7 +150,7 @@ def test_example_serial_and_parallel_agree(script, tmp_path):
                                 "--plot-residuals", str(tmp_path / "res.png")],
              "ex08_nonlinear_residual.py": [],
              "ex09_advection_spatial.py": [], "ex10_periodic.py": [],
-             "ex12_lorenz_delta.py": []}[script]
+             "ex12_lorenz_delta.py": [], "ex13_ks_delta.py": []}[script]
     serial = run(1, script, EXAMPLES[script] + plots)
     parallel = run(2, script, EXAMPLES[script])
     assert history(serial) == history(parallel)
@@ -151,3 +162,20 @@ def test_example_serial_and_parallel_agree(script, tmp_path):
     for png in tmp_path.glob("*.png"):
         assert png.stat().st_size > 1000
     assert len(list(tmp_path.glob("*.png"))) == len(plots) // 2
+
+
+def test_ex13_delta_converges_where_plain_fas_stalls():
+    """ex13's default solve (16 Lyapunov times, 4096 steps, 3 levels, cf 4, FCF,
+    tolerance 1e-8): plain FAS stalls (30 iterations, its second half's residuals stay
+    between 1e-8 and 1e-6, none below the tolerance) and Delta correction with rank 8
+    converges in at most 20 iterations, below 1e-8."""
+    out = run(1, "ex13_ks_delta.py", [])
+    assert "plain FAS (delta_rank 0): 30 iterations, not converged" in out, out
+    found = re.search(r"Delta correction \(delta_rank 8, defer level 0, iteration 0\): "
+                      r"(\d+) iterations, converged", out)
+    assert found and int(found.group(1)) <= 20, out
+    low, high = number(rf"plain FAS over its last 15 iterations: residual between {NUM} "
+                       rf"and {NUM}", out)
+    assert 1e-8 < low and high < 1e-6
+    residuals = [float(x) for x in re.findall(r"\|\| r_\d+ \|\| = (\S+)", out)]
+    assert residuals[-1] < 1e-8 < min(residuals[:-1])
