@@ -587,6 +587,9 @@ NOT_RUN = {
     "python benchmarks/bench_adjoint.py": "a benchmark",
     "python benchmarks/bench_peaks.py --iterations 250": "a benchmark: 250 training steps",
     "python benchmarks/bench_depth.py --batch 500": "a benchmark: up to 2048 layers",
+    "OMP_NUM_THREADS=1 python benchmarks/bench_delta.py":
+        "a benchmark: Lorenz to 100 iterations and two Kuramoto-Sivashinsky solves (minutes); "
+        "its short Lorenz check runs in the session 'docs/benchmarks.md: Delta correction'",
     "braidpy train digits --layers 8 --width 8 --lr 0.01 --mode oneshot --batch 100 "
     "--shuffle --optimizer adam --iterations 400 --validate-every 25":
         "400 one-shot conv steps on one rank (about a minute)",
@@ -803,6 +806,11 @@ SESSIONS: Dict[str, Tuple[Optional[Callable[[Path], None]], Dict[str, Run]]] = {
         "python benchmarks/bench_perf.py timeline --ranks 1 2 --samples 64 --repeats 10":
             Run(),
         "mpiexec -n 2 python benchmarks/bench_mpi_progress.py": Run(),
+    }),
+    "docs/benchmarks.md: Delta correction": (None, {
+        "python benchmarks/bench_delta.py --lyapunov-times 4 --ks-rank 0": Run(
+            says=(("| 4 | 2048 | 39 | 14 | 0.36 |", "largest ratio 0.36 (goal <= 0.50): met"),),
+            matches=(r"\n4 +2048 +39 +14 +0\.36 ",)),
     }),
     "docs/errors.md: sizes refused at once": (None, {
         "braidpy train peaks --layers 1000000000": Run(status=2, says=(
