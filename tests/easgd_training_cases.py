@@ -118,3 +118,33 @@ def reference(net, p0, X, C, Xv, Cv, groups, *, lr, rho, tau, momentum, batch, s
             center = center + lr * rho * sum(diffs)
         accuracies.append(net.accuracy(center, Xv, Cv))
     return losses, accuracies, W, center
+
+
+def divergent_resume_cases(grid, mode, saved, folder):
+    """Resuming where the ranks' checkpoints differ: (type, message) on this rank for a
+    rank that reads another file, and for a file whose last data group's parameters
+    were edited to the wrong length (only that group's ranks can see it)."""
+    from braidpy.train import checkpoint
+
+    other = str(folder / f"easgd-{grid.size}-other.ckpt")
+    edited = str(folder / f"easgd-{grid.size}-edited.ckpt")
+    if grid.rank == 0:
+        state = checkpoint.load_training(saved)
+        state["params"] = np.asarray(state["params"]) + 1e-3  # still valid, another file
+        checkpoint.save(other, state)
+        state = checkpoint.load_training(saved)
+        state["easgd_groups"]["params"][-1] = state["easgd_groups"]["params"][-1][:-1]
+        checkpoint.save(edited, state)
+    grid.comm.Barrier()
+    out = {}
+    for case, path in (("another file on the last rank",
+                        other if grid.rank == grid.size - 1 else saved),
+                       ("one group's part edited", edited)):
+        net, train, val = problem()
+        trainer = Trainer(net, train, val, sync_config(mode), grid=grid)
+        try:
+            trainer.resume(path)
+            out[case] = ["none", ""]
+        except Exception as exc:  # noqa: BLE001 - recorded for the test
+            out[case] = [type(exc).__name__, str(exc)]
+    return out

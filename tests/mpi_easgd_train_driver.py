@@ -37,6 +37,7 @@ def main():
         out["again"] = ec.sync_case(grid, mode)
         out["saved"] = ec.sync_case(grid, mode, iterations=2, checkpoint=ckpt)
         out["resumed"] = ec.sync_case(grid, mode, resume=ckpt)
+        out["divergent_resume"] = ec.divergent_resume_cases(grid, mode, ckpt, folder)
         out["failure"] = ec.failing_case(grid, "gradient", 1, ec.sync_config(mode))
     else:
         grid = ProcessGrid(COMM, 3, 1, 1)

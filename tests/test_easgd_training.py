@@ -68,6 +68,19 @@ def test_sync_resume_equals_the_uninterrupted_run(sync):
         assert resumed["center"] == whole["center"]
 
 
+def test_ranks_resuming_different_checkpoints_all_raise(sync):
+    """Resume is collective: another file on one rank is a mismatch on every rank (was a
+    usage error on some ranks and a hang on the rest)."""
+    nranks, res = sync
+    cases = [r["another file on the last rank"] for r in res["divergent_resume"]]
+    assert all(kind == "RankMismatchError" for kind, _ in cases), cases
+    assert all("checkpoint contents (sha256)" in text and "same checkpoint file" in text
+               for _, text in cases), cases
+    # Every rank validates every group's part: all refuse it by name, none waits.
+    for kind, text in (r["one group's part edited"] for r in res["divergent_resume"]):
+        assert kind == "CheckpointError" and "easgd_groups.params[1]" in text, (kind, text)
+
+
 def test_a_failing_group_stops_every_rank_in_the_same_step(sync):
     nranks, res = sync
     outcomes = res["failure"]

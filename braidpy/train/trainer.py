@@ -1070,7 +1070,15 @@ class Trainer:
         the best validation accuracy is forgotten (it was measured on other data).
         A field of the wrong type, out of range or contradicting another raises
         :class:`~braidpy.train.checkpoint.CheckpointError` naming it.
+
+        Collective over the trainer's ranks: a state one rank refuses (e.g. its EASGD
+        group's part edited) raises that rank's error there and a BraidError naming it
+        on every other rank.
         """
+        with agreed(self.comm, "loading the training state"):
+            self._load_state(state, allow_new_data)
+
+    def _load_state(self, state: Mapping[str, Any], allow_new_data: bool) -> None:
         _checkpoint.check_training_state(state, "state")
         if state.get("nparams") != self.net.nparams or \
                 state.get("architecture") != self.net.describe():
@@ -1158,5 +1166,21 @@ class Trainer:
         return groups["params"][self.grid.coords[0]]
 
     def resume(self, path: str, *, allow_new_data: bool = False) -> None:
-        """Continue from the checkpoint file ``path`` (see :meth:`load_state`)."""
-        self.load_state(_checkpoint.load_training(path), allow_new_data=allow_new_data)
+        """Continue from the checkpoint file ``path`` (see :meth:`load_state`).
+
+        Collective: every rank must resume the same file (its bytes are compared, so
+        ranks reading different files, or copies that differ, are a RankMismatchError
+        on every rank); a file one rank cannot read raises there and a BraidError on
+        the others.
+        """
+        error: Optional[BaseException] = None
+        try:
+            state = _checkpoint.load_training(path)
+            with open(path, "rb") as f:
+                digest = hashlib.file_digest(f, "sha256").hexdigest()
+        except Exception as exc:  # noqa: BLE001 - re-raised by same_everywhere below
+            error = exc
+        same_everywhere(self.comm, None if error is not None else
+                        {"checkpoint contents (sha256)": digest}, "the checkpoint to resume",
+                        error=error, hint="every rank must resume the same checkpoint file")
+        self.load_state(state, allow_new_data=allow_new_data)
