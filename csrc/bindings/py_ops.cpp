@@ -128,17 +128,18 @@ PyOps::~PyOps() {
     Py_XDECREF(p);
 }
 
-PyObject* PyOps::call(int which, PyObject* fn, PyObject* const* args, size_t nargs) {
+PyObject* PyOps::call(int which, PyObject* fn, PyObject* const* args, size_t nargs,
+                       PyObject* kwnames) {
   counted(which);
   PyObject* r;
   const bool outer = in_callback_;
   in_callback_ = true;
   if (timings_) {
     const auto start = Clock::now();
-    r = PyObject_Vectorcall(fn, args, nargs, nullptr);
+    r = PyObject_Vectorcall(fn, args, nargs, kwnames);
     seconds_[which] += std::chrono::duration<double>(Clock::now() - start).count();
   } else {
-    r = PyObject_Vectorcall(fn, args, nargs, nullptr);
+    r = PyObject_Vectorcall(fn, args, nargs, kwnames);
   }
   in_callback_ = outer;
   if (r == nullptr) capture_current_error(which);
@@ -300,24 +301,10 @@ void PyOps::step_rhs(Vec& u, Vec ustop, Vec fstop, const CallInfo& info) {
   PyObject* f = fstop != nullptr ? static_cast<PyObject*>(fstop) : Py_None;
   PyObject* g = ustop != nullptr ? static_cast<PyObject*>(ustop) : Py_None;
   PyObject* args[6] = {static_cast<PyObject*>(u), t0, t1, status_, f, g};
-  counted(kStep);
-  const bool outer = in_callback_;
-  in_callback_ = true;
-  PyObject* r;
-  if (timings_) {
-    const auto start = Clock::now();
-    r = PyObject_Vectorcall(step_, args, 4, step_kwnames_);
-    seconds_[kStep] += std::chrono::duration<double>(Clock::now() - start).count();
-  } else {
-    r = PyObject_Vectorcall(step_, args, 4, step_kwnames_);
-  }
-  in_callback_ = outer;
+  PyObject* r = call(kStep, step_, args, 4, step_kwnames_);
   Py_DECREF(t0);
   Py_DECREF(t1);
-  if (r == nullptr) {
-    capture_current_error(kStep);
-    return;
-  }
+  if (r == nullptr) return;
   replace_state(u, r, kStep, "step(u, t0, t1, status, fstop=...)");
 }
 
@@ -848,24 +835,11 @@ void PyOps::step_batch_rhs(Vec block, braid::Index first, Vec* us, braid::Index 
     return;
   }
   PyObject* args[6] = {arg, t0s.ptr(), t1s.ptr(), status_, F != nullptr ? F : Py_None, US};
-  counted(kStepBatch);
-  const bool outer = in_callback_;
-  in_callback_ = true;
-  PyObject* r;
-  if (timings_) {
-    const auto start = Clock::now();
-    r = PyObject_Vectorcall(step_stacked_, args, 4, step_kwnames_);
-    seconds_[kStepBatch] += std::chrono::duration<double>(Clock::now() - start).count();
-  } else {
-    r = PyObject_Vectorcall(step_stacked_, args, 4, step_kwnames_);
-  }
-  in_callback_ = outer;
+  PyObject* r = call(kStepBatch, step_stacked_, args, 4, step_kwnames_);  // captures
   batch_items_ += n;
   Py_XDECREF(F);
   Py_DECREF(US);
-  if (r == nullptr) {
-    capture_current_error(kStepBatch);
-  } else {
+  if (r != nullptr) {
     if (r != Py_None && r != arg &&  // a returned stacked array is copied into the block
         (!StateKind::same_array(r, arg, "step_stacked(U, t0s, t1s, status, fstop=...)") ||
          PyObject_SetItem(arg, Py_Ellipsis, r) < 0))

@@ -133,7 +133,8 @@ class PyOps final : public braid::Ops {
   // reference, or null after capturing. A C++ stand-in for App's default
   // (array_fast) that did a callback's work instead is counted by counted(),
   // the same way, untimed.
-  PyObject* call(int which, PyObject* fn, PyObject* const* args, size_t nargs);
+  PyObject* call(int which, PyObject* fn, PyObject* const* args, size_t nargs,
+                 PyObject* kwnames = nullptr);
   void counted(int which, long long n = 1) { counts_[which] += n; }
   // r (a callback's result, maybe null) as a new vector; None is captured as a
   // TypeError naming `what`.
