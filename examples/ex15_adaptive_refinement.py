@@ -16,8 +16,9 @@ The example solves three times and prints, for each, the grid size, the iteratio
 largest error at the grid points against the exact solution and the error at T: a
 uniform coarse grid, the adaptive run (the grid size after each refinement too), and a
 uniform grid with as many intervals as the adaptive run ended with. Spreading those
-points evenly makes the largest error worse than on the coarse grid: it sits at the first step, where backward
-Euler's damping 1/(1 + |lam| dt) is farthest from exp(-|lam| dt) when |lam| dt is near 1.
+points evenly makes the largest error worse than on the coarse grid: it sits at the
+first step, where backward Euler's damping 1/(1 + |lam| dt) is farthest from
+exp(-|lam| dt) when |lam| dt is near 1.
 
 Run it serially or over 2 MPI ranks (the same grids, iterations and errors)::
 
