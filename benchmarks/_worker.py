@@ -2,18 +2,18 @@
 
 Run by the driver, never by hand (though it works by hand):
 
-    python _worker.py --side braidpy --problem heat --nsteps 1024 --levels 5 ...
+    python _worker.py --side braidpy --problem heat1d --nsteps 1024 --nx 257 --levels 3 ...
     mpiexec -n 2 python _worker.py --side pymgrit --mpi ...
 
-Sides: ``braidpy`` (current environment), ``pymgrit`` (our ArrayVector apps in
-the PyMGRIT virtualenv) and ``pymgrit-builtin`` (PyMGRIT's own float-valued
-Dahlquist class, for reference). First one untimed warm-up solve with
-``--warmup-nsteps`` steps (default: the full problem), which also counts step
-calls (summed over ranks) with ``--count-steps``; then ``--repeats`` timed
-solves. A timed solve builds the app, the hierarchy and the solver and
-solves; under MPI its time is the maximum over ranks between two barriers.
-The garbage collector runs before each solve. Rank 0 prints one line
-``RESULT <json>`` with the times and the solver's outcome.
+Sides: ``braidpy`` (braidpy.problems, in the current environment) and ``pymgrit`` (PyMGRIT
+1.0.6's own application classes, in its virtualenv), with the same equation, coefficients,
+initial value, spatial and time discretisation (docs/problems.md, "Against PyMGRIT
+1.0.6"). First one untimed warm-up solve with ``--warmup-nsteps`` steps (default: the
+full problem), which also counts step calls (summed over ranks) with ``--count-steps``;
+then ``--repeats`` timed solves. A timed solve builds the app, the hierarchy and the
+solver and solves; under MPI its time is the maximum over ranks between two barriers.
+The garbage collector runs before each solve. Rank 0 prints one line ``RESULT <json>``
+with the times, the solver's outcome and u(tstop) as PyMGRIT stores it.
 """
 
 from __future__ import annotations
@@ -24,28 +24,59 @@ import json
 import time
 
 import numpy as np
-from _problems import (
-    DAHLQUIST_TSTART,
-    DAHLQUIST_TSTOP,
-    HEAT_TSTART,
-    HEAT_TSTOP,
-    HeatOperator,
-    count_levels,
-)
+from _problems import count_levels
 
-INTERVALS = {"dahlquist": (DAHLQUIST_TSTART, DAHLQUIST_TSTOP), "heat": (HEAT_TSTART, HEAT_TSTOP)}
+ARENSTORF_TSTOP = 2.0  # a part of the orbit: a whole period needs 40000 RK4 steps
+
+
+def heat1d_rhs(x, t):
+    return -np.sin(np.pi * x) * (np.sin(t) - np.pi ** 2 * np.cos(t))
+
+
+def heat2d_rhs(x, y, t):
+    return -np.sin(np.pi * x) * np.sin(np.pi * y) * (np.sin(t) - 2 * np.pi ** 2 * np.cos(t))
+
+
+#: problem -> (braidpy.problems call, PyMGRIT class (module, name), its arguments)
+#: with n the time steps and nx the spatial points (PyMGRIT's nx, boundary included).
+CASES = {
+    "dahlquist": (lambda pb, n, nx: pb.Dahlquist(method="BE", ntime=n),
+                  ("dahlquist.dahlquist", "Dahlquist"),
+                  lambda nx: dict(method="BE", t_start=0, t_stop=5)),
+    "brusselator": (lambda pb, n, nx: pb.Brusselator(ntime=n),
+                    ("brusselator.brusselator", "Brusselator"),
+                    lambda nx: dict(t_start=0, t_stop=12)),
+    "arenstorf": (lambda pb, n, nx: pb.ArenstorfOrbit(tstop=ARENSTORF_TSTOP, ntime=n),
+                  ("arenstorf_orbit.arenstorf_orbit", "ArenstorfOrbit"),
+                  lambda nx: dict(t_start=0, t_stop=ARENSTORF_TSTOP)),
+    "advection1d": (lambda pb, n, nx: pb.Advection1D(nx=nx, ntime=n),
+                    ("advection.advection_1d", "Advection1D"),
+                    lambda nx: dict(c=1, x_start=-1, x_end=1, nx=nx, t_start=0, t_stop=2)),
+    "heat1d": (lambda pb, n, nx: pb.Heat1D(nx=nx, ntime=n),
+               ("heat.heat_1d", "Heat1D"),
+               lambda nx: dict(x_start=0, x_end=2, nx=nx, a=1, rhs=heat1d_rhs,
+                               init_cond=lambda x: np.sin(np.pi * x), t_start=0, t_stop=2)),
+    "heat2d": (lambda pb, n, nx: pb.Heat2D(nx=nx, ny=nx, method="CN", ntime=n),
+               ("heat.heat_2d", "Heat2D"),
+               lambda nx: dict(x_start=0, x_end=1, y_start=0, y_end=1, nx=nx, ny=nx, a=1,
+                               rhs=heat2d_rhs, method="CN", t_start=0, t_stop=1,
+                               init_cond=lambda x, y: np.sin(np.pi * x) * np.sin(np.pi * y))),
+    "allencahn": (lambda pb, n, nx: pb.AllenCahn(nx=nx, ntime=n),
+                  ("allen_cahn.allen_cahn", "AllenCahn"),
+                  lambda nx: dict(nx=nx, method="IMPL", t_start=0, t_stop=0.02)),
+}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--side", choices=["braidpy", "pymgrit", "pymgrit-builtin"], required=True)
-    p.add_argument("--problem", choices=sorted(INTERVALS), required=True)
+    p.add_argument("--side", choices=["braidpy", "pymgrit"], required=True)
+    p.add_argument("--problem", choices=sorted(CASES), required=True)
     p.add_argument("--nsteps", type=int, required=True, help="fine time steps (points - 1)")
-    p.add_argument("--nx", type=int, default=1000, help="heat: interior spatial points")
+    p.add_argument("--nx", type=int, default=65, help="spatial points per direction")
     p.add_argument("--cfactor", type=int, default=4)
     p.add_argument("--levels", type=int, required=True, help="levels in the hierarchy")
     p.add_argument("--tol", type=float, required=True, help="absolute tolerance, 2-norm")
-    p.add_argument("--no-skip", action="store_true", help="braidpy: skip=False")
+    p.add_argument("--skip", action="store_true", help="braidpy: skip=True")
     p.add_argument("--repeats", type=int, default=1, help="timed solves")
     p.add_argument("--warmup-nsteps", type=int, help="steps of the warm-up solve (default: all)")
     p.add_argument("--count-steps", action="store_true", help="count step calls in the warm-up")
@@ -59,22 +90,18 @@ def total_over_ranks(comm, value: int) -> int:
 
 def braidpy_solve(args, comm, nsteps: int, levels: int, count: bool) -> dict:
     """Build a braidpy app and solve; the outcome as a dict (step calls if count)."""
-    from _apps_braidpy import Dahlquist, Heat
-
     import braidpy
+    import braidpy.problems as pb
 
-    t0, t1 = INTERVALS[args.problem]
-    if args.problem == "dahlquist":
-        app = Dahlquist()
-    else:
-        app = Heat(HeatOperator(args.nx, (t1 - t0) / nsteps))
-    r = braidpy.solve(app, t0, t1, nsteps, comm=comm, max_levels=levels,
-                      cfactor=args.cfactor, nrelax=1, abs_tol=args.tol, rel_tol=0.0,
-                      tnorm=2, skip=not args.no_skip, access_level=0)
+    p = CASES[args.problem][0](pb, nsteps, args.nx)
+    r = braidpy.solve(p.app(guess="zeros"), p.tstart, p.tstop, p.ntime, comm=comm,
+                      max_levels=levels, cfactor=args.cfactor, nrelax=1, abs_tol=args.tol,
+                      rel_tol=0.0, tnorm=2, skip=args.skip, access_level=0)
+    final = p.grid(r.final) if isinstance(p, pb.Heat2D) else r.final  # with the boundary
     return {"iterations": r.iterations, "levels": r.levels,
             "steps": total_over_ranks(comm, r.counts["step"]) if count else None,
             "residual": r.residuals[-1] if r.residuals else None,
-            "final_norm": float(np.linalg.norm(r.final))}
+            "final": np.ravel(final).tolist()}
 
 
 def count_steps(hierarchy) -> list:
@@ -88,27 +115,17 @@ def count_steps(hierarchy) -> list:
     return calls
 
 
-def pymgrit_app(args, nsteps: int):
-    t0, t1 = INTERVALS[args.problem]
-    grid = {"t_start": t0, "t_stop": t1, "nt": nsteps + 1}
-    if args.side == "pymgrit-builtin":
-        from pymgrit.dahlquist.dahlquist import Dahlquist as BuiltinDahlquist
-
-        return BuiltinDahlquist(constant_lambda=-1, method="BE", **grid)
-    from _apps_pymgrit import Dahlquist, Heat
-
-    if args.problem == "dahlquist":
-        return Dahlquist(**grid)
-    return Heat(HeatOperator(args.nx, (t1 - t0) / nsteps), **grid)
-
-
 def pymgrit_solve(args, comm, nsteps: int, levels: int, count: bool) -> dict:
     """Build a PyMGRIT hierarchy and solver and solve; the outcome as a dict (step calls
     if count)."""
+    import importlib
+
     from pymgrit.core.mgrit import Mgrit
     from pymgrit.core.simple_setup_problem import simple_setup_problem
 
-    hierarchy = simple_setup_problem(pymgrit_app(args, nsteps), level=levels,
+    _, (module, name), kwargs = CASES[args.problem]
+    cls = getattr(importlib.import_module(f"pymgrit.{module}"), name)
+    hierarchy = simple_setup_problem(cls(nt=nsteps + 1, **kwargs(args.nx)), level=levels,
                                      coarsening=args.cfactor)
     calls = count_steps(hierarchy) if count else None
     mgrit = Mgrit(problem=hierarchy, tol=args.tol, cf_iter=1, cycle_type="V", weight_c=1.0,
@@ -120,9 +137,7 @@ def pymgrit_solve(args, comm, nsteps: int, levels: int, count: bool) -> dict:
     final = comm.bcast(final, root=last)
     return {"iterations": len(info["conv"]), "levels": len(hierarchy),
             "steps": total_over_ranks(comm, calls[0]) if count else None,
-            "residual": float(info["conv"][-1]), "final_norm": float(np.linalg.norm(final))}
-
-
+            "residual": float(info["conv"][-1]), "final": np.ravel(final).tolist()}
 def timed(solve, comm, *solve_args) -> tuple[float, dict]:
     """(seconds, outcome) of one solve; under MPI the slowest rank's seconds."""
     gc.collect()
