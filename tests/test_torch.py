@@ -521,3 +521,25 @@ def test_inputs_of_another_shape_get_their_own_solver():
     fresh = LayerParallel(blocks, 1.0, abs_tol=1e-12, oneshot=(1, 1))
     fresh(a)
     assert torch.equal(fresh(a).detach(), ya2) and not torch.equal(ya1, ya2)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+# inductor's own import of torch.jit warns (torch's deprecation, not braidpy's)
+@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
+def test_a_compiled_model_around_layer_parallel_matches_eager(backend):
+    """torch.compile over a model holding LayerParallel: the solve is a graph break, the
+    layers around it are compiled; outputs and every gradient equal eager mode's."""
+    blocks = dense_blocks(8, 4)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4, dtype=torch.float64),
+                                LayerParallel(blocks, 1.0, abs_tol=1e-12, cfactor=2),
+                                torch.nn.Linear(4, 2, dtype=torch.float64))
+    x = torch.randn(5, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(SEED))
+    eager = model(x)
+    eager.sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    compiled = torch.compile(model, backend=backend)(x)
+    compiled.sum().backward()
+    assert torch.equal(compiled, eager)
+    for p, g in zip(model.parameters(), grads):
+        assert torch.allclose(p.grad, g, rtol=1e-12, atol=1e-14)

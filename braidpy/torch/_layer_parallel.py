@@ -310,8 +310,14 @@ class LayerParallel(torch.nn.Module):
         app.buffers = self._block_buffers
         app.restack()
 
+    # MGRIT over the layers (the C++ core, messages between ranks) is opaque to
+    # torch.compile: a graph break here, so compiled models run it eagerly.
+    @torch.compiler.disable
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """The output of the last layer, on every rank (collective)."""
+        """The output of the last layer, on every rank (collective).
+
+        Under :func:`torch.compile` this call is a graph break: the layers before and
+        after it are compiled, the MGRIT solve runs as it does eagerly."""
         self._check_input(x)
         params = self._own_params()
         if torch.is_grad_enabled():
