@@ -60,9 +60,12 @@ def test_layer_parallel_under_mpi(nranks, launched, serial_losses):
                     (r, name, message)
             assert usable
             # bfloat16 states (no message carries them): refused by name up front.
-            built, called = res["bfloat16"]
+            built, made, called = res["bfloat16"]
             assert built[0] == "TypeError" and "block 0's 0.weight has dtype " \
                 "torch.bfloat16; LayerParallel on several ranks sends" in built[1], built
+            # a factory is called for the rank's own layers: each names its first one
+            assert made[0] == "TypeError" and "0.weight has dtype torch.bfloat16; " \
+                "LayerParallel on several ranks sends" in made[1], made
             assert called[0] == "TypeError" and "LayerParallel.forward: x has dtype " \
                 "torch.bfloat16" in called[1], called
             # Adam on Peaks: the same losses as the serial run, to rounding.

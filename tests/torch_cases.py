@@ -159,16 +159,18 @@ def torch_states_case(comm):
 
 def bfloat16_case(comm):
     """bfloat16 layer states on several ranks, which no message carries: refused when
-    LayerParallel is built from a list of blocks, and at the forward call when a factory
-    builds them ([type, message] of each)."""
+    LayerParallel is built, from a list of blocks or from a factory (called for this
+    rank's layers only), and a bfloat16 input at the forward call ([type, message] of
+    each)."""
     out = []
     blocks = dense_blocks(4, 2, dtype=torch.bfloat16)
-    try:
-        LayerParallel(blocks, 1.0, comm=comm)
-        out.append(["none", ""])
-    except Exception as exc:  # noqa: BLE001 - reported to the test
-        out.append([type(exc).__name__, str(exc)])
-    net = LayerParallel(lambda n: blocks[n], 1.0, depth=4, comm=comm)
+    for given in (blocks, lambda n: blocks[n]):
+        try:
+            LayerParallel(given, 1.0, depth=4, comm=comm).close()
+            out.append(["none", ""])
+        except Exception as exc:  # noqa: BLE001 - reported to the test
+            out.append([type(exc).__name__, str(exc)])
+    net = LayerParallel(dense_blocks(4, 2, dtype=torch.float32), 1.0, comm=comm)
     try:
         net(torch.ones(2, 2, dtype=torch.bfloat16))
         out.append(["none", ""])

@@ -169,9 +169,17 @@ class LayerParallel(torch.nn.Module):
         self._wire = None if self.size == 1 else comm.Dup()
         self._halo = HaloPlan(self._wire, self.layers, needed)
         self.blocks = torch.nn.ModuleDict()
-        for n in self.layers:
-            self.blocks[str(n)] = get_block(n)
-        halo = {n: get_block(n) for n in self._halo.halo}
+        # A factory is called here, for this rank's layers only: a failure, or a dtype
+        # the messages cannot carry, stops every rank at construction.
+        with agreed(comm, "building LayerParallel's blocks"):
+            for n in self.layers:
+                self.blocks[str(n)] = get_block(n)
+            halo = {n: get_block(n) for n in self._halo.halo}
+            if self.size > 1:
+                for n, m in [*((n, self.blocks[str(n)]) for n in self.layers),
+                             *halo.items()]:
+                    for name, p in m.named_parameters():
+                        _check_sendable(p.dtype, f"block {n}'s {name}")
         for n, m in halo.items():
             m.requires_grad_(False)
         self._app.own = self.layers
