@@ -532,6 +532,7 @@ NOT_RUN = {
         "a benchmark (as above)",
     "mpiexec -n 2 python benchmarks/bench_grids.py --problems digits --repeats 3":
         "a benchmark (minutes)",
+    "python benchmarks/bench_problems_serial.py": BENCHMARK,
     "python benchmarks/bench_perf.py grids --problems digits28": BENCHMARK,
     "python benchmarks/bench_perf.py grids --problems digits --ranks 1 2": BENCHMARK,
     "python benchmarks/bench_perf.py grids --ranks 1 2": BENCHMARK,
