@@ -543,13 +543,11 @@ void PyOps::progress(int iteration, double rnorm, bool has_rnorm) {
   Py_XDECREF(r);
 }
 
-// The full residual norm's line: progress(k, rnorm, True, full=True).
-void PyOps::progress_full(int iteration, double rnorm) {
-  if (progress_ == nullptr || failed_) return;
+// progress(*args, **kwargs) with the argument tuple and keywords built here (each a new
+// reference or null after a failed build); both released, a failure captured.
+void PyOps::progress_call(PyObject* args, PyObject* kwargs) {
   const bool outer = in_callback_;
   in_callback_ = true;
-  PyObject* args = Py_BuildValue("(idO)", iteration, rnorm, Py_True);
-  PyObject* kwargs = Py_BuildValue("{s:O}", "full", Py_True);
   PyObject* r = args != nullptr && kwargs != nullptr ? PyObject_Call(progress_, args, kwargs)
                                                      : nullptr;
   Py_XDECREF(args);
@@ -559,20 +557,18 @@ void PyOps::progress_full(int iteration, double rnorm) {
   Py_XDECREF(r);
 }
 
+// The full residual norm's line: progress(k, rnorm, True, full=True).
+void PyOps::progress_full(int iteration, double rnorm) {
+  if (progress_ == nullptr || failed_) return;
+  progress_call(Py_BuildValue("(idO)", iteration, rnorm, Py_True),
+                Py_BuildValue("{s:O}", "full", Py_True));
+}
+
 // Temporal refinement's line: progress(k, ntime, False, refined=(nrefine, stopped)).
 void PyOps::refinement(int iteration, braid::Index ntime, int nrefine, bool stopped) {
   if (progress_ == nullptr || failed_) return;
-  const bool outer = in_callback_;
-  in_callback_ = true;
-  PyObject* args = Py_BuildValue("(idO)", iteration, static_cast<double>(ntime), Py_False);
-  PyObject* kwargs = Py_BuildValue("{s:(iO)}", "refined", nrefine, stopped ? Py_True : Py_False);
-  PyObject* r = args != nullptr && kwargs != nullptr ? PyObject_Call(progress_, args, kwargs)
-                                                     : nullptr;
-  Py_XDECREF(args);
-  Py_XDECREF(kwargs);
-  in_callback_ = outer;
-  if (r == nullptr) capture_current_error(kProgress);
-  Py_XDECREF(r);
+  progress_call(Py_BuildValue("(idO)", iteration, static_cast<double>(ntime), Py_False),
+                Py_BuildValue("{s:(iO)}", "refined", nrefine, stopped ? Py_True : Py_False));
 }
 
 // Print level 3's C-point norms: progress(k, 0.0, True, norms=[...], cfactor=cf).

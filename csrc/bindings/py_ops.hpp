@@ -133,6 +133,7 @@ class PyOps final : public braid::Ops {
   // reference, or null after capturing. A C++ stand-in for App's default
   // (array_fast) that did a callback's work instead is counted by counted(),
   // the same way, untimed.
+  void progress_call(PyObject* args, PyObject* kwargs);
   PyObject* call(int which, PyObject* fn, PyObject* const* args, size_t nargs,
                  PyObject* kwnames = nullptr);
   void counted(int which, long long n = 1) { counts_[which] += n; }
