@@ -34,9 +34,6 @@ __all__ = ["Budget", "alternate", "best", "clock", "dump_json", "host_info", "mi
            "times"]
 
 
-# ------------------------------------------------------------------ timing
-
-
 def min_median(values: Iterable[float]) -> tuple[float, float]:
     """(min, median) of repeated measurements."""
     values = list(values)
@@ -44,8 +41,8 @@ def min_median(values: Iterable[float]) -> tuple[float, float]:
 
 
 def clock(fn: Callable[[], Any]) -> tuple[float, float, Any]:
-    """(wall seconds, CPU seconds of this process, result) of one call, after a garbage
-    collection. On a shared machine the CPU time leaves out the waits for a core."""
+    """(wall seconds, this process's CPU seconds, result) of one call after a garbage
+    collection; the CPU time leaves out waits for a core on a shared machine."""
     gc.collect()
     wall, cpu = time.perf_counter(), time.process_time()
     out = fn()
@@ -86,7 +83,7 @@ def alternate(fns: Mapping[str, Callable[[], Any]], rounds: int,
               measure: Optional[Callable[[Callable[[], Any]], float]] = None
               ) -> Dict[str, List[float]]:
     """A/B/A/B: each round calls every fn once, in turn, so that a machine's drift
-    (other jobs, clocks) falls on all of them alike. {name: seconds per round}."""
+    falls on all of them alike. {name: seconds per round}."""
     measure = measure or (lambda fn: times(fn, 1)[0])
     out: Dict[str, List[float]] = {name: [] for name in fns}
     for _ in range(rounds):
@@ -101,9 +98,6 @@ def ratio(a: Any, b: Any, digits: int = 2) -> str:
         return f"{a / b:.{digits}f}x"
     (lo, med), (r_lo, r_med) = min_median(a), min_median(b)
     return f"{lo / r_lo:.{digits}f}x ({med / r_med:.{digits}f}x)"
-
-
-# ------------------------------------------------------------------ formatting
 
 
 def seconds(value: float) -> str:
@@ -128,17 +122,13 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]], title:
     """Print rows under headers, columns padded to their widest cell (first left, rest right)."""
     cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-
-    def line(row):
-        return "  ".join([row[0].ljust(widths[0])]
-                         + [c.rjust(w) for c, w in zip(row[1:], widths[1:])])
-
     if title:
         print(title)
-    print(line(cells[0]))
-    print("  ".join("-" * w for w in widths))
-    for row in cells[1:]:
-        print(line(row))
+    for k, row in enumerate(cells):
+        print("  ".join([row[0].ljust(widths[0])]
+                        + [c.rjust(w) for c, w in zip(row[1:], widths[1:])]))
+        if k == 0:
+            print("  ".join("-" * w for w in widths))
     print()
 
 
@@ -152,13 +142,9 @@ def dump_json(path: Optional[str], payload: Dict[str, Any], host: bool = True) -
         json.dump(payload, f, indent=1, default=str)
 
 
-# ------------------------------------------------------------------ the host
-
-
 def _read(path: str) -> Optional[str]:
     try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
+        return Path(path).read_text(encoding="utf-8")
     except OSError:
         return None
 
@@ -182,19 +168,16 @@ def cpu_info() -> Dict[str, Any]:
     for block in (_read("/proc/cpuinfo") or "").split("\n\n"):
         fields = {k.strip(): v.strip() for k, _, v in
                   (ln.partition(":") for ln in block.splitlines() if ":" in ln)}
-        if "processor" not in fields:
-            continue
-        model = model or fields.get("model name") or fields.get("Model")
-        if "core id" in fields:
-            cores[int(fields["processor"])] = (fields.get("physical id", "0"),
-                                               fields["core id"])
+        if "processor" in fields:
+            model = model or fields.get("model name") or fields.get("Model")
+            if "core id" in fields:
+                cores[int(fields["processor"])] = (fields.get("physical id", "0"),
+                                                   fields["core id"])
     out["model"] = model or platform.processor() or "?"
-    if cores:
-        out["physical"] = len({cores[c] for c in usable if c in cores}) or len(usable)
-        out["physical_source"] = "/proc/cpuinfo (physical id, core id) of the affinity set"
-    else:
-        out["physical"] = len(usable)
-        out["physical_source"] = "unknown: /proc/cpuinfo has no core ids; affinity count"
+    out["physical"] = len({cores[c] for c in usable if c in cores}) or len(usable)
+    out["physical_source"] = ("/proc/cpuinfo (physical id, core id) of the affinity set"
+                              if cores else
+                              "unknown: /proc/cpuinfo has no core ids; affinity count")
     quota = (_read("/sys/fs/cgroup/cpu.max") or "").split()
     if len(quota) == 2 and quota[0] != "max":
         out["cgroup_quota_cores"] = int(quota[0]) / int(quota[1])
@@ -214,8 +197,8 @@ def find_mpiexec() -> Optional[str]:
 
 
 def mpi_info(mpiexec: Optional[str]) -> Dict[str, Any]:
-    """MPI as mpi4py sees it (Get_library_version, asked in a child process without
-    MPI_Init) and the launcher's --version."""
+    """MPI as mpi4py sees it (asked in a child process without MPI_Init) and the
+    launcher's --version."""
     code = ("import json, mpi4py; mpi4py.rc.initialize = False; mpi4py.rc.finalize = False\n"
             "from mpi4py import MPI\n"
             "print(json.dumps({'mpi4py': mpi4py.__version__, "
@@ -246,17 +229,15 @@ def blas_info() -> Dict[str, Any]:
     try:
         from threadpoolctl import threadpool_info
 
-        out["threadpools"] = [{k: p.get(k) for k in ("user_api", "internal_api",
-                                                     "num_threads", "version")}
-                              for p in threadpool_info()]
+        keys = ("user_api", "internal_api", "num_threads", "version")
+        out["threadpools"] = [{k: p.get(k) for k in keys} for p in threadpool_info()]
     except ImportError:
         out["threadpools"] = "threadpoolctl not installed"
     return out
 
 
 def git_info() -> Dict[str, Any]:
-    """The checkout's commit, and whether tracked files differ from it (read-only:
-    --no-optional-locks, nothing written)."""
+    """The checkout's commit, and whether tracked files differ from it (read-only)."""
     head = _run_text(["git", "-C", str(ROOT), "rev-parse", "HEAD"])
     try:
         dirty = subprocess.run(["git", "--no-optional-locks", "-C", str(ROOT), "diff",
@@ -273,9 +254,7 @@ def host_info(mpiexec: Optional[str] = None, mpi: bool = True) -> Dict[str, Any]
     import numpy as np
 
     try:
-        import braidpy
-
-        version = braidpy.__version__
+        from braidpy import __version__ as version
     except ImportError:
         version = None
     return {
@@ -289,11 +268,11 @@ def host_info(mpiexec: Optional[str] = None, mpi: bool = True) -> Dict[str, Any]
 
 def print_host(host: Dict[str, Any], child_env: Optional[Dict[str, str]] = None) -> None:
     c, m, b = host["cpu"], host.get("mpi"), host["blas"]
+    quota = c.get("cgroup_quota_cores")
     print(f"host {host['hostname']}, {host['date']}; {host['platform']}")
     print(f"  cpu: {c['model']}; {c['logical']} logical cores, {c['affinity']} in this "
           f"process's affinity, {c['physical']} physical ({c['physical_source']})"
-          + (f", cgroup quota {c['cgroup_quota_cores']:.1f} cores"
-             if "cgroup_quota_cores" in c else "")
+          + (f", cgroup quota {quota:.1f} cores" if quota else "")
           + f"; load {' '.join(c['loadavg'])}")
     if m:
         print(f"  MPI: {m['implementation']} ({m.get('library_first_line') or m.get('error')})"

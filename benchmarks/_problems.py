@@ -1,13 +1,9 @@
-"""Benchmark problems shared by the braidpy and PyMGRIT apps (NumPy and SciPy only).
+"""Problems shared by the braidpy and PyMGRIT sides (NumPy and SciPy only: the PyMGRIT
+virtualenv imports this module, so it imports neither braidpy nor pymgrit).
 
-This module is imported both by braidpy's environment and by the PyMGRIT
-virtualenv, so it must not import braidpy or pymgrit.
-
-Dahlquist: u' = lambda u with lambda = -1, u(0) = 1, backward Euler
-    u_{i+1} = u_i / (1 + dt), on [DAHLQUIST_TSTART, DAHLQUIST_TSTOP].
-Heat 1D: u_t = a u_xx on (0, 1), u = 0 at both ends, nx interior points,
-    second-order finite differences, implicit Euler (I - dt A) u_{i+1} = u_i,
-    one sparse LU factorization (scipy.sparse.linalg.splu) per distinct dt.
+Dahlquist: u' = -u, u(0) = 1, backward Euler u_{i+1} = u_i / (1 + dt).
+Heat 1D: u_t = a u_xx on (0, 1), u = 0 at both ends, nx interior points, second-order
+differences, implicit Euler (I - dt A) u_{i+1} = u_i, one splu factor per distinct dt.
 """
 
 from __future__ import annotations
@@ -16,40 +12,19 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.linalg import splu
 
-__all__ = [
-    "DAHLQUIST_TSTART",
-    "DAHLQUIST_TSTOP",
-    "HEAT_DIFFUSIVITY",
-    "HEAT_TSTART",
-    "HEAT_TSTOP",
-    "HeatOperator",
-    "count_levels",
-]
-
 DAHLQUIST_TSTART, DAHLQUIST_TSTOP = 0.0, 5.0
 HEAT_TSTART, HEAT_TSTOP = 0.0, 2.0
 HEAT_DIFFUSIVITY = 0.1
 
 
 class HeatOperator:
-    """Implicit Euler for the 1D heat equation with a cache of LU factors per dt.
-
-    Parameters
-    ----------
-    nx : int
-        Interior grid points of (0, 1).
-    dt_fine : float
-        Fine time step; cache keys are dt as a multiple of it (1, cf, cf^2, ...),
-        so rounding differences between t1 - t0 of equal steps never miss.
-    diffusivity : float
-        The coefficient a.
-    """
+    """Implicit Euler for 1D heat; LU factors cached by dt as a multiple of ``dt_fine``
+    (1, cf, cf^2, ...), so rounding differences between equal steps never miss."""
 
     def __init__(self, nx: int, dt_fine: float, diffusivity: float = HEAT_DIFFUSIVITY):
         h = 1.0 / (nx + 1)
-        self.nx = nx
+        self.nx, self.dt_fine = nx, dt_fine
         self.x = np.linspace(h, 1.0 - h, nx)
-        self.dt_fine = dt_fine
         self.laplacian = (diffusivity / h**2) * sp.diags(
             [1.0, -2.0, 1.0], [-1, 0, 1], shape=(nx, nx), format="csc")
         self.identity = sp.identity(nx, format="csc")
@@ -62,10 +37,9 @@ class HeatOperator:
     def solve(self, u: np.ndarray, dt: float) -> np.ndarray:
         """A new array (I - dt A)^{-1} u."""
         key = round(dt / self.dt_fine)
-        lu = self._factors.get(key)
-        if lu is None:
-            lu = self._factors[key] = splu((self.identity - dt * self.laplacian).tocsc())
-        return lu.solve(u)
+        if key not in self._factors:
+            self._factors[key] = splu((self.identity - dt * self.laplacian).tocsc())
+        return self._factors[key].solve(u)
 
 
 def count_levels(nsteps: int, cfactor: int, max_levels: int, min_coarse: int = 2) -> int:
