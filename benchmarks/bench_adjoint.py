@@ -1,25 +1,14 @@
 """What does one adjoint-MGRIT gradient cost against serial backpropagation, and does it
 stay depth-independent and within 1.5x the trajectory's memory? (braidpy.adjoint, one process)
 
-Apps (defined here): a width-8 "ResNet" u <- u + h tanh(K_n u + b_n) on [0, 2] with its
-own random weights per step (J = |u_N - y|^2 / 2; 72 gradient entries per step), and the
-1D heat equation with a control c_n per step (implicit Euler, cached splu per dt, a
-running term 1e-3 sum |u_i|^2). Both store dJ/dtheta_n into preallocated arrays.
-
-Tables (min and median over --repeats; ratios of mins and of medians):
-  cost        serial (forward loop keeping every state + backward loop over the same
-              callbacks) vs exact GradientSolver.evaluate() (cf 4, FCF, rel_tol 1e-8,
-              cold) vs one-shot oneshot=(2, 2) (warm, after a 1e-3 parameter
-              perturbation), N = 256 ... 4096; "grad err" = max|g - g_serial| / max|g_serial|;
-              each timing builds a fresh app and solver;
-  iterations  primal and adjoint Result.iterations vs N (must not grow);
-  memory      tracemalloc over primal_core.solve() then adjoint_core.solve():
-              trajectory (getsizeof of the N+1 states), primal kept, adjoint peak,
-              adjoint kept, whole peak, as multiples of the trajectory (goal: adjoint
-              peak < 1.5x);
-  breakdown   the fastest exact evaluation at the largest N: per step call braidpy's
-              callback time (Result.timings) vs the user's step / step_adjoint alone
-              in a plain loop, the difference, and clone/sum/norm as Python callbacks.
+Apps: a width-8 "ResNet" u <- u + h tanh(K_n u + b_n) on [0, 2], its own weights per
+step, J = |u_N - y|^2 / 2; 1D heat with a control c_n per step (implicit Euler, cached
+splu) and a running term 1e-3 sum |u_i|^2. Both store dJ/dtheta_n in place. Tables:
+cost (serial forward + backward sweep vs GradientSolver.evaluate(), cf 4, FCF, rel_tol
+1e-8, cold, vs one-shot (2, 2) warm after a 1e-3 perturbation; relative gradient
+errors), iterations vs N, memory (tracemalloc over the primal then the adjoint solve, as
+multiples of the trajectory) and, at the largest N, where the time goes (braidpy's
+callback timers vs the user's step / step_adjoint alone in a plain loop).
 
 Run: python benchmarks/bench_adjoint.py [--repeats R] [--ntime N ...] [--nx NX] [--quick]
 """
@@ -34,169 +23,297 @@ import time
 import tracemalloc
 
 import numpy as np
-from _apps_adjoint import (HEAT_TSTOP, RESNET_TSTOP, WIDTH, HeatControl, HeatControlData,
-                           ResNet, ResNetWeights, _Status, serial_gradient)
-from _harness import microseconds, min_median, print_table, ratio, seconds
+from _harness import clock, microseconds, min_median, print_table, ratio, seconds
+from _problems import HeatOperator
 
+import braidpy
 from braidpy.adjoint import GradientSolver
 
+WIDTH, RESNET_TSTOP, HEAT_TSTOP = 8, 2.0, 1.0
 
-# ---------------------------------------------------------------------- the cases
+
+class ResNetWeights:
+    """Per-step weights, initial state and target of the ResNet problem."""
+
+    def __init__(self, ntime: int, sigma: float = 0.5, seed: int = 20240611):
+        rng = np.random.default_rng(seed + ntime)
+        a = rng.standard_normal((WIDTH, WIDTH)) / np.sqrt(WIDTH)
+        kbar = 1.5 * (a - a.T) - 0.1 * np.eye(WIDTH)
+        self.K = kbar + sigma * rng.standard_normal((ntime, WIDTH, WIDTH)) / np.sqrt(WIDTH)
+        self.b = 0.3 * rng.standard_normal(WIDTH) + 0.1 * rng.standard_normal((ntime, WIDTH))
+        self.u0, self.target = rng.standard_normal(WIDTH), rng.standard_normal(WIDTH)
+
+    def perturb(self, rng: np.random.Generator, scale: float = 1e-3) -> None:
+        self.K += scale * rng.standard_normal(self.K.shape)
+        self.b += scale * rng.standard_normal(self.b.shape)
+
+
+class Terminal(braidpy.App):
+    """J's terminal part |u_N - target|^2 / 2."""
+
+    def terminal_objective(self, u):
+        return 0.5 * float((u - self.target) @ (u - self.target))
+
+    def terminal_gradient(self, u):
+        return u - self.target
+
+
+class ResNet(Terminal):
+    """u <- u + h tanh(K_n u + b_n); J = |u_N - y|^2 / 2; dJ/dK_n, dJ/db_n stored in place."""
+
+    def __init__(self, weights: ResNetWeights, ntime: int):
+        self.w, self.target = weights, weights.target
+        self.dK, self.db = np.zeros((ntime, WIDTH, WIDTH)), np.zeros((ntime, WIDTH))
+
+    def gradient(self) -> np.ndarray:
+        return np.concatenate([self.dK.ravel(), self.db.ravel()])
+
+    def init(self, t):
+        return self.w.u0.copy() if t == self.tstart else np.zeros(WIDTH)
+
+    def step(self, u, t0, t1, status):
+        i = status.fine_index
+        u += (t1 - t0) * np.tanh(self.w.K[i] @ u + self.w.b[i])
+
+    def step_adjoint(self, w, u, t0, t1, status):
+        i = status.fine_index
+        s = np.tanh(self.w.K[i] @ u + self.w.b[i])
+        w += (t1 - t0) * ((1.0 - s * s) * w) @ self.w.K[i]
+
+    def step_gradient(self, w, u, t0, t1, status):
+        i = status.fine_index
+        s = np.tanh(self.w.K[i] @ u + self.w.b[i])
+        sw = (t1 - t0) * (1.0 - s * s) * w
+        np.multiply.outer(sw, u, out=self.dK[i])
+        self.db[i] = sw
+
+
+class HeatControlData:
+    """Controls c_n (a smooth signal plus per-step noise) of the heat problem."""
+
+    def __init__(self, ntime: int, nx: int, seed: int = 20240611):
+        rng = np.random.default_rng(seed + ntime)
+        self.nx = nx
+        self.c = np.sin(2 * np.pi * np.arange(ntime) / ntime) + 0.3 * rng.standard_normal(ntime)
+
+    def perturb(self, rng: np.random.Generator, scale: float = 1e-3) -> None:
+        self.c += scale * rng.standard_normal(self.c.shape)
+
+
+class HeatControl(Terminal):
+    """u <- S_dt (u + dt c_n g); J = |u_N - y|^2/2 + 1e-3 sum_i |u_i|^2; dJ/dc_n stored."""
+
+    def __init__(self, data: HeatControlData, ntime: int):
+        self.data, self.op = data, HeatOperator(data.nx, HEAT_TSTOP / ntime)
+        self.g = np.exp(-50.0 * (self.op.x - 0.3) ** 2)
+        self.target = 0.2 * np.sin(np.pi * self.op.x)
+        self._sg, self.dc = {}, np.zeros(ntime)  # _sg: dt -> S_dt g
+
+    def gradient(self) -> np.ndarray:
+        return self.dc
+
+    def init(self, t):
+        return self.op.initial() if t == self.tstart else np.zeros(self.op.nx)
+
+    def step(self, u, t0, t1, status):
+        dt = t1 - t0
+        return self.op.solve(u + (dt * self.data.c[status.fine_index]) * self.g, dt)
+
+    def step_adjoint(self, w, u, t0, t1, status):
+        return self.op.solve(w, t1 - t0)  # S_dt is symmetric
+
+    def step_gradient(self, w, u, t0, t1, status):
+        dt = t1 - t0
+        if dt not in self._sg:
+            self._sg[dt] = self.op.solve(self.g, dt)
+        self.dc[status.fine_index] = dt * float(self._sg[dt] @ w)
+
+    def running_objective(self, u, t, status):
+        return 1e-3 * float(u @ u)
+
+    def running_gradient(self, u, t, status):
+        return 2e-3 * u
+
+
+class _Status:
+    """What the serial loops pass as status (the fields the apps read)."""
+
+    __slots__ = ("fine_index", "level", "t", "t0", "t1", "phase")
+
+    def __init__(self):
+        self.fine_index, self.level, self.phase = 0, 0, "final"
+
+
+def setup(app, tstop: float, ntime: int):
+    """(times, status) for the serial loops; sets the app's interval."""
+    app.tstart, app.tstop, app.ntime = 0.0, tstop, ntime
+    return [(i / ntime) * tstop for i in range(ntime + 1)], _Status()
+
+
+def forward(app, times, st, u):
+    """Steps u over all intervals: the trajectory (clones, u_0 .. u_N)."""
+    traj = [app.clone(u)]
+    for n in range(len(times) - 1):
+        st.fine_index = n
+        r = app.step(u, times[n], times[n + 1], st)
+        u = u if r is None else r
+        traj.append(app.clone(u))
+    return traj
+
+
+def serial_gradient(app, tstop: float, ntime: int) -> float:
+    """J after a forward sweep keeping every state and a backward adjoint sweep; the
+    per-step gradients land in the app's arrays."""
+    times, st = setup(app, tstop, ntime)
+    traj = forward(app, times, st, app.init(0.0))
+    running = callable(getattr(app, "running_objective", None))
+    J = float(app.terminal_objective(traj[ntime]))
+    w = app.clone(app.terminal_gradient(traj[ntime]))
+    if running:
+        for n in range(ntime + 1):
+            st.t = times[n]
+            J += float(app.running_objective(traj[n], times[n], st))
+        app.sum(1.0, app.running_gradient(traj[ntime], times[ntime], st), 1.0, w)
+    for n in range(ntime - 1, -1, -1):
+        st.fine_index = n
+        app.step_gradient(w, traj[n], times[n], times[n + 1], st)
+        r = app.step_adjoint(w, traj[n], times[n], times[n + 1], st)
+        w = w if r is None else r
+        if running:
+            app.sum(1.0, app.running_gradient(traj[n], times[n], st), 1.0, w)
+    return J
 
 
 class Case:
     """One problem at one N: its data, how to build an app, and its time interval."""
 
-    def __init__(self, name: str, ntime: int, data, make_app, tstop: float):
+    def __init__(self, name, ntime, data, make_app, tstop):
         self.name, self.ntime, self.data, self.make_app, self.tstop = (
             name, ntime, data, make_app, tstop)
 
-    def app(self):
-        return self.make_app(self.data, self.ntime)
+    def app(self, data=None):
+        return self.make_app(self.data if data is None else data, self.ntime)
 
+    def serial(self):
+        serial_gradient(app := self.app(), self.tstop, self.ntime)
+        return app
 
-def cases(args) -> list:
-    out = []
-    for n in args.ntime:
-        out.append(Case(f"ResNet (width {WIDTH})", n, ResNetWeights(n, args.sigma),
-                        lambda d, n: ResNet(d), RESNET_TSTOP))
-    for n in args.ntime:
-        out.append(Case(f"heat control (nx {args.nx})", n, HeatControlData(n, args.nx),
-                        HeatControl, HEAT_TSTOP))
-    return out
+    def exact(self, args):
+        return self.solver(args, app := self.app()).evaluate(), app
 
-
-def mgrit_options(args) -> dict:
-    return dict(max_levels=30, cfactor=args.cfactor, nrelax=1, rel_tol=args.rel_tol,
-                abs_tol=0.0, timings=True)
+    def solver(self, args, app, **kw):
+        return GradientSolver(app, 0.0, self.tstop, self.ntime, **kw, primal=dict(
+            max_levels=30, cfactor=args.cfactor, nrelax=1, rel_tol=args.rel_tol, abs_tol=0.0,
+            timings=True))
 
 
 def grad_error(g, ref) -> float:
     return float(np.max(np.abs(g - ref)) / np.max(np.abs(ref)))
 
 
-def time_serial(case):
-    """(seconds, J, gradient) of a fresh app and serial_gradient."""
-    gc.collect()
-    start = time.perf_counter()
-    app = case.app()
-    J = serial_gradient(app, 0.0, case.tstop, case.ntime)
-    elapsed = time.perf_counter() - start
-    return elapsed, J, app.gradient().copy()
-
-
-def time_exact(args, case):
-    """(seconds, Gradient, gradient array) of a fresh app and GradientSolver, one evaluate()."""
-    gc.collect()
-    start = time.perf_counter()
-    app = case.app()
-    gs = GradientSolver(app, 0.0, case.tstop, case.ntime, primal=mgrit_options(args))
-    result = gs.evaluate()
-    elapsed = time.perf_counter() - start
-    return elapsed, result, app.gradient().copy()
-
-
-def time_oneshot(args, case, rng):
-    """(seconds of each warm evaluate(), last Gradient, its gradient, serial gradient at
-    the same parameters): one cold evaluate() untimed, then `repeats` times a
-    perturbation of (a copy of) case.data and a timed evaluate()."""
-    data = copy.deepcopy(case.data)
-    app = case.make_app(data, case.ntime)
-    gs = GradientSolver(app, 0.0, case.tstop, case.ntime, primal=mgrit_options(args),
-                        oneshot=(2, 2))
+def run_case(args, case, rng):
+    """Rows of the cost and iteration tables, and the fastest exact evaluation."""
+    serial_t, exact_t, exact = [], [], None
+    for _ in range(args.repeats):  # each timing builds a fresh app (and solver)
+        wall, _, serial = clock(lambda: case.serial())
+        serial_t.append(wall)
+        wall, _, (result, app) = clock(lambda: case.exact(args))
+        if not exact_t or wall < min(exact_t):
+            exact = result
+        exact_t.append(wall)
+    exact_err = grad_error(app.gradient(), serial.gradient())
+    data = copy.deepcopy(case.data)  # one-shot: warm, after a perturbation each time
+    app = case.app(data)
+    gs = case.solver(args, app, oneshot=(2, 2))
     gs.evaluate()
-    times = []
+    oneshot_t = []
     for _ in range(args.repeats):
         data.perturb(rng)
-        gc.collect()
-        start = time.perf_counter()
-        result = gs.evaluate()
-        times.append(time.perf_counter() - start)
-    ref = case.make_app(data, case.ntime)
-    serial_gradient(ref, 0.0, case.tstop, case.ntime)
-    return times, result, app.gradient().copy(), ref.gradient()
+        wall, _, oneshot = clock(gs.evaluate)
+        oneshot_t.append(wall)
+    serial_gradient(ref := case.app(data), case.tstop, case.ntime)
+    (s_min, s_med), (e_min, e_med), (o_min, o_med) = (
+        min_median(serial_t), min_median(exact_t), min_median(oneshot_t))
+    cost = [case.name, case.ntime, seconds(s_min), seconds(s_med), seconds(e_min),
+            ratio(e_min, s_min, 1), ratio(e_med, s_med, 1), f"{exact_err:.1e}",
+            seconds(o_min), ratio(o_min, s_min, 1), ratio(o_med, s_med, 1),
+            f"{grad_error(app.gradient(), ref.gradient()):.1e}"]
+    p, a = exact.primal, exact.adjoint
+    iters = [case.name, case.ntime, p.levels, p.iterations, a.iterations] + [
+        f"{r.residuals[-1]:.1e}" if r.residuals else "-" for r in (p, a)] + [
+        f"{r.counts['step'] / case.ntime:.1f}" for r in (p, a)] + [
+        f"{oneshot.primal.iterations}/{oneshot.adjoint.iterations}"]
+    return cost, iters, exact
 
 
-def measure_memory(args, case) -> dict:
-    """Traced bytes of the primal trajectory and of the two solves (see the docstring)."""
+def memory_row(args, case) -> list:
+    """Traced bytes of the trajectory and of the primal, then the adjoint solve."""
     app = case.app()
-    gs = GradientSolver(app, 0.0, case.tstop, case.ntime, primal=mgrit_options(args))
+    gs = case.solver(args, app)
     gc.collect()
     tracemalloc.start()
     try:
-        before_primal = tracemalloc.get_traced_memory()[0]
+        before = tracemalloc.get_traced_memory()[0]
         primal = gs.primal_core.solve()
-        after_primal = tracemalloc.get_traced_memory()[0]
+        primal_kept = tracemalloc.get_traced_memory()[0] - before
         w_final = app.clone(app.terminal_gradient(primal.final))
         if callable(getattr(app, "running_gradient", None)):
             app.sum(1.0, app.running_gradient(primal.final, case.tstop, _Status()), 1.0, w_final)
         gs.adjoint_core.set_initial_condition(w_final)
         del w_final
-        whole_peak_primal = tracemalloc.get_traced_memory()[1]
+        peak_primal = tracemalloc.get_traced_memory()[1]
         tracemalloc.reset_peak()
         before_adjoint = tracemalloc.get_traced_memory()[0]
         gs.adjoint_core.solve()
         after_adjoint, adjoint_peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    trajectory = sum(sys.getsizeof(primal.solution(index=i)) for i in range(case.ntime + 1))
-    return dict(trajectory=trajectory, primal_kept=after_primal - before_primal,
-                adjoint_peak=adjoint_peak - before_adjoint,
-                adjoint_kept=after_adjoint - before_adjoint,
-                whole_peak=max(whole_peak_primal, adjoint_peak) - before_primal)
+    t = sum(sys.getsizeof(primal.solution(index=i)) for i in range(case.ntime + 1))
+    return [case.name, case.ntime, mib(t), ratio(primal_kept, t, 1),
+            mib(adjoint_peak - before_adjoint), f"{(adjoint_peak - before_adjoint) / t:.2f}x",
+            f"{(after_adjoint - before_adjoint) / t:.2f}x",
+            f"{(max(peak_primal, adjoint_peak) - before) / t:.2f}x"]
 
 
 def user_call_seconds(case, repeats: int) -> tuple:
     """Seconds per call of app.step alone and of app.step_adjoint alone, each in a plain
     loop over the N fine steps along the true trajectory and adjoint (min over repeats)."""
     app = case.app()
-    app.tstart, app.tstop, app.ntime = 0.0, case.tstop, case.ntime
-    times = [(i / case.ntime) * case.tstop for i in range(case.ntime + 1)]
-    st = _Status()
-    step, step_adjoint = app.step, app.step_adjoint
-    u = app.init(0.0)
-    traj = [app.clone(u)]
-    for n in range(case.ntime):  # warm-up (LU factors) and the states
-        st.fine_index = n
-        r = step(u, times[n], times[n + 1], st)
-        u = u if r is None else r
-        traj.append(app.clone(u))
-    forward, backward = [], []
+    times, st = setup(app, case.tstop, case.ntime)
+    traj = forward(app, times, st, app.init(0.0))  # warm-up (LU factors) and the states
+    step, step_adjoint, N = app.step, app.step_adjoint, case.ntime
+    fwd, bwd = [], []
     for _ in range(repeats):
         u = app.clone(traj[0])
         gc.collect()
         start = time.perf_counter()
-        for n in range(case.ntime):
+        for n in range(N):
             st.fine_index = n
             r = step(u, times[n], times[n + 1], st)
-            if r is not None and r is not u:
-                u = r
-        forward.append(time.perf_counter() - start)
+            u = u if r is None else r
+        fwd.append(time.perf_counter() - start)
         w = app.clone(app.terminal_gradient(traj[-1]))
         start = time.perf_counter()
-        for n in range(case.ntime - 1, -1, -1):
+        for n in range(N - 1, -1, -1):
             st.fine_index = n
             r = step_adjoint(w, traj[n], times[n], times[n + 1], st)
-            if r is not None and r is not w:
-                w = r
-        backward.append(time.perf_counter() - start)
-    return min(forward) / case.ntime, min(backward) / case.ntime
+            w = w if r is None else r
+        bwd.append(time.perf_counter() - start)
+    return min(fwd) / N, min(bwd) / N
 
 
 def breakdown_rows(args, case, result) -> list:
     """Where the time of an exact evaluation (a Gradient) goes, from braidpy's timers."""
-    user_step, user_adjoint = user_call_seconds(case, args.repeats)
     rows = []
-    for label, res, user in (("primal", result.primal, user_step),
-                             ("adjoint", result.adjoint, user_adjoint)):
+    for label, res, user in zip(("primal", "adjoint"), (result.primal, result.adjoint),
+                                user_call_seconds(case, args.repeats)):
         tm, calls = res.timings, res.counts["step"]
         inside = sum(v for k, v in tm.items() if k != "total")
-        per_call = tm["step"] / calls
         rows.append([case.name, case.ntime, label, seconds(tm["total"]),
-                     f"{calls / case.ntime:.1f}", microseconds(per_call), microseconds(user),
-                     microseconds(per_call - user), seconds(calls * user),
-                     seconds(tm["clone"] + tm["sum"] + tm["norm"]), seconds(tm["access"]),
-                     seconds(tm["total"] - inside)])
+                     f"{calls / case.ntime:.1f}", microseconds(tm["step"] / calls),
+                     microseconds(user), microseconds(tm["step"] / calls - user),
+                     seconds(calls * user), seconds(tm["clone"] + tm["sum"] + tm["norm"]),
+                     seconds(tm["access"]), seconds(tm["total"] - inside)])
     return rows
 
 
@@ -204,35 +321,7 @@ def mib(nbytes: float) -> str:
     return f"{nbytes / 2**20:.2f} MiB"
 
 
-def run_case(args, case, rng):
-    serial_t, exact_t = [], []
-    exact = None
-    serial_grad = exact_grad = None
-    for _ in range(args.repeats):
-        elapsed, _, serial_grad = time_serial(case)
-        serial_t.append(elapsed)
-        elapsed, result, exact_grad = time_exact(args, case)
-        if not exact_t or elapsed < min(exact_t):
-            exact = result
-        exact_t.append(elapsed)
-    oneshot_t, oneshot, grad, ref = time_oneshot(args, case, rng)
-    oneshot_err = grad_error(grad, ref)
-    (s_min, s_med), (e_min, e_med), (o_min, o_med) = (
-        min_median(serial_t), min_median(exact_t), min_median(oneshot_t))
-    cost = [case.name, case.ntime, seconds(s_min), seconds(s_med), seconds(e_min),
-            ratio(e_min, s_min, 1), ratio(e_med, s_med, 1),
-            f"{grad_error(exact_grad, serial_grad):.1e}", seconds(o_min), ratio(o_min, s_min, 1),
-            ratio(o_med, s_med, 1), f"{oneshot_err:.1e}"]
-    p, a = exact.primal, exact.adjoint
-    iters = [case.name, case.ntime, p.levels, p.iterations, a.iterations,
-             f"{p.residuals[-1]:.1e}" if p.residuals else "-",
-             f"{a.residuals[-1]:.1e}" if a.residuals else "-",
-             f"{p.counts['step'] / case.ntime:.1f}", f"{a.counts['step'] / case.ntime:.1f}",
-             f"{oneshot.primal.iterations}/{oneshot.adjoint.iterations}"]
-    return cost, iters, exact
-
-
-def parse_args(argv=None) -> argparse.Namespace:
+def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--ntime", type=int, nargs="+", default=[256, 512, 1024, 2048, 4096])
     p.add_argument("--nx", type=int, default=200, help="heat: interior spatial points")
@@ -240,44 +329,39 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--cfactor", type=int, default=4)
     p.add_argument("--rel-tol", type=float, default=1e-8)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--quick", action="store_true",
-                   help="smoke run: ntime 64 128, nx 50, 1 repeat")
+    p.add_argument("--quick", action="store_true", help="smoke run: ntime 64 128, nx 50, "
+                   "1 repeat")
     args = p.parse_args(argv)
     if args.quick:
         args.ntime, args.nx, args.repeats = [64, 128], 50, 1
-    return args
-
-
-def main(argv=None) -> None:
-    args = parse_args(argv)
     rng = np.random.default_rng(31337)
-    cost_rows, iter_rows, mem_rows, time_rows = [], [], [], []
-    for case in cases(args):
+    cases = [Case(f"ResNet (width {WIDTH})", n, ResNetWeights(n, args.sigma), ResNet,
+                  RESNET_TSTOP) for n in args.ntime]
+    cases += [Case(f"heat control (nx {args.nx})", n, HeatControlData(n, args.nx),
+                   HeatControl, HEAT_TSTOP) for n in args.ntime]
+    tables = [[], [], [], []]
+    for case in cases:
         cost, iters, exact = run_case(args, case, rng)
-        cost_rows.append(cost)
-        iter_rows.append(iters)
-        m = measure_memory(args, case)
-        t = m["trajectory"]
-        mem_rows.append([case.name, case.ntime, mib(t), ratio(m["primal_kept"], t, 1),
-                         mib(m["adjoint_peak"]), f"{m['adjoint_peak'] / t:.2f}x",
-                         f"{m['adjoint_kept'] / t:.2f}x", f"{m['whole_peak'] / t:.2f}x"])
+        tables[0].append(cost)
+        tables[1].append(iters)
+        tables[2].append(memory_row(args, case))
         if case.ntime == max(args.ntime):
-            time_rows += breakdown_rows(args, case, exact)
+            tables[3] += breakdown_rows(args, case, exact)
     print_table(["problem", "N", "serial min", "serial med", "exact min", "exact/serial min",
                  "exact/serial med", "grad err", "1-shot min", "1-shot/serial min",
-                 "1-shot/serial med", "1-shot err"], cost_rows,
+                 "1-shot/serial med", "1-shot err"], tables[0],
                 title=f"One gradient: MGRIT (1 process) vs serial forward + backward sweep; "
                       f"cfactor {args.cfactor}, FCF, rel_tol {args.rel_tol:g}; "
                       f"one-shot (2, 2) warm; {args.repeats} repeats")
     print_table(["problem", "N", "levels", "primal iters", "adjoint iters", "primal r",
-                 "adjoint r", "primal steps/N", "adjoint steps/N", "1-shot iters"], iter_rows,
+                 "adjoint r", "primal steps/N", "adjoint steps/N", "1-shot iters"], tables[1],
                 title="Iterations of the exact evaluation (cold start) vs N; steps/N = step "
                       "callback calls per fine step")
     print_table(["problem", "N", "trajectory", "primal kept", "adjoint peak", "adjoint peak/traj",
-                 "adjoint kept/traj", "whole peak/traj"], mem_rows,
+                 "adjoint kept/traj", "whole peak/traj"], tables[2],
                 title="Memory (tracemalloc), as multiples of the stored primal trajectory")
     print_table(["problem", "N", "solve", "wall", "steps/N", "step callback", "user alone",
-                 "difference", "user total", "clone+sum+norm", "access", "in core"], time_rows,
+                 "difference", "user total", "clone+sum+norm", "access", "in core"], tables[3],
                 title="Where the time goes: the fastest exact evaluation at the largest N; "
                       "per step call: the step callback's time (braidpy's timers; adjoint: "
                       "braidpy's wrapper around step_adjoint), the user's step or step_adjoint "
