@@ -1,27 +1,17 @@
 """Does the performance model (braidpy.perf) predict the seconds per gradient within 25 %,
 and where does a prediction miss?
 
-Three checks, each beside the model's prediction from a calibration (``braidpy
-calibrate``; made here, under mpiexec with the most ranks, when --calibration is not
-given; its file kept as FILE.calibration.json beside --json):
-
-- model: per MGRIT setting (layer ranks P, levels, cfactor, skip, one-shot (m1, m2) or
-  exact) the trainer's gradient (GradientSolver.evaluate) of a Peaks-sized dense ResNet
-  (--layers 64, --width 8, --samples 1000) under ``mpiexec -n P``. "serial" times
-  ResNet.loss_and_gradient; skip settings time cold evaluations, the others warm; exact
-  mode is predicted with the measured iteration counts. --json keeps each prediction's
-  critical-path parts; --from-json takes the medians of earlier runs.
-- grids: on every data x space x layers grid D x S x L = P, one
-  ``trainer.evaluator.gradient`` of a whole batch (one-shot (2, 2), 2 levels, cf 4,
-  warm): digits (conv 32 x 4, 8x8, 200 images), peaks (dense width 8, 32 layers, 2000
-  points), digits28 when named (conv 16 x 8, 28x28, 32 images).
-- timeline: model's dense gradient (--levels, --cf, --m, --skip) with every step call
-  recorded (braidpy.perf.timeline.recording); the fastest of --repeats, its calls paired
-  with the model's in order, the difference split into calls (calibration) and gaps
-  labelled by the model operations in them.
-
-Median of --repeats of the slowest rank; rank counts above --cores are skipped, saying
-so (a core per rank), except by timeline (the model a lower bound there, said so).
+Each check beside the model's prediction from a calibration (``braidpy calibrate``;
+made here under mpiexec with the most ranks unless --calibration is given; kept as
+FILE.calibration.json beside --json). Median of --repeats, the slowest rank's; rank
+counts above --cores are skipped (a core per rank), except by timeline.
+  model: the trainer's gradient of a Peaks-sized dense ResNet under ``mpiexec -n P`` per
+    MGRIT setting (levels, cfactor, skip, one-shot (m1, m2) or exact); speedups over one
+    rank; --from-json takes the medians of earlier runs.
+  grids: one ``trainer.evaluator.gradient`` on every data x space x layers grid D x S x L
+    = P (one-shot (2, 2), 2 levels, cf 4): digits, peaks, digits28 when named.
+  timeline: every step call of model's dense gradient recorded, paired with the
+    model's; the difference split into calls and the gaps between them.
 
     python benchmarks/bench_perf.py model [--ranks 1 2 4] [--calibration FILE]
         [--json FILE] [--plot FILE.png] [--quick] [--repeats R]
@@ -37,9 +27,15 @@ import json
 import os
 import statistics
 
+from _harness import print_table
 from _perf_validation import (CFACTOR, LEVELS, M, PROBLEMS, dump,
                               plot_predicted_vs_measured, problem, ranks_with_a_core,
                               run_calibration, run_worker, signed_worst, within, worker)
+
+from braidpy.perf.auto import training_spec
+from braidpy.perf.model import NetSpec, Strategy, predict
+from braidpy.perf.schedule import Cycle
+from braidpy.perf.timeline import Call, compare_timelines, format_comparison
 
 # model: (name, levels, cfactor, skip, mode, (m1, m2)); ntime is --layers.
 SETTINGS = [
@@ -51,7 +47,6 @@ SETTINGS = [
     ("L2 cf4 exact", 2, 4, False, "exact", None),
     ("serial", 1, 4, False, "oneshot", (1, 1)),
 ]
-# ------------------------------------------------------------------ the checks
 
 
 def dense_calibration(args):
@@ -61,9 +56,6 @@ def dense_calibration(args):
 
 
 def check_model(args) -> list:
-    from braidpy.perf.model import NetSpec, Strategy, predict
-    from braidpy.perf.schedule import Cycle
-
     cal = dense_calibration(args)
     net = NetSpec("dense", (args.width,), args.layers, args.samples)
     repeats = 2 if args.quick else args.repeats
@@ -85,25 +77,17 @@ def check_model(args) -> list:
             rows.append(dict(setting=name, P=P, cpu=statistics.median(res["cpu"]), wall=t,
                              measured=t, predicted=pred, error=pred / t - 1,
                              iterations=its, parts=dict(prediction.parts)))
-            # Each row as it comes, and the JSON so far: a run cut off by a time limit
-            # keeps what it measured.
             print(f"measured {name} at P = {P}: {t:.4f} s, model {pred:.4f} s "
                   f"({pred / t - 1:+.0%})", flush=True)
-            dump(rows, args.json)
+            dump(rows, args.json)  # so far: a run cut off by a time limit keeps it
     return rows
 
 
 def check_grids(args) -> list:
-    from braidpy.perf.auto import training_spec
-    from braidpy.perf.model import Strategy, predict
-    from braidpy.perf.schedule import Cycle
-
     samples = sorted({PROBLEMS[n][1] // k for n in args.problems for k in (1, 2, 4)})
     cal = run_calibration(args, [PROBLEMS[n][0] for n in args.problems], samples,
                           [1, 4, 16, 32], "braidpy-bench-grids-calibration.json")
-    rows = []
-    # Each problem in processes of its own, as a training run is (one network per
-    # process: no heap shaped by another network's temporaries).
+    rows = []  # each problem in processes of its own, as a training run is
     for P, name in [(P, name) for P in args.ranks for name in args.problems]:
         for res in run_worker(__file__, dict(check="grids", problems=[name],
                                              repeats=args.repeats), P):
@@ -125,10 +109,6 @@ def check_grids(args) -> list:
 
 
 def check_timeline(args) -> None:
-    from braidpy.perf.model import NetSpec, Strategy, predict
-    from braidpy.perf.schedule import Cycle
-    from braidpy.perf.timeline import Call, compare_timelines, format_comparison
-
     cal = dense_calibration(args)
     net = NetSpec("dense", (args.width,), args.layers, args.samples)
     out = []
@@ -143,8 +123,7 @@ def check_timeline(args) -> None:
         s = Strategy(1, 1, P, Cycle(ntime=args.layers, max_levels=args.levels,
                                     cfactor=args.cf, skip=args.skip, batched=True),
                      tuple(args.m), cold=args.skip)
-        # ranks beyond the cores share them: the model's compute x ranks / cores, a
-        # lower bound that is not validated (the row says so)
+        # ranks beyond the cores share them: the model a lower bound (the row says so)
         pred = predict(net, s, cal, cores=args.cores, record=True)
         measured = [[Call(*c) for c in rank_calls] for rank_calls in res["calls"]]
         comparison = compare_timelines(measured, pred.timeline.events, res["wall"],
@@ -176,8 +155,6 @@ def aggregate(paths):
 
 def report(check, rows, json_path=None, plot=None) -> None:
     """Print the table (model: the speedups too) and the summary; write JSON and PNG."""
-    from _harness import print_table
-
     print("measured: median wall s of the gradients (the slowest rank's); cpu s: its CPU "
           "time")
     for r in rows:
@@ -189,8 +166,7 @@ def report(check, rows, json_path=None, plot=None) -> None:
                                          f"{r['error']:+.0%}", f"{r['cpu']:.4f}"]
                  + ([tuple(r["iterations"])] if check == "model" else []) for r in rows])
     if check == "model":
-        # Speedups over the same setting on one rank: drifts of the machine's speed
-        # between the calibration and the runs cancel; the schedule model remains.
+        # Speedups over one rank: drifts of the machine's speed since the calibration cancel
         one = {r["setting"]: r for r in rows if r["P"] == 1}
         table = []
         for r in rows:
@@ -222,16 +198,13 @@ def main(argv=None) -> None:
     p.add_argument("--repeats", type=int, default=5, help="gradients timed per row")
     p.add_argument("--plot", help="model, grids: write predicted vs measured to this PNG")
     p.add_argument("--from-json", nargs="+", metavar="FILE",
-                   help="model, grids: measure nothing, report earlier --json runs (model: "
-                        "their medians)")
+                   help="model, grids: report earlier --json runs (model: their medians)")
     p.add_argument("--layers", type=int, default=64, help="model, timeline")
     p.add_argument("--width", type=int, default=8, help="model, timeline")
     p.add_argument("--samples", type=int, default=1000, help="model, timeline")
     p.add_argument("--quick", action="store_true", help="model: one setting, 2 repeats")
-    p.add_argument("--allocator-default", action="store_true",
-                   help="model: leave glibc's allocator as it is in the gradients (it "
-                        "returns large temporaries to the kernel: page faults the "
-                        "calibration, which keeps them, does not see)")
+    p.add_argument("--allocator-default", action="store_true", help="model: leave glibc's "
+                   "allocator as it is (page faults the calibration does not see)")
     p.add_argument("--problems", nargs="+", choices=sorted(PROBLEMS),
                    default=["digits", "peaks"], help="grids")
     p.add_argument("--levels", type=int, default=2, help="timeline")
@@ -239,8 +212,7 @@ def main(argv=None) -> None:
     p.add_argument("--m", type=int, nargs=2, default=[2, 2], metavar=("M1", "M2"),
                    help="timeline")
     p.add_argument("--skip", action="store_true",
-                   help="timeline: skip the first down-sweep, timing cold gradients (as "
-                        "model's skip setting)")
+                   help="timeline: skip the first down-sweep, timing cold gradients")
     args = p.parse_args(argv)
     if args.worker:
         worker(json.loads(args.worker))
