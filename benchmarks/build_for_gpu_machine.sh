@@ -1,12 +1,7 @@
 #!/usr/bin/env bash
-# Build braidpy's extensions (braidpy._core, braidpy._cuda with sm_80/90) HERE for the
-# Python of the GPU machines (3.12; this machine needs that Python, e.g. pyenv's), so
-# that a run there can skip its own build (about 85 s).
-# The .so files land in braidpy/ beside this machine's own; carry them with the run:
-#   carry: [".whl", "braidpy/_core.cpython-312-x86_64-linux-gnu.so",
-#           "braidpy/_cuda.cpython-312-x86_64-linux-gnu.so"]
-# gpu_check.sh then skips its build step when both are newer than every source.
-#
+# Builds braidpy's extensions (braidpy._core, braidpy._cuda with sm_80/90) HERE for the GPU
+# machines' Python 3.12, into braidpy/ beside this machine's own, so that gpu_check.sh there
+# skips its build (about 85 s) when both are newer than every source; carry the two .so files.
 #   bash benchmarks/build_for_gpu_machine.sh [PYTHON]   # default: pyenv's 3.12
 set -euo pipefail
 cd "$(dirname "$0")/.."
