@@ -532,7 +532,7 @@ NOT_RUN = {
         "a benchmark (as above)",
     "mpiexec -n 2 python benchmarks/bench_grids.py --problems digits --repeats 3":
         "a benchmark (minutes)",
-    "python benchmarks/bench_problems_serial.py": BENCHMARK,
+    "python benchmarks/bench_solver.py problems": BENCHMARK,
     "python benchmarks/bench_perf.py grids --problems digits28": BENCHMARK,
     "python benchmarks/bench_perf.py grids --problems digits --ranks 1 2": BENCHMARK,
     "python benchmarks/bench_perf.py grids --ranks 1 2": BENCHMARK,
@@ -588,7 +588,7 @@ NOT_RUN = {
     "python benchmarks/bench_adjoint.py": "a benchmark",
     "python benchmarks/bench_peaks.py --iterations 250": "a benchmark: 250 training steps",
     "python benchmarks/bench_depth.py --batch 500": "a benchmark: up to 2048 layers",
-    "OMP_NUM_THREADS=1 python benchmarks/bench_delta.py":
+    "OMP_NUM_THREADS=1 python benchmarks/bench_solver.py delta":
         "a benchmark: Lorenz to 100 iterations and two Kuramoto-Sivashinsky solves (minutes); "
         "its short Lorenz check runs in the session 'docs/benchmarks.md: Delta correction'",
     "braidpy train digits --layers 8 --width 8 --lr 0.01 --mode oneshot --batch 100 "
@@ -600,7 +600,7 @@ NOT_RUN = {
         "needs torchbraid's venv (benchmarks/setup_torchbraid_env.sh)",
     "python benchmarks/bench_kernels.py --tables calls": "a benchmark",
     "python benchmarks/bench_kernels.py --tables fused": "a benchmark",
-    "python benchmarks/bench_heat_batched.py --repeats 3": "a benchmark (16384 steps)",
+    "python benchmarks/bench_solver.py heat --repeats 3": "a benchmark (16384 steps)",
     "python benchmarks/bench_gpu.py": "a GPU",
     "python benchmarks/bench_gpu.py --conv": "a GPU",
     "python benchmarks/bench_gpu.py --dense-fused": "a GPU",
@@ -809,7 +809,7 @@ SESSIONS: Dict[str, Tuple[Optional[Callable[[Path], None]], Dict[str, Run]]] = {
         "mpiexec -n 2 python benchmarks/bench_mpi_progress.py": Run(),
     }),
     "docs/benchmarks.md: Delta correction": (None, {
-        "python benchmarks/bench_delta.py --lyapunov-times 4 --ks-rank 0": Run(
+        "python benchmarks/bench_solver.py delta --lyapunov-times 4 --ks-rank 0": Run(
             says=(("| 4 | 2048 | 39 | 14 | 0.36 |", "largest ratio 0.36 (goal <= 0.50): met"),),
             matches=(r"\n4 +2048 +39 +14 +0\.36 ",)),
     }),
