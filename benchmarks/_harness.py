@@ -41,8 +41,7 @@ def min_median(values: Iterable[float]) -> tuple[float, float]:
 
 
 def clock(fn: Callable[[], Any]) -> tuple[float, float, Any]:
-    """(wall seconds, this process's CPU seconds, result) of one call after a garbage
-    collection; the CPU time leaves out waits for a core on a shared machine."""
+    """(wall seconds, this process's CPU seconds, result) of fn() after a gc.collect()."""
     gc.collect()
     wall, cpu = time.perf_counter(), time.process_time()
     out = fn()
@@ -51,9 +50,8 @@ def clock(fn: Callable[[], Any]) -> tuple[float, float, Any]:
 
 def times(fn: Callable[[], Any], repeats: int, sync: Optional[Callable[[], Any]] = None,
           budget: float = math.inf, collect: bool = False) -> List[float]:
-    """Wall seconds of ``repeats`` calls of fn (``sync()`` before the clock stops: a
-    device's queue; fewer calls once ``budget`` seconds are spent; ``collect``: a garbage
-    collection before each)."""
+    """Wall seconds of ``repeats`` calls of fn (``sync()`` before the clock stops; fewer
+    calls once ``budget`` seconds are spent; ``collect``: gc.collect() before each)."""
     out: List[float] = []
     started = time.perf_counter()
     for _ in range(max(1, repeats)):
@@ -82,8 +80,8 @@ def per_call(fn: Callable[[], Any], calls: int) -> float:
 def alternate(fns: Mapping[str, Callable[[], Any]], rounds: int,
               measure: Optional[Callable[[Callable[[], Any]], float]] = None
               ) -> Dict[str, List[float]]:
-    """A/B/A/B: each round calls every fn once, in turn, so that a machine's drift
-    falls on all of them alike. {name: seconds per round}."""
+    """A/B/A/B: each round calls every fn once, in turn, so that a machine's drift falls
+    on all alike. {name: seconds per round}."""
     measure = measure or (lambda fn: times(fn, 1)[0])
     out: Dict[str, List[float]] = {name: [] for name in fns}
     for _ in range(rounds):
@@ -158,8 +156,7 @@ def _run_text(cmd: Sequence[str], timeout: float = 20) -> str:
 
 
 def cpu_info() -> Dict[str, Any]:
-    """Logical and physical cores this process may use (affinity, /proc/cpuinfo's
-    physical id and core id, the cgroup's CPU quota) and the CPU model."""
+    """Cores this process may use (affinity, /proc/cpuinfo, cgroup quota), CPU model."""
     logical = os.cpu_count() or 1
     usable = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
         else list(range(logical))
@@ -188,8 +185,7 @@ def cpu_info() -> Dict[str, Any]:
 
 
 def find_mpiexec() -> Optional[str]:
-    """$BRAIDPY_MPIEXEC, else the mpiexec beside this interpreter (the mpich wheel's),
-    else the one on PATH (the tests' rule)."""
+    """$BRAIDPY_MPIEXEC, else the mpiexec beside this interpreter, else PATH's."""
     if os.environ.get("BRAIDPY_MPIEXEC"):
         return os.environ["BRAIDPY_MPIEXEC"]
     beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
@@ -197,8 +193,7 @@ def find_mpiexec() -> Optional[str]:
 
 
 def mpi_info(mpiexec: Optional[str]) -> Dict[str, Any]:
-    """MPI as mpi4py sees it (asked in a child process without MPI_Init) and the
-    launcher's --version."""
+    """MPI as mpi4py sees it (a child process, no MPI_Init) and the launcher's version."""
     code = ("import json, mpi4py; mpi4py.rc.initialize = False; mpi4py.rc.finalize = False\n"
             "from mpi4py import MPI\n"
             "print(json.dumps({'mpi4py': mpi4py.__version__, "
@@ -221,8 +216,7 @@ def mpi_info(mpiexec: Optional[str]) -> Dict[str, Any]:
 
 
 def blas_info() -> Dict[str, Any]:
-    """NumPy's BLAS and its threads in this process (threadpoolctl if installed) and the
-    thread variables as this process found them."""
+    """NumPy's BLAS and its threads (threadpoolctl if installed), the thread variables."""
     import numpy  # noqa: F401 - its BLAS loaded, for threadpoolctl
 
     out: Dict[str, Any] = {"env": {k: os.environ.get(k) for k in THREAD_VARS}}
@@ -309,8 +303,7 @@ class Budget:
         return math.inf if not self.total else share * self.total - self.elapsed()
 
     def factor(self, remaining_estimate: float) -> float:
-        """Seconds left per estimated second of the work still to come (inf without a
-        budget): above 1 it may run longer than estimated, below 1 it must run shorter."""
+        """Seconds left per estimated second of the work still to come (inf: no budget)."""
         if not self.total:
             return math.inf
         return max(self.left(), 0.0) / max(remaining_estimate, 1e-9)

@@ -152,12 +152,13 @@ def setup(app, tstop: float, ntime: int):
 
 def forward(app, times, st, u):
     """Steps u over all intervals: the trajectory (clones, u_0 .. u_N)."""
-    traj = [app.clone(u)]
+    step, clone = app.step, app.clone
+    traj = [clone(u)]
     for n in range(len(times) - 1):
         st.fine_index = n
-        r = app.step(u, times[n], times[n + 1], st)
+        r = step(u, times[n], times[n + 1], st)
         u = u if r is None else r
-        traj.append(app.clone(u))
+        traj.append(clone(u))
     return traj
 
 
@@ -174,10 +175,11 @@ def serial_gradient(app, tstop: float, ntime: int) -> float:
             st.t = times[n]
             J += float(app.running_objective(traj[n], times[n], st))
         app.sum(1.0, app.running_gradient(traj[ntime], times[ntime], st), 1.0, w)
+    step_adjoint, step_gradient = app.step_adjoint, app.step_gradient
     for n in range(ntime - 1, -1, -1):
         st.fine_index = n
-        app.step_gradient(w, traj[n], times[n], times[n + 1], st)
-        r = app.step_adjoint(w, traj[n], times[n], times[n + 1], st)
+        step_gradient(w, traj[n], times[n], times[n + 1], st)
+        r = step_adjoint(w, traj[n], times[n], times[n + 1], st)
         w = w if r is None else r
         if running:
             app.sum(1.0, app.running_gradient(traj[n], times[n], st), 1.0, w)

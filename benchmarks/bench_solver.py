@@ -1,25 +1,13 @@
 """Does each MGRIT solver feature pay against its baseline on one process?
 
-  heat        batched MGRIT on ex02's 1D heat equation vs sequential stepping (goal <=
-              6x): --tables kernel (us per state, ``step`` row by row vs one
-              ``step_stacked``), solve (the example's cf 16 F and former cf 4 FCF,
-              unbatched and batched), settings (other cfactors, levels, relaxations,
-              skip, App's C++ norm), all to abs_tol 1e-8.
-  crelax      weighted C-relaxation (``crelax_weight``, --weights) vs the first weight,
-              ex02 on nspace 129, N 4096, [0, 4 pi], --cfactor, FCF, to 1e-8.
-  problems    batched MGRIT (cf 16, FCF, 2 levels, 1e-8) vs sequential stepping on
-              braidpy.problems' Heat1D, Heat2D, Advection1D (goal <= 2.5x).
-  richardson  ``richardson=True`` on XBraid's ex-06 (u' = -4u - t + 1, backward Euler,
-              cf 2, FCF, no skip): final error ~100x smaller in as many iterations?
-  delta       Delta correction (``delta_rank``) on ex12's Lorenz (ex-07's settings: 3
-              levels, cf 2, F, to 1e-6; goal: at most half the iterations) and ex13's
-              Kuramoto-Sivashinsky (goal: converges where plain FAS stalls).
-  spatial     spatial coarsening (ex14's Heat2DSpatial, cf 2, FCF, --max-levels, 1e-8)
-              vs time-only: CPU time per MGRIT iteration, factorizations warmed first.
-
-Each repeat runs every variant once, interleaved; min (median) of wall and CPU time and
-their ratios; "steps per fine step" is MGRIT's work ratio, "max|u_N - seq|" the final
-states' difference.
+heat: batched MGRIT on ex02's 1D heat vs sequential stepping (goal <= 6x): kernel (step
+row by row vs step_stacked), solve (ex02's settings, unbatched and batched), settings.
+crelax: crelax_weight (--weights) vs the first weight on ex02. problems: batched MGRIT vs
+sequential stepping on braidpy.problems' Heat1D, Heat2D, Advection1D (goal <= 2.5x).
+richardson: ex-06's final error ~100x smaller in as many iterations? delta: Delta
+correction on ex12's Lorenz (goal: half the iterations) and ex13's Kuramoto-Sivashinsky
+(converges where plain FAS stalls). spatial: ex14's spatial coarsening vs time only, CPU
+seconds per iteration. Every variant once per round, interleaved; min (median).
 
 Run: python benchmarks/bench_solver.py FEATURE [--repeats R] [--quick] [options]
 """
