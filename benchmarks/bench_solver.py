@@ -7,7 +7,8 @@ sequential stepping on braidpy.problems' Heat1D, Heat2D, Advection1D (goal <= 2.
 richardson: ex-06's final error ~100x smaller in as many iterations? delta: Delta
 correction on ex12's Lorenz (goal: half the iterations) and ex13's Kuramoto-Sivashinsky
 (converges where plain FAS stalls). spatial: ex14's spatial coarsening vs time only, CPU
-seconds per iteration. Every variant once per round, interleaved; min (median).
+seconds per iteration. Each round runs every variant once; min (median); one BLAS thread
+per process unless the environment sets one.
 
 Run: python benchmarks/bench_solver.py FEATURE [--repeats R] [--quick] [options]
 """
