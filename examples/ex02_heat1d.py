@@ -281,13 +281,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     # cfactor 16 with F-relaxation: MGRIT on one rank took 3.4-4.3x the time of
     # sequential stepping (N 16384, nspace 1025, batched), against 10-12x for cfactor
     # 4 with FCF; this diffusive problem converges in as many iterations either way
-    # (docs/batching.md, benchmarks/bench_heat_batched.py).
+    # (docs/batching.md, benchmarks/bench_solver.py heat).
     p.add_argument("--cfactor", type=int, default=16, help="coarsening factor")
     p.add_argument("--nrelax", type=int, default=0, help="0 = F-relaxation, 1 = FCF, ...")
     p.add_argument("--crelax-weight", type=float, default=1.0,
                    help="C-relaxation weight w (with --nrelax >= 1): C-points become "
                         "(1-w) u + w Phi(u); about 1.3 speeds up FCF on this problem "
-                        "(benchmarks/bench_heat_batched.py --tables crelax)")
+                        "(benchmarks/bench_solver.py crelax)")
     p.add_argument("--fmg", action="store_true", help="F-cycles instead of V-cycles")
     p.add_argument("--tol", type=float, default=1e-8,
                    help="absolute tolerance on the residual (discrete L2 norm in space)")
