@@ -14,6 +14,7 @@
     mpiexec -n P python tests/mpi_driver.py refine OUT.json P
     mpiexec -n P python tests/mpi_driver.py richardson OUT.json P
     mpiexec -n P python tests/mpi_driver.py debug OUT.json P
+    mpiexec -n P python tests/mpi_driver.py ex02_refinet OUT.json P
 
 The last argument repeats the rank count: the driver fails unless MPI really joined
 that many ranks (see mpi_world.py).
@@ -103,6 +104,12 @@ def run_refine(nranks):
     return run_at(nranks, COMM)
 
 
+def run_ex02_refinet(nranks):
+    from ex02_refinet_cases import run_at
+
+    return run_at(nranks, COMM)
+
+
 def run_errors():
     from mpi_error_cases import ERROR_CASES
 
@@ -146,7 +153,8 @@ def main():
                   "output": lambda: run_output(int(nranks)),
                   "refine": lambda: run_refine(int(nranks)),
                   "richardson": lambda: run_richardson(int(nranks)),
-                  "debug": lambda: run_debug(int(nranks))}
+                  "debug": lambda: run_debug(int(nranks)),
+                  "ex02_refinet": lambda: run_ex02_refinet(int(nranks))}
         result = suites[suite]()
     except BaseException:
         traceback.print_exc()
