@@ -1,4 +1,4 @@
-"""Regenerates xbraid_ex02_refinet.json by running XBraid's own ex-02 (not needed by the
+r"""Regenerates xbraid_ex02_refinet.json by running XBraid's own ex-02 (not needed by the
 tests, which read the JSON). Usage, with XBraid built as the json's "xbraid" entry says:
 
     python tests/data/make_xbraid_ex02_refinet.py /path/to/xbraid \
