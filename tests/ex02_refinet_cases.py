@@ -10,7 +10,10 @@ takes the backward Euler step and then, on level 0, reads the estimate at the st
 level has made one) and asks for rfactor = (int) ceil(sqrt(estimate / TOL)), or 1 without
 an estimate. In braidpy: refine=True, est_error=True, local_order=2, tpoints_cutoff=10000
 and the same request through status.set_rfactor. The heat equation, its random initial
-guess and XBraid's other options are xbraid_parity_cases.Ex02 and ex02_options.
+guess and XBraid's other options are xbraid_parity_cases.Ex02 and ex02_options; with -res
+(ex-02's residual, braid_SetResidual) the app is residual_cases.Ex02Res, which has no
+batched step. (XBraid's ex-02 stops with a segmentation fault under -refinet -sc, so
+refinement with spatial coarsening, which braidpy refuses, has no reference here.)
 """
 
 import json
@@ -18,6 +21,7 @@ import math
 from pathlib import Path
 
 from mpi_world import assert_split
+from residual_cases import Ex02Res
 from xbraid_parity_cases import Ex02, discretization_error, ex02_options
 
 import braidpy
@@ -30,8 +34,8 @@ def cases(nranks=None):
 
 
 def refinet_options(args):
-    """ex-02's arguments with -refinet TOL (and -richardson): the grid size, braidpy's
-    options and TOL."""
+    """ex-02's arguments with -refinet TOL (and -richardson, -res): the grid size,
+    braidpy's options and TOL."""
     args = list(args)
     k = args.index("-refinet")
     error_tol = float(args[k + 1])
@@ -40,6 +44,9 @@ def refinet_options(args):
     if "-richardson" in args:
         args.remove("-richardson")
         extra["richardson"] = True
+    if "-res" in args:
+        args.remove("-res")
+        extra["batch"] = False  # Ex02Res steps one state at a time
     ntime, options = ex02_options(args)
     return ntime, dict(options, **extra), error_tol
 
@@ -81,13 +88,32 @@ class Ex02Refinet(Ex02):
             self.grids.append(status.ntime)
 
 
+class Ex02ResRefinet(Ex02Res):
+    """ex-02 -res with -refinet: Ex02Res's step (fstop added first) and residual, the
+    request and the grid record of Ex02Refinet."""
+
+    def __init__(self, error_tol):
+        super().__init__(33)
+        self.error_tol = error_tol
+        self.grids = []
+        self.stacked_calls = 0
+
+    def step(self, u, t0, t1, status, fstop=None, ustop=None):
+        super().step(u, t0, t1, status, fstop=fstop, ustop=ustop)
+        if status.level == 0:
+            status.set_rfactor(rfactor(status.error_estimate(), self.error_tol))
+
+    sync = Ex02Refinet.sync
+
+
 def run_case(case, comm=None, batched=False):
     """What ex-02 -refinet prints and writes for ``case``: residuals (%1.6e, in printed
     order), the refined grid sizes, iteration, level and refinement counts, the final
     grid's size and times (%.14e), the solution at the final time (%.14e) and its
     discretization error (%1.4e)."""
     ntime, options, error_tol = refinet_options(case["args"])
-    app = Ex02Refinet(error_tol, batched=batched)
+    app = Ex02ResRefinet(error_tol) if "-res" in case["args"] else \
+        Ex02Refinet(error_tol, batched=batched)
     r = braidpy.solve(app, 0.0, 2 * math.pi, ntime, comm=comm, **options)
     assert_split(comm, r.owned, len(r.times))
     final = None
@@ -108,10 +134,16 @@ KEYS = ("printed", "grids", "iterations", "nlevels", "refinements", "ntime", "ti
         "final", "error")
 
 
+def batched_too(case):
+    """Whether braidpy also runs ``case`` with a batched step (not with -res)."""
+    return "-res" not in case["args"]
+
+
 def run_at(nranks, comm):
     """Every case XBraid ran with ``nranks`` processes, chain by chain and batched."""
     out = {}
     for case in cases(nranks):
         out[case["id"]] = run_case(case, comm)
-        out[case["id"] + "/batched"] = run_case(case, comm, batched=True)
+        if batched_too(case):
+            out[case["id"] + "/batched"] = run_case(case, comm, batched=True)
     return out

@@ -33,7 +33,9 @@ CASES = [["-ntime", "8", "-refinet", "1e-2"],
          ["-ntime", "8", "-refinet", "1e-2", "-richardson"],
          ["-ntime", "16", "-refinet", "1e-3", "-ml", "3", "-fmg"],
          ["-ntime", "32", "-refinet", "1e-3", "-ml", "4", "-cf", "4", "-mc", "2"],
-         ["-ntime", "8", "-refinet", "1e-2", "-nu", "2", "-skip", "1"]]
+         ["-ntime", "8", "-refinet", "1e-2", "-nu", "2", "-skip", "1"],
+         ["-ntime", "8", "-refinet", "1e-2", "-res"],
+         ["-ntime", "16", "-refinet", "3e-3", "-res", "-ml", "3", "-fmg", "-cf", "4"]]
 
 
 def parse(out):
