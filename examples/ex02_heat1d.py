@@ -35,6 +35,17 @@ or with the time grid split over 4 MPI ranks (same iterations, same residuals)::
 
 ``--no-batched`` makes braidpy call ``step`` once per state (for comparison).
 
+``--refinet TOL`` refines the time grid where it is too coarse, as XBraid's ex-02
+``-refinet`` does: braidpy keeps a Richardson estimate of the local error at every fine
+point (``est_error=True``, ``local_order=2`` for backward Euler), and from the first
+iteration that has them each fine step asks for its interval to be split into
+``ceil(sqrt(estimate / TOL))`` equal steps (``status.set_rfactor``; backward Euler's
+local error shrinks with dt**2). braidpy then rebuilds the fine grid and goes on
+iterating on it (``refine=True``), until no step asks for more or the grid has
+``--max-tpoints`` intervals::
+
+    python examples/ex02_heat1d.py --nspace 33 --ntime 16 --cfactor 2 --nrelax 1 --refinet 1e-3
+
 The printed errors compare the MGRIT solution on the whole space-time grid
 with the sequential implicit-Euler solution (what MGRIT converges to) and with
 the exact solution (the discretization error).
@@ -56,7 +67,7 @@ from numpy.typing import ArrayLike
 import braidpy
 from braidpy.parallel import world
 
-__all__ = ["Heat1D", "exact_solution", "main", "sequential_solution"]
+__all__ = ["Heat1D", "RefiningHeat1D", "exact_solution", "main", "sequential_solution"]
 
 
 def exact_solution(x: np.ndarray, t: float) -> np.ndarray:
@@ -219,6 +230,59 @@ class Heat1D(braidpy.App):
         return key, lu
 
 
+class RefiningHeat1D(Heat1D):
+    """:class:`Heat1D` whose fine steps ask for temporal refinement (XBraid's ex-02
+    ``-refinet``): a step whose end point carries the error estimate ``e`` asks for its
+    interval to be split into ``ceil(sqrt(e / error_tol))`` steps (1 before the first
+    estimates exist). Solve it with ``refine=True, est_error=True, local_order=2``.
+
+    Parameters
+    ----------
+    nspace : int, optional
+        As for :class:`Heat1D`.
+    error_tol : float
+        The local error each step should end up below (in the app's norm).
+
+    Examples
+    --------
+    >>> app = RefiningHeat1D(nspace=17, error_tol=1e-3)
+    >>> r = braidpy.solve(app, 0.0, 1.0, 8, cfactor=2, nrelax=1, abs_tol=1e-8,
+    ...                   refine=True, est_error=True, local_order=2)
+    >>> r.refinements > 0 and len(r.times) - 1 > 8
+    True
+    """
+
+    def __init__(self, nspace: int = 513, *, error_tol: float):
+        super().__init__(nspace)
+        if isinstance(error_tol, bool) or not isinstance(error_tol, (int, float)) \
+                or not error_tol > 0:
+            raise ValueError(f"error_tol must be a float > 0, got {error_tol!r}")
+        self.error_tol = float(error_tol)
+
+    def rfactor(self, estimate: float | None) -> int:
+        """The split a step with this end-point estimate asks for (None: no estimate)."""
+        if estimate is None:
+            return 1
+        return max(1, math.ceil(math.sqrt(estimate / self.error_tol)))
+
+    def step(self, u: np.ndarray, t0: float, t1: float, status: Any) -> None:
+        super().step(u, t0, t1, status)
+        if status is not None and status.level == 0:
+            status.set_rfactor(self.rfactor(status.error_estimate()))
+
+    def step_stacked(self, U: np.ndarray, t0s: np.ndarray, t1s: np.ndarray,
+                     status: Any) -> None:
+        super().step_stacked(U, t0s, t1s, status)
+        if status is None or status.level != 0:
+            return
+        if len(U) == 1:  # Heat1D.step_stacked took step(), which asked already
+            return
+        est, start = status.error_estimates(), status.owned(0).start
+        for k, i in enumerate(status.fine_indices.tolist()):  # the estimate at each end
+            status.set_rfactor(self.rfactor(None if est is None else float(est[i + 1 - start])),
+                               row=k)
+
+
 def sequential_solution(app: Heat1D, times: ArrayLike) -> np.ndarray:
     """Step the app through ``times`` one step after another; all states, one row per time.
 
@@ -263,9 +327,13 @@ def describe_stepping(r: braidpy.Result) -> str:
 
 def mgrit_options(args: argparse.Namespace) -> dict[str, Any]:
     """The options of ``braidpy.solve`` that the command line sets."""
-    return dict(max_levels=args.max_levels, cfactor=args.cfactor, nrelax=args.nrelax,
-                crelax_weight=args.crelax_weight, fmg=args.fmg, abs_tol=args.tol, max_iter=args.max_iter,
-                print_level=args.print_level, batch=args.batched)
+    options = dict(max_levels=args.max_levels, cfactor=args.cfactor, nrelax=args.nrelax,
+                   crelax_weight=args.crelax_weight, fmg=args.fmg, abs_tol=args.tol,
+                   max_iter=args.max_iter, print_level=args.print_level, batch=args.batched)
+    if args.refinet is not None:
+        options.update(refine=True, est_error=True, local_order=2,
+                       tpoints_cutoff=args.max_tpoints)
+    return options
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -296,6 +364,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="let braidpy step many intervals at once (step_stacked: one "
                         "multi-right-hand-side solve per step size); --no-batched: one "
                         "step call per state")
+    p.add_argument("--refinet", type=float, metavar="TOL",
+                   help="temporal refinement by Richardson error estimates (XBraid's ex-02 "
+                        "-refinet): each fine step asks to be split into "
+                        "ceil(sqrt(estimate / TOL)) steps")
+    p.add_argument("--max-tpoints", type=int, default=10000,
+                   help="with --refinet: no more refinement once the grid has this many "
+                        "intervals (XBraid's ex-02 uses 10000)")
     p.add_argument("--print-level", type=int, default=0,
                    help="braidpy's own progress output (0 = quiet, 1 = residual per iteration)")
     p.add_argument("--plot-solution", metavar="FILE.png",
@@ -311,7 +386,8 @@ def main(argv: Sequence[str] | None = None) -> braidpy.Result:
     comm = world()
     size = 1 if comm is None else comm.Get_size()
 
-    app = Heat1D(nspace=args.nspace)
+    app = Heat1D(nspace=args.nspace) if args.refinet is None else \
+        RefiningHeat1D(nspace=args.nspace, error_tol=args.refinet)
     tstart, tstop = 0.0, args.tstop
     r = braidpy.solve(app, tstart, tstop, args.ntime, comm=comm, **mgrit_options(args))
     U = gather_solution(app, r, comm)
@@ -330,13 +406,19 @@ def main(argv: Sequence[str] | None = None) -> braidpy.Result:
           + f"; nrelax {args.nrelax}"
           + (f", C-relaxation weight {args.crelax_weight:g}" if args.crelax_weight != 1.0 else "")
           + f", {'F' if args.fmg else 'V'}-cycles")
+    if args.refinet is not None:
+        print(f"  temporal refinement (--refinet {args.refinet:g}): {r.refinements} "
+              f"rebuild(s), {args.ntime} -> {len(r.times) - 1} steps, dt from "
+              f"{np.min(np.diff(r.times)):.3e} to {np.max(np.diff(r.times)):.3e}")
     print(f"  stepping: {describe_stepping(r)}")
     print(f"  iterations: {r.iterations}")
     print("  residual history:")
     for k, norm in zip(r.residual_iterations, r.residuals):
         print(f"    || r_{k} || = {norm:.6e}")
-    print(f"  sparse LU factorizations on rank 0: {len(app.factorizations)} "
-          f"(one per distinct dt: {', '.join(f'{dt:.4g}' for dt in sorted(app.factorizations))})")
+    dts = sorted(app.factorizations)
+    print(f"  sparse LU factorizations on rank 0: {len(dts)} (one per distinct dt: "
+          + (", ".join(f"{dt:.4g}" for dt in dts) if len(dts) <= 8 else
+             f"{dts[0]:.4g} ... {dts[-1]:.4g}") + ")")
     print(f"  max |MGRIT - sequential| over space-time = {np.max(np.abs(U - U_seq)):.3e}")
     print(f"  max |MGRIT - exact|      over space-time = {np.max(np.abs(U - U_exact)):.3e}  "
           f"(sequential: {np.max(np.abs(U_seq - U_exact)):.3e})")

@@ -179,3 +179,42 @@ def test_ex13_delta_converges_where_plain_fas_stalls():
     assert 1e-8 < low and high < 1e-6
     residuals = [float(x) for x in re.findall(r"\|\| r_\d+ \|\| = (\S+)", out)]
     assert residuals[-1] < 1e-8 < min(residuals[:-1])
+
+
+def test_ex02_refinet_refines_and_agrees_at_1_2_4_ranks():
+    """ex02 --refinet (XBraid's ex-02 -refinet on this example's heat problem): the grid
+    is refined from 16 steps to uneven smaller ones, MGRIT then equals implicit Euler on
+    the refined grid, and 1 rank chain by chain, 1 rank batched, 2 and 4 ranks print the
+    same residuals, iterations and refined grid (the guess is deterministic here)."""
+    args = ["--nspace", "33", "--ntime", "16", "--cfactor", "2", "--nrelax", "1",
+            "--refinet", "1e-3"]
+    outs = [run(1, "ex02_heat1d.py", args), run(1, "ex02_heat1d.py", args + ["--no-batched"]),
+            run(2, "ex02_heat1d.py", args), run(4, "ex02_heat1d.py", args)]
+    assert ["1 MPI rank(s)" in outs[0], "2 MPI rank(s)" in outs[2],
+            "4 MPI rank(s)" in outs[3]] == [True] * 3
+    line = r"temporal refinement \(--refinet 0.001\): (\d+) rebuild\(s\), 16 -> (\d+) steps, " \
+           rf"dt from {NUM} to {NUM}"
+    found = [re.search(line, out) for out in outs]
+    assert all(found), outs[0]
+    assert len({f.group(0) for f in found}) == 1
+    rebuilds, steps = int(found[0].group(1)), int(found[0].group(2))
+    dt_min, dt_max = float(found[0].group(3)), float(found[0].group(4))
+    assert rebuilds >= 2 and steps > 4 * 16 and dt_min < dt_max < math.pi / 16
+    assert len({str(history(out)) for out in outs}) == 1
+    assert "batched (step_stacked)" in outs[0] and "unbatched" in outs[1]
+    for out in outs:
+        [err] = number(rf"max \|MGRIT - sequential\| over space-time = {NUM}", out)
+        assert err < 1e-8
+
+
+def test_ex02_doctests():
+    import doctest
+    import importlib
+
+    sys.path.insert(0, str(ROOT))
+    try:
+        ex02 = importlib.import_module("examples.ex02_heat1d")
+    finally:
+        sys.path.remove(str(ROOT))
+    result = doctest.testmod(ex02)
+    assert result.attempted >= 4 and result.failed == 0
