@@ -1,5 +1,5 @@
 """The GPU benchmarks' shared pieces: the array module (CuPy on a GPU, else NumPy and why),
-synchronization, PyTorch on CUDA, and bench_gpu.py's dense ResNet app and loops."""
+synchronization, PyTorch, timers, and bench_gpu.py's dense ResNet app and loops."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 
 import braidpy
 
-from _harness import best  # noqa: F401 - the GPU scripts' timer
+from _harness import best
 
 WIDTH, BATCH, TSTOP, CFACTOR = 8, 32, 2.0, 64
 
@@ -34,16 +34,45 @@ def sync(xp):
         xp.cuda.get_current_stream().synchronize()
 
 
-def torch_cuda():
-    """torch, if it imports and sees a GPU (else None and a printed reason)."""
+def free(xp):
+    """CuPy's cached blocks back to the device."""
+    if xp is not np:
+        xp.get_default_memory_pool().free_all_blocks()
+
+
+def torch_for(device):
+    """(torch, None) where PyTorch imports and sees the device, else (None, why)."""
     try:
         torch = importlib.import_module("torch")
-        if not torch.cuda.is_available():
-            raise RuntimeError("torch.cuda.is_available() is False")
-        return torch
-    except Exception as exc:  # noqa: BLE001 - the reference is optional
-        print(f"  (no PyTorch GPU reference: {type(exc).__name__}: {exc})")
-        return None
+    except Exception as exc:  # noqa: BLE001 - a broken install counts as missing
+        return None, f"PyTorch is not installed ({type(exc).__name__}: {exc})"
+    if device == "cuda" and not torch.cuda.is_available():
+        return None, f"torch {torch.__version__} sees no GPU (torch.cuda.is_available() False)"
+    return torch, None
+
+
+def torch_cuda():
+    """torch, if it imports and sees a GPU (else None and a printed reason)."""
+    torch, why = torch_for("cuda")
+    if why:
+        print(f"  (no PyTorch GPU reference: {why})")
+    return torch
+
+
+def timed(xp, fn, repeats):
+    """Min seconds of fn over repeats, synchronized, after a warm-up call."""
+    fn()
+    sync(xp)
+    return best(fn, repeats, sync=lambda: sync(xp))
+
+
+def per_call(xp, fn, calls, repeats=3):
+    """Seconds per call of fn: min of ``repeats`` loops of ``calls``, synchronized."""
+    def loop():
+        for _ in range(calls):
+            fn()
+    sync(xp)
+    return best(loop, repeats, sync=lambda: sync(xp)) / calls
 
 
 def weights(xp, n):
@@ -54,8 +83,10 @@ def weights(xp, n):
 
 
 class ResNet(braidpy.App):
+    """u <- u + h tanh(u K_n^T + b_n), one state per time point; a stacked step per call."""
+
     def __init__(self, xp, K, b, u0):
-        self.xp, self.K, self.b, self.u0 = xp, K, b, u0
+        self.xp, self.K, self.b, self.u0, self._hs = xp, K, b, u0, {}
 
     def init(self, t):
         return self.u0.copy() if t == self.tstart else self.xp.zeros_like(self.u0)
@@ -65,17 +96,11 @@ class ResNet(braidpy.App):
         u += (t1 - t0) * self.xp.tanh(u @ self.K[n].T + self.b[n])
 
     def step_stacked(self, U, t0s, t1s, status):
-        s = status.fine_slice
-        U += self._steps(t1s - t0s) * self.xp.tanh(U @ self.K[s].transpose(0, 2, 1)
+        s, hs = status.fine_slice, t1s - t0s
+        if hs.tobytes() not in self._hs:  # the step sizes copied to the device once
+            self._hs[hs.tobytes()] = self.xp.asarray(hs).reshape(-1, 1, 1)
+        U += self._hs[hs.tobytes()] * self.xp.tanh(U @ self.K[s].transpose(0, 2, 1)
                                                    + self.b[s][:, None, :])
-
-    def _steps(self, hs):
-        """hs as an (m, 1, 1) device array, copied to the device once per distinct set."""
-        cache = self.__dict__.setdefault("_hs", {})
-        key = hs.tobytes()
-        if key not in cache:
-            cache[key] = self.xp.asarray(hs).reshape(-1, 1, 1)
-        return cache[key]
 
 
 def serial(xp, K, b, u0, n):
@@ -86,21 +111,20 @@ def serial(xp, K, b, u0, n):
     return u
 
 
-def mgrit(xp, K, b, u0, n, levels=2, cfactor=CFACTOR, **stop):
-    """braidpy.solve of the ResNet; ``stop``: max_iter 2 and abs_tol 0 unless given."""
-    stop = {"max_iter": 2, "abs_tol": 0.0, **stop}
-    r = braidpy.solve(ResNet(xp, K, b, u0), 0.0, TSTOP, n, max_levels=levels, cfactor=cfactor,
-                      nrelax=0, access_level=0, **stop)
+def mgrit(xp, K, b, u0, n, levels=2, cfactor=CFACTOR, app=ResNet, **stop):
+    """braidpy.solve of the ResNet (or ``app``); max_iter 2 and abs_tol 0 unless given."""
+    r = braidpy.solve(app(xp, K, b, u0), 0.0, TSTOP, n, max_levels=levels, cfactor=cfactor,
+                      nrelax=0, access_level=0, **{"max_iter": 2, "abs_tol": 0.0, **stop})
     sync(xp)
     return r
 
 
-_TORCH_NETS = {}
+_TORCH_NETS: dict = {}
 
 
-def _torch_residual_fwd_bwd(torch, key, kshape, scale, ushape, layer):
-    """u <- u + h tanh(layer(u, K_n, b_n)) over kshape[0] layers, then backward of
-    |u|^2 (weights and input made once per key, fixed seed)."""
+def torch_fwd_bwd(torch, key, kshape, scale, ushape, layer):
+    """PyTorch autograd, float64 on the GPU: u <- u + h tanh(layer(u, K_n, b_n)) over
+    kshape[0] layers, then backward of |u|^2 (weights and input made once per key)."""
     n = kshape[0]
     if key not in _TORCH_NETS:
         gen = torch.Generator().manual_seed(7)
@@ -108,11 +132,9 @@ def _torch_residual_fwd_bwd(torch, key, kshape, scale, ushape, layer):
         b = torch.zeros(n, kshape[1], dtype=torch.float64, device="cuda", requires_grad=True)
         u0 = torch.randn(ushape, generator=gen, dtype=torch.float64).cuda()
         _TORCH_NETS[key] = (K.requires_grad_(), b, u0)
-    K, b, u0 = _TORCH_NETS[key]
-    h = TSTOP / n
+    K, b, u = _TORCH_NETS[key]
     K.grad = b.grad = None
-    u = u0
     for k in range(n):
-        u = u + h * torch.tanh(layer(u, K[k], b[k]))
+        u = u + TSTOP / n * torch.tanh(layer(u, K[k], b[k]))
     (u * u).sum().backward()
     torch.cuda.synchronize()

@@ -1,5 +1,6 @@
-"""bench_gpu.py --conv and --conv-net: a conv ResNet step's calls by backend (grouped cuDNN,
-per interval, streams, im2col, cuda-direct, PyTorch), and its one-shot gradient vs serial."""
+"""bench_gpu.py --conv and --conv-net (and --overheads' conv step pieces): a conv ResNet
+step's batched calls by backend (cuDNN grouped, per interval, streams, im2col,
+cuda-direct, PyTorch), and its one-shot gradient against serial fwd+bwd."""
 
 from __future__ import annotations
 
@@ -7,104 +8,89 @@ import os
 
 import numpy as np
 
-from _gpu import BATCH, TSTOP, _torch_residual_fwd_bwd, best, sync, torch_cuda
+from _gpu import BATCH, TSTOP, best, free, per_call, timed, torch_cuda, torch_fwd_bwd
+
+
+def conv_arrays(xp, m, C, H, dtype, seed, kscale, adjoint=True):
+    """U, W (None unless ``adjoint``), K, b, h of m intervals, batch BATCH, C x H x H."""
+    rng = np.random.default_rng(seed)
+
+    def draw(shape, scale=1.0):
+        return xp.asarray(scale * rng.standard_normal(shape), dtype=dtype)
+
+    U, W = draw((m, BATCH, C, H, H)), draw((m, BATCH, C, H, H)) if adjoint else None
+    Ks, bs = draw((m, C, C, 3, 3), 1 / kscale), draw((m, C), 0.1)
+    return U, W, Ks, bs, xp.asarray(np.full(m, 1.0 / m), dtype=dtype)
+
+
+def batched_calls(layer, U, Wt, Ks, bs, hs):
+    return {"forward": lambda: layer.forward_batched(U, Ks, bs, hs),
+            "adjoint": lambda: layer.adjoint_batched(Wt, U, Ks, bs, hs),
+            "gradient": lambda: layer.gradient_batched(Wt, U, Ks, bs, hs)}
 
 
 def conv_steps(xp, args):
-    """Grouped vs per-interval vs streams per layer block vs im2col (see the docstring)."""
+    """--conv: per call, the k-th step of m intervals (8 channels: every backend and
+    PyTorch; then --conv-channels: cuDNN grouped vs cuda-direct and its kernel family)."""
     from braidpy.nn import ConvLayer
     from braidpy.nn.conv_backends import BENCHMARK_ENV, STREAMS_ENV, cudnn_unavailable
+    from braidpy.nn.conv_direct import kernel_family
 
     why = cudnn_unavailable() if xp is not np else "no GPU"
     if why is not None:
         print(f"conv: the cuDNN comparison needs CuPy, a GPU and cuDNN: {why}")
         return
-    m, C, H = args.intervals, 8, 28
+    m, H = args.intervals, 28
     os.environ[STREAMS_ENV] = str(args.streams)
     if args.cudnn_benchmark:
         os.environ[BENCHMARK_ENV] = "1"
-    cudnn, im2col = ConvLayer(C, 3, "tanh", backend="cudnn"), ConvLayer(C, 3, "tanh",
-                                                                         backend="array-api")
-    streams = ConvLayer(C, 3, "tanh", backend="cudnn-streams")
-    direct = ConvLayer(C, 3, "tanh", backend="cuda-direct")
     torch = torch_cuda()
-    for dtype in ("float64", "float32"):
-        rng = np.random.default_rng(20261125)
-        U = xp.asarray(rng.standard_normal((m, BATCH, C, H, H)), dtype=dtype)
-        Wt = xp.asarray(rng.standard_normal((m, BATCH, C, H, H)), dtype=dtype)
-        Ks = xp.asarray(rng.standard_normal((m, C, C, 3, 3)) / 9, dtype=dtype)
-        bs = xp.asarray(0.1 * rng.standard_normal((m, C)), dtype=dtype)
-        hs = xp.asarray(np.full(m, 1.0 / m), dtype=dtype)
-
-        def per_interval():
-            return [cudnn.forward(U[i], Ks[i], bs[i], hs[i]) for i in range(m)]
-
-        cases = {"forward, cuDNN grouped (1 call)": lambda: cudnn.forward_batched(U, Ks, bs, hs),
-                 "forward, cuDNN per interval": per_interval,
-                 f"forward, cuDNN per interval, {args.streams} streams":
-                     lambda: streams.forward_batched(U, Ks, bs, hs),
-                 "forward, array-API im2col": lambda: im2col.forward_batched(U, Ks, bs, hs),
-                 "adjoint, cuDNN grouped": lambda: cudnn.adjoint_batched(Wt, U, Ks, bs, hs),
-                 "adjoint, array-API im2col": lambda: im2col.adjoint_batched(Wt, U, Ks, bs, hs),
-                 "gradient, cuDNN grouped": lambda: cudnn.gradient_batched(Wt, U, Ks, bs, hs),
-                 "gradient, array-API im2col":
-                     lambda: im2col.gradient_batched(Wt, U, Ks, bs, hs),
-                 "forward, cuda-direct (1 kernel)": lambda: direct.forward_batched(U, Ks, bs, hs),
-                 "adjoint, cuda-direct": lambda: direct.adjoint_batched(Wt, U, Ks, bs, hs),
-                 "gradient, cuda-direct": lambda: direct.gradient_batched(Wt, U, Ks, bs, hs)}
-        if torch is not None:
-            cases.update(_torch_conv_cases(torch, U, Wt, Ks, bs, hs, m, C, H))
-
-        def timed(fn):
-            fn()  # plans, algorithms and pools warmed
-            sync(xp)
-            return best(lambda: (fn(), sync(xp)), args.repeats)
-
-        times = {name: timed(fn) for name, fn in cases.items()}
-        if torch is not None:
-            torch.backends.cudnn.allow_tf32 = True  # PyTorch's default again
-        base = times["forward, cuDNN grouped (1 call)"]
-        print(f"conv calls over {m} intervals, batch {BATCH}, {C} channels, {H}x{H}, 3x3, "
-              f"tanh, {dtype}; {_grouped_plan(m, C, H, dtype)}:")
-        for name, t in times.items():
-            print(f"  {name:50s} {t * 1e3:9.3f} ms  ({t / base:.2f}x grouped forward)",
-                  flush=True)
-    for C in args.conv_channels:
-        _wide_conv_rows(xp, args, m, C, H)
+    for C in [8] + list(args.conv_channels):
+        names = ("cudnn", "cuda-direct") + (("array-api", "cudnn-streams") if C == 8 else ())
+        layers = {name: ConvLayer(C, 3, "tanh", backend=name) for name in names}
+        for dtype in ("float64", "float32"):
+            if C == 8:
+                data = conv_arrays(xp, m, C, H, dtype, 20261125, 9)
+                U, Wt, Ks, bs, hs = data
+                g, i, d = (batched_calls(layers[n], *data)
+                           for n in ("cudnn", "array-api", "cuda-direct"))
+                cases = {"forward, cuDNN grouped (1 call)": g["forward"],
+                         "forward, cuDNN per interval": lambda: [layers["cudnn"].forward(
+                             U[k], Ks[k], bs[k], hs[k]) for k in range(m)],
+                         f"forward, cuDNN per interval, {args.streams} streams":
+                             batched_calls(layers["cudnn-streams"], *data)["forward"],
+                         "forward, array-API im2col": i["forward"],
+                         "adjoint, cuDNN grouped": g["adjoint"],
+                         "adjoint, array-API im2col": i["adjoint"],
+                         "gradient, cuDNN grouped": g["gradient"],
+                         "gradient, array-API im2col": i["gradient"],
+                         "forward, cuda-direct (1 kernel)": d["forward"],
+                         "adjoint, cuda-direct": d["adjoint"],
+                         "gradient, cuda-direct": d["gradient"]}
+                if torch is not None:
+                    cases.update(torch_conv_cases(torch, *data, m, C, H))
+                what = ""
+            else:  # per interval, streams and im2col add little here; im2col grows with C
+                data = conv_arrays(xp, m, C, H, dtype, 20261201, 3 * C)
+                cases = {f"{call}, {label}": fn for name, label in
+                         (("cudnn", "cuDNN grouped"), ("cuda-direct", "cuda-direct"))
+                         for call, fn in batched_calls(layers[name], *data).items()}
+                family = kernel_family(data[0].shape, data[2].shape, dtype)
+                what = f" (cuda-direct: the {family} kernels)"
+            times = {name: timed(xp, fn, args.repeats) for name, fn in cases.items()}
+            if torch is not None:
+                torch.backends.cudnn.allow_tf32 = True  # PyTorch's default again
+            base = next(iter(times.values()))  # the grouped cuDNN forward
+            print(f"conv calls over {m} intervals, batch {BATCH}, {C} channels, {H}x{H}, 3x3, "
+                  f"tanh, {dtype}{what}; {grouped_plan(m, C, H, dtype)}:")
+            for name, t in times.items():
+                print(f"  {name:50s} {t * 1e3:9.3f} ms  ({t / base:.2f}x grouped forward)",
+                      flush=True)
 
 
-def _wide_conv_rows(xp, args, m, C, H):
-    """--conv's wider layers: the same calls as the 8-channel rows
-    (m intervals, batch BATCH, 3x3, tanh) with C channels, cuDNN grouped against
-    cuda-direct only (per interval, streams and im2col add little here and im2col's
-    columns grow with C), and the direct kernels' family for the shape."""
-    from braidpy.nn import ConvLayer
-    from braidpy.nn.conv_direct import kernel_family
-
-    cudnn = ConvLayer(C, 3, "tanh", backend="cudnn")
-    direct = ConvLayer(C, 3, "tanh", backend="cuda-direct")
-    for dtype in ("float64", "float32"):
-        rng = np.random.default_rng(20261201)
-        U, Wt = (xp.asarray(rng.standard_normal((m, BATCH, C, H, H)), dtype=dtype)
-                 for _ in range(2))
-        Ks = xp.asarray(rng.standard_normal((m, C, C, 3, 3)) / (3 * C), dtype=dtype)
-        bs = xp.asarray(0.1 * rng.standard_normal((m, C)), dtype=dtype)
-        hs = xp.asarray(np.full(m, 1.0 / m), dtype=dtype)
-        times = _wide_conv_times(xp, args, {"cuDNN grouped": cudnn, "cuda-direct": direct},
-                                 Wt, U, Ks, bs, hs)
-        base = times["forward, cuDNN grouped"]
-        family = kernel_family(U.shape, Ks.shape, dtype)
-        print(f"conv calls over {m} intervals, batch {BATCH}, {C} channels, {H}x{H}, 3x3, "
-              f"tanh, {dtype} (cuda-direct: the {family} kernels); "
-              f"{_grouped_plan(m, C, H, dtype)}:")
-        for name, t in times.items():
-            print(f"  {name:50s} {t * 1e3:9.3f} ms  ({t / base:.2f}x grouped forward)",
-                  flush=True)
-
-
-def _grouped_plan(m, C, H, dtype):
-    """The cuDNN algorithms of the grouped step over m intervals (run already, so its
-    plan is cached, measured under BRAIDPY_CUDNN_BENCHMARK=1), in words."""
+def grouped_plan(m, C, H, dtype):
+    """The cuDNN algorithms of the grouped step over m intervals (run already, so its plan
+    is cached, measured under BRAIDPY_CUDNN_BENCHMARK=1), in words."""
     from braidpy.nn.conv_backends import cudnn_plan
 
     plan = cudnn_plan((BATCH, m * C, H, H), m * C, 3, m, dtype)
@@ -113,55 +99,36 @@ def _grouped_plan(m, C, H, dtype):
     return f"cuDNN grouped algorithms {plan['algorithms']} ({how})"
 
 
-def _wide_conv_times(xp, args, layers, Wt, U, Ks, bs, hs):
-    """Seconds per forward, adjoint and gradient call of each named layer (warmed)."""
-    def timed(fn):
-        fn()  # kernels, plans and pools warmed
-        sync(xp)
-        return best(lambda: (fn(), sync(xp)), args.repeats)
+def torch_conv_cases(torch, U, Wt, Ks, bs, hs, m, C, H):
+    """PyTorch's calls for the same shapes (the conv target: "within 1.5x of PyTorch"):
+    the grouped conv alone with TF32 (its cuDNN default) and without (braidpy's FMA math:
+    like for like); the whole step u + h tanh(conv(u) + b) from braidpy's (m, batch, C, H,
+    W) layout and back; the gradient call's backward data and backward filter."""
+    F, cudnn = torch.nn.functional, torch.backends.cudnn
 
-    def calls(layer):
-        return {"forward": lambda: layer.forward_batched(U, Ks, bs, hs),
-                "adjoint": lambda: layer.adjoint_batched(Wt, U, Ks, bs, hs),
-                "gradient": lambda: layer.gradient_batched(Wt, U, Ks, bs, hs)}
+    def as_torch(a):
+        return torch.as_tensor(a, device="cuda")
 
-    return {f"{call}, {name}": timed(fn)
-            for name, layer in layers.items() for call, fn in calls(layer).items()}
-
-
-def _torch_conv_cases(torch, U, Wt, Ks, bs, hs, m, C, H, device="cuda"):
-    """PyTorch's calls for the same shapes, as references (the conv target: "within
-    1.5x of PyTorch"): the grouped conv alone with TF32 allowed (PyTorch's default for cuDNN
-    convolutions) and not (braidpy's cuDNN calls use FMA math: like for like); the whole
-    step u + h tanh(conv(u) + b) from braidpy's (m, batch, C, H, W) layout and back; and
-    the gradient call's two convolutions (backward data and backward filter)."""
-    F = torch.nn.functional
-    tU = torch.as_tensor(U.transpose(1, 0, 2, 3, 4).reshape(BATCH, m * C, H, H),
-                         device=device)
-    tW = torch.as_tensor(Wt.transpose(1, 0, 2, 3, 4).reshape(BATCH, m * C, H, H),
-                         device=device)
-    tK = torch.as_tensor(Ks.reshape(m * C, C, 3, 3), device=device)
-    tb = torch.as_tensor(bs.reshape(m * C), device=device)
-    th = torch.as_tensor(hs, device=device).reshape(m, 1, 1, 1, 1)
-    tU5 = torch.as_tensor(U, device=device)
+    tU, tW = (as_torch(a.transpose(1, 0, 2, 3, 4).reshape(BATCH, m * C, H, H)) for a in (U, Wt))
+    tK, tb = as_torch(Ks.reshape(m * C, C, 3, 3)), as_torch(bs.reshape(m * C))
+    th, tU5 = as_torch(hs).reshape(m, 1, 1, 1, 1), as_torch(U)
 
     def conv(tf32):
         def run():
-            torch.backends.cudnn.allow_tf32 = tf32
+            cudnn.allow_tf32 = tf32
             return F.conv2d(tU, tK, padding=1, groups=m)
         return run
 
     def step():
-        torch.backends.cudnn.allow_tf32 = False
+        cudnn.allow_tf32 = False
         x = tU5.permute(1, 0, 2, 3, 4).reshape(BATCH, m * C, H, H)
         z = torch.tanh(F.conv2d(x, tK, tb, padding=1, groups=m))
         return tU5 + th * z.reshape(BATCH, m, C, H, H).permute(1, 0, 2, 3, 4)
 
     def gradient_convs():
-        torch.backends.cudnn.allow_tf32 = False
-        dx = torch.nn.grad.conv2d_input(tU.shape, tK, tW, padding=1, groups=m)
-        dk = torch.nn.grad.conv2d_weight(tU, tK.shape, tW, padding=1, groups=m)
-        return dx, dk
+        cudnn.allow_tf32 = False
+        return (torch.nn.grad.conv2d_input(tU.shape, tK, tW, padding=1, groups=m),
+                torch.nn.grad.conv2d_weight(tU, tK.shape, tW, padding=1, groups=m))
 
     return {"forward, PyTorch grouped conv2d (conv only, TF32 allowed)": conv(True),
             "forward, PyTorch grouped conv2d (conv only, no TF32)": conv(False),
@@ -170,52 +137,87 @@ def _torch_conv_cases(torch, U, Wt, Ks, bs, hs, m, C, H, device="cuda"):
 
 
 def conv_network(xp, args):
-    """A conv ResNet (MNIST size): serial fwd+bwd vs one-shot (2,2), per conv backend."""
+    """--conv-net: a conv ResNet (MNIST size), serial fwd+bwd vs one-shot (2,2) per conv
+    backend and cfactor (a new solver per gradient), and PyTorch's autograd."""
     from braidpy.adjoint import GradientSolver
-    from braidpy.nn import ResNet as Net
-    from braidpy.nn import ResNetApp
+    from braidpy.nn import ResNet, ResNetApp
 
-    n, nclasses, C = args.conv_layers, 10, 8
-    device = None if xp is np else "cuda"
-    backends = args.conv_backends if xp is not np else ["numpy"]
+    n, C = args.conv_layers, 8
     for batch in args.conv_batches:
         rng = np.random.default_rng(9)
         X = xp.asarray(rng.standard_normal((batch, 1, 28, 28)))
-        Cl = xp.asarray(np.eye(nclasses)[rng.integers(0, nclasses, batch)])
+        Cl = xp.asarray(np.eye(10)[rng.integers(0, 10, batch)])
         line = f"conv ResNet N={n}, {C} channels, 28x28, batch {batch}, float64:"
-        for backend in backends:
-            net = Net((1, 28, 28), nclasses, width=C, nlayers=n, tstop=TSTOP, activation="tanh",
-                      device=device, backend=None if backend == "numpy" else backend)
+        for backend in args.conv_backends if xp is not np else ["numpy"]:
+            net = ResNet((1, 28, 28), 10, width=C, nlayers=n, tstop=TSTOP, activation="tanh",
+                         device=None if xp is np else "cuda",
+                         backend=None if backend == "numpy" else backend)
             params = net.init_params(seed=7)
             app = ResNetApp(net, params, X, Cl)
-
-            def serial_grad():
-                net.loss_and_gradient(params, X, Cl)
-                sync(xp)
-
-            def oneshot_grad(cf):
-                GradientSolver(app, 0.0, net.tstop, n, oneshot=(2, 2),
-                               primal=dict(max_levels=2, cfactor=cf, nrelax=0)).evaluate()
-                sync(xp)
-
-            serial_grad()
-            t_serial = best(serial_grad, args.repeats)
+            t_serial = timed(xp, lambda: net.loss_and_gradient(params, X, Cl), args.repeats)
             line += f"\n  {backend}: serial fwd+bwd {t_serial * 1e3:.1f} ms"
             for cf in args.conv_cfactors:
-                oneshot_grad(cf)
-                t_oneshot = best(lambda: oneshot_grad(cf), args.repeats)
-                line += (f"; one-shot (2,2) cf {cf} {t_oneshot * 1e3:.1f} ms "
-                         f"({t_serial / t_oneshot:.2f}x serial)")
+                t = timed(xp, lambda: GradientSolver(
+                    app, 0.0, net.tstop, n, oneshot=(2, 2),
+                    primal=dict(max_levels=2, cfactor=cf, nrelax=0)).evaluate(), args.repeats)
+                line += f"; one-shot (2,2) cf {cf} {t * 1e3:.1f} ms ({t_serial / t:.2f}x serial)"
         torch = torch_cuda() if xp is not np else None
         if torch is not None:
-            xp.get_default_memory_pool().free_all_blocks()  # CuPy's cache, for PyTorch
-            t_torch = best(lambda: _torch_conv_fwd_bwd(torch, n, C, batch), args.repeats)
+            free(xp)  # CuPy's cache, for PyTorch
+            t_torch = best(lambda: torch_fwd_bwd(
+                torch, ("conv", n, batch), (n, C, C, 3, 3), 3 * C ** 0.5, (batch, C, 28, 28),
+                lambda u, K, b: torch.nn.functional.conv2d(u, K, b, padding=1)), args.repeats)
             line += f"\n  PyTorch serial fwd+bwd {t_torch * 1e3:.1f} ms"
         print(line, flush=True)
 
 
-def _torch_conv_fwd_bwd(torch, n, C, batch):
-    """PyTorch autograd through u <- u + h tanh(conv(u, K_n) + b_n), float64, on the GPU."""
-    _torch_residual_fwd_bwd(
-        torch, ("conv", n, batch), (n, C, C, 3, 3), 3 * C ** 0.5, (batch, C, 28, 28),
-        lambda u, K, b: torch.nn.functional.conv2d(u, K, b, padding=1))
+M, C8, H28 = 64, 8, 28  # --overheads' conv pieces: intervals, channels, image side
+
+
+def conv_pieces(xp, calls):
+    """--overheads: the pieces of the grouped cuDNN forward step (ms per call), float32 and
+    float64, with PyTorch's bare grouped conv (no TF32) for reference."""
+    from braidpy.nn import ConvLayer
+    from braidpy.nn import conv_backends as cb
+    from braidpy.nn.activations import get_activation
+
+    why = cb.cudnn_unavailable()
+    if why is not None:
+        print(f"conv split: needs cuDNN: {why}")
+        return
+    torch, act = torch_cuda(), get_activation("tanh")
+    layer = ConvLayer(C8, 3, "tanh", backend="cudnn")
+    for dtype in ("float32", "float64"):
+        U, _, Ks, bs, hs = conv_arrays(xp, M, C8, H28, dtype, 1, 9, adjoint=False)
+        X = cb.pack_intervals(U)
+        Kg = xp.reshape(Ks, (M * C8, C8, 3, 3))  # the grouped filter (a view)
+        Y = cb.conv2d_cudnn(X, Kg, M)
+        Z = cb.unpack_intervals(Y, M) + xp.reshape(bs, (M, 1, C8, 1, 1))
+        A = act.value(Z)
+        S = xp.reshape(hs, (M, 1, 1, 1, 1)) * A
+        rows = {"pack_intervals (transposing copy)":
+                lambda: xp.ascontiguousarray(cb.pack_intervals(U)),
+                "grouped cudnn conv (incl. workspace, output)": lambda: cb.conv2d_cudnn(X, Kg, M),
+                "unpack + bias":
+                lambda: cb.unpack_intervals(Y, M) + xp.reshape(bs, (M, 1, C8, 1, 1)),
+                "tanh": lambda: act.value(Z),
+                "h * tanh": lambda: xp.reshape(hs, (M, 1, 1, 1, 1)) * A,
+                "U + h tanh": lambda: U + S,
+                "fused epilogue (the four above in one kernel)":
+                lambda: cb.fused_epilogue(U, Y, bs, hs, act),
+                "whole forward_batched (cudnn)": lambda: layer.forward_batched(U, Ks, bs, hs)}
+        if torch is not None:
+            tX, tK = torch.as_tensor(X, device="cuda"), torch.as_tensor(Kg, device="cuda")
+
+            def torch_conv():
+                torch.backends.cudnn.allow_tf32 = False
+                return torch.nn.functional.conv2d(tX, tK, padding=1, groups=M)
+            rows["PyTorch grouped conv2d alone (no TF32)"] = torch_conv
+        print(f"conv step pieces, {M} intervals, batch {BATCH}, {C8} channels, {H28}x{H28}, "
+              f"{dtype} (ms per call):")
+        for name, fn in rows.items():
+            fn()
+            print(f"  {name:45s} {per_call(xp, fn, max(calls // 100, 10)) * 1e3:8.3f}",
+                  flush=True)
+        if torch is not None:
+            torch.backends.cudnn.allow_tf32 = True

@@ -1,62 +1,49 @@
-"""bench_perf.py's launches, workers and summaries: the workers under mpiexec (model,
-grids, timeline), the rank counts the model is validated at, the calibration made for
-the run, the error summary and plot.
+"""bench_perf.py's launches, workers and summaries: the workers under mpiexec (model, grids,
+timeline), the rank counts validated, the run's calibration, the error summary and plot.
 
-A worker is the calling script run again as ``SCRIPT --worker JSON`` (under
-``mpiexec -n P`` for P > 1); its rank 0 prints one line ``RESULT {json}``. The model
-gives every rank a core of its own: rank counts above ``--cores`` are skipped, saying
-so (with more ranks than cores it gives only compute x ranks / cores, a lower bound).
+A worker is the calling script run again as ``SCRIPT --worker JSON`` (under ``mpiexec -n
+P`` for P > 1); its rank 0 prints one line ``RESULT {json}``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-#: One thread per rank: the model gives every rank one core. The model also assumes a
-#: message arrives while its sender computes; Open MPI delivers only messages under its
-#: shared-memory eager limit that way (docs/install.md "Running under MPI"), so the workers raise
-#: it above the states' size (MPICH ignores these).
+#: One thread per rank (the model gives every rank a core). The model also assumes a
+#: message arrives while its sender computes; Open MPI does so only under its shared-memory
+#: eager limit (docs/install.md "Running under MPI"), raised above the states' size here.
 WORKER_ENV = dict(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
                   OMPI_MCA_btl_vader_eager_limit="131072",
                   OMPI_MCA_btl_vader_max_send_size="131072")
-
-
-#: Gradients run before timing: a process's first gradients are slower than its steady
-#: state, which the model predicts (allocator and caches warming, MPI's first messages;
-#: on the 2-core VM a cold-skip gradient of 64 samples on 2 ranks took 4.5, 4.0, 4.0,
-#: 3.8 ms, then 3.77 ms median; one warm-up left that row 15 % slower than steady).
+#: Gradients run before timing: a process's first gradients are slower than the steady
+#: state the model predicts (allocator, caches, MPI's first messages).
 WARMUP_GRADIENTS = 3
+#: grids: one-shot (2, 2), 2 levels, cf 4; problem -> (calibrated layer, samples, layers)
+LEVELS, CFACTOR, M = 2, 4, (2, 2)
+PROBLEMS = {"digits": ("conv:4x8x8:3", 200, 32), "peaks": ("dense:8", 2000, 32),
+            "digits28": ("conv:8x28x28:3", 32, 16)}
 
 
 def worker_env() -> dict:
-    """This process's environment with WORKER_ENV: one thread per rank always; Open MPI's
-    limits only where the user has not set them (their choice is what gets measured)."""
+    """This environment with WORKER_ENV: one thread per rank always; Open MPI's limits only
+    where the user has not set them (their choice is what gets measured)."""
     env = dict(os.environ)
     for key, value in WORKER_ENV.items():
-        if key.startswith("OMPI_MCA_"):
-            env.setdefault(key, value)
-        else:
-            env[key] = value
+        env[key] = env.get(key, value) if key.startswith("OMPI_MCA_") else value
     return env
 
 
-def ranks_with_a_core(ranks: Sequence[int], cores: int) -> List[int]:
-    """The rank counts of ``ranks`` that give every rank a core, saying which are
-    skipped: the model is not validated with ranks sharing cores.
-
-    >>> ranks_with_a_core([1, 2, 4], 2)
-    skipped P = 4: more ranks than the 2 cores (the model gives a lower bound there)
-    [1, 2]
-    """
+def ranks_with_a_core(ranks, cores):
+    """The rank counts that give every rank a core, saying which are skipped (with more
+    ranks than cores the model gives only a lower bound, which is not validated)."""
     over = [P for P in ranks if P > cores]
     if over:
         print(f"skipped P = {', '.join(map(str, over))}: more ranks than the {cores} cores "
@@ -64,65 +51,35 @@ def ranks_with_a_core(ranks: Sequence[int], cores: int) -> List[int]:
     return [P for P in ranks if P <= cores]
 
 
+def mpi_command(cmd, nranks):
+    return ["mpiexec", "-n", str(nranks)] + cmd if nranks > 1 else cmd
+
+
 def run_worker(script: str, spec: dict, nranks: int, timeout: float = 900) -> dict:
     """Run ``script --worker spec`` on ``nranks`` ranks; rank 0's RESULT as a dict."""
-    env = worker_env()
-    cmd = [sys.executable, script, "--worker", json.dumps(spec)]
-    if nranks > 1:
-        cmd = ["mpiexec", "-n", str(nranks)] + cmd
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    cmd = mpi_command([sys.executable, script, "--worker", json.dumps(spec)], nranks)
+    out = subprocess.run(cmd, capture_output=True, text=True, env=worker_env(),
+                         timeout=timeout)
     if out.returncode:
         raise RuntimeError(f"{' '.join(cmd[:4])}... failed:\n{out.stderr[-4000:]}")
-    line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")][-1]
-    return json.loads(line[7:])
+    return json.loads([ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")][-1][7:])
 
 
-def dense_validation_app(spec: dict, app_class=None):
-    """(net, params, app): the dense ResNet bench_perf.py's model and timeline time
-    (spec's width, layers and samples; 2 features, 5 classes, seeded) and its ResNetApp
-    (or ``app_class``, a subclass)."""
-    from braidpy.nn import ResNet, ResNetApp
-
-    net = ResNet((2,), 5, width=spec["width"], nlayers=spec["layers"])
-    params = net.init_params(seed=3, scale=0.1)
-    rng = np.random.default_rng(5)
-    X = rng.standard_normal((spec["samples"], 2))
-    C = np.eye(5)[rng.integers(0, 5, spec["samples"])]
-    return net, params, (app_class or ResNetApp)(net, params, X, C)
-
-
-def calibrate_now(layers: Sequence[str], samples: Sequence[int], rows: Sequence[int],
-                  ranks: int, name: str, cores: Optional[int] = None) -> str:
-    """Run ``braidpy calibrate`` for these layers (under ``mpiexec -n ranks`` when
-    ranks > 1, so that the network is measured, not assumed; ``cores`` its --cores);
-    the file's path."""
-    path = os.path.join(tempfile.gettempdir(), name)
-    cmd = [sys.executable, "-m", "braidpy", "calibrate", "-o", path, "-q"]
-    if cores:
-        cmd += ["--cores", str(cores)]
-    for layer in layers:
-        cmd += ["--layer", layer]
-    cmd += ["--samples", *map(str, samples), "--rows", *map(str, rows)]
-    if ranks > 1:
-        cmd = ["mpiexec", "-n", str(ranks)] + cmd
-    subprocess.run(cmd, check=True, env=worker_env())
-    return path
-
-
-def run_calibration(args: argparse.Namespace, layers: Sequence[str], samples: Sequence[int],
-                    rows: Sequence[int], name: str):
-    """The run's calibration: ``--calibration``'s file, else one made now with
-    :func:`calibrate_now` (under ``mpiexec`` with as many ranks as the run's most, where
-    it uses two or more: the network is measured, not assumed, and the calls' slowdown
-    across ranks up to that count; its file copied beside ``--json`` as
-    FILE.calibration.json, for whoever studies a misfit)."""
-    import shutil
-
+def run_calibration(args, layers, samples, rows, name):
+    """``--calibration``'s file, else ``braidpy calibrate`` run now for these layers (under
+    mpiexec with the run's most ranks, so that the network is measured, not assumed; the
+    file copied beside --json as FILE.calibration.json)."""
     from braidpy.perf.calibration import load_calibration
 
     if args.calibration:
         return load_calibration(args.calibration)
-    path = calibrate_now(layers, samples, rows, max(args.ranks), name, cores=args.cores)
+    path = os.path.join(tempfile.gettempdir(), name)
+    cmd = [sys.executable, "-m", "braidpy", "calibrate", "-o", path, "-q"]
+    cmd += ["--cores", str(args.cores)] if args.cores else []
+    for layer in layers:
+        cmd += ["--layer", layer]
+    cmd += ["--samples", *map(str, samples), "--rows", *map(str, rows)]
+    subprocess.run(mpi_command(cmd, max(args.ranks)), check=True, env=worker_env())
     cal = load_calibration(path)
     print(f"calibrated now ({path}; network: {cal.p2p.source})")
     if args.json:
@@ -130,26 +87,24 @@ def run_calibration(args: argparse.Namespace, layers: Sequence[str], samples: Se
     return cal
 
 
-def signed_worst(errors: Sequence[float]) -> float:
+def signed_worst(errors):
     """The error of largest magnitude, with its sign."""
     return max(errors, key=abs)
 
 
-def within(errors: Sequence[float], bound: float = 0.25) -> int:
+def within(errors, bound=0.25) -> int:
     return sum(abs(e) <= bound for e in errors)
 
 
-def dump(rows: List[Dict], path: Optional[str]) -> None:
-    if not path:
-        return
-    with open(path, "w") as f:
-        json.dump(rows, f, indent=1)
+def dump(rows, path) -> None:
+    if path:
+        with open(path, "w") as f:
+            json.dump(rows, f, indent=1)
 
 
-def plot_predicted_vs_measured(rows: List[Dict], measured: str, path: str,
-                               xlabel: str) -> None:
-    """Predicted against measured seconds (``rows[i][measured]``), one marker per rank
-    count, the diagonal and the ±25 % band, log-log, written as a PNG."""
+def plot_predicted_vs_measured(rows, measured: str, path: str, xlabel: str) -> None:
+    """Predicted against measured seconds (``rows[i][measured]``), a marker per rank count,
+    the diagonal and the ±25 % band, log-log, as a PNG."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -176,13 +131,20 @@ def plot_predicted_vs_measured(rows: List[Dict], measured: str, path: str,
     print(f"wrote {path}")
 
 
-#: grids: one-shot (2, 2), 2 levels, cf 4; problem -> (calibrated layer, samples, layers)
-LEVELS, CFACTOR, M = 2, 4, (2, 2)
-PROBLEMS = {"digits": ("conv:4x8x8:3", 200, 32), "peaks": ("dense:8", 2000, 32),
-            "digits28": ("conv:8x28x28:3", 32, 16)}
-
-
 # ------------------------------------------------------------------ workers (under mpiexec)
+
+
+def dense_validation_app(spec: dict, app_class=None):
+    """(net, params, app): the seeded dense ResNet of model and timeline (spec's width,
+    layers and samples; 2 features, 5 classes) and its ResNetApp (or ``app_class``)."""
+    from braidpy.nn import ResNet, ResNetApp
+
+    net = ResNet((2,), 5, width=spec["width"], nlayers=spec["layers"])
+    params = net.init_params(seed=3, scale=0.1)
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((spec["samples"], 2))
+    C = np.eye(5)[rng.integers(0, 5, spec["samples"])]
+    return net, params, (app_class or ResNetApp)(net, params, X, C)
 
 
 def _solver(spec, app, net, comm, oneshot):
@@ -194,47 +156,54 @@ def _solver(spec, app, net, comm, oneshot):
                           comm.Get_size() > 1 else None, primal=opts, oneshot=oneshot)
 
 
+def slowest(comm, MPI, run):
+    """(wall s, CPU s) of run() between barriers, each the slowest rank's; run()'s value."""
+    comm.Barrier()
+    start, cpu = time.perf_counter(), time.process_time()
+    value = run()
+    cpu = time.process_time() - cpu  # before the barrier: MPICH spins in it
+    comm.Barrier()
+    most = np.array([time.perf_counter() - start, cpu])
+    comm.Allreduce(MPI.IN_PLACE, most, op=MPI.MAX)
+    return most[0], most[1], value
+
+
 def model_worker(spec: dict, comm, MPI) -> dict:
     """Time spec['repeats'] gradients of one setting on this communicator."""
-    rank = comm.Get_rank()
     net, params, app = dense_validation_app(spec)
     solver = _solver(spec, app, net, comm,
                      tuple(spec["m"]) if spec["mode"] == "oneshot" else None)
     # Serial propagation on one rank is what serial training runs: the network's own
-    # sweeps (ResNet.loss_and_gradient), which the model prices by the calibrated
-    # `serial` where the layer has them; across layer ranks, the core's.
+    # sweeps, priced by the calibrated `serial`; across layer ranks, the core's.
     own_sweeps = spec["levels"] == 1 and comm.Get_size() == 1
+
+    def gradient():
+        if own_sweeps:
+            net.loss_and_gradient(params, app.X, app.C)
+            g = None
+        else:
+            if comm.Get_rank() == 0:
+                solver.primal_core.set_initial_condition(app.initial_state())
+            g = solver.evaluate()
+        comm.Allreduce(MPI.IN_PLACE, np.zeros(net.nparams))
+        return (1, 1) if g is None else (g.primal.iterations, g.adjoint.iterations)
+
     times, cpus, iters = [], [], []
     for k in range(spec["repeats"] + WARMUP_GRADIENTS):
         params += 1e-4  # a new parameter, as after an optimizer step
         if spec["skip"]:
             solver.reset()
-        comm.Barrier()
-        start, cpu = time.perf_counter(), time.process_time()
-        if own_sweeps:
-            net.loss_and_gradient(params, app.X, app.C)
-            g = None
-        else:
-            if rank == 0:
-                solver.primal_core.set_initial_condition(app.initial_state())
-            g = solver.evaluate()
-        grad = np.zeros(net.nparams)
-        comm.Allreduce(MPI.IN_PLACE, grad)
-        cpu = time.process_time() - cpu  # before the barrier: MPICH spins in it
-        comm.Barrier()
-        most = np.array([cpu, time.perf_counter() - start])  # the slowest rank's
-        comm.Allreduce(MPI.IN_PLACE, most, op=MPI.MAX)
+        wall, cpu, its = slowest(comm, MPI, gradient)
         if k >= WARMUP_GRADIENTS:  # the first include exact mode's cold start
-            cpus.append(most[0])
-            times.append(most[1])
-            iters.append((1, 1) if g is None else (g.primal.iterations,
-                                                   g.adjoint.iterations))
+            times.append(wall)
+            cpus.append(cpu)
+            iters.append(its)
     solver.close()
     return {"times": times, "cpu": cpus, "iterations": iters}
 
 
 def problem(name: str):
-    """(net, X, C) of a grids problem (see the docstring)."""
+    """(net, X, C) of a grids problem (PROBLEMS)."""
     from braidpy import data
     from braidpy.nn import ResNet
 
@@ -272,21 +241,15 @@ def grids_worker(spec: dict, comm, MPI) -> list:
                               mgrit=dict(cfactor=CFACTOR, max_levels=LEVELS))
             trainer = Trainer(net, (X, C), None, cfg, grid=grid)
             ev, p = trainer.evaluator, trainer.params
-            for _ in range(WARMUP_GRADIENTS):  # solvers built, the first (cold) solve
-                p += 1e-4
-                ev.gradient(p, X, C)
             times, cpus = [], []
-            for _ in range(spec["repeats"]):
+            for k in range(WARMUP_GRADIENTS + spec["repeats"]):  # warm-ups: solvers built
                 p += 1e-4  # a new parameter, as after an optimizer step
-                comm.Barrier()
-                start, cpu = time.perf_counter(), time.process_time()
-                ev.gradient(p, X, C)
-                cpu = time.process_time() - cpu
-                comm.Barrier()
-                most = np.array([time.perf_counter() - start, cpu])  # the slowest rank's
-                comm.Allreduce(MPI.IN_PLACE, most, op=MPI.MAX)
-                times.append(most[0])
-                cpus.append(most[1])
+                if k < WARMUP_GRADIENTS:
+                    ev.gradient(p, X, C)
+                    continue
+                wall, cpu, _ = slowest(comm, MPI, lambda: ev.gradient(p, X, C))
+                times.append(wall)
+                cpus.append(cpu)
             grid.free()
             out.append(dict(problem=name, grid=list(shape), times=times, cpu=cpus))
     return out
@@ -315,8 +278,7 @@ def timeline_worker(spec: dict, comm, MPI) -> dict:
         comm.Barrier()
         first = comm.allreduce(start, op=MPI.MIN)  # the clock is the machine's
         wall = comm.allreduce(end, op=MPI.MAX) - first
-        calls = [(c.tag, c.rows, c.batch, c.start - first, c.end - first)
-                 for c in app.calls]
+        calls = [(c.tag, c.rows, c.batch, c.start - first, c.end - first) for c in app.calls]
         if k >= 2 and (best is None or wall < best[0]):
             best = (wall, calls)
     solver.close()

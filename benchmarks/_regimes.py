@@ -1,49 +1,38 @@
-"""bench_gpu_regimes.py's rule and rows: the regime a row's numbers put it in, the rows,
-the budget, and PyTorch's side (its best serial settings, the same network and weights)."""
+"""bench_gpu_regimes.py's rule, rows and measurements: the regime a row's numbers put it in,
+PyTorch's side (its best serial settings, the same network and weights), braidpy's calls
+and the whole gradients (serial and one-shot (2, 2))."""
 
 from __future__ import annotations
 
 import fnmatch
-import importlib
-import time
+import functools
+import json
 import math
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence
+import os
+import time
+from collections import namedtuple
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+from unittest import mock
 
 import numpy as np
 
+from _gpu import free, sync
 from _harness import Budget as _Budget
 from _harness import best
 
-#: Serial per-layer call < LAUNCH_FACTOR x the launch floor: launch-bound.
-LAUNCH_FACTOR = 2.0
+LAUNCH_FACTOR = 2.0  # serial per-layer call < LAUNCH_FACTOR x the launch floor: launch-bound
 TSTOP, NCLASSES, SEED = 2.0, 10, 20261201
-#: Estimates are multiplied by this before they are held against the budget.
-SAFETY = 1.5
-#: Share of the budget the per-call pass may use (the rest is the whole gradients').
-PER_CALL_SHARE = 0.5
-#: Layer calls of one timed PyTorch loop (fewer when N is smaller).
-LAYER_CALLS = 32
+SAFETY = 1.5  # estimates are multiplied by this before they are held against the budget
+PER_CALL_SHARE = 0.5  # of the budget, for the per-call pass (the rest: whole gradients)
+LAYER_CALLS = 32  # layer calls of one timed PyTorch loop (fewer when N is smaller)
 FULL = dict(dtypes=["float32", "float64"], channels=[8, 32, 64], layers=[256, 1024],
             batches=[1, 32, 128], image=28)
 SMALL = dict(dtypes=["float64", "float32"], channels=[2], layers=[16], batches=[1, 4], image=8)
-
-
-def Budget(seconds: float) -> _Budget:
-    """--budget's seconds (0: no limit); estimates held against it times SAFETY."""
-    return _Budget(seconds, safety=SAFETY)
-
-
-@dataclass
-class Regime:
-    """A row's place on the map: the bound, whether layer-parallel wins, and why."""
-
-    bound: str  # "launch-bound" or "compute-bound"
-    wins: bool
-    basis: str  # "measured" (whole gradient) or "predicted" (per-call numbers)
-    gain: float
-    work_ratio: float
-    reason: str
+#: A row's place on the map: launch- or compute-bound, whether layer-parallel wins, on
+#: which basis ("measured" whole gradient or "predicted" from per-call numbers), and why.
+Regime = namedtuple("Regime", "bound wins basis gain work_ratio reason")
+Budget = functools.partial(_Budget, safety=SAFETY)  # --budget's seconds, 0: no limit
 
 
 def _us(seconds: float) -> str:
@@ -52,20 +41,9 @@ def _us(seconds: float) -> str:
 
 def classify(layer_s: float, floor_s: float, batched_s: float, intervals: int,
              work_ratio: float, measured_speedup: Optional[float] = None) -> Regime:
-    """The regime of a row from its measured quantities (the module docstring's rule).
-
-    layer_s: the serial per-layer call; floor_s: the same calls on an empty image;
-    batched_s: one batched forward call over ``intervals`` intervals; work_ratio: W;
-    measured_speedup: serial whole gradient / one-shot's, where measured.
-
-    Examples
-    --------
-    >>> classify(20e-6, 15e-6, 40e-6, 32, 2.5).bound
-    'launch-bound'
-    >>> r = classify(4e-3, 15e-6, 30 * 4e-3, 32, 2.5)
-    >>> r.bound, r.wins, r.basis
-    ('compute-bound', False, 'predicted')
-    """
+    """A row's regime (bench_gpu_regimes.py's rule) from the serial per-layer call, the
+    launch floor, one batched forward call over ``intervals`` intervals, W, and serial
+    whole gradient / one-shot's where measured."""
     for name, value in (("layer_s", layer_s), ("floor_s", floor_s), ("batched_s", batched_s),
                         ("work_ratio", work_ratio)):
         if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
@@ -77,20 +55,16 @@ def classify(layer_s: float, floor_s: float, batched_s: float, intervals: int,
     launch = layer_s < LAUNCH_FACTOR * floor_s
     bound = "launch-bound" if launch else "compute-bound"
     predicted = gain > work_ratio
-    call = (f"the serial per-layer call takes {_us(layer_s)}, {layer_s / floor_s:.1f}x the "
-            f"{_us(floor_s)} of the same calls on an empty image "
-            f"({'<' if launch else '>='} {LAUNCH_FACTOR:g}x)")
-    batched = (f"one call over {intervals} intervals costs {_us(per_interval)} per interval, "
-               f"a gain of {gain:.2f} over the serial call")
-    if predicted:
-        verdict = f"which pays for MGRIT's {work_ratio:.2f}x the layer steps"
-    elif launch:
-        verdict = (f"short of MGRIT's {work_ratio:.2f}x the layer steps: the batched call "
-                   f"does not save enough launches")
-    else:
-        verdict = (f"short of MGRIT's {work_ratio:.2f}x the layer steps: the device is "
-                   f"already busy with one layer, so the extra work cannot be hidden")
-    reason = f"{bound}: {call}; {batched}, {verdict}"
+    short = f"short of MGRIT's {work_ratio:.2f}x the layer steps: "
+    verdict = (f"which pays for MGRIT's {work_ratio:.2f}x the layer steps" if predicted
+               else short + "the batched call does not save enough launches" if launch
+               else short + "the device is already busy with one layer, so the extra work "
+               "cannot be hidden")
+    reason = (f"{bound}: the serial per-layer call takes {_us(layer_s)}, "
+              f"{layer_s / floor_s:.1f}x the {_us(floor_s)} of the same calls on an empty "
+              f"image ({'<' if launch else '>='} {LAUNCH_FACTOR:g}x); one call over "
+              f"{intervals} intervals costs {_us(per_interval)} per interval, a gain of "
+              f"{gain:.2f} over the serial call, {verdict}")
     if measured_speedup is None:
         return Regime(bound, predicted, "predicted", gain, work_ratio, reason)
     wins = measured_speedup > 1.0
@@ -101,12 +75,8 @@ def classify(layer_s: float, floor_s: float, batched_s: float, intervals: int,
     return Regime(bound, wins, "measured", gain, work_ratio, reason)
 
 
-def growth_exponent(works: Sequence[float], seconds: Sequence[float]) -> Optional[float]:
-    """s in seconds ~ works**s (least squares on logs), None with < 2 distinct works.
-
-    >>> round(growth_exponent([1, 10, 100], [2e-3, 2e-2, 2e-1]), 6)
-    1.0
-    """
+def growth_exponent(works, seconds) -> Optional[float]:
+    """s in seconds ~ works**s (least squares on logs), None with < 2 distinct works."""
     if len(set(works)) < 2:
         return None
     return float(np.polyfit(np.log(works), np.log(seconds), 1)[0])
@@ -123,9 +93,9 @@ class Row:
     name: str = ""
     status: str = "pending"  # "measured", "per call only", "skipped"
     skip_reason: Optional[str] = None
-    per_call: Dict[str, Any] = field(default_factory=dict)
-    gradient: Dict[str, Any] = field(default_factory=dict)
-    regime: Optional[Dict[str, Any]] = None
+    per_call: dict = field(default_factory=dict)
+    gradient: dict = field(default_factory=dict)
+    regime: Optional[dict] = None
 
     def __post_init__(self):
         self.name = f"{self.dtype}:{self.channels}:{self.layers}:{self.batch}"
@@ -134,33 +104,29 @@ class Row:
     def intervals(self) -> int:
         return self.layers // self.cfactor
 
-    @property
-    def itemsize(self) -> int:
-        return np.dtype(self.dtype).itemsize
-
     def state_bytes(self) -> int:
-        return self.batch * self.channels * self.image ** 2 * self.itemsize
+        return self.batch * self.channels * self.image ** 2 * np.dtype(self.dtype).itemsize
 
     def per_call_work(self) -> float:
         """Relative cost of the per-call pass (for ordering and estimates)."""
-        return self.batch * self.channels ** 2 * self.intervals * self.itemsize + 1e3
+        itemsize = np.dtype(self.dtype).itemsize
+        return self.batch * self.channels ** 2 * self.intervals * itemsize + 1e3
 
 
 def auto_cfactor(layers: int) -> int:
-    """The power of two nearest sqrt(N): the fewest sequential calls per iteration
-    (cfactor batched calls plus N / cfactor coarse steps)."""
+    """The power of two nearest sqrt(N): the fewest sequential calls per iteration."""
     return 2 ** round(math.log2(layers) / 2)
 
 
-def make_rows(args) -> List[Row]:
+def make_rows(args):
     rows = [Row(dt, c, n, b, args.cfactor or auto_cfactor(n), args.image)
             for dt in args.dtypes for c in args.channels for n in args.layers
             for b in args.batches]
+    for wanted in args.rows or ():
+        if not any(fnmatch.fnmatchcase(r.name, wanted) for r in rows):
+            raise SystemExit(f"bench_gpu_regimes: --rows {wanted!r} matches no row "
+                             f"(rows are DTYPE:C:N:BATCH, e.g. {rows[0].name})")
     if args.rows:
-        for wanted in args.rows:
-            if not any(fnmatch.fnmatchcase(r.name, wanted) for r in rows):
-                raise SystemExit(f"bench_gpu_regimes: --rows {wanted!r} matches no row "
-                                 f"(rows are DTYPE:C:N:BATCH, e.g. {rows[0].name})")
         rows = [r for r in rows if any(fnmatch.fnmatchcase(r.name, w) for w in args.rows)]
     for row in rows:
         if row.intervals < 2:
@@ -169,26 +135,28 @@ def make_rows(args) -> List[Row]:
     return rows
 
 
-def torch_pattern(torch, device, shape, dtype, c, scale=1.0):
-    """:func:`pattern` as a torch tensor made on ``device``."""
+def timed(fn, repeats, first=None):
+    """min over repeats of fn after a warm-up call (``first``: its seconds, measured
+    elsewhere), fewer repeats where a call takes over 5 s / repeats."""
+    if first is None:
+        first = warm(fn)[1]
+    return best(fn, max(1, min(repeats, int(5.0 / max(first, 1e-9)))))
+
+
+def warm(fn):
+    """(fn's value, seconds) of a warm-up call: plans, algorithms, pools."""
+    start = time.perf_counter()
+    return fn(), time.perf_counter() - start
+
+
+def pattern(xp, shape, dtype, c, scale=1.0):
+    """Deterministic data made on the device (no host copy): scale sin(c i)."""
     n = int(np.prod(shape))
-    i = torch.arange(n, dtype=torch.float64, device=device)
-    return (scale * torch.sin(c * i)).reshape(shape).to(getattr(torch, dtype))
-
-
-def torch_for(device):
-    """(torch, None) where PyTorch imports and sees the device, else (None, why)."""
-    try:
-        torch = importlib.import_module("torch")
-    except ImportError as exc:
-        return None, f"PyTorch is not installed ({type(exc).__name__}: {exc})"
-    if device == "cuda" and not torch.cuda.is_available():
-        return None, f"torch {torch.__version__} sees no GPU (torch.cuda.is_available() False)"
-    return torch, None
+    return (scale * xp.sin(c * xp.arange(n, dtype=xp.float64))).reshape(shape).astype(dtype)
 
 
 class TorchSide:
-    """PyTorch's serial loop with its best settings (module docstring)."""
+    """PyTorch's serial loop with its best settings: cudnn.benchmark, TF32 for float32."""
 
     def __init__(self, torch, device, tf32):
         self.torch, self.device, self.tf32 = torch, device, tf32
@@ -198,13 +166,20 @@ class TorchSide:
 
     def settings(self, dtype):
         on = self.tf32 and dtype == "float32"
-        self.torch.backends.cudnn.allow_tf32 = on
-        self.torch.backends.cuda.matmul.allow_tf32 = on
+        self.torch.backends.cudnn.allow_tf32 = self.torch.backends.cuda.matmul.allow_tf32 = on
         return on
 
     def sync(self):
         if self.device == "cuda":
             self.torch.cuda.synchronize()
+
+    def free(self):
+        if self.device == "cuda":
+            self.torch.cuda.empty_cache()
+
+    def tensor(self, a, channels_last=False):
+        t = self.torch.as_tensor(a, device=self.device)
+        return t.contiguous(memory_format=self.torch.channels_last) if channels_last else t
 
     def empty_launch(self, repeats, calls=200):
         """Seconds per launch of an in-place add on one element."""
@@ -218,77 +193,279 @@ class TorchSide:
 
     def layer(self, dtype, C, batch, side, calls, repeats, channels_last):
         """Seconds per serial layer call u + h tanh(conv2d(u, K, b)), no autograd."""
-        torch, F = self.torch, self.torch.nn.functional
-        u = torch_pattern(torch, self.device, (batch, C, side, side), dtype, 0.37)
-        K = torch_pattern(torch, self.device, (C, C, 3, 3), dtype, 0.71, 1 / (3 * C ** 0.5))
-        b = torch_pattern(torch, self.device, (C,), dtype, 0.11, 0.1)
-        if channels_last:
-            u, K = (a.contiguous(memory_format=torch.channels_last) for a in (u, K))
-        h = TSTOP / calls
+        F, h = self.torch.nn.functional, TSTOP / calls
+        u, K = (self.tensor(pattern(np, shape, dtype, c, s), channels_last) for shape, c, s in
+                (((batch, C, side, side), 0.37, 1.0), ((C, C, 3, 3), 0.71, 1 / (3 * C ** 0.5))))
+        b = self.tensor(pattern(np, (C,), dtype, 0.11, 0.1))
 
         def loop():
-            with torch.no_grad():
+            with self.torch.no_grad():
                 v = u
                 for _ in range(calls):
-                    v = v + h * torch.tanh(F.conv2d(v, K, b, padding=1))
+                    v = v + h * self.torch.tanh(F.conv2d(v, K, b, padding=1))
             self.sync()
         return timed(loop, repeats) / calls
 
     def network(self, net, params, X, Cl, channels_last):
-        return TorchNet(self, net, params, X, Cl, channels_last)
+        """braidpy's ResNet in PyTorch (the same weights copied, one leaf per layer, as
+        nn.Conv2d holds them): its loss-and-gradient call, which returns the loss."""
+        torch, F, v = self.torch, self.torch.nn.functional, net.views(params)
 
-    def free(self):
-        if self.device == "cuda":
-            self.torch.cuda.empty_cache()
+        def leaf(a):
+            return self.tensor(a, channels_last and a.ndim == 4).clone().requires_grad_()
 
+        oK, ob, W, mu = (leaf(v[k]) for k in ("open_K", "open_b", "W", "mu"))
+        Ks, bs = [leaf(K) for K in v["K"]], [leaf(b) for b in v["b"]]
+        X, C = self.tensor(X, channels_last), self.tensor(Cl)
+        leaves, hs = [oK, ob, W, mu] + Ks + bs, net.steps.tolist()
 
-class TorchNet:
-    """braidpy's ResNet in PyTorch: the same weights (copied), one leaf per layer."""
-
-    def __init__(self, side, net, params, X, Cl, channels_last):
-        torch = side.torch
-        self.side, self.hs = side, net.steps.tolist()
-
-        def tensor(a, grad=True):
-            t = torch.as_tensor(a, device=side.device).clone()
-            if channels_last and t.dim() == 4:
-                t = t.contiguous(memory_format=torch.channels_last)
-            return t.requires_grad_(grad)
-
-        v = net.views(params)
-        self.open_K, self.open_b = tensor(v["open_K"]), tensor(v["open_b"])
-        self.K = [tensor(v["K"][n]) for n in range(net.nlayers)]
-        self.b = [tensor(v["b"][n]) for n in range(net.nlayers)]
-        self.W, self.mu = tensor(v["W"]), tensor(v["mu"])
-        self.X, self.C = tensor(X, False), tensor(Cl, False)
-        self.leaves = [self.open_K, self.open_b, self.W, self.mu] + self.K + self.b
-
-    def gradient(self) -> float:
-        torch, F = self.side.torch, self.side.torch.nn.functional
-        for p in self.leaves:
-            p.grad = None
-        u = torch.tanh(F.conv2d(self.X, self.open_K, self.open_b, padding=1))
-        for K, b, h in zip(self.K, self.b, self.hs):
-            u = u + h * torch.tanh(F.conv2d(u, K, b, padding=1))
-        logits = u.flatten(1) @ self.W.T + self.mu
-        loss = -(self.C * torch.log_softmax(logits, dim=1)).sum() / u.shape[0]
-        loss.backward()
-        self.side.sync()
-        return float(loss.detach())
+        def gradient():
+            for p in leaves:
+                p.grad = None
+            u = torch.tanh(F.conv2d(X, oK, ob, padding=1))
+            for K, b, h in zip(Ks, bs, hs):
+                u = u + h * torch.tanh(F.conv2d(u, K, b, padding=1))
+            logits = u.flatten(1) @ W.T + mu
+            loss = -(C * torch.log_softmax(logits, dim=1)).sum() / u.shape[0]
+            loss.backward()
+            self.sync()
+            return float(loss.detach())
+        return gradient
 
 
-def repeated(fn, repeats, first):
-    """min over repeats of fn, fewer repeats where one call is long (first: its time)."""
-    return best(fn, max(1, min(repeats, int(5.0 / max(first, 1e-9)))))
+def braidpy_tf32(on):
+    """BRAIDPY_TF32 set for a with-block (braidpy reads it at every cuDNN call), then restored."""
+    from braidpy.nn.conv_backends import TF32_ENV
+
+    return mock.patch.dict(os.environ, {TF32_ENV: "1" if on else "0"})
 
 
-def warm(fn):
-    """(fn's value, seconds) of a warm-up call: plans, algorithms, pools."""
-    start = time.perf_counter()
-    value = fn()
-    return value, time.perf_counter() - start
+def braidpy_calls(xp, row, backend, repeats):
+    """Seconds of braidpy's serial step and batched forward / adjoint over m intervals."""
+    from braidpy.nn import ConvLayer
+
+    m, C, H, dt = row.intervals, row.channels, row.image, row.dtype
+    layer = ConvLayer(C, 3, "tanh", backend=backend, xp=xp)
+    U, Wt = (pattern(xp, (m, row.batch, C, H, H), dt, c) for c in (0.37, 0.53))
+    Ks = pattern(xp, (m, C, C, 3, 3), dt, 0.71, 1 / (3 * C ** 0.5))
+    bs = pattern(xp, (m, C), dt, 0.11, 0.1)
+    hs, h = xp.full(m, TSTOP / row.layers, dtype=dt), TSTOP / row.layers
+    calls = {"step": lambda: layer.forward(U[0], Ks[0], bs[0], h),
+             "forward_batched": lambda: layer.forward_batched(U, Ks, bs, hs),
+             "adjoint_batched": lambda: layer.adjoint_batched(Wt, U, Ks, bs, hs)}
+    out = {k: timed(lambda f=f: (f(), sync(xp)), repeats) for k, f in calls.items()}
+    return dict(out, kernels=layer.backend)
 
 
-def timed(fn, repeats):
-    """min over repeats of fn after a warm-up call."""
-    return repeated(fn, repeats, warm(fn)[1])
+def layer_steps(p, a):
+    """One-shot's layer steps, forward and adjoint, from its solvers' counts."""
+    return p["step"] + p["step_batch_items"] + a["step"] + a["step_batch_items"]
+
+
+@functools.lru_cache(maxsize=None)
+def oneshot_counts(layers: int, cfactor: int) -> dict:
+    """Callback counts of a warm-started one-shot (2, 2) gradient of N layers (they depend
+    on N, cfactor and the MGRIT settings only: a width-1 dense net on the host counts
+    them; the first, cold call makes fewer)."""
+    from braidpy.adjoint import GradientSolver
+    from braidpy.nn import ResNet, ResNetApp
+
+    net = ResNet((1,), 2, width=1, nlayers=layers, tstop=TSTOP, activation="tanh")
+    app = ResNetApp(net, net.init_params(seed=SEED), np.ones((1, 1)), np.eye(2)[:1])
+    solver = GradientSolver(app, 0.0, TSTOP, layers, oneshot=(2, 2),
+                            primal=dict(max_levels=2, cfactor=cfactor, nrelax=0))
+    solver.evaluate()
+    solver.evaluate()
+    p, a = solver.primal_core.counts(), solver.adjoint_core.counts()
+    solver.close()
+    return {"primal_steps": p["step"], "primal_batched_items": p["step_batch_items"],
+            "adjoint_steps": a["step"], "adjoint_batched_items": a["step_batch_items"],
+            "layer_steps": layer_steps(p, a),
+            "core_operations": sum(p[k] + a[k] for k in ("clone", "sum", "norm"))}
+
+
+def estimate_gradient(row, counts, pc):
+    """Seconds of one whole-gradient row (warm-up and a repeat of all three sides) from the
+    per-call numbers: a backward costs about two forwards; the core's clone, sum and norm
+    about 10 us each."""
+    m, N, step, adj = row.intervals, row.layers, pc["step"], pc["adjoint_batched"]
+    oneshot = ((counts["primal_steps"] + 2 * counts["adjoint_steps"]) * step
+               + counts["primal_batched_items"] / m * pc["forward_batched"]
+               + counts["adjoint_batched_items"] / m * adj + N / m * adj
+               + 10e-6 * counts["core_operations"])
+    return oneshot + 3 * N * (step + pc.get("torch_layer", 0.0))
+
+
+def attempts(runs, label, after=lambda: None):
+    """({name: value} of the runs that returned, {name: why} of those that raised); at
+    least one must return (else the first failure is raised again); ``after`` runs after
+    each (a failed layout or backend leaves the others to compare)."""
+    values, failed, first = {}, {}, None
+    for name, run in runs.items():
+        try:
+            values[name] = run()
+        except Exception as exc:  # noqa: BLE001 - reported, the others still compared
+            failed[name] = f"{type(exc).__name__}: {exc}"
+            print(f"  ({label}: {name} failed: {failed[name]})", flush=True)
+            first = first or exc
+        after()
+    if not values:
+        raise first
+    return values, failed
+
+
+def measure_calls(row, xp, side, args, done):
+    """The row's per-call numbers (``done``: PyTorch's calls and floors already timed)."""
+    pc, calls, floor = row.per_call, min(LAYER_CALLS, row.layers), ("floor", row.dtype)
+    if side is not None:
+        pc["torch_tf32"] = side.settings(row.dtype)
+        if floor not in done:
+            done[floor] = side.layer(row.dtype, 1, 1, 1, calls, args.repeats, False)
+        key = (row.dtype, row.channels, row.batch)
+        if key not in done:
+            done[key] = attempts({fmt: lambda fmt=fmt: side.layer(
+                row.dtype, row.channels, row.batch, row.image, calls, args.repeats,
+                fmt == "channels_last") for fmt in ("nchw", "channels_last")}, row.name)
+        formats, pc["torch_failed"] = done[key]
+        fmt = min(formats, key=formats.get)
+        pc.update(torch_layer_formats=formats, torch_format=fmt, torch_layer=formats[fmt])
+    pc["braidpy_tf32"] = args.tf32 and row.dtype == "float32"  # (it changes cuDNN's calls)
+    with braidpy_tf32(pc["braidpy_tf32"]):
+        by, pc["braidpy_failed"] = attempts({b: lambda b=b: braidpy_calls(
+            xp, row, b, args.repeats) for b in args.backends}, row.name, lambda: free(xp))
+    pc["braidpy_backends"] = by
+    pc["braidpy_backend"] = chosen = min(
+        by, key=lambda b: by[b]["forward_batched"] + by[b]["adjoint_batched"])
+    pc.update({k: by[chosen][k] for k in ("step", "forward_batched", "adjoint_batched")})
+    if floor not in done:  # no PyTorch: braidpy's own serial loop is the reference
+        floor_row = Row(row.dtype, 1, row.layers, 1, row.cfactor, 1)
+        done[floor] = braidpy_calls(xp, floor_row, chosen, args.repeats)["step"]
+    pc["floor"] = done[floor]
+    pc["serial_layer"] = pc.get("torch_layer", pc["step"])
+    pc["work_ratio"] = oneshot_counts(row.layers, row.cfactor)["layer_steps"] / (2 * row.layers)
+    pc["gain"] = pc["serial_layer"] / (pc["forward_batched"] / row.intervals)
+
+
+def per_call_pass(rows, xp, side, args, budget, meta):
+    """Per-call numbers of each row that fits (cheapest first), else a skip line."""
+    done: dict = {}
+    last = None  # (work, seconds) of the last row's pass
+    for row in sorted(rows, key=Row.per_call_work):
+        need = 0.2 if last is None else last[1] * row.per_call_work() / last[0]
+        why, start = budget.refuses(need, PER_CALL_SHARE), time.perf_counter()
+        why = why and f"per call: {why}"
+        try:
+            if not why:
+                measure_calls(row, xp, side, args, done)
+        except Exception as exc:  # noqa: BLE001 - one row's failure is reported, not fatal
+            why = f"per call failed: {type(exc).__name__}: {exc}"
+            free(xp)
+        if why:
+            row.status, row.skip_reason = "skipped", why
+            print(f"skipped {row.name}: {why}", flush=True)
+            continue
+        last = (row.per_call_work(), time.perf_counter() - start)
+        row.status, pc = "per call only", row.per_call
+        print(f"per call {row.name}: serial layer {_us(pc['serial_layer'])}, floor "
+              f"{_us(pc['floor'])}, braidpy batched forward {_us(pc['forward_batched'])} over "
+              f"{row.intervals} intervals ({kernels_label(pc)}), gain {pc['gain']:.2f}, W "
+              f"{pc['work_ratio']:.2f} [{budget.elapsed():.0f} s]", flush=True)
+        save(args, meta, rows)
+
+
+def gradient_pass(rows, xp, side, args, budget, meta):
+    """Whole gradients of the rows with per-call numbers, cheapest estimate first."""
+    ready = [r for r in rows if r.status == "per call only"]
+    for r in ready:
+        r.gradient["estimate"] = (1 + args.repeats) * estimate_gradient(
+            r, oneshot_counts(r.layers, r.cfactor), r.per_call)
+    for row in sorted(ready, key=lambda r: r.gradient["estimate"]):
+        free(xp)  # both libraries' caches back to the device before its free memory is read
+        if side is not None:
+            side.free()
+        why = budget.refuses(row.gradient["estimate"]) or memory_refuses(xp, row)
+        try:
+            if not why:
+                measure_gradient(row, xp, side, args)
+        except Exception as exc:  # noqa: BLE001 - reported with the row
+            why = f"failed: {type(exc).__name__}: {exc}"
+        if why:
+            row.gradient["skipped"] = why
+            print(f"skipped {row.name} (whole gradient): {why}", flush=True)
+        else:
+            row.status, g = "measured", row.gradient
+            print(f"gradient {row.name}: serial {_us(g['serial'])}, one-shot (2,2) "
+                  f"{_us(g['oneshot'])}: {g['speedup']:.2f}x [{budget.elapsed():.0f} s]",
+                  flush=True)
+        save(args, meta, rows)
+
+
+def memory_refuses(xp, row) -> Optional[str]:
+    """Why the row's whole gradient would not fit the GPU's free memory, or None: braidpy
+    keeps about 4 states per layer (primal, adjoint, work), PyTorch's autograd about 3."""
+    if xp is np:
+        return None
+    need, free_bytes = 4 * (row.layers + 1) * row.state_bytes(), xp.cuda.runtime.memGetInfo()[0]
+    if need <= 0.85 * free_bytes:
+        return None
+    return f"needs ~{need / 2**30:.1f} GiB of GPU memory, {free_bytes / 2**30:.1f} GiB free"
+
+
+def measure_gradient(row, xp, side, args):
+    """PyTorch's serial fwd+bwd, braidpy's serial loss_and_gradient and its reused
+    one-shot (2, 2) GradientSolver on the same network, weights and batch."""
+    from braidpy.adjoint import GradientSolver
+    from braidpy.nn import ResNet, ResNetApp
+
+    g, pc = row.gradient, row.per_call
+    with braidpy_tf32(pc["braidpy_tf32"]):
+        net = ResNet((1, row.image, row.image), NCLASSES, width=row.channels, tstop=TSTOP,
+                     nlayers=row.layers, activation="tanh", device=None if xp is np else "cuda",
+                     backend=pc["braidpy_backend"])
+        rng = np.random.default_rng(SEED)
+        params = net.init_params(seed=SEED).astype(row.dtype)
+        X, Cl = (net.placement.from_host(a, dtype=row.dtype) for a in (
+            rng.standard_normal((row.batch, 1, row.image, row.image)),
+            np.eye(NCLASSES)[rng.integers(0, NCLASSES, row.batch)]))
+        if side is not None:
+            side.settings(row.dtype)
+            gradient = side.network(net, params, X, Cl, pc["torch_format"] == "channels_last")
+            g["torch_loss"], first = warm(gradient)
+            g["torch"] = timed(gradient, args.repeats, first)
+            del gradient
+            side.free()
+
+        def serial():
+            loss, _ = net.loss_and_gradient(params, X, Cl)
+            sync(xp)
+            return loss
+
+        g["braidpy_loss"], first = warm(serial)
+        g["braidpy_serial"] = timed(serial, args.repeats, first)
+        solver = GradientSolver(ResNetApp(net, params, X, Cl), 0.0, net.tstop, row.layers,
+                                oneshot=(2, 2),
+                                primal=dict(max_levels=2, cfactor=row.cfactor, nrelax=0))
+        try:
+            g["oneshot"] = timed(lambda: (solver.evaluate(), sync(xp)), args.repeats)
+            p, a = solver.primal_core.counts(), solver.adjoint_core.counts()
+        finally:
+            solver.close()
+    g["work_ratio"] = layer_steps(p, a) / (2 * row.layers)
+    g["serial"] = g.get("torch", g["braidpy_serial"])
+    g["speedup"] = g["serial"] / g["oneshot"]
+    if "torch_loss" in g:
+        g["loss_difference"] = abs(g["torch_loss"] - g["braidpy_loss"]) / abs(g["braidpy_loss"])
+
+
+def kernels_label(pc):
+    """The braidpy backend of a row, "+tf32" where its cuDNN convolutions used TF32."""
+    tf32 = pc["braidpy_tf32"] and pc["braidpy_backend"].startswith("cudnn")
+    return pc["braidpy_backend"] + ("+tf32" if tf32 else "")
+
+
+def save(args, meta, rows):
+    """--json's file, rewritten after every row (a run cut short keeps what it measured)."""
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"meta": meta, "rows": [dict(asdict(r), intervals=r.intervals)
+                                              for r in rows]}, f, indent=1, default=float)

