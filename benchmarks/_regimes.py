@@ -1,16 +1,12 @@
-"""bench_gpu_regimes.py's rule, rows and measurements: the regime a row's numbers put it in,
-PyTorch's side (its best serial settings, the same network and weights), braidpy's calls
-and the whole gradients (serial and one-shot (2, 2))."""
+"""bench_gpu_regimes.py's rows and measurements: PyTorch's side (its best serial settings, the same
+network and weights), braidpy's calls, and the whole gradients (serial, one-shot (2, 2))."""
 
 from __future__ import annotations
 
-import fnmatch
 import functools
 import json
-import math
 import os
 import time
-from collections import namedtuple
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 from unittest import mock
@@ -18,72 +14,17 @@ from unittest import mock
 import numpy as np
 
 from _gpu import free, sync
-from _harness import Budget as _Budget
 from _harness import best
 
-LAUNCH_FACTOR = 2.0  # serial per-layer call < LAUNCH_FACTOR x the launch floor: launch-bound
 TSTOP, NCLASSES, SEED = 2.0, 10, 20261201
-SAFETY = 1.5  # estimates are multiplied by this before they are held against the budget
 PER_CALL_SHARE = 0.5  # of the budget, for the per-call pass (the rest: whole gradients)
 LAYER_CALLS = 32  # layer calls of one timed PyTorch loop (fewer when N is smaller)
-FULL = dict(dtypes=["float32", "float64"], channels=[8, 32, 64], layers=[256, 1024],
-            batches=[1, 32, 128], image=28)
-SMALL = dict(dtypes=["float64", "float32"], channels=[2], layers=[16], batches=[1, 4], image=8)
-#: A row's place on the map: launch- or compute-bound, whether layer-parallel wins, on
-#: which basis ("measured" whole gradient or "predicted" from per-call numbers), and why.
-Regime = namedtuple("Regime", "bound wins basis gain work_ratio reason")
-Budget = functools.partial(_Budget, safety=SAFETY)  # --budget's seconds, 0: no limit
-
-
-def _us(seconds: float) -> str:
-    return f"{seconds * 1e6:.1f} us" if seconds < 1e-3 else f"{seconds * 1e3:.2f} ms"
-
-
-def classify(layer_s: float, floor_s: float, batched_s: float, intervals: int,
-             work_ratio: float, measured_speedup: Optional[float] = None) -> Regime:
-    """A row's regime (bench_gpu_regimes.py's rule) from the serial per-layer call, the
-    launch floor, one batched forward call over ``intervals`` intervals, W, and serial
-    whole gradient / one-shot's where measured."""
-    for name, value in (("layer_s", layer_s), ("floor_s", floor_s), ("batched_s", batched_s),
-                        ("work_ratio", work_ratio)):
-        if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-            raise ValueError(f"classify: {name} must be a positive number, got {value!r}")
-    if intervals < 1:
-        raise ValueError(f"classify: intervals must be >= 1, got {intervals!r}")
-    per_interval = batched_s / intervals
-    gain = layer_s / per_interval
-    launch = layer_s < LAUNCH_FACTOR * floor_s
-    bound = "launch-bound" if launch else "compute-bound"
-    predicted = gain > work_ratio
-    short = f"short of MGRIT's {work_ratio:.2f}x the layer steps: "
-    verdict = (f"which pays for MGRIT's {work_ratio:.2f}x the layer steps" if predicted
-               else short + "the batched call does not save enough launches" if launch
-               else short + "the device is already busy with one layer, so the extra work "
-               "cannot be hidden")
-    reason = (f"{bound}: the serial per-layer call takes {_us(layer_s)}, "
-              f"{layer_s / floor_s:.1f}x the {_us(floor_s)} of the same calls on an empty "
-              f"image ({'<' if launch else '>='} {LAUNCH_FACTOR:g}x); one call over "
-              f"{intervals} intervals costs {_us(per_interval)} per interval, a gain of "
-              f"{gain:.2f} over the serial call, {verdict}")
-    if measured_speedup is None:
-        return Regime(bound, predicted, "predicted", gain, work_ratio, reason)
-    wins = measured_speedup > 1.0
-    reason += f"; measured whole gradient {measured_speedup:.2f}x serial"
-    if wins != predicted:
-        reason += (" (against the per-call prediction: the sequential coarse grid and the "
-                   "core's own operations, outside the per-call numbers, decide)")
-    return Regime(bound, wins, "measured", gain, work_ratio, reason)
-
-
-def growth_exponent(works, seconds) -> Optional[float]:
-    """s in seconds ~ works**s (least squares on logs), None with < 2 distinct works."""
-    if len(set(works)) < 2:
-        return None
-    return float(np.polyfit(np.log(works), np.log(seconds), 1)[0])
 
 
 @dataclass
 class Row:
+    """A row DTYPE:C:N:BATCH, its cfactor and image side, and what was measured."""
+
     dtype: str
     channels: int
     layers: int
@@ -104,43 +45,14 @@ class Row:
     def intervals(self) -> int:
         return self.layers // self.cfactor
 
-    def state_bytes(self) -> int:
-        return self.batch * self.channels * self.image ** 2 * np.dtype(self.dtype).itemsize
-
     def per_call_work(self) -> float:
         """Relative cost of the per-call pass (for ordering and estimates)."""
         itemsize = np.dtype(self.dtype).itemsize
         return self.batch * self.channels ** 2 * self.intervals * itemsize + 1e3
 
 
-def auto_cfactor(layers: int) -> int:
-    """The power of two nearest sqrt(N): the fewest sequential calls per iteration."""
-    return 2 ** round(math.log2(layers) / 2)
-
-
-def make_rows(args):
-    rows = [Row(dt, c, n, b, args.cfactor or auto_cfactor(n), args.image)
-            for dt in args.dtypes for c in args.channels for n in args.layers
-            for b in args.batches]
-    for wanted in args.rows or ():
-        if not any(fnmatch.fnmatchcase(r.name, wanted) for r in rows):
-            raise SystemExit(f"bench_gpu_regimes: --rows {wanted!r} matches no row "
-                             f"(rows are DTYPE:C:N:BATCH, e.g. {rows[0].name})")
-    if args.rows:
-        rows = [r for r in rows if any(fnmatch.fnmatchcase(r.name, w) for w in args.rows)]
-    for row in rows:
-        if row.intervals < 2:
-            raise SystemExit(f"bench_gpu_regimes: cfactor {row.cfactor} leaves fewer than 2 "
-                             f"intervals of N = {row.layers} layers")
-    return rows
-
-
-def timed(fn, repeats, first=None):
-    """min over repeats of fn after a warm-up call (``first``: its seconds, measured
-    elsewhere), fewer repeats where a call takes over 5 s / repeats."""
-    if first is None:
-        first = warm(fn)[1]
-    return best(fn, max(1, min(repeats, int(5.0 / max(first, 1e-9)))))
+def _us(seconds: float) -> str:
+    return f"{seconds * 1e6:.1f} us" if seconds < 1e-3 else f"{seconds * 1e3:.2f} ms"
 
 
 def warm(fn):
@@ -149,8 +61,15 @@ def warm(fn):
     return fn(), time.perf_counter() - start
 
 
+def timed(fn, repeats, first=None):
+    """Min over repeats of fn after a warm-up call (``first``: its seconds, if made), fewer
+    repeats where a call takes over 5 s / repeats."""
+    first = warm(fn)[1] if first is None else first
+    return best(fn, max(1, min(repeats, int(5.0 / max(first, 1e-9)))))
+
+
 def pattern(xp, shape, dtype, c, scale=1.0):
-    """Deterministic data made on the device (no host copy): scale sin(c i)."""
+    """Deterministic data made by xp (on its device): scale sin(c i)."""
     n = int(np.prod(shape))
     return (scale * xp.sin(c * xp.arange(n, dtype=xp.float64))).reshape(shape).astype(dtype)
 
@@ -173,13 +92,13 @@ class TorchSide:
         if self.device == "cuda":
             self.torch.cuda.synchronize()
 
-    def free(self):
-        if self.device == "cuda":
-            self.torch.cuda.empty_cache()
-
     def tensor(self, a, channels_last=False):
         t = self.torch.as_tensor(a, device=self.device)
         return t.contiguous(memory_format=self.torch.channels_last) if channels_last else t
+
+    def free(self):
+        if self.device == "cuda":
+            self.torch.cuda.empty_cache()
 
     def empty_launch(self, repeats, calls=200):
         """Seconds per launch of an in-place add on one element."""
@@ -193,22 +112,22 @@ class TorchSide:
 
     def layer(self, dtype, C, batch, side, calls, repeats, channels_last):
         """Seconds per serial layer call u + h tanh(conv2d(u, K, b)), no autograd."""
-        F, h = self.torch.nn.functional, TSTOP / calls
+        torch, F, h = self.torch, self.torch.nn.functional, TSTOP / calls
         u, K = (self.tensor(pattern(np, shape, dtype, c, s), channels_last) for shape, c, s in
                 (((batch, C, side, side), 0.37, 1.0), ((C, C, 3, 3), 0.71, 1 / (3 * C ** 0.5))))
         b = self.tensor(pattern(np, (C,), dtype, 0.11, 0.1))
 
         def loop():
-            with self.torch.no_grad():
+            with torch.no_grad():
                 v = u
                 for _ in range(calls):
-                    v = v + h * self.torch.tanh(F.conv2d(v, K, b, padding=1))
+                    v = v + h * torch.tanh(F.conv2d(v, K, b, padding=1))
             self.sync()
         return timed(loop, repeats) / calls
 
     def network(self, net, params, X, Cl, channels_last):
-        """braidpy's ResNet in PyTorch (the same weights copied, one leaf per layer, as
-        nn.Conv2d holds them): its loss-and-gradient call, which returns the loss."""
+        """braidpy's ResNet in PyTorch (its weights copied, a leaf per layer as nn.Conv2d
+        holds them): a call of loss and gradient that returns the loss."""
         torch, F, v = self.torch, self.torch.nn.functional, net.views(params)
 
         def leaf(a):
@@ -217,16 +136,14 @@ class TorchSide:
         oK, ob, W, mu = (leaf(v[k]) for k in ("open_K", "open_b", "W", "mu"))
         Ks, bs = [leaf(K) for K in v["K"]], [leaf(b) for b in v["b"]]
         X, C = self.tensor(X, channels_last), self.tensor(Cl)
-        leaves, hs = [oK, ob, W, mu] + Ks + bs, net.steps.tolist()
 
         def gradient():
-            for p in leaves:
+            for p in [oK, ob, W, mu] + Ks + bs:
                 p.grad = None
             u = torch.tanh(F.conv2d(X, oK, ob, padding=1))
-            for K, b, h in zip(Ks, bs, hs):
+            for K, b, h in zip(Ks, bs, net.steps.tolist()):
                 u = u + h * torch.tanh(F.conv2d(u, K, b, padding=1))
-            logits = u.flatten(1) @ W.T + mu
-            loss = -(C * torch.log_softmax(logits, dim=1)).sum() / u.shape[0]
+            loss = -(C * torch.log_softmax(u.flatten(1) @ W.T + mu, dim=1)).sum() / u.shape[0]
             loss.backward()
             self.sync()
             return float(loss.detach())
@@ -244,12 +161,11 @@ def braidpy_calls(xp, row, backend, repeats):
     """Seconds of braidpy's serial step and batched forward / adjoint over m intervals."""
     from braidpy.nn import ConvLayer
 
-    m, C, H, dt = row.intervals, row.channels, row.image, row.dtype
+    m, C, H, dt, h = row.intervals, row.channels, row.image, row.dtype, TSTOP / row.layers
     layer = ConvLayer(C, 3, "tanh", backend=backend, xp=xp)
     U, Wt = (pattern(xp, (m, row.batch, C, H, H), dt, c) for c in (0.37, 0.53))
     Ks = pattern(xp, (m, C, C, 3, 3), dt, 0.71, 1 / (3 * C ** 0.5))
-    bs = pattern(xp, (m, C), dt, 0.11, 0.1)
-    hs, h = xp.full(m, TSTOP / row.layers, dtype=dt), TSTOP / row.layers
+    bs, hs = pattern(xp, (m, C), dt, 0.11, 0.1), xp.full(m, h, dtype=dt)
     calls = {"step": lambda: layer.forward(U[0], Ks[0], bs[0], h),
              "forward_batched": lambda: layer.forward_batched(U, Ks, bs, hs),
              "adjoint_batched": lambda: layer.adjoint_batched(Wt, U, Ks, bs, hs)}
@@ -264,9 +180,8 @@ def layer_steps(p, a):
 
 @functools.lru_cache(maxsize=None)
 def oneshot_counts(layers: int, cfactor: int) -> dict:
-    """Callback counts of a warm-started one-shot (2, 2) gradient of N layers (they depend
-    on N, cfactor and the MGRIT settings only: a width-1 dense net on the host counts
-    them; the first, cold call makes fewer)."""
+    """Callback counts of a warm-started one-shot (2, 2) gradient of N layers: they depend
+    on N, cfactor and the MGRIT settings only, so a width-1 dense net counts them."""
     from braidpy.adjoint import GradientSolver
     from braidpy.nn import ResNet, ResNetApp
 
@@ -275,7 +190,7 @@ def oneshot_counts(layers: int, cfactor: int) -> dict:
     solver = GradientSolver(app, 0.0, TSTOP, layers, oneshot=(2, 2),
                             primal=dict(max_levels=2, cfactor=cfactor, nrelax=0))
     solver.evaluate()
-    solver.evaluate()
+    solver.evaluate()  # warm-started, as in training (the first, cold call makes fewer)
     p, a = solver.primal_core.counts(), solver.adjoint_core.counts()
     solver.close()
     return {"primal_steps": p["step"], "primal_batched_items": p["step_batch_items"],
@@ -284,22 +199,21 @@ def oneshot_counts(layers: int, cfactor: int) -> dict:
             "core_operations": sum(p[k] + a[k] for k in ("clone", "sum", "norm"))}
 
 
-def estimate_gradient(row, counts, pc):
-    """Seconds of one whole-gradient row (warm-up and a repeat of all three sides) from the
-    per-call numbers: a backward costs about two forwards; the core's clone, sum and norm
-    about 10 us each."""
-    m, N, step, adj = row.intervals, row.layers, pc["step"], pc["adjoint_batched"]
-    oneshot = ((counts["primal_steps"] + 2 * counts["adjoint_steps"]) * step
-               + counts["primal_batched_items"] / m * pc["forward_batched"]
-               + counts["adjoint_batched_items"] / m * adj + N / m * adj
-               + 10e-6 * counts["core_operations"])
+def estimate_gradient(row):
+    """Seconds of a row's whole gradient (all three sides) from its per-call numbers: a
+    backward costs about two forwards; a core clone, sum or norm about 10 us."""
+    c, pc, m, N = oneshot_counts(row.layers, row.cfactor), row.per_call, row.intervals, row.layers
+    step, adj = pc["step"], pc["adjoint_batched"]
+    oneshot = ((c["primal_steps"] + 2 * c["adjoint_steps"]) * step
+               + c["primal_batched_items"] / m * pc["forward_batched"]
+               + c["adjoint_batched_items"] / m * adj + N / m * adj
+               + 10e-6 * c["core_operations"])
     return oneshot + 3 * N * (step + pc.get("torch_layer", 0.0))
 
 
 def attempts(runs, label, after=lambda: None):
-    """({name: value} of the runs that returned, {name: why} of those that raised); at
-    least one must return (else the first failure is raised again); ``after`` runs after
-    each (a failed layout or backend leaves the others to compare)."""
+    """({name: value} of the runs that returned, {name: why} of those that raised; the first
+    failure raised again if none returned); ``after`` runs after each."""
     values, failed, first = {}, {}, None
     for name, run in runs.items():
         try:
@@ -377,8 +291,7 @@ def gradient_pass(rows, xp, side, args, budget, meta):
     """Whole gradients of the rows with per-call numbers, cheapest estimate first."""
     ready = [r for r in rows if r.status == "per call only"]
     for r in ready:
-        r.gradient["estimate"] = (1 + args.repeats) * estimate_gradient(
-            r, oneshot_counts(r.layers, r.cfactor), r.per_call)
+        r.gradient["estimate"] = (1 + args.repeats) * estimate_gradient(r)
     for row in sorted(ready, key=lambda r: r.gradient["estimate"]):
         free(xp)  # both libraries' caches back to the device before its free memory is read
         if side is not None:
@@ -400,12 +313,13 @@ def gradient_pass(rows, xp, side, args, budget, meta):
         save(args, meta, rows)
 
 
-def memory_refuses(xp, row) -> Optional[str]:
+def memory_refuses(xp, row):
     """Why the row's whole gradient would not fit the GPU's free memory, or None: braidpy
     keeps about 4 states per layer (primal, adjoint, work), PyTorch's autograd about 3."""
     if xp is np:
         return None
-    need, free_bytes = 4 * (row.layers + 1) * row.state_bytes(), xp.cuda.runtime.memGetInfo()[0]
+    state = row.batch * row.channels * row.image ** 2 * np.dtype(row.dtype).itemsize
+    need, free_bytes = 4 * (row.layers + 1) * state, xp.cuda.runtime.memGetInfo()[0]
     if need <= 0.85 * free_bytes:
         return None
     return f"needs ~{need / 2**30:.1f} GiB of GPU memory, {free_bytes / 2**30:.1f} GiB free"

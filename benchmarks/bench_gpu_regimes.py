@@ -2,26 +2,20 @@
 The regime map: launch- or compute-bound, layer-parallel wins or not, and why.
 
 Network: bench_gpu.py --conv-net's conv ResNet (as Kirby et al., IEEE HPEC 2020): a 3x3
-conv opening of a 28x28 image to C channels, N layers u <- u + h tanh(conv(u, K_n) + b_n)
-(T = 2), softmax over 10 classes; braidpy.nn.ResNet's weights, copied into PyTorch. Rows
-DTYPE:C:N:BATCH: {float32, float64} x C {8, 32, 64} x N {256, 1024} x batch {1, 32, 128}.
-
-Per call: PyTorch's layer call u + h tanh(conv2d(u, K, b)) in a loop without autograd, at
-its best settings (cudnn.benchmark, TF32 for float32, the faster of NCHW and
-channels_last), and the same on a 1x1 image, batch 1 (the launch floor); braidpy's
-serial step and the batched forward and adjoint over the m = N / cfactor intervals of
-F-relaxation, per --backends (the faster runs the gradient; float32 with BRAIDPY_TF32=1
-unless --no-tf32). Whole gradient (cheapest estimate first): PyTorch's serial fwd+bwd,
-braidpy's serial ResNet.loss_and_gradient and its reused one-shot (2, 2) GradientSolver
-(2 levels), and the losses compared.
-
-Rule (_regimes.classify): launch-bound if the serial per-layer call < 2x the floor; gain =
-serial layer call / (batched forward / m); W = one-shot's layer steps / serial's 2N;
-layer-parallel wins if its measured whole gradient is faster than the serial reference
-(PyTorch's, else braidpy's), else predicted by gain > W.
-
-Min over --repeats after a warm-up, synchronized. Rows past --budget seconds are skipped,
-each named with why. --device cpu --small: tiny rows on NumPy and CPU PyTorch.
+conv opening of a 28x28 image to C channels, N layers u <- u + h tanh(conv(u, K_n) + b_n),
+softmax over 10 classes; the same weights in braidpy and PyTorch. Rows DTYPE:C:N:BATCH:
+{float32, float64} x C {8, 32, 64} x N {256, 1024} x batch {1, 32, 128}.
+Per call: PyTorch's layer call in a loop at its best settings (cudnn.benchmark, TF32 for
+float32, the faster of NCHW and channels_last) and on a 1x1 image, batch 1 (the launch
+floor); braidpy's serial step and batched forward and adjoint over the m = N / cfactor
+intervals, per --backends (the faster runs the gradient; float32 with BRAIDPY_TF32=1).
+Whole gradient: PyTorch's serial fwd+bwd, braidpy's serial loss_and_gradient and its
+reused one-shot (2, 2) GradientSolver (2 levels); the losses compared.
+Rule (classify): launch-bound if the serial layer call < 2x the floor; gain = serial layer
+call / (batched forward / m); W = one-shot's layer steps / serial's 2N; layer-parallel
+wins if its whole gradient beats the serial reference (PyTorch's, else braidpy's),
+where not measured if gain > W. Min over --repeats after a warm-up, synchronized; rows
+past --budget are skipped, each named with why. --device cpu --small: NumPy, CPU torch.
 
 Run: python benchmarks/bench_gpu_regimes.py [--budget S] [--rows PATTERN ...] [--json FILE]
      [--device cpu --small]
@@ -30,18 +24,95 @@ Run: python benchmarks/bench_gpu_regimes.py [--budget S] [--rows PATTERN ...] [-
 from __future__ import annotations
 
 import argparse
+import fnmatch
+import functools
 import math
 import os
 import sys
+from collections import namedtuple
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # siblings, when imported
 from _gpu import array_module, torch_for  # noqa: E402
+from _harness import Budget as _Budget  # noqa: E402
 from _harness import host_info, ms, print_table  # noqa: E402
-from _regimes import (FULL, LAUNCH_FACTOR, SMALL, Budget, Row, TorchSide,  # noqa: E402,F401
-                      _us, auto_cfactor, classify, gradient_pass, growth_exponent,
-                      kernels_label, make_rows, per_call_pass, save)
+from _regimes import (Row, TorchSide, _us, gradient_pass, kernels_label,  # noqa: E402
+                      per_call_pass, save)
+
+LAUNCH_FACTOR = 2.0  # serial per-layer call < LAUNCH_FACTOR x the launch floor: launch-bound
+SAFETY = 1.5  # estimates are multiplied by this before they are held against the budget
+Budget = functools.partial(_Budget, safety=SAFETY)  # --budget's seconds, 0: no limit
+FULL = dict(dtypes=["float32", "float64"], channels=[8, 32, 64], layers=[256, 1024],
+            batches=[1, 32, 128], image=28)
+SMALL = dict(dtypes=["float64", "float32"], channels=[2], layers=[16], batches=[1, 4], image=8)
+#: A row's place on the map: launch- or compute-bound, whether layer-parallel wins, on
+#: which basis ("measured" whole gradient or "predicted" from per-call numbers), and why.
+Regime = namedtuple("Regime", "bound wins basis gain work_ratio reason")
+
+
+def classify(layer_s, floor_s, batched_s, intervals, work_ratio, measured_speedup=None):
+    """A row's regime by the rule above, from the serial per-layer call, the launch floor,
+    one batched forward call over ``intervals`` intervals, W, and where measured, the
+    serial whole gradient / one-shot's."""
+    for name, value in (("layer_s", layer_s), ("floor_s", floor_s), ("batched_s", batched_s),
+                        ("work_ratio", work_ratio)):
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+            raise ValueError(f"classify: {name} must be a positive number, got {value!r}")
+    if intervals < 1:
+        raise ValueError(f"classify: intervals must be >= 1, got {intervals!r}")
+    per_interval = batched_s / intervals
+    gain = layer_s / per_interval
+    launch = layer_s < LAUNCH_FACTOR * floor_s
+    bound = "launch-bound" if launch else "compute-bound"
+    predicted = gain > work_ratio
+    short = f"short of MGRIT's {work_ratio:.2f}x the layer steps: "
+    verdict = (f"which pays for MGRIT's {work_ratio:.2f}x the layer steps" if predicted
+               else short + "the batched call does not save enough launches" if launch
+               else short + "the device is already busy with one layer, so the extra work "
+               "cannot be hidden")
+    reason = (f"{bound}: the serial per-layer call takes {_us(layer_s)}, "
+              f"{layer_s / floor_s:.1f}x the {_us(floor_s)} of the same calls on an empty "
+              f"image ({'<' if launch else '>='} {LAUNCH_FACTOR:g}x); one call over "
+              f"{intervals} intervals costs {_us(per_interval)} per interval, a gain of "
+              f"{gain:.2f} over the serial call, {verdict}")
+    if measured_speedup is None:
+        return Regime(bound, predicted, "predicted", gain, work_ratio, reason)
+    wins = measured_speedup > 1.0
+    reason += f"; measured whole gradient {measured_speedup:.2f}x serial"
+    if wins != predicted:
+        reason += (" (against the per-call prediction: the sequential coarse grid and the "
+                   "core's own operations, outside the per-call numbers, decide)")
+    return Regime(bound, wins, "measured", gain, work_ratio, reason)
+
+
+def growth_exponent(works, seconds):
+    """s in seconds ~ works**s (least squares on logs), None with < 2 distinct works."""
+    if len(set(works)) < 2:
+        return None
+    return float(np.polyfit(np.log(works), np.log(seconds), 1)[0])
+
+
+def auto_cfactor(layers):
+    """The power of two nearest sqrt(N): the fewest sequential calls per iteration."""
+    return 2 ** round(math.log2(layers) / 2)
+
+
+def make_rows(args):
+    rows = [Row(dt, c, n, b, args.cfactor or auto_cfactor(n), args.image)
+            for dt in args.dtypes for c in args.channels for n in args.layers
+            for b in args.batches]
+    for wanted in args.rows or ():
+        if not any(fnmatch.fnmatchcase(r.name, wanted) for r in rows):
+            raise SystemExit(f"bench_gpu_regimes: --rows {wanted!r} matches no row "
+                             f"(rows are DTYPE:C:N:BATCH, e.g. {rows[0].name})")
+    if args.rows:
+        rows = [r for r in rows if any(fnmatch.fnmatchcase(r.name, w) for w in args.rows)]
+    for row in rows:
+        if row.intervals < 2:
+            raise SystemExit(f"bench_gpu_regimes: cfactor {row.cfactor} leaves fewer than 2 "
+                             f"intervals of N = {row.layers} layers")
+    return rows
 
 
 def report(rows, meta, reference):
