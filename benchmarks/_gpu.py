@@ -119,6 +119,25 @@ def mgrit(xp, K, b, u0, n, levels=2, cfactor=CFACTOR, app=ResNet, **stop):
     return r
 
 
+def gradient_times(xp, net, X, C, cfactors, repeats):
+    """({"serial": s, cf: s, ...}, solver(cf)): seconds of net.loss_and_gradient (serial
+    fwd+bwd) and, per cfactor, of a new one-shot (2, 2) GradientSolver's gradient (2
+    levels, F-relaxation, set-up included); each warmed up, min over repeats."""
+    from braidpy.adjoint import GradientSolver
+    from braidpy.nn import ResNetApp
+
+    params = net.init_params(seed=7)
+    app = ResNetApp(net, params, X, C)
+
+    def solver(cf):
+        return GradientSolver(app, 0.0, net.tstop, net.nlayers, oneshot=(2, 2),
+                              primal=dict(max_levels=2, cfactor=cf, nrelax=0))
+
+    t = {"serial": timed(xp, lambda: net.loss_and_gradient(params, X, C), repeats)}
+    t.update({cf: timed(xp, lambda: solver(cf).evaluate(), repeats) for cf in cfactors})
+    return t, solver
+
+
 _TORCH_NETS: dict = {}
 
 

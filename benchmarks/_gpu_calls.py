@@ -15,8 +15,7 @@ VALIDATION_TARGET = 10.0
 
 
 def digits_source(source):
-    """(train, validation, words) of scikit-learn's digits (``source`` 'digits' or
-    'digits28'), or random images of their shape where scikit-learn is missing."""
+    """(train, validation, words) of scikit-learn's digits or digits28, else random images."""
     from braidpy import data
 
     try:
@@ -31,9 +30,8 @@ def digits_source(source):
 
 
 def validation_rows(xp, where, args, device="cuda"):
-    """Trainer on ``device``, quick presets, per source and mode: seconds per training step
-    against per validation (the first apart) and per ResNet.evaluate; skips without a GPU
-    (device "cpu": the same rows on the host, for the test that keeps this code running)."""
+    """Trainer on ``device`` (quick presets): seconds per training step against per
+    validation (the first apart) and per ResNet.evaluate (device "cpu": for the test)."""
     if xp is np and device == "cuda":
         print(f"validation: skipped, it needs CuPy and a GPU: {where.split('; ')[0]}")
         return
@@ -53,9 +51,8 @@ def validation_rows(xp, where, args, device="cuda"):
                                  validate_every=args.validate_every)
             trainer = Trainer(net, train, val, config)
             trainer.run()
-            history = trainer.history
-            steps = [r["seconds"] - r.get("validation_seconds", 0.0) for r in history[1:]]
-            checks = [r["validation_seconds"] for r in history if "validation_seconds" in r]
+            steps = [r["seconds"] - r.get("validation_seconds", 0.0) for r in trainer.history[1:]]
+            checks = [r["validation_seconds"] for r in trainer.history if "validation_seconds" in r]
             step, check = float(np.median(steps)), float(np.median(checks[1:] or checks))
             Xv, Cv = (net.placement.from_host(a) for a in val)
             # ResNet.evaluate returns two scalars to the host: synchronized
@@ -73,9 +70,8 @@ def validation_rows(xp, where, args, device="cuda"):
 
 
 def dense_fused_rows(xp, where, repeats, calls=50):
-    """Peaks' dense step (width 8, batch 5000, smooth_relu, float64/32, single and stacked
-    over 16), per call: braidpy._cuda's fused kernels vs the array-API arithmetic, forward
-    and adjoint + gradient; skips without CuPy, a GPU or the kernels."""
+    """Peaks' dense step (width 8, batch 5000, smooth_relu, single and stacked over 16) per
+    call: braidpy._cuda's fused kernels vs the array-API arithmetic."""
     from braidpy.nn import dense
 
     why = dense.fused_unavailable() if xp is not np else where.split("; ")[0]
@@ -108,10 +104,8 @@ def dense_fused_rows(xp, where, repeats, calls=50):
 
 
 def overheads(xp, calls):
-    """--overheads: (1) per-call host costs on CuPy, (2) the core's clone / sum / norm on
-    the device paths (2 MGRIT iterations of the N = 4096 ResNet with no-op steps), (3)
-    braidpy.nn's dense calls against the same operations inline, (4) the grouped cuDNN
-    conv step's pieces. Without a GPU, (2) and (3) on NumPy."""
+    """Per-call host costs on CuPy; the core's vector operations; braidpy.nn's dense calls
+    against the same operations inline; the grouped cuDNN conv step's pieces."""
     def us(fn):
         return f"{per_call(xp, fn, calls) * 1e6:8.2f}"
 
@@ -137,7 +131,7 @@ def overheads(xp, calls):
 
 
 class NoopSteps(ResNet):
-    """The bench's ResNet with steps that do nothing: only the core's work is left."""
+    """bench_gpu.py's ResNet with steps that do nothing: only the core's work is left."""
 
     def step(self, u, t0, t1, status):
         return None
@@ -150,7 +144,7 @@ class NoopSteps(ResNet):
 
 
 def core_ops(xp, n=4096):
-    """Per-operation cost of the core's clone/sum/norm on xp's states (no-op steps)."""
+    """Per-operation cost of the core's clone/sum/norm: 2 iterations, no-op steps."""
     print(f"the core's vector operations, 2 MGRIT iterations, N={n}, cf {CFACTOR}, no-op steps:")
     for name, mod in (("NumPy", np), ("CuPy", xp)) if xp is not np else (("NumPy", np),):
         K, u0, runs = mod.zeros((1, WIDTH, WIDTH)), mod.ones((1, WIDTH)), []
@@ -169,8 +163,7 @@ def core_ops(xp, n=4096):
 
 
 def dense_layer_calls(xp, m=64):
-    """braidpy.nn's dense layer calls (the array-API path on a device) and the same
-    operations inline with xp: what the layer adds per call (docs/performance.md)."""
+    """braidpy.nn's dense layer calls and the same operations inline with xp."""
     from braidpy.nn import DenseLayer
 
     rng = np.random.default_rng(2)

@@ -8,7 +8,8 @@ import os
 
 import numpy as np
 
-from _gpu import BATCH, TSTOP, best, free, per_call, timed, torch_cuda, torch_fwd_bwd
+from _gpu import (BATCH, TSTOP, best, free, gradient_times, per_call, timed, torch_cuda,
+                  torch_fwd_bwd)
 
 
 def conv_arrays(xp, m, C, H, dtype, seed, kscale, adjoint=True):
@@ -46,41 +47,31 @@ def conv_steps(xp, args):
         os.environ[BENCHMARK_ENV] = "1"
     torch = torch_cuda()
     for C in [8] + list(args.conv_channels):
-        names = ("cudnn", "cuda-direct") + (("array-api", "cudnn-streams") if C == 8 else ())
+        # wider layers: per interval, streams and im2col add little; im2col grows with C
+        names = {"cudnn": "cuDNN grouped", "cuda-direct": "cuda-direct"}
+        if C == 8:
+            names["array-api"] = "array-API im2col"
         layers = {name: ConvLayer(C, 3, "tanh", backend=name) for name in names}
         for dtype in ("float64", "float32"):
+            data = conv_arrays(xp, m, C, H, dtype, *((20261125, 9) if C == 8 else
+                                                      (20261201, 3 * C)))
+            U, _, Ks, bs, hs = data
+            cases = {f"{call}, {label}": fn for name, label in names.items()
+                     for call, fn in batched_calls(layers[name], *data).items()}
+            family = kernel_family(U.shape, Ks.shape, dtype)
+            what = f" (cuda-direct: the {family} kernels)"
             if C == 8:
-                data = conv_arrays(xp, m, C, H, dtype, 20261125, 9)
-                U, Wt, Ks, bs, hs = data
-                g, i, d = (batched_calls(layers[n], *data)
-                           for n in ("cudnn", "array-api", "cuda-direct"))
-                cases = {"forward, cuDNN grouped (1 call)": g["forward"],
-                         "forward, cuDNN per interval": lambda: [layers["cudnn"].forward(
-                             U[k], Ks[k], bs[k], hs[k]) for k in range(m)],
-                         f"forward, cuDNN per interval, {args.streams} streams":
-                             batched_calls(layers["cudnn-streams"], *data)["forward"],
-                         "forward, array-API im2col": i["forward"],
-                         "adjoint, cuDNN grouped": g["adjoint"],
-                         "adjoint, array-API im2col": i["adjoint"],
-                         "gradient, cuDNN grouped": g["gradient"],
-                         "gradient, array-API im2col": i["gradient"],
-                         "forward, cuda-direct (1 kernel)": d["forward"],
-                         "adjoint, cuda-direct": d["adjoint"],
-                         "gradient, cuda-direct": d["gradient"]}
+                streams = ConvLayer(C, 3, "tanh", backend="cudnn-streams")
+                cases["forward, cuDNN per interval"] = lambda: [layers["cudnn"].forward(
+                    U[k], Ks[k], bs[k], hs[k]) for k in range(m)]
+                cases[f"forward, cuDNN per interval, {args.streams} streams"] = \
+                    batched_calls(streams, *data)["forward"]
                 if torch is not None:
                     cases.update(torch_conv_cases(torch, *data, m, C, H))
-                what = ""
-            else:  # per interval, streams and im2col add little here; im2col grows with C
-                data = conv_arrays(xp, m, C, H, dtype, 20261201, 3 * C)
-                cases = {f"{call}, {label}": fn for name, label in
-                         (("cudnn", "cuDNN grouped"), ("cuda-direct", "cuda-direct"))
-                         for call, fn in batched_calls(layers[name], *data).items()}
-                family = kernel_family(data[0].shape, data[2].shape, dtype)
-                what = f" (cuda-direct: the {family} kernels)"
             times = {name: timed(xp, fn, args.repeats) for name, fn in cases.items()}
             if torch is not None:
                 torch.backends.cudnn.allow_tf32 = True  # PyTorch's default again
-            base = next(iter(times.values()))  # the grouped cuDNN forward
+            base = times["forward, cuDNN grouped"]
             print(f"conv calls over {m} intervals, batch {BATCH}, {C} channels, {H}x{H}, 3x3, "
                   f"tanh, {dtype}{what}; {grouped_plan(m, C, H, dtype)}:")
             for name, t in times.items():
@@ -139,8 +130,7 @@ def torch_conv_cases(torch, U, Wt, Ks, bs, hs, m, C, H):
 def conv_network(xp, args):
     """--conv-net: a conv ResNet (MNIST size), serial fwd+bwd vs one-shot (2,2) per conv
     backend and cfactor (a new solver per gradient), and PyTorch's autograd."""
-    from braidpy.adjoint import GradientSolver
-    from braidpy.nn import ResNet, ResNetApp
+    from braidpy.nn import ResNet
 
     n, C = args.conv_layers, 8
     for batch in args.conv_batches:
@@ -152,15 +142,10 @@ def conv_network(xp, args):
             net = ResNet((1, 28, 28), 10, width=C, nlayers=n, tstop=TSTOP, activation="tanh",
                          device=None if xp is np else "cuda",
                          backend=None if backend == "numpy" else backend)
-            params = net.init_params(seed=7)
-            app = ResNetApp(net, params, X, Cl)
-            t_serial = timed(xp, lambda: net.loss_and_gradient(params, X, Cl), args.repeats)
-            line += f"\n  {backend}: serial fwd+bwd {t_serial * 1e3:.1f} ms"
-            for cf in args.conv_cfactors:
-                t = timed(xp, lambda: GradientSolver(
-                    app, 0.0, net.tstop, n, oneshot=(2, 2),
-                    primal=dict(max_levels=2, cfactor=cf, nrelax=0)).evaluate(), args.repeats)
-                line += f"; one-shot (2,2) cf {cf} {t * 1e3:.1f} ms ({t_serial / t:.2f}x serial)"
+            t, _ = gradient_times(xp, net, X, Cl, args.conv_cfactors, args.repeats)
+            line += f"\n  {backend}: serial fwd+bwd {t['serial'] * 1e3:.1f} ms" + "".join(
+                f"; one-shot (2,2) cf {cf} {t[cf] * 1e3:.1f} ms ({t['serial'] / t[cf]:.2f}x "
+                f"serial)" for cf in args.conv_cfactors)
         torch = torch_cuda() if xp is not np else None
         if torch is not None:
             free(xp)  # CuPy's cache, for PyTorch

@@ -2,18 +2,12 @@
 one gradient? And, by option, what do the GPU's conv, validation and fused dense calls cost?
 
 Default: N = 4096 layers u <- u + h tanh(u K_n^T + b_n), width 8, T = 2, batch 1 and 32,
-on CuPy. Forward: the serial loop vs braidpy.solve (2 levels cf 64 and 3 levels cf 32,
-F, step_stacked) for 2 iterations and to a 1e-8 relative drop, the time split by
-callback. Gradient: braidpy.nn.ResNet's serial loss_and_gradient vs GradientSolver's
-one-shot (2, 2) (new and reused solver, split by part) and PyTorch's autograd through
-the same loop. Min over --repeats, synchronized; without a GPU, the NumPy path.
-
---conv, --conv-net (_gpu_conv.py): a conv ResNet's (8 channels, 28x28, batch 32) batched
-calls per backend (cuDNN grouped, per interval, streams, im2col, cuda-direct, PyTorch;
-then --conv-channels); its one-shot gradient vs serial fwd+bwd per backend and cfactor.
---validation, --dense-fused, --overheads (_gpu_calls.py): seconds per validation vs per
-training step on the GPU (target <= 10); the fused dense kernels vs the array-API
-arithmetic; where small-state runs spend their host time.
+on CuPy (without a GPU: NumPy). Forward: the serial loop vs braidpy.solve (--hierarchies,
+F, step_stacked) for 2 iterations and to a 1e-8 relative drop, split by callback.
+Gradient: ResNet.loss_and_gradient vs GradientSolver's one-shot (2, 2), new and reused
+(split by part), and PyTorch's autograd through the same loop. Min over --repeats,
+synchronized. --conv, --conv-net: _gpu_conv.py; --validation, --dense-fused, --overheads:
+_gpu_calls.py.
 """
 
 from __future__ import annotations
@@ -25,8 +19,8 @@ import numpy as np
 
 import braidpy
 
-from _gpu import (BATCH, CFACTOR, TSTOP, WIDTH, ResNet, array_module, best, mgrit, serial,
-                  sync, torch_cuda, torch_fwd_bwd, weights)
+from _gpu import (BATCH, CFACTOR, TSTOP, WIDTH, ResNet, array_module, best, gradient_times,
+                  mgrit, serial, sync, timed, torch_cuda, torch_fwd_bwd, weights)
 from _gpu_calls import dense_fused_rows, overheads, validation_rows
 from _gpu_conv import conv_network, conv_steps
 
@@ -75,43 +69,29 @@ def time_split(xp, K, b, u0, n, **h):
 
 def gradient(xp, n, batch, repeats):
     """Serial forward+backward vs one-shot (2,2) MGRIT gradient (+ PyTorch's autograd)."""
-    from braidpy.adjoint import GradientSolver
     from braidpy.nn import ResNet as Net
-    from braidpy.nn import ResNetApp
 
     net = Net((WIDTH,), 4, width=WIDTH, nlayers=n, tstop=TSTOP, activation="tanh",
               device=None if xp is np else "cuda")
-    params = net.init_params(seed=7)
     rng = np.random.default_rng(8)
     X = xp.asarray(rng.standard_normal((batch, WIDTH)))
     C = xp.asarray(np.eye(4)[rng.integers(0, 4, batch)])
-    app = ResNetApp(net, params, X, C)
-
-    def solver():
-        return GradientSolver(app, 0.0, net.tstop, n, oneshot=(2, 2),
-                              primal=dict(max_levels=2, cfactor=CFACTOR, nrelax=0))
-
-    reused = solver()  # as training uses it: built once, warm-started at every step
-    runs = {"serial": lambda: net.loss_and_gradient(params, X, C),
-            "new": lambda: solver().evaluate(),  # its set-up (N states) included
-            "reused": reused.evaluate}
-    for warm_up in (runs["new"], runs["reused"]):
-        warm_up()
-    sync(xp)
-    t = {k: best(fn, repeats, sync=lambda: sync(xp)) for k, fn in runs.items()}
+    t, solver = gradient_times(xp, net, X, C, [CFACTOR], repeats)
+    reused = solver(CFACTOR)  # as training uses it: built once, warm-started at every step
+    t_reused = timed(xp, reused.evaluate, repeats)
     split = gradient_split(xp, reused)
     reused.close()
     line = (f"gradient N={n} width {WIDTH} batch {batch}: serial fwd+bwd "
-            f"{t['serial'] * 1e3:.1f} ms; one-shot (2,2) new solver {t['new'] * 1e3:.1f} ms "
-            f"({t['serial'] / t['new']:.2f}x serial), solver reused as in training "
-            f"{t['reused'] * 1e3:.1f} ms ({t['serial'] / t['reused']:.2f}x serial)\n  {split}")
+            f"{t['serial'] * 1e3:.1f} ms; one-shot (2,2) new solver {t[CFACTOR] * 1e3:.1f} ms "
+            f"({t['serial'] / t[CFACTOR]:.2f}x serial), solver reused as in training "
+            f"{t_reused * 1e3:.1f} ms ({t['serial'] / t_reused:.2f}x serial)\n  {split}")
     torch = torch_cuda() if xp is not np else None
     if torch is not None:
         t_torch = best(lambda: torch_fwd_bwd(torch, (n, batch), (n, WIDTH, WIDTH), WIDTH ** 0.5,
                                              (batch, WIDTH), lambda u, K, b: u @ K.T + b),
                        repeats)
         line += (f"; PyTorch serial fwd+bwd {t_torch * 1e3:.1f} ms "
-                 f"({t_torch / t['new']:.2f}x one-shot)")
+                 f"({t_torch / t[CFACTOR]:.2f}x one-shot)")
     print(line, flush=True)
 
 
@@ -135,47 +115,42 @@ def gradient_split(xp, solver):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add = p.add_argument
-    add("--layers", type=int, default=4096)
-    add("--batches", type=int, nargs="+", default=[1, BATCH])
-    add("--repeats", type=int, default=3)
-    add("--hierarchies", nargs="+", default=[f"2:{CFACTOR}", "3:32"], metavar="LEVELS:CF",
-        help="forward: MGRIT hierarchies to time")
-    add("--conv", action="store_true", help="a conv step's calls per backend")
-    add("--intervals", type=int, default=64, help="--conv: intervals m")
-    add("--streams", type=int, default=4, help="--conv: streams (layer blocks)")
-    add("--conv-channels", type=int, nargs="*", default=[32, 64],
-        help="--conv: wider layers' channels (cuDNN grouped vs cuda-direct); none to skip")
-    add("--cudnn-benchmark", action="store_true",
-        help="--conv: cuDNN's algorithms measured (BRAIDPY_CUDNN_BENCHMARK=1)")
-    add("--conv-net", action="store_true", help="a conv ResNet's one-shot gradient vs serial")
-    add("--conv-layers", type=int, default=1024, help="--conv-net: layers")
-    add("--conv-batches", type=int, nargs="+", default=[32, 256])
-    add("--conv-backends", nargs="+", default=["cuda-direct", "cudnn", "array-api"])
-    add("--conv-cfactors", type=int, nargs="+", default=[CFACTOR],
-        help="--conv-net: coarsening factors of the one-shot gradient (2 levels)")
-    add("--validation", action="store_true", help="seconds per validation vs per step")
-    add("--validation-sources", nargs="+", default=["digits", "digits28"],
-        choices=["digits", "digits28"], help="--validation: data (quick preset)")
-    add("--validation-modes", nargs="+", default=["serial", "oneshot"],
-        choices=["serial", "oneshot", "exact"], help="--validation: training modes")
-    add("--validation-steps", type=int, default=20, help="--validation: steps per run")
-    add("--validate-every", type=int, default=5, help="--validation: steps per validation")
-    add("--dense-fused", action="store_true", help="fused dense kernels vs array-API, per call")
-    add("--overheads", action="store_true", help="where small-state runs spend host time")
-    add("--calls", type=int, default=2000, help="--overheads: calls per timing")
+    p = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
+    for flag, words in (("--conv", "a conv step's calls per backend (then --conv-channels)"),
+                       ("--cudnn-benchmark", "--conv: cuDNN's algorithms measured"),
+                       ("--conv-net", "a conv ResNet's one-shot gradient vs serial"),
+                       ("--validation", "seconds per validation vs per training step"),
+                       ("--dense-fused", "fused dense kernels vs array-API, per call"),
+                       ("--overheads", "where small-state runs spend host time")):
+        p.add_argument(flag, action="store_true", help=words)
+    for name, default in (("layers", 4096), ("repeats", 3), ("intervals", 64), ("streams", 4),
+                          ("conv-layers", 1024), ("validation-steps", 20),
+                          ("validate-every", 5), ("calls", 2000)):
+        p.add_argument(f"--{name}", type=int, default=default)
+    for name, default in (("batches", [1, BATCH]), ("conv-batches", [32, 256]),
+                          ("conv-cfactors", [CFACTOR]), ("conv-channels", [32, 64])):
+        p.add_argument(f"--{name}", type=int, nargs="*" if name == "conv-channels" else "+",
+                       default=default)
+    p.add_argument("--hierarchies", nargs="+", default=[f"2:{CFACTOR}", "3:32"],
+                   metavar="LEVELS:CF")
+    p.add_argument("--conv-backends", nargs="+", default=["cuda-direct", "cudnn", "array-api"])
+    p.add_argument("--validation-sources", nargs="+", default=["digits", "digits28"],
+                   choices=["digits", "digits28"])
+    p.add_argument("--validation-modes", nargs="+", default=["serial", "oneshot"],
+                   choices=["serial", "oneshot", "exact"])
     args = p.parse_args(argv)
     xp, where = array_module()
     info = braidpy.cuda_info()
     print(f"{where}\nbraidpy._cuda compiled: {info['compiled']}, devices: {info['devices']}, "
           f"cuDNN: {info['cudnn']}")
-    for flag, run in (("conv", conv_steps), ("conv_net", conv_network),
-                      ("validation", lambda xp, args: validation_rows(xp, where, args)),
-                      ("dense_fused", lambda xp, args: dense_fused_rows(xp, where, args.repeats)),
-                      ("overheads", lambda xp, args: overheads(xp, args.calls))):
-        if getattr(args, flag):
-            return run(xp, args)
+    if args.conv or args.conv_net:
+        return (conv_steps if args.conv else conv_network)(xp, args)
+    if args.validation:
+        return validation_rows(xp, where, args)
+    if args.dense_fused:
+        return dense_fused_rows(xp, where, args.repeats)
+    if args.overheads:
+        return overheads(xp, args.calls)
     hierarchies = [tuple(int(v) for v in h.split(":")) for h in args.hierarchies]
     for batch in args.batches:
         forward(xp, args.layers, batch, args.repeats, hierarchies)
