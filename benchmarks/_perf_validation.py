@@ -1,9 +1,6 @@
-"""bench_perf.py's launches, workers and summaries: the workers under mpiexec (model, grids,
-timeline), the rank counts validated, the run's calibration, the error summary and plot.
-
-A worker is the calling script run again as ``SCRIPT --worker JSON`` (under ``mpiexec -n
-P`` for P > 1); its rank 0 prints one line ``RESULT {json}``.
-"""
+"""bench_perf.py's launches, workers and summaries: a worker is the calling script run again
+as ``SCRIPT --worker JSON`` (under ``mpiexec -n P`` for P > 1), its rank 0 printing one line
+``RESULT {json}``; the rank counts validated, the run's calibration, the errors and plot."""
 
 from __future__ import annotations
 
@@ -17,14 +14,12 @@ import time
 
 import numpy as np
 
-#: One thread per rank (the model gives every rank a core). The model also assumes a
-#: message arrives while its sender computes; Open MPI does so only under its shared-memory
-#: eager limit (docs/install.md "Running under MPI"), raised above the states' size here.
+#: One thread per rank (a core each in the model), and Open MPI's shared-memory eager limit
+#: above the states' size: the model assumes a message arrives while its sender computes.
 WORKER_ENV = dict(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
                   OMPI_MCA_btl_vader_eager_limit="131072",
                   OMPI_MCA_btl_vader_max_send_size="131072")
-#: Gradients run before timing: a process's first gradients are slower than the steady
-#: state the model predicts (allocator, caches, MPI's first messages).
+#: Gradients before timing: the first are slower than the steady state the model predicts.
 WARMUP_GRADIENTS = 3
 #: grids: one-shot (2, 2), 2 levels, cf 4; problem -> (calibrated layer, samples, layers)
 LEVELS, CFACTOR, M = 2, 4, (2, 2)
@@ -66,9 +61,8 @@ def run_worker(script: str, spec: dict, nranks: int, timeout: float = 900) -> di
 
 
 def run_calibration(args, layers, samples, rows, name):
-    """``--calibration``'s file, else ``braidpy calibrate`` run now for these layers (under
-    mpiexec with the run's most ranks, so that the network is measured, not assumed; the
-    file copied beside --json as FILE.calibration.json)."""
+    """--calibration's file, else ``braidpy calibrate`` now, with the run's most ranks (the
+    network measured, not assumed), its file kept beside --json as FILE.calibration.json."""
     from braidpy.perf.calibration import load_calibration
 
     if args.calibration:
@@ -103,8 +97,7 @@ def dump(rows, path) -> None:
 
 
 def plot_predicted_vs_measured(rows, measured: str, path: str, xlabel: str) -> None:
-    """Predicted against measured seconds (``rows[i][measured]``), a marker per rank count,
-    the diagonal and the ±25 % band, log-log, as a PNG."""
+    """Predicted against measured seconds, a marker per rank count, the ±25 % band, a PNG."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -135,8 +128,7 @@ def plot_predicted_vs_measured(rows, measured: str, path: str, xlabel: str) -> N
 
 
 def dense_validation_app(spec: dict, app_class=None):
-    """(net, params, app): the seeded dense ResNet of model and timeline (spec's width,
-    layers and samples; 2 features, 5 classes) and its ResNetApp (or ``app_class``)."""
+    """(net, params, app) of the seeded dense ResNet that model and timeline time."""
     from braidpy.nn import ResNet, ResNetApp
 
     net = ResNet((2,), 5, width=spec["width"], nlayers=spec["layers"])
@@ -173,8 +165,7 @@ def model_worker(spec: dict, comm, MPI) -> dict:
     net, params, app = dense_validation_app(spec)
     solver = _solver(spec, app, net, comm,
                      tuple(spec["m"]) if spec["mode"] == "oneshot" else None)
-    # Serial propagation on one rank is what serial training runs: the network's own
-    # sweeps, priced by the calibrated `serial`; across layer ranks, the core's.
+    # serial on one rank: the network's own sweeps, as serial training runs them
     own_sweeps = spec["levels"] == 1 and comm.Get_size() == 1
 
     def gradient():
@@ -188,18 +179,16 @@ def model_worker(spec: dict, comm, MPI) -> dict:
         comm.Allreduce(MPI.IN_PLACE, np.zeros(net.nparams))
         return (1, 1) if g is None else (g.primal.iterations, g.adjoint.iterations)
 
-    times, cpus, iters = [], [], []
-    for k in range(spec["repeats"] + WARMUP_GRADIENTS):
+    runs = []
+    for _ in range(spec["repeats"] + WARMUP_GRADIENTS):
         params += 1e-4  # a new parameter, as after an optimizer step
         if spec["skip"]:
             solver.reset()
-        wall, cpu, its = slowest(comm, MPI, gradient)
-        if k >= WARMUP_GRADIENTS:  # the first include exact mode's cold start
-            times.append(wall)
-            cpus.append(cpu)
-            iters.append(its)
+        runs.append(slowest(comm, MPI, gradient))
     solver.close()
-    return {"times": times, "cpu": cpus, "iterations": iters}
+    runs = runs[WARMUP_GRADIENTS:]  # the first include exact mode's cold start
+    return {"times": [r[0] for r in runs], "cpu": [r[1] for r in runs],
+            "iterations": [r[2] for r in runs]}
 
 
 def problem(name: str):
@@ -241,17 +230,16 @@ def grids_worker(spec: dict, comm, MPI) -> list:
                               mgrit=dict(cfactor=CFACTOR, max_levels=LEVELS))
             trainer = Trainer(net, (X, C), None, cfg, grid=grid)
             ev, p = trainer.evaluator, trainer.params
-            times, cpus = [], []
+            runs = []
             for k in range(WARMUP_GRADIENTS + spec["repeats"]):  # warm-ups: solvers built
                 p += 1e-4  # a new parameter, as after an optimizer step
                 if k < WARMUP_GRADIENTS:
                     ev.gradient(p, X, C)
-                    continue
-                wall, cpu, _ = slowest(comm, MPI, lambda: ev.gradient(p, X, C))
-                times.append(wall)
-                cpus.append(cpu)
+                else:
+                    runs.append(slowest(comm, MPI, lambda: ev.gradient(p, X, C))[:2])
             grid.free()
-            out.append(dict(problem=name, grid=list(shape), times=times, cpu=cpus))
+            out.append(dict(problem=name, grid=list(shape), times=[r[0] for r in runs],
+                            cpu=[r[1] for r in runs]))
     return out
 
 

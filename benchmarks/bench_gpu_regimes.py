@@ -167,9 +167,8 @@ def parse_args(argv=None):
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     p.add_argument("--small", action="store_true", help="tiny rows (8x8, 2 channels, N 16)")
     p.add_argument("--dtypes", nargs="+", choices=["float32", "float64"])
-    p.add_argument("--channels", type=int, nargs="+")
-    p.add_argument("--layers", type=int, nargs="+")
-    p.add_argument("--batches", type=int, nargs="+")
+    for key in ("channels", "layers", "batches"):
+        p.add_argument(f"--{key}", type=int, nargs="+")
     p.add_argument("--image", type=int, help="image side (28; --small: 8)")
     p.add_argument("--rows", nargs="+", metavar="PATTERN",
                    help="rows DTYPE:C:N:BATCH to run, shell patterns ('float32:8:*:*')")
@@ -186,24 +185,21 @@ def parse_args(argv=None):
     for key, value in (SMALL if args.small else FULL).items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    for key in ("channels", "layers", "batches"):
-        bad = [v for v in getattr(args, key) if v < 1]
-        if bad:
-            p.error(f"--{key} must be positive, got {bad[0]}")
-    for bad, words in ((args.image < 3, f"--image must be >= 3, got {args.image}"),
-                       (args.cfactor == 1 or args.cfactor < 0,
-                        f"--cfactor must be >= 2 (or 0: automatic), got {args.cfactor}"),
-                       (args.repeats < 1, f"--repeats must be >= 1, got {args.repeats}"),
-                       (not math.isfinite(args.budget) or args.budget < 0,
-                        f"--budget must be >= 0 seconds, got {args.budget}")):
-        if bad:
-            p.error(words)
     args.backends = args.backends or (["numpy"] if args.device == "cpu"
                                       else ["cuda-direct", "cudnn"])
-    for name in args.backends:
-        why = backend_problem(name)
-        if why and why.startswith("unknown"):
-            p.error(f"--backends: {why}")
+    bad = [f"--{key} must be positive, got {v}" for key in ("channels", "layers", "batches")
+           for v in getattr(args, key) if v < 1]
+    bad += [words for wrong, words in (
+        (args.image < 3, f"--image must be >= 3, got {args.image}"),
+        (args.cfactor == 1 or args.cfactor < 0,
+         f"--cfactor must be >= 2 (or 0: automatic), got {args.cfactor}"),
+        (args.repeats < 1, f"--repeats must be >= 1, got {args.repeats}"),
+        (not math.isfinite(args.budget) or args.budget < 0,
+         f"--budget must be >= 0 seconds, got {args.budget}")) if wrong]
+    bad += [f"--backends: {why}" for why in map(backend_problem, args.backends)
+            if why and why.startswith("unknown")]
+    if bad:
+        p.error(bad[0])
     return args
 
 

