@@ -1,9 +1,12 @@
-"""The GPU benchmarks' shared pieces: the array module (CuPy on a GPU, else NumPy and why),
-synchronization, PyTorch, timers, and bench_gpu.py's dense ResNet app and loops."""
+"""The GPU benchmarks' shared pieces (the array module: CuPy on a GPU, else NumPy and why;
+synchronization, PyTorch, timers; bench_gpu.py's dense ResNet and loops), and bench_gpu.py
+--conv and --conv-net: a conv ResNet step's batched calls by backend (cuDNN grouped, per
+interval, streams, im2col, cuda-direct, PyTorch), its one-shot gradient vs serial."""
 
 from __future__ import annotations
 
 import importlib
+import os
 import warnings
 
 import numpy as np
@@ -157,3 +160,199 @@ def torch_fwd_bwd(torch, key, kshape, scale, ushape, layer):
         u = u + TSTOP / n * torch.tanh(layer(u, K[k], b[k]))
     (u * u).sum().backward()
     torch.cuda.synchronize()
+
+
+def conv_arrays(xp, m, C, H, dtype, seed, kscale, adjoint=True):
+    """U, W (None unless ``adjoint``), K, b, h of m intervals, batch BATCH, C x H x H."""
+    rng = np.random.default_rng(seed)
+
+    def draw(shape, scale=1.0):
+        return xp.asarray(scale * rng.standard_normal(shape), dtype=dtype)
+
+    U, W = draw((m, BATCH, C, H, H)), draw((m, BATCH, C, H, H)) if adjoint else None
+    Ks, bs = draw((m, C, C, 3, 3), 1 / kscale), draw((m, C), 0.1)
+    return U, W, Ks, bs, xp.asarray(np.full(m, 1.0 / m), dtype=dtype)
+
+
+def batched_calls(layer, U, Wt, Ks, bs, hs):
+    return {"forward": lambda: layer.forward_batched(U, Ks, bs, hs),
+            "adjoint": lambda: layer.adjoint_batched(Wt, U, Ks, bs, hs),
+            "gradient": lambda: layer.gradient_batched(Wt, U, Ks, bs, hs)}
+
+
+def conv_steps(xp, args):
+    """--conv: per call, the k-th step of m intervals (8 channels: every backend and
+    PyTorch; then --conv-channels: cuDNN grouped vs cuda-direct and its kernel family)."""
+    from braidpy.nn import ConvLayer
+    from braidpy.nn.conv_backends import BENCHMARK_ENV, STREAMS_ENV, cudnn_unavailable
+    from braidpy.nn.conv_direct import kernel_family
+
+    why = cudnn_unavailable() if xp is not np else "no GPU"
+    if why is not None:
+        print(f"conv: the cuDNN comparison needs CuPy, a GPU and cuDNN: {why}")
+        return
+    m, H = args.intervals, 28
+    os.environ[STREAMS_ENV] = str(args.streams)
+    if args.cudnn_benchmark:
+        os.environ[BENCHMARK_ENV] = "1"
+    torch = torch_cuda()
+    for C in [8] + list(args.conv_channels):
+        # wider layers: per interval, streams and im2col add little; im2col grows with C
+        names = {"cudnn": "cuDNN grouped", "cuda-direct": "cuda-direct"}
+        if C == 8:
+            names["array-api"] = "array-API im2col"
+        layers = {name: ConvLayer(C, 3, "tanh", backend=name) for name in names}
+        for dtype in ("float64", "float32"):
+            data = conv_arrays(xp, m, C, H, dtype, *((20261125, 9) if C == 8 else
+                                                      (20261201, 3 * C)))
+            U, _, Ks, bs, hs = data
+            cases = {f"{call}, {label}": fn for name, label in names.items()
+                     for call, fn in batched_calls(layers[name], *data).items()}
+            family = kernel_family(U.shape, Ks.shape, dtype)
+            what = f" (cuda-direct: the {family} kernels)"
+            if C == 8:
+                streams = ConvLayer(C, 3, "tanh", backend="cudnn-streams")
+                cases["forward, cuDNN per interval"] = lambda: [layers["cudnn"].forward(
+                    U[k], Ks[k], bs[k], hs[k]) for k in range(m)]
+                cases[f"forward, cuDNN per interval, {args.streams} streams"] = \
+                    batched_calls(streams, *data)["forward"]
+                if torch is not None:
+                    cases.update(torch_conv_cases(torch, *data, m, C, H))
+            times = {name: timed(xp, fn, args.repeats) for name, fn in cases.items()}
+            if torch is not None:
+                torch.backends.cudnn.allow_tf32 = True  # PyTorch's default again
+            base = times["forward, cuDNN grouped"]
+            print(f"conv calls over {m} intervals, batch {BATCH}, {C} channels, {H}x{H}, 3x3, "
+                  f"tanh, {dtype}{what}; {grouped_plan(m, C, H, dtype)}:")
+            for name, t in times.items():
+                print(f"  {name:50s} {t * 1e3:9.3f} ms  ({t / base:.2f}x grouped forward)",
+                      flush=True)
+
+
+def grouped_plan(m, C, H, dtype):
+    """The cuDNN algorithms of the grouped step over m intervals (run already, so its plan
+    is cached, measured under BRAIDPY_CUDNN_BENCHMARK=1), in words."""
+    from braidpy.nn.conv_backends import cudnn_plan
+
+    plan = cudnn_plan((BATCH, m * C, H, H), m * C, 3, m, dtype)
+    how = "measured" if all(plan["measured"]) else (
+        "heuristic" if not any(plan["measured"]) else f"measured {plan['measured']}")
+    return f"cuDNN grouped algorithms {plan['algorithms']} ({how})"
+
+
+def torch_conv_cases(torch, U, Wt, Ks, bs, hs, m, C, H):
+    """PyTorch's calls for the same shapes (the conv target: "within 1.5x of PyTorch"):
+    the grouped conv alone with TF32 (its cuDNN default) and without (braidpy's FMA math:
+    like for like); the whole step u + h tanh(conv(u) + b) from braidpy's (m, batch, C, H,
+    W) layout and back; the gradient call's backward data and backward filter."""
+    F, cudnn = torch.nn.functional, torch.backends.cudnn
+
+    def as_torch(a):
+        return torch.as_tensor(a, device="cuda")
+
+    tU, tW = (as_torch(a.transpose(1, 0, 2, 3, 4).reshape(BATCH, m * C, H, H)) for a in (U, Wt))
+    tK, tb = as_torch(Ks.reshape(m * C, C, 3, 3)), as_torch(bs.reshape(m * C))
+    th, tU5 = as_torch(hs).reshape(m, 1, 1, 1, 1), as_torch(U)
+
+    def conv(tf32):
+        def run():
+            cudnn.allow_tf32 = tf32
+            return F.conv2d(tU, tK, padding=1, groups=m)
+        return run
+
+    def step():
+        cudnn.allow_tf32 = False
+        x = tU5.permute(1, 0, 2, 3, 4).reshape(BATCH, m * C, H, H)
+        z = torch.tanh(F.conv2d(x, tK, tb, padding=1, groups=m))
+        return tU5 + th * z.reshape(BATCH, m, C, H, H).permute(1, 0, 2, 3, 4)
+
+    def gradient_convs():
+        cudnn.allow_tf32 = False
+        return (torch.nn.grad.conv2d_input(tU.shape, tK, tW, padding=1, groups=m),
+                torch.nn.grad.conv2d_weight(tU, tK.shape, tW, padding=1, groups=m))
+
+    return {"forward, PyTorch grouped conv2d (conv only, TF32 allowed)": conv(True),
+            "forward, PyTorch grouped conv2d (conv only, no TF32)": conv(False),
+            "forward, PyTorch whole step, braidpy's layout (no TF32)": step,
+            "backward data + filter, PyTorch grouped (no TF32)": gradient_convs}
+
+
+def conv_network(xp, args):
+    """--conv-net: a conv ResNet (MNIST size), serial fwd+bwd vs one-shot (2,2) per conv
+    backend and cfactor (a new solver per gradient), and PyTorch's autograd."""
+    from braidpy.nn import ResNet
+
+    n, C = args.conv_layers, 8
+    for batch in args.conv_batches:
+        rng = np.random.default_rng(9)
+        X = xp.asarray(rng.standard_normal((batch, 1, 28, 28)))
+        Cl = xp.asarray(np.eye(10)[rng.integers(0, 10, batch)])
+        line = f"conv ResNet N={n}, {C} channels, 28x28, batch {batch}, float64:"
+        for backend in args.conv_backends if xp is not np else ["numpy"]:
+            net = ResNet((1, 28, 28), 10, width=C, nlayers=n, tstop=TSTOP, activation="tanh",
+                         device=None if xp is np else "cuda",
+                         backend=None if backend == "numpy" else backend)
+            t, _ = gradient_times(xp, net, X, Cl, args.conv_cfactors, args.repeats)
+            line += f"\n  {backend}: serial fwd+bwd {t['serial'] * 1e3:.1f} ms" + "".join(
+                f"; one-shot (2,2) cf {cf} {t[cf] * 1e3:.1f} ms ({t['serial'] / t[cf]:.2f}x "
+                f"serial)" for cf in args.conv_cfactors)
+        torch = torch_cuda() if xp is not np else None
+        if torch is not None:
+            free(xp)  # CuPy's cache, for PyTorch
+            t_torch = best(lambda: torch_fwd_bwd(
+                torch, ("conv", n, batch), (n, C, C, 3, 3), 3 * C ** 0.5, (batch, C, 28, 28),
+                lambda u, K, b: torch.nn.functional.conv2d(u, K, b, padding=1)), args.repeats)
+            line += f"\n  PyTorch serial fwd+bwd {t_torch * 1e3:.1f} ms"
+        print(line, flush=True)
+
+
+M, C8, H28 = 64, 8, 28  # --overheads' conv pieces: intervals, channels, image side
+
+
+def conv_pieces(xp, calls):
+    """--overheads: the pieces of the grouped cuDNN forward step (ms per call), float32 and
+    float64, with PyTorch's bare grouped conv (no TF32) for reference."""
+    from braidpy.nn import ConvLayer
+    from braidpy.nn import conv_backends as cb
+    from braidpy.nn.activations import get_activation
+
+    why = cb.cudnn_unavailable()
+    if why is not None:
+        print(f"conv split: needs cuDNN: {why}")
+        return
+    torch, act = torch_cuda(), get_activation("tanh")
+    layer = ConvLayer(C8, 3, "tanh", backend="cudnn")
+    for dtype in ("float32", "float64"):
+        U, _, Ks, bs, hs = conv_arrays(xp, M, C8, H28, dtype, 1, 9, adjoint=False)
+        X = cb.pack_intervals(U)
+        Kg = xp.reshape(Ks, (M * C8, C8, 3, 3))  # the grouped filter (a view)
+        Y = cb.conv2d_cudnn(X, Kg, M)
+        Z = cb.unpack_intervals(Y, M) + xp.reshape(bs, (M, 1, C8, 1, 1))
+        A = act.value(Z)
+        S = xp.reshape(hs, (M, 1, 1, 1, 1)) * A
+        rows = {"pack_intervals (transposing copy)":
+                lambda: xp.ascontiguousarray(cb.pack_intervals(U)),
+                "grouped cudnn conv (incl. workspace, output)": lambda: cb.conv2d_cudnn(X, Kg, M),
+                "unpack + bias":
+                lambda: cb.unpack_intervals(Y, M) + xp.reshape(bs, (M, 1, C8, 1, 1)),
+                "tanh": lambda: act.value(Z),
+                "h * tanh": lambda: xp.reshape(hs, (M, 1, 1, 1, 1)) * A,
+                "U + h tanh": lambda: U + S,
+                "fused epilogue (the four above in one kernel)":
+                lambda: cb.fused_epilogue(U, Y, bs, hs, act),
+                "whole forward_batched (cudnn)": lambda: layer.forward_batched(U, Ks, bs, hs)}
+        if torch is not None:
+            tX, tK = torch.as_tensor(X, device="cuda"), torch.as_tensor(Kg, device="cuda")
+
+            def torch_conv():
+                torch.backends.cudnn.allow_tf32 = False
+                return torch.nn.functional.conv2d(tX, tK, padding=1, groups=M)
+            rows["PyTorch grouped conv2d alone (no TF32)"] = torch_conv
+        print(f"conv step pieces, {M} intervals, batch {BATCH}, {C8} channels, {H28}x{H28}, "
+              f"{dtype} (ms per call):")
+        for name, fn in rows.items():
+            fn()
+            print(f"  {name:45s} {per_call(xp, fn, max(calls // 100, 10)) * 1e3:8.3f}",
+                  flush=True)
+        if torch is not None:
+            torch.backends.cudnn.allow_tf32 = True

@@ -6,7 +6,7 @@ on CuPy (without a GPU: NumPy). Forward: the serial loop vs braidpy.solve (--hie
 F, step_stacked) for 2 iterations and to a 1e-8 relative drop, split by callback.
 Gradient: ResNet.loss_and_gradient vs GradientSolver's one-shot (2, 2), new and reused
 (split by part), and PyTorch's autograd through the same loop. Min over --repeats,
-synchronized. By option: --conv, --conv-net (_gpu_conv.py); --validation: seconds per
+synchronized. By option: --conv, --conv-net (in _gpu.py); --validation: seconds per
 validation against per training step (target <= 10); --dense-fused: the fused dense
 kernels against the array-API arithmetic per call; --overheads: where the host time of
 small-state GPU runs goes.
@@ -21,9 +21,9 @@ import numpy as np
 
 import braidpy
 
-from _gpu import (BATCH, CFACTOR, TSTOP, WIDTH, ResNet, array_module, best, gradient_times,
-                  mgrit, per_call, serial, sync, timed, torch_cuda, torch_fwd_bwd, weights)
-from _gpu_conv import conv_network, conv_pieces, conv_steps
+from _gpu import (BATCH, CFACTOR, TSTOP, WIDTH, ResNet, array_module, best, conv_network,
+                  conv_pieces, conv_steps, gradient_times, mgrit, per_call, serial, sync, timed,
+                  torch_cuda, torch_fwd_bwd, weights)
 
 
 def forward(xp, n, batch, repeats, hierarchies):
