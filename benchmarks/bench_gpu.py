@@ -207,9 +207,24 @@ def dense_fused_rows(xp, where, repeats, calls=50):
                   f"{ta / tf:6.2f}")
 
 
-def overheads(xp, calls):
-    """Per-call host costs on CuPy; the core's vector operations; braidpy.nn's dense calls
-    against the same operations inline; the grouped cuDNN conv step's pieces."""
+class NoopSteps(ResNet):
+    """bench_gpu.py's ResNet with steps that do nothing: only the core's work is left."""
+
+    def step(self, u, t0, t1, status):
+        return None
+
+    def step_stacked(self, U, t0s, t1s, status):
+        return None
+
+    def call(self):  # (--overheads: a no-op Python method)
+        return None
+
+
+def overheads(xp, calls, n=4096, m=64):
+    """Per-call host costs on CuPy; the core's clone/sum/norm (2 iterations, no-op steps);
+    braidpy.nn's dense calls against the same operations inline; the conv step's pieces."""
+    from braidpy.nn import DenseLayer
+
     def us(fn):
         return f"{per_call(xp, fn, calls) * 1e6:8.2f}"
 
@@ -225,30 +240,6 @@ def overheads(xp, calls):
         print("per-call host cost, microseconds:")
         for name, fn in rows.items():
             print(f"  {name:45s} {us(fn)}", flush=True)
-    core_ops(xp)
-    print("braidpy.nn dense layer calls (width 8, tanh unless named), microseconds per call:")
-    for name, fn in dense_layer_calls(xp).items():
-        fn()
-        print(f"  {name:45s} {us(fn)}", flush=True)
-    if xp is not np:
-        conv_pieces(xp, calls)
-
-
-class NoopSteps(ResNet):
-    """bench_gpu.py's ResNet with steps that do nothing: only the core's work is left."""
-
-    def step(self, u, t0, t1, status):
-        return None
-
-    def step_stacked(self, U, t0s, t1s, status):
-        return None
-
-    def call(self):  # (--overheads: a no-op Python method)
-        return None
-
-
-def core_ops(xp, n=4096):
-    """Per-operation cost of the core's clone/sum/norm: 2 iterations, no-op steps."""
     print(f"the core's vector operations, 2 MGRIT iterations, N={n}, cf {CFACTOR}, no-op steps:")
     for name, mod in (("NumPy", np), ("CuPy", xp)) if xp is not np else (("NumPy", np),):
         K, u0, runs = mod.zeros((1, WIDTH, WIDTH)), mod.ones((1, WIDTH)), []
@@ -264,12 +255,6 @@ def core_ops(xp, n=4096):
               f"{ops} operations (clone {c['clone']}, sum {c['sum']}, norm {c['norm']}) "
               f"+ {c['step'] + c['step_batch']} step calls: "
               f"{(wall - cb) / ops * 1e6:.2f} us per operation", flush=True)
-
-
-def dense_layer_calls(xp, m=64):
-    """braidpy.nn's dense layer calls and the same operations inline with xp."""
-    from braidpy.nn import DenseLayer
-
     rng = np.random.default_rng(2)
     layer, smooth = DenseLayer(WIDTH, "tanh"), DenseLayer(WIDTH, "smooth_relu")
     U, W = (xp.asarray(rng.standard_normal((m, 1, WIDTH))) for _ in range(2))
@@ -277,7 +262,7 @@ def dense_layer_calls(xp, m=64):
     bs = xp.asarray(rng.standard_normal((m, WIDTH)))
     hs = xp.asarray(np.full(m, 1 / 2048))
     u, K, b, h3 = U[0], Ks[0], bs[0], xp.reshape(hs, (m, 1, 1))
-    return {"DenseLayer.forward, one state": lambda: layer.forward(u, K, b, 0.01),
+    rows = {"DenseLayer.forward, one state": lambda: layer.forward(u, K, b, 0.01),
             "the same, smooth_relu (calibrate's default)": lambda: smooth.forward(u, K, b, 0.01),
             "inline u + h tanh(u K^T + b), one state": lambda: u + 0.01 * xp.tanh(u @ K.T + b),
             f"DenseLayer.forward_batched, {m} states":
@@ -288,6 +273,12 @@ def dense_layer_calls(xp, m=64):
             lambda: layer.adjoint_batched(W, U, Ks, bs, hs),
             f"DenseLayer.gradient_batched, {m} states":
             lambda: layer.gradient_batched(W, U, Ks, bs, hs)}
+    print("braidpy.nn dense layer calls (width 8, tanh unless named), microseconds per call:")
+    for name, fn in rows.items():
+        fn()
+        print(f"  {name:45s} {us(fn)}", flush=True)
+    if xp is not np:
+        conv_pieces(xp, calls)
 
 
 def main(argv=None):
