@@ -1,21 +1,19 @@
 """Where, on one GPU, does braidpy's layer-parallel gradient beat PyTorch's serial loop?
 The regime map: launch- or compute-bound, layer-parallel wins or not, and why.
 
-Network: bench_gpu.py --conv-net's conv ResNet (as Kirby et al., IEEE HPEC 2020): a 3x3
-conv opening of a 28x28 image to C channels, N layers u <- u + h tanh(conv(u, K_n) + b_n),
-softmax over 10 classes; the same weights in braidpy and PyTorch. Rows DTYPE:C:N:BATCH:
-{float32, float64} x C {8, 32, 64} x N {256, 1024} x batch {1, 32, 128}.
-Per call: PyTorch's layer call in a loop at its best settings (cudnn.benchmark, TF32 for
-float32, the faster of NCHW and channels_last) and on a 1x1 image, batch 1 (the launch
-floor); braidpy's serial step and batched forward and adjoint over the m = N / cfactor
-intervals, per --backends (the faster runs the gradient; float32 with BRAIDPY_TF32=1).
-Whole gradient: PyTorch's serial fwd+bwd, braidpy's serial loss_and_gradient and its
-reused one-shot (2, 2) GradientSolver (2 levels); the losses compared.
+Network: bench_gpu.py --conv-net's conv ResNet (3x3 conv opening of a 28x28 image to C
+channels, N layers u <- u + h tanh(conv(u, K_n) + b_n), softmax over 10 classes), the same
+weights in braidpy and PyTorch. Rows DTYPE:C:N:BATCH: {float32, float64} x C {8, 32, 64} x
+N {256, 1024} x batch {1, 32, 128}. Per call: PyTorch's layer call at its best settings
+(cudnn.benchmark, TF32 for float32, the faster of NCHW and channels_last) and on a 1x1
+image (the launch floor); braidpy's serial step and batched forward and adjoint over the
+m = N / cfactor intervals, per --backends. Whole gradient: PyTorch's serial fwd+bwd,
+braidpy's serial loss_and_gradient and its reused one-shot (2, 2) GradientSolver.
 Rule (classify): launch-bound if the serial layer call < 2x the floor; gain = serial layer
 call / (batched forward / m); W = one-shot's layer steps / serial's 2N; layer-parallel
-wins if its whole gradient beats the serial reference (PyTorch's, else braidpy's),
-where not measured if gain > W. Min over --repeats after a warm-up, synchronized; rows
-past --budget are skipped, each named with why. --device cpu --small: NumPy, CPU torch.
+wins if its measured whole gradient is faster, else (not measured) if gain > W.
+Min over --repeats after a warm-up, synchronized; rows past --budget are skipped, saying
+why. --device cpu --small: tiny rows on NumPy and CPU PyTorch.
 
 Run: python benchmarks/bench_gpu_regimes.py [--budget S] [--rows PATTERN ...] [--json FILE]
      [--device cpu --small]
