@@ -114,6 +114,42 @@ def case_trainer_state_once_less():
     t.run()
 
 
+def layer_parallel():
+    import torch
+    from braidpy.torch import LayerParallel
+    torch.manual_seed(3)
+    blocks = [torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Tanh()).double()
+              for _ in range(8)]
+    net = LayerParallel(blocks, tstop=1.0, comm=COMM, abs_tol=1e-12, cfactor=2)
+    x = torch.ones(2, 3, dtype=torch.float64)
+    net(x).sum().backward()  # forward #1, backward on every rank
+    return net, x
+
+
+def case_lp_skip_backward():
+    net, x = layer_parallel()
+    y = net(x)
+    if RANK != ODD:
+        y.sum().backward()  # the odd rank skips the backward of its forward #2
+    net(x).sum().backward()
+
+
+def case_lp_backward_twice():
+    net, x = layer_parallel()
+    y = net(x).sum()
+    y.backward(retain_graph=True)
+    if RANK == ODD:
+        y.backward()  # a second backward of forward #2 on the odd rank only
+    net(x).sum().backward()
+
+
+def case_lp_skip_backward_and_leave():
+    net, x = layer_parallel()
+    y = net(x)
+    if RANK != ODD:
+        y.sum().backward()  # the odd rank skips it and leaves
+
+
 def main():
     from mpi_world import expect_world
     expect_world(COMM, sys.argv[1])

@@ -2,7 +2,8 @@
 
 MPI gives no guarantee when one rank calls a collective its peers never call: they wait
 forever. braidpy's collective entry points (``Core`` creation, ``Core.solve``,
-``Trainer.step``, ``run``, ``save``, ``state``) make that visible:
+``Trainer.step``, ``run``, ``save``, ``state``, ``LayerParallel``'s forward and backward)
+make that visible:
 
 - **Entry agreement.** Each entry point opens with one exchange over its communicator
   carrying the entry point's name and the object's call counter (how many entry calls
@@ -35,7 +36,7 @@ import os
 import sys
 import time
 from collections import Counter
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -57,7 +58,7 @@ EXIT_GRACE = 2.0
 
 # The entry points, by code on the wire.
 NAMES = ("", "making a Core", "Core.solve", "Trainer.step", "Trainer.run", "Trainer.save",
-         "Trainer.state")
+         "Trainer.state", "LayerParallel.forward", "LayerParallel.backward")
 _CODE = {name: code for code, name in enumerate(NAMES)}
 
 _cached_timeout: Tuple[Optional[str], float] = (None, DEFAULT_TIMEOUT)
@@ -144,11 +145,16 @@ def _ordinal(n: int) -> str:
 
 
 def entry(comm: Any, calls: Calls, name: str, extra: Sequence[int] = (0, 0),
-          labels: Optional[Sequence[int]] = None) -> Optional[np.ndarray]:
+          labels: Optional[Sequence[int]] = None, hint: str = "",
+          explain: Optional[Callable[[np.ndarray, List[Any]], str]] = None
+          ) -> Optional[np.ndarray]:
     """The entry agreement of ``name`` over ``comm`` (module docstring): every rank's row
     ``[code, total calls, calls of name, *extra]`` (``extra``: two ints the caller
     agrees on as well), or BraidError on every rank when the ranks arrived from
-    different calls. ``labels``: the numbers ranks are known by (default COMM_WORLD's).
+    different calls. ``labels``: the numbers ranks are known by (default COMM_WORLD's);
+    ``hint``: what the caller's users must do, added to that error; ``explain(rows,
+    ranks)``: a sentence the caller reads from the rows (which rank missed which call),
+    put before the rows in that error.
     Serially (``comm`` None or of one rank) the call is counted and None returned.
     """
     rank, size = rank_size(comm)
@@ -168,9 +174,12 @@ def entry(comm: Any, calls: Calls, name: str, extra: Sequence[int] = (0, 0),
         lines = [f"rank {who[r]} called {NAMES[int(c)] or '?'} (its {_ordinal(int(n))} "
                  f"{NAMES[int(c)] or 'call'}, call #{int(t)} on this communicator)"
                  for r, (c, t, n) in enumerate(out[:, :3].tolist())]
+        said = explain(out, who) if explain is not None else ""
         raise BraidError("the ranks took different paths through braidpy: "
-                         + "; ".join(lines) + " (every rank must make the same braidpy "
-                         "calls on a communicator, in the same order)")
+                         + (f"{said}: " if said else "") + "; ".join(lines)
+                         + " (every rank must make the same braidpy calls on a "
+                         "communicator, in the same order"
+                         + (f"; {hint}" if hint else "") + ")")
     return out
 
 
