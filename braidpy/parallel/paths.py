@@ -44,7 +44,8 @@ from .._errors import BraidError
 from .comm import mpi, rank_size
 
 __all__ = ["DEFAULT_TIMEOUT", "TIMEOUT_VARIABLE", "NOTICE_TAG", "timeout_seconds",
-           "entry", "note_call", "wait", "world_ranks", "announce_failure", "Calls"]
+           "entry", "note_call", "wait", "world_ranks", "announce_failure", "departed",
+           "last_seen", "Calls"]
 
 TIMEOUT_VARIABLE = "BRAIDPY_TIMEOUT"
 #: Seconds braidpy waits for the other ranks at an entry point: generous, since a peer may
@@ -238,6 +239,30 @@ def announce_failure(members: Optional[Sequence[int]], why: str) -> None:
             request.Free()
 
 
+def departed(ranks: Sequence[int]) -> Dict[int, str]:
+    """Of ``ranks`` (COMM_WORLD ranks), those that told this process they left the
+    program or failed, each with what it said (non-blocking: takes the notices that
+    have arrived). For a rank that serves peers by messages of its own (asynchronous
+    EASGD's centre) instead of waiting in :func:`wait`."""
+    _drain()
+    me = _world()[1].Get_rank()
+    out = {}
+    for r in ranks:
+        if r in _failed and r != me and (not _failed[r][0] or me in _failed[r][0]):
+            out[r] = _failed[r][1]
+        elif r in _left and r != me:
+            out[r] = f"rank {r} left the program (its braidpy calls: {_left[r]})"
+    return out
+
+
+def last_seen(r: int) -> str:
+    """What COMM_WORLD rank ``r`` was last seen waiting in (its notices), for messages."""
+    seen = _waiting.get(r)
+    return f"rank {r} waits in {seen.get('what', '?')}" if seen is not None else \
+        f"rank {r} is in no braidpy wait (busy or blocked in user code, in an MPI call " \
+        f"outside braidpy, or it never made this call)"
+
+
 def _problem(members: Tuple[int, ...], me: int) -> Optional[str]:
     """Why the wait of a communicator of ``members`` cannot end, if a notice says so."""
     for r in members:  # a failure first: it says more than the exit that followed it
@@ -267,10 +292,12 @@ def _missing(members: Tuple[int, ...], me: int, key: Tuple[str, int]) -> List[st
 
 
 def wait(request: Any, members: Optional[Tuple[int, ...]], what: str,
-         key: Tuple[str, int] = ("", 0)) -> None:
-    """Completes ``request`` (a collective over a communicator of ``members``) or raises
-    BraidError: when a member left or failed, or past the deadline (module docstring).
-    ``what``: the call this rank waits in, for messages."""
+         key: Tuple[str, int] = ("", 0), limit: Optional[float] = None) -> None:
+    """Completes ``request`` (a collective over a communicator of ``members``, or a
+    message from one of them) or raises BraidError: when a member left or failed, or
+    past the deadline (module docstring). ``what``: the call this rank waits in, for
+    messages; ``limit``: the deadline in seconds (default :func:`timeout_seconds`;
+    ``math.inf``: none, only the notices end the wait)."""
     if members is None:  # a communicator MPI cannot place in COMM_WORLD: no notices
         request.Wait()
         return
@@ -279,7 +306,8 @@ def wait(request: Any, members: Optional[Tuple[int, ...]], what: str,
         _peers.update(members)
     if request.Test():
         return
-    limit = timeout_seconds()
+    if limit is None:
+        limit = timeout_seconds()
     MPI, world = _world()
     me = world.Get_rank()
     start = time.monotonic()
