@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 
 from mpi4py import MPI  # noqa: E402
@@ -112,6 +114,95 @@ def case_trainer_state_once_less():
     if RANK != ODD:
         t.state()
     t.run()
+
+
+def layer_parallel():
+    import torch
+    from braidpy.torch import LayerParallel
+    torch.manual_seed(3)
+    blocks = [torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Tanh()).double()
+              for _ in range(8)]
+    net = LayerParallel(blocks, tstop=1.0, comm=COMM, abs_tol=1e-12, cfactor=2)
+    x = torch.ones(2, 3, dtype=torch.float64)
+    net(x).sum().backward()  # forward #1, backward on every rank
+    return net, x
+
+
+def case_lp_skip_backward():
+    net, x = layer_parallel()
+    y = net(x)
+    if RANK != ODD:
+        y.sum().backward()  # the odd rank skips the backward of its forward #2
+    net(x).sum().backward()
+
+
+def case_lp_backward_twice():
+    net, x = layer_parallel()
+    y = net(x).sum()
+    y.backward(retain_graph=True)
+    if RANK == ODD:
+        y.backward()  # a second backward of forward #2 on the odd rank only
+    net(x).sum().backward()
+
+
+def case_lp_skip_backward_and_leave():
+    net, x = layer_parallel()
+    y = net(x)
+    if RANK != ODD:
+        y.sum().backward()  # the odd rank skips it and leaves
+
+
+def easgd(**options):
+    from braidpy.train.easgd import AsyncEASGD
+    return AsyncEASGD(COMM, **{"lr": 0.1, "rho": 0.5, "tau": 1, "momentum": 0.0, **options})
+
+
+def easgd_train(opt, steps, size=3, stall=None):
+    """The centre (rank 0) serves; a worker takes ``steps`` steps towards its own target
+    in a session (``stall``: (step, seconds) it spends in its own code there)."""
+    if opt.is_centre:
+        return opt.serve(np.zeros(size))
+    w = np.zeros(size)
+    with opt.session():
+        for step in range(steps):
+            if stall is not None and step == stall[0]:
+                time.sleep(stall[1])
+            opt.step(w, 0.0, w - RANK)
+    return w
+
+
+def case_easgd_worker_leaves():
+    opt = easgd()
+    if RANK == ODD:  # steps outside a session, then leaves without telling the centre
+        w = np.zeros(3)
+        for _ in range(20):
+            opt.step(w, 0.0, w - RANK)
+        return
+    easgd_train(opt, 600)
+
+
+def case_easgd_step_once_more():
+    opt = easgd()
+    w = easgd_train(opt, 20)
+    if RANK == ODD:  # one more step than its peers: the centre has stopped serving
+        opt.step(w, 0.0, w - RANK)
+
+
+def case_easgd_worker_busy():
+    easgd_train(easgd(), 200, stall=(5, float(os.environ["BRAIDPY_TIMEOUT"]) + 4)
+                if RANK == ODD else None)
+
+
+def case_easgd_option_differs():
+    easgd_train(easgd(tau=2 if RANK == ODD else 1), 20)
+
+
+def case_easgd_centre_differs():
+    easgd_train(easgd(centre=1 if RANK == ODD else 0), 20)
+
+
+def case_easgd_size_differs():
+    easgd_train(easgd(), 20, size=4 if RANK == ODD else 3)
 
 
 def main():

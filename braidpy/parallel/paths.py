@@ -2,7 +2,8 @@
 
 MPI gives no guarantee when one rank calls a collective its peers never call: they wait
 forever. braidpy's collective entry points (``Core`` creation, ``Core.solve``,
-``Trainer.step``, ``run``, ``save``, ``state``) make that visible:
+``Trainer.step``, ``run``, ``save``, ``state``, ``LayerParallel``'s forward and backward)
+make that visible:
 
 - **Entry agreement.** Each entry point opens with one exchange over its communicator
   carrying the entry point's name and the object's call counter (how many entry calls
@@ -35,7 +36,7 @@ import os
 import sys
 import time
 from collections import Counter
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -43,7 +44,8 @@ from .._errors import BraidError
 from .comm import mpi, rank_size
 
 __all__ = ["DEFAULT_TIMEOUT", "TIMEOUT_VARIABLE", "NOTICE_TAG", "timeout_seconds",
-           "entry", "note_call", "wait", "world_ranks", "announce_failure", "Calls"]
+           "entry", "note_call", "wait", "world_ranks", "announce_failure", "departed",
+           "last_seen", "Calls"]
 
 TIMEOUT_VARIABLE = "BRAIDPY_TIMEOUT"
 #: Seconds braidpy waits for the other ranks at an entry point: generous, since a peer may
@@ -57,7 +59,7 @@ EXIT_GRACE = 2.0
 
 # The entry points, by code on the wire.
 NAMES = ("", "making a Core", "Core.solve", "Trainer.step", "Trainer.run", "Trainer.save",
-         "Trainer.state")
+         "Trainer.state", "LayerParallel.forward", "LayerParallel.backward")
 _CODE = {name: code for code, name in enumerate(NAMES)}
 
 _cached_timeout: Tuple[Optional[str], float] = (None, DEFAULT_TIMEOUT)
@@ -144,11 +146,16 @@ def _ordinal(n: int) -> str:
 
 
 def entry(comm: Any, calls: Calls, name: str, extra: Sequence[int] = (0, 0),
-          labels: Optional[Sequence[int]] = None) -> Optional[np.ndarray]:
+          labels: Optional[Sequence[int]] = None, hint: str = "",
+          explain: Optional[Callable[[np.ndarray, List[Any]], str]] = None
+          ) -> Optional[np.ndarray]:
     """The entry agreement of ``name`` over ``comm`` (module docstring): every rank's row
     ``[code, total calls, calls of name, *extra]`` (``extra``: two ints the caller
     agrees on as well), or BraidError on every rank when the ranks arrived from
-    different calls. ``labels``: the numbers ranks are known by (default COMM_WORLD's).
+    different calls. ``labels``: the numbers ranks are known by (default COMM_WORLD's);
+    ``hint``: what the caller's users must do, added to that error; ``explain(rows,
+    ranks)``: a sentence the caller reads from the rows (which rank missed which call),
+    put before the rows in that error.
     Serially (``comm`` None or of one rank) the call is counted and None returned.
     """
     rank, size = rank_size(comm)
@@ -168,9 +175,12 @@ def entry(comm: Any, calls: Calls, name: str, extra: Sequence[int] = (0, 0),
         lines = [f"rank {who[r]} called {NAMES[int(c)] or '?'} (its {_ordinal(int(n))} "
                  f"{NAMES[int(c)] or 'call'}, call #{int(t)} on this communicator)"
                  for r, (c, t, n) in enumerate(out[:, :3].tolist())]
+        said = explain(out, who) if explain is not None else ""
         raise BraidError("the ranks took different paths through braidpy: "
-                         + "; ".join(lines) + " (every rank must make the same braidpy "
-                         "calls on a communicator, in the same order)")
+                         + (f"{said}: " if said else "") + "; ".join(lines)
+                         + " (every rank must make the same braidpy calls on a "
+                         "communicator, in the same order"
+                         + (f"; {hint}" if hint else "") + ")")
     return out
 
 
@@ -229,6 +239,30 @@ def announce_failure(members: Optional[Sequence[int]], why: str) -> None:
             request.Free()
 
 
+def departed(ranks: Sequence[int]) -> Dict[int, str]:
+    """Of ``ranks`` (COMM_WORLD ranks), those that told this process they left the
+    program or failed, each with what it said (non-blocking: takes the notices that
+    have arrived). For a rank that serves peers by messages of its own (asynchronous
+    EASGD's centre) instead of waiting in :func:`wait`."""
+    _drain()
+    me = _world()[1].Get_rank()
+    out = {}
+    for r in ranks:
+        if r in _failed and r != me and (not _failed[r][0] or me in _failed[r][0]):
+            out[r] = _failed[r][1]
+        elif r in _left and r != me:
+            out[r] = f"rank {r} left the program (its braidpy calls: {_left[r]})"
+    return out
+
+
+def last_seen(r: int) -> str:
+    """What COMM_WORLD rank ``r`` was last seen waiting in (its notices), for messages."""
+    seen = _waiting.get(r)
+    return f"rank {r} waits in {seen.get('what', '?')}" if seen is not None else \
+        f"rank {r} is in no braidpy wait (busy or blocked in user code, in an MPI call " \
+        f"outside braidpy, or it never made this call)"
+
+
 def _problem(members: Tuple[int, ...], me: int) -> Optional[str]:
     """Why the wait of a communicator of ``members`` cannot end, if a notice says so."""
     for r in members:  # a failure first: it says more than the exit that followed it
@@ -258,10 +292,12 @@ def _missing(members: Tuple[int, ...], me: int, key: Tuple[str, int]) -> List[st
 
 
 def wait(request: Any, members: Optional[Tuple[int, ...]], what: str,
-         key: Tuple[str, int] = ("", 0)) -> None:
-    """Completes ``request`` (a collective over a communicator of ``members``) or raises
-    BraidError: when a member left or failed, or past the deadline (module docstring).
-    ``what``: the call this rank waits in, for messages."""
+         key: Tuple[str, int] = ("", 0), limit: Optional[float] = None) -> None:
+    """Completes ``request`` (a collective over a communicator of ``members``, or a
+    message from one of them) or raises BraidError: when a member left or failed, or
+    past the deadline (module docstring). ``what``: the call this rank waits in, for
+    messages; ``limit``: the deadline in seconds (default :func:`timeout_seconds`;
+    ``math.inf``: none, only the notices end the wait)."""
     if members is None:  # a communicator MPI cannot place in COMM_WORLD: no notices
         request.Wait()
         return
@@ -270,7 +306,8 @@ def wait(request: Any, members: Optional[Tuple[int, ...]], what: str,
         _peers.update(members)
     if request.Test():
         return
-    limit = timeout_seconds()
+    if limit is None:
+        limit = timeout_seconds()
     MPI, world = _world()
     me = world.Get_rank()
     start = time.monotonic()

@@ -15,6 +15,7 @@ from ..parallel.agree import agreed
 from ..parallel.collectives import bcast_bytes
 from ..parallel.comm import rank_size
 from ..parallel.fingerprint import same_everywhere
+from ..parallel.paths import Calls, entry
 from ._app import BlocksApp
 from ._host import HostBlocksApp, takes_host_states
 from ._halo import HaloPlan, needed_layers, own_layers
@@ -167,6 +168,11 @@ class LayerParallel(torch.nn.Module):
         self.layers = own_layers(owned, depth)
         needed = needed_layers(primal.level_info, adj.level_info, owned, depth)
         self._wire = None if self.size == 1 else comm.Dup()
+        # forward and backward open with an entry agreement over the wire (see
+        # braidpy.parallel.paths): a rank that skips a backward, or calls one twice,
+        # meets its peers' other call there and every rank raises, naming it.
+        self._calls = Calls(self._wire)
+        self._backwards = 0  # backward calls since the latest forward
         self._halo = HaloPlan(self._wire, self.layers, needed)
         self.blocks = torch.nn.ModuleDict()
         # A factory is called here, for this rank's layers only: a failure, or a dtype
@@ -327,6 +333,10 @@ class LayerParallel(torch.nn.Module):
         Under :func:`torch.compile` this call is a graph break: the layers before and
         after it are compiled, the MGRIT solve runs as it does eagerly."""
         self._check_input(x)
+        forwards = self._calls.by_name["LayerParallel.forward"]
+        entry(self._wire, self._calls, "LayerParallel.forward", (forwards, self._backwards),
+              hint=_PATHS_HINT, explain=_explain_paths)
+        self._backwards = 0
         params = self._own_params()
         if torch.is_grad_enabled():
             anchor = torch.zeros((), dtype=x.dtype, device=x.device, requires_grad=True)
@@ -352,6 +362,10 @@ class LayerParallel(torch.nn.Module):
     # ------------------------------------------------------------ backward
     def _backward_solve(self, generation: int, grad_out: torch.Tensor,
                         want_x: bool) -> Tuple[Optional[torch.Tensor], List[torch.Tensor]]:
+        forwards = self._calls.by_name["LayerParallel.forward"]
+        entry(self._wire, self._calls, "LayerParallel.backward", (forwards, self._backwards),
+              hint=_PATHS_HINT, explain=_explain_paths)
+        self._backwards += 1
         if generation != self._generation or self._primal is None:
             raise RuntimeError("LayerParallel: this backward belongs to an earlier forward; "
                                "the layer states are those of the latest forward (call "
@@ -433,6 +447,34 @@ class _Solve(torch.autograd.Function):
         dx, grads = lp._backward_solve(ctx.generation, grad_out, ctx.needs_input_grad[1])
         grads_out = [g if need else None for g, need in zip(grads, ctx.needs_input_grad[3:])]
         return (None, dx, None, *grads_out)
+
+
+_PATHS_HINT = ("LayerParallel's forward and backward are collective: every rank calls "
+               "backward() once after a forward whose output its peers differentiate")
+
+
+def _explain_paths(rows: Any, ranks: List[Any]) -> str:
+    """Which rank skipped or repeated a backward, read from the entry rows
+    ``[code, total, calls of name, forwards before, backwards since the latest forward]``
+    of ranks meeting at LayerParallel's forward and backward."""
+    from ..parallel.paths import NAMES
+
+    names = [NAMES[int(c)] if 0 <= int(c) < len(NAMES) else "" for c in rows[:, 0]]
+    if set(names) != {"LayerParallel.forward", "LayerParallel.backward"}:
+        return ""
+    said = []
+    for r, (name, (f, b)) in enumerate(zip(names, rows[:, 3:5].tolist())):
+        if name == "LayerParallel.forward" and b == 0 and f > 0:
+            said.append(f"rank {ranks[r]} skipped backward() after its forward #{f} (it "
+                        f"called forward #{f + 1} while other ranks called backward)")
+        elif name == "LayerParallel.backward" and b > 0:
+            said.append(f"rank {ranks[r]} called backward() {_times(b + 1)} after its "
+                        f"forward #{f} (other ranks called forward #{f + 1})")
+    return "; ".join(said)
+
+
+def _times(n: int) -> str:
+    return {2: "twice", 3: "three times"}.get(n, f"{n} times")
 
 
 #: Floating-point dtypes the layer states may have under MPI: those braidpy's messages

@@ -30,6 +30,7 @@ instead of held by a master. The optimizer follows braidpy.train's interface
 
 from __future__ import annotations
 
+import math
 import time
 from contextlib import contextmanager
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
@@ -37,8 +38,10 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 from .._errors import BraidError
+from ..parallel import paths
 from ..parallel.agree import describe
 from ..parallel.comm import free_quietly, rank_size
+from ..parallel.fingerprint import same_everywhere
 from ..parallel.interrupts import take_interrupt
 
 __all__ = ["SyncEASGD", "AsyncEASGD"]
@@ -195,6 +198,17 @@ WHY_BYTES = 2000
 #: How long the centre sleeps between polls for a message (seconds): the latency it
 #: adds to an exchange, and how soon it sees a Ctrl-C.
 POLL_SECONDS = 2e-4
+#: Every this many polls without a message the centre reads braidpy's notices (a worker
+#: that left the program) and checks each worker's silence against BRAIDPY_TIMEOUT.
+NOTICE_POLLS = 50
+
+
+class _Gone(Exception):
+    """A worker that left the program (or failed) outside its session."""
+
+    def __init__(self, worker: int, why: str):
+        super().__init__(why)
+        self.worker, self.why = worker, why
 
 
 def _why_bytes(text: str) -> np.ndarray:
@@ -239,16 +253,35 @@ class AsyncEASGD:
         if self.size < 2:
             raise ValueError("AsyncEASGD needs a centre rank and at least one worker: a "
                              f"communicator of >= 2 ranks, got {self.size}")
-        if isinstance(centre, bool) or not isinstance(centre, (int, np.integer)) or \
-                not 0 <= centre < self.size:
-            raise ValueError(f"centre must be a rank of the communicator (0..{self.size - 1}),"
-                             f" got {centre!r}")
+        # Checked here, then compared across the ranks in one collective: a centre or an
+        # option given differently on one rank (which left the workers waiting for a
+        # centre that never serves) is one clear error on every rank.
+        failure: Optional[BaseException] = None
+        fields: Optional[Dict[str, Any]] = None
+        try:
+            if isinstance(centre, bool) or not isinstance(centre, (int, np.integer)) or \
+                    not 0 <= centre < self.size:
+                raise ValueError(f"centre must be a rank of the communicator "
+                                 f"(0..{self.size - 1}), got {centre!r}")
+            self.lr, self.rho, self.tau, self.momentum = _elastic_options(lr, rho, tau,
+                                                                          momentum)
+            if self.lr * self.rho >= 1.0:
+                raise ValueError(f"lr * rho = {self.lr * self.rho:g} must be < 1")
+            fields = {"centre": int(centre), "lr": self.lr, "rho": self.rho,
+                      "tau": self.tau, "momentum": self.momentum}
+        except Exception as exc:  # noqa: BLE001 - raised here by the check below
+            failure = exc
+        same_everywhere(comm, fields, "the asynchronous EASGD set-up", error=failure,
+                        hint="every rank must make AsyncEASGD with the same centre, lr, "
+                             "rho, tau and momentum")
+        del failure
         self.centre = int(centre)
-        self.lr, self.rho, self.tau, self.momentum = _elastic_options(lr, rho, tau, momentum)
-        if self.lr * self.rho >= 1.0:
-            raise ValueError(f"lr * rho = {self.lr * self.rho:g} must be < 1")
         # Our own duplicate: the protocol's tags never meet the user's messages.
         self.comm = comm.Dup()
+        # COMM_WORLD ranks, for braidpy's notices (braidpy.parallel.paths): a worker's
+        # waits for the centre end when the centre leaves or gives up, and the centre
+        # learns of a worker that left without ending its session.
+        self._world = paths.world_ranks(self.comm)
         self._stopped = False
         self.velocity: Optional[np.ndarray] = None
         # Workers: the W̄ of the latest exchange (None before the first); the centre:
@@ -290,14 +323,33 @@ class AsyncEASGD:
 
     def _exchange(self, params: np.ndarray) -> np.ndarray:
         mine = np.ascontiguousarray(params, dtype=np.float64)
-        self.comm.Send(mine, self.centre, _UPDATE)
+        what = f"an asynchronous EASGD exchange with the centre (its step {self.steps})"
+        self._wait(self.comm.Isend(mine, self.centre, _UPDATE), what)
         reply = np.empty(mine.size + 1)
-        self.comm.Recv(reply, self.centre, _REPLY)
+        self._wait(self.comm.Irecv(reply, self.centre, _REPLY), what)
         self.exchanges += 1
         if reply[0] != 0.0:
             self._stopped = True
             raise BraidError(self._stopped_by(int(reply[0]) - 1, self._receive_why()))
         return reply[1:].reshape(params.shape).copy()
+
+    def _wait(self, request: Any, what: str, limit: Optional[float] = None) -> None:
+        """Completes ``request`` (a message to or from the centre) under braidpy's
+        notices and deadline (:func:`braidpy.parallel.paths.wait`): a centre that left
+        the program or gave up, or that does not answer within ``BRAIDPY_TIMEOUT``
+        seconds (``limit``), is a BraidError naming it instead of a wait for ever."""
+        world = self._world
+        members = None if world is None else (world[self.centre], world[self.rank])
+        try:
+            paths.wait(request, members, what, ("easgd", self.steps), limit)
+        except BaseException:
+            self._stopped = True  # the centre is gone or elsewhere: nothing to tell it
+            try:
+                request.Cancel()
+                request.Free()
+            except Exception:  # noqa: BLE001 - MPI may refuse; leaving anyway
+                pass
+            raise
 
     def _receive_why(self) -> str:
         """The failure description the centre sends after every "stop"."""
@@ -305,7 +357,7 @@ class AsyncEASGD:
 
         MPI = mpi()
         status = MPI.Status()
-        self.comm.Probe(self.centre, _WHY, status)
+        self.comm.Probe(self.centre, _WHY, status)  # sent right after the "stop"
         buf = np.empty(status.Get_count(MPI.BYTE), dtype=np.uint8)
         self.comm.Recv([buf, MPI.BYTE], self.centre, _WHY)
         return _text(buf[:WHY_BYTES])
@@ -333,7 +385,11 @@ class AsyncEASGD:
             raise
         self.comm.Send(np.empty(0), self.centre, _DONE)
         final = np.empty(1)
-        self.comm.Recv(final, self.centre, _FINAL)
+        # The centre answers once every worker has ended: no deadline (the others may
+        # train for long), but a centre that leaves or gives up ends this wait.
+        self._wait(self.comm.Irecv(final, self.centre, _FINAL),
+                   "the end of asynchronous EASGD (the centre answers when every worker "
+                   "has ended)", math.inf)
         if final[0] != 0.0:
             raise BraidError(self._stopped_by(int(final[0]) - 1, self._receive_why()))
 
@@ -341,14 +397,46 @@ class AsyncEASGD:
         who = "the centre" if rank == self.centre else "worker"
         return f"training stopped: {who} rank {rank} failed (asynchronous EASGD): {why}"
 
-    def _wait_for_message(self, MPI: Any, status: Any) -> None:
+    def _wait_for_message(self, MPI: Any, status: Any, active: set,
+                          heard: Dict[int, float], failing: bool) -> None:
         """Probe without blocking in MPI: a Ctrl-C (deferred by braidpy, or Python's
-        own) is acted on within a poll, not after the next message."""
+        own) is acted on within a poll, not after the next message. Every
+        :data:`NOTICE_POLLS` polls it also reads braidpy's notices: an active worker
+        that left the program or failed outside its session raises :class:`_Gone`, and
+        workers silent for ``BRAIDPY_TIMEOUT`` seconds are dropped, told, and (unless
+        the centre is already ``failing``) a BraidError naming them is raised."""
+        polls = 0
         while not self.comm.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG, status):
             interrupt = take_interrupt()
             if interrupt is not None:
                 raise interrupt
+            polls += 1
+            if polls % NOTICE_POLLS == 0 and self._world is not None:
+                self._check_workers(active, heard, failing)
             time.sleep(POLL_SECONDS)
+        heard[status.Get_source()] = time.monotonic()
+
+    def _check_workers(self, active: set, heard: Dict[int, float], failing: bool) -> None:
+        assert self._world is not None
+        world = self._world
+        gone = paths.departed([world[w] for w in sorted(active)])
+        for w in sorted(active):
+            if world[w] in gone:
+                raise _Gone(w, gone[world[w]])
+        limit = paths.timeout_seconds()
+        now = time.monotonic()
+        silent = sorted(w for w in active if now - heard[w] > limit)
+        if not silent:
+            return
+        seen = "; ".join(paths.last_seen(world[w]) for w in silent)
+        text = (f"the asynchronous EASGD centre (rank {world[self.centre]}) heard nothing "
+                f"for {limit:g} s ({paths.TIMEOUT_VARIABLE}) from worker rank(s) "
+                f"{', '.join(str(world[w]) for w in silent)}: {seen}")
+        paths.announce_failure([world[self.centre], *(world[w] for w in silent)],
+                               f"the centre gave up: {text}")
+        active.difference_update(silent)
+        if not failing:
+            raise BraidError(text)
 
     # ------------------------------------------------------------------- centre
     def serve(self, center: np.ndarray) -> np.ndarray:
@@ -370,12 +458,35 @@ class AsyncEASGD:
         incoming = np.empty(flat.size)
         reply = np.empty(flat.size + 1)
         status = MPI.Status()
+        start = time.monotonic()
+        heard = {w: start for w in active}  # when each worker was last heard from
         while active:
             owed: Optional[int] = None  # a worker waiting for this update's reply
             try:
-                self._wait_for_message(MPI, status)
+                try:
+                    self._wait_for_message(MPI, status, active, heard,
+                                           own_error is not None)
+                except _Gone as gone:  # left without ending its session: its failure
+                    active.discard(gone.worker)
+                    if failed is None:
+                        failed, why = gone.worker, gone.why
+                    continue
                 source, tag = status.Get_source(), status.Get_tag()
-                if tag == _UPDATE:
+                if tag == _UPDATE and status.Get_count(MPI.BYTE) != flat.nbytes:
+                    # Another number of parameters than the centre's: that worker fails
+                    # (its reply has its own size, so that it reads the stop).
+                    count = status.Get_count(MPI.BYTE)
+                    self.comm.Recv([np.empty(count, np.uint8), MPI.BYTE], source, _UPDATE)
+                    active.discard(source)
+                    if failed is None:
+                        failed = source
+                        why = (f"it sent {count // 8} parameters where the centre holds "
+                               f"{flat.size} (every worker must train the same parameters)")
+                    stop = np.zeros(count // 8 + 1)
+                    stop[0] = failed + 1.0
+                    self.comm.Send(stop, source, _REPLY)
+                    self.comm.Send(_why_bytes(why), source, _WHY)
+                elif tag == _UPDATE:
                     self.comm.Recv(incoming, source, _UPDATE)
                     owed = source
                     reply[0] = 0.0 if failed is None else failed + 1.0
