@@ -1,9 +1,8 @@
-"""Running a side of a benchmark in another process: its one ``RESULT {json}`` line back.
+"""Running part of a benchmark in another process and reading back its ``RESULT {json}``.
 
-bench_vs_pymgrit.py and bench_vs_torchbraid.py time braidpy against a library that cannot
-share braidpy's environment: its virtualenv's interpreter runs a worker (under that venv's
-own mpiexec for several ranks). scaling.py and the perf benchmarks launch MPI children in
-a session of their own, killed with everything they started when they overrun.
+Another library's side in its own virtualenv (bench_vs_pymgrit.py, bench_torch.py
+--torchbraid; under that venv's mpiexec for several ranks), and scaling.py's MPI launches,
+each in a session of its own, killed with everything it started when it overruns.
 """
 
 from __future__ import annotations
@@ -20,7 +19,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from _harness import HERE, PREFIX, ROOT, THREAD_ENV, _read  # noqa: F401 - THREAD_ENV: theirs
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+PREFIX = "RESULT "
+#: One thread per process (the ranks' and the sidecars' machines are small and shared).
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+               "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS", "BLIS_NUM_THREADS")
+THREAD_ENV = {k: "1" for k in THREAD_VARS[:3]}
 
 
 def result_line(out: Any) -> None:
@@ -41,10 +46,9 @@ def venv_python(env_var: str, default: Path, setup_hint: str) -> Path:
     """The interpreter of the virtualenv named by ``env_var`` (else ``default``), or exit
     with ``setup_hint`` saying how to make it."""
     venv = Path(os.environ.get(env_var, default)).expanduser()
-    python = venv / "bin" / "python"
-    if not python.exists():
+    if not (venv / "bin" / "python").exists():
         sys.exit(f"no virtualenv at {venv}: run `{setup_hint}` (or set {env_var})")
-    return python
+    return venv / "bin" / "python"
 
 
 def mpiexec_for(python: Path) -> str:
@@ -67,30 +71,26 @@ def run_for_result(cmd: Sequence[str], env: Mapping[str, str], timeout: float) -
     return result
 
 
-def _processes() -> Dict[int, tuple]:
-    """pid -> (parent pid, session id) of every process /proc shows."""
-    out = {}
-    for entry in os.listdir("/proc"):
-        stat = _read(f"/proc/{entry}/stat") if entry.isdigit() else None
-        try:
-            fields = stat.rsplit(")", 1)[1].split() if stat else []
-            out[int(entry)] = (int(fields[1]), int(fields[3]))
-        except (IndexError, ValueError):
-            continue
-    return out
+def _stat(pid: int) -> List[str]:
+    """The fields of /proc/PID/stat after the command name: state, ppid, pgrp, session."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
 
 
 def launch_tree(pid: int) -> List[int]:
     """The launch ``pid`` and every process it started: its descendants (MPICH's proxy
     starts each rank in a session of its own) and its session's processes."""
-    procs = _processes()
+    stats = {int(p): _stat(int(p)) for p in os.listdir("/proc") if p.isdigit()}
+    procs = {p: (int(f[1]), int(f[3])) for p, f in stats.items() if len(f) > 3}
     tree, todo = {pid}, [pid]
     while todo:
         parent = todo.pop()
-        for child, (ppid, _) in procs.items():
-            if ppid == parent and child not in tree:
-                tree.add(child)
-                todo.append(child)
+        children = [c for c, (ppid, _) in procs.items() if ppid == parent and c not in tree]
+        tree.update(children)
+        todo += children
     tree.update(p for p, (_, sid) in procs.items() if sid == pid)
     return sorted(tree)
 
@@ -104,14 +104,10 @@ def kill_launch(proc: subprocess.Popen) -> None:
             with contextlib.suppress(OSError):
                 os.kill(pid, sig)
         deadline = time.perf_counter() + 3
-        while time.perf_counter() < deadline:
+        while tree and time.perf_counter() < deadline:
             proc.poll()
-            alive = [p for p in tree if os.path.exists(f"/proc/{p}") and
-                     "Z" not in ((_read(f"/proc/{p}/stat") or ") Z").rsplit(")", 1)[1][:3])]
-            if not alive:
-                return
+            tree = [p for p in tree if _stat(p)[:1] not in ([], ["Z"])]  # gone or zombie
             time.sleep(0.05)
-        tree = alive
     proc.poll()
 
 
@@ -120,26 +116,18 @@ def launch(cmd: List[str], env: Dict[str, str], timeout: float, workdir: str,
     """Run ``cmd`` in a session of its own; ``watch(elapsed)`` is polled and a reason it
     returns stops the run ("stopped"); past ``timeout`` s it is killed ("timeout")."""
     out_path = os.path.join(workdir, f"launch-{time.monotonic_ns()}.out")
-    start = time.perf_counter()
+    start, status, why = time.perf_counter(), "exited", None
     with open(out_path, "w+", encoding="utf-8", errors="replace") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
                                 cwd=ROOT, start_new_session=True)
-        status, why = "exited", None
         try:
-            while True:
-                try:
-                    proc.wait(timeout=0.1)
-                    break
-                except subprocess.TimeoutExpired:
-                    pass
+            while proc.poll() is None:
+                time.sleep(0.1)
                 elapsed = time.perf_counter() - start
                 reason = watch(elapsed) if watch else None
-                if reason:
-                    status, why = "stopped", reason
-                    kill_launch(proc)
-                    break
-                if elapsed > timeout:
-                    status, why = "timeout", f"timeout: killed after {timeout:.0f} s"
+                if reason or elapsed > timeout:
+                    status, why = ("stopped", reason) if reason else (
+                        "timeout", f"timeout: killed after {timeout:.0f} s")
                     kill_launch(proc)
                     break
         finally:  # interrupted (Ctrl-C, SIGTERM): the launch's own session goes too

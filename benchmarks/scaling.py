@@ -1,47 +1,27 @@
 """Where does layer parallelism pay on this host, and against what? Serial vs layer-parallel
 vs data-parallel vs the best grid vs ``--grid auto``, per step and to the same loss.
 
-Every rank count P (1, 2, 4, 8, 16 up to the physical cores, unless --oversubscribe or
---ranks) and row is one line of a table; the columns are
+Per rank count P (1, 2, 4, 8, 16 up to the physical cores, or --ranks) and row, the
+columns: serial (``braidpy train --mode serial``, one process; time rows: sequential
+stepping), layer (``--grid 1,1,P`` with the setting ``--grid auto`` would choose for that
+grid and ``--quality-check-every K``; K = 0: the preset's setting, no checks; time rows: the
+example's MGRIT on P ranks), data (``--grid P,1,1 --mode serial``), best (the fastest grid
+measured at P; --mixed adds every D,1,L) and auto (``--grid auto`` with the checks, from a
+``braidpy calibrate`` made first). Rows: peaks256, peaks1024 (``train peaks --preset paper
+--samples 5000``, L-BFGS), batch32 (1024 layers, Adam on shuffled batches of 32), heat and
+ode (examples ex02/ex01, 16384 steps, MGRIT to 1e-8); --small: 16 layers, 512 steps.
 
-- serial: ``braidpy train --mode serial`` on one process (training rows); plain
-  sequential stepping of the example's app (time rows);
-- layer 1,1,P: ``--grid 1,1,P --quality-check-every K`` (default 10) with the one-shot
-  setting ``--grid auto`` would choose for that grid (braidpy.perf.auto.qualified); K = 0
-  or no calibration: the preset's (m1 = m2 = 2, FCF, 2 levels, cf 4), no checks. Time
-  rows: the example's own MGRIT solve on P ranks;
-- data P,1,1: ``--grid P,1,1 --mode serial`` (exact backpropagation per shard);
-- best: the fastest grid measured at P (with --mixed also every D,1,L), per metric;
-- auto: what ``--grid auto --quality-check-every K`` picks (braidpy.perf.auto.decide_grid)
-  from a ``braidpy calibrate`` made at the start (or --calibration); a grid and setting
-  already measured is that run, else a ``--grid auto`` run is timed and its grid checked.
-
-Rows: peaks256, peaks1024 (``train peaks --preset paper --layers N --samples 5000``,
-L-BFGS), batch32 (1024 layers, ``--batch 32 --shuffle --optimizer adam``), heat
-(examples/ex02_heat1d.py --ntime 16384 --tol 1e-8), ode (ex01_scalar_ode.py, same).
-
-Training cells, from the run's ``--log`` JSON lines: time per step (median, the first
-step left out when there are two or more) and time to the serial run's loss (the mean of
-its last W losses after K steps: --steps 20 for L-BFGS, --adam-steps 100 with --window 10
-for Adam; a run's time to it sums its step times up to the first step whose trailing
-W-step mean is <= the target, relative slack 1e-9; ``check_seconds``: the quality checks'
-part). A parallel run stops at the target, at M = 2K steps (--max-steps-factor), at
---cap (1.5) x serial's time (lower where --budget needs), or early when its loss is
-behind serial's and its pace projects past that limit ("abandoned"). Time cells: time to
-1e-8 (the slowest rank's ``r.timings['total']`` after a warm-up) beside sequential
-stepping; the 1-rank column is MGRIT's work ratio.
-
-First the host (cores, MPI, BLAS threads, versions, commit; _harness.host_info) and
-cpu_scaling.py's check that P processes of NumPy work run as fast as one; then the plan
-(one serial gradient per row timed in a child; --dry-run stops there). Every launch runs
-with one thread per rank, in a session of its own, killed with all its processes past
-its time ("timeout"). Serial runs first, then P from the largest down; --budget (240 s)
-lowers K (never below --min-steps) until the estimate fits and cuts or skips launches,
-each cut cell with its reason. More ranks than cores are marked "over".
+Training cells from each run's ``--log``: seconds per step (median, the first step left
+out) and seconds to the serial run's loss (the mean of its last --window losses after K
+steps). A parallel run stops at that loss, at M = 2K steps, at --cap x serial's time (less
+where --budget needs), or when its loss is behind serial's and its pace projects past
+that limit ("abandoned"). Time cells: the slowest rank's solve after a warm-up.
+The host, cpu_scaling.py's core check and the plan (--dry-run stops there) come first;
+--budget lowers K and cuts or skips launches, each cell with its reason. Every launch has
+one thread per rank and is killed with all its processes past its time.
 
     python benchmarks/scaling.py [--json FILE] [--quick | --small] [--budget S]
-        [--ranks 1 2 4 ...] [--oversubscribe] [--steps K] [--rows ...] [--mixed] [--dry-run]
-    STEPS="scale" bash benchmarks/gpu_check.sh     # on a 16-core GPU machine
+        [--ranks 1 2 4 ...] [--steps K] [--rows ...] [--mixed] [--dry-run]
 """
 
 from __future__ import annotations
@@ -49,28 +29,291 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import sys
-from typing import Any, Dict, Optional, Sequence
+import tempfile
+from typing import Any, Dict, List, Optional, Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _harness import print_table  # noqa: E402
-from _scaling_cells import setting_text, training_metrics, with_speedup  # noqa: E402,F401
-from _scaling_measure import measure  # noqa: E402
-from _scaling_runs import (first_reaching, losses_of, read_log, seconds_of,  # noqa: E402,F401
-                           target_loss, time_rows, trailing_means, training_rows, worker)
+from _harness import find_mpiexec, host_info, print_host, print_table  # noqa: E402
+from _scaling_runs import (SCRIPT, Runner, auto_choice, calibrate, core_check,  # noqa: E402
+                           estimates, first_reaching, launch_seconds, losses_of, metric,
+                           plan, read_log, run_training, seconds_of, target_loss,
+                           time_launch, time_rows, trailing_means, training_metrics,
+                           training_rows, with_speedup, worker)
+from _sidecar import launch  # noqa: E402
+
+__all__ = ["first_reaching", "losses_of", "read_log", "seconds_of", "target_loss",
+           "trailing_means", "training_metrics", "with_speedup", "short", "main"]
+NAMES = ("per_step", "to_target")
+
+
+def cell(P: int, column: str, grid: Optional[str], over: bool, metrics: Dict[str, Any],
+         **extra: Any) -> Dict[str, Any]:
+    return {"P": P, "column": column, "grid": grid, "over": over, "metrics": metrics, **extra}
+
+
+def reasons(names: Sequence[str], why: str, kind: str) -> Dict[str, Any]:
+    return {n: metric(reason=why, kind=kind) for n in names}
+
+
+def best_cell(cells: Sequence[dict], P: int, names: Sequence[str], over: bool) -> dict:
+    """The fastest grid measured at P, per metric."""
+    metrics: Dict[str, Any] = {}
+    for name in names:
+        have = [c for c in cells if c["P"] == P and c["column"] != "best"
+                and "seconds" in c["metrics"].get(name, {})]
+        c = min(have, key=lambda c: c["metrics"][name]["seconds"], default=None)
+        metrics[name] = {**c["metrics"][name], "column": c["column"], "grid": c["grid"]} \
+            if c else metric(reason=f"no grid measured a number at P = {P}", kind="none")
+    return cell(P, "best", None, over, metrics)
+
+
+def setting_args(s: Dict[str, Any]) -> List[str]:
+    """braidpy train's options of a Setting (as a dict)."""
+    return ["--m1", str(s["m1"]), "--m2", str(s["m2"]), "--relax", s["relax"], "--levels",
+            str(s["levels"]), "--cf", str(s["cfactor"])]
+
+
+def setting_text(s: Optional[Dict[str, Any]]) -> str:
+    """A table's short form of a Setting: 'm1/2 F L3 cf8'."""
+    return f"m{s['m1']}/{s['m2']} {s['relax']} L{s['levels']} cf{s['cfactor']}" if s else ""
+
+
+# ------------------------------------------------------------------ the measurements
+
+
+def measure(args: argparse.Namespace) -> Dict[str, Any]:
+    """The whole run (logs and the calibration in a temporary folder, removed after)."""
+    workdir = tempfile.mkdtemp(prefix="braidpy-scaling-")
+    try:
+        return _measure(args, workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _measure(args: argparse.Namespace, workdir: str) -> Dict[str, Any]:
+    mpiexec = find_mpiexec()
+    host = host_info(mpiexec)
+    cores = host["cpu"]["cores_for_ranks"]
+    ranks = sorted(set(args.ranks or ([1, 2] if args.small else
+                                      [P for P in (1, 2, 4, 8, 16) if P <= cores])))
+    runner = Runner(args, mpiexec, host["mpi"]["implementation"], cores, workdir)
+    print_host(host, runner.child_env)
+    print(f"ranks {' '.join(map(str, ranks))} ({cores} physical cores for ranks"
+          + ("; more ranks than cores: those timings are not scaling, marked 'over'"
+             if max(ranks) > cores else "") + ")", flush=True)
+    if max(ranks) > 1:
+        check = host["core_check"] = core_check(max(ranks))
+        print(f"cores check (benchmarks/cpu_scaling.py): {check['processes']} processes of "
+              f"the same NumPy work at once take {check['ratio']:.2f}x one process's time "
+              f"({check['one_seconds'] * 1e3:.0f} ms)"
+              + ("" if check["ratio"] < 1.3 else ": the ranks will not have a core each "
+                 "(hyperthreads, a shared host or other load): expect less than P-fold"),
+              flush=True)
+    train = [r for r in training_rows(args.small, args.quick) if r["name"] in args.rows]
+    times = [r for r in time_rows(args.small) if r["name"] in args.rows]
+    for row in train:
+        adam = row["optimizer"] == "adam"
+        row["steps"], row["window"] = (args.adam_steps, args.window) if adam else (args.steps, 1)
+    use_auto = bool(train) and max(ranks) > 1
+
+    # The plan: one serial gradient per training row and a few sequential steps per time
+    # row, timed in a child, give the estimate and the step counts that fit --budget.
+    spec = {"task": "probe", "training": [{k: r[k] for k in ("name", "layers", "samples")}
+                                          for r in train],
+            "time": [{k: r[k] for k in ("name", "example", "args")} for r in times]}
+    probe = launch([sys.executable, SCRIPT, "--worker", json.dumps(spec)], runner.env, 120,
+                   workdir)
+    steps = probe["result"] or {}
+    for row in train:
+        lbfgs = 1.35 if row["optimizer"] == "lbfgs" else 1.0
+        row["step_estimate"] = steps.get(row["name"], 0.05) * lbfgs
+    for row in times:
+        row["step_estimate"] = steps.get(row["name"], 1e-4)
+    the_plan = plan(train, times, ranks, args, use_auto)
+    the_plan["probe"] = steps or {"error": probe["output_tail"][-400:]}
+    print(f"plan: {len(train)} training rows, {len(times)} time rows, ranks "
+          f"{' '.join(map(str, ranks))}; estimated {the_plan['estimate_seconds']:.0f} s"
+          + (f" (budget {args.budget:.0f} s; launches that would overrun it are cut short "
+             f"or skipped, each with its reason)" if args.budget else " (no budget)"))
+    for row in train:
+        print(f"  {row['name']}: serial ~{row['step_estimate']:.3g} s/step, K = "
+              f"{row['steps']} steps" + (" (lowered to fit --budget)" if row["name"] in
+                                         the_plan["lowered"] else "")
+              + f", window {row['window']}, at most {args.max_steps_factor * row['steps']} "
+              f"steps per parallel run")
+    print(flush=True)
+    if args.dry_run:
+        return {"host": host, "ranks": ranks, "plan": the_plan, "rows": [],
+                "elapsed_seconds": runner.budget.elapsed()}
+    runner.remaining = estimates(train, times, ranks, args.cap, use_auto)
+
+    report: Dict[str, Any] = {
+        "script": "benchmarks/scaling.py", "argv": sys.argv[1:], "host": host,
+        "child_env": runner.child_env, "ranks": ranks, "cores_for_ranks": cores,
+        "settings": {k: v for k, v in vars(args).items() if k != "worker"},
+        "plan": the_plan, "rows": [], "elapsed_seconds": None}
+    cal: Dict[str, Any] = {"status": "not needed (one rank, or no training row)"}
+    if use_auto:
+        print("calibrating (braidpy calibrate) for --grid auto ...", flush=True)
+        cal = calibrate(runner, ranks, train)
+        print(f"  calibration: {cal['status']}"
+              + (f" in {cal['seconds']:.1f} s" if cal.get("seconds") else "")
+              + (f": {cal['reason']}" if cal.get("reason") else ""), flush=True)
+    report["calibration"] = cal
+    rows = {r["name"]: {"name": r["name"], "kind": "training" if r in train else "time",
+                        "title": r["title"], "serial": None, "target": None, "cells": [],
+                        **{k: r[k] for k in ("args", "example", "optimizer", "steps",
+                                             "window", "ntime") if k in r}}
+            for r in train + times}
+    report["rows"] = list(rows.values())
+
+    def save() -> None:
+        report["elapsed_seconds"] = runner.budget.elapsed()
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as f:
+                json.dump(report, f, indent=1, default=str)
+
+    # ---- serial runs: the targets
+    serial_means: Dict[str, List[Optional[float]]] = {}
+    for row in train:
+        out, key = rows[row["name"]], (row["name"], "serial", 1)
+        print(f"{row['name']}: serial, {row['steps']} steps ...", flush=True)
+        why = runner.skip_reason(1, 2.0)
+        out["serial"] = cell(1, "serial", None, False, reasons(NAMES, why or "", "skipped"),
+                             mode="serial")
+        if not why:
+            run = run_training(runner, row, 1, None, "serial", key, None, [], 0.0, row["steps"])
+            losses, secs = run["losses"], run["step_seconds"]
+            if losses:
+                loss = target_loss(losses, row["window"])
+                hit = first_reaching(losses, secs, loss, row["window"]) or (len(losses), sum(secs))
+                out["target"] = {"loss": loss, "window": row["window"], "step": hit[0],
+                                 "seconds": hit[1], "serial_steps": len(losses)}
+                serial_means[row["name"]] = trailing_means(losses, row["window"])
+            out["serial"].update(run=run, metrics=training_metrics(
+                run, out["target"], row["window"], row["steps"]))
+        runner.done(key)
+        save()
+    if times:
+        print("time rows: sequential stepping ...", flush=True)
+        results = time_launch(runner, times, 1, False, ("time", "serial", 1))
+        for row in times:
+            rows[row["name"]]["serial"] = cell(1, "serial", None, False, {
+                "solve": results[row["name"]]}, mode="sequential", run=results["_run"])
+        save()
+
+    # ---- P from the largest down
+    for P in sorted(ranks, reverse=True):
+        over = P > cores
+        if times:
+            print(f"P = {P}: time rows, MGRIT ...", flush=True)
+            results = time_launch(runner, times, P, True, ("time", "layer", P))
+            for row in times:
+                cells = rows[row["name"]]["cells"]
+                seq = rows[row["name"]]["serial"]["metrics"]["solve"].get("seconds")
+                cells.append(cell(P, "layer", f"1,1,{P}", over, {"solve": with_speedup(
+                    results[row["name"]], seq)}, mode="mgrit", run=results["_run"]))
+                cells.append(cell(P, "data", None, over, reasons(
+                    ("solve",), "n/a: time integration has no data dimension", "n/a")))
+                cells.append(cell(P, "auto", None, over, reasons(
+                    ("solve",), "n/a: --grid auto is a braidpy train option", "n/a")))
+                cells.append(best_cell(cells, P, ("solve",), over))
+            save()
+        for row in train:
+            training_cells(runner, row, rows[row["name"]], P, over,
+                           serial_means.get(row["name"], []), args)
+            save()
+    save()
+    return report
+
+
+def training_cells(runner: Runner, row: dict, out: dict, P: int, over: bool,
+                   serial_means: Sequence[Optional[float]], args: argparse.Namespace) -> None:
+    """The cells of one training row at P: data, layer, --mixed grids, auto, best."""
+    target, cells, K = out["target"], out["cells"], args.quality_check_every
+    serial = out["serial"]["metrics"] if out["serial"] else {}
+    s_target = target["seconds"] if target else None
+    max_steps = args.max_steps_factor * row["steps"] if target else max(2, row["steps"])
+    checks = ["--quality-check-every", str(K)] if K else []
+
+    def run(column: str, grid: str, mode: Optional[str] = None,
+            extra: Sequence[str] = ()) -> dict:
+        key = (row["name"], column, P)
+        share = runner.share(key)
+        limit = min(args.cap * s_target if s_target else share,
+                    max(share - launch_seconds(P), 0.5))
+        print(f"P = {P}: {row['name']} {column} ({grid}, {mode or 'one-shot'}) ...",
+              flush=True)
+        why = runner.skip_reason(P, min(share, launch_seconds(P) + 1))
+        c = cell(P, column, grid, over, reasons(NAMES, why or "", "skipped"),
+                 mode=mode or "oneshot")
+        if not why:
+            c["run"] = r = run_training(runner, row, P, grid, mode, key, target, serial_means,
+                                        limit, max_steps, extra)
+            c["metrics"] = training_metrics(r, target, row["window"], max_steps)
+            with_speedup(c["metrics"]["per_step"], serial.get("per_step", {}).get("seconds"))
+            with_speedup(c["metrics"]["to_target"], s_target)
+        runner.done(key)
+        return c
+
+    if P == 1:
+        failed = metric(reason="the serial run failed", kind="error")
+        cells.append(cell(1, "data", "1,1,1", over, {n: {
+            **serial.get(n, failed), "same_as": "serial", "speedup": 1.0} for n in NAMES},
+            mode="serial"))
+    else:
+        cells.append(run("data", f"{P},1,1", "serial"))
+    # The layer grid with the setting --grid auto would choose for it (and its checks);
+    # one rank runs serial backpropagation in the default mode: nothing to choose.
+    choice = auto_choice(row, P, runner.calibration, K, grid=(1, 1, P)) if K and P > 1 else {}
+    setting = choice.get("setting")
+    layer = run("layer", f"1,1,{P}", None, setting_args(setting) + checks if setting else ())
+    layer.update(setting=setting, checks=K if setting else 0)
+    if "error" in choice:
+        layer["setting_reason"] = f"the preset's setting: {choice['error']}"
+    cells.append(layer)
+    if args.mixed:
+        cells += [run("mixed", f"{d},1,{P // d}") for d in range(2, P) if P % d == 0]
+
+    choice = auto_choice(row, P, runner.calibration, K)
+    grid = ",".join(map(str, choice["shape"])) if "shape" in choice else None
+    # A measured grid is --grid auto's run only if it ran auto's setting and checks (a
+    # cell without a setting ran the preset's).
+    chosen = None if choice.get("preset_setting") else choice.get("setting")
+    same = [c for c in cells if c["P"] == P and grid and c["grid"] == grid
+            and c.get("mode") == "oneshot" and c.get("setting") == chosen
+            and c.get("checks", 0) == (K if P > 1 else 0)]
+    if "error" in choice or same:
+        runner.done((row["name"], "auto", P))
+        auto = cell(P, "auto", None, over, reasons(NAMES, f"--grid auto: {choice.get('error')}",
+                                                   "error"))
+        if same:
+            auto.update(grid=grid, mode="oneshot", metrics={n: {
+                **same[0]["metrics"][n], "same_as": same[0]["column"]} for n in NAMES})
+    else:
+        auto = run("auto", "auto", None, checks if P > 1 else [])
+        got = auto.get("run", {}).get("grid")
+        if got and ",".join(map(str, got)) != grid:
+            auto["mismatch"] = f"predicted {grid}, the run chose {','.join(map(str, got))}"
+        auto["grid"] = ",".join(map(str, got)) if got else grid
+    auto["choice"] = choice
+    cells += [auto, best_cell(cells, P, NAMES, over)]
+
 
 # ------------------------------------------------------------------ the tables
+
+HEADS = {"layer": "layer 1,1,P", "data": "data P,1,1 (serial mode)", "best": "best",
+         "auto": "--grid auto", "mixed": "mixed D,1,L"}
 
 
 def short(m: Dict[str, Any]) -> str:
     """A table cell: seconds and speedup, or a short form of the reason."""
     if "seconds" in m:
-        text = f"{m['seconds']:.3g}"
-        if "speedup" in m:
-            text += f" ({m['speedup']:.2f}x)"
-        return text
+        return f"{m['seconds']:.3g}" + (f" ({m['speedup']:.2f}x)" if "speedup" in m else "")
     kind, reason = m.get("kind"), m.get("reason", "")
     if kind in ("limit", "projected") and m.get("at_least"):
         bound = f" (<{m['speedup_below']:.2f}x)" if "speedup_below" in m else ""
@@ -81,65 +324,52 @@ def short(m: Dict[str, Any]) -> str:
             "none": "-"}.get(kind, reason[:20])
 
 
+def cell_text(c: dict, column: str, name: str) -> str:
+    m = c["metrics"].get(name, {})
+    label = (m.get("grid") if column == "best" else
+             c.get("grid") if column in ("auto", "mixed") else "") or ""
+    if column in ("layer", "auto"):  # the MGRIT setting it ran
+        choice = c.get("choice") or {}
+        ran = c.get("setting") or (choice.get("setting") if choice.get("runs_mgrit") else None)
+        label = f"{label} {setting_text(ran)}".strip()
+    text = short(m) + (f" {m['iterations']} it" if "iterations" in m else "")
+    return f"{label} {'= ' + m['same_as'] + ': ' if m.get('same_as') else ''}{text}".strip()
+
+
 def print_tables(report: Dict[str, Any]) -> None:
-    print()
-    print("Seconds (speedup over serial). '>X (<Yx)': stopped at its limit of X s without "
+    print("\nSeconds (speedup over serial). '>X (<Yx)': stopped at its limit of X s without "
           "a step / the loss; '... proj.': stopped early, its pace projecting more than X s "
           "to the loss; 'not in M steps': ran M steps without reaching the loss; 'over': "
           "more ranks than physical cores. Every reason in full in the JSON.")
     for row in report["rows"]:
-        print()
-        print(f"== {row['name']}: {row['title']}")
-        serial = row.get("serial") or {}
-        cols = ["layer", "data", "best", "auto"] + (["mixed"] if any(
-            c["column"] == "mixed" for c in row["cells"]) else [])
+        print(f"\n== {row['name']}: {row['title']}")
+        cells, serial = row["cells"], (row.get("serial") or {}).get("metrics", {})
         if row["kind"] == "training":
             t = row.get("target")
-            sm = serial.get("metrics", {})
-            if t:
-                print(f"   serial (--mode serial, 1 rank): {short(sm['per_step'])} s/step; "
-                      f"target loss {t['loss']:.5g} (mean of the last {t['window']}) of "
-                      f"{t['serial_steps']} steps, reached at step {t['step']} in "
-                      f"{t['seconds']:.3g} s")
-            else:
-                print(f"   serial: {sm.get('per_step', {}).get('reason', 'failed')}")
+            print(f"   serial (--mode serial, 1 rank): {short(serial['per_step'])} s/step; "
+                  f"target loss {t['loss']:.5g} (mean of the last {t['window']}) of "
+                  f"{t['serial_steps']} steps, reached at step {t['step']} in "
+                  f"{t['seconds']:.3g} s" if t else
+                  f"   serial: {serial.get('per_step', {}).get('reason', 'failed')}")
             names = (("per_step", "seconds per step"),
                      ("to_target", "seconds to the serial run's loss"))
+            columns = ["layer", "data", "best", "auto"] + (
+                ["mixed"] if any(c["column"] == "mixed" for c in cells) else [])
+            heads = [HEADS[c] for c in columns]
         else:
-            sm = serial.get("metrics", {}).get("solve", {})
-            print(f"   sequential stepping (1 process): "
-                  + (f"{sm['seconds']:.3g} s" if "seconds" in sm else sm.get("reason", "")))
+            s = serial.get("solve", {})
+            print("   sequential stepping (1 process): "
+                  + (f"{s['seconds']:.3g} s" if "seconds" in s else s.get("reason", "")))
             names = (("solve", "seconds to solve to 1e-8 (iterations)"),)
-            cols = ["layer", "best"]
+            columns, heads = ["layer", "best"], ["time-parallel", "best"]
         for name, what in names:
             table = []
-            for P in sorted({c["P"] for c in row["cells"]}):
-                line = [f"{P}" + (" over" if any(c["P"] == P and c.get("over")
-                                                  for c in row["cells"]) else "")]
-                for col in cols:
-                    cs = [c for c in row["cells"] if c["P"] == P and c["column"] == col]
-                    parts = []
-                    for c in cs:
-                        m = c["metrics"].get(name, {})
-                        label = (m.get("grid") or "") if col == "best" else \
-                            (c.get("grid") or "") if col in ("auto", "mixed") else ""
-                        if col in ("layer", "auto"):  # the MGRIT setting it ran
-                            choice = c.get("choice") or {}
-                            ran = c.get("setting") or (choice.get("setting")
-                                                       if choice.get("runs_mgrit") else None)
-                            label = f"{label} {setting_text(ran)}".strip()
-                        text = short(m)
-                        if name == "solve" and "iterations" in m:
-                            text += f" {m['iterations']} it"
-                        if m.get("same_as"):
-                            text = f"= {m['same_as']}: {text}"
-                        parts.append(f"{label} {text}".strip())
-                    line.append("; ".join(parts) or "-")
-                table.append(line)
-            heads = {"layer": "layer 1,1,P" if row["kind"] == "training" else
-                     "time-parallel", "data": "data P,1,1 (serial mode)", "best": "best",
-                     "auto": "--grid auto", "mixed": "mixed D,1,L"}
-            print_table(["P"] + [heads[c] for c in cols], table, title=f"   {what}")
+            for P in sorted({c["P"] for c in cells}):
+                mine = [c for c in cells if c["P"] == P]
+                table.append([f"{P}" + (" over" if any(c.get("over") for c in mine) else "")]
+                             + ["; ".join(cell_text(c, col, name) for c in mine
+                                          if c["column"] == col) or "-" for col in columns])
+            print_table(["P"] + heads, table, title=f"   {what}")
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -149,8 +379,6 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--json", metavar="FILE", help="write every measurement and the host here")
     p.add_argument("--ranks", type=int, nargs="+", metavar="P",
                    help="rank counts (default 1 2 4 8 16 up to the physical cores)")
-    p.add_argument("--oversubscribe", action="store_true",
-                   help="default ranks beyond the physical cores too")
     p.add_argument("--rows", nargs="+", metavar="ROW",
                    help="only these rows (peaks256 peaks1024 batch32 heat ode; --small: "
                         "peaks16 batch8 heat ode)")
@@ -160,8 +388,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                    help="losses averaged for the Adam row's target and its runs")
     p.add_argument("--max-steps-factor", type=int, default=2,
                    help="M = this x K steps at most per parallel run")
-    p.add_argument("--min-steps", type=int, default=5,
-                   help="--budget never lowers K below this")
+    p.add_argument("--min-steps", type=int, default=5, help="--budget never lowers K below")
     p.add_argument("--cap", type=float, default=1.5,
                    help="a parallel run stops at this x the serial time to the loss")
     p.add_argument("--budget", type=float, default=None,
@@ -177,26 +404,22 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--small", action="store_true",
                    help="CI: tiny rows, ranks 1 and 2, a few steps (well under a minute)")
     p.add_argument("--mixed", action="store_true", help="also every D,1,L grid, D, L > 1")
-    p.add_argument("--no-auto", action="store_true", help="no calibration, no auto column")
     p.add_argument("--calibration", metavar="FILE",
                    help="braidpy calibrate's file for --grid auto (default: made now)")
-    p.add_argument("--keep-logs", metavar="DIR", help="copy every run's --log here")
     p.add_argument("--dry-run", action="store_true",
                    help="print the host, the plan and its estimate; measure nothing")
     args = p.parse_args(argv)
     if args.small:
-        args.steps = min(args.steps, 4)
-        args.adam_steps = min(args.adam_steps, 12)
-        args.window = min(args.window, 3)
-        args.min_steps = min(args.min_steps, 3)
+        args.steps, args.adam_steps = min(args.steps, 4), min(args.adam_steps, 12)
+        args.window, args.min_steps = min(args.window, 3), min(args.min_steps, 3)
     names = [r["name"] for r in training_rows(args.small, False) + time_rows(args.small)]
     unknown = sorted(set(args.rows or ()) - set(names))
     if unknown:
         p.error(f"--rows: no row {', '.join(unknown)}{' with --small' if args.small else ''}"
                 f" (rows: {' '.join(names)})")
+    args.rows = args.rows or names
     if args.budget is None:
         args.budget = 90.0 if args.small else 120.0 if args.quick else 240.0
-    args.calibration_path = None
     return args
 
 
@@ -209,11 +432,10 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     # launch, in a session of its own, is killed on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     report = measure(args)
-    if args.dry_run:
-        return report
-    print_tables(report)
-    print(f"\ntotal {report['elapsed_seconds']:.0f} s"
-          + (f"; JSON: {args.json}" if args.json else ""))
+    if not args.dry_run:
+        print_tables(report)
+        print(f"\ntotal {report['elapsed_seconds']:.0f} s"
+              + (f"; JSON: {args.json}" if args.json else ""))
     return report
 
 
