@@ -1,26 +1,22 @@
-# Shared by setup_pymgrit_env.sh and setup_torchbraid_env.sh (sourced, not run):
-# the other library's virtualenv, with the same MPICH wheel version as braidpy's
-# interpreter so that both sides of a benchmark run under one MPI.
+# Sourced by setup_pymgrit_env.sh and setup_torchbraid_env.sh: the other library's
+# virtualenv, with the MPICH wheel version of braidpy's interpreter (one MPI for both sides).
 
-# mpich_requirement PYTHON: "mpich==X" for the interpreter's MPICH wheel, else "mpich".
-mpich_requirement() {
-  local version
-  version="$("$1" - <<'PYEOF'
+# make_venv PYTHON VENV PACKAGES...: VENV from PYTHON unless it exists, then pip, mpi4py,
+# the interpreter's MPICH wheel version (else the latest) and PACKAGES in it.
+make_venv() {
+  local mpich
+  mpich="$("$1" - <<'PYEOF'
 from importlib import metadata
 try:
-    print(metadata.version("mpich"))
+    print("mpich==" + metadata.version("mpich"))
 except metadata.PackageNotFoundError:
-    print("")
+    print("mpich")
 PYEOF
 )"
-  if [[ -n "$version" ]]; then echo "mpich==$version"; else echo "mpich"; fi
-}
-
-# make_venv PYTHON VENV: create VENV from PYTHON unless it exists; upgrade its pip.
-make_venv() {
   if [[ ! -x "$2/bin/python" ]]; then
     mkdir -p "$(dirname "$2")"
     "$1" -m venv "$2"
   fi
   "$2/bin/python" -m pip install --quiet --upgrade pip
+  "$2/bin/python" -m pip install --quiet "$mpich" mpi4py "${@:3}"
 }

@@ -1,25 +1,22 @@
-"""One side of bench_vs_pymgrit.py: times setup + solve of one problem in this process.
+"""One side of bench_vs_pymgrit.py: setup + solve of one problem timed in this process.
 
-Run by the driver, never by hand (though it works by hand):
+Sides: ``braidpy`` (braidpy.problems, this environment) and ``pymgrit`` (PyMGRIT 1.0.6's own
+classes, its virtualenv), with the same equation, coefficients, initial value and
+discretisations (docs/problems.md, "Against PyMGRIT 1.0.6"). One untimed warm-up solve of
+``--warmup-nsteps`` steps (default: all; ``--count-steps``: its step calls, summed over
+ranks), then ``--repeats`` timed solves, each building the app, hierarchy and solver after
+a garbage collection; under MPI the slowest rank's time between two barriers. Rank 0 prints
+``RESULT <json>``: the times, the outcome and u(tstop) as PyMGRIT stores it.
 
     python _worker.py --side braidpy --problem heat1d --nsteps 1024 --nx 257 --levels 3 ...
     mpiexec -n 2 python _worker.py --side pymgrit --mpi ...
-
-Sides: ``braidpy`` (braidpy.problems, in the current environment) and ``pymgrit`` (PyMGRIT
-1.0.6's own application classes, in its virtualenv), with the same equation, coefficients,
-initial value, spatial and time discretisation (docs/problems.md, "Against PyMGRIT
-1.0.6"). First one untimed warm-up solve with ``--warmup-nsteps`` steps (default: the
-full problem), which also counts step calls (summed over ranks) with ``--count-steps``;
-then ``--repeats`` timed solves. A timed solve builds the app, the hierarchy and the
-solver and solves; under MPI its time is the maximum over ranks between two barriers.
-The garbage collector runs before each solve. Rank 0 prints one line ``RESULT <json>``
-with the times, the solver's outcome and u(tstop) as PyMGRIT stores it.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import importlib
 import json
 import time
 
@@ -84,7 +81,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def total_over_ranks(comm, value: int) -> int:
+def summed(comm, value: int) -> int:
     return value if comm is None else comm.allreduce(value)
 
 
@@ -99,27 +96,14 @@ def braidpy_solve(args, comm, nsteps: int, levels: int, count: bool) -> dict:
                       rel_tol=0.0, tnorm=2, skip=args.skip, access_level=0)
     final = p.grid(r.final) if isinstance(p, pb.Heat2D) else r.final  # with the boundary
     return {"iterations": r.iterations, "levels": r.levels,
-            "steps": total_over_ranks(comm, r.counts["step"]) if count else None,
+            "steps": summed(comm, r.counts["step"]) if count else None,
             "residual": r.residuals[-1] if r.residuals else None,
             "final": np.ravel(final).tolist()}
 
 
-def count_steps(hierarchy) -> list:
-    """Wrap each level's step to count calls; returns the one-element counter."""
-    calls = [0]
-    for problem in hierarchy:
-        def counted(*a, _step=problem.step, **kw):
-            calls[0] += 1
-            return _step(*a, **kw)
-        problem.step = counted  # Mgrit reads problem.step when it is constructed
-    return calls
-
-
 def pymgrit_solve(args, comm, nsteps: int, levels: int, count: bool) -> dict:
     """Build a PyMGRIT hierarchy and solver and solve; the outcome as a dict (step calls
-    if count)."""
-    import importlib
-
+    if count: each level's step wrapped, as Mgrit reads problem.step when constructed)."""
     from pymgrit.core.mgrit import Mgrit
     from pymgrit.core.simple_setup_problem import simple_setup_problem
 
@@ -127,18 +111,25 @@ def pymgrit_solve(args, comm, nsteps: int, levels: int, count: bool) -> dict:
     cls = getattr(importlib.import_module(f"pymgrit.{module}"), name)
     hierarchy = simple_setup_problem(cls(nt=nsteps + 1, **kwargs(args.nx)), level=levels,
                                      coarsening=args.cfactor)
-    calls = count_steps(hierarchy) if count else None
+    calls = [0]
+    for problem in hierarchy if count else ():
+        def counted(*a, _step=problem.step, **kw):
+            calls[0] += 1
+            return _step(*a, **kw)
+        problem.step = counted
     mgrit = Mgrit(problem=hierarchy, tol=args.tol, cf_iter=1, cycle_type="V", weight_c=1.0,
                   nested_iteration=False, max_iter=100, t_norm=2, logging_lvl=30,
                   comm_time=comm)
     info = mgrit.solve()
     last = comm.Get_size() - 1
-    final = mgrit.u[0][-1].get_values() if comm.Get_rank() == last else None
-    final = comm.bcast(final, root=last)
+    final = comm.bcast(mgrit.u[0][-1].get_values() if comm.Get_rank() == last else None,
+                       root=last)
     return {"iterations": len(info["conv"]), "levels": len(hierarchy),
-            "steps": total_over_ranks(comm, calls[0]) if count else None,
+            "steps": summed(comm, calls[0]) if count else None,
             "residual": float(info["conv"][-1]), "final": np.ravel(final).tolist()}
-def timed(solve, comm, *solve_args) -> tuple[float, dict]:
+
+
+def timed(solve, comm, *solve_args) -> tuple:
     """(seconds, outcome) of one solve; under MPI the slowest rank's seconds."""
     gc.collect()
     if comm is not None:
@@ -170,8 +161,8 @@ def main(argv=None) -> None:
         times.append(elapsed)
     if comm is None or comm.Get_rank() == 0:
         ranks = 1 if comm is None else comm.Get_size()
-        result = {**outcome, "steps": warm["steps"], "times": times, "ranks": ranks}
-        print("RESULT " + json.dumps(result), flush=True)
+        print("RESULT " + json.dumps({**outcome, "steps": warm["steps"], "times": times,
+                                      "ranks": ranks}), flush=True)
 
 
 if __name__ == "__main__":

@@ -596,7 +596,7 @@ NOT_RUN = {
         "400 one-shot conv steps on one rank (about a minute)",
     "python benchmarks/bench_torch.py --repeats 5": "a benchmark (torch)",
     "python benchmarks/bench_torch.py": "a benchmark (torch)",
-    "python benchmarks/bench_vs_torchbraid.py --check":
+    "python benchmarks/bench_torch.py --torchbraid --check":
         "needs torchbraid's venv (benchmarks/setup_torchbraid_env.sh)",
     "python benchmarks/bench_kernels.py --tables calls": "a benchmark",
     "python benchmarks/bench_kernels.py --tables fused": "a benchmark",
