@@ -1,6 +1,6 @@
-"""scaling.py's parts: time to a loss from ``braidpy train --log``, the rows, the plan, the
-launches (one watched ``braidpy train``, the calibration, --grid auto's choice, the time
-rows' solves) and the children's tasks."""
+"""scaling.py's parts: time to a loss from ``braidpy train --log``, the rows, the launches
+(one watched ``braidpy train``, the calibration, --grid auto's choice, the time rows'
+solves) and the time rows' child."""
 
 from __future__ import annotations
 
@@ -14,9 +14,8 @@ import os
 import statistics
 import sys
 import time
-from typing import Any, Dict, List, Optional, Sequence
 
-from _harness import Budget, best
+from _harness import Budget
 from _sidecar import HERE, ROOT, THREAD_VARS, launch, result_line
 
 SCRIPT = str(HERE / "scaling.py")
@@ -26,33 +25,28 @@ RTOL = 1e-9  # slack on the target for round-off (a run equal to serial must rea
 OMPI_VARS = {"OMPI_MCA_btl_vader_eager_limit": "131072",
              "OMPI_MCA_btl_vader_max_send_size": "131072"}
 
-# ------------------------------------------------------------------ time to a loss
 
-
-def metric(seconds: Optional[float] = None, reason: Optional[str] = None,
-           **extra: Any) -> Dict[str, Any]:
+def metric(seconds=None, reason=None, **extra):
     """A measurement: {'seconds': x, ...} or {'reason': why, ...}."""
     if seconds is not None and math.isfinite(seconds):
         return {"seconds": float(seconds), **extra}
     return {"reason": reason or "no number", **extra}
 
 
-def trailing_means(losses: Sequence[float], window: int = 1) -> List[Optional[float]]:
+def trailing_means(losses, window=1):
     """Mean of each loss with the window - 1 before it (None until there are window)."""
     return [None if i + 1 < window else sum(losses[i + 1 - window:i + 1]) / window
             for i in range(len(losses))]
 
 
-def target_loss(losses: Sequence[float], window: int = 1) -> float:
+def target_loss(losses, window=1):
     """The serial run's target: the mean of its last ``window`` logged losses."""
     if not losses:
         raise ValueError("no losses logged")
-    tail = list(losses[-window:])
-    return sum(tail) / len(tail)
+    return sum(losses[-window:]) / len(losses[-window:])
 
 
-def first_reaching(losses: Sequence[float], seconds: Sequence[float], target: float,
-                   window: int = 1, rtol: float = RTOL) -> Optional[tuple]:
+def first_reaching(losses, seconds, target, window=1, rtol=RTOL):
     """(1-based step, its step times summed) of the first step whose trailing
     ``window``-step mean loss is <= target (relative slack rtol); None if none is."""
     bound, total = target + rtol * abs(target), 0.0
@@ -63,30 +57,19 @@ def first_reaching(losses: Sequence[float], seconds: Sequence[float], target: fl
     return None
 
 
-def read_log(path: str) -> tuple:
+def read_log(path):
     """(header, step records, end record) of a ``braidpy train --log`` file; a last line
     cut off by a killed run is ignored."""
-    header, steps, end = None, [], None
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().split("\n")
-    except OSError:
-        return None, [], None
-    for line in lines:
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if rec.get("event") == "step":
-            steps.append(rec)
-        elif rec.get("event") == "header":
-            header = rec
-        elif rec.get("event") == "end":
-            end = rec
-    return header, steps, end
+    events = {"header": [None], "step": [], "end": [None]}
+    with contextlib.suppress(OSError), open(path, encoding="utf-8") as f:
+        for line in f:
+            with contextlib.suppress(ValueError, AttributeError):
+                rec = json.loads(line)
+                events.get(rec.get("event"), []).append(rec)
+    return events["header"][-1], events["step"], events["end"][-1]
 
 
-def as_float(x: Any) -> float:
+def as_float(x):
     """A logged number ('nan', 'inf' strings included) as a float."""
     try:
         return float(x)
@@ -94,35 +77,31 @@ def as_float(x: Any) -> float:
         return math.nan
 
 
-def losses_of(steps: Sequence[dict]) -> List[float]:
+def losses_of(steps):
     """Logged losses, anything not finite as +inf (never reaches a target)."""
     losses = [as_float(r.get("loss")) for r in steps]
     return [x if math.isfinite(x) else math.inf for x in losses]
 
 
-def seconds_of(steps: Sequence[dict]) -> List[float]:
+def seconds_of(steps):
     return [as_float(r.get("seconds")) for r in steps]
 
 
-def training_metrics(run: Dict[str, Any], target: Optional[Dict[str, Any]], window: int,
-                     max_steps: int) -> Dict[str, Dict[str, Any]]:
-    """per_step (the median without the first step, when there are two) and to_target of a
-    training run: numbers, or reasons."""
+def training_metrics(run, target, window, max_steps):
+    """per_step (the median without the first step, when there are two) and to_target of
+    a training run: numbers, or reasons."""
     secs, losses, status = run["step_seconds"], run["losses"], run["status"]
     failed = status == "timeout" or (status == "exited" and run["rc"])
     why = run["reason"] or (error_text(run) if failed else None)
-    if len(secs) >= 2:
-        step = metric(statistics.median(secs[1:]), note=f"median of steps 2..{len(secs)}",
-                      steps=len(secs))
-    elif secs:
-        step = metric(secs[0], note="one step only (includes the first step's setup)",
-                      steps=1)
-    elif run.get("limit_seconds") and status == "stopped":
+    limited = status == "stopped" and run.get("limit_seconds")
+    if secs:
+        step = metric(statistics.median(secs[1:] or secs), steps=len(secs))
+    elif limited:
         step = metric(reason=f"no step finished within {run['limit_seconds']:.3g} s",
                       kind="limit", at_least=run["limit_seconds"])
     else:
         step = metric(reason=why or "no step logged",
-                      kind={"timeout": "timeout", "stopped": "limit"}.get(status, "error"))
+                      kind="timeout" if status == "timeout" else "error")
     if target is None:
         return {"per_step": step, "to_target": metric(
             reason="no target: the serial run logged no loss", kind="error")}
@@ -131,10 +110,7 @@ def training_metrics(run: Dict[str, Any], target: Optional[Dict[str, Any]], wind
         reach = metric(hit[1], step=hit[0])
         if (run.get("ran") or {}).get("quality_check_every"):  # of which the checks took
             reach["check_seconds"] = sum(run["check_seconds"][:hit[0]])
-    elif status == "stopped" and run["reason"].startswith("abandoned"):
-        reach = metric(reason="not reached: " + run["reason"], kind="projected",
-                       at_least=run["projected_seconds"])
-    elif status == "stopped":
+    elif limited:
         reach = metric(reason=f"not reached within {run['limit_seconds']:.3g} s "
                        f"({len(secs)} steps)", kind="limit", at_least=run["limit_seconds"])
     elif failed:
@@ -151,13 +127,13 @@ def training_metrics(run: Dict[str, Any], target: Optional[Dict[str, Any]], wind
     return {"per_step": step, "to_target": reach}
 
 
-def error_text(run: Dict[str, Any]) -> str:
+def error_text(run):
     """A failed launch in a line: its exit status and last line of output."""
     lines = run["output_tail"].strip().splitlines()
     return f"error: exit status {run['rc']}" + (f": {lines[-1][:200]}" if lines else "")
 
 
-def with_speedup(m: Dict[str, Any], serial: Optional[float]) -> Dict[str, Any]:
+def with_speedup(m, serial):
     """The metric with its speedup over serial (or the bound a limit gives)."""
     if serial is not None and "seconds" in m:
         m["speedup"] = serial / m["seconds"]
@@ -166,10 +142,7 @@ def with_speedup(m: Dict[str, Any], serial: Optional[float]) -> Dict[str, Any]:
     return m
 
 
-# ------------------------------------------------------------------ rows and the plan
-
-
-def training_rows(small: bool, quick: bool) -> List[Dict[str, Any]]:
+def training_rows(small, quick):
     """name, title, ``braidpy train`` arguments, layers, samples per step, optimizer."""
     table = ([("peaks16", 16, 400, 0), ("batch8", 16, 400, 8)] if small else
              [("peaks256", 256, 5000, 0), ("peaks1024", 1024, 5000, 0),
@@ -188,98 +161,28 @@ def training_rows(small: bool, quick: bool) -> List[Dict[str, Any]]:
     return rows
 
 
-def time_rows(small: bool) -> List[Dict[str, Any]]:
-    """The time-integration rows: the example, its arguments, its time steps."""
+def time_rows(small):
+    """The time-integration rows: the example and its arguments (MGRIT to 1e-8)."""
     n = 512 if small else 16384
     heat = ["--ntime", str(n), "--tol", "1e-8"] + (["--nspace", "33"] if small else [])
     m = 2 * n if small else n
-    return [dict(name="heat", example="ex02_heat1d", args=heat, ntime=n,
+    return [dict(name="heat", example="ex02_heat1d", args=heat,
                  title=f"ex02 heat 1D, {n} implicit Euler steps x {33 if small else 513} "
                        f"points, MGRIT to 1e-8 (the example's defaults)"),
             dict(name="ode", example="ex01_scalar_ode", args=["--ntime", str(m), "--tol", "1e-8"],
-                 ntime=m, title=f"ex01 scalar ODE, {m} backward Euler steps, MGRIT to 1e-8 "
-                                f"(the example's defaults)")]
+                 title=f"ex01 scalar ODE, {m} backward Euler steps, MGRIT to 1e-8 "
+                       f"(the example's defaults)")]
 
 
-def launch_seconds(P: int) -> float:
+def launch_seconds(P):
     """Rough start-up of a launch: interpreter, imports, MPI, data, solver setup."""
     return 1.2 + 0.12 * P
-
-
-#: One-shot work per step over serial's on one rank (DESIGN.md §10: ~5.75 layer calls per
-#: serial one; batched calls cost about twice as much each on full batches, >= 1000 samples,
-#: little more on small ones), and the parallel efficiency assumed for P > 1 (~60 % at 16).
-ONESHOT_WORK = {True: 12.0, False: 2.5}
-EFFICIENCY = 0.6
-
-
-def estimates(train: Sequence[dict], times: Sequence[dict], ranks: Sequence[int],
-              cap: float, auto: bool) -> Dict[tuple, float]:
-    """Estimated seconds of every launch: (row name or "time", column, P) -> seconds."""
-    est = {}
-    for row in train:
-        s, T = row["step_estimate"], row["step_estimate"] * row["steps"]
-        est[(row["name"], "serial", 1)] = launch_seconds(1) + T
-        for P in ranks:
-            if P > 1:
-                est[(row["name"], "data", P)] = launch_seconds(P) + T / (0.85 * P)
-            ratio = ONESHOT_WORK[row["samples"] >= 1000] / (P * (EFFICIENCY if P > 1 else 1))
-            # On pace: it runs to the target; else it is abandoned after 2 steps.
-            run = T * ratio if ratio <= cap else min(cap * T, 2.5 * s * ratio)
-            for column in ("layer", "auto") if auto and P > 1 else ("layer",):
-                est[(row["name"], column, P)] = launch_seconds(P) + min(run, cap * T)
-    if times:
-        seq = sum(r["step_estimate"] * r["ntime"] for r in times)
-        est[("time", "serial", 1)] = launch_seconds(1) + 1.1 * seq
-        for P in ranks:  # MGRIT ~8x sequential's work, then the example's own checks
-            est[("time", "layer", P)] = launch_seconds(P) + 1.5 * seq + 8.8 * seq / (
-                P * (EFFICIENCY if P > 1 else 1))
-    return est
-
-
-def plan(train: Sequence[dict], times: Sequence[dict], ranks: Sequence[int], args: Any,
-         auto: bool) -> Dict[str, Any]:
-    """Step counts that fit --budget by the estimate (the costliest row's K lowered first,
-    never below --min-steps or two windows) and the estimate."""
-    calibrate = launch_seconds(max(ranks)) + 3.0 if auto else 0.0
-
-    def total() -> float:
-        return calibrate + sum(estimates(train, times, ranks, args.cap, auto).values())
-
-    def least(row: dict) -> int:
-        return max(args.min_steps, 2 * row["window"])
-
-    lowered = set()
-    while args.budget and total() > 0.9 * args.budget:  # a tenth for what it misses
-        row = max((r for r in train if r["steps"] > least(r)),
-                  key=lambda r: r["steps"] * r["step_estimate"], default=None)
-        if row is None:
-            break
-        row["steps"] = max(least(row), int(row["steps"] * 0.8))
-        lowered.add(row["name"])
-    return {"estimate_seconds": total(), "calibration_estimate": calibrate,
-            "lowered": sorted(lowered)}
-
-
-def core_check(processes: int, steps: int = 2000) -> Dict[str, Any]:
-    """cpu_scaling.py's check: the same NumPy work in 1 and in ``processes`` processes at
-    once; time per process over one process's (near 1: the ranks will have a core each)."""
-    from cpu_scaling import run
-
-    one, many = statistics.mean(run(1, steps)), run(processes, steps)
-    return {"processes": processes, "steps": steps, "one_seconds": one,
-            "each_seconds_mean": statistics.mean(many), "each_seconds_max": max(many),
-            "ratio": statistics.mean(many) / one}
-
-
-# ------------------------------------------------------------------ launches
 
 
 class Runner:
     """The launches: the child environment, mpiexec, --budget and each launch's share."""
 
-    def __init__(self, args: Any, mpiexec: Optional[str], impl: str, cores: int,
-                 workdir: str):
+    def __init__(self, args, mpiexec, impl, cores, workdir):
         self.args, self.mpiexec, self.impl, self.cores = args, mpiexec, impl, cores
         self.workdir, self.budget, self.calibration = workdir, Budget(args.budget), None
         self.child_env = {k: "1" for k in THREAD_VARS}
@@ -287,9 +190,9 @@ class Runner:
         if impl == "Open MPI":
             root = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
             self.env = {**OMPI_VARS, **(root if os.geteuid() == 0 else {}), **self.env}
-        self.remaining: Dict[Any, float] = {}  # launch key -> estimate, until it runs
+        self.weights = {}  # launch key -> its weight in the budget, until it runs
 
-    def skip_reason(self, P: int, need: float) -> Optional[str]:
+    def skip_reason(self, P, need):
         if P > 1 and not self.mpiexec:
             return "skipped: no mpiexec found (pip install mpich, or set BRAIDPY_MPIEXEC)"
         if self.budget.left() < need:
@@ -297,29 +200,23 @@ class Runner:
                     f"({self.budget.elapsed():.0f} s used, this launch needs ~{need:.0f} s)")
         return None
 
-    def share(self, key: Any) -> float:
-        """Seconds this launch may take: its estimate times the budget left per estimated
-        second of all launches still to come (inf without a budget)."""
-        est = self.remaining.get(key, 10.0)
-        return est * self.budget.factor(sum(self.remaining.values()))
+    def share(self, key):
+        """Seconds this launch may take (inf without a budget): its weight's part of the
+        budget left, among the launches still to come; the launch is then done."""
+        weight = self.weights.pop(key, 1.0)
+        return weight * self.budget.factor(weight + sum(self.weights.values()))
 
-    def done(self, key: Any) -> None:
-        self.remaining.pop(key, None)
-
-    def run(self, P: int, cmd: List[str], seconds: float, watch: Any = None) -> dict:
-        """``cmd`` on P ranks, killed past ``seconds`` (--timeout, the budget's end)."""
+    def run(self, P, cmd, seconds, watch=None):
+        """``cmd`` on P ranks, killed past ``seconds`` (and --timeout, the budget's end)."""
         over = ["--oversubscribe"] if self.impl == "Open MPI" and P > self.cores else []
         mpi = [self.mpiexec or "mpiexec", "-n", str(P), *over] if P > 1 else []
         limit = max(1.0, min(self.args.timeout, seconds, self.budget.left() + 5.0))
         return launch(mpi + cmd, self.env, limit, self.workdir, watch)
 
 
-def run_training(runner: Runner, row: dict, P: int, grid: Optional[str],
-                 mode: Optional[str], key: Any, target: Optional[dict],
-                 serial_means: Sequence[Optional[float]], limit: float, steps: int,
-                 extra: Sequence[str] = ()) -> Dict[str, Any]:
+def run_training(runner, row, P, grid, mode, target, limit, steps, extra=()):
     """One ``braidpy train`` launch (``extra``: more of its options), watched through its
-    log: stopped at the target, at its limit, or abandoned; its run record."""
+    log: stopped once it reaches the target or past ``limit`` s; its run record."""
     log = os.path.join(runner.workdir, f"{row['name']}-{P}-{grid or 'serial'}-"
                        f"{mode or 'default'}.jsonl".replace(",", "x"))
     with contextlib.suppress(OSError):
@@ -328,36 +225,21 @@ def run_training(runner: Runner, row: dict, P: int, grid: Optional[str],
            str(steps), "--validate-every", "0", "--log", log, "-q"]
     cmd += (["--grid", grid] if grid else []) + (["--mode", mode] if mode else [])
     cmd += ["--calibration", str(runner.calibration)] if grid == "auto" else []
-    seen: Dict[str, Any] = {"header_at": None, "projected": None}
-    window = row["window"]
+    started = []  # when the log's header appeared
 
-    def watch(elapsed: float) -> Optional[str]:
+    def watch(elapsed):
         header, recs, _ = read_log(log)
         if header is None:
             return None
-        seen["header_at"] = seen["header_at"] or elapsed
-        if target is None:
-            return None
-        losses, secs = losses_of(recs), seconds_of(recs)
-        if first_reaching(losses, secs, target["loss"], window):
+        started[:] = started or [elapsed]
+        secs = seconds_of(recs)
+        if target and first_reaching(losses_of(recs), secs, target["loss"], row["window"]):
             return "reached"
-        used, j = sum(secs), len(recs)
-        if elapsed - seen["header_at"] > limit + 0.5 or used > limit:
-            return f"limit: not reached within its limit of {limit:.3g} s"
-        if j >= 2:
-            pace = statistics.median(secs[1:])
-            mine = trailing_means(losses, window)[-1]
-            theirs = serial_means[j - 1] if j - 1 < len(serial_means) else None
-            need = used + max(target["step"] - j, 1) * pace
-            if (mine is None or theirs is None or mine > theirs) and need > limit:
-                seen["projected"] = need
-                return (f"abandoned after {j} steps ({used:.3g} s): at {pace:.3g} s/step, "
-                        f"with its loss not below the serial run's at that step, reaching "
-                        f"the target takes >= {need:.3g} s > its limit of {limit:.3g} s")
+        if elapsed - started[0] > limit + 0.5 or sum(secs) > limit:
+            return f"limit: stopped at its limit of {limit:.3g} s"
         return None
 
-    hard = launch_seconds(P) * 3 + 20 + (limit if target else runner.share(key) * 3)
-    run = runner.run(P, cmd + list(extra), hard, watch)
+    run = runner.run(P, cmd + list(extra), launch_seconds(P) * 3 + 20 + limit, watch)
     header, recs, end = read_log(log)
     config = (header or {}).get("config") or {}
     ran = {k: config.get(k) for k in ("m1", "m2", "relax", "cfactor", "quality_check_every")}
@@ -367,12 +249,12 @@ def run_training(runner: Runner, row: dict, P: int, grid: Optional[str],
                losses=losses_of(recs), step_seconds=seconds_of(recs),
                # of the steps' seconds, what the gradient-quality checks took
                check_seconds=[as_float(r.get("quality_check_seconds", 0.0)) for r in recs],
-               startup_seconds=seen["header_at"], limit_seconds=limit if target else None,
-               projected_seconds=seen["projected"], stop_reason=(end or {}).get("stop_reason"))
+               startup_seconds=(started or [None])[0], limit_seconds=limit,
+               stop_reason=(end or {}).get("stop_reason"))
     return run
 
 
-def calibrate(runner: Runner, ranks: Sequence[int], train: Sequence[dict]) -> Dict[str, Any]:
+def calibrate(runner, ranks, train):
     """``braidpy calibrate`` on this host at the most ranks (network costs measured), or
     the --calibration given."""
     if runner.args.calibration:
@@ -395,8 +277,7 @@ def calibrate(runner: Runner, ranks: Sequence[int], train: Sequence[dict]) -> Di
             "reason": None if ok else (run["reason"] or run["output_tail"][-400:])}
 
 
-def auto_choice(row: dict, P: int, calibration: Optional[str], check_every: int,
-                grid: Optional[tuple] = None) -> Dict[str, Any]:
+def auto_choice(row, P, calibration, check_every, grid=None):
     """What --grid auto picks for this row at P (braidpy.perf.auto.decide_grid, as the
     command line runs it): the grid and the MGRIT setting, the fastest qualified one with
     quality checks every ``check_every`` steps, else (0) the preset's. ``grid``: only it."""
@@ -429,78 +310,32 @@ def auto_choice(row: dict, P: int, calibration: Optional[str], check_every: int,
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
-def time_launch(runner: Runner, times: Sequence[dict], P: int, mgrit: bool,
-                key: Any) -> Dict[str, Any]:
+def time_launch(runner, times, P, mgrit):
     """Every time row solved in one launch (sequential stepping on one process, or the
     examples' MGRIT on P ranks): per row a metric, and '_run' the launch."""
-    est = runner.share(key)
-    why = runner.skip_reason(P, min(est, launch_seconds(P) + 1))
-    runner.done(key)
+    share = runner.share(("time", P, mgrit))
+    why = runner.skip_reason(P, min(share, launch_seconds(P) + 1))
     if why:
         return {"_run": None, **{r["name"]: metric(reason=why, kind="skipped") for r in times}}
-    spec = {"task": "time", "mgrit": mgrit,
-            "rows": [{k: r[k] for k in ("name", "example", "args")} for r in times]}
-    run = runner.run(P, [sys.executable, SCRIPT, "--worker", json.dumps(spec)], max(30, 4 * est))
-    out: Dict[str, Any] = {"_run": {k: run[k] for k in ("cmd", "status", "rc", "wall_seconds",
-                                                        "output_tail")}}
+    spec = {"mgrit": mgrit, "rows": [{k: r[k] for k in ("name", "example", "args")}
+                                     for r in times]}
+    run = runner.run(P, [sys.executable, SCRIPT, "--worker", json.dumps(spec)], 30 + 3 * share)
+    out = {"_run": {k: run[k] for k in ("cmd", "status", "rc", "wall_seconds", "output_tail")}}
     for r in times:
-        got = (run["result"] or {}).get(r["name"])
-        if got is None:
-            out[r["name"]] = metric(reason=run["reason"] or error_text(run),
-                                    kind="timeout" if run["status"] == "timeout" else "error")
-        elif mgrit and not got["converged"]:
-            out[r["name"]] = metric(
-                reason=f"not converged to the tolerance in {got['iterations']} iterations "
-                       f"(residual {got['residual']:.2e})", kind="error",
-                iterations=got["iterations"], residual=got["residual"],
-                solve_seconds=got["seconds"])
-        else:
-            out[r["name"]] = metric(got["seconds"], **{k: v for k, v in got.items()
-                                                       if k not in ("seconds", "converged")})
+        got = (run["result"] or {}).get(r["name"]) or metric(
+            reason=run["reason"] or error_text(run),
+            kind="timeout" if run["status"] == "timeout" else "error")
+        out[r["name"]] = got
     return out
 
 
-# ------------------------------------------------------------------ the children
-
-
-def worker(spec: Dict[str, Any]) -> None:
-    """A child's task (the probe, or the time rows' solves); rank 0 prints its result."""
-    out = probe(spec) if spec["task"] == "probe" else time_solves(spec)
-    if out is not None:
-        result_line(out)
-
-
-def _example(name: str) -> Any:
+def _example(name):
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     return importlib.import_module(f"examples.{name}")
 
 
-def probe(spec: Dict[str, Any]) -> Dict[str, float]:
-    """Seconds of one serial gradient per training row (the plan's estimate; the least of
-    two or more, the first paying the cold start) and of one sequential step per time row."""
-    from braidpy import data
-    from braidpy.nn import ResNet
-    from braidpy.train import TrainConfig, Trainer
-
-    out = {}
-    for row in spec["training"]:
-        X, C = data.peaks(max(row["samples"], 8), 1)
-        net = ResNet((2,), 5, width=8, nlayers=row["layers"])
-        tr = Trainer(net, (X, C), None, TrainConfig(mode="serial", validate_every=0))
-        n = row["samples"]
-
-        def gradient() -> Any:
-            return tr.evaluator.gradient(tr.params, X[:n], C[:n])
-
-        out[row["name"]] = min(best(gradient, 1), best(gradient, 2, budget=0.5))
-    for row in spec["time"]:
-        args = _example(row["example"]).parse_args(row["args"] + ["--ntime", "200"])
-        out[row["name"]] = sequential_seconds(row["example"], args) / 200
-    return out
-
-
-def sequential_seconds(example: str, args: Any) -> float:
+def sequential_seconds(example, args):
     """Seconds of plain sequential stepping over the example's time grid (its app's
     ``step`` in a loop, one state, nothing stored)."""
     import numpy as np
@@ -514,26 +349,25 @@ def sequential_seconds(example: str, args: Any) -> float:
     start = time.perf_counter()
     for t0, t1 in zip(grid[:-1], grid[1:]):
         out = app.step(u, t0, t1, None)
-        if out is not None:
-            u = out
+        u = u if out is None else out
     return time.perf_counter() - start
 
 
-def time_solves(spec: Dict[str, Any]) -> Optional[Dict[str, Any]]:
-    """Per time row, after a warm-up: sequential stepping (one process), or the example's
-    own MGRIT solve (its ``main`` on every rank; the slowest rank's total)."""
-    out: Dict[str, Any] = {}
-    comm = None
+def time_solves(spec):
+    """The time rows' child: per row, after a warm-up of 64 steps, sequential stepping on
+    one process, or the example's own MGRIT solve (its ``main`` on every rank; the slowest
+    rank's total). Rank 0 prints a metric per row."""
+    out, comm = {}, None
     if spec["mgrit"]:
         from braidpy.parallel import world
 
         comm = world()
     for row in spec["rows"]:
         mod = _example(row["example"])
+        args = mod.parse_args(row["args"])
         if not spec["mgrit"]:
             sequential_seconds(row["example"], mod.parse_args(row["args"] + ["--ntime", "64"]))
-            out[row["name"]] = {"seconds": sequential_seconds(row["example"],
-                                                              mod.parse_args(row["args"]))}
+            out[row["name"]] = metric(sequential_seconds(row["example"], args))
             continue
         with contextlib.redirect_stdout(io.StringIO()):
             mod.main(row["args"] + ["--ntime", "64"])  # warm-up
@@ -545,8 +379,11 @@ def time_solves(spec: Dict[str, Any]) -> Optional[Dict[str, Any]]:
             from mpi4py import MPI
 
             total = comm.allreduce(total, op=MPI.MAX)
-        residual = float(r.residuals[-1]) if len(r.residuals) else math.nan
-        out[row["name"]] = {"seconds": total, "iterations": int(r.iterations),
-                            "residual": residual,
-                            "converged": bool(residual <= mod.parse_args(row["args"]).tol)}
-    return None if comm is not None and comm.Get_rank() != 0 else out
+        found = dict(iterations=int(r.iterations),
+                     residual=float(r.residuals[-1]) if len(r.residuals) else math.nan)
+        out[row["name"]] = metric(total, **found) if found["residual"] <= args.tol else metric(
+            reason=f"not converged to the tolerance in {found['iterations']} iterations "
+                   f"(residual {found['residual']:.2e})", kind="error", solve_seconds=total,
+            **found)
+    if comm is None or comm.Get_rank() == 0:
+        result_line(out)

@@ -25,41 +25,32 @@ from braidpy.train import TrainConfig, Trainer
 REFERENCE = Path(__file__).resolve().parents[1] / "tests" / "data" / "peaks"
 
 
-def load(directory):
-    if directory and Path(directory).is_dir():
-        ref = data.load_peaks_reference(directory)
-        return ref["train"], ref["validation"], f"reference data ({directory})"
-    return data.peaks(5000, seed=1), data.peaks(200, seed=2), "generated (braidpy.data.peaks)"
-
-
-def run(label, mode, levels, args, train, validation):
+def run(label, args, train, validation):
+    """One training run (label: serial, exact-L or oneshot-L); its outcome."""
+    mode, _, levels = label.partition("-")
     net = ResNet((2,), 5, width=8, nlayers=args.layers, tstop=5.0, activation="smooth_relu")
     cfg = TrainConfig(mode=mode, m1=2, m2=2, optimizer="lbfgs", iterations=args.iterations,
-                      mgrit=dict(cfactor=4, max_levels=levels, abs_tol=args.tol),
+                      mgrit=dict(cfactor=4, max_levels=int(levels or 1), abs_tol=args.tol),
                       tikhonov=args.reg, ddt=args.reg, classifier_reg=args.reg, seed=args.seed,
                       validate_every=args.validate_every)
     trainer = Trainer(net, train, validation, cfg)
-    steps = seconds = 0.0
-    reached = None
+    out = {"label": label, "steps": 0, "seconds": 0.0, "reached": None}
     start = time.perf_counter()
 
     def on_step(record):
-        nonlocal steps, seconds, reached
-        steps += record["steps"]
-        seconds += record["seconds"] - record.get("validation_seconds", 0.0)
+        out["steps"] += int(record["steps"])
+        out["seconds"] += record["seconds"] - record.get("validation_seconds", 0.0)
         acc = record.get("val_accuracy")
-        if reached is None and acc is not None and acc >= args.target:
-            reached = (record["iteration"], int(steps), seconds)
+        if out["reached"] is None and acc is not None and acc >= args.target:
+            out["reached"] = (record["iteration"], out["steps"], out["seconds"])
         if record["iteration"] % args.print_every == 0:
             print(f"  {label}: it {record['iteration']:4d} loss {record['loss']:.4f} "
                   f"val {acc if acc is not None else float('nan'):.3f} "
                   f"{time.perf_counter() - start:7.1f} s", flush=True)
 
     trainer.run(on_step)
-    best = trainer.best["accuracy"]
-    return {"label": label, "best": best, "final_loss": trainer.history[-1]["loss"],
-            "reached": reached, "steps": int(steps), "seconds": seconds,
-            "iterations": trainer.iteration}
+    return {**out, "best": trainer.best["accuracy"], "iterations": trainer.iteration,
+            "final_loss": trainer.history[-1]["loss"]}
 
 
 def main():
@@ -73,19 +64,20 @@ def main():
     ap.add_argument("--validate-every", type=int, default=5)
     ap.add_argument("--print-every", type=int, default=25)
     ap.add_argument("--data", default=str(REFERENCE))
-    ap.add_argument("--runs", nargs="+", default=["serial", "exact-2", "oneshot-2",
-                                                  "exact-3", "oneshot-3"],
-                    help="serial, exact-L, oneshot-L (L = MGRIT levels)")
+    ap.add_argument("--runs", nargs="+", help="serial, exact-L, oneshot-L (L = MGRIT levels)",
+                    default=["serial", "exact-2", "oneshot-2", "exact-3", "oneshot-3"])
     args = ap.parse_args()
-    train, validation, source = load(args.data)
+    if Path(args.data).is_dir():
+        ref = data.load_peaks_reference(args.data)
+        train, validation, source = ref["train"], ref["validation"], f"reference data ({args.data})"
+    else:
+        train, validation = data.peaks(5000, seed=1), data.peaks(200, seed=2)
+        source = "generated (braidpy.data.peaks)"
     print(f"Peaks: {source}; {args.layers} layers, up to {args.iterations} L-BFGS iterations, "
           f"target {args.target:.0%}")
-    results = []
-    for name in args.runs:
-        mode, _, levels = name.partition("-")
-        results.append(run(name, mode, int(levels or 1), args, train, validation))
+    results = {name: run(name, args, train, validation) for name in args.runs}
     rows = []
-    for r in results:
+    for r in results.values():
         it, st, sec = r["reached"] or ("-", "-", "-")
         rows.append([r["label"], f"{r['best']:.1%}", f"{r['final_loss']:.4f}", it, st,
                      sec if sec == "-" else f"{sec:.1f}", r["iterations"], r["steps"],
@@ -93,9 +85,8 @@ def main():
     print()
     print_table(["run", "best val", "final loss", f"its to {args.target:.0%}", "steps to",
                  "s to", "its", "steps", "s"], rows, title="Peaks training")
-    by = {r["label"]: r for r in results}
     for levels in ("2", "3"):
-        e, o = by.get(f"exact-{levels}"), by.get(f"oneshot-{levels}")
+        e, o = results.get(f"exact-{levels}"), results.get(f"oneshot-{levels}")
         if e and o:
             print(f"{levels} levels: best accuracy one-shot {o['best']:.1%} vs exact "
                   f"{e['best']:.1%} (difference {100 * (o['best'] - e['best']):+.1f} points)")

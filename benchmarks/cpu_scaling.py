@@ -15,6 +15,7 @@ import argparse
 import contextlib
 import multiprocessing as mp
 import os
+import statistics
 import time
 
 
@@ -52,21 +53,31 @@ def run(k: int, steps: int) -> list:
     return times
 
 
+def check(k: int, steps: int, one: float = 0.0) -> dict:
+    """k processes at once: seconds each (mean, max) and the mean over ``one`` process's
+    time (unless given: this run's for k = 1, else measured here)."""
+    many = run(k, steps)
+    one = one or statistics.mean(many if k == 1 else run(1, steps))
+    return {"processes": k, "steps": steps, "one_seconds": one,
+            "each_seconds_mean": statistics.mean(many), "each_seconds_max": max(many),
+            "ratio": statistics.mean(many) / one}
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--processes", type=int, nargs="+", default=[1, 2, 4, 8])
     p.add_argument("--steps", type=int, default=4000)
     args = p.parse_args(argv)
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # numpy is imported in the children
     print(f"{os.cpu_count()} cores reported; {args.steps} steps of u += h tanh(u K), "
           f"u 1000x8, per process")
-    base = None
+    one = 0.0
     for k in args.processes:
-        times = run(k, args.steps)
-        mean = sum(times) / len(times)
-        base = base or mean
-        print(f"  {k:3d} processes at once: {mean * 1e3:8.1f} ms each (max "
-              f"{max(times) * 1e3:.1f}); {mean / base:.2f}x one process's time", flush=True)
+        c = check(k, args.steps, one)
+        one = c["one_seconds"]
+        print(f"  {k:3d} processes at once: {c['each_seconds_mean'] * 1e3:8.1f} ms each (max "
+              f"{c['each_seconds_max'] * 1e3:.1f}); {c['ratio']:.2f}x one process's time",
+              flush=True)
 
 
 if __name__ == "__main__":

@@ -1,24 +1,22 @@
 """Where does layer parallelism pay on this host, and against what? Serial vs layer-parallel
 vs data-parallel vs the best grid vs ``--grid auto``, per step and to the same loss.
 
-Per rank count P (1, 2, 4, 8, 16 up to the physical cores, or --ranks) and row, the
-columns: serial (``braidpy train --mode serial``, one process; time rows: sequential
-stepping), layer (``--grid 1,1,P`` with the setting ``--grid auto`` would choose for that
-grid and ``--quality-check-every K``; K = 0: the preset's setting, no checks; time rows: the
-example's MGRIT on P ranks), data (``--grid P,1,1 --mode serial``), best (the fastest grid
-measured at P; --mixed adds every D,1,L) and auto (``--grid auto`` with the checks, from a
-``braidpy calibrate`` made first). Rows: peaks256, peaks1024 (``train peaks --preset paper
---samples 5000``, L-BFGS), batch32 (1024 layers, Adam on shuffled batches of 32), heat and
-ode (examples ex02/ex01, 16384 steps, MGRIT to 1e-8); --small: 16 layers, 512 steps.
-
-Training cells from each run's ``--log``: seconds per step (median, the first step left
-out) and seconds to the serial run's loss (the mean of its last --window losses after K
-steps). A parallel run stops at that loss, at M = 2K steps, at --cap x serial's time (less
-where --budget needs), or when its loss is behind serial's and its pace projects past
-that limit ("abandoned"). Time cells: the slowest rank's solve after a warm-up.
-The host, cpu_scaling.py's core check and the plan (--dry-run stops there) come first;
---budget lowers K and cuts or skips launches, each cell with its reason. Every launch has
-one thread per rank and is killed with all its processes past its time.
+Columns per rank count P (1, 2, 4, 8, 16 up to the physical cores, or --ranks): serial
+(``braidpy train --mode serial``; time rows: sequential stepping), layer (``--grid 1,1,P``
+with the setting ``--grid auto`` would choose for that grid and ``--quality-check-every K``;
+K = 0: the preset's, no checks; time rows: the example's MGRIT on P ranks), data (``--grid
+P,1,1 --mode serial``), best (the fastest grid measured at P; --mixed adds every D,1,L),
+auto (``--grid auto`` with the checks, from a ``braidpy calibrate`` made first). Rows:
+peaks256, peaks1024 (``train peaks --preset paper --samples 5000``, L-BFGS), batch32 (1024
+layers, Adam on shuffled batches of 32), heat and ode (examples ex02/ex01, 16384 steps,
+MGRIT to 1e-8); --small: 16 layers, 512 steps. Training cells, from each run's --log:
+seconds per step (median, the first step left out) and seconds to the serial run's loss
+(the mean of its last --window losses); a parallel run stops at that loss, at M = 2K
+steps or at --cap x serial's time to it. Time cells: the slowest rank's solve after a
+warm-up. The host and cpu_scaling.py's core check come first (--dry-run stops there);
+--budget: the serial runs may take a quarter of it, every later launch its share by its
+serial time, a cut or skipped launch says why. One thread per rank; a launch past its
+time is killed with every process it started.
 
     python benchmarks/scaling.py [--json FILE] [--quick | --small] [--budget S]
         [--ranks 1 2 4 ...] [--steps K] [--rows ...] [--mixed] [--dry-run]
@@ -33,35 +31,32 @@ import shutil
 import signal
 import sys
 import tempfile
-from typing import Any, Dict, List, Optional, Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import cpu_scaling  # noqa: E402
 from _harness import find_mpiexec, host_info, print_host, print_table  # noqa: E402
-from _scaling_runs import (SCRIPT, Runner, auto_choice, calibrate, core_check,  # noqa: E402
-                           estimates, first_reaching, launch_seconds, losses_of, metric,
-                           plan, read_log, run_training, seconds_of, target_loss,
-                           time_launch, time_rows, trailing_means, training_metrics,
-                           training_rows, with_speedup, worker)
-from _sidecar import launch  # noqa: E402
+from _scaling_runs import (Runner, auto_choice, calibrate, first_reaching,  # noqa: E402
+                           launch_seconds, losses_of, metric, read_log, run_training,
+                           seconds_of, target_loss, time_launch, time_rows, time_solves,
+                           trailing_means, training_metrics, training_rows, with_speedup)
 
 __all__ = ["first_reaching", "losses_of", "read_log", "seconds_of", "target_loss",
            "trailing_means", "training_metrics", "with_speedup", "short", "main"]
 NAMES = ("per_step", "to_target")
 
 
-def cell(P: int, column: str, grid: Optional[str], over: bool, metrics: Dict[str, Any],
-         **extra: Any) -> Dict[str, Any]:
+def cell(P, column, grid, over, metrics, **extra):
     return {"P": P, "column": column, "grid": grid, "over": over, "metrics": metrics, **extra}
 
 
-def reasons(names: Sequence[str], why: str, kind: str) -> Dict[str, Any]:
+def reasons(names, why, kind):
     return {n: metric(reason=why, kind=kind) for n in names}
 
 
-def best_cell(cells: Sequence[dict], P: int, names: Sequence[str], over: bool) -> dict:
+def best_cell(cells, P, names, over):
     """The fastest grid measured at P, per metric."""
-    metrics: Dict[str, Any] = {}
+    metrics = {}
     for name in names:
         have = [c for c in cells if c["P"] == P and c["column"] != "best"
                 and "seconds" in c["metrics"].get(name, {})]
@@ -71,21 +66,27 @@ def best_cell(cells: Sequence[dict], P: int, names: Sequence[str], over: bool) -
     return cell(P, "best", None, over, metrics)
 
 
-def setting_args(s: Dict[str, Any]) -> List[str]:
+def setting_args(s):
     """braidpy train's options of a Setting (as a dict)."""
     return ["--m1", str(s["m1"]), "--m2", str(s["m2"]), "--relax", s["relax"], "--levels",
             str(s["levels"]), "--cf", str(s["cfactor"])]
 
 
-def setting_text(s: Optional[Dict[str, Any]]) -> str:
+def setting_text(s):
     """A table's short form of a Setting: 'm1/2 F L3 cf8'."""
     return f"m{s['m1']}/{s['m2']} {s['relax']} L{s['levels']} cf{s['cfactor']}" if s else ""
+
+
+def grids(P, mixed):
+    """The grids a training row is launched on at P (besides --grid auto)."""
+    return ([f"{P},1,1"] if P > 1 else []) + [f"1,1,{P}"] + (
+        [f"{d},1,{P // d}" for d in range(2, P) if P % d == 0] if mixed else [])
 
 
 # ------------------------------------------------------------------ the measurements
 
 
-def measure(args: argparse.Namespace) -> Dict[str, Any]:
+def measure(args):
     """The whole run (logs and the calibration in a temporary folder, removed after)."""
     workdir = tempfile.mkdtemp(prefix="braidpy-scaling-")
     try:
@@ -94,7 +95,7 @@ def measure(args: argparse.Namespace) -> Dict[str, Any]:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _measure(args: argparse.Namespace, workdir: str) -> Dict[str, Any]:
+def _measure(args, workdir):
     mpiexec = find_mpiexec()
     host = host_info(mpiexec)
     cores = host["cpu"]["cores_for_ranks"]
@@ -106,7 +107,7 @@ def _measure(args: argparse.Namespace, workdir: str) -> Dict[str, Any]:
           + ("; more ranks than cores: those timings are not scaling, marked 'over'"
              if max(ranks) > cores else "") + ")", flush=True)
     if max(ranks) > 1:
-        check = host["core_check"] = core_check(max(ranks))
+        check = host["core_check"] = cpu_scaling.check(max(ranks), 2000)
         print(f"cores check (benchmarks/cpu_scaling.py): {check['processes']} processes of "
               f"the same NumPy work at once take {check['ratio']:.2f}x one process's time "
               f"({check['one_seconds'] * 1e3:.0f} ms)"
@@ -119,44 +120,26 @@ def _measure(args: argparse.Namespace, workdir: str) -> Dict[str, Any]:
         adam = row["optimizer"] == "adam"
         row["steps"], row["window"] = (args.adam_steps, args.window) if adam else (args.steps, 1)
     use_auto = bool(train) and max(ranks) > 1
-
-    # The plan: one serial gradient per training row and a few sequential steps per time
-    # row, timed in a child, give the estimate and the step counts that fit --budget.
-    spec = {"task": "probe", "training": [{k: r[k] for k in ("name", "layers", "samples")}
-                                          for r in train],
-            "time": [{k: r[k] for k in ("name", "example", "args")} for r in times]}
-    probe = launch([sys.executable, SCRIPT, "--worker", json.dumps(spec)], runner.env, 120,
-                   workdir)
-    steps = probe["result"] or {}
-    for row in train:
-        lbfgs = 1.35 if row["optimizer"] == "lbfgs" else 1.0
-        row["step_estimate"] = steps.get(row["name"], 0.05) * lbfgs
-    for row in times:
-        row["step_estimate"] = steps.get(row["name"], 1e-4)
-    the_plan = plan(train, times, ranks, args, use_auto)
-    the_plan["probe"] = steps or {"error": probe["output_tail"][-400:]}
+    plan = {"training_rows": [r["name"] for r in train], "time_rows": [r["name"] for r in times],
+            "launches": len(train) + bool(times) + sum(
+                bool(times) + len(train) * (len(grids(P, args.mixed)) + (P > 1)) for P in ranks)}
     print(f"plan: {len(train)} training rows, {len(times)} time rows, ranks "
-          f"{' '.join(map(str, ranks))}; estimated {the_plan['estimate_seconds']:.0f} s"
-          + (f" (budget {args.budget:.0f} s; launches that would overrun it are cut short "
-             f"or skipped, each with its reason)" if args.budget else " (no budget)"))
+          f"{' '.join(map(str, ranks))}; {plan['launches']} launches"
+          + (f" in --budget {args.budget:.0f} s: the serial runs in a quarter of it, then "
+             f"P from the largest down, each launch its share" if args.budget else ""))
     for row in train:
-        print(f"  {row['name']}: serial ~{row['step_estimate']:.3g} s/step, K = "
-              f"{row['steps']} steps" + (" (lowered to fit --budget)" if row["name"] in
-                                         the_plan["lowered"] else "")
-              + f", window {row['window']}, at most {args.max_steps_factor * row['steps']} "
-              f"steps per parallel run")
+        print(f"  {row['name']}: serial up to K = {row['steps']} steps, window "
+              f"{row['window']}, at most {args.max_steps_factor * row['steps']} steps per "
+              f"parallel run")
     print(flush=True)
     if args.dry_run:
-        return {"host": host, "ranks": ranks, "plan": the_plan, "rows": [],
-                "elapsed_seconds": runner.budget.elapsed()}
-    runner.remaining = estimates(train, times, ranks, args.cap, use_auto)
+        return {"host": host, "ranks": ranks, "plan": plan, "rows": []}
 
-    report: Dict[str, Any] = {
-        "script": "benchmarks/scaling.py", "argv": sys.argv[1:], "host": host,
-        "child_env": runner.child_env, "ranks": ranks, "cores_for_ranks": cores,
-        "settings": {k: v for k, v in vars(args).items() if k != "worker"},
-        "plan": the_plan, "rows": [], "elapsed_seconds": None}
-    cal: Dict[str, Any] = {"status": "not needed (one rank, or no training row)"}
+    report = {"script": "benchmarks/scaling.py", "argv": sys.argv[1:], "host": host,
+              "child_env": runner.child_env, "ranks": ranks, "cores_for_ranks": cores,
+              "settings": {k: v for k, v in vars(args).items() if k != "worker"},
+              "plan": plan, "rows": [], "elapsed_seconds": None}
+    cal = {"status": "not needed (one rank, or no training row)"}
     if use_auto:
         print("calibrating (braidpy calibrate) for --grid auto ...", flush=True)
         cal = calibrate(runner, ranks, train)
@@ -167,51 +150,57 @@ def _measure(args: argparse.Namespace, workdir: str) -> Dict[str, Any]:
     rows = {r["name"]: {"name": r["name"], "kind": "training" if r in train else "time",
                         "title": r["title"], "serial": None, "target": None, "cells": [],
                         **{k: r[k] for k in ("args", "example", "optimizer", "steps",
-                                             "window", "ntime") if k in r}}
+                                             "window") if k in r}}
             for r in train + times}
     report["rows"] = list(rows.values())
 
-    def save() -> None:
+    def save():
         report["elapsed_seconds"] = runner.budget.elapsed()
         if args.json:
             with open(args.json, "w", encoding="utf-8") as f:
                 json.dump(report, f, indent=1, default=str)
 
-    # ---- serial runs: the targets
-    serial_means: Dict[str, List[Optional[float]]] = {}
-    for row in train:
-        out, key = rows[row["name"]], (row["name"], "serial", 1)
+    # ---- serial runs: the targets, the step counts K that fit, the later launches' weights
+    for i, row in enumerate(train):
+        out = rows[row["name"]]
         print(f"{row['name']}: serial, {row['steps']} steps ...", flush=True)
         why = runner.skip_reason(1, 2.0)
         out["serial"] = cell(1, "serial", None, False, reasons(NAMES, why or "", "skipped"),
                              mode="serial")
         if not why:
-            run = run_training(runner, row, 1, None, "serial", key, None, [], 0.0, row["steps"])
+            limit = runner.budget.left(0.25) / (len(train) - i)
+            run = run_training(runner, row, 1, None, "serial", None, limit, row["steps"])
             losses, secs = run["losses"], run["step_seconds"]
             if losses:
                 loss = target_loss(losses, row["window"])
-                hit = first_reaching(losses, secs, loss, row["window"]) or (len(losses), sum(secs))
+                hit = first_reaching(losses, secs, loss, row["window"])
                 out["target"] = {"loss": loss, "window": row["window"], "step": hit[0],
                                  "seconds": hit[1], "serial_steps": len(losses)}
-                serial_means[row["name"]] = trailing_means(losses, row["window"])
+                out["steps"] = row["steps"] = len(losses)  # fewer where the budget cut it
             out["serial"].update(run=run, metrics=training_metrics(
                 run, out["target"], row["window"], row["steps"]))
-        runner.done(key)
         save()
     if times:
         print("time rows: sequential stepping ...", flush=True)
-        results = time_launch(runner, times, 1, False, ("time", "serial", 1))
+        results = time_launch(runner, times, 1, False)
         for row in times:
             rows[row["name"]]["serial"] = cell(1, "serial", None, False, {
                 "solve": results[row["name"]]}, mode="sequential", run=results["_run"])
         save()
+    seq = sum(rows[r["name"]]["serial"]["metrics"]["solve"].get("seconds", 1.0) for r in times)
+    for P in ranks:
+        runner.weights[("time", P, True)] = launch_seconds(P) + 10 * seq
+        for row in train:
+            serial = (rows[row["name"]]["target"] or {}).get("seconds", 1.0)
+            for grid in grids(P, args.mixed) + ["auto"] * (P > 1):
+                runner.weights[(row["name"], grid, P)] = launch_seconds(P) + args.cap * serial
 
     # ---- P from the largest down
     for P in sorted(ranks, reverse=True):
         over = P > cores
         if times:
             print(f"P = {P}: time rows, MGRIT ...", flush=True)
-            results = time_launch(runner, times, P, True, ("time", "layer", P))
+            results = time_launch(runner, times, P, True)
             for row in times:
                 cells = rows[row["name"]]["cells"]
                 seq = rows[row["name"]]["serial"]["metrics"]["solve"].get("seconds")
@@ -224,15 +213,13 @@ def _measure(args: argparse.Namespace, workdir: str) -> Dict[str, Any]:
                 cells.append(best_cell(cells, P, ("solve",), over))
             save()
         for row in train:
-            training_cells(runner, row, rows[row["name"]], P, over,
-                           serial_means.get(row["name"], []), args)
+            training_cells(runner, row, rows[row["name"]], P, over, args)
             save()
     save()
     return report
 
 
-def training_cells(runner: Runner, row: dict, out: dict, P: int, over: bool,
-                   serial_means: Sequence[Optional[float]], args: argparse.Namespace) -> None:
+def training_cells(runner, row, out, P, over, args):
     """The cells of one training row at P: data, layer, --mixed grids, auto, best."""
     target, cells, K = out["target"], out["cells"], args.quality_check_every
     serial = out["serial"]["metrics"] if out["serial"] else {}
@@ -240,10 +227,8 @@ def training_cells(runner: Runner, row: dict, out: dict, P: int, over: bool,
     max_steps = args.max_steps_factor * row["steps"] if target else max(2, row["steps"])
     checks = ["--quality-check-every", str(K)] if K else []
 
-    def run(column: str, grid: str, mode: Optional[str] = None,
-            extra: Sequence[str] = ()) -> dict:
-        key = (row["name"], column, P)
-        share = runner.share(key)
+    def run(column, grid, mode=None, extra=()):
+        share = runner.share((row["name"], grid, P))
         limit = min(args.cap * s_target if s_target else share,
                     max(share - launch_seconds(P), 0.5))
         print(f"P = {P}: {row['name']} {column} ({grid}, {mode or 'one-shot'}) ...",
@@ -252,12 +237,11 @@ def training_cells(runner: Runner, row: dict, out: dict, P: int, over: bool,
         c = cell(P, column, grid, over, reasons(NAMES, why or "", "skipped"),
                  mode=mode or "oneshot")
         if not why:
-            c["run"] = r = run_training(runner, row, P, grid, mode, key, target, serial_means,
-                                        limit, max_steps, extra)
+            c["run"] = r = run_training(runner, row, P, grid, mode, target, limit, max_steps,
+                                        extra)
             c["metrics"] = training_metrics(r, target, row["window"], max_steps)
             with_speedup(c["metrics"]["per_step"], serial.get("per_step", {}).get("seconds"))
             with_speedup(c["metrics"]["to_target"], s_target)
-        runner.done(key)
         return c
 
     if P == 1:
@@ -288,7 +272,7 @@ def training_cells(runner: Runner, row: dict, out: dict, P: int, over: bool,
             and c.get("mode") == "oneshot" and c.get("setting") == chosen
             and c.get("checks", 0) == (K if P > 1 else 0)]
     if "error" in choice or same:
-        runner.done((row["name"], "auto", P))
+        runner.weights.pop((row["name"], "auto", P), None)  # not launched
         auto = cell(P, "auto", None, over, reasons(NAMES, f"--grid auto: {choice.get('error')}",
                                                    "error"))
         if same:
@@ -296,10 +280,10 @@ def training_cells(runner: Runner, row: dict, out: dict, P: int, over: bool,
                 **same[0]["metrics"][n], "same_as": same[0]["column"]} for n in NAMES})
     else:
         auto = run("auto", "auto", None, checks if P > 1 else [])
-        got = auto.get("run", {}).get("grid")
-        if got and ",".join(map(str, got)) != grid:
-            auto["mismatch"] = f"predicted {grid}, the run chose {','.join(map(str, got))}"
-        auto["grid"] = ",".join(map(str, got)) if got else grid
+        got = ",".join(map(str, auto.get("run", {}).get("grid") or [])) or None
+        if got and got != grid:
+            auto["mismatch"] = f"predicted {grid}, the run chose {got}"
+        auto["grid"] = got or grid
     auto["choice"] = choice
     cells += [auto, best_cell(cells, P, NAMES, over)]
 
@@ -310,21 +294,21 @@ HEADS = {"layer": "layer 1,1,P", "data": "data P,1,1 (serial mode)", "best": "be
          "auto": "--grid auto", "mixed": "mixed D,1,L"}
 
 
-def short(m: Dict[str, Any]) -> str:
+def short(m):
     """A table cell: seconds and speedup, or a short form of the reason."""
     if "seconds" in m:
         return f"{m['seconds']:.3g}" + (f" ({m['speedup']:.2f}x)" if "speedup" in m else "")
     kind, reason = m.get("kind"), m.get("reason", "")
-    if kind in ("limit", "projected") and m.get("at_least"):
-        bound = f" (<{m['speedup_below']:.2f}x)" if "speedup_below" in m else ""
-        return f">{m['at_least']:.3g}{bound}" + (" proj." if kind == "projected" else "")
+    if kind == "limit" and m.get("at_least"):
+        return f">{m['at_least']:.3g}" + (f" (<{m['speedup_below']:.2f}x)"
+                                          if "speedup_below" in m else "")
     if kind == "steps":
         return "not in " + reason.split("within ", 1)[-1].split(" (")[0]
     return {"timeout": "timeout", "skipped": "skipped", "n/a": "n/a", "error": "failed",
             "none": "-"}.get(kind, reason[:20])
 
 
-def cell_text(c: dict, column: str, name: str) -> str:
+def cell_text(c, column, name):
     m = c["metrics"].get(name, {})
     label = (m.get("grid") if column == "best" else
              c.get("grid") if column in ("auto", "mixed") else "") or ""
@@ -336,11 +320,10 @@ def cell_text(c: dict, column: str, name: str) -> str:
     return f"{label} {'= ' + m['same_as'] + ': ' if m.get('same_as') else ''}{text}".strip()
 
 
-def print_tables(report: Dict[str, Any]) -> None:
+def print_tables(report):
     print("\nSeconds (speedup over serial). '>X (<Yx)': stopped at its limit of X s without "
-          "a step / the loss; '... proj.': stopped early, its pace projecting more than X s "
-          "to the loss; 'not in M steps': ran M steps without reaching the loss; 'over': "
-          "more ranks than physical cores. Every reason in full in the JSON.")
+          "a step / the loss; 'not in M steps': ran M steps without reaching the loss; "
+          "'over': more ranks than physical cores. Every reason in full in the JSON.")
     for row in report["rows"]:
         print(f"\n== {row['name']}: {row['title']}")
         cells, serial = row["cells"], (row.get("serial") or {}).get("metrics", {})
@@ -372,7 +355,7 @@ def print_tables(report: Dict[str, Any]) -> None:
             print_table(["P"] + heads, table, title=f"   {what}")
 
 
-def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--worker", help=argparse.SUPPRESS)
@@ -382,23 +365,20 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--rows", nargs="+", metavar="ROW",
                    help="only these rows (peaks256 peaks1024 batch32 heat ode; --small: "
                         "peaks16 batch8 heat ode)")
-    p.add_argument("--steps", type=int, default=20, help="K: serial L-BFGS steps (target)")
-    p.add_argument("--adam-steps", type=int, default=100, help="K of the Adam row")
-    p.add_argument("--window", type=int, default=10,
-                   help="losses averaged for the Adam row's target and its runs")
-    p.add_argument("--max-steps-factor", type=int, default=2,
-                   help="M = this x K steps at most per parallel run")
-    p.add_argument("--min-steps", type=int, default=5, help="--budget never lowers K below")
-    p.add_argument("--cap", type=float, default=1.5,
-                   help="a parallel run stops at this x the serial time to the loss")
-    p.add_argument("--budget", type=float, default=None,
-                   help="seconds for the whole run (default 240, --quick 120, --small 90; "
-                        "0: no limit)")
+    for flag, kind, default, what in (
+            ("--steps", int, 20, "K: serial L-BFGS steps (the target)"),
+            ("--adam-steps", int, 100, "K of the Adam row"),
+            ("--window", int, 10, "losses averaged for the Adam row's target and its runs"),
+            ("--max-steps-factor", int, 2, "M = this x K steps at most per parallel run"),
+            ("--cap", float, 1.5, "a parallel run stops at this x serial's time to the loss"),
+            ("--budget", float, None, "seconds for the whole run (default 240, --quick 120, "
+                                      "--small 90; 0: no limit)"),
+            ("--timeout", float, 300, "seconds per launch at most")):
+        p.add_argument(flag, type=kind, default=default, help=what)
     p.add_argument("--quality-check-every", type=int, default=10, metavar="K",
                    help="the layer and auto columns check every K-th gradient and run the "
                         "setting --grid auto chooses with the checks (0: the preset's "
                         "setting, no checks)")
-    p.add_argument("--timeout", type=float, default=300, help="seconds per launch at most")
     p.add_argument("--quick", action="store_true",
                    help="without the 1024-layer full-batch row, budget 120 s")
     p.add_argument("--small", action="store_true",
@@ -407,11 +387,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--calibration", metavar="FILE",
                    help="braidpy calibrate's file for --grid auto (default: made now)")
     p.add_argument("--dry-run", action="store_true",
-                   help="print the host, the plan and its estimate; measure nothing")
+                   help="print the host and the plan; measure nothing")
     args = p.parse_args(argv)
     if args.small:
         args.steps, args.adam_steps = min(args.steps, 4), min(args.adam_steps, 12)
-        args.window, args.min_steps = min(args.window, 3), min(args.min_steps, 3)
+        args.window = min(args.window, 3)
     names = [r["name"] for r in training_rows(args.small, False) + time_rows(args.small)]
     unknown = sorted(set(args.rows or ()) - set(names))
     if unknown:
@@ -423,10 +403,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     return args
 
 
-def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+def main(argv=None):
     args = parse_args(argv)
     if args.worker:
-        worker(json.loads(args.worker))
+        time_solves(json.loads(args.worker))
         return {}
     # A time limit's SIGTERM (gpu_check.sh's `timeout`) unwinds like Ctrl-C: the running
     # launch, in a session of its own, is killed on the way out.

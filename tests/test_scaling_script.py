@@ -170,7 +170,8 @@ def test_small_run_json(tmp_path):
     assert "library" in host["mpi"] or "error" in host["mpi"]
     assert report["child_env"]["OMP_NUM_THREADS"] == "1"
     assert report["ranks"] == [1, 2]
-    assert "estimate_seconds" in report["plan"]
+    # serial runs, then at P = 1 and 2 the time rows' launch and each row's grids and auto
+    assert report["plan"]["launches"] == 2 + 1 + (1 + 2 * 1) + (1 + 2 * 3)
     assert "host " in proc.stdout and "plan:" in proc.stdout  # printed before measuring
     assert proc.stdout.index("host ") < proc.stdout.index("plan:") < \
         proc.stdout.index("seconds per step")
