@@ -15,7 +15,6 @@ import argparse
 import time
 
 import numpy as np
-
 from _harness import print_table
 
 from braidpy import data
@@ -32,11 +31,9 @@ def continuous_params(N: int, seed: int, scale: float) -> tuple[ResNet, np.ndarr
     net = ResNet((2,), 5, width=8, nlayers=N, tstop=5.0, activation="smooth_relu")
     p = np.zeros(net.nparams)
     v, vc = net.views(p), coarse.views(pc)
-    block = (np.arange(N) * BLOCKS) // N
-    v["K"][...] = vc["K"][block]
-    v["b"][...] = vc["b"][block]
-    for name in ("open_K", "open_b", "W", "mu"):
-        v[name][...] = vc[name]
+    block = (np.arange(N) * BLOCKS) // N  # layer n lies in block n * 16 // N
+    for name in ("K", "b", "open_K", "open_b", "W", "mu"):
+        v[name][...] = vc[name][block] if name in ("K", "b") else vc[name]
     return net, p
 
 
@@ -53,11 +50,10 @@ def main() -> None:
     for N in args.layers:
         net, p = continuous_params(N, args.seed, args.scale)
         for levels, label in ((2, "2-level"), (30, "multilevel")):
-            app = ResNetApp(net, p, X, C)
             opts = dict(cfactor=args.cfactor, max_levels=levels, abs_tol=0.0, rel_tol=1e-5,
                         max_iter=100)
             start = time.perf_counter()
-            g = GradientSolver(app, 0.0, net.tstop, N, primal=opts).evaluate()
+            g = GradientSolver(ResNetApp(net, p, X, C), 0.0, net.tstop, N, primal=opts).evaluate()
             rows.append([N, label, g.primal.levels, g.primal.iterations, g.adjoint.iterations,
                          f"{time.perf_counter() - start:.2f} s"])
             print(*rows[-1], flush=True)

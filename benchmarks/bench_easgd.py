@@ -2,16 +2,16 @@
 and what share of a step is communication? (EASGD as in You, Buluç and Demmel, "Scaling
 deep learning on GPU and Knights Landing clusters", SC 2017.)
 
-    mpiexec -n 4 python benchmarks/bench_easgd.py [--steps S] [--quick] [--tau T]
-    mpiexec -n 5 python benchmarks/bench_easgd.py --methods async-easgd [...]
-
-The same conv ResNet (digits 8x8, 8 layers x 4 channels, ``mode="serial"``) and stream
-of shuffled batches of 100 (a shard of 25 per worker), same number of steps: ``sgd`` and
+The same conv ResNet (digits 8x8, 8 layers x 4 channels, ``mode="serial"``) and stream of
+shuffled batches of 100 (a shard of 25 per worker), same number of steps: ``sgd`` and
 ``adam`` on the grid 4 x 1 x 1 (one allreduce per step), ``sync-easgd``
 (braidpy.train.easgd.SyncEASGD, an allreduce every tau steps; the centre's accuracy),
 ``async-easgd`` (AsyncEASGD, one extra centre rank; the workers' mean and the centre's).
 Columns: validation accuracy (359 images) after each block of steps, wall time to there
 (slowest worker, validation excluded), and the communication share of a step.
+
+    mpiexec -n 4 python benchmarks/bench_easgd.py [--steps S] [--quick] [--tau T]
+    mpiexec -n 5 python benchmarks/bench_easgd.py --methods async-easgd [...]
 """
 
 from __future__ import annotations
@@ -20,38 +20,24 @@ import argparse
 import time
 
 import numpy as np
-
 from _harness import print_table
+from mpi4py import MPI
+
+from braidpy import data
+from braidpy.nn import ResNet
 
 WORKERS = 4
 
 
-def setup(quick: bool):
-    from braidpy import data
-    from braidpy.nn import ResNet
-
+def setup(quick):
     split = data.digits(seed=1)
-    Xt, Ct = split["train"]
-    Xv, Cv = split["validation"]
     net = ResNet((1, 8, 8), 10, width=4, nlayers=4 if quick else 8, tstop=5.0,
                  activation="smooth_relu", opening="conv", kernel=3)
-    return net, (Xt, Ct), (Xv, Cv)
-
-
-def batches(n: int, size: int, steps: int, seed: int):
-    """The shuffled batch indices of ``steps`` steps (the Trainer's order: a new
-    permutation per epoch, short last batches dropped)."""
-    rng = np.random.default_rng(seed)
-    out, order, pos = [], rng.permutation(n), 0
-    while len(out) < steps:
-        if pos + size > n:
-            order, pos = rng.permutation(n), 0
-        out.append(order[pos:pos + size])
-        pos += size
-    return out
+    return net, split["train"], split["validation"]
 
 
 def allreduce_run(comm, method, steps, every, quick, lr):
+    """sgd or adam through the Trainer on the grid 4 x 1 x 1."""
     from braidpy.parallel import ProcessGrid
     from braidpy.train import TrainConfig, Trainer
 
@@ -59,51 +45,46 @@ def allreduce_run(comm, method, steps, every, quick, lr):
     grid = ProcessGrid(comm, WORKERS, 1, 1)
     cfg = TrainConfig(mode="serial", optimizer=method, lr=lr, batch_size=100, shuffle=True,
                       iterations=steps, validate_every=every, seed=1, init_scale=0.1)
-    trainer = Trainer(net, train, val, cfg, grid=grid)
-    history = trainer.run()
     points, wall, comm_time = [], 0.0, 0.0
-    for r in history:
+    for r in Trainer(net, train, val, cfg, grid=grid).run():
         wall += r["seconds"] - r.get("validation_seconds", 0.0)
         comm_time += r["data_wait_seconds"] + r["data_agree_seconds"]
         if "val_accuracy" in r:
             points.append((r["iteration"], r["val_accuracy"], wall))
     grid.free()
-    return points, comm_time / wall
+    return points, comm_time / wall, None
 
 
 def easgd_run(comm, method, steps, every, quick, lr, rho, tau, momentum):
-    from mpi4py import MPI
-
+    """SyncEASGD on 4 ranks, or AsyncEASGD on 4 workers and a centre (rank 0), over the
+    Trainer's batch order (a new permutation per epoch, short last batches dropped)."""
     from braidpy.train.easgd import AsyncEASGD, SyncEASGD
 
     net, (Xt, Ct), (Xv, Cv) = setup(quick)
-    params = net.init_params(1, 0.1)
-    rank = comm.Get_rank()
-    sync = method == "sync-easgd"
-    if sync:
-        opt = SyncEASGD(comm, lr=lr, rho=rho, tau=tau, momentum=momentum)
-        worker = rank
-    else:
-        opt = AsyncEASGD(comm, lr=lr, rho=rho, tau=tau, momentum=momentum, centre=0)
-        worker = rank - 1
-    points, wall, comm_time = [], 0.0, 0.0
-    plan = batches(Xt.shape[0], 100, steps, 1)
-    shard = slice(worker * 25, worker * 25 + 25)
+    params, rank, sync = net.init_params(1, 0.1), comm.Get_rank(), method == "sync-easgd"
+    cls = SyncEASGD if sync else AsyncEASGD
+    opt = cls(comm, lr=lr, rho=rho, tau=tau, momentum=momentum, **({} if sync else {"centre": 0}))
+    worker = rank if sync else rank - 1
+    rng, order, plan = np.random.default_rng(1), np.arange(0), []
+    while len(plan) < steps:
+        if len(order) < 100:
+            order = rng.permutation(Xt.shape[0])
+        plan.append(order[:100])
+        order = order[100:]
+    points, clock = [], {"wall": 0.0, "comm": 0.0}
 
     def timed_steps():
-        nonlocal wall, comm_time
         for step, idx in enumerate(plan, start=1):
             start = time.perf_counter()
-            rows = idx[shard]
+            rows = idx[worker * 25:worker * 25 + 25]
             loss, grad = net.loss_and_gradient(params, Xt[rows], Ct[rows])
             before = time.perf_counter()
             opt.step(params, loss, grad)
-            done = time.perf_counter()
-            wall += done - start
-            comm_time += done - before
+            clock["wall"] += time.perf_counter() - start
+            clock["comm"] += time.perf_counter() - before
             if step % every == 0:  # sync: the centre; async: this worker's own
-                points.append((step, net.accuracy(opt.center if sync else params, Xv, Cv),
-                               wall))
+                acc = net.accuracy(opt.center if sync else params, Xv, Cv)
+                points.append((step, acc, clock["wall"]))
 
     final = None
     if sync:
@@ -115,11 +96,10 @@ def easgd_run(comm, method, steps, every, quick, lr, rho, tau, momentum):
             timed_steps()
     workers = comm if sync else comm.Split(0 if rank > 0 else MPI.UNDEFINED, rank)
     out, share = None, None
-    if workers != MPI.COMM_NULL:
-        # The slowest worker's clock; the workers' mean accuracy.
+    if workers != MPI.COMM_NULL:  # the slowest worker's clock; the workers' mean accuracy
         out = [(step, workers.allreduce(acc) / WORKERS, workers.allreduce(t, op=MPI.MAX))
                for step, acc, t in points]
-        share = workers.allreduce(comm_time / wall, op=MPI.MAX)
+        share = workers.allreduce(clock["comm"] / clock["wall"], op=MPI.MAX)
     out, share = comm.bcast((out, share), root=0 if sync else 1)
     final = comm.bcast(final, root=0)
     if not sync:
@@ -139,34 +119,28 @@ def main() -> None:
     parser.add_argument("--tau", type=int, default=1, help="EASGD communication period")
     parser.add_argument("--rho", type=float, default=1.0, help="EASGD elastic strength")
     args = parser.parse_args()
-    from mpi4py import MPI
-
     comm = MPI.COMM_WORLD
     steps = 40 if args.quick else args.steps
-    every = min(args.every, steps)
-    rows = []
+    every, rows = min(args.every, steps), []
     for method in args.methods:
         need = WORKERS + (method == "async-easgd")
         if comm.Get_size() != need:
             if comm.Get_rank() == 0:
                 print(f"({method} needs mpiexec -n {need}; skipped)")
             continue
-        final = None
         if method in ("sgd", "adam"):
             lr = 0.1 if method == "sgd" else 0.02
-            points, share = allreduce_run(comm, method, steps, every, args.quick, lr)
+            points, share, final = allreduce_run(comm, method, steps, every, args.quick, lr)
             label = f"{method} (allreduce, lr {lr:g})"
         else:
-            lr = 0.1
-            points, share, final = easgd_run(comm, method, steps, every, args.quick, lr,
+            points, share, final = easgd_run(comm, method, steps, every, args.quick, 0.1,
                                              args.rho, args.tau, 0.9)
-            label = f"{method} (lr {lr:g}, rho {args.rho:g}, tau {args.tau}, mom 0.9)"
-        if comm.Get_rank() == 0:
-            for step, acc, t in points:
-                rows.append([label, step, f"{100 * acc:.1f}%", f"{t:.2f}",
-                             f"{100 * share:.0f}%" if step == points[-1][0] else ""])
-            if final is not None:
-                rows.append([label, "centre", f"{100 * final:.1f}%", "", ""])
+            label = f"{method} (lr 0.1, rho {args.rho:g}, tau {args.tau}, mom 0.9)"
+        for step, acc, t in points:
+            rows.append([label, step, f"{100 * acc:.1f}%", f"{t:.2f}",
+                         f"{100 * share:.0f}%" if step == points[-1][0] else ""])
+        if final is not None:
+            rows.append([label, "centre", f"{100 * final:.1f}%", "", ""])
     if comm.Get_rank() == 0:
         print(f"digits, {WORKERS} workers, batches of 100 (25 per worker), "
               f"{comm.Get_size()} ranks on this machine")

