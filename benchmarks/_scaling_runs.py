@@ -1,11 +1,9 @@
 """scaling.py's parts: time to a loss from ``braidpy train --log``, the rows, the launches
-(one watched ``braidpy train``, the calibration, --grid auto's choice, the time rows'
-solves) and the time rows' child."""
+(one watched ``braidpy train``, the time rows' solves, their child) and the tables."""
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import importlib
 import io
 import json
@@ -15,7 +13,7 @@ import statistics
 import sys
 import time
 
-from _harness import Budget
+from _harness import Budget, print_table
 from _sidecar import HERE, ROOT, THREAD_VARS, launch, result_line
 
 SCRIPT = str(HERE / "scaling.py")
@@ -254,62 +252,6 @@ def run_training(runner, row, P, grid, mode, target, limit, steps, extra=()):
     return run
 
 
-def calibrate(runner, ranks, train):
-    """``braidpy calibrate`` on this host at the most ranks (network costs measured), or
-    the --calibration given."""
-    if runner.args.calibration:
-        runner.calibration = runner.args.calibration
-        return {"path": runner.calibration, "status": "given"}
-    path, P = os.path.join(runner.workdir, "calibration.json"), max(ranks)
-    per_rank = sorted({max(1, r["samples"] // d) for r in train for d in ranks})
-    picks = sorted({per_rank[0], per_rank[-1], per_rank[len(per_rank) // 2]})
-    cmd = [sys.executable, "-m", "braidpy", "calibrate", "-o", path, "--layer", "dense:8",
-           "--samples", *map(str, picks), "--cores", str(runner.cores), "--repeats",
-           "2" if runner.args.small else "3", "-q"]
-    why = runner.skip_reason(P, launch_seconds(P) + 3)
-    if why:
-        return {"status": "skipped", "reason": why}
-    run = runner.run(P, cmd, 60 + 5 * P)
-    ok = run["status"] == "exited" and run["rc"] == 0 and os.path.exists(path)
-    runner.calibration = path if ok else None
-    return {"path": runner.calibration, "status": "ok" if ok else "failed",
-            "seconds": run["wall_seconds"], "cmd": run["cmd"],
-            "reason": None if ok else (run["reason"] or run["output_tail"][-400:])}
-
-
-def auto_choice(row, P, calibration, check_every, grid=None):
-    """What --grid auto picks for this row at P (braidpy.perf.auto.decide_grid, as the
-    command line runs it): the grid and the MGRIT setting, the fastest qualified one with
-    quality checks every ``check_every`` steps, else (0) the preset's. ``grid``: only it."""
-    if P == 1:
-        return {"shape": [1, 1, 1], "summary": "one rank: the only grid"}
-    if not calibration:
-        return {"error": "no calibration (braidpy calibrate failed or was skipped)"}
-    try:
-        from braidpy.nn import ResNet
-        from braidpy.perf.auto import (Setting, decide_grid, training_settings,
-                                       training_spec, trials_per_step)
-        from braidpy.train.presets import preset
-
-        s = preset("paper", "peaks")
-        net = ResNet((2,), 5, width=s["width"], nlayers=row["layers"])
-        spec = training_spec(net.kind, net.input_shape, net.width, net.nlayers,
-                             row["samples"], net.nclasses, None, net.nparams)
-        default = Setting(s["m1"], s["m2"], s["relax"], s["max_levels"], s["cfactor"])
-        settings = training_settings(s["mode"], {}, default, checked=bool(check_every),
-                                     nlayers=net.nlayers)
-        c = decide_grid(spec, P, calibration, mode=s["mode"], grid=grid, settings=settings,
-                        check_every=check_every, trials=trials_per_step(row["optimizer"]))
-        # In the default mode a grid without layer or space ranks runs serial
-        # backpropagation: its setting is moot.
-        return {"shape": list(c.shape), "predicted_seconds": c.seconds,
-                "summary": c.summary, "setting": dataclasses.asdict(c.setting),
-                "preset_setting": c.setting == default,
-                "runs_mgrit": c.shape[1] > 1 or c.shape[2] > 1}
-    except Exception as exc:  # noqa: BLE001 - any failure is this cell's reason
-        return {"error": f"{type(exc).__name__}: {exc}"}
-
-
 def time_launch(runner, times, P, mgrit):
     """Every time row solved in one launch (sequential stepping on one process, or the
     examples' MGRIT on P ranks): per row a metric, and '_run' the launch."""
@@ -317,16 +259,12 @@ def time_launch(runner, times, P, mgrit):
     why = runner.skip_reason(P, min(share, launch_seconds(P) + 1))
     if why:
         return {"_run": None, **{r["name"]: metric(reason=why, kind="skipped") for r in times}}
-    spec = {"mgrit": mgrit, "rows": [{k: r[k] for k in ("name", "example", "args")}
-                                     for r in times]}
+    spec = {"mgrit": mgrit, "rows": times}
     run = runner.run(P, [sys.executable, SCRIPT, "--worker", json.dumps(spec)], 30 + 3 * share)
-    out = {"_run": {k: run[k] for k in ("cmd", "status", "rc", "wall_seconds", "output_tail")}}
-    for r in times:
-        got = (run["result"] or {}).get(r["name"]) or metric(
-            reason=run["reason"] or error_text(run),
-            kind="timeout" if run["status"] == "timeout" else "error")
-        out[r["name"]] = got
-    return out
+    failed = metric(reason=run["reason"] or error_text(run),
+                    kind="timeout" if run["status"] == "timeout" else "error")
+    return {"_run": {k: run[k] for k in ("cmd", "status", "rc", "wall_seconds", "output_tail")},
+            **{r["name"]: (run["result"] or {}).get(r["name"]) or failed for r in times}}
 
 
 def _example(name):
@@ -387,3 +325,76 @@ def time_solves(spec):
             **found)
     if comm is None or comm.Get_rank() == 0:
         result_line(out)
+
+
+# ------------------------------------------------------------------ the tables
+
+
+def setting_text(s):
+    """A table's short form of a Setting: 'm1/2 F L3 cf8'."""
+    return f"m{s['m1']}/{s['m2']} {s['relax']} L{s['levels']} cf{s['cfactor']}" if s else ""
+
+
+HEADS = {"layer": "layer 1,1,P", "data": "data P,1,1 (serial mode)", "best": "best",
+         "auto": "--grid auto", "mixed": "mixed D,1,L"}
+
+
+def short(m):
+    """A table cell: seconds and speedup, or a short form of the reason."""
+    if "seconds" in m:
+        return f"{m['seconds']:.3g}" + (f" ({m['speedup']:.2f}x)" if "speedup" in m else "")
+    kind, reason = m.get("kind"), m.get("reason", "")
+    if kind == "limit" and m.get("at_least"):
+        return f">{m['at_least']:.3g}" + (f" (<{m['speedup_below']:.2f}x)"
+                                          if "speedup_below" in m else "")
+    if kind == "steps":
+        return "not in " + reason.split("within ", 1)[-1].split(" (")[0]
+    return {"timeout": "timeout", "skipped": "skipped", "n/a": "n/a", "error": "failed",
+            "none": "-"}.get(kind, reason[:20])
+
+
+def cell_text(c, column, name):
+    m = c["metrics"].get(name, {})
+    label = (m.get("grid") if column == "best" else
+             c.get("grid") if column in ("auto", "mixed") else "") or ""
+    if column in ("layer", "auto"):  # the MGRIT setting it ran
+        choice = c.get("choice") or {}
+        ran = c.get("setting") or (choice.get("setting") if choice.get("runs_mgrit") else None)
+        label = f"{label} {setting_text(ran)}".strip()
+    text = short(m) + (f" {m['iterations']} it" if "iterations" in m else "")
+    return f"{label} {'= ' + m['same_as'] + ': ' if m.get('same_as') else ''}{text}".strip()
+
+
+def print_tables(report):
+    print("\nSeconds (speedup over serial). '>X (<Yx)': stopped at its limit of X s without "
+          "a step / the loss; 'not in M steps': ran M steps without reaching the loss; "
+          "'over': more ranks than physical cores. Every reason in full in the JSON.")
+    for row in report["rows"]:
+        print(f"\n== {row['name']}: {row['title']}")
+        cells, serial = row["cells"], (row.get("serial") or {}).get("metrics", {})
+        if row["kind"] == "training":
+            t = row.get("target")
+            print(f"   serial (--mode serial, 1 rank): {short(serial['per_step'])} s/step; "
+                  f"target loss {t['loss']:.5g} (mean of the last {t['window']}) of "
+                  f"{t['serial_steps']} steps, reached at step {t['step']} in "
+                  f"{t['seconds']:.3g} s" if t else
+                  f"   serial: {serial.get('per_step', {}).get('reason', 'failed')}")
+            names = (("per_step", "seconds per step"),
+                     ("to_target", "seconds to the serial run's loss"))
+            columns = ["layer", "data", "best", "auto"] + (
+                ["mixed"] if any(c["column"] == "mixed" for c in cells) else [])
+            heads = [HEADS[c] for c in columns]
+        else:
+            s = serial.get("solve", {})
+            print("   sequential stepping (1 process): "
+                  + (f"{s['seconds']:.3g} s" if "seconds" in s else s.get("reason", "")))
+            names = (("solve", "seconds to solve to 1e-8 (iterations)"),)
+            columns, heads = ["layer", "best"], ["time-parallel", "best"]
+        for name, what in names:
+            table = []
+            for P in sorted({c["P"] for c in cells}):
+                mine = [c for c in cells if c["P"] == P]
+                table.append([f"{P}" + (" over" if any(c.get("over") for c in mine) else "")]
+                             + ["; ".join(cell_text(c, col, name) for c in mine
+                                          if c["column"] == col) or "-" for col in columns])
+            print_table(["P"] + heads, table, title=f"   {what}")

@@ -1,20 +1,17 @@
 """Is braidpy.torch's one-shot layer-parallel gradient faster than plain torch
 forward+backward through the same blocks, and than torchbraid's?
 
-Every side builds the same network from one seed: N blocks x <- x + (T/N) tanh(Linear_n(x)),
-width 8, float64, T = 2; loss sum(y * wts). LayerParallel: one-shot (2, 2), warm-started,
-cf 16, 2 levels, F-relaxation; "grouped" (one torch call per layer over stacked parameters),
-"vmap" (grouped=False), --per-block (batch=False). Timed: zero_grad + forward + backward
-after two warm-ups; process CPU time (--clock wall: elapsed; --device cuda: wall time after
-a synchronize); min (median); ratio = serial / LayerParallel.
-
-By default one process, the sides alternating within each repeat. --torchbraid: serial
-torch, braidpy (grouped) and torchbraid.LayerParallel (in its virtualenv,
-$BRAIDPY_TORCHBRAID_VENV) with the same setting (setFwdMaxIters(2), setBwdMaxIters(2), its
-default skip=0; left different: its final F-relaxation and its buffers), each (N, batch,
-ranks, side) in a fresh process with one thread, the slowest rank's time; --rounds reverses
-the sides' order every other round; --check adds each side's gradient error against
-autograd (after the timed calls, and converged to 1e-12).
+Every side: N blocks x <- x + (T/N) tanh(Linear_n(x)) from one seed, width 8, float64,
+T = 2, loss sum(y * wts); LayerParallel one-shot (2, 2), warm-started, cf 16, 2 levels,
+F-relaxation: "grouped" (one torch call per layer over stacked parameters), "vmap"
+(grouped=False), --per-block (batch=False). Timed: zero_grad + forward + backward after two
+warm-ups, process CPU time (--clock wall: elapsed; cuda: wall after a synchronize), min
+(median); the sides alternate in one process. --torchbraid: serial, braidpy (grouped) and
+torchbraid.LayerParallel (its venv, $BRAIDPY_TORCHBRAID_VENV; setFwdMaxIters(2),
+setBwdMaxIters(2), its default skip=0; left different: its final F-relaxation and buffers),
+each (N, batch, ranks, side) in a fresh one-thread process, the slowest rank's time;
+--rounds reverses the order every other round; --check: gradient errors against autograd
+(after the timed calls, and converged to 1e-12).
 
     python benchmarks/bench_torch.py [--layers 1024 4096] [--batches 1 32] [--repeats R]
         [--per-block] [--clock cpu|wall] [--device cpu|cuda] [--quick]
@@ -303,9 +300,8 @@ def main(argv=None) -> None:
                    help="also time LayerParallel with batch=False")
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
     p.add_argument("--clock", choices=sorted(CLOCKS), default="cpu",
-                   help="cpu: this process's CPU time (default; with one torch thread it "
-                        "equals the wall time on an idle machine and ignores other jobs' "
-                        "load), wall: elapsed time")
+                   help="cpu: process CPU time (one thread: the wall time of an idle "
+                        "machine, other jobs' load left out), wall: elapsed")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda (wall clock)")
     p.add_argument("--quick", action="store_true", help="smoke run: N 256, batch 1, 1 repeat")
     p.add_argument("--torchbraid", action="store_true",

@@ -1,22 +1,20 @@
 """Where does layer parallelism pay on this host, and against what? Serial vs layer-parallel
 vs data-parallel vs the best grid vs ``--grid auto``, per step and to the same loss.
 
-Columns per rank count P (1, 2, 4, 8, 16 up to the physical cores, or --ranks): serial
-(``braidpy train --mode serial``; time rows: sequential stepping), layer (``--grid 1,1,P``
-with the setting ``--grid auto`` would choose for that grid and ``--quality-check-every K``;
-K = 0: the preset's, no checks; time rows: the example's MGRIT on P ranks), data (``--grid
-P,1,1 --mode serial``), best (the fastest grid measured at P; --mixed adds every D,1,L),
+Per rank count P (1, 2, 4, 8, 16 up to the physical cores, or --ranks): serial (``braidpy
+train --mode serial``), layer (``--grid 1,1,P`` with the setting ``--grid auto`` would
+choose for it and ``--quality-check-every K``; K = 0: the preset's, no checks), data
+(``--grid P,1,1 --mode serial``), best (the fastest grid at P; --mixed adds every D,1,L),
 auto (``--grid auto`` with the checks, from a ``braidpy calibrate`` made first). Rows:
-peaks256, peaks1024 (``train peaks --preset paper --samples 5000``, L-BFGS), batch32 (1024
-layers, Adam on shuffled batches of 32), heat and ode (examples ex02/ex01, 16384 steps,
-MGRIT to 1e-8); --small: 16 layers, 512 steps. Training cells, from each run's --log:
-seconds per step (median, the first step left out) and seconds to the serial run's loss
-(the mean of its last --window losses); a parallel run stops at that loss, at M = 2K
-steps or at --cap x serial's time to it. Time cells: the slowest rank's solve after a
-warm-up. The host and cpu_scaling.py's core check come first (--dry-run stops there);
---budget: the serial runs may take a quarter of it, every later launch its share by its
-serial time, a cut or skipped launch says why. One thread per rank; a launch past its
-time is killed with every process it started.
+Peaks (``--preset paper``, 5000 samples) with 256 and 1024 layers full-batch L-BFGS and
+1024 layers Adam on batches of 32; heat and ode (examples ex02/ex01, 16384 steps, MGRIT to
+1e-8 on P ranks against sequential stepping, the slowest rank after a warm-up). --small:
+16 layers, 512 steps. Training cells from each run's --log: seconds per step (median, the
+first left out), seconds to the serial run's loss (the mean of its last --window); a
+parallel run stops there, at M = 2K steps or at --cap x serial's time to it. --budget: the
+serial runs a quarter, each later launch a share by its row's serial time; a cut or
+skipped launch says why. One thread per rank; a launch past its time is killed with all
+its processes. The host and cpu_scaling.py's core check come first.
 
     python benchmarks/scaling.py [--json FILE] [--quick | --small] [--budget S]
         [--ranks 1 2 4 ...] [--steps K] [--rows ...] [--mixed] [--dry-run]
@@ -25,9 +23,9 @@ time is killed with every process it started.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
-import shutil
 import signal
 import sys
 import tempfile
@@ -35,11 +33,11 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import cpu_scaling  # noqa: E402
-from _harness import find_mpiexec, host_info, print_host, print_table  # noqa: E402
-from _scaling_runs import (Runner, auto_choice, calibrate, first_reaching,  # noqa: E402
-                           launch_seconds, losses_of, metric, read_log, run_training,
-                           seconds_of, target_loss, time_launch, time_rows, time_solves,
-                           trailing_means, training_metrics, training_rows, with_speedup)
+from _harness import find_mpiexec, host_info, print_host  # noqa: E402
+from _scaling_runs import (Runner, first_reaching, launch_seconds, losses_of,  # noqa: E402
+                           metric, print_tables, read_log, run_training, seconds_of, short,
+                           target_loss, time_launch, time_rows, time_solves, trailing_means,
+                           training_metrics, training_rows, with_speedup)
 
 __all__ = ["first_reaching", "losses_of", "read_log", "seconds_of", "target_loss",
            "trailing_means", "training_metrics", "with_speedup", "short", "main"]
@@ -72,30 +70,69 @@ def setting_args(s):
             str(s["levels"]), "--cf", str(s["cfactor"])]
 
 
-def setting_text(s):
-    """A table's short form of a Setting: 'm1/2 F L3 cf8'."""
-    return f"m{s['m1']}/{s['m2']} {s['relax']} L{s['levels']} cf{s['cfactor']}" if s else ""
-
-
 def grids(P, mixed):
     """The grids a training row is launched on at P (besides --grid auto)."""
     return ([f"{P},1,1"] if P > 1 else []) + [f"1,1,{P}"] + (
         [f"{d},1,{P // d}" for d in range(2, P) if P % d == 0] if mixed else [])
 
 
+def calibrate(runner, ranks, train):
+    """``braidpy calibrate`` on this host at the most ranks (network costs measured)."""
+    path, P = os.path.join(runner.workdir, "calibration.json"), max(ranks)
+    per_rank = sorted({max(1, r["samples"] // d) for r in train for d in ranks})
+    picks = sorted({per_rank[0], per_rank[-1], per_rank[len(per_rank) // 2]})
+    cmd = [sys.executable, "-m", "braidpy", "calibrate", "-o", path, "--layer", "dense:8",
+           "--samples", *map(str, picks), "--cores", str(runner.cores), "--repeats",
+           "2" if runner.args.small else "3", "-q"]
+    why = runner.skip_reason(P, launch_seconds(P) + 3)
+    if why:
+        return {"status": "skipped", "reason": why}
+    run = runner.run(P, cmd, 60 + 5 * P)
+    ok = run["status"] == "exited" and run["rc"] == 0 and os.path.exists(path)
+    runner.calibration = path if ok else None
+    return {"path": runner.calibration, "status": "ok" if ok else "failed",
+            "seconds": run["wall_seconds"], "cmd": run["cmd"],
+            "reason": None if ok else (run["reason"] or run["output_tail"][-400:])}
+
+
+def auto_choice(row, P, calibration, check_every, grid=None):
+    """What --grid auto picks for this row at P (braidpy.perf.auto.decide_grid, as the
+    command line runs it): the grid and the MGRIT setting, the fastest qualified one with
+    quality checks every ``check_every`` steps, else (0) the preset's. ``grid``: only it."""
+    if P == 1:
+        return {"shape": [1, 1, 1], "summary": "one rank: the only grid"}
+    if not calibration:
+        return {"error": "no calibration (braidpy calibrate failed or was skipped)"}
+    try:
+        from braidpy.nn import ResNet
+        from braidpy.perf.auto import (Setting, decide_grid, training_settings,
+                                       training_spec, trials_per_step)
+        from braidpy.train.presets import preset
+
+        s = preset("paper", "peaks")
+        net = ResNet((2,), 5, width=s["width"], nlayers=row["layers"])
+        spec = training_spec(net.kind, net.input_shape, net.width, net.nlayers,
+                             row["samples"], net.nclasses, None, net.nparams)
+        default = Setting(s["m1"], s["m2"], s["relax"], s["max_levels"], s["cfactor"])
+        settings = training_settings(s["mode"], {}, default, checked=bool(check_every),
+                                     nlayers=net.nlayers)
+        c = decide_grid(spec, P, calibration, mode=s["mode"], grid=grid, settings=settings,
+                        check_every=check_every, trials=trials_per_step(row["optimizer"]))
+        # In the default mode a grid without layer or space ranks runs serial
+        # backpropagation: its setting is moot.
+        return {"shape": list(c.shape), "predicted_seconds": c.seconds,
+                "summary": c.summary, "setting": dataclasses.asdict(c.setting),
+                "preset_setting": c.setting == default,
+                "runs_mgrit": c.shape[1] > 1 or c.shape[2] > 1}
+    except Exception as exc:  # noqa: BLE001 - any failure is this cell's reason
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
 # ------------------------------------------------------------------ the measurements
 
 
-def measure(args):
-    """The whole run (logs and the calibration in a temporary folder, removed after)."""
-    workdir = tempfile.mkdtemp(prefix="braidpy-scaling-")
-    try:
-        return _measure(args, workdir)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-
-
-def _measure(args, workdir):
+def measure(args, workdir):
+    """The whole run (logs and the calibration in ``workdir``)."""
     mpiexec = find_mpiexec()
     host = host_info(mpiexec)
     cores = host["cpu"]["cores_for_ranks"]
@@ -124,14 +161,12 @@ def _measure(args, workdir):
             "launches": len(train) + bool(times) + sum(
                 bool(times) + len(train) * (len(grids(P, args.mixed)) + (P > 1)) for P in ranks)}
     print(f"plan: {len(train)} training rows, {len(times)} time rows, ranks "
-          f"{' '.join(map(str, ranks))}; {plan['launches']} launches"
-          + (f" in --budget {args.budget:.0f} s: the serial runs in a quarter of it, then "
-             f"P from the largest down, each launch its share" if args.budget else ""))
-    for row in train:
-        print(f"  {row['name']}: serial up to K = {row['steps']} steps, window "
-              f"{row['window']}, at most {args.max_steps_factor * row['steps']} steps per "
-              f"parallel run")
-    print(flush=True)
+          f"{' '.join(map(str, ranks))}; {plan['launches']} launches; serial runs of up to "
+          f"K = {args.steps} L-BFGS or {args.adam_steps} Adam steps (window {args.window}), "
+          f"parallel runs of up to {args.max_steps_factor}K"
+          + (f"; --budget {args.budget:.0f} s: a quarter for the serial runs, then P from "
+             f"the largest down, each launch its share" if args.budget else "") + "\n",
+          flush=True)
     if args.dry_run:
         return {"host": host, "ranks": ranks, "plan": plan, "rows": []}
 
@@ -206,10 +241,10 @@ def _measure(args, workdir):
                 seq = rows[row["name"]]["serial"]["metrics"]["solve"].get("seconds")
                 cells.append(cell(P, "layer", f"1,1,{P}", over, {"solve": with_speedup(
                     results[row["name"]], seq)}, mode="mgrit", run=results["_run"]))
-                cells.append(cell(P, "data", None, over, reasons(
-                    ("solve",), "n/a: time integration has no data dimension", "n/a")))
-                cells.append(cell(P, "auto", None, over, reasons(
-                    ("solve",), "n/a: --grid auto is a braidpy train option", "n/a")))
+                for column, why in (("data", "time integration has no data dimension"),
+                                    ("auto", "--grid auto is a braidpy train option")):
+                    cells.append(cell(P, column, None, over, reasons(("solve",), "n/a: " + why,
+                                                                     "n/a")))
                 cells.append(best_cell(cells, P, ("solve",), over))
             save()
         for row in train:
@@ -288,73 +323,6 @@ def training_cells(runner, row, out, P, over, args):
     cells += [auto, best_cell(cells, P, NAMES, over)]
 
 
-# ------------------------------------------------------------------ the tables
-
-HEADS = {"layer": "layer 1,1,P", "data": "data P,1,1 (serial mode)", "best": "best",
-         "auto": "--grid auto", "mixed": "mixed D,1,L"}
-
-
-def short(m):
-    """A table cell: seconds and speedup, or a short form of the reason."""
-    if "seconds" in m:
-        return f"{m['seconds']:.3g}" + (f" ({m['speedup']:.2f}x)" if "speedup" in m else "")
-    kind, reason = m.get("kind"), m.get("reason", "")
-    if kind == "limit" and m.get("at_least"):
-        return f">{m['at_least']:.3g}" + (f" (<{m['speedup_below']:.2f}x)"
-                                          if "speedup_below" in m else "")
-    if kind == "steps":
-        return "not in " + reason.split("within ", 1)[-1].split(" (")[0]
-    return {"timeout": "timeout", "skipped": "skipped", "n/a": "n/a", "error": "failed",
-            "none": "-"}.get(kind, reason[:20])
-
-
-def cell_text(c, column, name):
-    m = c["metrics"].get(name, {})
-    label = (m.get("grid") if column == "best" else
-             c.get("grid") if column in ("auto", "mixed") else "") or ""
-    if column in ("layer", "auto"):  # the MGRIT setting it ran
-        choice = c.get("choice") or {}
-        ran = c.get("setting") or (choice.get("setting") if choice.get("runs_mgrit") else None)
-        label = f"{label} {setting_text(ran)}".strip()
-    text = short(m) + (f" {m['iterations']} it" if "iterations" in m else "")
-    return f"{label} {'= ' + m['same_as'] + ': ' if m.get('same_as') else ''}{text}".strip()
-
-
-def print_tables(report):
-    print("\nSeconds (speedup over serial). '>X (<Yx)': stopped at its limit of X s without "
-          "a step / the loss; 'not in M steps': ran M steps without reaching the loss; "
-          "'over': more ranks than physical cores. Every reason in full in the JSON.")
-    for row in report["rows"]:
-        print(f"\n== {row['name']}: {row['title']}")
-        cells, serial = row["cells"], (row.get("serial") or {}).get("metrics", {})
-        if row["kind"] == "training":
-            t = row.get("target")
-            print(f"   serial (--mode serial, 1 rank): {short(serial['per_step'])} s/step; "
-                  f"target loss {t['loss']:.5g} (mean of the last {t['window']}) of "
-                  f"{t['serial_steps']} steps, reached at step {t['step']} in "
-                  f"{t['seconds']:.3g} s" if t else
-                  f"   serial: {serial.get('per_step', {}).get('reason', 'failed')}")
-            names = (("per_step", "seconds per step"),
-                     ("to_target", "seconds to the serial run's loss"))
-            columns = ["layer", "data", "best", "auto"] + (
-                ["mixed"] if any(c["column"] == "mixed" for c in cells) else [])
-            heads = [HEADS[c] for c in columns]
-        else:
-            s = serial.get("solve", {})
-            print("   sequential stepping (1 process): "
-                  + (f"{s['seconds']:.3g} s" if "seconds" in s else s.get("reason", "")))
-            names = (("solve", "seconds to solve to 1e-8 (iterations)"),)
-            columns, heads = ["layer", "best"], ["time-parallel", "best"]
-        for name, what in names:
-            table = []
-            for P in sorted({c["P"] for c in cells}):
-                mine = [c for c in cells if c["P"] == P]
-                table.append([f"{P}" + (" over" if any(c.get("over") for c in mine) else "")]
-                             + ["; ".join(cell_text(c, col, name) for c in mine
-                                          if c["column"] == col) or "-" for col in columns])
-            print_table(["P"] + heads, table, title=f"   {what}")
-
-
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -384,8 +352,6 @@ def parse_args(argv=None):
     p.add_argument("--small", action="store_true",
                    help="CI: tiny rows, ranks 1 and 2, a few steps (well under a minute)")
     p.add_argument("--mixed", action="store_true", help="also every D,1,L grid, D, L > 1")
-    p.add_argument("--calibration", metavar="FILE",
-                   help="braidpy calibrate's file for --grid auto (default: made now)")
     p.add_argument("--dry-run", action="store_true",
                    help="print the host and the plan; measure nothing")
     args = p.parse_args(argv)
@@ -411,7 +377,9 @@ def main(argv=None):
     # A time limit's SIGTERM (gpu_check.sh's `timeout`) unwinds like Ctrl-C: the running
     # launch, in a session of its own, is killed on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    report = measure(args)
+    with tempfile.TemporaryDirectory(prefix="braidpy-scaling-",
+                                     ignore_cleanup_errors=True) as workdir:
+        report = measure(args, workdir)
     if not args.dry_run:
         print_tables(report)
         print(f"\ntotal {report['elapsed_seconds']:.0f} s"
