@@ -1,15 +1,11 @@
 """One side of bench_vs_pymgrit.py: setup + solve of one problem timed in this process.
 
-Sides: ``braidpy`` (braidpy.problems, this environment) and ``pymgrit`` (PyMGRIT 1.0.6's own
-classes, its virtualenv), with the same equation, coefficients, initial value and
-discretisations (docs/problems.md, "Against PyMGRIT 1.0.6"). One untimed warm-up solve of
-``--warmup-nsteps`` steps (default: all; ``--count-steps``: its step calls, summed over
-ranks), then ``--repeats`` timed solves, each building the app, hierarchy and solver after
-a garbage collection; under MPI the slowest rank's time between two barriers. Rank 0 prints
-``RESULT <json>``: the times, the outcome and u(tstop) as PyMGRIT stores it.
-
-    python _worker.py --side braidpy --problem heat1d --nsteps 1024 --nx 257 --levels 3 ...
-    mpiexec -n 2 python _worker.py --side pymgrit --mpi ...
+Sides: ``braidpy`` (braidpy.problems, here) and ``pymgrit`` (PyMGRIT 1.0.6's own classes, in
+its virtualenv): the same equations, coefficients, initial values and discretisations
+(docs/problems.md, "Against PyMGRIT 1.0.6"). An untimed warm-up solve of --warmup-nsteps
+(--count-steps: its step calls over all ranks), then --repeats timed solves, each building
+app, hierarchy and solver after a garbage collection; under MPI the slowest rank's time
+between barriers. Rank 0 prints ``RESULT <json>`` (times, outcome, u(tstop) as PyMGRIT's).
 """
 
 from __future__ import annotations
