@@ -320,7 +320,8 @@ def training_cells(runner, row, out, P, over, args):
             auto["mismatch"] = f"predicted {grid}, the run chose {got}"
         auto["grid"] = got or grid
     auto["choice"] = choice
-    cells += [auto, best_cell(cells, P, NAMES, over)]
+    cells.append(auto)
+    cells.append(best_cell(cells, P, NAMES, over))  # auto's run among them
 
 
 def parse_args(argv=None):

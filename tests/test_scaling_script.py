@@ -189,6 +189,12 @@ def test_small_run_json(tmp_path):
             for column, cell in columns.items():
                 for name in names:
                     _check_metric((row["name"], P, column, name), cell["metrics"][name])
+            for name in names:  # best: the least number of every other column at P
+                numbers = [c["metrics"][name]["seconds"] for c in columns.values()
+                           if c["column"] != "best" and "seconds" in c["metrics"][name]]
+                best = columns["best"]["metrics"][name]
+                assert best.get("seconds") == (min(numbers) if numbers else None), (
+                    row["name"], P, name, best, numbers)
             if row["kind"] == "time":
                 assert columns["data"]["metrics"]["solve"]["reason"].startswith("n/a")
                 assert columns["auto"]["metrics"]["solve"]["reason"].startswith("n/a")
