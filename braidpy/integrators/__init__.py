@@ -22,7 +22,7 @@ from ._factors import FactorCache
 from ._implicit import SDIRK, BackwardEuler, CrankNicolson, LinearImplicit, ThetaMethod
 from ._initial import InitialValueApp
 from ._levels import PerLevel
-from ._linear import LinearSystem
+from ._linear import LinearSystem, SeparableForcing
 from ._newton import NewtonError, NonlinearBackwardEuler, NonlinearSDIRK
 from ._tableau import (BACKWARD_EULER, BOGACKI_SHAMPINE, FORWARD_EULER, HEUN, HEUN_EULER, RK4,
                        SDIRK2, SDIRK3, SSPRK3, ButcherTableau, tableau)
@@ -50,6 +50,7 @@ __all__ = [
     "SDIRK2",
     "SDIRK3",
     "SSPRK3",
+    "SeparableForcing",
     "ThetaMethod",
     "tableau",
 ]

@@ -9,6 +9,7 @@ from typing import Any, Callable, Optional, Tuple
 
 import numpy as np
 
+from .. import integrators as ig
 from ._base import LinearProblem, OdeProblem, scipy
 
 __all__ = ["Advection1D", "Heat1D", "Heat2D", "AllenCahn"]
@@ -153,7 +154,8 @@ class Heat1D(LinearProblem):
         self.dx = float((self.x_end - self.x_start) / (nx - 1))
         self.A = (self.a * _second_difference(self.nx, self.dx)).tocsr()
         a_, x = self.a, self.x
-        if init_cond is None and rhs is None and exact is None:  # the manufactured solution
+        manufactured = init_cond is None and rhs is None and exact is None
+        if manufactured:
             def exact(x: Any, t: float) -> Any:
                 return np.sin(math.pi * x) * np.cos(t)
 
@@ -163,7 +165,10 @@ class Heat1D(LinearProblem):
         init = init_cond or (lambda x: np.sin(math.pi * x))
         self.u0 = np.array(init(x), dtype=np.float64).reshape(self.nx)
         source = rhs
-        if source is not None:
+        if manufactured:  # rhs's values, its profile computed once (SeparableForcing)
+            self.g = ig.SeparableForcing(
+                -np.sin(math.pi * x), lambda t: math.sin(t) - a_ * math.pi ** 2 * math.cos(t))
+        elif source is not None:
             self.g = lambda t: np.asarray(source(x, t), dtype=np.float64)
         self.exact = exact is not None
         self.method = method
@@ -234,7 +239,8 @@ class Heat2D(LinearProblem):
                             + sp.kron(sp.identity(mx), _second_difference(my, self.dy)))).tocsr()
         xi, yi = self.x[1:-1, None], self.y[None, 1:-1]
         a_ = self.a
-        if init_cond is None and rhs is None and exact is None:  # the manufactured solution
+        manufactured = init_cond is None and rhs is None and exact is None
+        if manufactured:
             def exact(x: Any, y: Any, t: float) -> Any:
                 return np.sin(math.pi * x) * np.sin(math.pi * y) * np.cos(t)
 
@@ -247,7 +253,11 @@ class Heat2D(LinearProblem):
         self.u0 = np.broadcast_to(np.asarray(init(xi, yi), dtype=np.float64),
                                   shape).ravel().copy()
         source = rhs
-        if source is not None:
+        if manufactured:  # rhs's values, its profile computed once (SeparableForcing)
+            profile = (-np.sin(math.pi * xi) * np.sin(math.pi * yi)).ravel()
+            self.g = ig.SeparableForcing(
+                profile, lambda t: math.sin(t) - 2.0 * a_ * math.pi ** 2 * math.cos(t))
+        elif source is not None:
             self.g = lambda t: np.broadcast_to(np.asarray(source(xi, yi, t), dtype=np.float64),
                                                shape).ravel().copy()
         self.exact = exact is not None
