@@ -442,6 +442,69 @@ def test_superlu_multi_column_solve_and_products_against_one_column():
 # --- the factorization cache ----------------------------------------------------------------
 
 
+@pytest.mark.parametrize("name", sorted(IMPLICIT))
+def test_separable_forcing_is_its_callable_bitwise_batched_or_not(name):
+    """A SeparableForcing steps exactly as the plain callable amplitude(t) * profile does,
+    one row or a stack (tridiagonal: bitwise), each row with its own time and step."""
+    rng = np.random.default_rng(SEED + 7)
+    n, m = 40, 2 * 8 + 5
+    x = np.linspace(0.0, 1.0, n)
+    profile = np.sin(math.pi * x) + 0.1 * rng.standard_normal(n)
+
+    def amplitude(t):
+        return math.cos(3.0 * t) - 2.0 * math.sin(t)
+
+    separable = implicit(name, laplacian(n), profile, g=ig.SeparableForcing(profile, amplitude),
+                         rhs_per_solve=8)
+    plain = implicit(name, laplacian(n), profile, g=lambda t: amplitude(t) * profile,
+                     rhs_per_solve=8)
+    assert np.array_equal(separable.system.g(0.3), plain.system.g(0.3))
+    U = rng.standard_normal((m, n))
+    t0s, t1s = dyadic_steps(m, rng)
+    A_, B_ = stacked_vs_rows(separable, U, t0s, t1s)
+    C_, D_ = stacked_vs_rows(plain, U, t0s, t1s)
+    assert not np.array_equal(A_[0], A_[1])
+    assert np.array_equal(A_, B_) and np.array_equal(A_, C_) and np.array_equal(C_, D_)
+
+
+def test_separable_forcing_bad_input_names_the_bad_value():
+    with pytest.raises(ValueError, match=r"profile must be one-dimensional, got shape \(2, 2\)"):
+        ig.SeparableForcing(np.ones((2, 2)), math.cos)
+    with pytest.raises(TypeError, match="amplitude must be a callable amplitude.*got 2.0"):
+        ig.SeparableForcing(np.ones(2), 2.0)
+    with pytest.raises(ValueError, match=r"g's profile must have shape \(2,\) .* got shape "
+                                         r"\(3,\)"):
+        ig.BackwardEuler(A2, np.ones(2), g=ig.SeparableForcing(np.ones(3), math.cos))
+    app = ig.BackwardEuler(A2, np.ones(2), g=ig.SeparableForcing(np.ones(2), lambda t: "x"))
+    with pytest.raises(ValueError, match=r"amplitude\(0.1\) returned 'x'"):
+        app.step(np.ones(2), 0.0, 0.1, None)
+
+
+def test_superlu_ordering_follows_the_sparsity_pattern():
+    """Minimum degree on B + B^T for symmetric patterns (on the 2D Laplacian it keeps
+    about half COLAMD's fill-in), COLAMD otherwise (a one-sided periodic corner, an
+    unsymmetric mass matrix); the integrator's factors are the ordering's."""
+    import scipy.sparse as sp
+    from scipy.sparse.linalg import splu
+
+    n = 24
+    L2 = sp.kron(laplacian(n), sp.identity(n)) + sp.kron(sp.identity(n), laplacian(n))
+    app = ig.BackwardEuler(L2, np.ones(n * n))
+    assert app.system.ordering == "MMD_AT_PLUS_A"
+    B = (sp.identity(n * n) - 1e-3 * L2).tocsc()
+    fill = {spec: splu(B, permc_spec=spec).L.nnz for spec in ("MMD_AT_PLUS_A", "COLAMD")}
+    assert fill["MMD_AT_PLUS_A"] < 0.75 * fill["COLAMD"], fill
+    assert app.system.factors.get(1e-3, 1.0).L.nnz == fill["MMD_AT_PLUS_A"]
+    upwind = sp.diags([-np.ones(n), np.ones(n - 1)], [0, -1], format="lil")
+    upwind[0, n - 1] = 1.0
+    assert ig.BackwardEuler(upwind.tocsr(), np.ones(n)).system.ordering == "COLAMD"
+    unsymmetric_mass = sp.identity(n) + sp.diags([0.1 * np.ones(n - 2)], [2])  # not in A's
+    assert ig.BackwardEuler(laplacian(n), np.ones(n), M=unsymmetric_mass).system.ordering \
+        == "COLAMD"
+    assert ig.BackwardEuler(laplacian(n), np.ones(n), M=sp.identity(n)).system.ordering \
+        == "MMD_AT_PLUS_A"
+
+
 def test_factorizations_are_keyed_by_the_exact_step_size():
     """Steps that differ in the last bit get factorizations of their own, and a step is the
     same function of (t0, t1) whatever was stepped before it."""

@@ -221,6 +221,26 @@ def test_stencils_and_boundaries():
     assert np.all(g[0] == 0) and np.all(g[:, -1] == 0)
 
 
+def test_manufactured_sources_are_separable_and_exact():
+    """Heat1D's and Heat2D's default sources are SeparableForcing (the profile computed
+    once) with the values of the manufactured formulas, bit for bit; a source of the
+    user's stays a plain callable."""
+    from braidpy.integrators import SeparableForcing
+
+    h = pb.Heat1D(nx=33, a=0.7)
+    p = pb.Heat2D(nx=9, ny=7, a=1.3)
+    X, Y = p.x[1:-1, None], p.y[None, 1:-1]
+    assert isinstance(h.g, SeparableForcing) and isinstance(p.g, SeparableForcing)
+    for t in (0.0, 0.3, 1.7):
+        b1 = -np.sin(math.pi * h.x) * (math.sin(t) - 0.7 * math.pi ** 2 * math.cos(t))
+        b2 = (-np.sin(math.pi * X) * np.sin(math.pi * Y)
+              * (math.sin(t) - 2.0 * 1.3 * math.pi ** 2 * math.cos(t))).ravel()
+        assert np.array_equal(h.g(t), b1) and np.array_equal(p.g(t), b2)
+    mine = pb.Heat1D(nx=33, rhs=lambda x, t: x * t)
+    assert not isinstance(mine.g, SeparableForcing)
+    assert np.array_equal(mine.g(0.5), 0.5 * mine.x)
+
+
 def test_method_names_and_aliases():
     d = pb.Dahlquist()
     assert type(d.app("BE")).__name__ == "BackwardEuler"
