@@ -480,6 +480,40 @@ def test_separable_forcing_bad_input_names_the_bad_value():
         app.step(np.ones(2), 0.0, 0.1, None)
 
 
+def test_default_block_size_and_nearly_equal_blocks():
+    """The default rhs_per_solve: 32 where the block stays in cache, 8 where the columns
+    are 4096 bytes apart (n = 512 float64: one L1 set for all), fewer past 256 KB but 4
+    at least; a group is cut into blocks of nearly equal sizes, none above the limit."""
+    import scipy.sparse as sp
+
+    assert [ig.default_rhs_per_solve(n) for n in (1, 40, 999, 512, 1024, 3969, 10 ** 5)] \
+        == [32, 32, 32, 8, 8, 8, 4]
+    assert ig.default_rhs_per_solve(512, itemsize=4) == 16  # 2048 bytes apart: 2 sets x 8
+    assert ig.BackwardEuler(laplacian(512), np.ones(512)).rhs_per_solve == 8
+    assert ig.BackwardEuler(laplacian(40), np.ones(40), rhs_per_solve=3).rhs_per_solve == 3
+    calls = []
+    app = ig.BackwardEuler(sp.identity(4) * -1.0, np.ones(4), rhs_per_solve=12)
+    solve = app.system.solve
+
+    def counted(dt, coef, R):
+        calls.append(len(R))
+        return solve(dt, coef, R)
+
+    app.system.solve = counted
+    for m, sizes in ((16, [8, 8]), (12, [12]), (25, [8, 8, 9]), (1, [1])):
+        calls.clear()
+        U = np.ones((m, 4))
+        app.step_stacked(U, np.zeros(m), np.full(m, 0.5), None)
+        assert calls == sizes, m
+        assert np.array_equal(U, np.full((m, 4), 1.0 / 1.5))
+    calls.clear()  # two step sizes interleaved: a group each, as index arrays
+    U = np.ones((26, 4))
+    app.step_stacked(U, np.zeros(26), np.resize([0.5, 0.25], 26), None)
+    assert calls == [6, 7, 6, 7]
+    np.testing.assert_array_equal(U[::2], 1.0 / 1.5)
+    np.testing.assert_array_equal(U[1::2], 1.0 / 1.25)
+
+
 def test_superlu_ordering_follows_the_sparsity_pattern():
     """Minimum degree on B + B^T for symmetric patterns (on the 2D Laplacian it keeps
     about half COLAMD's fill-in), COLAMD otherwise (a one-sided periodic corner, an

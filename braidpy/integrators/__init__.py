@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from ._explicit import ExplicitRK
 from ._factors import FactorCache
-from ._implicit import SDIRK, BackwardEuler, CrankNicolson, LinearImplicit, ThetaMethod
+from ._implicit import (SDIRK, BackwardEuler, CrankNicolson, LinearImplicit, ThetaMethod,
+                        default_rhs_per_solve)
 from ._initial import InitialValueApp
 from ._levels import PerLevel
 from ._linear import LinearSystem, SeparableForcing
@@ -52,5 +53,6 @@ __all__ = [
     "SSPRK3",
     "SeparableForcing",
     "ThetaMethod",
+    "default_rhs_per_solve",
     "tableau",
 ]
