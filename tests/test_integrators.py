@@ -478,6 +478,10 @@ def test_separable_forcing_bad_input_names_the_bad_value():
     app = ig.BackwardEuler(A2, np.ones(2), g=ig.SeparableForcing(np.ones(2), lambda t: "x"))
     with pytest.raises(ValueError, match=r"amplitude\(0.1\) returned 'x'"):
         app.step(np.ones(2), 0.0, 0.1, None)
+    app = ig.BackwardEuler(A2, np.ones(2), g=ig.SeparableForcing(np.ones(2),
+                                                                 lambda t: np.ones(1)))
+    with pytest.raises(ValueError, match=r"amplitude\(0.1\) returned array\(\[1.\]\)"):
+        app.step_stacked(np.ones((2, 2)), np.zeros(2), np.full(2, 0.1), None)
 
 
 def test_default_block_size_and_nearly_equal_blocks():

@@ -159,7 +159,14 @@ class LinearSystem:
             return
         if isinstance(g, SeparableForcing):
             # Row k: scale[k] * (amplitude(t_k) * profile), as forcing() and one row.
-            F = np.multiply.outer(np.array([g._value(t) for t in times.tolist()]), g.profile)
+            amplitude = g.amplitude
+            try:
+                values = np.array([amplitude(t) for t in times.tolist()], dtype=np.float64)
+            except (TypeError, ValueError):
+                values = np.empty(0)
+            if values.shape != times.shape:  # not one number per time: name the bad one
+                values = np.array([g._value(t) for t in times.tolist()])
+            F = np.multiply.outer(values, g.profile)
             F *= scale[:, None]
             R += F
             return
