@@ -1,7 +1,6 @@
-"""The GPU benchmarks' shared pieces (the array module: CuPy on a GPU, else NumPy and why;
-synchronization, PyTorch, timers; bench_gpu.py's dense ResNet and loops), and bench_gpu.py
---conv and --conv-net: a conv ResNet step's batched calls by backend (cuDNN grouped, per
-interval, streams, im2col, cuda-direct, PyTorch), its one-shot gradient vs serial."""
+"""The GPU benchmarks' shared pieces (array module, synchronization, PyTorch, timers, the
+dense ResNet), and bench_gpu.py --conv (a conv step's batched calls by backend and PyTorch's),
+--conv-net (a conv ResNet's one-shot gradient vs serial) and --overheads' conv pieces."""
 
 from __future__ import annotations
 
@@ -62,20 +61,18 @@ def torch_cuda():
     return torch
 
 
-def timed(xp, fn, repeats):
-    """Min seconds of fn over repeats, synchronized, after a warm-up call."""
-    fn()
+def timed(xp, fn, repeats, calls=1, warm=True):
+    """Min seconds per call of fn over ``repeats`` loops of ``calls``, synchronized (after
+    a warm-up call where ``warm``)."""
+    if warm:
+        fn()
     sync(xp)
-    return best(fn, repeats, sync=lambda: sync(xp))
+    return best(lambda: [fn() for _ in range(calls)], repeats, sync=lambda: sync(xp)) / calls
 
 
 def per_call(xp, fn, calls, repeats=3):
     """Seconds per call of fn: min of ``repeats`` loops of ``calls``, synchronized."""
-    def loop():
-        for _ in range(calls):
-            fn()
-    sync(xp)
-    return best(loop, repeats, sync=lambda: sync(xp)) / calls
+    return timed(xp, fn, repeats, calls, warm=False)
 
 
 def weights(xp, n):
@@ -123,9 +120,8 @@ def mgrit(xp, K, b, u0, n, levels=2, cfactor=CFACTOR, app=ResNet, **stop):
 
 
 def gradient_times(xp, net, X, C, cfactors, repeats):
-    """({"serial": s, cf: s, ...}, solver(cf)): seconds of net.loss_and_gradient (serial
-    fwd+bwd) and, per cfactor, of a new one-shot (2, 2) GradientSolver's gradient (2
-    levels, F-relaxation, set-up included); each warmed up, min over repeats."""
+    """({"serial": s, cf: s, ...}, solver(cf)): seconds of net.loss_and_gradient and, per
+    cfactor, of a new one-shot (2, 2) GradientSolver's gradient (2 levels, set-up included)."""
     from braidpy.adjoint import GradientSolver
     from braidpy.nn import ResNetApp
 
@@ -182,7 +178,7 @@ def batched_calls(layer, U, Wt, Ks, bs, hs):
 
 def conv_steps(xp, args):
     """--conv: per call, the k-th step of m intervals (8 channels: every backend and
-    PyTorch; then --conv-channels: cuDNN grouped vs cuda-direct and its kernel family)."""
+    PyTorch; --conv-channels: cuDNN grouped vs cuda-direct)."""
     from braidpy.nn import ConvLayer
     from braidpy.nn.conv_backends import BENCHMARK_ENV, STREAMS_ENV, cudnn_unavailable
     from braidpy.nn.conv_direct import kernel_family
@@ -230,8 +226,7 @@ def conv_steps(xp, args):
 
 
 def grouped_plan(m, C, H, dtype):
-    """The cuDNN algorithms of the grouped step over m intervals (run already, so its plan
-    is cached, measured under BRAIDPY_CUDNN_BENCHMARK=1), in words."""
+    """The cuDNN algorithms of the grouped step over m intervals (its cached plan), in words."""
     from braidpy.nn.conv_backends import cudnn_plan
 
     plan = cudnn_plan((BATCH, m * C, H, H), m * C, 3, m, dtype)
@@ -241,10 +236,8 @@ def grouped_plan(m, C, H, dtype):
 
 
 def torch_conv_cases(torch, U, Wt, Ks, bs, hs, m, C, H):
-    """PyTorch's calls for the same shapes (the conv target: "within 1.5x of PyTorch"):
-    the grouped conv alone with TF32 (its cuDNN default) and without (braidpy's FMA math:
-    like for like); the whole step u + h tanh(conv(u) + b) from braidpy's (m, batch, C, H,
-    W) layout and back; the gradient call's backward data and backward filter."""
+    """PyTorch's calls for the same shapes: the grouped conv alone with TF32 and without
+    (like for like), the whole step from braidpy's layout, backward data and filter."""
     F, cudnn = torch.nn.functional, torch.backends.cudnn
 
     def as_torch(a):
@@ -278,8 +271,7 @@ def torch_conv_cases(torch, U, Wt, Ks, bs, hs, m, C, H):
 
 
 def conv_network(xp, args):
-    """--conv-net: a conv ResNet (MNIST size), serial fwd+bwd vs one-shot (2,2) per conv
-    backend and cfactor (a new solver per gradient), and PyTorch's autograd."""
+    """--conv-net: serial fwd+bwd vs one-shot (2,2) per backend and cfactor, PyTorch's."""
     from braidpy.nn import ResNet
 
     n, C = args.conv_layers, 8
@@ -310,8 +302,7 @@ M, C8, H28 = 64, 8, 28  # --overheads' conv pieces: intervals, channels, image s
 
 
 def conv_pieces(xp, calls):
-    """--overheads: the pieces of the grouped cuDNN forward step (ms per call), float32 and
-    float64, with PyTorch's bare grouped conv (no TF32) for reference."""
+    """--overheads: the grouped cuDNN forward step's pieces (ms per call), PyTorch's conv."""
     from braidpy.nn import ConvLayer
     from braidpy.nn import conv_backends as cb
     from braidpy.nn.activations import get_activation

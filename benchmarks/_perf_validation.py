@@ -1,6 +1,5 @@
-"""bench_perf.py's launches, workers and summaries: a worker is the calling script run again
-as ``SCRIPT --worker JSON`` (under ``mpiexec -n P`` for P > 1), its rank 0 printing one line
-``RESULT {json}``; the rank counts validated, the run's calibration, the errors and plot."""
+"""bench_perf.py's launches, calibration, plot and workers: a worker is the script run again
+as ``SCRIPT --worker JSON`` (under ``mpiexec -n P`` for P > 1), rank 0 printing ``RESULT {json}``."""
 
 from __future__ import annotations
 
@@ -34,16 +33,6 @@ def worker_env() -> dict:
     for key, value in WORKER_ENV.items():
         env[key] = env.get(key, value) if key.startswith("OMPI_MCA_") else value
     return env
-
-
-def ranks_with_a_core(ranks, cores):
-    """The rank counts that give every rank a core, saying which are skipped (with more
-    ranks than cores the model gives only a lower bound, which is not validated)."""
-    over = [P for P in ranks if P > cores]
-    if over:
-        print(f"skipped P = {', '.join(map(str, over))}: more ranks than the {cores} cores "
-              f"(the model gives a lower bound there)", flush=True)
-    return [P for P in ranks if P <= cores]
 
 
 def mpi_command(cmd, nranks):
@@ -81,15 +70,6 @@ def run_calibration(args, layers, samples, rows, name):
     return cal
 
 
-def signed_worst(errors):
-    """The error of largest magnitude, with its sign."""
-    return max(errors, key=abs)
-
-
-def within(errors, bound=0.25) -> int:
-    return sum(abs(e) <= bound for e in errors)
-
-
 def dump(rows, path) -> None:
     if path:
         with open(path, "w") as f:
@@ -101,7 +81,6 @@ def plot_predicted_vs_measured(rows, measured: str, path: str, xlabel: str) -> N
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import NullFormatter
 
     fig, ax = plt.subplots(figsize=(5, 5))
     for P, marker in zip(sorted({r["P"] for r in rows}), "osD^v"):
@@ -116,7 +95,7 @@ def plot_predicted_vs_measured(rows, measured: str, path: str, xlabel: str) -> N
     ax.set(xscale="log", yscale="log", xlabel=xlabel, ylabel="predicted s / gradient",
            title="braidpy.perf: predicted vs measured")
     for axis in (ax.xaxis, ax.yaxis):
-        axis.set_minor_formatter(NullFormatter())
+        axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.legend(loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -1,15 +1,12 @@
 """Does MGRIT beat the serial layer loop of a deep narrow ResNet on a GPU, forward and for
 one gradient? And, by option, what do the GPU's conv, validation and fused dense calls cost?
 
-Default: N = 4096 layers u <- u + h tanh(u K_n^T + b_n), width 8, T = 2, batch 1 and 32,
-on CuPy (without a GPU: NumPy). Forward: the serial loop vs braidpy.solve (--hierarchies,
-F, step_stacked) for 2 iterations and to a 1e-8 relative drop, split by callback.
-Gradient: ResNet.loss_and_gradient vs GradientSolver's one-shot (2, 2), new and reused
-(split by part), and PyTorch's autograd through the same loop. Min over --repeats,
-synchronized. By option: --conv, --conv-net (in _gpu.py); --validation: seconds per
-validation against per training step (target <= 10); --dense-fused: the fused dense
-kernels against the array-API arithmetic per call; --overheads: where the host time of
-small-state GPU runs goes.
+Default: N = 4096 layers u <- u + h tanh(u K_n^T + b_n), width 8, batch 1 and 32, on CuPy
+(without a GPU: NumPy). Forward: the serial loop vs braidpy.solve per --hierarchies, 2
+iterations and to a 1e-8 relative drop, split by callback. Gradient: loss_and_gradient vs
+one-shot (2, 2), new and reused (split by part), and PyTorch's autograd. Min over
+--repeats, synchronized. Options: --conv, --conv-net (_gpu.py); --validation (target <= 10
+training steps); --dense-fused; --overheads: where small-state runs spend host time.
 """
 
 from __future__ import annotations
@@ -27,7 +24,7 @@ from _gpu import (BATCH, CFACTOR, TSTOP, WIDTH, ResNet, array_module, best, conv
 
 
 def forward(xp, n, batch, repeats, hierarchies):
-    """Serial loop vs MGRIT (2 iterations; to a 1e-8 relative drop) per (levels, cfactor)."""
+    """Serial loop vs MGRIT (2 iterations; to a 1e-8 relative drop) per hierarchy."""
     K, b = weights(xp, n)
     u0 = xp.asarray(np.cos(np.arange(batch * WIDTH)).reshape(batch, WIDTH))
     mgrit(xp, K, b, u0, n)  # warm-up: kernels compiled, pools filled
@@ -46,8 +43,7 @@ def forward(xp, n, batch, repeats, hierarchies):
 
 
 def time_split(xp, K, b, u0, n, **h):
-    """Where 2 MGRIT iterations spend their time: host time inside the step callbacks
-    (their launches, not synchronized) and the rest, with the core's operation counts."""
+    """2 MGRIT iterations' host time in the step callbacks (unsynchronized) and the rest."""
     spent = {"step": 0.0, "step_stacked": 0.0}
 
     def timed_method(name):
@@ -97,8 +93,7 @@ def gradient(xp, n, batch, repeats):
 
 
 def gradient_split(xp, solver):
-    """A reused one-shot gradient's parts, synchronized between them: the primal solve,
-    the objective, the adjoint solve with the gradients."""
+    """A reused one-shot gradient's parts (primal, objective, adjoint), synchronized."""
     marks = []
 
     def mark(*_):
@@ -135,7 +130,7 @@ def digits_source(source):
 
 def validation_rows(xp, where, args, device="cuda"):
     """Trainer on ``device`` (quick presets): seconds per training step against per
-    validation (the first apart) and per ResNet.evaluate (device "cpu": for the test)."""
+    validation (the first apart) and per ResNet.evaluate."""
     if xp is np and device == "cuda":
         print(f"validation: skipped, it needs CuPy and a GPU: {where.split('; ')[0]}")
         return
@@ -174,8 +169,7 @@ def validation_rows(xp, where, args, device="cuda"):
 
 
 def dense_fused_rows(xp, where, repeats, calls=50):
-    """Peaks' dense step (width 8, batch 5000, smooth_relu, single and stacked over 16) per
-    call: braidpy._cuda's fused kernels vs the array-API arithmetic."""
+    """Peaks' dense step per call: braidpy._cuda's fused kernels vs the array-API's."""
     from braidpy.nn import dense
 
     why = dense.fused_unavailable() if xp is not np else where.split("; ")[0]
@@ -201,14 +195,14 @@ def dense_fused_rows(xp, where, repeats, calls=50):
                  "adjoint + gradient stacked": lambda f: (f[4](W, U, K, b, hs, act),
                                                           f[5](W, U, K, b, hs, act))}
         for name, run in cases.items():
-            tf, ta = (timed(xp, lambda: [run(steps) for _ in range(calls)], repeats) / calls
+            tf, ta = (timed(xp, lambda: run(steps), repeats, calls)
                       for steps in (dense.GPU_STEPS, api))
             print(f"{np.dtype(dtype).name:8} {name:28} {tf * 1e6:8.1f}us {ta * 1e6:8.1f}us "
                   f"{ta / tf:6.2f}")
 
 
 class NoopSteps(ResNet):
-    """bench_gpu.py's ResNet with steps that do nothing: only the core's work is left."""
+    """The ResNet with steps that do nothing: only the core's work is left."""
 
     def step(self, u, t0, t1, status):
         return None
@@ -221,8 +215,8 @@ class NoopSteps(ResNet):
 
 
 def overheads(xp, calls, n=4096, m=64):
-    """Per-call host costs on CuPy; the core's clone/sum/norm (2 iterations, no-op steps);
-    braidpy.nn's dense calls against the same operations inline; the conv step's pieces."""
+    """Host costs per call on CuPy; the core's vector operations (no-op steps); braidpy.nn's
+    dense calls against the same operations inline; the conv step's pieces."""
     from braidpy.nn import DenseLayer
 
     def us(fn):

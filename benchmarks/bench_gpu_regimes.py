@@ -1,19 +1,15 @@
 """Where, on one GPU, does braidpy's layer-parallel gradient beat PyTorch's serial loop?
 The regime map: launch- or compute-bound, layer-parallel wins or not, and why.
 
-Network: bench_gpu.py --conv-net's conv ResNet (3x3 conv opening of a 28x28 image to C
-channels, N layers u <- u + h tanh(conv(u, K_n) + b_n), softmax over 10 classes), the same
-weights in braidpy and PyTorch. Rows DTYPE:C:N:BATCH: {float32, float64} x C {8, 32, 64} x
-N {256, 1024} x batch {1, 32, 128}. Per call: PyTorch's layer call at its best settings
-(cudnn.benchmark, TF32 for float32, the faster of NCHW and channels_last) and on a 1x1
-image (the launch floor); braidpy's serial step and batched forward and adjoint over the
+Network: bench_gpu.py --conv-net's conv ResNet, the same weights in braidpy and PyTorch;
+rows DTYPE:C:N:BATCH. Per call: PyTorch's layer call at its best settings and on a 1x1
+image (the launch floor); braidpy's serial step and batched forward and adjoint over
 m = N / cfactor intervals, per --backends. Whole gradient: PyTorch's serial fwd+bwd,
-braidpy's serial loss_and_gradient and its reused one-shot (2, 2) GradientSolver.
+braidpy's loss_and_gradient and its reused one-shot (2, 2) GradientSolver.
 Rule (classify): launch-bound if the serial layer call < 2x the floor; gain = serial layer
 call / (batched forward / m); W = one-shot's layer steps / serial's 2N; layer-parallel
 wins if its measured whole gradient is faster, else (not measured) if gain > W.
-Min over --repeats after a warm-up, synchronized; rows past --budget are skipped, saying
-why. --device cpu --small: tiny rows on NumPy and CPU PyTorch.
+Rows past --budget are skipped, saying why. --device cpu --small: NumPy and CPU PyTorch.
 
 Run: python benchmarks/bench_gpu_regimes.py [--budget S] [--rows PATTERN ...] [--json FILE]
      [--device cpu --small]
@@ -39,20 +35,16 @@ from _regimes import (Row, TorchSide, _us, gradient_pass, kernels_label,  # noqa
                       per_call_pass, save)
 
 LAUNCH_FACTOR = 2.0  # serial per-layer call < LAUNCH_FACTOR x the launch floor: launch-bound
-SAFETY = 1.5  # estimates are multiplied by this before they are held against the budget
-Budget = functools.partial(_Budget, safety=SAFETY)  # --budget's seconds, 0: no limit
+Budget = functools.partial(_Budget, safety=1.5)  # estimates x 1.5 against --budget (0: none)
 FULL = dict(dtypes=["float32", "float64"], channels=[8, 32, 64], layers=[256, 1024],
             batches=[1, 32, 128], image=28)
 SMALL = dict(dtypes=["float64", "float32"], channels=[2], layers=[16], batches=[1, 4], image=8)
-#: A row's place on the map: launch- or compute-bound, whether layer-parallel wins, on
-#: which basis ("measured" whole gradient or "predicted" from per-call numbers), and why.
+#: A row's place on the map; basis: "measured" whole gradient or "predicted" per call.
 Regime = namedtuple("Regime", "bound wins basis gain work_ratio reason")
 
 
 def classify(layer_s, floor_s, batched_s, intervals, work_ratio, measured_speedup=None):
-    """A row's regime by the rule above, from the serial per-layer call, the launch floor,
-    one batched forward call over ``intervals`` intervals, W, and where measured, the
-    serial whole gradient / one-shot's."""
+    """A row's regime by the rule above; measured_speedup: serial whole gradient / one-shot's."""
     for name, value in (("layer_s", layer_s), ("floor_s", floor_s), ("batched_s", batched_s),
                         ("work_ratio", work_ratio)):
         if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
@@ -60,10 +52,8 @@ def classify(layer_s, floor_s, batched_s, intervals, work_ratio, measured_speedu
     if intervals < 1:
         raise ValueError(f"classify: intervals must be >= 1, got {intervals!r}")
     per_interval = batched_s / intervals
-    gain = layer_s / per_interval
-    launch = layer_s < LAUNCH_FACTOR * floor_s
-    bound = "launch-bound" if launch else "compute-bound"
-    predicted = gain > work_ratio
+    gain, launch = layer_s / per_interval, layer_s < LAUNCH_FACTOR * floor_s
+    bound, predicted = "launch-bound" if launch else "compute-bound", gain > work_ratio
     short = f"short of MGRIT's {work_ratio:.2f}x the layer steps: "
     verdict = (f"which pays for MGRIT's {work_ratio:.2f}x the layer steps" if predicted
                else short + "the batched call does not save enough launches" if launch
@@ -202,8 +192,7 @@ def parse_args(argv=None):
 
 
 def backend_problem(name):
-    """Why braidpy's conv backend ``name`` cannot run here ("unknown ..." for a name
-    braidpy does not know), or None."""
+    """Why braidpy's conv backend ``name`` cannot run here ("unknown ..."), or None."""
     from braidpy.nn.kernels import select_kernels
 
     try:

@@ -1,30 +1,22 @@
 """What does a call of braidpy.nn's layer kernels cost on the CPU, against the same
-arithmetic written in NumPy?
-
-Tables (``--tables``), per call, candidates interleaved round by round (A/B/A/B):
-  calls: the dense kernels as functions and through a DenseLayer vs the same NumPy
-    operations inline; m (``--rows``) stacked states of shape (1, 8), tanh; min over
-    ``--rounds`` of the mean of 200 calls.
-  fused: the one-pass dense kernels vs NumPy on full-size temporaries vs NumPy's product
-    + the compiled elementwise pass (dense_step_finish / dense_slope), width 8, relu and
-    smooth_relu, checked to agree first; shapes (batch, 8) and (m, batch, 8).
-  conv: conv_forward / conv_adjoint / conv_gradient and their ``*_batched`` versions for
-    m = 1, 4, 16 intervals, tanh, on four (batch, C, H, W, k); ms per call and per
-    interval. ``--baseline FILE`` (e.g. an older braidpy/nn/conv.py) times it too.
+arithmetic written in NumPy? Per call, candidates alternated round by round (A/B/A/B):
+  calls: the dense kernels (functions, DenseLayer) vs NumPy inline, m stacked (1, 8), tanh.
+  fused: one-pass dense kernels vs NumPy temporaries vs NumPy's product + the compiled
+    elementwise pass, relu and smooth_relu, (batch, 8) and (m, batch, 8), checked first.
+  conv: the conv kernels and their ``*_batched`` forms (m = 1, 4, 16), tanh, four shapes.
 
 Run: python benchmarks/bench_kernels.py [--tables calls fused conv] [--rows 1 64]
-     [--batch 5000 1000] [--stacked 16] [--baseline FILE] [--json FILE]
+     [--batch 5000 1000] [--stacked 16] [--json FILE]
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 
 import numpy as np
 
 import braidpy.nn as nn
-import braidpy.nn.conv as conv_new
+import braidpy.nn.conv as conv
 from _harness import alternate, best, dump_json, per_call, print_table
 from braidpy._core import _host_dense  # type: ignore[attr-defined]  # private submodule
 
@@ -144,37 +136,22 @@ def fused_table(a):
 
 
 def conv_table(a):
-    mods = [("new", conv_new)]
-    if a.baseline:  # imported as a module of braidpy.nn, for its relative imports
-        spec = importlib.util.spec_from_file_location("braidpy.nn._bench_conv_baseline",
-                                                      a.baseline)
-        mods.insert(0, ("old", importlib.util.module_from_spec(spec)))
-        spec.loader.exec_module(mods[0][1])
-    shapes = CONV_SHAPES if a.shapes is None else [CONV_SHAPES[int(i)]
-                                                   for i in a.shapes.split(",")]
-    for shape, k in shapes:
-        rows = {}
-        for _, mod in mods:
-            for m in [0] + a.ms:
-                rng = np.random.default_rng(0)
-                Kall = rng.standard_normal((max(m, 1) + 2, shape[1], shape[1], k, k))
-                ball = 0.1 * rng.standard_normal((max(m, 1) + 2, shape[1]))
-                U = rng.standard_normal((max(m, 1),) + shape)
-                W = rng.standard_normal((max(m, 1),) + shape)
-                K, b = Kall[1:-1] / (k * np.sqrt(shape[1])), ball[1:-1]
-                args = (U, K, b, np.full(m, 0.1), W) if m else (U[0], K[0], b[0], 0.1, W[0])
-                for kind in KINDS:
-                    fn = kernel(mod, "conv", kind, m > 0, *args, "tanh")
-                    fn()  # warm-up
-                    t = best(fn, a.repeats, budget=a.budget)
-                    label = f"{kind}_batched m={m}" if m else kind
-                    rows.setdefault(label, [label]).append(
-                        f"{1e3 * t:.2f}" + (f" ({1e3 * t / m:.2f})" if m else ""))
-                    rows[label].append(t)
-        order = sorted(rows.values(), key=lambda r: "m=" in r[0])
-        print_table(["call"] + [n for n, _ in mods] + (["speed-up"] if len(mods) == 2 else []),
-                    [[r[0]] + r[1::2] + ([f"{r[2] / r[4]:.1f}x"] if len(mods) == 2 else [])
-                     for r in order],
+    for shape, k in CONV_SHAPES:
+        rows = []
+        for m in [0] + a.ms:
+            rng, n = np.random.default_rng(0), max(m, 1)
+            Kall = rng.standard_normal((n + 2, shape[1], shape[1], k, k))
+            ball = 0.1 * rng.standard_normal((n + 2, shape[1]))
+            U, W = (rng.standard_normal((n,) + shape) for _ in range(2))
+            K, b = Kall[1:-1] / (k * np.sqrt(shape[1])), ball[1:-1]
+            args = (U, K, b, np.full(m, 0.1), W) if m else (U[0], K[0], b[0], 0.1, W[0])
+            for kind in KINDS:
+                fn = kernel(conv, "conv", kind, m > 0, *args, "tanh")
+                fn()  # warm-up
+                t = best(fn, a.repeats, budget=a.budget)
+                rows.append([f"{kind}_batched m={m}" if m else kind,
+                             f"{1e3 * t:.2f}" + (f" ({1e3 * t / m:.2f})" if m else "")])
+        print_table(["call", "ms"], rows,
                     title=f"shape {shape}, k = {k}: ms per call (per interval), tanh")
 
 
@@ -195,8 +172,6 @@ def main(argv=None):
                    help="conv: stop repeating a case after this many seconds")
     p.add_argument("--ms", type=lambda s: [int(x) for x in s.split(",") if x], default="1,4,16",
                    help="conv: interval counts of the batched calls")
-    p.add_argument("--baseline", help="conv: another conv.py to time alongside")
-    p.add_argument("--shapes", help="conv: indices into the shape list, e.g. 0,2 (default all)")
     p.add_argument("--json", metavar="FILE", help="fused: the rows as JSON")
     a = p.parse_args(argv)
     print(f"numpy {np.__version__}, float64")

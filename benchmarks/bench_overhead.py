@@ -1,12 +1,11 @@
 """How much time does braidpy's core spend outside user callbacks per step call on a scalar
 ODE (goal <= 1 us; core share over the plain-Python floor <= 0.2 us), and what does MGRIT
-cost on one process as a multiple of plain serial time stepping (--tables serial)?
+on one process cost as a multiple of serial stepping (--tables serial)?
 
-overhead: u' = -u on [0, 5], backward Euler, 1-element arrays, cf 4, abs_tol 1e-10, one
-process. Per step call: in-core (timings), replay (solve wall - the same callback calls
-from a Python loop), total (timings=False wall) against the floor (app.step from a plain
-loop); min and median. serial: the scalar ODE and 1D heat of _problems.py, a fresh app
-and ntime step calls vs braidpy.solve (FCF). PYTHONPATH picks the braidpy build.
+overhead: u' = -u, backward Euler, cf 4, one process. Per step call: in-core (timings),
+replay (solve wall - the same callbacks from a Python loop), total (timings=False) against
+the floor (app.step from a loop). serial: _problems.py's scalar ODE and 1D heat, a loop of
+step calls vs braidpy.solve (FCF), each with a fresh app.
 
 Run: python benchmarks/bench_overhead.py [--ntime N] [--repeats R] [--quick]
      [--tables overhead serial]
@@ -203,15 +202,12 @@ def serial_table(args) -> None:
             return braidpy.solve(make_app(), tstart, tstop, ntime, max_levels=args.max_levels,
                                  cfactor=args.cfactor, nrelax=1, abs_tol=tol, access_level=0)
 
-        s_t, m_t = [], []
-        for _ in range(args.repeats):
-            s_t.append(clock(serial)[0])
-            elapsed, _, result = clock(mgrit)
-            m_t.append(elapsed)
-        (s_min, s_med), (m_min, m_med) = min_median(s_t), min_median(m_t)
-        rows.append([name, ntime, seconds(s_min), seconds(s_med), seconds(m_min),
-                     seconds(m_med), f"{m_min / s_min:.1f}x", f"{m_med / s_med:.1f}x",
-                     result.iterations, result.levels, f"{result.counts['step'] / ntime:.1f}"])
+        s_t, m_t = zip(*((clock(serial)[0], clock(mgrit)) for _ in range(args.repeats)))
+        result = m_t[-1][2]
+        (s_min, s_med), (m_min, m_med) = min_median(s_t), min_median(t[0] for t in m_t)
+        rows.append([name, ntime] + [seconds(v) for v in (s_min, s_med, m_min, m_med)]
+                    + [f"{m_min / s_min:.1f}x", f"{m_med / s_med:.1f}x", result.iterations,
+                       result.levels, f"{result.counts['step'] / ntime:.1f}"])
     print_table(["problem", "ntime", "serial min", "serial med", "MGRIT min", "MGRIT med",
                  "ratio min", "ratio med", "iterations", "levels", "step calls per fine step"],
                 rows, title=f"braidpy MGRIT (1 process) vs serial time stepping; cfactor "

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Does everything braidpy runs on a GPU work, and how fast, on a machine with an NVIDIA GPU,
-# nvcc, CuPy and cuDNN? Builds in place (unless benchmarks/build_for_gpu_machine.sh's .so
-# files are newer than every source), then the GPU tests, benchmarks and --device cuda
-# trainings, each step with its own time limit and log in $OUT (./gpu-check), summed up in
-# $OUT/summary.log. About 8 minutes on one H100/H200. Wheels the machine lacks: in .whl/.
+# Does everything braidpy runs on a GPU work, and how fast (NVIDIA GPU, nvcc, CuPy, cuDNN)?
+# Builds in place (unless build_for_gpu_machine.sh's .so files are newer than every source),
+# then the GPU tests, benchmarks and --device cuda trainings, each step with its time limit
+# and log in $OUT (./gpu-check), summed up in $OUT/summary.log. About 8 minutes on one
+# H100/H200. Wheels the machine lacks: in .whl/.
 #   bash benchmarks/gpu_check.sh
 #   STEPS="pytest-gpu bench-gpu-conv" bash benchmarks/gpu_check.sh   # some steps only
 #   BENCH_GPU_ARGS="--hierarchies 2:64 3:16" ...                      # bench-gpu's options
@@ -80,17 +80,8 @@ step bench-torch-cuda 150 $PY benchmarks/bench_torch.py --device cuda --repeats 
 step train-digits-cuda 120 $PY -m braidpy train digits --device cuda --iterations 20
 step bench-gpu-validation 120 $PY benchmarks/bench_gpu.py --validation
 # An MNIST-size conv ResNet: scikit-learn's digits scaled 3x and padded to 28x28.
-$PY - <<'PYEOF'
-import numpy as np
-from sklearn.datasets import load_digits
-d = load_digits()
-X = np.pad(np.kron(d.images / 16.0, np.ones((1, 3, 3))), ((0, 0), (2, 2), (2, 2)))[:, None]
-np.save("/tmp/digits28.npy", X)
-np.save("/tmp/digits28_labels.npy", d.target)
-PYEOF
-step train-digits28-cuda 120 $PY -m braidpy train /tmp/digits28.npy \
-    --labels /tmp/digits28_labels.npy --device cuda --width 8 --layers 32 --optimizer adam \
-    --lr 0.005 --batch 64 --iterations 40
+step train-digits28-cuda 120 $PY -m braidpy train digits28 --device cuda --width 8 --layers 32 \
+    --optimizer adam --lr 0.005 --batch 64 --iterations 40
 step train-mnist-cuda 300 bash -c "$PY benchmarks/mnist_subset.py /tmp/mnist5k && \
     $PY -m braidpy train mnist --data /tmp/mnist5k --device cuda --iterations 400 \
     --validate-every 100"
