@@ -1,7 +1,5 @@
-"""What every benchmark shares: timing, A/B alternation, ratios, tables, JSON, the host.
-
-Children (another library's side in its own virtualenv, an MPI launch) are _sidecar.py's.
-"""
+"""What every benchmark shares: timing, A/B alternation, ratios, tables, JSON, the host
+(children: another library's side in its own virtualenv, an MPI launch, are _sidecar.py's)."""
 
 from __future__ import annotations
 
@@ -23,11 +21,9 @@ from typing import Any, Dict, List, Optional
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-PREFIX = "RESULT "
-#: One thread per process (the ranks' and the sidecars' machines are small and shared).
+#: The thread-count variables host_info reports.
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS", "BLIS_NUM_THREADS")
-THREAD_ENV = {k: "1" for k in THREAD_VARS[:3]}
 
 __all__ = ["Budget", "alternate", "best", "clock", "dump_json", "host_info", "microseconds",
            "min_median", "ms", "per_call", "print_host", "print_table", "ratio", "seconds",
@@ -140,11 +136,11 @@ def dump_json(path: Optional[str], payload: Dict[str, Any], host: bool = True) -
         json.dump(payload, f, indent=1, default=str)
 
 
-def _read(path: str) -> Optional[str]:
+def _read(path: str) -> str:
     try:
         return Path(path).read_text(encoding="utf-8")
     except OSError:
-        return None
+        return ""
 
 
 def _run_text(cmd: Sequence[str], timeout: float = 20) -> str:
@@ -162,7 +158,7 @@ def cpu_info() -> Dict[str, Any]:
         else list(range(logical))
     out: Dict[str, Any] = {"logical": logical, "affinity": len(usable)}
     cores, model = {}, None
-    for block in (_read("/proc/cpuinfo") or "").split("\n\n"):
+    for block in _read("/proc/cpuinfo").split("\n\n"):
         fields = {k.strip(): v.strip() for k, _, v in
                   (ln.partition(":") for ln in block.splitlines() if ":" in ln)}
         if "processor" in fields:
@@ -175,7 +171,7 @@ def cpu_info() -> Dict[str, Any]:
     out["physical_source"] = ("/proc/cpuinfo (physical id, core id) of the affinity set"
                               if cores else
                               "unknown: /proc/cpuinfo has no core ids; affinity count")
-    quota = (_read("/sys/fs/cgroup/cpu.max") or "").split()
+    quota = _read("/sys/fs/cgroup/cpu.max").split()
     if len(quota) == 2 and quota[0] != "max":
         out["cgroup_quota_cores"] = int(quota[0]) / int(quota[1])
     out["cores_for_ranks"] = max(1, min(out["physical"], int(out.get(

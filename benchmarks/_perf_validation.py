@@ -1,5 +1,5 @@
 """bench_perf.py's launches, calibration, plot and workers: a worker is the script run again
-as ``SCRIPT --worker JSON`` (under ``mpiexec -n P`` for P > 1), rank 0 printing ``RESULT {json}``."""
+as ``SCRIPT --worker JSON`` (``mpiexec -n P`` for P > 1), rank 0 printing ``RESULT {json}``."""
 
 from __future__ import annotations
 

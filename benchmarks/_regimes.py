@@ -1,5 +1,5 @@
-"""bench_gpu_regimes.py's rows and measurements: PyTorch's side (its best serial settings, the same
-network and weights), braidpy's calls, and the whole gradients (serial, one-shot (2, 2))."""
+"""bench_gpu_regimes.py's rows and measurements: PyTorch's side (its best serial settings, the
+same network and weights), braidpy's calls, the whole gradients (serial, one-shot (2, 2))."""
 
 from __future__ import annotations
 
@@ -47,8 +47,8 @@ class Row:
 
     def per_call_work(self) -> float:
         """Relative cost of the per-call pass (for ordering and estimates)."""
-        itemsize = np.dtype(self.dtype).itemsize
-        return self.batch * self.channels ** 2 * self.intervals * itemsize + 1e3
+        size = np.dtype(self.dtype).itemsize
+        return self.batch * self.channels ** 2 * self.intervals * size + 1e3
 
 
 def _us(seconds: float) -> str:
@@ -126,8 +126,8 @@ class TorchSide:
         return timed(loop, repeats) / calls
 
     def network(self, net, params, X, Cl, channels_last):
-        """braidpy's ResNet in PyTorch (its weights copied, a leaf per layer as nn.Conv2d
-        holds them): a call of loss and gradient that returns the loss."""
+        """braidpy's ResNet in PyTorch (its weights copied, a leaf per layer): a call of loss
+        and gradient that returns the loss."""
         torch, F, v = self.torch, self.torch.nn.functional, net.views(params)
 
         def leaf(a):
@@ -151,7 +151,7 @@ class TorchSide:
 
 
 def braidpy_tf32(on):
-    """BRAIDPY_TF32 set for a with-block (braidpy reads it at every cuDNN call), then restored."""
+    """BRAIDPY_TF32 set for a with-block (read at every cuDNN call), then restored."""
     from braidpy.nn.conv_backends import TF32_ENV
 
     return mock.patch.dict(os.environ, {TF32_ENV: "1" if on else "0"})
@@ -175,13 +175,13 @@ def braidpy_calls(xp, row, backend, repeats):
 
 def layer_steps(p, a):
     """One-shot's layer steps, forward and adjoint, from its solvers' counts."""
-    return p["step"] + p["step_batch_items"] + a["step"] + a["step_batch_items"]
+    return sum(c["step"] + c["step_batch_items"] for c in (p, a))
 
 
 @functools.lru_cache(maxsize=None)
 def oneshot_counts(layers: int, cfactor: int) -> dict:
-    """Callback counts of a warm-started one-shot (2, 2) gradient of N layers: they depend
-    on N, cfactor and the MGRIT settings only, so a width-1 dense net counts them."""
+    """Callback counts of a warm-started one-shot (2, 2) gradient of N layers (N, cfactor
+    and the MGRIT settings decide them, so a width-1 dense net counts them)."""
     from braidpy.adjoint import GradientSolver
     from braidpy.nn import ResNet, ResNetApp
 
@@ -212,8 +212,8 @@ def estimate_gradient(row):
 
 
 def attempts(runs, label, after=lambda: None):
-    """({name: value} of the runs that returned, {name: why} of those that raised; the first
-    failure raised again if none returned); ``after`` runs after each."""
+    """({name: value} of the runs that returned, {name: why} of those that raised); the first
+    failure raised again if none returned; ``after`` runs after each."""
     values, failed, first = {}, {}, None
     for name, run in runs.items():
         try:
@@ -314,8 +314,8 @@ def gradient_pass(rows, xp, side, args, budget, meta):
 
 
 def memory_refuses(xp, row):
-    """Why the row's whole gradient would not fit the GPU's free memory, or None: braidpy
-    keeps about 4 states per layer (primal, adjoint, work), PyTorch's autograd about 3."""
+    """Why the row's whole gradient would not fit the GPU's free memory (braidpy keeps about
+    4 states per layer, PyTorch's autograd about 3), or None."""
     if xp is np:
         return None
     state = row.batch * row.channels * row.image ** 2 * np.dtype(row.dtype).itemsize
@@ -326,8 +326,7 @@ def memory_refuses(xp, row):
 
 
 def measure_gradient(row, xp, side, args):
-    """PyTorch's serial fwd+bwd, braidpy's serial loss_and_gradient and its reused
-    one-shot (2, 2) GradientSolver on the same network, weights and batch."""
+    """PyTorch's serial fwd+bwd, braidpy's loss_and_gradient and reused one-shot (2, 2)."""
     from braidpy.adjoint import GradientSolver
     from braidpy.nn import ResNet, ResNetApp
 

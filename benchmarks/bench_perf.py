@@ -188,20 +188,19 @@ def main(argv=None) -> None:
     p.add_argument("--ranks", type=int, nargs="+", default=[1, 2, 4])
     p.add_argument("--cores", type=int, default=os.cpu_count() or 1,
                    help="cores of this machine (rank counts above it are skipped)")
-    p.add_argument("--repeats", type=int, default=5, help="gradients timed per row")
     p.add_argument("--plot", help="model, grids: write predicted vs measured to this PNG")
     p.add_argument("--from-json", nargs="+", metavar="FILE",
                    help="model, grids: report earlier --json runs (model: their medians)")
-    p.add_argument("--layers", type=int, default=64, help="model, timeline")
-    p.add_argument("--width", type=int, default=8, help="model, timeline")
-    p.add_argument("--samples", type=int, default=1000, help="model, timeline")
+    for name, default, words in (("repeats", 5, "gradients timed per row"),
+                                 ("layers", 64, "model, timeline"), ("width", 8, "model, timeline"),
+                                 ("samples", 1000, "model, timeline"), ("levels", 2, "timeline"),
+                                 ("cf", 4, "timeline")):
+        p.add_argument(f"--{name}", type=int, default=default, help=words)
     p.add_argument("--quick", action="store_true", help="model: one setting, 2 repeats")
     p.add_argument("--allocator-default", action="store_true", help="model: leave glibc's "
                    "allocator as it is (page faults the calibration does not see)")
     p.add_argument("--problems", nargs="+", choices=sorted(PROBLEMS),
                    default=["digits", "peaks"], help="grids")
-    p.add_argument("--levels", type=int, default=2, help="timeline")
-    p.add_argument("--cf", type=int, default=4, help="timeline")
     p.add_argument("--m", type=int, nargs=2, default=[2, 2], metavar=("M1", "M2"),
                    help="timeline")
     p.add_argument("--skip", action="store_true",
