@@ -1,10 +1,6 @@
 """Problems shared by the braidpy and PyMGRIT sides (NumPy and SciPy only: the PyMGRIT
-virtualenv imports this module, so it imports neither braidpy nor pymgrit).
-
-Dahlquist: u' = -u, u(0) = 1, backward Euler u_{i+1} = u_i / (1 + dt).
-Heat 1D: u_t = a u_xx on (0, 1), u = 0 at both ends, nx interior points, second-order
-differences, implicit Euler (I - dt A) u_{i+1} = u_i, one splu factor per distinct dt.
-"""
+virtualenv imports this module). Dahlquist: u' = -u, u(0) = 1, backward Euler. Heat 1D:
+u_t = a u_xx on (0, 1), u = 0 at both ends, nx interior points, implicit Euler."""
 
 from __future__ import annotations
 

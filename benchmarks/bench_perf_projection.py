@@ -1,9 +1,8 @@
 """What speedups does the performance model project for the published configurations?
 No timing: the model's, from a calibration of this machine. Günther et al., SIAM J. Math.
-Data Sci. 2, 2020, Table 1 (Peaks dense width 8, 5000 samples; MNIST conv 8 x 28x28, 500
-samples; N = 256 ... 2048 on N/4 cores, exact, --iterations; one-shot (2, 2) beside it);
-Kirby et al., IEEE HPEC 2020: a 4096-layer conv ResNet (50 x 28x28, kernel 7) on 4 ... 64
-assumed V100s over 25 Gb/s Ethernet, against serial and model partitioning.
+Data Sci. 2, 2020, Table 1 (Peaks, MNIST; N = 256 ... 2048 on N/4 cores, exact, one-shot
+(2, 2) beside it); Kirby et al., IEEE HPEC 2020 (a 4096-layer conv ResNet on 4 ... 64
+assumed V100s over 25 Gb/s Ethernet, against serial and model partitioning).
 
     python benchmarks/bench_perf_projection.py --calibration FILE [--iterations 6 6]
 """
