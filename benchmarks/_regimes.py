@@ -47,8 +47,8 @@ class Row:
 
     def per_call_work(self) -> float:
         """Relative cost of the per-call pass (for ordering and estimates)."""
-        size = np.dtype(self.dtype).itemsize
-        return self.batch * self.channels ** 2 * self.intervals * size + 1e3
+        itemsize = np.dtype(self.dtype).itemsize
+        return self.batch * self.channels ** 2 * self.intervals * itemsize + 1e3
 
 
 def _us(seconds: float) -> str:
