@@ -62,17 +62,12 @@ def torch_cuda():
 
 
 def timed(xp, fn, repeats, calls=1, warm=True):
-    """Min seconds per call of fn over ``repeats`` loops of ``calls``, synchronized (after
-    a warm-up call where ``warm``)."""
+    """Min seconds per call of fn over ``repeats`` loops of ``calls``, synchronized, after a
+    warm-up call unless not ``warm``."""
     if warm:
         fn()
     sync(xp)
     return best(lambda: [fn() for _ in range(calls)], repeats, sync=lambda: sync(xp)) / calls
-
-
-def per_call(xp, fn, calls, repeats=3):
-    """Seconds per call of fn: min of ``repeats`` loops of ``calls``, synchronized."""
-    return timed(xp, fn, repeats, calls, warm=False)
 
 
 def weights(xp, n):
@@ -120,8 +115,7 @@ def mgrit(xp, K, b, u0, n, levels=2, cfactor=CFACTOR, app=ResNet, **stop):
 
 
 def gradient_times(xp, net, X, C, cfactors, repeats):
-    """({"serial": s, cf: s, ...}, solver(cf)): seconds of net.loss_and_gradient and, per
-    cfactor, of a new one-shot (2, 2) GradientSolver's gradient (2 levels, set-up included)."""
+    """({"serial": s, cf: s}, solver(cf)): loss_and_gradient vs a new one-shot (2, 2) solver's."""
     from braidpy.adjoint import GradientSolver
     from braidpy.nn import ResNetApp
 
@@ -141,8 +135,8 @@ _TORCH_NETS: dict = {}
 
 
 def torch_fwd_bwd(torch, key, kshape, scale, ushape, layer):
-    """PyTorch autograd, float64 on the GPU: u <- u + h tanh(layer(u, K_n, b_n)) over
-    kshape[0] layers, then backward of |u|^2 (weights and input made once per key)."""
+    """PyTorch autograd, float64 on the GPU: u <- u + h tanh(layer(u, K_n, b_n)), then |u|^2's
+    backward (weights and input made once per key)."""
     n = kshape[0]
     if key not in _TORCH_NETS:
         gen = torch.Generator().manual_seed(7)
@@ -177,8 +171,7 @@ def batched_calls(layer, U, Wt, Ks, bs, hs):
 
 
 def conv_steps(xp, args):
-    """--conv: per call, the k-th step of m intervals (8 channels: every backend and
-    PyTorch; --conv-channels: cuDNN grouped vs cuda-direct)."""
+    """--conv: per call, m intervals' steps (8 channels: every backend, PyTorch; then wider)."""
     from braidpy.nn import ConvLayer
     from braidpy.nn.conv_backends import BENCHMARK_ENV, STREAMS_ENV, cudnn_unavailable
     from braidpy.nn.conv_direct import kernel_family
@@ -236,8 +229,7 @@ def grouped_plan(m, C, H, dtype):
 
 
 def torch_conv_cases(torch, U, Wt, Ks, bs, hs, m, C, H):
-    """PyTorch's calls for the same shapes: the grouped conv alone with TF32 and without
-    (like for like), the whole step from braidpy's layout, backward data and filter."""
+    """PyTorch's grouped conv (TF32 and not), whole step, backward data and filter, same shapes."""
     F, cudnn = torch.nn.functional, torch.backends.cudnn
 
     def as_torch(a):
@@ -341,9 +333,8 @@ def conv_pieces(xp, calls):
             rows["PyTorch grouped conv2d alone (no TF32)"] = torch_conv
         print(f"conv step pieces, {M} intervals, batch {BATCH}, {C8} channels, {H28}x{H28}, "
               f"{dtype} (ms per call):")
-        for name, fn in rows.items():
-            fn()
-            print(f"  {name:45s} {per_call(xp, fn, max(calls // 100, 10)) * 1e3:8.3f}",
-                  flush=True)
+        for name, fn in rows.items():  # each after a warm-up call
+            t = timed(xp, fn, 3, max(calls // 100, 10))
+            print(f"  {name:45s} {t * 1e3:8.3f}", flush=True)
         if torch is not None:
             torch.backends.cudnn.allow_tf32 = True

@@ -50,8 +50,7 @@ def run_worker(script: str, spec: dict, nranks: int, timeout: float = 900) -> di
 
 
 def run_calibration(args, layers, samples, rows, name):
-    """--calibration's file, else ``braidpy calibrate`` now, with the run's most ranks (the
-    network measured, not assumed), its file kept beside --json as FILE.calibration.json."""
+    """--calibration's file, else ``braidpy calibrate`` now at the most ranks, kept by --json."""
     from braidpy.perf.calibration import load_calibration
 
     if args.calibration:

@@ -62,8 +62,7 @@ def warm(fn):
 
 
 def timed(fn, repeats, first=None):
-    """Min over repeats of fn after a warm-up call (``first``: its seconds, if made), fewer
-    repeats where a call takes over 5 s / repeats."""
+    """Min over repeats of fn after a warm-up (``first``: its seconds), at most ~5 s of calls."""
     first = warm(fn)[1] if first is None else first
     return best(fn, max(1, min(repeats, int(5.0 / max(first, 1e-9)))))
 
@@ -126,8 +125,7 @@ class TorchSide:
         return timed(loop, repeats) / calls
 
     def network(self, net, params, X, Cl, channels_last):
-        """braidpy's ResNet in PyTorch (its weights copied, a leaf per layer): a call of loss
-        and gradient that returns the loss."""
+        """braidpy's ResNet in PyTorch, its weights copied: a loss-and-gradient call."""
         torch, F, v = self.torch, self.torch.nn.functional, net.views(params)
 
         def leaf(a):
@@ -180,8 +178,7 @@ def layer_steps(p, a):
 
 @functools.lru_cache(maxsize=None)
 def oneshot_counts(layers: int, cfactor: int) -> dict:
-    """Callback counts of a warm-started one-shot (2, 2) gradient of N layers (N, cfactor
-    and the MGRIT settings decide them, so a width-1 dense net counts them)."""
+    """Callback counts of a warm one-shot (2, 2) gradient of N layers (a width-1 net's)."""
     from braidpy.adjoint import GradientSolver
     from braidpy.nn import ResNet, ResNetApp
 
@@ -314,8 +311,7 @@ def gradient_pass(rows, xp, side, args, budget, meta):
 
 
 def memory_refuses(xp, row):
-    """Why the row's whole gradient would not fit the GPU's free memory (braidpy keeps about
-    4 states per layer, PyTorch's autograd about 3), or None."""
+    """Why the whole gradient (~4 states per layer) would not fit the GPU's memory, or None."""
     if xp is np:
         return None
     state = row.batch * row.channels * row.image ** 2 * np.dtype(row.dtype).itemsize

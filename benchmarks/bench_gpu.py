@@ -19,8 +19,8 @@ import numpy as np
 import braidpy
 
 from _gpu import (BATCH, CFACTOR, TSTOP, WIDTH, ResNet, array_module, best, conv_network,
-                  conv_pieces, conv_steps, gradient_times, mgrit, per_call, serial, sync, timed,
-                  torch_cuda, torch_fwd_bwd, weights)
+                  conv_pieces, conv_steps, gradient_times, mgrit, serial, sync, timed, torch_cuda,
+                  torch_fwd_bwd, weights)
 
 
 def forward(xp, n, batch, repeats, hierarchies):
@@ -129,8 +129,7 @@ def digits_source(source):
 
 
 def validation_rows(xp, where, args, device="cuda"):
-    """Trainer on ``device`` (quick presets): seconds per training step against per
-    validation (the first apart) and per ResNet.evaluate."""
+    """Trainer (quick presets): seconds per training step vs per validation and evaluate."""
     if xp is np and device == "cuda":
         print(f"validation: skipped, it needs CuPy and a GPU: {where.split('; ')[0]}")
         return
@@ -215,12 +214,11 @@ class NoopSteps(ResNet):
 
 
 def overheads(xp, calls, n=4096, m=64):
-    """Host costs per call on CuPy; the core's vector operations (no-op steps); braidpy.nn's
-    dense calls against the same operations inline; the conv step's pieces."""
+    """Host costs per call; the core's vector operations; dense calls vs inline; conv pieces."""
     from braidpy.nn import DenseLayer
 
     def us(fn):
-        return f"{per_call(xp, fn, calls) * 1e6:8.2f}"
+        return f"{timed(xp, fn, 3, calls, warm=False) * 1e6:8.2f}"
 
     if xp is not np:
         from braidpy.backends.cupy import new_array

@@ -79,8 +79,7 @@ def solve(args, app, timings: bool):
 
 
 def loop(args, counts, sum_pattern=None, status=None) -> float:
-    """Seconds of a Python loop making a solve's callback calls on a fresh app (only the
-    step calls, with a live ``status``, when sum_pattern is None: the floor)."""
+    """Seconds of a solve's callback calls from a Python loop (no sum_pattern: the floor)."""
     app = Dahlquist()
     app.tstart, app.tstop, app.ntime = T0, T1, args.ntime
     t0, t1 = T0, T0 + (T1 - T0) / args.ntime
