@@ -1,10 +1,8 @@
 """Deep, narrow dense ResNet for bench_batched.py, as a braidpy app and as plain NumPy loops.
 
-u_{n+1} = u_n + h tanh(u_n K_n^T + b_n), state (batch, width), its own weights per layer (a
-coarse step from t_n uses layer n's weights with the coarse step size), "trained-like"
-scale: K_n = Kbar + sigma G_n / sqrt(width) with Kbar a random antisymmetric matrix (scaled
-1.5) minus 0.1 I, sigma 0.5; b_n = bbar + 0.1 g_n; layer time T = 2, h = 2/N.
-J = |u_N - y|^2 / 2.
+u_{n+1} = u_n + h tanh(u_n K_n^T + b_n), state (batch, width), T = 2, h = 2/N, weights
+per layer K_n = Kbar + sigma G_n / sqrt(width) (Kbar antisymmetric x 1.5 - 0.1 I),
+b_n = bbar + 0.1 g_n; J = |u_N - y|^2 / 2.
 """
 
 from __future__ import annotations

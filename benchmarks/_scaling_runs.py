@@ -336,7 +336,7 @@ def setting_text(s):
 
 
 HEADS = {"layer": "layer 1,1,P", "data": "data P,1,1 (serial mode)", "best": "best",
-         "auto": "--grid auto", "mixed": "mixed D,1,L"}
+         "auto": "--grid auto"}
 
 
 def short(m):
@@ -356,7 +356,7 @@ def short(m):
 def cell_text(c, column, name):
     m = c["metrics"].get(name, {})
     label = (m.get("grid") if column == "best" else
-             c.get("grid") if column in ("auto", "mixed") else "") or ""
+             c.get("grid") if column == "auto" else "") or ""
     if column in ("layer", "auto"):  # the MGRIT setting it ran
         choice = c.get("choice") or {}
         ran = c.get("setting") or (choice.get("setting") if choice.get("runs_mgrit") else None)
@@ -381,8 +381,7 @@ def print_tables(report):
                   f"   serial: {serial.get('per_step', {}).get('reason', 'failed')}")
             names = (("per_step", "seconds per step"),
                      ("to_target", "seconds to the serial run's loss"))
-            columns = ["layer", "data", "best", "auto"] + (
-                ["mixed"] if any(c["column"] == "mixed" for c in cells) else [])
+            columns = ["layer", "data", "best", "auto"]
             heads = [HEADS[c] for c in columns]
         else:
             s = serial.get("solve", {})

@@ -1,9 +1,6 @@
-"""Running part of a benchmark in another process and reading back its ``RESULT {json}``.
-
-Another library's side in its own virtualenv (bench_vs_pymgrit.py, bench_torch.py
---torchbraid; under that venv's mpiexec for several ranks), and scaling.py's MPI launches,
-each in a session of its own, killed with everything it started when it overruns.
-"""
+"""Runs part of a benchmark in another process and reads back its ``RESULT {json}``: another
+library's side in its own virtualenv, and scaling.py's MPI launches (killed, with all they
+started, when they overrun)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,9 @@
 """One side of bench_vs_pymgrit.py: setup + solve of one problem timed in this process.
 
-Sides: ``braidpy`` (braidpy.problems, here) and ``pymgrit`` (PyMGRIT 1.0.6's own classes, in
-its virtualenv): the same equations, coefficients, initial values and discretisations
-(docs/problems.md, "Against PyMGRIT 1.0.6"). An untimed warm-up solve of --warmup-nsteps
-(--count-steps: its step calls over all ranks), then --repeats timed solves, each building
-app, hierarchy and solver after a garbage collection; under MPI the slowest rank's time
-between barriers. Rank 0 prints ``RESULT <json>`` (times, outcome, u(tstop) as PyMGRIT's).
+Sides: ``braidpy`` (braidpy.problems) and ``pymgrit`` (PyMGRIT 1.0.6's classes, in its
+venv), the same problems (docs/problems.md). An untimed warm-up (--count-steps: its step
+calls), then --repeats timed solves from scratch; under MPI the slowest rank's time. Rank 0
+prints ``RESULT <json>``.
 """
 
 from __future__ import annotations

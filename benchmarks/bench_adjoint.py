@@ -1,14 +1,11 @@
 """What does one adjoint-MGRIT gradient cost against serial backpropagation, and does it
 stay depth-independent and within 1.5x the trajectory's memory? (braidpy.adjoint, one process)
 
-Apps: a width-8 "ResNet" u <- u + h tanh(K_n u + b_n) on [0, 2], its own weights per
-step, J = |u_N - y|^2 / 2; 1D heat with a control c_n per step (implicit Euler, cached
-splu) and a running term 1e-3 sum |u_i|^2. Both store dJ/dtheta_n in place. Tables:
-cost (serial forward + backward sweep vs GradientSolver.evaluate(), cf 4, FCF, rel_tol
-1e-8, cold, vs one-shot (2, 2) warm after a 1e-3 perturbation; relative gradient
-errors), iterations vs N, memory (tracemalloc over the primal then the adjoint solve, as
-multiples of the trajectory) and, at the largest N, where the time goes (braidpy's
-callback timers vs the user's step / step_adjoint alone in a plain loop).
+Apps: a width-8 ResNet u <- u + h tanh(K_n u + b_n), J = |u_N - y|^2 / 2; 1D heat with a
+control per step and a running term. Timed: serial forward + backward sweep vs
+GradientSolver.evaluate() (cf 4, FCF, rel_tol 1e-8, cold) vs one-shot (2, 2) warm after a
+perturbation; also iterations vs N, tracemalloc memory as multiples of the trajectory, and
+at the largest N where the time goes (callback timers vs the user's step alone).
 
 Run: python benchmarks/bench_adjoint.py [--repeats R] [--ntime N ...] [--nx NX] [--quick]
 """

@@ -1,13 +1,10 @@
 """Which collective should data-parallel gradients use: MPI_Allreduce, or the ring allreduce
-of Gibiansky, "Bringing HPC techniques to deep learning" (blog post, 2017), with its model
+of Gibiansky ("Bringing HPC techniques to deep learning", 2017), with its model
 T = 2(P-1)/P K/B + 2(P-1) alpha?
 
-For buffers of 1 KB ... 64 MB (float32 SUM): alpha and B fitted from one-way ping-pong
-between ranks 0 and 1 (B from the two largest messages, alpha from the smallest, where
-each dominates: a least-squares line would let the large messages set alpha); MPI's
-Allreduce; a ring written here (reduce-scatter, then allgather, with Sendrecv); the model.
-Min over repeats of the slowest rank's time; every sum checked. More ranks than cores take
-turns on them, which no network model describes.
+Buffers of 1 KB ... 64 MB (float32 SUM): alpha and B from ping-pong between ranks 0 and 1;
+MPI's Allreduce; a ring (reduce-scatter, allgather with Sendrecv); the model. Min over
+repeats of the slowest rank's time; every sum checked.
 
     mpiexec -n P python benchmarks/bench_allreduce.py [--repeats R] [--quick]
 """

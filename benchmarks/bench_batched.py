@@ -1,14 +1,11 @@
 """How much faster than a serial NumPy loop is batched relaxation on a deep narrow ResNet,
 forward and for one gradient? (one process)
 
-Network (_apps_resnet.py): N layers u <- u + h tanh(u K_n^T + b_n), width 8, batch 1 or
-32, T = 2. Serial: a NumPy loop (gradient: keep the states, backpropagate). braidpy:
-cf 64, 2 levels, F-relaxation, access_level 0, (a) max_iter 2, abs_tol 0 and (b) rel_tol
-1e-8; "batched" uses step_stacked, "unbatched" batch=False; gradient: GradientSolver (a)
-oneshot=(2, 2) cold, (b) exact. For the lean app and braidpy.nn.ResNetApp. Tables:
-forward, gradient, a sweep of (a) over N at batch 1, and braidpy's own cost per call with
-a do-nothing kernel. Each timing covers building and solving; min (median) over repeats;
-ratio = serial / braidpy (> 1: braidpy faster).
+_apps_resnet.py's network, width 8, batch 1 or 32, against its NumPy loops; braidpy cf
+64, 2 levels, F-relaxation, (a) 2 iterations / one-shot (2, 2) and (b) rel_tol 1e-8 /
+exact, batched (step_stacked) or not, for the lean app and braidpy.nn.ResNetApp. Tables:
+forward, gradient, a sweep of (a) over N, braidpy's cost per call with a do-nothing
+kernel. Timed: building and solving, min (median); ratio = serial / braidpy.
 
 Run: python benchmarks/bench_batched.py [--repeats R] [--quick]
 """

@@ -1,10 +1,9 @@
 """Do layer-parallel MGRIT's iteration counts stay the same as the Peaks ResNet gets deeper?
 (Günther et al. 2020, Fig. 4)
 
-One network in continuous layer time (width 8, T = 5, smoothed ReLU, weights piecewise
-constant on 16 blocks of [0, T]) discretized with N = 256 ... 2048 layers; state and
-adjoint MGRIT solves, cold, to a relative residual drop of 1e-5. Goal: iterations differ
-by at most 1 between N = 256 and N = 2048.
+One network in layer time (width 8, T = 5, weights constant on 16 blocks) with N = 256 ...
+2048 layers; state and adjoint MGRIT solves, cold, to a 1e-5 relative drop. Goal: the
+iterations differ by at most 1.
 
     python benchmarks/bench_depth.py [--batch 5000] [--layers 256 512 1024 2048]
 """

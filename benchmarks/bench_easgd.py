@@ -1,14 +1,10 @@
 """Does EASGD train digits as well and as fast as allreduce SGD and Adam with 4 workers,
-and what share of a step is communication? (EASGD as in You, Buluç and Demmel, "Scaling
-deep learning on GPU and Knights Landing clusters", SC 2017.)
+and what share of a step is communication? (You, Buluç and Demmel, SC 2017.)
 
-The same conv ResNet (digits 8x8, 8 layers x 4 channels, ``mode="serial"``) and stream of
-shuffled batches of 100 (a shard of 25 per worker), same number of steps: ``sgd`` and
-``adam`` on the grid 4 x 1 x 1 (one allreduce per step), ``sync-easgd``
-(braidpy.train.easgd.SyncEASGD, an allreduce every tau steps; the centre's accuracy),
-``async-easgd`` (AsyncEASGD, one extra centre rank; the workers' mean and the centre's).
-Columns: validation accuracy (359 images) after each block of steps, wall time to there
-(slowest worker, validation excluded), and the communication share of a step.
+Conv ResNet (digits 8x8, 8 layers x 4), shuffled batches of 100 (25 per worker): ``sgd``
+and ``adam`` on the grid 4 x 1 x 1, ``sync-easgd`` (SyncEASGD; the centre's accuracy),
+``async-easgd`` (AsyncEASGD, one extra centre rank). Columns: validation accuracy after
+each block of steps, wall time to there (slowest worker), communication share of a step.
 
     mpiexec -n 4 python benchmarks/bench_easgd.py [--steps S] [--quick] [--tau T]
     mpiexec -n 5 python benchmarks/bench_easgd.py --methods async-easgd [...]

@@ -1,12 +1,9 @@
 """Which data x space x layers grid of P ranks gives the fastest gradient, and what do the
 data reductions and agreement points cost? (overlap on vs off)
 
-Every grid D x S x L = P the problem trains on (S > 1 only for digits' conv rows): digits
-(conv, 32 layers x 4, batches of 200) and peaks (dense, width 8, 32 layers, T 5, batches of
-2000). One ``trainer.evaluator.gradient`` of a whole batch, the reductions started as
-pieces become final (overlap on) or all at the end (off). Columns: the slowest rank's time
-per gradient (min, median), rank 0's share waiting in ``Waitall`` and in the agreement
-points, the layer step calls of one gradient. ``mpiexec -n 1``: the serial reference.
+Every grid D x S x L = P (S > 1 for digits' conv only): digits (conv, 32 x 4, batches of
+200), peaks (width 8, 32 layers, batches of 2000). Timed: one ``evaluator.gradient`` of a
+batch, the slowest rank (min, median); rank 0's share in ``Waitall`` and agreement.
 
     mpiexec -n P python benchmarks/bench_grids.py [--repeats R] [--quick]
         [--problems digits peaks] [--mode oneshot|exact]

@@ -1,11 +1,9 @@
 """Does one-shot layer-parallel training of Peaks reach serial's accuracy (>= 95 %, within
 2 points of exact) at less than half exact layer-parallel training's cost?
 
-Günther et al. (2020) sec. 5.1/5.3: ResNet width 8, T = 5, smoothed ReLU, L-BFGS with
-Armijo backtracking, the 5000 reference points full batch, 200 validation points; serial,
-exact and one-shot (m1 = m2 = 2) with MGRIT cf 4 and 2 or 3 levels. Per run: best
-validation accuracy, and the iterations, layer-step calls and training seconds
-(validation not counted) to first reach --target.
+Günther et al. (2020) sec. 5.1/5.3: width 8, T = 5, L-BFGS, 5000 points full batch;
+serial, exact and one-shot (2, 2), cf 4, 2 or 3 levels. Per run: best validation accuracy;
+iterations, step calls and training seconds to first reach --target.
 
     python benchmarks/bench_peaks.py [--layers 32] [--iterations 300] [--target 0.95]
 """

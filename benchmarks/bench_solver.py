@@ -1,14 +1,11 @@
 """Does each MGRIT solver feature pay against its baseline on one process?
 
-heat: batched MGRIT on ex02's 1D heat vs sequential stepping (goal <= 6x): kernel (step
-row by row vs step_stacked), solve (ex02's settings, unbatched and batched), settings.
-crelax: crelax_weight (--weights) vs the first weight on ex02. problems: batched MGRIT vs
-sequential stepping on braidpy.problems' Heat1D, Heat2D, Advection1D (goal <= 2.5x).
-richardson: ex-06's final error ~100x smaller in as many iterations? delta: Delta
-correction on ex12's Lorenz (goal: half the iterations) and ex13's Kuramoto-Sivashinsky
-(converges where plain FAS stalls). spatial: ex14's spatial coarsening vs time only, CPU
-seconds per iteration. Each round runs every variant once; min (median); one BLAS thread
-per process unless the environment sets one.
+heat: batched MGRIT on ex02's 1D heat vs sequential stepping (<= 6x): kernel, solve,
+settings tables. crelax: crelax_weight vs the first weight. problems: batched MGRIT vs
+sequential on braidpy.problems' Heat1D, Heat2D, Advection1D (<= 2.5x). richardson: ex-06's
+error ~100x smaller in as many iterations? delta: Delta correction on Lorenz (half the
+iterations) and Kuramoto-Sivashinsky (converges where FAS stalls). spatial: ex14's spatial
+coarsening, CPU s per iteration. Rounds run every variant once; min (median).
 
 Run: python benchmarks/bench_solver.py FEATURE [--repeats R] [--quick] [options]
 """
@@ -25,8 +22,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import numpy as np  # noqa: E402
-from _harness import clock, host_info, print_host, print_table, ratio, seconds  # noqa: E402
-from _harness import ms as _ms  # noqa: E402
+from _harness import clock, host_info, ms, print_host, print_table, ratio, seconds  # noqa: E402
 
 import braidpy  # noqa: E402
 from braidpy.problems import Advection1D, Heat1D, Heat2D, KuramotoSivashinskySpectral  # noqa: E402
@@ -141,16 +137,16 @@ def heat_kernel(args):
 
 def heat_solve(args):
     variants = {(label, b): opts for label, opts in (EXAMPLE, FORMER) for b in (False, True)}
-    fns = {"sequential": lambda: sequential(Ex02Heat(args.nspace), grid(args))}
+    fns = heat_sequential(args)
     fns.update({k: lambda o=o, b=k[1]: ex02(args, o, b) for k, o in variants.items()})
     wall, cpu, res = rounds(fns, args.repeats)
-    rows = [["sequential", "-", _ms(wall["sequential"], 0), "1.0x (1.0x)", "1.0x (1.0x)",
+    rows = [["sequential", "-", ms(wall["sequential"], 0), "1.0x (1.0x)", "1.0x (1.0x)",
              "-", "-", "1.0", "-", "-"]]
     for label, batched in variants:
         r, other = res[label, batched], res[label, not batched]
         same = (np.array_equal(r.final, other.final) and r.residuals == other.residuals
                 and r.iterations == other.iterations)
-        rows.append([label, "batched" if batched else "unbatched", _ms(wall[label, batched], 0),
+        rows.append([label, "batched" if batched else "unbatched", ms(wall[label, batched], 0),
                      ratio(wall[label, batched], wall["sequential"], 1),
                      ratio(cpu[label, batched], cpu["sequential"], 1),
                      ratio(wall[label, False], wall[label, True], 1) if batched else "-",
@@ -164,23 +160,24 @@ def heat_solve(args):
 
 
 def heat_settings(args):
-    fns = {"sequential": lambda: sequential(Ex02Heat(args.nspace), grid(args))}
+    fns = heat_sequential(args)
     fns.update({label: lambda o=opts: ex02(args, o, True) for label, opts in SETTINGS})
     wall, cpu, res = rounds(fns, args.repeats)
     rows = [[label, r.levels, r.iterations, states_per_step(args, r), r.counts["step_batch"],
-             r.counts["step"], _ms(wall[label], 0), ratio(wall[label], wall["sequential"], 1),
+             r.counts["step"], ms(wall[label], 0), ratio(wall[label], wall["sequential"], 1),
              ratio(cpu[label], cpu["sequential"], 1), diff(r, res["sequential"])]
             for label, _ in SETTINGS for r in [res[label]]]
     print_table(["settings (batched)", "levels", "iterations", "steps per fine step",
                  "batched calls", "single steps", "wall ms", "MGRIT / sequential",
                  "same in CPU time", "max|u_N - seq|"], rows,
                 title=f"MGRIT settings, heat 1D, N {args.ntime}, nspace {args.nspace}, "
-                      f"abs_tol {TOL:g}; sequential {_ms(wall['sequential'], 0)} ms; min "
+                      f"abs_tol {TOL:g}; sequential {ms(wall['sequential'], 0)} ms; min "
                       f"(median) of {args.repeats}")
 
 
-def grid(args):
-    return np.linspace(0.0, math.pi, args.ntime + 1)
+def heat_sequential(args):
+    return {"sequential": lambda: sequential(Ex02Heat(args.nspace),
+                                             np.linspace(0.0, math.pi, args.ntime + 1))}
 
 
 def heat(args):
@@ -247,7 +244,7 @@ def richardson(args):
         errs = [abs(float(got[k].final[0]) - exact) for k in (False, True)]
         rows.append([n, f"{got[False].iterations} / {got[True].iterations}",
                      f"{errs[0]:.2e}", f"{errs[1]:.2e}", f"{errs[0] / errs[1]:.0f}x",
-                     f"{_ms(wall[True], 1)} ms", ratio(wall[True], wall[False])])
+                     f"{ms(wall[True], 1)} ms", ratio(wall[True], wall[False])])
     print_table(["ntime", "iterations plain / rich.", "error plain", "error rich.",
                  "error ratio", "rich. wall min (median)", "wall rich. / plain"], rows,
                 title=f"ex-06 (backward Euler), cfactor 2, FCF, tol 1e-10, {args.repeats} rounds")

@@ -1,17 +1,13 @@
 """Is braidpy.torch's one-shot layer-parallel gradient faster than plain torch
 forward+backward through the same blocks, and than torchbraid's?
 
-Every side: N blocks x <- x + (T/N) tanh(Linear_n(x)) from one seed, width 8, float64,
-T = 2, loss sum(y * wts); LayerParallel one-shot (2, 2), warm-started, cf 16, 2 levels,
-F-relaxation: "grouped" (one torch call per layer over stacked parameters), "vmap"
+N blocks x <- x + (T/N) tanh(Linear_n(x)), width 8, float64, T = 2, loss sum(y * wts);
+LayerParallel one-shot (2, 2), warm, cf 16, 2 levels, F-relaxation: "grouped", "vmap"
 (grouped=False), --per-block (batch=False). Timed: zero_grad + forward + backward after two
-warm-ups, process CPU time (--clock wall: elapsed; cuda: wall after a synchronize), min
-(median); the sides alternate in one process. --torchbraid: serial, braidpy (grouped) and
-torchbraid.LayerParallel (its venv, $BRAIDPY_TORCHBRAID_VENV; setFwdMaxIters(2),
-setBwdMaxIters(2), its default skip=0; left different: its final F-relaxation and buffers),
-each (N, batch, ranks, side) in a fresh one-thread process, the slowest rank's time;
---rounds reverses the order every other round; --check: gradient errors against autograd
-(after the timed calls, and converged to 1e-12).
+warm-ups, process CPU time (--clock wall; cuda: wall after a synchronize), min (median),
+sides alternated. --torchbraid: serial, braidpy and torchbraid.LayerParallel (its venv,
+$BRAIDPY_TORCHBRAID_VENV; max iters 2, skip 0), each in a fresh one-thread process, the
+slowest rank; --check: gradient errors against autograd (one-shot and converged to 1e-12).
 
     python benchmarks/bench_torch.py [--layers 1024 4096] [--batches 1 32] [--repeats R]
         [--per-block] [--clock cpu|wall] [--device cpu|cuda] [--quick]

@@ -1,15 +1,10 @@
 """Is braidpy >= 3x faster than PyMGRIT 1.0.6 on PyMGRIT's own problems, at the same
 solution? Setup + solve to the same tolerance, 1 and 2 ranks, braidpy batched.
 
-Each side runs its own library's problem classes (_worker.py's CASES, docs/problems.md):
-the same equation, coefficients, initial value, grid and time stepper (Arenstorf:
-PyMGRIT's adaptive RK45 against braidpy's RK4, not the same solution). Matched: levels
-(--max-levels) and cfactor, V-cycles, FCF, the absolute tolerance on the same residual
-norm (tnorm 2), a zero guess, skip=False (--skip: braidpy's default), no output. Each
-timed solve runs in a fresh process after an untimed warm-up (PyMGRIT in its venv,
-$BRAIDPY_PYMGRIT_VENV, default ~/.cache/braidpy/pymgrit-venv), one BLAS thread, the
-slowest rank's time. Rounds alternate the sides; min and median; ratios PyMGRIT /
-braidpy; the max-norm difference of the two u(tstop).
+Each side runs its own library's classes (_worker.py, docs/problems.md; Arenstorf: RK45
+against RK4). Matched: levels, cfactor, V-cycles, FCF, absolute tolerance (tnorm 2), zero
+guess, skip=False. Timed: each solve in a fresh process after a warm-up (PyMGRIT in
+$BRAIDPY_PYMGRIT_VENV), the slowest rank; rounds alternate the sides; min, median.
 
 Run: bash benchmarks/setup_pymgrit_env.sh   (once)
      python benchmarks/bench_vs_pymgrit.py [--repeats R] [--ranks 1 2] [--quick]

@@ -1,13 +1,11 @@
 """Is one-shot MGRIT's gradient at one rank within 3x serial backpropagation's time per step,
 and does it meet the gradient-quality floor? (DESIGN §10's work ratio)
 
-Peaks (``braidpy train peaks --preset paper --layers 256 --samples 1000``, L-BFGS), or
-``--source digits|digits28``'s quick preset (conv, Adam on shuffled batches), every
-setting in one process, interleaved over --repeats: layer calls per gradient and per
-line-search trial against docs/performance.md's formula, wall and CPU seconds per step
-(median over steps 2..K), the cosine of each one-shot gradient to the exact gradient of
-the step's batch, and the exact loss against serial's. Setting names: os<m1><m2>, the
-relaxation, cf<C>, L<levels>.
+Peaks (``braidpy train peaks --preset paper --layers 256 --samples 1000``, L-BFGS) or
+``--source digits|digits28``'s quick preset, every setting (os<m1><m2>-relax[-cf<C>][-L<l>])
+interleaved over --repeats in one process. Timed: wall and CPU seconds per step (median of
+steps 2..K); counted: layer calls per gradient and per line-search trial against
+docs/performance.md's formula; quality: cosine to the exact gradient, exact loss vs serial's.
 
     python benchmarks/bench_work_ratio.py [--layers 256] [--samples 1000] [--steps 100]
         [--repeats 3] [--settings serial os2-FCF os1-F os12-F ...] [--json FILE|-] [--quick]

@@ -1,10 +1,8 @@
 """Do this machine's cores scale: do k processes of the same NumPy work at once each run
-as fast as one?
+as fast as one? (VM cores may be hyperthreads or shared.)
 
-The performance model gives every rank a core of its own; a VM's cores may be hyperthreads
-or shared. Timed: the residual layer steps of a width-8 dense ResNet on 1000 samples
-(u += h tanh(u K)) in 1, 2, 4, ... processes started together, one BLAS thread each, no
-MPI; time per process against one process's (scaling.py runs it at its most ranks).
+Timed: steps u += h tanh(u K) on 1000 x 8 in k processes started together, one BLAS
+thread each, against one process's time (scaling.py runs it at its most ranks).
 
     python benchmarks/cpu_scaling.py [--processes 1 2 4 8] [--steps 4000]
 """

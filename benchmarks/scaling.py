@@ -1,23 +1,17 @@
 """Where does layer parallelism pay on this host, and against what? Serial vs layer-parallel
 vs data-parallel vs the best grid vs ``--grid auto``, per step and to the same loss.
 
-Per rank count P (1, 2, 4, 8, 16 up to the physical cores, or --ranks): serial (``braidpy
-train --mode serial``), layer (``--grid 1,1,P`` with the setting ``--grid auto`` would
-choose for it and ``--quality-check-every K``; K = 0: the preset's, no checks), data
-(``--grid P,1,1 --mode serial``), best (the fastest grid at P; --mixed adds every D,1,L),
-auto (``--grid auto`` with the checks, from a ``braidpy calibrate`` made first). Rows:
-Peaks (``--preset paper``, 5000 samples) with 256 and 1024 layers full-batch L-BFGS and
-1024 layers Adam on batches of 32; heat and ode (examples ex02/ex01, 16384 steps, MGRIT to
-1e-8 on P ranks against sequential stepping, the slowest rank after a warm-up). --small:
-16 layers, 512 steps. Training cells from each run's --log: seconds per step (median, the
-first left out), seconds to the serial run's loss (the mean of its last --window); a
-parallel run stops there, at M = 2K steps or at --cap x serial's time to it. --budget: the
-serial runs a quarter, each later launch a share by its row's serial time; a cut or
-skipped launch says why. One thread per rank; a launch past its time is killed with all
-its processes. The host and cpu_scaling.py's core check come first.
+Per rank count P: serial (``braidpy train --mode serial``), layer (``--grid 1,1,P`` with
+the setting ``--grid auto`` would choose and ``--quality-check-every K``), data (``--grid
+P,1,1 --mode serial``), best (the fastest grid at P), auto (``--grid auto``, calibrated
+first). Rows: Peaks (``--preset paper``, 5000 samples), 256 and 1024 layers L-BFGS, 1024
+layers Adam on batches of 32; heat and ode (ex02/ex01, 16384 steps, MGRIT to 1e-8 against
+sequential stepping). Timed: seconds per step (median) and to the serial run's loss (a run
+stops there, at M = 2K steps or at --cap x serial's time); the slowest rank. One thread
+per rank; --budget shares the time among the launches; each cut says why.
 
     python benchmarks/scaling.py [--json FILE] [--quick | --small] [--budget S]
-        [--ranks 1 2 4 ...] [--steps K] [--rows ...] [--mixed] [--dry-run]
+        [--ranks 1 2 4 ...] [--steps K] [--rows ...] [--dry-run]
 """
 
 from __future__ import annotations
@@ -70,10 +64,9 @@ def setting_args(s):
             str(s["levels"]), "--cf", str(s["cfactor"])]
 
 
-def grids(P, mixed):
+def grids(P):
     """The grids a training row is launched on at P (besides --grid auto)."""
-    return ([f"{P},1,1"] if P > 1 else []) + [f"1,1,{P}"] + (
-        [f"{d},1,{P // d}" for d in range(2, P) if P % d == 0] if mixed else [])
+    return ([f"{P},1,1"] if P > 1 else []) + [f"1,1,{P}"]
 
 
 def calibrate(runner, ranks, train):
@@ -159,7 +152,7 @@ def measure(args, workdir):
     use_auto = bool(train) and max(ranks) > 1
     plan = {"training_rows": [r["name"] for r in train], "time_rows": [r["name"] for r in times],
             "launches": len(train) + bool(times) + sum(
-                bool(times) + len(train) * (len(grids(P, args.mixed)) + (P > 1)) for P in ranks)}
+                bool(times) + len(train) * (len(grids(P)) + (P > 1)) for P in ranks)}
     print(f"plan: {len(train)} training rows, {len(times)} time rows, ranks "
           f"{' '.join(map(str, ranks))}; {plan['launches']} launches; serial runs of up to "
           f"K = {args.steps} L-BFGS or {args.adam_steps} Adam steps (window {args.window}), "
@@ -227,7 +220,7 @@ def measure(args, workdir):
         runner.weights[("time", P, True)] = launch_seconds(P) + 10 * seq
         for row in train:
             serial = (rows[row["name"]]["target"] or {}).get("seconds", 1.0)
-            for grid in grids(P, args.mixed) + ["auto"] * (P > 1):
+            for grid in grids(P) + ["auto"] * (P > 1):
                 runner.weights[(row["name"], grid, P)] = launch_seconds(P) + args.cap * serial
 
     # ---- P from the largest down
@@ -255,7 +248,7 @@ def measure(args, workdir):
 
 
 def training_cells(runner, row, out, P, over, args):
-    """The cells of one training row at P: data, layer, --mixed grids, auto, best."""
+    """The cells of one training row at P: data, layer, auto, best."""
     target, cells, K = out["target"], out["cells"], args.quality_check_every
     serial = out["serial"]["metrics"] if out["serial"] else {}
     s_target = target["seconds"] if target else None
@@ -295,8 +288,6 @@ def training_cells(runner, row, out, P, over, args):
     if "error" in choice:
         layer["setting_reason"] = f"the preset's setting: {choice['error']}"
     cells.append(layer)
-    if args.mixed:
-        cells += [run("mixed", f"{d},1,{P // d}") for d in range(2, P) if P % d == 0]
 
     choice = auto_choice(row, P, runner.calibration, K)
     grid = ",".join(map(str, choice["shape"])) if "shape" in choice else None
@@ -352,7 +343,6 @@ def parse_args(argv=None):
                    help="without the 1024-layer full-batch row, budget 120 s")
     p.add_argument("--small", action="store_true",
                    help="CI: tiny rows, ranks 1 and 2, a few steps (well under a minute)")
-    p.add_argument("--mixed", action="store_true", help="also every D,1,L grid, D, L > 1")
     p.add_argument("--dry-run", action="store_true",
                    help="print the host and the plan; measure nothing")
     args = p.parse_args(argv)

@@ -1,24 +1,13 @@
 #!/usr/bin/env bash
-# Creates the virtualenv that `bench_torch.py --torchbraid` runs torchbraid in.
-#
-# torchbraid (github.com/Multilevel-NN/torchbraid) is not on PyPI: its setup.py compiles
-# XBraid's C library from src/xbraid. Both sources are copied into a build directory,
-# patched there, and torchbraid is installed into a venv with Cython, mpi4py, numpy,
-# torch==2.13.0 (CPU) and the current interpreter's MPICH wheel version (one MPI for both).
-# The two patches:
-#  1. src/torchbraid/test_fixtures/gpumpi_check.h includes "mpi-ext.h", which only Open MPI
-#     has (MPICH stops there); the include is made conditional on __has_include.
-#  2. src/torchbraid/torchbraid_callbacks.pyx packs and unpacks CPU MPI buffers as C float
-#     while sizing them for 8-byte values, so float64 states reach the next rank as
-#     float32 ("mat1 and mat2 must have the same dtype" on 2 ranks); the three views
-#     become double. One rank sends nothing and does not depend on it.
-#
-# Usage: bash benchmarks/setup_torchbraid_env.sh TORCHBRAID_SRC XBRAID_SRC [PYTHON]
-#   TORCHBRAID_SRC, XBRAID_SRC  source trees, or bare git directories (their HEAD); also
-#                               read from $TORCHBRAID_SRC / $XBRAID_SRC
-#   PYTHON                      the venv's base interpreter (default: python3)
-#   BRAIDPY_TORCHBRAID_VENV     the venv (default: ~/.cache/braidpy/torchbraid-venv)
-#   BRAIDPY_TORCHBRAID_BUILD    build directory (default: a new temporary directory)
+# The virtualenv `bench_torch.py --torchbraid` runs torchbraid in (github.com/Multilevel-NN/
+# torchbraid, not on PyPI; its setup.py compiles XBraid from src/xbraid): Cython, mpi4py,
+# numpy, torch==2.13.0 (CPU), this interpreter's MPICH wheel, and two patches:
+#  1. gpumpi_check.h includes Open MPI's "mpi-ext.h" (MPICH stops there): made conditional.
+#  2. torchbraid_callbacks.pyx views CPU MPI buffers as C float while sizing them for 8-byte
+#     values, so float64 states reach the next rank as float32: the three views become double.
+#   bash benchmarks/setup_torchbraid_env.sh TORCHBRAID_SRC XBRAID_SRC [PYTHON]
+# (source trees or bare git directories; venv $BRAIDPY_TORCHBRAID_VENV, default
+# ~/.cache/braidpy/torchbraid-venv; build directory $BRAIDPY_TORCHBRAID_BUILD, default a new one)
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 TB_SRC="${1:-${TORCHBRAID_SRC:-}}"
@@ -31,8 +20,7 @@ if [[ -z "$TB_SRC" || -z "$XB_SRC" ]]; then
   exit 2
 fi
 
-# copy_tree SRC DEST [PATHS...]: a work tree as is, a bare git directory's HEAD (a snapshot
-# without its large data files makes git print "invalid object"; the archive is complete)
+# copy_tree SRC DEST [PATHS...]: a work tree as is, a bare git directory's HEAD
 copy_tree() {
   local src="$1" dest="$2"
   shift 2
@@ -68,9 +56,8 @@ PYEOF
 # shellcheck source=_sidecar_venv.sh
 source "$HERE/_sidecar_venv.sh"
 make_venv "$PYTHON" "$VENV" numpy "Cython>=0.29.32" setuptools wheel "torch==2.13.0"
-# The venv's mpicc (the mpich wheel's) compiles XBraid and the extensions; no build
-# isolation (it would fetch an unpinned torch), no dependencies (torchvision and
-# matplotlib are only for torchbraid's examples).
+# No build isolation (it would fetch an unpinned torch), no dependencies (torchvision,
+# matplotlib: torchbraid's examples only).
 PATH="$VENV/bin:$PATH" "$VENV/bin/python" -m pip install --no-build-isolation --no-deps .
 cd /
 "$VENV/bin/python" - <<'PYEOF'
