@@ -28,6 +28,10 @@ class ResNetWeights:
         self.target = rng.standard_normal((batch, width))
         self.ntime = ntime
 
+    def perturb(self, rng: np.random.Generator, scale: float = 1e-3) -> None:
+        self.K += scale * rng.standard_normal(self.K.shape)
+        self.b += scale * rng.standard_normal(self.b.shape)
+
 
 def _transposed(K):
     return np.ascontiguousarray(np.swapaxes(K, 1, 2))

@@ -18,8 +18,7 @@ from _sidecar import HERE, ROOT, THREAD_VARS, launch, result_line
 
 SCRIPT = str(HERE / "scaling.py")
 RTOL = 1e-9  # slack on the target for round-off (a run equal to serial must reach it)
-#: Open MPI delivers messages above its shared-memory eager limit only when the sender
-#: enters MPI; raised above the states' size as the perf benchmarks do (MPICH ignores it).
+#: Open MPI delivers messages above its eager limit only when the sender enters MPI.
 OMPI_VARS = {"OMPI_MCA_btl_vader_eager_limit": "131072",
              "OMPI_MCA_btl_vader_max_send_size": "131072"}
 
@@ -68,7 +67,6 @@ def read_log(path):
 
 
 def as_float(x):
-    """A logged number ('nan', 'inf' strings included) as a float."""
     try:
         return float(x)
     except (TypeError, ValueError):
@@ -126,7 +124,6 @@ def training_metrics(run, target, window, max_steps):
 
 
 def error_text(run):
-    """A failed launch in a line: its exit status and last line of output."""
     lines = run["output_tail"].strip().splitlines()
     return f"error: exit status {run['rc']}" + (f": {lines[-1][:200]}" if lines else "")
 
@@ -173,7 +170,7 @@ def time_rows(small):
 
 
 def launch_seconds(P):
-    """Rough start-up of a launch: interpreter, imports, MPI, data, solver setup."""
+    """Rough start-up of a launch."""
     return 1.2 + 0.12 * P
 
 
@@ -242,10 +239,8 @@ def run_training(runner, row, P, grid, mode, target, limit, steps, extra=()):
     config = (header or {}).get("config") or {}
     ran = {k: config.get(k) for k in ("m1", "m2", "relax", "cfactor", "quality_check_every")}
     run.update(grid=(header or {}).get("grid"), steps_logged=len(recs),
-               # the MGRIT setting and checks the run reports (its log's header)
                ran={**ran, "levels": (config.get("mgrit") or {}).get("max_levels")},
                losses=losses_of(recs), step_seconds=seconds_of(recs),
-               # of the steps' seconds, what the gradient-quality checks took
                check_seconds=[as_float(r.get("quality_check_seconds", 0.0)) for r in recs],
                startup_seconds=(started or [None])[0], limit_seconds=limit,
                stop_reason=(end or {}).get("stop_reason"))

@@ -68,6 +68,23 @@ def run_for_result(cmd: Sequence[str], env: Mapping[str, str], timeout: float) -
     return result
 
 
+def alternating(plan: Sequence[tuple], rounds: int, run: Callable[..., dict],
+                merged: Sequence[str]) -> Dict[tuple, dict]:
+    """{(*key, side): the first round's result, its ``merged`` lists extended by the later
+    rounds'}: ``run(key, side, first_round)`` for every (key, sides) of ``plan``, each
+    round, the sides in reverse order every other round."""
+    results: Dict[tuple, dict] = {}
+    for k in range(rounds):
+        for key, sides in plan:
+            for side in sides[::1 if k % 2 == 0 else -1]:
+                print(f"round {k + 1}/{rounds}: {side} {key}", file=sys.stderr, flush=True)
+                r = run(key, side, k == 0)
+                old = results.setdefault((*key, side), r)
+                for name in merged if old is not r else ():
+                    old[name] += r[name]
+    return results
+
+
 def _stat(pid: int) -> List[str]:
     """The fields of /proc/PID/stat after the command name: state, ppid, pgrp, session."""
     try:

@@ -17,9 +17,6 @@ import time
 import numpy as np
 from _problems import count_levels
 
-ARENSTORF_TSTOP = 2.0  # a part of the orbit: a whole period needs 40000 RK4 steps
-
-
 def heat1d_rhs(x, t):
     return -np.sin(np.pi * x) * (np.sin(t) - np.pi ** 2 * np.cos(t))
 
@@ -37,9 +34,6 @@ CASES = {
     "brusselator": (lambda pb, n, nx: pb.Brusselator(ntime=n),
                     ("brusselator.brusselator", "Brusselator"),
                     lambda nx: dict(t_start=0, t_stop=12)),
-    "arenstorf": (lambda pb, n, nx: pb.ArenstorfOrbit(tstop=ARENSTORF_TSTOP, ntime=n),
-                  ("arenstorf_orbit.arenstorf_orbit", "ArenstorfOrbit"),
-                  lambda nx: dict(t_start=0, t_stop=ARENSTORF_TSTOP)),
     "advection1d": (lambda pb, n, nx: pb.Advection1D(nx=nx, ntime=n),
                     ("advection.advection_1d", "Advection1D"),
                     lambda nx: dict(c=1, x_start=-1, x_end=1, nx=nx, t_start=0, t_stop=2)),

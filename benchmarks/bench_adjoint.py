@@ -20,6 +20,7 @@ import time
 import tracemalloc
 
 import numpy as np
+from _apps_resnet import ResNetWeights
 from _harness import clock, microseconds, min_median, print_table, ratio, seconds
 from _problems import HeatOperator
 
@@ -27,22 +28,6 @@ import braidpy
 from braidpy.adjoint import GradientSolver
 
 WIDTH, RESNET_TSTOP, HEAT_TSTOP = 8, 2.0, 1.0
-
-
-class ResNetWeights:
-    """Per-step weights, initial state and target of the ResNet problem."""
-
-    def __init__(self, ntime: int, sigma: float = 0.5, seed: int = 20240611):
-        rng = np.random.default_rng(seed + ntime)
-        a = rng.standard_normal((WIDTH, WIDTH)) / np.sqrt(WIDTH)
-        kbar = 1.5 * (a - a.T) - 0.1 * np.eye(WIDTH)
-        self.K = kbar + sigma * rng.standard_normal((ntime, WIDTH, WIDTH)) / np.sqrt(WIDTH)
-        self.b = 0.3 * rng.standard_normal(WIDTH) + 0.1 * rng.standard_normal((ntime, WIDTH))
-        self.u0, self.target = rng.standard_normal(WIDTH), rng.standard_normal(WIDTH)
-
-    def perturb(self, rng: np.random.Generator, scale: float = 1e-3) -> None:
-        self.K += scale * rng.standard_normal(self.K.shape)
-        self.b += scale * rng.standard_normal(self.b.shape)
 
 
 class Terminal(braidpy.App):
@@ -59,14 +44,14 @@ class ResNet(Terminal):
     """u <- u + h tanh(K_n u + b_n); J = |u_N - y|^2 / 2; dJ/dK_n, dJ/db_n stored in place."""
 
     def __init__(self, weights: ResNetWeights, ntime: int):
-        self.w, self.target = weights, weights.target
+        self.w, self.target = weights, weights.target[0]
         self.dK, self.db = np.zeros((ntime, WIDTH, WIDTH)), np.zeros((ntime, WIDTH))
 
     def gradient(self) -> np.ndarray:
         return np.concatenate([self.dK.ravel(), self.db.ravel()])
 
     def init(self, t):
-        return self.w.u0.copy() if t == self.tstart else np.zeros(WIDTH)
+        return self.w.u0[0].copy() if t == self.tstart else np.zeros(WIDTH)
 
     def step(self, u, t0, t1, status):
         i = status.fine_index
@@ -334,8 +319,8 @@ def main(argv=None) -> None:
     if args.quick:
         args.ntime, args.nx, args.repeats = [64, 128], 50, 1
     rng = np.random.default_rng(31337)
-    cases = [Case(f"ResNet (width {WIDTH})", n, ResNetWeights(n, args.sigma), ResNet,
-                  RESNET_TSTOP) for n in args.ntime]
+    cases = [Case(f"ResNet (width {WIDTH})", n, ResNetWeights(n, WIDTH, 1, args.sigma, 20240611),
+                  ResNet, RESNET_TSTOP) for n in args.ntime]
     cases += [Case(f"heat control (nx {args.nx})", n, HeatControlData(n, args.nx),
                    HeatControl, HEAT_TSTOP) for n in args.ntime]
     tables = [[], [], [], []]

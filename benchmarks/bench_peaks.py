@@ -21,6 +21,8 @@ from braidpy.nn import ResNet
 from braidpy.train import TrainConfig, Trainer
 
 REFERENCE = Path(__file__).resolve().parents[1] / "tests" / "data" / "peaks"
+#: exact mode's abs_tol, tikhonov = ddt = classifier reg, seed, validation and print steps
+TOL, REG, SEED, VALIDATE_EVERY, PRINT_EVERY = 1e-9, 1e-5, 0, 5, 25
 
 
 def run(label, args, train, validation):
@@ -28,9 +30,9 @@ def run(label, args, train, validation):
     mode, _, levels = label.partition("-")
     net = ResNet((2,), 5, width=8, nlayers=args.layers, tstop=5.0, activation="smooth_relu")
     cfg = TrainConfig(mode=mode, m1=2, m2=2, optimizer="lbfgs", iterations=args.iterations,
-                      mgrit=dict(cfactor=4, max_levels=int(levels or 1), abs_tol=args.tol),
-                      tikhonov=args.reg, ddt=args.reg, classifier_reg=args.reg, seed=args.seed,
-                      validate_every=args.validate_every)
+                      mgrit=dict(cfactor=4, max_levels=int(levels or 1), abs_tol=TOL),
+                      tikhonov=REG, ddt=REG, classifier_reg=REG, seed=SEED,
+                      validate_every=VALIDATE_EVERY)
     trainer = Trainer(net, train, validation, cfg)
     out = {"label": label, "steps": 0, "seconds": 0.0, "reached": None}
     start = time.perf_counter()
@@ -41,7 +43,7 @@ def run(label, args, train, validation):
         acc = record.get("val_accuracy")
         if out["reached"] is None and acc is not None and acc >= args.target:
             out["reached"] = (record["iteration"], out["steps"], out["seconds"])
-        if record["iteration"] % args.print_every == 0:
+        if record["iteration"] % PRINT_EVERY == 0:
             print(f"  {label}: it {record['iteration']:4d} loss {record['loss']:.4f} "
                   f"val {acc if acc is not None else float('nan'):.3f} "
                   f"{time.perf_counter() - start:7.1f} s", flush=True)
@@ -56,23 +58,13 @@ def main():
     ap.add_argument("--layers", type=int, default=32)
     ap.add_argument("--iterations", type=int, default=300)
     ap.add_argument("--target", type=float, default=0.95)
-    ap.add_argument("--tol", type=float, default=1e-9, help="abs_tol of exact mode")
-    ap.add_argument("--reg", type=float, default=1e-5, help="tikhonov = ddt = classifier reg")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--validate-every", type=int, default=5)
-    ap.add_argument("--print-every", type=int, default=25)
-    ap.add_argument("--data", default=str(REFERENCE))
     ap.add_argument("--runs", nargs="+", help="serial, exact-L, oneshot-L (L = MGRIT levels)",
                     default=["serial", "exact-2", "oneshot-2", "exact-3", "oneshot-3"])
     args = ap.parse_args()
-    if Path(args.data).is_dir():
-        ref = data.load_peaks_reference(args.data)
-        train, validation, source = ref["train"], ref["validation"], f"reference data ({args.data})"
-    else:
-        train, validation = data.peaks(5000, seed=1), data.peaks(200, seed=2)
-        source = "generated (braidpy.data.peaks)"
-    print(f"Peaks: {source}; {args.layers} layers, up to {args.iterations} L-BFGS iterations, "
-          f"target {args.target:.0%}")
+    ref = data.load_peaks_reference(REFERENCE)
+    train, validation = ref["train"], ref["validation"]
+    print(f"Peaks: reference data ({REFERENCE}); {args.layers} layers, up to "
+          f"{args.iterations} L-BFGS iterations, target {args.target:.0%}")
     results = {name: run(name, args, train, validation) for name in args.runs}
     rows = []
     for r in results.values():

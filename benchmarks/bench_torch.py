@@ -26,7 +26,8 @@ from pathlib import Path
 
 import torch
 from _harness import alternate, min_median, print_table, seconds
-from _sidecar import HERE, THREAD_ENV, mpiexec_for, result_line, run_for_result, venv_python
+from _sidecar import (HERE, THREAD_ENV, alternating, mpiexec_for, result_line, run_for_result,
+                      venv_python)
 
 SEED, T_FINAL, ONESHOT = 1291, 2.0, (2, 2)
 CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
@@ -238,32 +239,27 @@ def against_torchbraid(args) -> None:
     """serial, braidpy and torchbraid, each (N, batch, ranks, side) in a fresh process."""
     tb_python = venv_python("BRAIDPY_TORCHBRAID_VENV", VENV, f"bash "
                             f"{HERE / 'setup_torchbraid_env.sh'} TORCHBRAID_SRC XBRAID_SRC")
-    # serial torch (always one process) once per (N, batch)
-    sides = ["serial", "braidpy", "torchbraid"]
-    plan = [(n, batch, ranks, sides[1:] if j else sides) for n in args.layers
+    sides = ["serial", "braidpy", "torchbraid"]  # serial: once per (N, batch), one process
+    plan = [((n, batch, ranks), sides[1:] if j else sides) for n in args.layers
             for batch in args.batches for j, ranks in enumerate(args.ranks)]
-    results: dict = {}
-    for k in range(args.rounds):
-        for n, batch, ranks, sides in plan:
-            for side in sides if k % 2 == 0 else sides[::-1]:
-                print(f"round {k + 1}/{args.rounds}: {side} N={n} batch={batch} "
-                      f"ranks={ranks}", file=sys.stderr, flush=True)
-                python = tb_python if side == "torchbraid" else Path(sys.executable)
-                cmd = [str(python), str(HERE / "bench_torch.py"), "--side", side, "--layers",
-                       str(n), "--batches", str(batch), "--cfactor", str(args.cfactor),
-                       "--repeats", str(args.repeats)] + (["--check"] if args.check else [])
-                if ranks > 1 and side != "serial":
-                    cmd = [mpiexec_for(python), "-n", str(ranks), *cmd, "--mpi"]
-                env = dict(os.environ, **THREAD_ENV)
-                if side != "torchbraid":  # braidpy from this checkout, whatever the path
-                    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent),
-                                                                      env.get("PYTHONPATH")]))
-                r = run_for_result(cmd, env, args.timeout)
-                old = results.setdefault((n, batch, ranks, side), {**r, "cpu": [], "wall": []})
-                old["cpu"] += r["cpu"]
-                old["wall"] += r["wall"]
+
+    def run(key, side, _):
+        n, batch, ranks = key
+        python = tb_python if side == "torchbraid" else Path(sys.executable)
+        cmd = [str(python), str(HERE / "bench_torch.py"), "--side", side, "--layers", str(n),
+               "--batches", str(batch), "--cfactor", str(args.cfactor), "--repeats",
+               str(args.repeats)] + (["--check"] if args.check else [])
+        if ranks > 1 and side != "serial":
+            cmd = [mpiexec_for(python), "-n", str(ranks), *cmd, "--mpi"]
+        env = dict(os.environ, **THREAD_ENV)
+        if side != "torchbraid":  # braidpy from this checkout, whatever the path
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent),
+                                                              env.get("PYTHONPATH")]))
+        return run_for_result(cmd, env, args.timeout)
+
+    results = alternating(plan, args.rounds, run, ["cpu", "wall"])
     rows = []
-    for n, batch, ranks, _ in plan:
+    for (n, batch, ranks), _ in plan:
         serial = min_median(results[(n, batch, args.ranks[0], "serial")][args.clock])
         b_lo = min_median(results[(n, batch, ranks, "braidpy")][args.clock])[0]
         for side in ("braidpy", "torchbraid"):
