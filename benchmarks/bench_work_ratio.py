@@ -164,7 +164,6 @@ def quality(run: Dict[str, Any], net: ResNet, X: np.ndarray, C: np.ndarray
 
 
 def positive_int(text: str) -> int:
-    """An argparse type: an integer >= 1 (the error names the value given)."""
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
     return int(text)
@@ -264,6 +263,10 @@ def summary(name, runs, N, net, X, C) -> Dict[str, Any]:
             **quality(first, net, X, C)}
 
 
+def min_med(r: Dict[str, Any], key: str) -> str:
+    return f"{r[key + '_min'] * 1e3:.1f} / {r[key + '_median'] * 1e3:.1f}"
+
+
 def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     args = parse_args(argv)
     keep_freed_memory()  # as braidpy train does
@@ -293,11 +296,9 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
                      r["loss_calls"] if searched else "-",
                      r["loss_calls_formula"] if searched else "-",
                      f"{r['calls_per_step']:.0f}", f"{r['calls_ratio']:.2f}x",
-                     f"{r['seconds_per_step_min'] * 1e3:.1f} / "
-                     f"{r['seconds_per_step_median'] * 1e3:.1f}", f"{r['time_ratio']:.2f}x",
-                     f"{r['cpu_seconds_per_step_min'] * 1e3:.1f} / "
-                     f"{r['cpu_seconds_per_step_median'] * 1e3:.1f}",
-                     f"{r['cpu_time_ratio']:.2f}x", f"{r['cpu_seconds_per_call'] * 1e6:.0f}"])
+                     min_med(r, "seconds_per_step"), f"{r['time_ratio']:.2f}x",
+                     min_med(r, "cpu_seconds_per_step"), f"{r['cpu_time_ratio']:.2f}x",
+                     f"{r['cpu_seconds_per_call'] * 1e6:.0f}"])
         cos, loss, sl = r["cosine"], r["exact_loss"], s["exact_loss"]
         row = [name] + [f"{cos[k - 1]:.6f}" for k in cos_steps] + [f"{min(cos[1:] or cos):.6f}"]
         for k in loss_steps:
