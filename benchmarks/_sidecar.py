@@ -39,6 +39,20 @@ def _last_result(text: str) -> Any:
     return result
 
 
+def slowest(comm: Any, fn: Callable[[], Any]) -> tuple:
+    """(wall seconds, result) of fn() started after a barrier; under MPI (``comm`` not
+    None) the slowest rank's seconds."""
+    if comm is not None:
+        comm.Barrier()
+    start = time.perf_counter()
+    out = fn()
+    elapsed = time.perf_counter() - start
+    if comm is not None:
+        from mpi4py import MPI
+        elapsed = comm.allreduce(elapsed, op=MPI.MAX)
+    return elapsed, out
+
+
 def venv_python(env_var: str, default: Path, setup_hint: str) -> Path:
     """The interpreter of the virtualenv named by ``env_var`` (else ``default``), or exit
     with ``setup_hint`` saying how to make it."""

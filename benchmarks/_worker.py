@@ -11,11 +11,11 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib
-import json
-import time
 
 import numpy as np
 from _problems import count_levels
+from _sidecar import result_line, slowest
+
 
 def heat1d_rhs(x, t):
     return -np.sin(np.pi * x) * (np.sin(t) - np.pi ** 2 * np.cos(t))
@@ -117,21 +117,6 @@ def pymgrit_solve(args, comm, nsteps: int, levels: int, count: bool) -> dict:
             "residual": float(info["conv"][-1]), "final": np.ravel(final).tolist()}
 
 
-def timed(solve, comm, *solve_args) -> tuple:
-    """(seconds, outcome) of one solve; under MPI the slowest rank's seconds."""
-    gc.collect()
-    if comm is not None:
-        comm.Barrier()
-    start = time.perf_counter()
-    outcome = solve(*solve_args)
-    elapsed = time.perf_counter() - start
-    if comm is not None:
-        from mpi4py import MPI
-
-        elapsed = comm.allreduce(elapsed, op=MPI.MAX)
-    return elapsed, outcome
-
-
 def main(argv=None) -> None:
     args = parse_args(argv)
     comm = None
@@ -142,15 +127,18 @@ def main(argv=None) -> None:
     solve = braidpy_solve if args.side == "braidpy" else pymgrit_solve
     warm_nsteps = args.warmup_nsteps or args.nsteps
     warm_levels = count_levels(warm_nsteps, args.cfactor, args.levels)
-    _, warm = timed(solve, comm, args, comm, warm_nsteps, warm_levels, args.count_steps)
+    gc.collect()
+    _, warm = slowest(comm, lambda: solve(args, comm, warm_nsteps, warm_levels,
+                                          args.count_steps))
     times, outcome = [], {}
     for _ in range(args.repeats):
-        elapsed, outcome = timed(solve, comm, args, comm, args.nsteps, args.levels, False)
+        gc.collect()
+        elapsed, outcome = slowest(comm, lambda: solve(args, comm, args.nsteps, args.levels,
+                                                       False))
         times.append(elapsed)
     if comm is None or comm.Get_rank() == 0:
         ranks = 1 if comm is None else comm.Get_size()
-        print("RESULT " + json.dumps({**outcome, "steps": warm["steps"], "times": times,
-                                      "ranks": ranks}), flush=True)
+        result_line({**outcome, "steps": warm["steps"], "times": times, "ranks": ranks})
 
 
 if __name__ == "__main__":

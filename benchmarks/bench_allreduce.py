@@ -17,20 +17,10 @@ import time
 
 import numpy as np
 from _harness import print_table
+from _sidecar import slowest
 from mpi4py import MPI
 
 SIZES_KB = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536]
-
-
-def best_of(repeats, fn, comm):
-    """Min over repeats of the slowest rank's wall time for fn()."""
-    times = []
-    for _ in range(repeats):
-        comm.Barrier()
-        start = time.perf_counter()
-        fn()
-        times.append(comm.allreduce(time.perf_counter() - start, op=MPI.MAX))
-    return min(times)
 
 
 def ping_pong(comm, nbytes, repeats):
@@ -88,7 +78,7 @@ def main() -> None:
         t = {}
         for name, fn in (("MPI", lambda: comm.Allreduce(send, recv, op=MPI.SUM)),
                          ("ring", lambda: ring_allreduce(comm, send, recv))):
-            t[name] = best_of(repeats, fn, comm)
+            t[name] = min(slowest(comm, fn)[0] for _ in range(repeats))
             if not np.array_equal(recv, expected):
                 sys.exit(f"wrong sum at {kb} KB: {name}")
         model = 2 * (p - 1) / p * (kb * 1024) / bandwidth + 2 * (p - 1) * alpha

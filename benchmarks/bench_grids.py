@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 from _harness import print_table
+from _sidecar import slowest
 from mpi4py import MPI
 
 from braidpy import data
@@ -47,10 +47,8 @@ def time_gradients(comm, grid, name, mode, overlap, repeats, quick):
     ev.gradient(p, X, C)  # warm-up: solvers built, first (sequential) solve
     times, waits, agrees, calls = [], [], [], ev.step_calls
     for _ in range(repeats):
-        comm.Barrier()
-        start = time.perf_counter()
-        _, _, stats = ev.gradient(p, X, C)
-        times.append(comm.allreduce(time.perf_counter() - start, op=MPI.MAX))
+        seconds, (_, _, stats) = slowest(comm, lambda: ev.gradient(p, X, C))
+        times.append(seconds)
         waits.append(stats["data_wait_seconds"] / times[-1])
         agrees.append(stats["data_agree_seconds"] / times[-1])
     calls = (ev.step_calls - calls) // repeats

@@ -27,7 +27,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import cpu_scaling  # noqa: E402
-from _harness import find_mpiexec, host_info, print_host  # noqa: E402
+from _harness import dump_json, find_mpiexec, host_info, print_host  # noqa: E402
 from _scaling_runs import (Runner, first_reaching, launch_seconds, losses_of,  # noqa: E402
                            metric, print_tables, read_log, run_training, seconds_of, short,
                            target_loss, time_launch, time_rows, time_solves, trailing_means,
@@ -184,9 +184,7 @@ def measure(args, workdir):
 
     def save():
         report["elapsed_seconds"] = runner.budget.elapsed()
-        if args.json:
-            with open(args.json, "w", encoding="utf-8") as f:
-                json.dump(report, f, indent=1, default=str)
+        dump_json(args.json, report)
 
     # ---- serial runs: the targets, the step counts K that fit, the later launches' weights
     for i, row in enumerate(train):
