@@ -3,7 +3,7 @@ row by row."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, Optional, Tuple
 
 import numpy as np
 
@@ -137,6 +137,7 @@ class NonlinearSDIRK(InitialValueApp):
         self._b = [(i, float(b)) for i, b in enumerate(tab.b.tolist()) if b != 0.0]
         #: Newton updates made, over all stages and rows (a measure of the work).
         self.newton_iterations = 0
+        self._pattern: Optional[_Pattern] = None
 
     # --- the braidpy contract --------------------------------------------------------------
 
@@ -246,7 +247,56 @@ class NonlinearSDIRK(InitialValueApp):
             J = np.asarray(J, dtype=np.float64)
             return np.linalg.solve(np.eye(n) - gh * J, g)
         splu = require("scipy.sparse.linalg", "integrators", WHAT).splu
-        return splu((sparse.identity(n, format="csc") - gh * J).tocsc()).solve(g)
+        M, ordering = self._shifted(J, gh, sparse)
+        return splu(M, permc_spec=ordering).solve(g)
+
+    def _shifted(self, J: Any, gh: float, sparse: Any) -> Tuple[Any, str]:
+        """``I - gh J`` as a CSC matrix and SuperLU's column ordering for its pattern.
+
+        The pattern of the last Jacobian is kept: a Jacobian on the same pattern (the same
+        index arrays, or equal ones) with its diagonal stored gets ``I - gh J`` written in
+        place, ``-gh J_ij`` then ``+ 1`` on the diagonal, into one CSC matrix on that
+        pattern, without sparse arithmetic. The ordering depends on the pattern alone: the
+        minimum degree ordering of ``B + B^T`` (``MMD_AT_PLUS_A``) for a symmetric pattern
+        (about half COLAMD's fill-in on the five-point Laplacian), else COLAMD.
+        """
+        n = J.shape[0]
+        if J.format != "csc":
+            J = J.tocsc()
+        if not J.has_canonical_format:
+            J = J.copy()
+            J.sum_duplicates()
+        pat = self._pattern
+        if pat is None or not (pat.indptr is J.indptr and pat.indices is J.indices) and not (
+                np.array_equal(pat.indptr, J.indptr) and np.array_equal(pat.indices, J.indices)):
+            pat = self._pattern = _Pattern(J, sparse)
+        if pat.diagonal is None:  # a diagonal entry not stored: the pattern grows
+            return (sparse.identity(n, format="csc") - gh * J).tocsc(), pat.ordering
+        M = pat.matrix
+        np.multiply(J.data, -gh, out=M.data)
+        M.data[pat.diagonal] += 1.0
+        return M, pat.ordering
+
+
+class _Pattern:
+    """A CSC Jacobian's sparsity pattern: where its diagonal is stored (None if not all of
+    it is), SuperLU's ordering for ``I - gh J`` and a CSC matrix on the pattern to write
+    ``I - gh J`` into."""
+
+    def __init__(self, J: Any, sparse: Any):
+        n = J.shape[0]
+        self.indptr, self.indices = J.indptr, J.indices
+        cols = np.repeat(np.arange(n), np.diff(J.indptr))
+        on = np.flatnonzero(J.indices == cols)
+        self.diagonal: Optional[np.ndarray] = on if on.size == n else None
+        ones = sparse.csc_matrix((np.ones(J.indices.size), J.indices, J.indptr),
+                                 shape=(n, n))
+        ones = (ones + sparse.identity(n, format="csc")).tocsr()
+        ones.data[:] = 1.0
+        self.ordering = "MMD_AT_PLUS_A" if (ones != ones.T).nnz == 0 else "COLAMD"
+        self.matrix = sparse.csc_matrix((np.zeros(J.indices.size), J.indices.copy(),
+                                         J.indptr.copy()), shape=(n, n))
+        self.matrix.has_canonical_format = True
 
 
 class NonlinearBackwardEuler(NonlinearSDIRK):
