@@ -272,6 +272,81 @@ def test_nonlinear_step_stacked_is_step_row_by_row_bitwise(name, jacobian):
         assert np.array_equal(A, B) and not np.array_equal(A, U)
 
 
+def periodic_reaction_diffusion(n):
+    """u' = D u + u - u^3, D the periodic 1D second difference (n points, dx = 1/n): its
+    rhs for (n,) or stacked (m, n), and its Jacobian three ways: CSC on one kept pattern
+    (the same index arrays every call, the diagonal stored), CSR built afresh, dense."""
+    import scipy.sparse as sp
+
+    D = sp.diags([np.ones(n - 1), -2.0 * np.ones(n), np.ones(n - 1)], [-1, 0, 1],
+                 format="lil")
+    D[0, n - 1] = D[n - 1, 0] = 1.0
+    D = (D.tocsc() * float(n * n)).tocsc()
+    D.sort_indices()
+    diag = np.flatnonzero(D.indices == np.repeat(np.arange(n), np.diff(D.indptr)))
+
+    def rhs(t, u):
+        return np.ascontiguousarray((D @ np.atleast_2d(u).T).T).reshape(u.shape) + u - u ** 3
+
+    def kept(t, u):
+        data = D.data.copy()
+        data[diag] += 1.0 - 3.0 * u * u
+        return sp.csc_matrix((data, D.indices, D.indptr), shape=D.shape)
+
+    def fresh(t, u):
+        return (D + sp.diags(1.0 - 3.0 * u * u)).tocsr()
+
+    return rhs, {"kept": kept, "fresh": fresh, "dense": lambda t, u: fresh(t, u).toarray()}
+
+
+@pytest.mark.parametrize("name", sorted(NONLINEAR))
+def test_nonlinear_sparse_jacobian_on_a_kept_pattern(name):
+    """I - gamma h J written in place on the Jacobian's kept pattern: each Newton iteration
+    with the Jacobian at its own iterate (the iteration counts of a fresh sparse or a dense
+    Jacobian, the same states to rounding), step_stacked = step row by row bitwise, and a
+    Jacobian whose pattern changes (a diagonal entry not stored) between calls."""
+    n = 24
+    rhs, jacs = periodic_reaction_diffusion(n)
+    rng = np.random.default_rng(SEED + 11)
+    x = np.arange(n) / n
+    U = np.array([np.sin(2.0 * math.pi * x + p) * a
+                  for p, a in zip(rng.uniform(0.0, 6.0, 7), (0.2, 0.5, 0.9, 1.3, 0.7, 1.1, 0.3))])
+    t0s, t1s = mixed_steps(len(U), rng)
+    out, counts = {}, {}
+    for kind, jac in jacs.items():
+        app = ig.NonlinearSDIRK(rhs, U[0], name, jacobian=jac, vectorized=True,
+                                newton_tol=1e-12)
+        A, B = stacked_vs_rows(app, U, t0s, t1s)
+        assert np.array_equal(A, B) and not np.array_equal(A, U), kind
+        out[kind], counts[kind] = A, app.newton_iterations
+    assert counts["kept"] == counts["fresh"] == counts["dense"], counts
+    np.testing.assert_allclose(out["kept"], out["dense"], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(out["fresh"], out["dense"], rtol=0, atol=1e-12)
+    # patterns alternating between calls: an explicit zero at (0, n / 2) stored (a pattern
+    # not symmetric) where u[0] < 0; a Jacobian with a diagonal entry not stored is the
+    # Van der Pol case of test_nonlinear_step_stacked_is_step_row_by_row_bitwise
+    import scipy.sparse as sp
+
+    def alternating(t, u):
+        J = jacs["kept"](t, u)
+        if u[0] >= 0.0:
+            return J
+        coo = J.tocoo()
+        return sp.csc_matrix((np.append(coo.data, 0.0), (np.append(coo.row, 0),
+                                                         np.append(coo.col, n // 2))),
+                             shape=J.shape)
+    app = ig.NonlinearSDIRK(rhs, U[0], name, jacobian=alternating, vectorized=True,
+                            newton_tol=1e-12)
+    ref = ig.NonlinearSDIRK(rhs, U[0], name, jacobian=jacs["dense"], vectorized=True,
+                            newton_tol=1e-12)
+    V = U * np.where(np.arange(len(U)) % 2 == 0, 1.0, -1.0)[:, None]  # u[0] of both signs
+    A, B = stacked_vs_rows(app, V, t0s, t1s)
+    C, _ = stacked_vs_rows(ref, V, t0s, t1s)
+    assert np.array_equal(A, B)
+    np.testing.assert_allclose(A, C, rtol=0, atol=1e-12)
+    assert app.newton_iterations == ref.newton_iterations
+
+
 def test_newton_failure_names_the_step_and_the_residual():
     """u' = u^2 from u = 1: backward Euler's Y - h Y^2 = 1 has no real root once h > 1/4."""
     app = ig.NonlinearBackwardEuler(lambda t, u: u * u, np.ones(1),

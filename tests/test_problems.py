@@ -193,6 +193,38 @@ def test_allen_cahn_circle_shrinks_as_the_sharp_interface_limit():
     np.testing.assert_allclose(p.jacobian(0.0, u) @ v, fd, rtol=1e-6, atol=1e-4)
 
 
+@pytest.mark.parametrize("method", ["backward_euler", "sdirk2"])
+def test_allen_cahn_step_stacked_is_step_row_by_row_bitwise(method):
+    """Newton on a stack: each row with its own Jacobian at its own iterate, its own
+    factorization and its own convergence (rows of different states and step sizes need
+    different counts), so each comes out as step computes it alone, bit for bit; and
+    each Newton iteration uses the Jacobian at its iterate: the counts of PyMGRIT's
+    Jacobian, rebuilt as a sparse sum every iteration."""
+    import scipy.sparse as sp
+
+    p = pb.AllenCahn(nx=10)
+    rng = np.random.default_rng(20261209)
+    U = np.array([p.u0 * a + 0.05 * rng.standard_normal(p.u0.size)
+                  for a in (1.0, 0.5, -0.8, 0.9, 0.1)])
+    t0s = np.sort(rng.uniform(0.0, 0.01, len(U)))
+    t1s = t0s + np.array([1e-4, 2e-3, 2.5e-3, 3e-4, 1.25e-3])
+    app = p.app(method)
+    A, B = U.copy(), U.copy()
+    app.step_stacked(A, t0s, t1s, None)
+    counts = app.newton_iterations
+    for k in range(len(U)):
+        app.step(B[k], float(t0s[k]), float(t1s[k]), None)
+    assert np.array_equal(A, B) and not np.array_equal(A, U)
+    assert app.newton_iterations == 2 * counts
+    eps2 = p.eps ** 2
+    ref = p.app(method, jacobian=lambda t, u: (p.A + sp.diags(
+        (1.0 - (p.nu + 1) * u ** p.nu) / eps2)).tocsr())
+    C = U.copy()
+    ref.step_stacked(C, t0s, t1s, None)
+    assert ref.newton_iterations == counts
+    np.testing.assert_allclose(A, C, rtol=0, atol=1e-11)
+
+
 def test_the_arenstorf_orbit_closes_after_its_period():
     a = pb.ArenstorfOrbit()
     end = a.reference([a.tstop])[0]
@@ -356,11 +388,14 @@ def test_lorenz_matches_xbraid_ex07():
 
 # --- under MPI -------------------------------------------------------------------------------
 
-MPI_CASES = ("dahlquist_be", "brusselator_sdirk3", "heat1d_cn", "advection_be", "heat2d_cn")
+MPI_CASES = ("dahlquist_be", "brusselator_sdirk3", "heat1d_cn", "advection_be", "heat2d_cn",
+             "allen_cahn_be")
 #: Cases whose batched rows are bitwise their single steps (1 x 1 and tridiagonal solves,
-#: an elementwise Newton right-hand side): bitwise at any rank count. The others' SuperLU
-#: factors have dense blocks (the periodic corner, the 2D stencil): to rounding.
-BITWISE = ("dahlquist_be", "brusselator_sdirk3", "heat1d_cn")
+#: an elementwise Newton right-hand side; Allen-Cahn's Newton: one factorization and one
+#: right-hand side per row): bitwise at any rank count. The others' SuperLU factors have
+#: dense blocks (the periodic corner, the 2D stencil) solved for several right-hand sides
+#: at once: to rounding.
+BITWISE = ("dahlquist_be", "brusselator_sdirk3", "heat1d_cn", "allen_cahn_be")
 
 
 def run_case(name, comm=None, options=None):
