@@ -246,12 +246,14 @@ class NonlinearSDIRK(InitialValueApp):
         if not sparse.issparse(J):
             J = np.asarray(J, dtype=np.float64)
             return np.linalg.solve(np.eye(n) - gh * J, g)
+        M, pat = self._shifted(J, gh, sparse)
+        if pat.band is not None and M is pat.matrix:
+            return pat.band.solve(M.data, g)
         splu = require("scipy.sparse.linalg", "integrators", WHAT).splu
-        M, ordering = self._shifted(J, gh, sparse)
-        return splu(M, permc_spec=ordering).solve(g)
+        return splu(M, permc_spec=pat.ordering).solve(g)
 
-    def _shifted(self, J: Any, gh: float, sparse: Any) -> Tuple[Any, str]:
-        """``I - gh J`` as a CSC matrix and SuperLU's column ordering for its pattern.
+    def _shifted(self, J: Any, gh: float, sparse: Any) -> Tuple[Any, "_Pattern"]:
+        """``I - gh J`` as a CSC matrix, and what is known of its pattern.
 
         The pattern of the last Jacobian is kept: a Jacobian on the same pattern (the same
         index arrays, or equal ones) with its diagonal stored gets ``I - gh J`` written in
@@ -271,17 +273,17 @@ class NonlinearSDIRK(InitialValueApp):
                 np.array_equal(pat.indptr, J.indptr) and np.array_equal(pat.indices, J.indices)):
             pat = self._pattern = _Pattern(J, sparse)
         if pat.diagonal is None:  # a diagonal entry not stored: the pattern grows
-            return (sparse.identity(n, format="csc") - gh * J).tocsc(), pat.ordering
+            return (sparse.identity(n, format="csc") - gh * J).tocsc(), pat
         M = pat.matrix
         np.multiply(J.data, -gh, out=M.data)
         M.data[pat.diagonal] += 1.0
-        return M, pat.ordering
+        return M, pat
 
 
 class _Pattern:
     """A CSC Jacobian's sparsity pattern: where its diagonal is stored (None if not all of
-    it is), SuperLU's ordering for ``I - gh J`` and a CSC matrix on the pattern to write
-    ``I - gh J`` into."""
+    it is), SuperLU's ordering for ``I - gh J``, a CSC matrix on the pattern to write
+    ``I - gh J`` into, and a :class:`_Band` solver where the pattern is narrow enough."""
 
     def __init__(self, J: Any, sparse: Any):
         n = J.shape[0]
@@ -297,6 +299,57 @@ class _Pattern:
         self.matrix = sparse.csc_matrix((np.zeros(J.indices.size), J.indices.copy(),
                                          J.indptr.copy()), shape=(n, n))
         self.matrix.has_canonical_format = True
+        self.band = None if self.diagonal is None else _Band.of(J.indices, cols, ones, n)
+
+
+class _Band:
+    """LAPACK's banded LU with partial pivoting (``gbsv``) of matrices on one CSC pattern,
+    rows and columns renumbered by reverse Cuthill-McKee (on ``B + B^T``), for patterns
+    whose bandwidths then satisfy ``kl + ku <= LIMIT``: the five-point Laplacian of a 12 x
+    12 periodic grid (``kl = ku = 23``) is factorized in about a third of SuperLU's time
+    (it has no ordering to compute and no supernodes to find). One matrix, one right-hand
+    side per call: a row's arithmetic is its own."""
+
+    #: The widest band (``kl + ku``) solved as one; wider patterns go to SuperLU.
+    LIMIT = 64
+
+    def __init__(self, perm: np.ndarray, kl: int, ku: int, positions: np.ndarray, n: int):
+        from scipy.linalg import get_lapack_funcs
+
+        self.perm, self.kl, self.ku, self.positions, self.n = perm, kl, ku, positions, n
+        self.rows = 2 * kl + ku + 1
+        self._gbsv = get_lapack_funcs("gbsv", (np.zeros(1),))
+
+    @classmethod
+    def of(cls, indices: np.ndarray, cols: np.ndarray, pattern: Any,
+           n: int) -> Optional["_Band"]:
+        """The banded solver for the pattern ``(indices[e], cols[e])`` (``pattern``: its
+        CSR 0/1 matrix with the diagonal), or None if the band is wider than ``LIMIT``."""
+        from scipy.sparse.csgraph import reverse_cuthill_mckee
+
+        perm = np.asarray(reverse_cuthill_mckee(pattern, symmetric_mode=False), dtype=np.intp)
+        new = np.empty(n, dtype=np.intp)
+        new[perm] = np.arange(n)
+        i, j = new[indices], new[cols]
+        kl, ku = int(max(0, np.max(i - j))), int(max(0, np.max(j - i)))
+        if kl + ku > cls.LIMIT:
+            return None
+        # A[i, j] at ab[kl + ku + i - j, j], ab of 2 kl + ku + 1 rows in Fortran order
+        return cls(perm, kl, ku, (kl + ku + i - j) + j * (2 * kl + ku + 1), n)
+
+    def solve(self, data: np.ndarray, g: np.ndarray) -> np.ndarray:
+        """The solution of ``B x = g``, ``B`` the matrix of CSC values ``data``."""
+        flat = np.zeros(self.rows * self.n)
+        flat[self.positions] = data
+        ab = flat.reshape((self.rows, self.n), order="F")
+        _, _, x, info = self._gbsv(self.kl, self.ku, ab, g[self.perm], overwrite_ab=True,
+                                   overwrite_b=True)
+        if info > 0:
+            raise np.linalg.LinAlgError(f"U[{info - 1}, {info - 1}] of the banded LU is "
+                                        f"exactly zero")
+        out = np.empty(self.n)
+        out[self.perm] = x
+        return out
 
 
 class NonlinearBackwardEuler(NonlinearSDIRK):
