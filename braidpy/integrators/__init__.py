@@ -10,8 +10,8 @@ MGRIT-ready App with a batched step (docs/integrators.md).
   multi-right-hand-side solve per batched step (these need SciPy: the ``integrators``
   extra).
 - :class:`NonlinearSDIRK` (:class:`NonlinearBackwardEuler`): ``u' = f(t, u)`` by SDIRK2,
-  SDIRK3 or backward Euler, each stage solved by Newton's method with a user Jacobian or
-  finite differences.
+  SDIRK3 or backward Euler, each stage solved by Newton's method with a user Jacobian
+  (:class:`ConstantPlusDiagonal` for ``A + diag(d(t, u))``) or finite differences.
 - :class:`PerLevel`: a different integrator on each MGRIT level.
 """
 
@@ -24,7 +24,7 @@ from ._implicit import (SDIRK, BackwardEuler, CrankNicolson, LinearImplicit, The
 from ._initial import InitialValueApp
 from ._levels import PerLevel
 from ._linear import LinearSystem, SeparableForcing
-from ._newton import NewtonError, NonlinearBackwardEuler, NonlinearSDIRK
+from ._newton import ConstantPlusDiagonal, NewtonError, NonlinearBackwardEuler, NonlinearSDIRK
 from ._tableau import (BACKWARD_EULER, BOGACKI_SHAMPINE, FORWARD_EULER, HEUN, HEUN_EULER, RK4,
                        SDIRK2, SDIRK3, SSPRK3, ButcherTableau, tableau)
 
@@ -33,6 +33,7 @@ __all__ = [
     "BOGACKI_SHAMPINE",
     "BackwardEuler",
     "ButcherTableau",
+    "ConstantPlusDiagonal",
     "CrankNicolson",
     "ExplicitRK",
     "FORWARD_EULER",

@@ -11,7 +11,7 @@ from .._extras import require
 from ._initial import Guess, InitialValueApp
 from ._tableau import ButcherTableau, tableau as named_tableau
 
-__all__ = ["NewtonError", "NonlinearSDIRK", "NonlinearBackwardEuler"]
+__all__ = ["ConstantPlusDiagonal", "NewtonError", "NonlinearSDIRK", "NonlinearBackwardEuler"]
 
 WHAT = "braidpy.integrators' nonlinear implicit methods with a sparse Jacobian"
 
@@ -33,6 +33,89 @@ class NewtonError(ArithmeticError):
     def __init__(self, message: str, t0: float, t1: float, stage: int, residual: float):
         super().__init__(message)
         self.t0, self.t1, self.stage, self.residual = t0, t1, stage, residual
+
+
+class ConstantPlusDiagonal:
+    """A Jacobian ``J(t, u) = A + diag(d(t, u))``: a constant sparse matrix plus a diagonal
+    that depends on the state, as for ``u' = A u + r(t, u)`` with a pointwise reaction
+    ``r`` (``d = dr/du``). Given as ``jacobian`` to :class:`NonlinearSDIRK`, it lets Newton
+    evaluate ``d`` for all rows of a stack in one call and write each row's
+    ``I - gamma h J`` into ``A``'s pattern, with no sparse matrix built per iteration.
+
+    Parameters
+    ----------
+    A : scipy.sparse matrix or array_like
+        The constant part, n x n (kept in CSC with its whole diagonal stored).
+    diagonal : callable
+        ``diagonal(t, U)`` returns ``d`` for stacked states ``U`` of shape ``(m, n)`` and
+        times ``t`` of shape ``(m, 1)``, an array of shape ``(m, n)``. It must act row by
+        row (elementwise arithmetic does), so that a row of a stack gets what the row
+        alone gets, bit for bit.
+
+    Examples
+    --------
+    >>> import numpy as np, scipy.sparse as sp
+    >>> from braidpy.integrators import ConstantPlusDiagonal
+    >>> J = ConstantPlusDiagonal(sp.diags([1.0, 1.0], [-1, 1], shape=(3, 3)),
+    ...                          lambda t, U: -3.0 * U ** 2)
+    >>> J(0.0, np.array([1.0, 0.0, 2.0])).toarray()
+    array([[ -3.,   1.,   0.],
+           [  1.,   0.,   1.],
+           [  0.,   1., -12.]])
+    """
+
+    def __init__(self, A: Any, diagonal: Callable[..., Any]):
+        sparse = require("scipy.sparse", "integrators", WHAT)
+        if not callable(diagonal):
+            raise TypeError(f"ConstantPlusDiagonal: diagonal must be a callable "
+                            f"diagonal(t, U), got {diagonal!r}")
+        try:
+            C = sparse.csc_matrix(A, dtype=np.float64)
+        except (TypeError, ValueError) as err:
+            raise TypeError(f"ConstantPlusDiagonal: A must be a matrix (SciPy sparse or "
+                            f"array_like), got {A!r}") from err
+        if C.ndim != 2 or C.shape[0] != C.shape[1]:
+            raise ValueError(f"ConstantPlusDiagonal: A must be square, got shape {C.shape}")
+        n = C.shape[0]
+        coo = C.tocoo()  # the whole diagonal stored: explicit zeros where A has none
+        idx = np.arange(n)
+        C = sparse.csc_matrix((np.concatenate([coo.data, np.zeros(n)]),
+                               (np.concatenate([coo.row, idx]), np.concatenate([coo.col, idx]))),
+                              shape=(n, n))
+        C.sum_duplicates()
+        C.sort_indices()
+        self.A, self.diagonal, self.n = C, diagonal, n
+        cols = np.repeat(idx, np.diff(C.indptr))
+        self.positions = np.flatnonzero(C.indices == cols)
+        self._pattern: Optional["_Pattern"] = None
+
+    def diagonals(self, T: np.ndarray, U: np.ndarray) -> np.ndarray:
+        """``d`` of every row of ``U`` (times ``T`` of shape ``(m, 1)``), checked."""
+        D = self.diagonal(T, U)
+        if not isinstance(D, np.ndarray) or D.shape != U.shape:
+            raise ValueError(f"ConstantPlusDiagonal: diagonal(t, U) returned "
+                             f"{type(D).__name__} of shape {getattr(D, 'shape', None)} for "
+                             f"states of shape {U.shape}; it must be of the states' shape")
+        return D
+
+    def values(self, d: np.ndarray) -> np.ndarray:
+        """The CSC values of ``A + diag(d)`` on ``A``'s pattern."""
+        data = self.A.data.copy()
+        data[self.positions] += d
+        return data
+
+    def __call__(self, t: float, u: np.ndarray) -> Any:
+        """``J(t, u)`` at one state, a CSC matrix on ``A``'s pattern."""
+        u = np.asarray(u, dtype=np.float64)
+        d = self.diagonals(np.array([[float(t)]]), u.reshape(1, -1))[0]
+        sparse = require("scipy.sparse", "integrators", WHAT)
+        return sparse.csc_matrix((self.values(d), self.A.indices, self.A.indptr),
+                                 shape=self.A.shape)
+
+    def pattern(self) -> "_Pattern":
+        if self._pattern is None:
+            self._pattern = _Pattern(self.A, require("scipy.sparse", "integrators", WHAT))
+        return self._pattern
 
 
 class NonlinearSDIRK(InitialValueApp):
@@ -62,9 +145,10 @@ class NonlinearSDIRK(InitialValueApp):
     tableau : ButcherTableau or str, optional
         ``"sdirk2"`` (default), ``"sdirk3"``, ``"backward_euler"``, or any tableau whose
         ``A`` is lower triangular with one non-zero diagonal value.
-    jacobian : callable, optional
+    jacobian : callable or ConstantPlusDiagonal, optional
         ``jacobian(t, u)`` returns ``df/du`` at one state, an n x n SciPy sparse matrix or
-        dense array. Default: forward differences, one ``rhs`` evaluation per column
+        dense array; a :class:`ConstantPlusDiagonal` for ``A + diag(d(t, u))`` (all rows'
+        ``d`` from one call). Default: forward differences, one ``rhs`` evaluation per column
         (``n`` extra calls per Newton iteration; with ``vectorized`` one call per column
         for all rows), increments ``sqrt(eps) * max(1, |u_j|)``.
     newton_tol : float, optional
@@ -126,6 +210,9 @@ class NonlinearSDIRK(InitialValueApp):
         if self.u0.ndim != 1 or self.u0.dtype.kind != "f":
             raise ValueError(f"{type(self).__name__}: u0 must be a real vector of shape (n,), "
                              f"got shape {self.u0.shape} and dtype {self.u0.dtype}")
+        if isinstance(jacobian, ConstantPlusDiagonal) and jacobian.n != self.u0.size:
+            raise ValueError(f"{type(self).__name__}: the jacobian's A is {jacobian.n} x "
+                             f"{jacobian.n}; the state has {self.u0.size} values")
         self.rhs, self.jacobian = rhs, jacobian
         self.tableau: ButcherTableau = tab
         self.newton_tol, self.newton_max_iter = float(newton_tol), newton_max_iter
@@ -186,10 +273,15 @@ class NonlinearSDIRK(InitialValueApp):
                 return Y
             if it == self.newton_max_iter:
                 break
-            for k, g, r in zip(active.tolist(), G, res[going].tolist()):
-                J = self._jac(float(T[k, 0]), Y[k])
+            split = self.jacobian if isinstance(self.jacobian, ConstantPlusDiagonal) else None
+            D = None if split is None else split.diagonals(T[active], Y[active])
+            for i, (k, g, r) in enumerate(zip(active.tolist(), G, res[going].tolist())):
                 try:
-                    Y[k] -= self._solve(J, float(gh[k, 0]), g)
+                    if split is not None and D is not None:
+                        Y[k] -= self._solve_split(split, D[i], float(gh[k, 0]), g)
+                    else:
+                        Y[k] -= self._solve(self._jac(float(T[k, 0]), Y[k]),
+                                            float(gh[k, 0]), g)
                 except (np.linalg.LinAlgError, RuntimeError) as err:
                     raise NewtonError(
                         f"Newton's method failed in the step from t0 = {float(t0s[k])!r} to "
@@ -248,6 +340,19 @@ class NonlinearSDIRK(InitialValueApp):
             return np.linalg.solve(np.eye(n) - gh * J, g)
         M, pat = self._shifted(J, gh, sparse)
         if pat.band is not None and M is pat.matrix:
+            return pat.band.solve(M.data, g)
+        splu = require("scipy.sparse.linalg", "integrators", WHAT).splu
+        return splu(M, permc_spec=pat.ordering).solve(g)
+
+    def _solve_split(self, split: ConstantPlusDiagonal, d: np.ndarray, gh: float,
+                     g: np.ndarray) -> np.ndarray:
+        """(I - gh (A + diag(d)))^{-1} g, written into A's pattern as :meth:`_shifted`
+        writes a Jacobian on a kept pattern (the same values, bit for bit)."""
+        pat = split.pattern()
+        M = pat.matrix
+        np.multiply(split.values(d), -gh, out=M.data)
+        M.data[pat.diagonal] += 1.0
+        if pat.band is not None:
             return pat.band.solve(M.data, g)
         splu = require("scipy.sparse.linalg", "integrators", WHAT).splu
         return splu(M, permc_spec=pat.ordering).solve(g)

@@ -290,7 +290,8 @@ class AllenCahn(OdeProblem):
     ``dx = 1 / nx``, the periodic five-point Laplacian, and backward Euler with Newton's
     method (PyMGRIT's ``"IMPL"``, the default; its Newton tolerance 1e-12 and at most 100
     iterations: the coarse levels' long steps from a poor guess need many) with the exact
-    sparse Jacobian ``Δ + diag(1 - (nu + 1) u^nu) / eps^2``; SDIRK2 and SDIRK3 too.
+    sparse Jacobian ``Δ + diag(1 - (nu + 1) u^nu) / eps^2`` (a
+    :class:`~braidpy.integrators.ConstantPlusDiagonal`); SDIRK2 and SDIRK3 too.
     PyMGRIT's parameters ``eps = 0.04``, ``nu = 2``, ``R0 = 0.25``; the initial value is
     evaluated at ``numpy.linspace(-0.5, 0.5, nx)`` as PyMGRIT does. PyMGRIT's ``"IMEX"``
     and ``"CN"`` steps are not provided. The default grid (32 x 32, 64 steps on
@@ -327,16 +328,15 @@ class AllenCahn(OdeProblem):
         wrap[0, n - 1] = wrap[n - 1, 0] = 1.0
         D2 = wrap.tocsr() / self.dx ** 2
         self.A = (sp.kron(D2, sp.identity(n)) + sp.kron(sp.identity(n), D2)).tocsr()
-        self._lap = self.A.tocsc()
-        self._lap.sort_indices()
-        cols = np.repeat(np.arange(n * n), np.diff(self._lap.indptr))
-        self._lap_diagonal = np.flatnonzero(self._lap.indices == cols)
         x = np.linspace(-0.5, 0.5, n)
         r = np.sqrt(x[:, None] ** 2 + x[None, :] ** 2)
         self.u0 = np.tanh((self.radius0 - r) / (math.sqrt(2.0) * self.eps)).ravel()
         self.newton_tol, self.newton_max_iter = float(newton_tol), newton_max_iter
         self.method = method
         self._set_grid(tstart, tstop, ntime)
+        from ..integrators import ConstantPlusDiagonal
+
+        self._jacobian = ConstantPlusDiagonal(self.A, self._reaction_derivative)
 
     def rhs(self, t: Any, u: np.ndarray) -> np.ndarray:
         """``Δu + u (1 - u^nu) / eps^2`` for a state ``(n,)`` or stacked states ``(m, n)``."""
@@ -345,16 +345,17 @@ class AllenCahn(OdeProblem):
 
     def jacobian(self, t: float, u: np.ndarray) -> Any:
         """``Δ + diag(1 - (nu + 1) u^nu) / eps^2``, sparse (CSC, every call on the pattern
-        of ``Δ``, whose diagonal is stored: only the diagonal values change)."""
-        lap = self._lap
-        data = lap.data.copy()
-        data[self._lap_diagonal] += (1.0 - (self.nu + 1) * u ** self.nu) / self.eps ** 2
-        return scipy("sparse").csc_matrix((data, lap.indices, lap.indptr), shape=lap.shape)
+        of ``Δ``: only the diagonal values change)."""
+        return self._jacobian(t, u)
+
+    def _reaction_derivative(self, t: Any, u: np.ndarray) -> np.ndarray:
+        """``(1 - (nu + 1) u^nu) / eps^2``, elementwise: the Jacobian's diagonal part."""
+        return (1.0 - (self.nu + 1) * u ** self.nu) / self.eps ** 2
 
     def _app(self, name: str, options: Any) -> Any:
         from .. import integrators as ig
 
-        options.setdefault("jacobian", self.jacobian)
+        options.setdefault("jacobian", self._jacobian)
         options.setdefault("newton_tol", self.newton_tol)
         options.setdefault("newton_max_iter", self.newton_max_iter)
         return ig.NonlinearSDIRK(self.rhs, self.u0, name, vectorized=True, **options)
