@@ -347,6 +347,58 @@ def test_nonlinear_sparse_jacobian_on_a_kept_pattern(name):
     assert app.newton_iterations == ref.newton_iterations
 
 
+@pytest.mark.parametrize("name", sorted(NONLINEAR))
+def test_constant_plus_diagonal_is_its_callable_bitwise(name):
+    """A ConstantPlusDiagonal Jacobian (d of all rows from one call, written into A's
+    pattern) steps as the same Jacobian given as a callable does, bit for bit, with the
+    same Newton iteration counts; batched = row by row bitwise; and its value at a state
+    is A + diag(d)."""
+    n = 24
+    rhs, jacs = periodic_reaction_diffusion(n)
+    D = jacs["fresh"](0.0, np.zeros(n)) - __import__("scipy.sparse").sparse.identity(n)
+    split = ig.ConstantPlusDiagonal(D, lambda t, U: 1.0 - 3.0 * U * U)
+    rng = np.random.default_rng(SEED + 12)
+    U = np.sin(2.0 * math.pi * np.arange(n) / n + rng.uniform(0.0, 6.0, (7, 1))) * \
+        rng.uniform(0.1, 1.3, (7, 1))
+    t0s, t1s = mixed_steps(len(U), rng)
+    a = ig.NonlinearSDIRK(rhs, U[0], name, jacobian=split, vectorized=True)
+    b = ig.NonlinearSDIRK(rhs, U[0], name, jacobian=jacs["kept"], vectorized=True)
+    A, B = stacked_vs_rows(a, U, t0s, t1s)
+    C, _ = stacked_vs_rows(b, U, t0s, t1s)
+    assert np.array_equal(A, B) and np.array_equal(A, C) and not np.array_equal(A, U)
+    assert a.newton_iterations == b.newton_iterations > 0
+    u = U[3]
+    np.testing.assert_array_equal(split(0.5, u).toarray(), jacs["dense"](0.5, u))
+    # an A without a stored diagonal: it is stored, as zeros
+    import scipy.sparse as sp
+
+    off = sp.diags([np.ones(n - 1), np.ones(n - 1)], [-1, 1], format="csr")
+    J = ig.ConstantPlusDiagonal(off, lambda t, U: -U)(0.0, u)
+    np.testing.assert_array_equal(J.toarray(), off.toarray() - np.diag(u))
+
+
+def test_constant_plus_diagonal_bad_input_names_the_bad_value():
+    import scipy.sparse as sp
+
+    with pytest.raises(TypeError, match="diagonal must be a callable diagonal\\(t, U\\), got 3"):
+        ig.ConstantPlusDiagonal(sp.identity(3), 3)
+    with pytest.raises(ValueError, match=r"A must be square, got shape \(2, 3\)"):
+        ig.ConstantPlusDiagonal(np.ones((2, 3)), lambda t, U: U)
+    with pytest.raises(TypeError, match="A must be a matrix"):
+        ig.ConstantPlusDiagonal("A", lambda t, U: U)
+    bad = ig.ConstantPlusDiagonal(sp.identity(3), lambda t, U: U[:, :2])
+    with pytest.raises(ValueError, match=r"returned ndarray of shape \(1, 2\) for states of "
+                                         r"shape \(1, 3\)"):
+        bad(0.0, np.ones(3))
+    with pytest.raises(ValueError, match="the jacobian's A is 3 x 3; the state has 2 values"):
+        ig.NonlinearSDIRK(cubic, np.ones(2),
+                          jacobian=ig.ConstantPlusDiagonal(sp.identity(3), lambda t, U: U))
+    # through Newton: the bad shape is named from the step
+    app = ig.NonlinearBackwardEuler(lambda t, U: -U, np.ones(3), vectorized=True, jacobian=bad)
+    with pytest.raises(ValueError, match=r"of shape \(1, 2\) for states of shape \(1, 3\)"):
+        app.step(np.ones(3), 0.0, 0.1, None)
+
+
 def test_newton_failure_names_the_step_and_the_residual():
     """u' = u^2 from u = 1: backward Euler's Y - h Y^2 = 1 has no real root once h > 1/4."""
     app = ig.NonlinearBackwardEuler(lambda t, u: u * u, np.ones(1),
@@ -365,6 +417,25 @@ def test_newton_failure_names_the_step_and_the_residual():
     for batch in (True, False):
         with pytest.raises(ig.NewtonError, match="did not converge in the step from t0 ="):
             braidpy.solve(app, 0.0, 4.0, 8, max_levels=2, cfactor=2, batch=batch)
+
+
+def test_newton_singular_sparse_matrix_names_the_step():
+    """A singular I - gamma h J from a sparse Jacobian (a banded LU's zero pivot, or
+    SuperLU's on a wide pattern) raises NewtonError naming the step, as the dense one."""
+    import scipy.sparse as sp
+
+    n = 100  # a full first row and column: wider than any band, so SuperLU
+    wide = sp.lil_matrix((n, n))
+    wide[0, :] = wide[:, 0] = 1e-3
+    wide = wide.tocsr()
+    for extra in (sp.csr_matrix((n, n)), wide):
+        app = ig.NonlinearBackwardEuler(
+            lambda t, u, extra=extra: u * u + extra @ u, np.ones(n),
+            jacobian=lambda t, u, extra=extra: (sp.diags(2.0 * u) + extra).tocsr())
+        with pytest.raises(ig.NewtonError, match=r"from t0 = 0.5 to t1 = 1.0 \(stage 0\): "
+                                                 r"the matrix I - gamma h J is singular"):
+            app.step(np.ones(n), 0.5, 1.0, None)
+        assert (app._pattern.band is None) == (extra.nnz > 0)
 
 
 def test_newton_bad_input_names_the_bad_value():
