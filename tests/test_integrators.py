@@ -424,7 +424,7 @@ def test_newton_singular_sparse_matrix_names_the_step():
     SuperLU's on a wide pattern) raises NewtonError naming the step, as the dense one."""
     import scipy.sparse as sp
 
-    n = 100  # a full first row and column: wider than any band, so SuperLU
+    n = 120  # a full first row and column: wider than any band, so SuperLU
     wide = sp.lil_matrix((n, n))
     wide[0, :] = wide[:, 0] = 1e-3
     wide = wide.tocsr()
