@@ -238,7 +238,7 @@ class AdaptiveRK(InitialValueApp):
         m = len(Y)
         if not (np.all(np.isfinite(t0)) and np.all(np.isfinite(t1))):
             k = int(np.flatnonzero(~(np.isfinite(t0) & np.isfinite(t1)))[0])
-            raise ValueError(f"AdaptiveRK: a step over [{t0[k]!r}, {t1[k]!r}] (not finite)")
+            raise ValueError(f"AdaptiveRK: a step over [{float(t0[k])!r}, {float(t1[k])!r}] (not finite)")
         self.counts["steps"] += m
         direction = np.sign(t1 - t0)
         active = direction != 0.0
@@ -298,8 +298,8 @@ class AdaptiveRK(InitialValueApp):
             k = int(np.flatnonzero(~ok)[0])
             what = "the state" if not self._finite_rows(y[k:k + 1])[0] else "f(t, u)"
             raise StepSizeError(
-                f"AdaptiveRK: {what} is not finite at t = {t[k]!r} in the step over "
-                f"[{t0[k]!r}, {t1[k]!r}]", float(t0[k]), float(t1[k]), float(t[k]), 0.0)
+                f"AdaptiveRK: {what} is not finite at t = {float(t[k])!r} in the step over "
+                f"[{float(t0[k])!r}, {float(t1[k])!r}]", float(t0[k]), float(t1[k]), float(t[k]), 0.0)
         return f
 
     def _first_steps(self, y: np.ndarray, f: np.ndarray, t0: np.ndarray, t1: np.ndarray,
@@ -365,8 +365,8 @@ class AdaptiveRK(InitialValueApp):
             why = ("its values were not finite" if not finite[k]
                    else f"its error norm was {float(err[k]):.3g} > 1")
             raise StepSizeError(
-                f"AdaptiveRK: the step size fell to {float(ha[k]):.3g} at t = {t[k]!r}, ten "
-                f"units of roundoff, in the step over [{t0[r]!r}, {t1[r]!r}]: the last trial "
+                f"AdaptiveRK: the step size fell to {float(ha[k]):.3g} at t = {float(t[k])!r}, ten "
+                f"units of roundoff, in the step over [{float(t0[r])!r}, {float(t1[r])!r}]: the last trial "
                 f"substep was rejected ({why})", float(t0[r]), float(t1[r]), float(t[k]),
                 float(ha[k]))
         over = attempts[idx] > self.max_steps
@@ -375,7 +375,7 @@ class AdaptiveRK(InitialValueApp):
             r = int(idx[k])
             raise StepSizeError(
                 f"AdaptiveRK: more than max_steps = {self.max_steps} substeps in the step "
-                f"over [{t0[r]!r}, {t1[r]!r}]; reached t = {t[k]!r} with step size "
+                f"over [{float(t0[r])!r}, {float(t1[r])!r}]; reached t = {float(t[k])!r} with step size "
                 f"{float(ha[k]):.3g}", float(t0[r]), float(t1[r]), float(t[k]),
                 float(ha[k]))
 
