@@ -374,6 +374,7 @@ def test_passes_check_app():
     (dict(tableau="rk4"), ValueError, r"the tableau 'rk4' needs embedded weights b_hat"),
     (dict(tableau="sdirk2"), ValueError, r"the tableau 'sdirk2' is not explicit"),
     (dict(vectorized=1), TypeError, r"vectorized must be True or False, got 1"),
+    (dict(on_failure="warn"), ValueError, r"on_failure must be 'raise' or 'stop', got 'warn'"),
 ])
 def test_bad_options_name_the_bad_value(options, error, message):
     with pytest.raises(error, match=message):
@@ -406,9 +407,35 @@ def test_a_blow_up_names_the_step():
 
 def test_max_steps_names_the_step():
     app = ig.AdaptiveRK(brusselator, [1.5, 3.0], rtol=1e-10, atol=1e-12, max_steps=20)
-    with pytest.raises(ig.StepSizeError, match=r"more than max_steps = 20 substeps in the "
-                                               r"step over \[0.25, 8.0\]; reached t = "):
+    with pytest.raises(ig.StepSizeError, match=r"max_steps = 20 substeps did not reach the "
+                                               r"end of the step over \[0.25, 8.0\]; t = "):
         app.step(np.array([1.5, 3.0]), 0.25, 8.0, None)
+    # exactly enough substeps is no failure
+    app = ig.AdaptiveRK(brusselator, [1.5, 3.0], rtol=1e-10, atol=1e-12)
+    one_step(app, [1.5, 3.0], 0.25, 0.5)
+    n = app.counts["accepted"] + app.counts["rejected"]
+    ig.AdaptiveRK(brusselator, [1.5, 3.0], rtol=1e-10, atol=1e-12,
+                  max_steps=n).step(np.array([1.5, 3.0]), 0.25, 0.5, None)
+    with pytest.raises(ig.StepSizeError, match=f"max_steps = {n - 1} substeps"):
+        ig.AdaptiveRK(brusselator, [1.5, 3.0], rtol=1e-10, atol=1e-12,
+                      max_steps=n - 1).step(np.array([1.5, 3.0]), 0.25, 0.5, None)
+
+
+@pytest.mark.parametrize("vectorized", [True, False])
+def test_on_failure_stop_ends_the_failed_rows_only(vectorized):
+    """on_failure="stop": a row whose step fails ends where it stopped (as solve_ivp
+    returns it), the others as if alone, bit for bit; the failures are counted."""
+    app = ig.AdaptiveRK(blows_up, [1.0], rtol=1e-6, atol=1e-9, on_failure="stop",
+                        vectorized=vectorized)
+    U = np.array([[2.0], [0.5], [2.0]])
+    t0s, t1s = np.array([0.5, 0.0, 0.5]), np.array([1.5, 1.0, 0.9])
+    A, B = stacked_vs_rows(app, U, t0s, t1s)
+    assert np.array_equal(A, B) and app.counts["failed"] == 2
+    assert A[0, 0] > 1e6 and abs(A[1, 0] - 1.0) < 1e-5 and abs(A[2, 0] - 10.0) < 1e-4
+    short = ig.AdaptiveRK(brusselator, [1.5, 3.0], max_steps=3, on_failure="stop")
+    u = one_step(short, [1.5, 3.0], 0.0, 8.0)
+    assert short.counts["failed"] == 1 and short.counts["accepted"] <= 3
+    assert np.all(np.isfinite(u)) and not np.array_equal(u, [1.5, 3.0])
 
 
 def test_non_finite_values_name_the_step():

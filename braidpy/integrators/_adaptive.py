@@ -132,8 +132,16 @@ class AdaptiveRK(InitialValueApp):
         The first substep's size in every step (capped by ``|t1 - t0|``); default: HNW's
         algorithm above, which costs one ``rhs`` evaluation per step.
     max_steps : int, optional
-        Substeps (accepted and rejected) allowed per step before a ``StepSizeError``
-        (default 10000).
+        Substeps (accepted and rejected) allowed per step (default 10000).
+    on_failure : {"raise", "stop"}, optional
+        When a step cannot reach ``t1`` (the step size fell below ten units of roundoff,
+        or ``max_steps`` ran out): raise a ``StepSizeError`` naming it (default), or end
+        the step where it stopped and return the state reached there, counted in
+        ``counts["failed"]``. ``"stop"`` is what SciPy's ``solve_ivp`` does (it reports
+        the failure in ``status``), and so PyMGRIT's Arenstorf step, which does not read
+        it: MGRIT's first iterates can be far from any orbit (a zero guess puts the
+        satellite next to the moon), and their steps may fail where the converged ones
+        do not.
     vectorized : bool, optional
         Whether ``rhs`` takes stacked states (see above).
     guess : {"u0", "zeros"} or callable, optional
@@ -143,7 +151,8 @@ class AdaptiveRK(InitialValueApp):
     ----------
     counts : dict
         Running totals, summed over rows: ``"steps"`` (calls' rows), ``"accepted"`` and
-        ``"rejected"`` substeps, ``"rhs"`` (rows evaluated by ``rhs``).
+        ``"rejected"`` substeps, ``"rhs"`` (rows evaluated by ``rhs``), ``"failed"``
+        (steps ended early by ``on_failure="stop"``).
 
     Notes
     -----
@@ -153,9 +162,9 @@ class AdaptiveRK(InitialValueApp):
     each row bit for bit (see ``ExplicitRK``).
 
     Errors: a ``StepSizeError`` naming the step when the step size falls below ten units
-    of roundoff of ``t`` (trial substeps with non-finite values count as rejected), when
-    the substeps exceed ``max_steps``, or when ``f`` (or the state) is not finite where
-    a substep starts. An exception raised by ``rhs`` surfaces unchanged (with a note
+    of roundoff of ``t`` (trial substeps with non-finite values count as rejected) or
+    ``max_steps`` substeps do not reach ``t1`` (unless ``on_failure="stop"``), and when
+    the state or ``f`` is not finite where a step starts (always). An exception raised by ``rhs`` surfaces unchanged (with a note
     naming the steps on Python 3.11 and later).
 
     Examples
@@ -171,7 +180,8 @@ class AdaptiveRK(InitialValueApp):
 
     def __init__(self, rhs: Callable[..., Any], u0: Any, tableau: Any = "dopri5", *,
                  rtol: float = 1e-3, atol: Any = 1e-6, first_step: Optional[float] = None,
-                 max_steps: int = 10000, vectorized: bool = False, guess: Guess = "u0"):
+                 max_steps: int = 10000, on_failure: str = "raise", vectorized: bool = False,
+                 guess: Guess = "u0"):
         if not callable(rhs):
             raise TypeError(f"AdaptiveRK: rhs must be a callable rhs(t, u), got {rhs!r}")
         tab = named_tableau(ALIASES.get(tableau, tableau) if isinstance(tableau, str)
@@ -193,6 +203,9 @@ class AdaptiveRK(InitialValueApp):
         if isinstance(max_steps, bool) or not isinstance(max_steps, numbers.Integral) \
                 or max_steps < 1:
             raise ValueError(f"AdaptiveRK: max_steps must be an int >= 1, got {max_steps!r}")
+        if on_failure not in ("raise", "stop"):
+            raise ValueError(f"AdaptiveRK: on_failure must be 'raise' or 'stop', got "
+                             f"{on_failure!r}")
         if not isinstance(vectorized, bool):
             raise TypeError(f"AdaptiveRK: vectorized must be True or False, got {vectorized!r}")
         super().__init__(u0, guess)
@@ -207,13 +220,16 @@ class AdaptiveRK(InitialValueApp):
         self.tableau: ButcherTableau = tab
         self.first_step = first_step
         self.max_steps = int(max_steps)
+        self.on_failure = on_failure
         self.vectorized = vectorized
-        self.counts: Dict[str, int] = {"steps": 0, "accepted": 0, "rejected": 0, "rhs": 0}
+        self.counts: Dict[str, int] = {"steps": 0, "accepted": 0, "rejected": 0, "rhs": 0,
+                                       "failed": 0}
         s = tab.stages
         self._rows = [_nonzero(tab.A[i, :i]) for i in range(s)]
         self._c = [float(c) for c in tab.c.tolist()]
         self._b = _nonzero(tab.b)
         self._e = _nonzero(tab.b - tab.b_hat)
+        self._e_diff = [(j, w) for j, w in self._e if j > 0]
         self._exponent = -1.0 / (min(tab.order, tab.embedded_order) + 1)
         # first same as last: the last stage is f at the new state
         self._fsal = bool(s > 1 and np.array_equal(tab.A[-1], tab.b) and tab.c[-1] == 1.0)
@@ -238,7 +254,8 @@ class AdaptiveRK(InitialValueApp):
         m = len(Y)
         if not (np.all(np.isfinite(t0)) and np.all(np.isfinite(t1))):
             k = int(np.flatnonzero(~(np.isfinite(t0) & np.isfinite(t1)))[0])
-            raise ValueError(f"AdaptiveRK: a step over [{float(t0[k])!r}, {float(t1[k])!r}] (not finite)")
+            raise ValueError(f"AdaptiveRK: the step over [{float(t0[k])!r}, {float(t1[k])!r}] "
+                             f"has a time that is not finite")
         self.counts["steps"] += m
         direction = np.sign(t1 - t0)
         active = direction != 0.0
@@ -252,9 +269,20 @@ class AdaptiveRK(InitialValueApp):
         h_abs[idx] = self._first_steps(Y[idx], F[idx], t0[idx], t1[idx], direction[idx])
         rejected = np.zeros(m, dtype=bool)
         attempts = np.zeros(m, dtype=np.int64)
+        last_err = np.zeros(m)
         while idx.size:
-            y, f, tt, tb, d = Y[idx], F[idx], t[idx], t1[idx], direction[idx]
+            tt, d = t[idx], direction[idx]
             min_step = 10.0 * np.abs(np.nextafter(tt, d * np.inf) - tt)
+            # after a rejection, a step size below ten units of roundoff of t ends the step
+            # (HNW's DOPRI5, SciPy); else the size is raised to that
+            too_small = rejected[idx] & (h_abs[idx] < min_step)
+            if too_small.any():
+                self._too_small(idx, too_small, h_abs, last_err, t0, t1, t)
+                keep = ~too_small
+                idx, tt, d, min_step = idx[keep], tt[keep], d[keep], min_step[keep]
+                if not idx.size:
+                    break
+            y, f, tb = Y[idx], F[idx], t1[idx]
             ha = np.maximum(h_abs[idx], min_step)
             t_new = tt + ha * d
             t_new = np.where(d * (t_new - tb) > 0.0, tb, t_new)   # end exactly at t1
@@ -272,21 +300,22 @@ class AdaptiveRK(InitialValueApp):
             grow = np.where(rejected[idx], np.minimum(1.0, grow), grow)
             h_abs[idx] = ha * np.where(accept, grow, shrink)
             rejected[idx] = ~accept
+            last_err[idx] = np.where(finite, err, np.nan)
             attempts[idx] += 1
             n_acc = int(np.count_nonzero(accept))
             self.counts["accepted"] += n_acc
             self.counts["rejected"] += len(idx) - n_acc
-            self._check_failures(idx, accept, ha, min_step, err, finite, attempts, t0, t1, tt)
+            go_on = accept & (t_new != tb)
+            failed = self._over_max_steps(idx, accept & ~go_on, ha, attempts, t0, t1, tt)
             acc = idx[accept]
             t[acc] = t_new[accept]
             Y[acc] = y_new[accept]
-            go_on = accept & (t_new != tb)
             if self._fsal:
                 F[acc] = k_last[accept]
-            elif go_on.any():
-                nxt = idx[go_on]
+            elif (go_on & ~failed).any():
+                nxt = idx[go_on & ~failed]
                 F[nxt] = self._start(Y[nxt], t[nxt], t0[nxt], t1[nxt])
-            idx = idx[~accept | go_on]
+            idx = idx[(~accept | go_on) & ~failed]
 
     def _start(self, y: np.ndarray, t: np.ndarray, t0: np.ndarray,
                t1: np.ndarray) -> np.ndarray:
@@ -327,57 +356,79 @@ class AdaptiveRK(InitialValueApp):
     def _substep(self, y: np.ndarray, f: np.ndarray, t: np.ndarray, h: np.ndarray,
                  t_new: np.ndarray, t1: np.ndarray,
                  t0: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """One trial substep of size h per row: (y_new, f at its last stage, err)."""
+        """One trial substep of size h per row: (y_new, f at its last stage, err).
+
+        Formed as HNW's DOPRI5 forms them: a stage's argument ``y + h (sum_j a_ij k_j)``,
+        the error ``(sum_i e_i k_i) h`` (the weighted sums first: near a singularity the
+        k_i are large and the error estimate is a difference of them)."""
         H = self._column(h, y)
         ks = [f]
         s = len(self._rows)
         y_new = y
-        for i in range(1, s):
-            with np.errstate(over="ignore", invalid="ignore"):
-                arg = y.copy()
-                for j, a in self._rows[i]:
-                    arg += (H * a) * ks[j]
-            if self._fsal and i == s - 1:
-                y_new, ti = arg, t_new     # the last stage's argument is the new state
-            else:
-                ti = t + self._c[i] * h
-            ks.append(self._eval(ti, arg, t0, t1))
+        user = np.geterr()  # rhs runs under the caller's floating-point error handling
         with np.errstate(over="ignore", invalid="ignore"):
+            for i in range(1, s):
+                arg = y + H * self._combine(self._rows[i], ks)
+                if self._fsal and i == s - 1:
+                    y_new, ti = arg, t_new     # the last stage's argument is the new state
+                else:
+                    ti = t + self._c[i] * h
+                with np.errstate(**user):
+                    ks.append(self._eval(ti, arg, t0, t1))
             if not self._fsal:
-                y_new = y.copy()
-                for i, w in self._b:
-                    y_new += (H * w) * ks[i]
-            e = np.zeros_like(y)
-            for i, w in self._e:
-                e += (H * w) * ks[i]
+                y_new = y + H * self._combine(self._b, ks)
+            # sum_i e_i k_i = sum_i e_i (k_i - k_0), as the e_i sum to 0: the differences
+            # are exact where the k_i agree to a factor 2 (Sterbenz), so near a singularity
+            # the estimate does not drown in the rounding of the large k_i
+            e = H * self._combine([(n, w) for n, (_, w) in enumerate(self._e_diff)],
+                                  [ks[j] - ks[0] for j, _ in self._e_diff])
             scale = self._scale(np.abs(y), np.abs(y_new))
             err = self._rms(self._flat(np.abs(e)) / scale)
         return y_new, ks[-1], err
 
-    def _check_failures(self, idx: np.ndarray, accept: np.ndarray, ha: np.ndarray,
-                        min_step: np.ndarray, err: np.ndarray, finite: np.ndarray,
+    @staticmethod
+    def _combine(weights: List[Tuple[int, float]], ks: List[np.ndarray]) -> np.ndarray:
+        """sum_j w_j k_j over the non-zero weights, in order."""
+        (j0, w0), *rest = weights
+        acc = w0 * ks[j0]
+        for j, w in rest:
+            acc += w * ks[j]
+        return acc
+
+    def _too_small(self, idx: np.ndarray, tiny: np.ndarray, h_abs: np.ndarray,
+                   last_err: np.ndarray, t0: np.ndarray, t1: np.ndarray,
+                   t: np.ndarray) -> None:
+        """Rows idx[tiny] cannot go on: a StepSizeError naming the first, or with
+        on_failure="stop" they end where they are (counted)."""
+        if self.on_failure == "stop":
+            self.counts["failed"] += int(np.count_nonzero(tiny))
+            return
+        r = int(idx[np.flatnonzero(tiny)[0]])
+        why = ("its values were not finite" if np.isnan(last_err[r])
+               else f"its error norm was {float(last_err[r]):.3g} > 1")
+        raise StepSizeError(
+            f"AdaptiveRK: the step size fell to {float(h_abs[r]):.3g} at t = {float(t[r])!r}, "
+            f"below ten units of roundoff, in the step over [{float(t0[r])!r}, "
+            f"{float(t1[r])!r}]: the last trial substep was rejected ({why})",
+            float(t0[r]), float(t1[r]), float(t[r]), float(h_abs[r]))
+
+    def _over_max_steps(self, idx: np.ndarray, done: np.ndarray, ha: np.ndarray,
                         attempts: np.ndarray, t0: np.ndarray, t1: np.ndarray,
-                        t: np.ndarray) -> None:
-        too_small = ~accept & (ha <= min_step)
-        if too_small.any():
-            k = int(np.flatnonzero(too_small)[0])
-            r = int(idx[k])
-            why = ("its values were not finite" if not finite[k]
-                   else f"its error norm was {float(err[k]):.3g} > 1")
-            raise StepSizeError(
-                f"AdaptiveRK: the step size fell to {float(ha[k]):.3g} at t = {float(t[k])!r}, ten "
-                f"units of roundoff, in the step over [{float(t0[r])!r}, {float(t1[r])!r}]: the last trial "
-                f"substep was rejected ({why})", float(t0[r]), float(t1[r]), float(t[k]),
-                float(ha[k]))
-        over = attempts[idx] > self.max_steps
-        if over.any():
-            k = int(np.flatnonzero(over)[0])
-            r = int(idx[k])
-            raise StepSizeError(
-                f"AdaptiveRK: more than max_steps = {self.max_steps} substeps in the step "
-                f"over [{float(t0[r])!r}, {float(t1[r])!r}]; reached t = {float(t[k])!r} with step size "
-                f"{float(ha[k]):.3g}", float(t0[r]), float(t1[r]), float(t[k]),
-                float(ha[k]))
+                        t: np.ndarray) -> np.ndarray:
+        """The rows (of idx) whose max_steps substeps did not reach t1: a StepSizeError
+        naming the first, or with on_failure="stop" their mask (they end where they are)."""
+        over = (attempts[idx] >= self.max_steps) & ~done
+        if self.on_failure == "stop" or not over.any():
+            self.counts["failed"] += int(np.count_nonzero(over))
+            return over
+        k = int(np.flatnonzero(over)[0])
+        r = int(idx[k])
+        raise StepSizeError(
+            f"AdaptiveRK: max_steps = {self.max_steps} substeps did not reach the end of the "
+            f"step over [{float(t0[r])!r}, {float(t1[r])!r}]; t = {float(t[k])!r} with step "
+            f"size {float(ha[k]):.3g}", float(t0[r]), float(t1[r]), float(t[k]),
+            float(ha[k]))
+
 
     # --- helpers ---------------------------------------------------------------------------
 
