@@ -181,10 +181,14 @@ class ArenstorfOrbit(OdeProblem):
     def rhs(self, t: Any, u: np.ndarray) -> np.ndarray:
         a, b = self.a, self.b
         x, y, vx, vy = u[..., 0], u[..., 1], u[..., 2], u[..., 3]
-        d1 = ((x + a) ** 2 + y ** 2) ** 1.5
-        d2 = ((x - b) ** 2 + y ** 2) ** 1.5
-        return np.stack([vx, vy, x + 2.0 * vy - b * (x + a) / d1 - a * (x - b) / d2,
-                         y - 2.0 * vx - b * y / d1 - a * y / d2], axis=-1)
+        xa, xb, yy = x + a, x - b, y ** 2
+        d1 = (xa ** 2 + yy) ** 1.5
+        d2 = (xb ** 2 + yy) ** 1.5
+        f = np.empty(np.shape(u), dtype=np.result_type(u, 1.0))
+        f[..., 0], f[..., 1] = vx, vy
+        f[..., 2] = x + 2.0 * vy - b * xa / d1 - a * xb / d2
+        f[..., 3] = y - 2.0 * vx - b * y / d1 - a * y / d2
+        return f
 
     def jacobian(self, t: float, u: np.ndarray) -> np.ndarray:
         a, b = self.a, self.b
