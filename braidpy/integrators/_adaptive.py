@@ -186,6 +186,21 @@ class AdaptiveRK(InitialValueApp):
     True
     """
 
+    rhs: Callable[..., Any]
+    rtol: float
+    atol: Any
+    first_step: Optional[float]
+    max_steps: int
+    on_failure: str
+    vectorized: bool
+    _rows: List[List[Tuple[int, float]]]
+    _c: List[float]
+    _b: List[Tuple[int, float]]
+    _e: List[Tuple[int, float]]
+    _e_diff: List[Tuple[int, float]]
+    _exponent: float
+    _fsal: bool
+
     def __init__(self, rhs: Callable[..., Any], u0: Any, tableau: Any = "dopri5", *,
                  rtol: float = 1e-3, atol: Any = 1e-6, first_step: Optional[float] = None,
                  max_steps: int = 10000, on_failure: str = "raise", vectorized: bool = False,
