@@ -15,6 +15,7 @@ __all__ = [
     "RK4",
     "HEUN_EULER",
     "BOGACKI_SHAMPINE",
+    "DORMAND_PRINCE",
     "SDIRK2",
     "SDIRK3",
     "BACKWARD_EULER",
@@ -151,6 +152,22 @@ BOGACKI_SHAMPINE = ButcherTableau(
     [[0, 0, 0, 0], [0.5, 0, 0, 0], [0, 0.75, 0, 0], [2 / 9, 1 / 3, 4 / 9, 0]],
     [2 / 9, 1 / 3, 4 / 9, 0.0], [0, 0.5, 0.75, 1.0], [7 / 24, 0.25, 1 / 3, 0.125],
     order=3, embedded_order=2, name="bogacki_shampine")
+#: Dormand and Prince's 5(4) pair (J. Comput. Appl. Math. 6, 1980; Hairer, Norsett and
+#: Wanner, *Solving ODEs I*, Table II.5.2; DOPRI5, MATLAB's ode45, SciPy's RK45): order 5,
+#: estimate of order 4, seven stages of which the last is f at the new state (first same
+#: as last: it is the next step's first stage).
+DORMAND_PRINCE = ButcherTableau(
+    [[0, 0, 0, 0, 0, 0, 0],
+     [1 / 5, 0, 0, 0, 0, 0, 0],
+     [3 / 40, 9 / 40, 0, 0, 0, 0, 0],
+     [44 / 45, -56 / 15, 32 / 9, 0, 0, 0, 0],
+     [19372 / 6561, -25360 / 2187, 64448 / 6561, -212 / 729, 0, 0, 0],
+     [9017 / 3168, -355 / 33, 46732 / 5247, 49 / 176, -5103 / 18656, 0, 0],
+     [35 / 384, 0, 500 / 1113, 125 / 192, -2187 / 6784, 11 / 84, 0]],
+    [35 / 384, 0, 500 / 1113, 125 / 192, -2187 / 6784, 11 / 84, 0],
+    [0, 1 / 5, 3 / 10, 4 / 5, 8 / 9, 1, 1],
+    [5179 / 57600, 0, 7571 / 16695, 393 / 640, -92097 / 339200, 187 / 2100, 1 / 40],
+    order=5, embedded_order=4, name="dopri5")
 
 # Alexander (1977), "Diagonally implicit Runge-Kutta methods for stiff O.D.E.'s",
 # SIAM J. Numer. Anal. 14, Table 1 (2 stages) and Hairer & Wanner, Solving ODEs II,
@@ -173,15 +190,15 @@ SDIRK3 = ButcherTableau([[_G3, 0.0, 0.0], [_T3 - _G3, _G3, 0.0], [_B1, _B2, _G3]
 BACKWARD_EULER = ButcherTableau([[1.0]], [1.0], [1.0], order=1, name="backward_euler")
 
 _NAMED = {t.name: t for t in (FORWARD_EULER, HEUN, SSPRK3, RK4, HEUN_EULER, BOGACKI_SHAMPINE,
-                              SDIRK2, SDIRK3, BACKWARD_EULER)}
+                              DORMAND_PRINCE, SDIRK2, SDIRK3, BACKWARD_EULER)}
 
 
 def tableau(name: Any) -> ButcherTableau:
     """The built-in tableau called ``name`` (or ``name`` itself if it is a tableau).
 
     Names: ``forward_euler``, ``heun``, ``ssprk3``, ``rk4``, ``heun_euler``,
-    ``bogacki_shampine`` (explicit); ``sdirk2``, ``sdirk3``, ``backward_euler`` (singly
-    diagonally implicit).
+    ``bogacki_shampine``, ``dopri5`` (explicit); ``sdirk2``, ``sdirk3``,
+    ``backward_euler`` (singly diagonally implicit).
 
     Examples
     --------

@@ -24,6 +24,9 @@ METHOD_ALIASES = {"be": "backward_euler", "fe": "forward_euler", "cn": "crank_ni
 IMPLICIT_MIDPOINT = ig.ButcherTableau([[0.5]], [1.0], [0.5], order=2, name="implicit_midpoint")
 
 EXPLICIT = ("forward_euler", "heun", "ssprk3", "rk4")
+#: Embedded pairs with step-size control inside every step (integrators.AdaptiveRK):
+#: SciPy's names for Dormand-Prince 5(4) and Bogacki-Shampine 3(2).
+ADAPTIVE = ("rk45", "rk23")
 IMPLICIT = ("backward_euler", "crank_nicolson", "implicit_midpoint", "sdirk2", "sdirk3")
 
 
@@ -109,10 +112,14 @@ class Problem:
 
 class OdeProblem(Problem):
     """``u' = f(t, u)`` with a vectorized ``f`` and its Jacobian: explicit Runge-Kutta
-    methods or Newton-SDIRK."""
+    methods, adaptive embedded pairs (``"rk45"``, ``"rk23"``: ``AdaptiveRK`` with the
+    problem's ``rtol`` and ``atol`` unless ``app`` is given others) or Newton-SDIRK."""
 
-    methods: Tuple[str, ...] = EXPLICIT + ("backward_euler", "sdirk2", "sdirk3")
+    methods: Tuple[str, ...] = EXPLICIT + ADAPTIVE + ("backward_euler", "sdirk2", "sdirk3")
     stiff = False
+    #: The tolerances of the adaptive methods (SciPy's solve_ivp defaults).
+    rtol: float = 1e-3
+    atol: Any = 1e-6
 
     def rhs(self, t: Any, u: np.ndarray) -> np.ndarray:
         """``f(t, u)`` for a state of shape ``(n,)`` or stacked states ``(m, n)``."""
@@ -125,6 +132,10 @@ class OdeProblem(Problem):
     def _app(self, name: str, options: Dict[str, Any]) -> Any:
         if name in EXPLICIT:
             return ig.ExplicitRK(self.rhs, self.u0, name, vectorized=True, **options)
+        if name in ADAPTIVE:
+            options.setdefault("rtol", self.rtol)
+            options.setdefault("atol", self.atol)
+            return ig.AdaptiveRK(self.rhs, self.u0, name, vectorized=True, **options)
         options.setdefault("jacobian", self.jacobian)
         return ig.NonlinearSDIRK(self.rhs, self.u0, name, vectorized=True, **options)
 

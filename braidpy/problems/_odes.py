@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from ..integrators._adaptive import check_tolerances
 from ._base import LinearProblem, OdeProblem, scipy
 
 __all__ = ["Dahlquist", "Brusselator", "ArenstorfOrbit", "Lorenz"]
@@ -118,12 +119,39 @@ class ArenstorfOrbit(OdeProblem):
     system for ``u = (x, y, x', y')``. PyMGRIT's parameters: ``a = 0.012277471``,
     ``b = 1 - a``, ``u(0) = (0.994, 0, 0, -2.00158510637908)``; the orbit is periodic with
     period ``T = 17.0652165601579625588917206249`` (Hairer, Norsett and Wanner, *Solving
-    ODEs I*, Sec. II.0), the default ``tstop``. PyMGRIT steps it with ``solve_ivp``'s
-    adaptive RK45 inside every step; here a fixed method (RK4 by default) on a fixed grid,
-    so the two discretisations differ. The orbit passes close to the moon, where a fixed
-    step must be small: RK4's error at ``T`` was 1.8 with 10000 steps, 0.46 with 20000
-    and 0.023 with 40000 (the default). ``reference`` is ``solve_ivp`` (DOP853,
-    rtol = atol = 1e-12), which closes the orbit to 1e-9.
+    ODEs I*, Sec. II.0), the default ``tstop``.
+
+    Two ways to step it:
+
+    - ``method="rk4"`` (the default; also ``"forward_euler"``, ``"heun"``, ``"ssprk3"``
+      and the Newton methods): one step of a fixed method per time step. The orbit
+      passes close to the moon, where a fixed step must be small: RK4's error at ``T`` was
+      1.8 with 10000 steps, 0.46 with 20000 and 0.023 with 40000 (the default ``ntime``).
+    - ``method="rk45"`` (or ``"rk23"``): PyMGRIT's stepper. Every time step ``[t0, t1]``
+      is integrated by Dormand-Prince 5(4) with step-size control
+      (``braidpy.integrators.AdaptiveRK``: the error norm, controller and first step of
+      Hairer, Norsett and Wanner, Sec. II.4, as SciPy's ``solve_ivp(method="RK45")``,
+      which PyMGRIT calls over each step) to ``rtol`` and ``atol``, by default
+      ``solve_ivp``'s (and so PyMGRIT's) ``1e-3`` and ``1e-6``. The accuracy is then set
+      by the tolerances rather than by ``ntime``; with ``rtol = 1e-10``, ``atol = 1e-12``
+      and 64 steps the orbit closes to 6e-7.
+
+    ``reference`` is ``solve_ivp`` (DOP853, rtol = atol = 1e-12), which closes the orbit
+    to 1e-9.
+
+    Parameters
+    ----------
+    a : float, optional
+        The moon's mass (0.012277471); the earth's is ``1 - a``.
+    u0 : array_like, optional
+        ``(x, y, x', y')`` at ``tstart``.
+    method : str, optional
+        ``"rk4"`` (default), ``"rk45"``, ``"rk23"``, ``"forward_euler"``, ``"heun"``,
+        ``"ssprk3"``, ``"backward_euler"``, ``"sdirk2"``, ``"sdirk3"``.
+    rtol, atol : float, optional
+        The tolerances of ``"rk45"`` and ``"rk23"`` (1e-3 and 1e-6).
+    tstart, tstop, ntime : optional
+        The default time grid (0, ``T``, 40000).
 
     Examples
     --------
@@ -132,13 +160,18 @@ class ArenstorfOrbit(OdeProblem):
     >>> r = p.solve(max_levels=3, cfactor=4, abs_tol=1e-10)
     >>> bool(abs(r.final - p.reference([1.0])[0]).max() < 1e-5)
     True
+    >>> q = ArenstorfOrbit(method="rk45", rtol=1e-8, atol=1e-10, tstop=1.0, ntime=64)
+    >>> r = q.solve(max_levels=3, cfactor=4, abs_tol=1e-10)
+    >>> bool(abs(r.final - q.reference([1.0])[0]).max() < 1e-6)
+    True
     """
 
     PERIOD = 17.0652165601579625588917206249
 
     def __init__(self, a: float = 0.012277471, u0: Any = (0.994, 0.0, 0.0, -2.00158510637908),
-                 *, method: str = "rk4", tstart: float = 0.0, tstop: float = PERIOD,
-                 ntime: int = 40000):
+                 *, method: str = "rk4", rtol: float = 1e-3, atol: float = 1e-6,
+                 tstart: float = 0.0, tstop: float = PERIOD, ntime: int = 40000):
+        self.rtol, self.atol = check_tolerances(rtol, atol)
         self.a = float(a)
         self.b = 1.0 - self.a
         self.u0 = np.array(u0, dtype=np.float64).reshape(4)
@@ -148,10 +181,14 @@ class ArenstorfOrbit(OdeProblem):
     def rhs(self, t: Any, u: np.ndarray) -> np.ndarray:
         a, b = self.a, self.b
         x, y, vx, vy = u[..., 0], u[..., 1], u[..., 2], u[..., 3]
-        d1 = ((x + a) ** 2 + y ** 2) ** 1.5
-        d2 = ((x - b) ** 2 + y ** 2) ** 1.5
-        return np.stack([vx, vy, x + 2.0 * vy - b * (x + a) / d1 - a * (x - b) / d2,
-                         y - 2.0 * vx - b * y / d1 - a * y / d2], axis=-1)
+        xa, xb, yy = x + a, x - b, y ** 2
+        d1 = (xa ** 2 + yy) ** 1.5
+        d2 = (xb ** 2 + yy) ** 1.5
+        f = np.empty(np.shape(u), dtype=np.result_type(u, 1.0))
+        f[..., 0], f[..., 1] = vx, vy
+        f[..., 2] = x + 2.0 * vy - b * xa / d1 - a * xb / d2
+        f[..., 3] = y - 2.0 * vx - b * y / d1 - a * y / d2
+        return f
 
     def jacobian(self, t: float, u: np.ndarray) -> np.ndarray:
         a, b = self.a, self.b
