@@ -122,8 +122,22 @@ def test_ranks_that_disagree_on_the_mode_agree_per_communicator(tmp_path):
     cmd = [MPIEXEC, "-n", "1", "-env", "BRAIDPY_WAIT", "sleep", sys.executable, str(script),
            "3", str(out), "quick", ":", "-n", "2", "-env", "BRAIDPY_WAIT", "mpi",
            sys.executable, str(script), "3", str(out), "quick"]
-    proc = run_mpi(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=env)
+    proc = run_mpi(cmd, capture_output=True, text=True, timeout=120, env=env)  # a hang: red
     assert proc.returncode == 0, f"{cmd} failed:\n{proc.stdout}\n{proc.stderr}"
     res = json.loads(out.read_text())
     assert res["modes"] == ["sleep", "mpi", "mpi"]
     assert res["collectives_sleep"] == [True, True, True]
+
+
+@pytest.mark.parametrize("mode", ["sleep", "mpi"])
+def test_the_training_command_says_when_waits_sleep(mode):
+    env = dict(os.environ, PYTHONWARNINGS="error", OMP_NUM_THREADS="1", BRAIDPY_WAIT=mode)
+    cmd = [MPIEXEC, "-n", "2", sys.executable, "-m", "braidpy", "train", "peaks",
+           "--iterations", "1", "--samples", "40", "--validation-samples", "10"]
+    proc = run_mpi(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=env)
+    assert proc.returncode == 0, f"{cmd} failed:\n{proc.stdout}\n{proc.stderr}"
+    header = next(line for line in (proc.stdout + proc.stderr).splitlines()
+                  if line.startswith("braidpy train:"))
+    assert "2 rank(s)" in header, header
+    assert ("; waiting ranks sleep (BRAIDPY_WAIT; 2 ranks on this node's" in header) == \
+        (mode == "sleep"), header

@@ -19,7 +19,7 @@ from .._extras import install_hint, require
 
 __all__ = ["world", "rank_size", "mpi", "free_quietly", "launched_ranks", "local_ranks",
            "yield_when_oversubscribed", "WAIT_VARIABLE", "wait_mode", "sleeping_waits",
-           "Backoff", "sleeping_backoff", "sleep_until", "complete", "complete_all", "sleeps_in_collectives"]
+           "usable_cores", "Backoff", "sleeping_backoff", "sleep_until", "complete", "complete_all", "sleeps_in_collectives"]
 
 # Set by MPI launchers in every process they start: MPICH/Hydra (the mpich wheel's
 # mpiexec), Intel MPI and MVAPICH (PMI_SIZE), Open MPI, MVAPICH2.
@@ -39,7 +39,7 @@ MPICH_YIELD_SETTINGS: Dict[str, str] = {
 }
 
 
-def local_ranks(environ: Optional[MutableMapping[str, str]] = None) -> int:
+def local_ranks(environ: Optional[Mapping[str, str]] = None) -> int:
     """How many processes an MPI launcher started on this node (1: none or unknown);
     known before MPI is initialised.
 
@@ -62,7 +62,8 @@ def local_ranks(environ: Optional[MutableMapping[str, str]] = None) -> int:
     return 1
 
 
-def _usable_cores() -> int:
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask; all of them off Linux)."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
@@ -91,7 +92,7 @@ def yield_when_oversubscribed(environ: Optional[MutableMapping[str, str]] = None
     env = os.environ if environ is None else environ
     if environ is None and "mpi4py.MPI" in sys.modules:
         return False
-    if local_ranks(env) <= (_usable_cores() if cores is None else cores):
+    if local_ranks(env) <= (usable_cores() if cores is None else cores):
         return False
     added = False
     for name, value in MPICH_YIELD_SETTINGS.items():
@@ -136,7 +137,7 @@ def wait_mode(environ: Optional[Mapping[str, str]] = None, cores: Optional[int] 
         raise ValueError(f"{WAIT_VARIABLE} must be one of {', '.join(_WAIT_MODES)}, "
                          f"got {text!r}")
     if choice == "auto":
-        choice = "sleep" if local_ranks(env) > (_usable_cores() if cores is None
+        choice = "sleep" if local_ranks(env) > (usable_cores() if cores is None
                                                 else cores) else "mpi"
     if environ is None:
         _cached_mode = choice
