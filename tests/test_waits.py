@@ -141,3 +141,29 @@ def test_the_training_command_says_when_waits_sleep(mode):
     assert "2 rank(s)" in header, header
     assert ("; waiting ranks sleep (BRAIDPY_WAIT; 2 ranks on this node's" in header) == \
         (mode == "sleep"), header
+
+
+class _Pending:
+    """A request that never completes by itself (``done`` completes it)."""
+
+    def __init__(self):
+        self.done = False
+
+    def Test(self):
+        return self.done
+
+
+def test_a_wait_that_raises_keeps_its_request_until_it_completes(monkeypatch):
+    def interrupted(seconds):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(comm_module, "_in_flight", [])
+    monkeypatch.setattr(comm_module.time, "sleep", interrupted)
+    first, second = _Pending(), _Pending()
+    with pytest.raises(KeyboardInterrupt):
+        comm_module.complete(first, sleep=True)
+    assert comm_module._in_flight == [first]  # MPI may still write into its buffers
+    first.done = True
+    with pytest.raises(KeyboardInterrupt):
+        comm_module.complete(second, sleep=True)
+    assert comm_module._in_flight == [second]  # the completed one was let go

@@ -212,8 +212,12 @@ def complete(request: Any, sleep: Optional[bool] = None) -> None:
     :func:`sleeping_waits`), ``request.Test()`` until done (:func:`sleep_until`)."""
     if not (sleeping_waits() if sleep is None else sleep):
         request.Wait()
-    else:
+        return
+    try:
         sleep_until(request.Test)
+    except BaseException:  # a Ctrl-C, say: MPI may still write into the buffers
+        _keep_in_flight([request])
+        raise
 
 
 def complete_all(requests: Sequence[Any], sleep: Optional[bool] = None) -> None:
@@ -224,8 +228,22 @@ def complete_all(requests: Sequence[Any], sleep: Optional[bool] = None) -> None:
     reqs: List[Any] = list(requests)
     if not (sleeping_waits() if sleep is None else sleep):
         MPI.Request.Waitall(reqs)
-    else:
+        return
+    try:
         sleep_until(lambda: MPI.Request.Testall(reqs))
+    except BaseException:
+        _keep_in_flight(reqs)
+        raise
+
+
+# Requests a sleeping wait left when it raised, with the buffers they hold: kept until
+# they complete (a blocking call never returns before then, so it cannot leave any).
+_in_flight: List[Any] = []
+
+
+def _keep_in_flight(requests: Sequence[Any]) -> None:
+    _in_flight[:] = [r for r in _in_flight if not r.Test()]
+    _in_flight.extend(requests)
 
 
 _keyval: Optional[int] = None
