@@ -55,7 +55,7 @@ from .nn import OPENINGS, ResNet, activation_names
 from .nn.network import EVALUATION_STATE_BYTES
 from ._device import placement
 from .parallel import ProcessGrid, world
-from .parallel.comm import launched_ranks
+from .parallel.comm import launched_ranks, local_ranks, sleeping_waits, usable_cores
 from .parallel.interrupts import deferred_interrupts
 from .parallel.collectives import bcast_bytes
 from .perf import commands as _perf_commands
@@ -1061,7 +1061,10 @@ class _Outputs:
                 f"({h['network']['kernels']} kernels on {h['network']['device']}); mode "
                 f"{h['mode']}, {h['ranks']} rank(s)"
                 + (" (grid data {} x space {} x layers {})".format(*h["grid"])
-                   if h["grid"] else ""))
+                   if h["grid"] else "")
+                + (f"; waiting ranks sleep (BRAIDPY_WAIT; {local_ranks()} ranks on this "
+                   f"node's {usable_cores()} cores)"
+                   if h["ranks"] > 1 and sleeping_waits() else ""))
             if args.resume:
                 self.progress.message(f"resumed from {args.checkpoint} at step "
                                       f"{self.trainer.iteration}")

@@ -116,7 +116,12 @@ def test_solvers_release_their_communicators(tmp_path):
 
 @pytest.mark.parametrize("nranks", [2, 4])
 def test_error_contract_under_mpi(nranks, tmp_path):
-    res = run_driver(nranks, "errors", tmp_path)
+    check_error_outcomes(run_driver(nranks, "errors", tmp_path), nranks)
+
+
+def check_error_outcomes(res, nranks):
+    """The outcomes of mpi_error_cases.ERROR_CASES on every rank (``res``: case -> the
+    ranks' (exception name, message)) are the error contract's."""
     fail_rank = 2 if nranks == 4 else 1
     for name, outcomes in res.items():
         kinds = [kind for kind, _ in outcomes]

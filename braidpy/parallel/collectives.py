@@ -16,7 +16,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 import numpy as np
 
 from ..backends import wire
-from .comm import mpi, rank_size
+from .comm import complete, mpi, rank_size, sleep_until, sleeping_waits, sleeps_in_collectives
 
 __all__ = ["allgather_texts", "allgather_ints", "allgatherv", "allreduce_sum", "allreduce_int",
            "bcast_bytes", "send_array", "recv_array", "gather_arrays", "ordered_sum"]
@@ -39,7 +39,10 @@ def allgather_ints(comm: Any, values: Sequence[int]) -> np.ndarray:
     if size == 1:
         return mine
     out = np.empty((size, mine.shape[1]), dtype=np.int64)
-    comm.Allgather(mine, out)
+    if sleeps_in_collectives(comm):
+        complete(comm.Iallgather(mine, out), sleep=True)
+    else:
+        comm.Allgather(mine, out)
     return out
 
 
@@ -60,7 +63,10 @@ def allgatherv(comm: Any, values: Any, dtype: Any = np.float64) -> np.ndarray:
     counts = [int(n) for n in allgather_ints(comm, [mine.size])[:, 0]]
     displs = [sum(counts[:r]) for r in range(size)]
     out = np.empty(sum(counts), dtype=dtype)
-    comm.Allgatherv(mine, [out, (counts, displs)])
+    if sleeps_in_collectives(comm):
+        complete(comm.Iallgatherv(mine, [out, (counts, displs)]), sleep=True)
+    else:
+        comm.Allgatherv(mine, [out, (counts, displs)])
     return out
 
 
@@ -71,7 +77,7 @@ def allreduce_sum(comm: Any, local: np.ndarray) -> np.ndarray:
     MPI = _mpi()
     send = np.ascontiguousarray(local, dtype=np.float64)
     out = np.empty_like(send)
-    comm.Allreduce(send, out, op=MPI.SUM)
+    _allreduce(comm, send, out, MPI.SUM)
     return out
 
 
@@ -84,8 +90,15 @@ def allreduce_int(comm: Any, value: int, op: str = "sum") -> int:
     MPI = _mpi()
     send = np.array([value], dtype=np.int64)
     recv = np.empty_like(send)
-    comm.Allreduce(send, recv, op=MPI.SUM if op == "sum" else MPI.MAX)
+    _allreduce(comm, send, recv, MPI.SUM if op == "sum" else MPI.MAX)
     return int(recv[0])
+
+
+def _allreduce(comm: Any, send: np.ndarray, out: np.ndarray, op: Any) -> None:
+    if sleeps_in_collectives(comm):
+        complete(comm.Iallreduce(send, out, op=op), sleep=True)
+    else:
+        comm.Allreduce(send, out, op=op)
 
 
 def allgather_texts(comm: Any, text: Optional[str]) -> List[Optional[str]]:
@@ -105,8 +118,11 @@ def allgather_texts(comm: Any, text: Optional[str]) -> List[Optional[str]]:
     counts = [max(int(n), 0) for n in lengths]
     displs = [sum(counts[:r]) for r in range(size)]
     buf = np.empty(sum(counts), dtype=np.uint8)
-    comm.Allgatherv([np.frombuffer(data, dtype=np.uint8), MPI.BYTE],
-                    [buf, counts, displs, MPI.BYTE])
+    send, recv = [np.frombuffer(data, dtype=np.uint8), MPI.BYTE], [buf, counts, displs, MPI.BYTE]
+    if sleeps_in_collectives(comm):
+        complete(comm.Iallgatherv(send, recv), sleep=True)
+    else:
+        comm.Allgatherv(send, recv)
     raw = buf.tobytes()
     return [None if lengths[r] < 0 else raw[displs[r]:displs[r] + counts[r]].decode(
         "utf-8", "replace") for r in range(size)]
@@ -119,19 +135,31 @@ def bcast_bytes(comm: Any, data: Optional[bytes], root: int) -> bytes:
         return b"" if data is None else bytes(data)
     MPI = _mpi()
     n = np.array([len(data) if rank == root and data is not None else 0], dtype=np.int64)
-    comm.Bcast(n, root=root)
+    sleep = sleeps_in_collectives(comm)
+    _bcast(comm, n, root, sleep)
     buf = np.empty(int(n[0]), dtype=np.uint8)
     if rank == root and data is not None:
         buf[:] = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
-    comm.Bcast([buf, MPI.BYTE], root=root)
+    _bcast(comm, [buf, MPI.BYTE], root, sleep)
     return buf.tobytes()
+
+
+def _bcast(comm: Any, buf: Any, root: int, sleep: bool) -> None:
+    if sleep:
+        complete(comm.Ibcast(buf, root=root), sleep=True)
+    else:
+        comm.Bcast(buf, root=root)
 
 
 def send_array(comm: Any, a: Optional[np.ndarray], dest: int, tag: int) -> None:
     """Send a host array (or None) to ``dest`` in braidpy's wire format
     (:mod:`braidpy.backends.wire`); pairs with :func:`recv_array`."""
     data = b"" if a is None else wire.encode(np.asarray(a))
-    comm.Send([np.frombuffer(data, dtype=np.uint8), _mpi().BYTE], dest=dest, tag=tag)
+    message = [np.frombuffer(data, dtype=np.uint8), _mpi().BYTE]
+    if sleeping_waits():  # a large message waits for its receiver: sleep meanwhile
+        complete(comm.Isend(message, dest=dest, tag=tag), sleep=True)
+    else:
+        comm.Send(message, dest=dest, tag=tag)
 
 
 def recv_array(comm: Any, source: int, tag: int) -> Optional[np.ndarray]:
@@ -139,7 +167,10 @@ def recv_array(comm: Any, source: int, tag: int) -> Optional[np.ndarray]:
     is not a valid wire message raises ValueError naming what is wrong."""
     MPI = _mpi()
     status = MPI.Status()
-    comm.Probe(source=source, tag=tag, status=status)
+    if sleeping_waits():
+        sleep_until(lambda: comm.Iprobe(source=source, tag=tag, status=status))
+    else:
+        comm.Probe(source=source, tag=tag, status=status)
     buf = np.empty(status.Get_count(MPI.BYTE), dtype=np.uint8)
     comm.Recv([buf, MPI.BYTE], source=source, tag=tag)
     return None if buf.size == 0 else wire.to_numpy(wire.decode(buf))

@@ -10,13 +10,16 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import time
 from types import ModuleType
-from typing import Any, Dict, MutableMapping, Optional, Tuple
+from typing import (Any, Callable, Dict, List, Mapping, MutableMapping, Optional,
+                    Sequence, Tuple)
 
 from .._extras import install_hint, require
 
 __all__ = ["world", "rank_size", "mpi", "free_quietly", "launched_ranks", "local_ranks",
-           "yield_when_oversubscribed"]
+           "yield_when_oversubscribed", "WAIT_VARIABLE", "wait_mode", "sleeping_waits",
+           "usable_cores", "Backoff", "sleeping_backoff", "sleep_until", "complete", "complete_all", "sleeps_in_collectives"]
 
 # Set by MPI launchers in every process they start: MPICH/Hydra (the mpich wheel's
 # mpiexec), Intel MPI and MVAPICH (PMI_SIZE), Open MPI, MVAPICH2.
@@ -36,7 +39,7 @@ MPICH_YIELD_SETTINGS: Dict[str, str] = {
 }
 
 
-def local_ranks(environ: Optional[MutableMapping[str, str]] = None) -> int:
+def local_ranks(environ: Optional[Mapping[str, str]] = None) -> int:
     """How many processes an MPI launcher started on this node (1: none or unknown);
     known before MPI is initialised.
 
@@ -59,7 +62,8 @@ def local_ranks(environ: Optional[MutableMapping[str, str]] = None) -> int:
     return 1
 
 
-def _usable_cores() -> int:
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask; all of them off Linux)."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
@@ -88,7 +92,7 @@ def yield_when_oversubscribed(environ: Optional[MutableMapping[str, str]] = None
     env = os.environ if environ is None else environ
     if environ is None and "mpi4py.MPI" in sys.modules:
         return False
-    if local_ranks(env) <= (_usable_cores() if cores is None else cores):
+    if local_ranks(env) <= (usable_cores() if cores is None else cores):
         return False
     added = False
     for name, value in MPICH_YIELD_SETTINGS.items():
@@ -96,6 +100,179 @@ def yield_when_oversubscribed(environ: Optional[MutableMapping[str, str]] = None
             env[name] = value
             added = True
     return added
+
+
+# ------------------------------------------------------------------ braidpy's own waits
+WAIT_VARIABLE = "BRAIDPY_WAIT"
+_WAIT_MODES = ("auto", "sleep", "mpi")
+_cached_mode: Optional[str] = None
+
+
+def wait_mode(environ: Optional[Mapping[str, str]] = None, cores: Optional[int] = None) -> str:
+    """How braidpy waits for other ranks: ``"mpi"`` (MPI's blocking calls) or
+    ``"sleep"`` (test, then sleep with :class:`Backoff`, so that a waiting rank gives
+    its core to the rank it waits for).
+
+    ``BRAIDPY_WAIT=sleep`` or ``mpi`` decides; unset, empty or ``auto``: ``"sleep"``
+    when a launcher started more processes on this node (:func:`local_ranks`) than
+    this process may use cores, else ``"mpi"``. Decided once per process (the first
+    call without ``environ``).
+
+    >>> wait_mode({"MPI_LOCALNRANKS": "4"}, cores=2), wait_mode({"MPI_LOCALNRANKS": "2"}, cores=2)
+    ('sleep', 'mpi')
+    >>> wait_mode({"MPI_LOCALNRANKS": "4", "BRAIDPY_WAIT": "mpi"}, cores=2)
+    'mpi'
+    >>> wait_mode({"BRAIDPY_WAIT": "spin"})
+    Traceback (most recent call last):
+    ...
+    ValueError: BRAIDPY_WAIT must be one of auto, sleep, mpi, got 'spin'
+    """
+    global _cached_mode
+    if environ is None and _cached_mode is not None:
+        return _cached_mode
+    env = os.environ if environ is None else environ
+    text = env.get(WAIT_VARIABLE, "")
+    choice = text.strip().lower() or "auto"
+    if choice not in _WAIT_MODES:
+        raise ValueError(f"{WAIT_VARIABLE} must be one of {', '.join(_WAIT_MODES)}, "
+                         f"got {text!r}")
+    if choice == "auto":
+        choice = "sleep" if local_ranks(env) > (usable_cores() if cores is None
+                                                else cores) else "mpi"
+    if environ is None:
+        _cached_mode = choice
+    return choice
+
+
+def sleeping_waits() -> bool:
+    """Whether this process's braidpy waits sleep (:func:`wait_mode` is ``"sleep"``)."""
+    return wait_mode() == "sleep"
+
+
+class Backoff:
+    """The pauses of a waiting loop: yield the core for the first ``yield_for`` seconds
+    (a peer a moment behind), then sleep 50 us, doubling up to ``cap`` seconds between
+    looks. Call it once per look that found nothing; it returns the seconds waited so far.
+
+    Linux ends a sleep up to 50 us late (its default timer slack): on the project's
+    2-core VM ``time.sleep(0)`` took 68 us and ``time.sleep(50e-6)`` 117 us (medians),
+    so shorter pauses gain little; the cap bounds the latency a sleeping waiter adds.
+    """
+
+    __slots__ = ("start", "pause", "yield_for", "cap")
+
+    def __init__(self, yield_for: float = 0.002, cap: float = 0.001):
+        self.start = time.monotonic()
+        self.pause = 0.0
+        self.yield_for = yield_for
+        self.cap = cap
+
+    def __call__(self) -> float:
+        waited = time.monotonic() - self.start
+        if waited < self.yield_for:
+            time.sleep(0.0)
+        else:
+            time.sleep(self.pause)
+            self.pause = min(self.cap, self.pause * 2 + 50e-6)
+        return waited
+
+
+def sleeping_backoff() -> Backoff:
+    """The pauses of braidpy's waits when ranks outnumber cores: no yielding phase (a
+    yielding rank stays runnable and is scheduled again, taking the core from the rank
+    it waits for), sleeps from the first look, at most :data:`SLEEP_CAP` seconds."""
+    return Backoff(yield_for=0.0, cap=SLEEP_CAP)
+
+
+#: The longest pause between two looks of a sleeping wait, in seconds. The Peaks demo at
+#: 4 ranks on 2 cores (2026-12-08, a loaded VM) ran its steps about as fast with 50 or
+#: 100 us and 1.2-1.4x slower with 500 us; an allreduce took 2.5x longer with 500 us.
+SLEEP_CAP = 1e-4
+
+
+def sleep_until(look: Callable[[], Any]) -> Any:
+    """``look()`` until it returns something other than None or False, with
+    :func:`sleeping_backoff` pauses between looks; returns that.
+
+    >>> looks = iter([None, False, "done"])
+    >>> sleep_until(lambda: next(looks))
+    'done'
+    """
+    got = look()
+    if got is None or got is False:
+        pause = sleeping_backoff()
+        while got is None or got is False:
+            pause()
+            got = look()
+    return got
+
+
+def complete(request: Any, sleep: Optional[bool] = None) -> None:
+    """``request.Wait()``, or, when waits sleep (``sleep``; default
+    :func:`sleeping_waits`), ``request.Test()`` until done (:func:`sleep_until`)."""
+    if not (sleeping_waits() if sleep is None else sleep):
+        request.Wait()
+        return
+    try:
+        sleep_until(request.Test)
+    except BaseException:  # a Ctrl-C, say: MPI may still write into the buffers
+        _keep_in_flight([request])
+        raise
+
+
+def complete_all(requests: Sequence[Any], sleep: Optional[bool] = None) -> None:
+    """``Request.Waitall(requests)``, or tests until all are done as :func:`complete`."""
+    if not requests:
+        return
+    MPI = mpi()
+    reqs: List[Any] = list(requests)
+    if not (sleeping_waits() if sleep is None else sleep):
+        MPI.Request.Waitall(reqs)
+        return
+    try:
+        sleep_until(lambda: MPI.Request.Testall(reqs))
+    except BaseException:
+        _keep_in_flight(reqs)
+        raise
+
+
+# Requests a sleeping wait left when it raised, with the buffers they hold: kept until
+# they complete (a blocking call never returns before then, so it cannot leave any).
+_in_flight: List[Any] = []
+
+
+def _keep_in_flight(requests: Sequence[Any]) -> None:
+    _in_flight[:] = [r for r in _in_flight if not r.Test()]
+    _in_flight.extend(requests)
+
+
+_keyval: Optional[int] = None
+
+
+def sleeps_in_collectives(comm: Any) -> bool:
+    """Whether braidpy's collectives over ``comm`` wait by sleeping (non-blocking
+    collective, then :func:`complete`) instead of MPI's blocking collective.
+
+    A blocking collective never matches a non-blocking one, and oversubscription is
+    decided per node, so the ranks of ``comm`` agree once (an ``Allreduce`` of
+    :func:`sleeping_waits`, at braidpy's first collective over it: every rank makes
+    that call) and the answer is kept on the communicator (an MPI attribute, which a
+    ``Dup`` does not copy).
+    """
+    global _keyval
+    MPI = mpi()
+    if _keyval is None:
+        _keyval = MPI.Comm.Create_keyval()
+    agreed = comm.Get_attr(_keyval)
+    if agreed is None:
+        import numpy as np  # noqa: PLC0415 - numpy is needed only with MPI
+
+        mine = np.array([1 if sleeping_waits() else 0], dtype=np.int64)
+        anyone = np.empty_like(mine)
+        comm.Allreduce(mine, anyone, op=MPI.MAX)
+        agreed = bool(anyone[0])
+        comm.Set_attr(_keyval, agreed)
+    return bool(agreed)
 
 
 def mpi() -> ModuleType:

@@ -26,7 +26,7 @@ from typing import Any, List
 
 import numpy as np
 
-from .comm import mpi, rank_size
+from .comm import complete_all, mpi, rank_size
 
 __all__ = ["GradientAverager", "shard_of", "share_of"]
 
@@ -136,7 +136,7 @@ class GradientAverager:
         """After a failure agreed by every rank: wait for the buckets already started
         (every rank started them, so they complete) and start no more."""
         if self._requests:
-            mpi().Request.Waitall(self._requests)
+            complete_all(self._requests)
         self._requests = []
         self._started = [True] * len(self._started)
 
@@ -146,6 +146,6 @@ class GradientAverager:
             raise ValueError(f"{sum(self._missing)} gradient entries were never added")
         if self.nranks == 1:
             return self.buffer.copy()
-        mpi().Request.Waitall(self._requests)
+        complete_all(self._requests)
         self._requests = []
         return self.result / self.nranks

@@ -41,7 +41,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .._errors import BraidError
-from .comm import mpi, rank_size
+from .comm import Backoff, complete, mpi, rank_size, sleeping_backoff, sleeping_waits
 
 __all__ = ["DEFAULT_TIMEOUT", "TIMEOUT_VARIABLE", "NOTICE_TAG", "timeout_seconds",
            "entry", "note_call", "wait", "world_ranks", "announce_failure", "departed",
@@ -299,7 +299,7 @@ def wait(request: Any, members: Optional[Tuple[int, ...]], what: str,
     messages; ``limit``: the deadline in seconds (default :func:`timeout_seconds`;
     ``math.inf``: none, only the notices end the wait)."""
     if members is None:  # a communicator MPI cannot place in COMM_WORLD: no notices
-        request.Wait()
+        complete(request)
         return
     if not _peers.issuperset(members):  # this process now tells them when it leaves
         _register_hook()
@@ -312,7 +312,10 @@ def wait(request: Any, members: Optional[Tuple[int, ...]], what: str,
     me = world.Get_rank()
     start = time.monotonic()
     told: Optional[bool] = False  # None: told the leaving peer; True: told the waiters
-    pause = 0.0
+    # Yield the core for the first milliseconds (peers a moment behind: MPI's own wait
+    # would poll), then sleep longer, up to 1 ms between looks; with more ranks than
+    # cores, short sleeps at once (the peer needs this core).
+    pause = sleeping_backoff() if sleeping_waits() else Backoff()
     try:
         while True:
             _drain()
@@ -342,11 +345,7 @@ def wait(request: Any, members: Optional[Tuple[int, ...]], what: str,
                                          "why": f"rank {me} gave up: {text}"}):
                     r.Free()
                 raise BraidError(text)
-            # Yield the core for the first milliseconds (peers a moment behind: MPI's
-            # own wait would poll), then sleep longer, up to 1 ms between looks.
-            time.sleep(0.0 if waited < 0.002 else pause)
-            if waited >= 0.002:
-                pause = min(0.001, pause * 2 + 50e-6)
+            pause()
     finally:
         if told:
             for r in _send(members, {"kind": "done"}):

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .comm import mpi
+from .comm import (complete, complete_all, mpi, sleep_until, sleeping_waits,
+                   sleeps_in_collectives)
 from .paths import note_call, wait
 
 __all__ = ["TimeComm"]
@@ -54,7 +55,10 @@ class TimeComm:
         status = MPI.Status()
         # A matched probe: the message is ours alone from here, so an exception before
         # the receive below can lose it but never leave it to a later receive.
-        message = self.comm.Mprobe(src, MPI.ANY_TAG, status)
+        if sleeping_waits():  # more ranks than cores: sleep, leave the core to the sender
+            message = sleep_until(lambda: self.comm.Improbe(src, MPI.ANY_TAG, status))
+        else:
+            message = self.comm.Mprobe(src, MPI.ANY_TAG, status)
         got, nbytes = status.Get_tag(), status.Get_count(MPI.BYTE)
         buf = bytearray(nbytes)
         message.Recv([buf, MPI.BYTE])
@@ -75,13 +79,17 @@ class TimeComm:
 
     def finish(self) -> None:
         if self._pending:
-            self.MPI.Request.Waitall([req for req, _ in self._pending])
+            complete_all([req for req, _ in self._pending])
             self._pending.clear()
 
     def allreduce(self, values, is_max: bool):
         send = np.asarray(values, dtype=np.float64)
         recv = np.empty_like(send)
-        self.comm.Allreduce(send, recv, op=self.MPI.MAX if is_max else self.MPI.SUM)
+        op = self.MPI.MAX if is_max else self.MPI.SUM
+        if sleeps_in_collectives(self.comm):
+            complete(self.comm.Iallreduce(send, recv, op=op), sleep=True)
+        else:
+            self.comm.Allreduce(send, recv, op=op)
         return recv.tolist()
 
     def renew(self) -> None:
