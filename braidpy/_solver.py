@@ -24,8 +24,8 @@ from ._errors import BraidError, ConvergenceError, DivergenceError, ErrorLabels
 from ._options import Options
 from ._cycle import cycle_lines
 from ._result import Result, fine_index
-from .parallel.agree import Agreement, agreed
-from .parallel.collectives import allreduce_int, bcast_bytes
+from .parallel.agree import Agreement, agreed, describe
+from .parallel.collectives import allgather_ints, bcast_into
 from .parallel.comm import rank_size
 from .parallel.fingerprint import same_everywhere
 from .parallel.interrupts import (deferred_interrupts, postpone_interrupt, routed_to,
@@ -638,12 +638,41 @@ class Core:
         if self._wire is None:
             self._print_summary()
             return None if mine is None else self.app.clone(mine)
-        root = allreduce_int(self._wire, self.rank if mine is not None else -1, "max")
-        packed = None
-        with self._agreement("packing the final value"):
-            if self.rank == root:
+        # Two collectives carry the final value from the rank that holds it (the owner
+        # of the last time point, after any refinement): one allgather says who holds
+        # it, whether its packing failed and the length of what follows; one broadcast
+        # sends the packed value, or the packing failure's text, which every rank then
+        # raises as an agreement would (the original on the holder, BraidError naming
+        # it elsewhere).
+        packed: Optional[bytes] = None
+        failure: Optional[BaseException] = None
+        if mine is not None:
+            try:
                 packed = packed_bytes(self.app, mine)
-        data = bcast_bytes(self._wire, packed, root)
+            except BaseException as error:  # noqa: BLE001 - a Ctrl-C too, as in agreed()
+                failure = error
+        about = Agreement(self._wire, "packing the final value", self.labels.ranks)
+        text = None if failure is None else describe(failure).encode("utf-8", "replace")
+        rows = allgather_ints(self._wire, [int(mine is not None),
+                                           -1 if text is None else len(text),
+                                           len(packed) if packed is not None else 0])
+        holders = np.flatnonzero(rows[:, 0])
+        if holders.size == 0:  # the same rows on every rank: every rank raises
+            raise RuntimeError("braidpy: no rank holds the final value after the solve")
+        root = int(holders[-1])
+        failed = int(rows[root, 1]) >= 0
+        buf = np.empty(int(rows[root, 1 if failed else 2]), dtype=np.uint8)
+        if self.rank == root:
+            buf[:] = np.frombuffer(memoryview(text if failed else packed).cast("B"),  # type: ignore[arg-type]
+                                   dtype=np.uint8)
+        data = bcast_into(self._wire, buf, root).tobytes()
+        if failed:
+            summaries: List[Optional[str]] = [None] * self.size
+            summaries[root] = data.decode("utf-8", "replace")
+            try:
+                about.conclude(failure if self.rank == root else None, summaries)
+            finally:
+                del failure  # no exception <-> frame cycle (braidpy.parallel.agree)
         # The last agreement of a solve: also where rank 0's summary line may fail.
         with self._agreement("unpacking the final value"):
             value = self.app.clone(mine) if self.rank == root else \

@@ -217,6 +217,17 @@ class Agreement:
         if error is not None and summary is None:
             summary = f"{where} raised {describe(error)}" if where else describe(error)
         summaries = self._exchange(summary)
+        try:
+            self.conclude(error, summaries, where)
+        finally:
+            del error  # no exception <-> frame cycle (module docstring)
+
+    def conclude(self, error: Optional[BaseException], summaries: List[Optional[str]],
+                 where: str = "") -> None:
+        """Raise what :meth:`settle` raises once every rank's summary is known (None:
+        that rank did not fail): ``error`` here if it is not None, :class:`BraidError`
+        if another rank failed. For a collective that carries the summaries itself
+        (a broadcast from the one rank that can fail there) in place of the exchange."""
         if error is not None:
             self._note(error, where or self.what)
             _mark_agreed(error, self._members())

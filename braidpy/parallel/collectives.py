@@ -19,7 +19,7 @@ from ..backends import wire
 from .comm import complete, mpi, rank_size, sleep_until, sleeping_waits, sleeps_in_collectives
 
 __all__ = ["allgather_texts", "allgather_ints", "allgatherv", "allreduce_sum", "allreduce_int",
-           "bcast_bytes", "send_array", "recv_array", "gather_arrays", "ordered_sum"]
+           "bcast_bytes", "bcast_into", "send_array", "recv_array", "gather_arrays", "ordered_sum"]
 
 _ARRAY_DTYPES = (np.dtype(np.float64), np.dtype(np.int64))
 
@@ -142,6 +142,18 @@ def bcast_bytes(comm: Any, data: Optional[bytes], root: int) -> bytes:
         buf[:] = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
     _bcast(comm, [buf, MPI.BYTE], root, sleep)
     return buf.tobytes()
+
+
+def bcast_into(comm: Any, buf: np.ndarray, root: int) -> np.ndarray:
+    """Rank ``root``'s bytes in ``buf`` (a uint8 array, the same length on every rank,
+    known beforehand): one broadcast, where :func:`bcast_bytes` sends the length first.
+
+    >>> bcast_into(None, np.frombuffer(b"ab", dtype=np.uint8).copy(), 0).tobytes()
+    b'ab'
+    """
+    if rank_size(comm)[1] > 1:
+        _bcast(comm, [buf, _mpi().BYTE], root, sleeps_in_collectives(comm))
+    return buf
 
 
 def _bcast(comm: Any, buf: Any, root: int, sleep: bool) -> None:
