@@ -57,7 +57,7 @@ from ._device import placement
 from .parallel import ProcessGrid, world
 from .parallel.comm import launched_ranks, local_ranks, sleeping_waits, usable_cores
 from .parallel.interrupts import deferred_interrupts
-from .parallel.collectives import bcast_bytes
+from .parallel.collectives import allgather_texts
 from .perf import commands as _perf_commands
 from .perf.allocator import keep_freed_memory
 from .perf.auto import (Setting, choose_grid, training_settings, training_spec,
@@ -202,9 +202,9 @@ def _on_root(comm: Any, action: Callable[[], Any], what: str = "") -> None:
             action()
         except Exception as exc:  # noqa: BLE001 - reported to every rank
             message, error = what + _describe(exc), exc
-    if comm is not None:  # every rank learns rank 0's message (empty: it went well)
-        message = bcast_bytes(comm, None if message is None else message.encode(), 0).decode(
-            "utf-8", "replace") or None
+    if comm is not None:  # every rank learns rank 0's message (None: it went well), in
+        # one allgather of its length while it went well (braidpy.parallel.collectives)
+        message = allgather_texts(comm, message)[0]
     if message is not None:
         raise _Failed(message) from error
 

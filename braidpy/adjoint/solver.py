@@ -13,9 +13,9 @@ from .._errors import ErrorLabels
 from .._options import Options
 from .._result import Result
 from .._solver import Core
-from ..parallel.agree import agreed
+from ..parallel.agree import Agreement, agreed
 from ..parallel.interrupts import deferred_interrupts
-from ..parallel.collectives import allgatherv, ordered_sum
+from ..parallel.collectives import allgatherv_counted, ordered_sum
 from ..parallel.comm import rank_size
 from ..parallel.layers import all_ranges, mirrored_ranges, reversed_comm
 from .reversed import ReversedApp
@@ -420,7 +420,8 @@ class GradientSolver:
         core = self.primal_core
         terms: List[Tuple[int, float]] = []  # (index, term); the terminal term is N+1
         w_final = None
-        with agreed(self.comm, "objective evaluation"):
+        failure: Optional[BaseException] = None
+        try:
             if self._primal_solved is not None:  # the app's optional hook
                 self._primal_solved()
             if self.running:
@@ -434,9 +435,17 @@ class GradientSolver:
                                float(self.app.terminal_objective(core.stored(self.ntime)))))
                 if not self.postprocess:
                     w_final = self.reversed_app.terminal_adjoint()
+        except BaseException as error:  # noqa: BLE001 - a Ctrl-C too, as in agreed()
+            failure = error
+        # One exchange agrees on the terms' evaluation and says how many each rank has.
+        try:
+            counts = Agreement(self.comm, "objective evaluation").settle_gathering(
+                failure, [len(terms)])[:, 0]
+        finally:
+            del failure  # no exception <-> frame cycle (braidpy.parallel.agree)
         # Added in index order on every rank: the same bits for any rank count.
         total = 0.0
-        for _, value in sorted(_all_terms(self.comm, terms)):
+        for _, value in sorted(_all_terms(self.comm, terms, counts)):
             total += value
         self._post = (None, None)
         if not self.postprocess:
@@ -516,11 +525,21 @@ def chunk_size(nsteps: int, row_bytes: Optional[int], limit: int) -> int:
     return max(1, min(nsteps, limit // row_bytes))
 
 
-def _all_terms(comm: Any, terms: List[Tuple[int, float]]) -> List[Tuple[int, float]]:
-    """Every rank's (index, value) terms (collective)."""
-    index = allgatherv(comm, [i for i, _ in terms], np.int64)
-    value = allgatherv(comm, [v for _, v in terms], np.float64)
-    return list(zip(index.tolist(), value.tolist()))
+def _all_terms(comm: Any, terms: List[Tuple[int, float]],
+               counts: Sequence[int]) -> List[Tuple[int, float]]:
+    """Every rank's (index, value) terms, ``counts[r]`` of them on rank r (collective):
+    one gather of int64 pairs, the value as the bits of its float64, so it arrives
+    bit for bit.
+
+    >>> _all_terms(None, [(3, 0.1), (5, -2.5)], [2])
+    [(3, 0.1), (5, -2.5)]
+    """
+    pairs = np.empty((len(terms), 2), dtype=np.int64)
+    pairs[:, 0] = [i for i, _ in terms]
+    pairs[:, 1] = np.array([v for _, v in terms], dtype=np.float64).view(np.int64)
+    every = allgatherv_counted(comm, pairs.reshape(-1), [2 * int(n) for n in counts],
+                               np.int64).reshape(-1, 2)
+    return list(zip(every[:, 0].tolist(), every[:, 1].copy().view(np.float64).tolist()))
 
 
 def gradient(app: Any, tstart: float, tstop: float, ntime: int, *, comm: Any = None,

@@ -33,8 +33,10 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Any, Callable, FrozenSet, List, Literal, Optional, Sequence, Type
 
+import numpy as np
+
 from .._errors import BraidError
-from .collectives import allgather_texts
+from .collectives import allgather_texts, allgather_texts_and_ints
 from .comm import mpi, rank_size
 from .interrupts import take_interrupt
 
@@ -221,6 +223,29 @@ class Agreement:
             self.conclude(error, summaries, where)
         finally:
             del error  # no exception <-> frame cycle (module docstring)
+
+    def settle_gathering(self, error: Optional[BaseException], values: Sequence[int],
+                         where: str = "") -> np.ndarray:
+        """:meth:`settle`, whose exchange also carries this rank's ``values`` (ints, the
+        same count on every rank; anything of that count when ``error`` is not None):
+        every rank's values as rows of an int64 array once no rank failed. One
+        collective where an agreement followed by a gather of the values takes two.
+        """
+        if error is not None and self._already_agreed(error):
+            try:
+                raise error
+            finally:
+                del error
+        if error is None:
+            error = take_interrupt()
+        summary = None if error is None else \
+            (f"{where} raised {describe(error)}" if where else describe(error))
+        summaries, rows = allgather_texts_and_ints(self.comm, summary, values)
+        try:
+            self.conclude(error, summaries, where)
+        finally:
+            del error  # no exception <-> frame cycle (module docstring)
+        return rows
 
     def conclude(self, error: Optional[BaseException], summaries: List[Optional[str]],
                  where: str = "") -> None:

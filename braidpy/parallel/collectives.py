@@ -11,14 +11,15 @@ same order.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ..backends import wire
 from .comm import complete, mpi, rank_size, sleep_until, sleeping_waits, sleeps_in_collectives
 
-__all__ = ["allgather_texts", "allgather_ints", "allgatherv", "allreduce_sum", "allreduce_int",
+__all__ = ["allgather_texts", "allgather_texts_and_ints", "allgather_ints", "allgatherv",
+           "allgatherv_counted", "allreduce_sum", "allreduce_int",
            "bcast_bytes", "bcast_into", "send_array", "recv_array", "gather_arrays", "ordered_sum"]
 
 _ARRAY_DTYPES = (np.dtype(np.float64), np.dtype(np.int64))
@@ -70,6 +71,34 @@ def allgatherv(comm: Any, values: Any, dtype: Any = np.float64) -> np.ndarray:
     return out
 
 
+def allgatherv_counted(comm: Any, values: Any, counts: Sequence[int],
+                       dtype: Any = np.float64) -> np.ndarray:
+    """:func:`allgatherv` where every rank already knows every rank's length
+    (``counts``, in rank order; gathered beforehand with other numbers): one collective.
+
+    >>> allgatherv_counted(None, [7, 8], [2], np.int64)
+    array([7, 8])
+    """
+    dtype = np.dtype(dtype)
+    if dtype not in _ARRAY_DTYPES:
+        raise TypeError(f"allgatherv gathers float64 or int64, got {dtype}")
+    mine = np.ascontiguousarray(values, dtype=dtype).reshape(-1)
+    rank, size = rank_size(comm)
+    counts = [int(n) for n in counts]
+    if len(counts) != size or counts[rank] != mine.size:
+        raise ValueError(f"allgatherv_counted: counts {counts} do not fit {size} rank(s) "
+                         f"with {mine.size} value(s) on rank {rank}")
+    if size == 1:
+        return mine
+    displs = [sum(counts[:r]) for r in range(size)]
+    out = np.empty(sum(counts), dtype=dtype)
+    if sleeps_in_collectives(comm):
+        complete(comm.Iallgatherv(mine, [out, (counts, displs)]), sleep=True)
+    else:
+        comm.Allgatherv(mine, [out, (counts, displs)])
+    return out
+
+
 def allreduce_sum(comm: Any, local: np.ndarray) -> np.ndarray:
     """Elementwise sum of a float64 array over the ranks (``local`` itself when serial)."""
     if rank_size(comm)[1] == 1:
@@ -107,14 +136,27 @@ def allgather_texts(comm: Any, text: Optional[str]) -> List[Optional[str]]:
     >>> allgather_texts(None, "ok")
     ['ok']
     """
+    return allgather_texts_and_ints(comm, text, ())[0]
+
+
+def allgather_texts_and_ints(comm: Any, text: Optional[str], values: Sequence[int]
+                             ) -> Tuple[List[Optional[str]], np.ndarray]:
+    """Every rank's text (None: nothing to say) and its ``values`` (the same count of
+    ints everywhere, as rows of an int64 array), in rank order: one allgather while no
+    rank has a text, where :func:`allgather_texts` and :func:`allgather_ints` take two.
+
+    >>> allgather_texts_and_ints(None, None, [4, 5])
+    ([None], array([[4, 5]]))
+    """
     _, size = rank_size(comm)
-    if size == 1:
-        return [text]
-    MPI = _mpi()
     data = b"" if text is None else text.encode("utf-8", "replace")
-    lengths = allgather_ints(comm, [-1 if text is None else len(data)])[:, 0]
+    rows = allgather_ints(comm, [-1 if text is None else len(data), *values])
+    if size == 1:
+        return [None if text is None else data.decode("utf-8", "replace")], rows[:, 1:]
+    lengths = rows[:, 0]
     if all(n < 0 for n in lengths):  # the common case of an agreement: nobody failed
-        return [None] * size
+        return [None] * size, rows[:, 1:]
+    MPI = _mpi()
     counts = [max(int(n), 0) for n in lengths]
     displs = [sum(counts[:r]) for r in range(size)]
     buf = np.empty(sum(counts), dtype=np.uint8)
@@ -125,7 +167,7 @@ def allgather_texts(comm: Any, text: Optional[str]) -> List[Optional[str]]:
         comm.Allgatherv(send, recv)
     raw = buf.tobytes()
     return [None if lengths[r] < 0 else raw[displs[r]:displs[r] + counts[r]].decode(
-        "utf-8", "replace") for r in range(size)]
+        "utf-8", "replace") for r in range(size)], rows[:, 1:]
 
 
 def bcast_bytes(comm: Any, data: Optional[bytes], root: int) -> bytes:

@@ -27,7 +27,7 @@ from .._options import Options
 from .._renamed import renamed_arguments
 from .._solver import Core
 from ..adjoint import GradientSolver
-from ..parallel.agree import agreed
+from ..parallel.agree import Agreement
 from ..parallel.collectives import allreduce_int, gather_arrays
 from ..parallel.comm import rank_size
 from ..parallel.data import share_of
@@ -422,14 +422,23 @@ class LayerParallelEvaluator:
         mine = share_of(n, size, rank)
         v = self.net.views(self.params)
         correct: Any = 0
-        with agreed(self.comm, "validation"):  # no rank left in the sum when one failed
+        failure: Optional[BaseException] = None
+        try:
             for rows in self.net.evaluation_batches(len(mine)) if len(mine) else []:
                 lo, hi = mine.start + rows.start, mine.start + rows.stop
                 final = self.net.forward(self.params, X[lo:hi, ...])
                 correct = correct + classifier_accuracy(final, C[lo:hi, ...], v["W"],
                                                         v["mu"])
             correct = int(correct)
-        return allreduce_int(self.comm, correct) / n
+        except BaseException as error:  # noqa: BLE001 - a Ctrl-C too, as in agreed()
+            failure, correct = error, 0
+        # One exchange: no rank is left in the sum when one failed, and the counts travel
+        # with the agreement (integers, summed alike on every rank).
+        try:
+            counts = Agreement(self.comm, "validation").settle_gathering(failure, [correct])
+        finally:
+            del failure  # no exception <-> frame cycle (braidpy.parallel.agree)
+        return int(counts[:, 0].sum()) / n
 
     def _validation_solver(self, X: Any, C: Any) -> Tuple[Any, Core]:
         """The app and Core that validate batches of X's shape, built at first use."""
