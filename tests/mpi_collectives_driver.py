@@ -92,7 +92,7 @@ def counted_solve():
             if counting is not None:
                 core._tcomm.comm = counting.comm
         out[name] = {"calls": dict(counting.calls) if counting else {},
-                     "iterations": result.iterations,
+                     "iterations": result.iterations, "owned": list(result.owned),
                      "final": None if result.final is None else result.final.tolist()}
     core.close()
     return out
