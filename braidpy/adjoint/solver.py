@@ -440,7 +440,7 @@ class GradientSolver:
         # One exchange agrees on the terms' evaluation and says how many each rank has.
         try:
             counts = Agreement(self.comm, "objective evaluation").settle_gathering(
-                failure, [len(terms)])[:, 0]
+                failure, [len(terms)])[:, 0].tolist()
         finally:
             del failure  # no exception <-> frame cycle (braidpy.parallel.agree)
         # Added in index order on every rank: the same bits for any rank count.
