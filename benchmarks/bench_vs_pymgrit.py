@@ -30,6 +30,7 @@ ENV = {"MALLOC_MMAP_THRESHOLD_": str(1 << 30), "MALLOC_TRIM_THRESHOLD_": str(1 <
 FULL_WARMUP = {"brusselator", "allencahn"}
 #: problem -> (time steps, spatial points per direction, absolute tolerance)
 SIZES = {"dahlquist": (4096, 1, 1e-10), "brusselator": (640, 1, 1e-10),
+         "arenstorf": (512, 1, 1e-10),
          "advection1d": (256, 65, 1e-10), "heat1d": (256, 129, 1e-10),
          "heat2d": (128, 17, 1e-10), "allencahn": (64, 12, 1e-9)}
 

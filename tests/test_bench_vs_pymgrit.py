@@ -13,6 +13,7 @@ pytest.importorskip("scipy")
 ROOT = Path(__file__).resolve().parents[1]
 #: worker problem -> (golden case, time steps, spatial points)
 GOLDEN = {"dahlquist": ("dahlquist_be", 256, 1), "brusselator": ("brusselator_rk4", 640, 1),
+          "arenstorf": ("arenstorf_rk45", 64, 1),
           "advection1d": ("advection1d_be", 64, 65), "heat1d": ("heat1d_be", 64, 65),
           "heat2d": ("heat2d_cn", 64, 17), "allencahn": ("allen_cahn_impl", 64, 12)}
 

@@ -21,6 +21,7 @@ from importlib.metadata import version
 import numpy as np
 from pymgrit.advection.advection_1d import Advection1D
 from pymgrit.allen_cahn.allen_cahn import AllenCahn
+from pymgrit.arenstorf_orbit.arenstorf_orbit import ArenstorfOrbit
 from pymgrit.brusselator.brusselator import Brusselator
 from pymgrit.core.mgrit import Mgrit
 from pymgrit.core.simple_setup_problem import simple_setup_problem
@@ -56,6 +57,11 @@ CASES = {
     "brusselator_rk4": dict(
         make=lambda: Brusselator(t_start=0, t_stop=12, nt=641),
         levels=3, cfactor=4, tol=1e-10, braidpy="Brusselator() (12, 640 steps)"),
+    # solve_ivp's RK45 (rtol 1e-3, atol 1e-6) inside every step
+    "arenstorf_rk45": dict(
+        make=lambda: ArenstorfOrbit(t_start=0, t_stop=2.0, nt=65),
+        levels=3, cfactor=4, tol=1e-10,
+        braidpy="ArenstorfOrbit(method='rk45', tstop=2.0, ntime=64)"),
     "heat2d_cn": dict(
         make=lambda: Heat2D(x_start=0, x_end=1, y_start=0, y_end=1, nx=17, ny=17, a=1,
                             rhs=heat2d_rhs,
