@@ -146,9 +146,10 @@ class AdaptiveRK(InitialValueApp):
         or ``max_steps`` ran out): raise a ``StepSizeError`` naming it (default), or end
         the step where it stopped and return the state reached there, counted in
         ``counts["failed"]``. ``"stop"`` is what SciPy's ``solve_ivp`` does (it reports
-        the failure in ``status``), and so PyMGRIT's Arenstorf step, which does not read
-        it: MGRIT's first iterates can be far from any orbit (a zero guess puts the
-        satellite next to the moon), and their steps may fail where the converged ones
+        the failure in ``status``; PyMGRIT's Arenstorf step does not read it, and as it
+        asks for ``t_eval = (t0, t1)`` a failed step of its returns the start state):
+        MGRIT's first iterates can be far from any orbit (a zero guess puts the
+        satellite next to the earth), and their steps may fail where the converged ones
         do not.
     vectorized : bool, optional
         Whether ``rhs`` takes stacked states (see above).
