@@ -62,13 +62,7 @@ def allgatherv(comm: Any, values: Any, dtype: Any = np.float64) -> np.ndarray:
     if size == 1:
         return mine
     counts = [int(n) for n in allgather_ints(comm, [mine.size])[:, 0]]
-    displs = [sum(counts[:r]) for r in range(size)]
-    out = np.empty(sum(counts), dtype=dtype)
-    if sleeps_in_collectives(comm):
-        complete(comm.Iallgatherv(mine, [out, (counts, displs)]), sleep=True)
-    else:
-        comm.Allgatherv(mine, [out, (counts, displs)])
-    return out
+    return allgatherv_counted(comm, mine, counts, dtype)
 
 
 def allgatherv_counted(comm: Any, values: Any, counts: Sequence[int],
