@@ -111,17 +111,9 @@ def run_ex02_refinet(nranks):
 
 
 def run_errors():
-    from mpi_error_cases import ERROR_CASES
+    from mpi_error_cases import outcomes
 
-    out = {}
-    for name, case in ERROR_CASES.items():
-        try:
-            case(COMM)
-            outcome = ("ok", "")
-        except BaseException as exc:  # noqa: BLE001 - we report every outcome
-            outcome = (type(exc).__name__, str(exc))
-        out[name] = COMM.gather(outcome)
-    return out
+    return outcomes(COMM)
 
 
 def run_resources():

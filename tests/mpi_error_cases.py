@@ -251,3 +251,17 @@ ERROR_CASES = {
     "healthy_after_failures": lambda c: braidpy.solve(Decay(), 0.0, 4.0, 128, comm=c,
                                                       cfactor=2, abs_tol=1e-13),
 }
+
+
+def outcomes(comm):
+    """Every case of ERROR_CASES run on ``comm``: case -> every rank's (exception type
+    name, text), ("ok", "") where the case raised nothing (gathered on rank 0)."""
+    out = {}
+    for name, case in ERROR_CASES.items():
+        try:
+            case(comm)
+            outcome = ("ok", "")
+        except BaseException as exc:  # noqa: BLE001 - we report every outcome
+            outcome = (type(exc).__name__, str(exc))
+        out[name] = comm.gather(outcome)
+    return out

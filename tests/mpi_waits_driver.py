@@ -21,7 +21,7 @@ COMM = MPI.COMM_WORLD
 
 def run(quick):
     from mpi_cases import HISTORY_CASES
-    from mpi_error_cases import ERROR_CASES
+    from mpi_error_cases import outcomes
     import hybrid_cases as hc
     from train_cases import CASES
 
@@ -47,15 +47,7 @@ def run(quick):
     gathered = gather_arrays(COMM, {rank: [float(rank)] * 3})
     out["p2p"] = {"sum": summed.tolist(), "gathered": None if gathered is None else
                   {str(k): v.tolist() for k, v in sorted(gathered.items())}}
-    errors = {}
-    for name, case in ERROR_CASES.items():
-        try:
-            case(COMM)
-            outcome = ("ok", "")
-        except BaseException as exc:  # noqa: BLE001 - we report every outcome
-            outcome = (type(exc).__name__, str(exc))
-        errors[name] = COMM.gather(outcome)
-    out["errors"] = errors
+    out["errors"] = outcomes(COMM)
     return out
 
 
